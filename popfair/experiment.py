@@ -1,0 +1,145 @@
+"""Experiment: one audit case composed from config, run as population -> render -> screen -> estimate,
+logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw config."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import yaml
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+import popfair
+from popfair.errors import ConfigError, PopfairError, require
+from popfair.estimate.base import Estimator
+from popfair.population.base import Population
+from popfair.population.occupation import Occupation
+from popfair.population.protected import ProtectedAttribute
+from popfair.render.base import Renderer, render_all
+from popfair.screen.base import Screener
+from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
+from popfair.types import Effects, Profiles
+
+log = logging.getLogger("popfair")
+
+COMPONENT_GROUPS = ("population", "occupation", "renderer", "screener", "estimator", "protected_attr")
+
+
+@dataclass
+class RunResult:
+    effects: Effects
+    scored: pd.DataFrame
+    run_id: str | None
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failure_rate(self) -> float:
+        return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
+
+
+def build(node: DictConfig, group: str) -> Any:
+    """Instantiate one config group; surface our own validation errors unwrapped."""
+    try:
+        return instantiate(node, _convert_="all")
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, PopfairError):
+            raise cause from None
+        raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
+
+
+@dataclass
+class Experiment:
+    population: Population
+    occupation: Occupation
+    renderer: Renderer
+    screener: Screener
+    estimator: Estimator
+    protected: ProtectedAttribute
+    tracker: MlflowTracker
+    seed: int = 0
+    run_name: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # resolved config, for logging only
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> "Experiment":
+        """Validate and build every component before any work is done."""
+        for group in COMPONENT_GROUPS:
+            require(group in cfg and cfg[group] is not None, group,
+                    "missing config group; pick an option, e.g. " f"{group}=<option>")
+        require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
+        parts = {group: build(cfg[group], group) for group in COMPONENT_GROUPS}
+        return cls(population=parts["population"], occupation=parts["occupation"],
+                   renderer=parts["renderer"], screener=parts["screener"],
+                   estimator=parts["estimator"], protected=parts["protected_attr"],
+                   tracker=build(cfg.tracking, "tracking"), seed=int(cfg.seed),
+                   run_name=cfg.get("run_name"),
+                   config=OmegaConf.to_container(cfg, resolve=True))
+
+    def case_name(self) -> str:
+        return "-".join([self.occupation.key, self.protected.name, self.renderer.kind,
+                         self.screener.name, self.estimator.name])
+
+    def run(self) -> RunResult:
+        timings: dict[str, float] = {}
+
+        def stage(name: str, fn, *args):
+            log.info("stage %s ...", name)
+            start = time.perf_counter()
+            out = fn(*args)
+            timings[name] = time.perf_counter() - start
+            log.info("stage %s done in %.2fs", name, timings[name])
+            return out
+
+        profiles: Profiles = stage("population", self.population.sample,
+                                   self.occupation, self.protected, self.seed)
+        for note in profiles.notes:
+            log.warning("note: %s", note)
+        documents = stage("render", render_all, self.renderer, profiles.table, profiles.jobs)
+        results = stage("screen", self.screener.screen, profiles.jobs, documents)
+        scored = profiles.table.assign(
+            document=[d.text for d in documents],
+            raw=[r.raw for r in results],
+            y=[r.value for r in results],
+            error=[r.error for r in results])
+        ok = scored[scored["error"].isna()]
+        effects = stage("estimate", self.estimator.estimate, ok, profiles.roles, "y")
+        result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
+                           timings=timings)
+        result.run_id = stage("track", self._track, result, profiles)
+        return result
+
+    def _track(self, result: RunResult, profiles: Profiles) -> str | None:
+        effects = result.effects
+        metrics: dict[str, float] = {"n_rows": len(result.scored),
+                                     "n_failed": int(result.scored["error"].notna().sum()),
+                                     "failure_rate": result.failure_rate}
+        for effect, row in effects.table.iterrows():
+            for column, value in row.items():
+                if isinstance(value, (int, float)):
+                    metrics[f"{effect}.{column}"] = value
+        metrics.update(effects.metrics)
+        metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
+        tags = {"case": effects.case, "case_name": self.case_name(), "git_commit": git_commit(),
+                "popfair_version": popfair.__version__, "occupation": self.occupation.key,
+                "protected_attr": self.protected.name, "screener": self.screener.name,
+                "renderer": self.renderer.kind, "estimator": self.estimator.name}
+        artifacts: dict[str, Any] = {
+            "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
+            "scored.parquet": result.scored,
+            "effects.csv": effects.table,
+            "roles.yaml": yaml.safe_dump(profiles.roles.as_dict(), sort_keys=False),
+        }
+        if result.notes:
+            artifacts["notes.txt"] = "\n".join(result.notes)
+        artifacts.update(effects.artifacts)
+        with self.tracker.run(self.run_name or self.case_name(), tags) as run:
+            run.params(flatten(self.config))
+            run.metrics(metrics)
+            run.artifacts(artifacts)
+            return run.run_id

@@ -1,0 +1,132 @@
+"""MLflow tracking: one run per case with params, metrics, artifacts and tags."""
+from __future__ import annotations
+
+import contextlib
+import math
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import pandas as pd
+
+from popfair.errors import require
+
+MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists become their string form."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class MlflowTracker:
+    """Logs to `uri` (default sqlite:///mlruns/mlflow.db) with artifacts under `artifact_root`."""
+
+    def __init__(self, uri: str = "sqlite:///mlruns/mlflow.db", experiment_name: str = "popfair",
+                 artifact_root: str = "mlruns", enabled: bool = True) -> None:
+        require(isinstance(uri, str) and "://" in uri, "tracking.uri",
+                f"must be an MLflow tracking URI such as sqlite:///mlruns/mlflow.db, got {uri!r}")
+        require(bool(experiment_name), "tracking.experiment_name", "must be non-empty")
+        self.uri, self.experiment_name, self.enabled = uri, experiment_name, enabled
+        self.artifact_root = artifact_root
+
+    def _experiment_id(self) -> str:
+        import mlflow
+
+        if self.uri.startswith("sqlite:///"):
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        mlflow.set_tracking_uri(self.uri)
+        found = mlflow.get_experiment_by_name(self.experiment_name)
+        if found is not None:
+            return found.experiment_id
+        location = Path(self.artifact_root).resolve()
+        location.mkdir(parents=True, exist_ok=True)
+        return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
+
+    @contextlib.contextmanager
+    def run(self, run_name: str | None, tags: Mapping[str, str] | None = None,
+            parent_run_id: str | None = None) -> Iterator["RunLogger"]:
+        """Start a run (nested under `parent_run_id` if given); end it FAILED on an exception."""
+        if not self.enabled:
+            yield RunLogger(None)
+            return
+        import mlflow
+
+        experiment_id = self._experiment_id()
+        all_tags = dict(tags or {})
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=all_tags) as active:
+            yield RunLogger(active.info.run_id)
+
+
+class RunLogger:
+    """Thin typed wrapper over the active MLflow run (no-op when tracking is disabled)."""
+
+    def __init__(self, run_id: str | None) -> None:
+        self.run_id = run_id
+
+    def params(self, params: Mapping[str, Any]) -> None:
+        if not self.run_id:
+            return
+        import mlflow
+
+        clean = {}
+        for key, value in params.items():
+            text = "null" if value is None else str(value)
+            clean[key] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
+        items = list(clean.items())
+        for start in range(0, len(items), 100):  # MLflow caps params per batch call
+            mlflow.log_params(dict(items[start:start + 100]))
+
+    def metrics(self, metrics: Mapping[str, float]) -> None:
+        if not self.run_id:
+            return
+        import mlflow
+
+        finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+        mlflow.log_metrics(finite)
+
+    def tags(self, tags: Mapping[str, Any]) -> None:
+        if not self.run_id:
+            return
+        import mlflow
+
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+    def artifacts(self, artifacts: Mapping[str, Any]) -> None:
+        """name -> DataFrame (.parquet/.csv by name), matplotlib Figure (.png), str, or bytes."""
+        if not self.run_id or not artifacts:
+            return
+        import mlflow
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, obj in artifacts.items():
+                path = Path(tmp) / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(obj, pd.DataFrame):
+                    obj.to_parquet(path) if path.suffix == ".parquet" else obj.to_csv(path)
+                elif hasattr(obj, "savefig"):
+                    obj.savefig(path, dpi=120, bbox_inches="tight")
+                elif isinstance(obj, bytes):
+                    path.write_bytes(obj)
+                else:
+                    path.write_text(str(obj))
+            mlflow.log_artifacts(tmp)

@@ -1,0 +1,89 @@
+"""The small typed records that flow between pipeline stages.
+
+population -> Profiles -> render -> Documents -> screen -> scores -> estimate -> Effects
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+import pandas as pd
+
+Outcome = Literal["score", "callback"]
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Standard Fairness Model roles: protected X (levels x0, x1), confounders Z,
+    business-necessity mediators B, redlining proxies R. Column names in the profile table."""
+
+    x: str
+    x0: str
+    x1: str
+    z: tuple[str, ...]
+    b: tuple[str, ...]
+    r: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"x": self.x, "x0": self.x0, "x1": self.x1,
+                "z": list(self.z), "b": list(self.b), "r": list(self.r)}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job the screener judges applicants against."""
+
+    job_id: str
+    title: str
+    description: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Profiles:
+    """One row per applicant (column `applicant_id`, and `job_id` naming the job it is screened for)."""
+
+    table: pd.DataFrame
+    roles: Roles
+    jobs: dict[str, Job]
+    notes: list[str] = field(default_factory=list)  # caveats to show the user (e.g. missing states)
+
+
+@dataclass(frozen=True)
+class Document:
+    """What the screener sees for one applicant: text (text/JSON) and optionally a PNG image."""
+
+    applicant_id: str
+    job_id: str
+    kind: Literal["text", "json", "image"]
+    text: str
+    image_png: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    """A screener's answer for one document: parsed value or a recorded failure, never silent."""
+
+    applicant_id: str
+    raw: str | None
+    value: float | None
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    cached: bool = False
+
+
+@dataclass
+class Effects:
+    """An estimator's output: a table indexed by effect name with columns
+    estimate, se, ci_low, ci_high (plus estimator-specific columns), case labels, extra metrics."""
+
+    table: pd.DataFrame
+    labels: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    artifacts: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame | matplotlib Figure | str
+
+    @property
+    def case(self) -> str:
+        return "; ".join(self.labels) if self.labels else "none"

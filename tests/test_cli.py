@@ -1,0 +1,55 @@
+"""The command line: --help, --cfg job, overrides, multirun, and clean errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def popfair(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "popfair", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_help_lists_groups(tmp_path):
+    out = popfair("--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for group in ("population", "occupation", "renderer", "screener", "estimator", "protected_attr"):
+        assert group in out.stdout
+
+
+def test_cfg_job_prints_composed_config(tmp_path):
+    out = popfair("--cfg", "job", "occupation=teacher", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "occp: 2310" in out.stdout
+
+
+def test_unknown_option_fails_fast(tmp_path):
+    out = popfair("screener=nope", cwd=tmp_path)
+    assert out.returncode != 0
+    assert "nope" in out.stderr
+
+
+def test_bad_value_exits_with_named_key(tmp_path):
+    out = popfair("population.n=0", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "population.n" in out.stderr + out.stdout
+
+
+def test_missing_pums_file_is_a_clear_error(tmp_path):
+    out = popfair("population.pums_path=/nonexistent/pums.csv", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "/nonexistent/pums.csv" in out.stderr + out.stdout
+
+
+def test_multirun_makes_one_mlflow_run_per_case(tmp_path):
+    out = popfair("-m", "occupation=nurse,teacher", "population.n=300", "estimator.n_bootstrap=200",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    runs = mlflow.search_runs(experiment_names=["popfair"])
+    assert sorted(runs["params.occupation.key"]) == ["nurse", "teacher"]

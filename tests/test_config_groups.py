@@ -1,0 +1,54 @@
+"""Every option of every config group composes and instantiates; bad values fail at build time."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+from popfair.errors import ConfigError
+from popfair.experiment import COMPONENT_GROUPS, Experiment, build
+from tests.conftest import CONF_DIR, compose_config
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in COMPONENT_GROUPS for o in options(g)])
+def test_every_group_option_composes_and_instantiates(group, option, tmp_path):
+    cfg = compose_config([f"{group}={option}"], tmp_path=tmp_path)
+    component = build(cfg[group], group)
+    assert component is not None
+
+
+def test_default_config_builds_an_experiment(tmp_path):
+    experiment = Experiment.from_config(compose_config(tmp_path=tmp_path))
+    assert experiment.case_name().startswith("nurse-gender-text-tfidf")
+
+
+def test_unknown_group_option_names_the_choices():
+    with pytest.raises((MissingConfigException, ConfigCompositionException)) as info:
+        compose_config(["screener=not_a_model"])
+    assert "not_a_model" in str(info.value)
+    assert "tfidf" in str(info.value)  # Hydra lists the available options
+
+
+def test_unknown_key_is_rejected():
+    with pytest.raises((ConfigCompositionException, ConfigAttributeError, ConfigKeyError)):
+        compose_config(["population.sample_size=10"])
+
+
+@pytest.mark.parametrize("override,key", [
+    ("population.n=-5", "population.n"),
+    ("protected_attr.x0=martian", "protected_attr.x0"),
+    ("estimator.n_bootstrap=3", "estimator.n_bootstrap"),
+    ("occupation.occp=123456", "occupation.occp"),
+    ("tracking.uri=not-a-uri", "tracking.uri"),
+    ("seed=abc", "seed"),
+])
+def test_bad_value_fails_before_any_work_naming_the_key(override, key):
+    cfg = compose_config([override])  # no tmp tracking override: it would mask tracking.uri
+    with pytest.raises(ConfigError) as info:
+        Experiment.from_config(cfg)
+    assert key in str(info.value)
