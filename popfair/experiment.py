@@ -101,7 +101,7 @@ class Experiment:
         for note in profiles.notes:
             log.warning("note: %s", note)
         documents = stage("render", render_all, self.renderer, profiles.table, profiles.jobs)
-        results = stage("screen", self.screener.screen, profiles.jobs, documents)
+        results = stage("screen", self.screener.screen, profiles.jobs, documents, profiles.outcome)
         scored = profiles.table.assign(
             document=[d.text for d in documents],
             raw=[r.raw for r in results],

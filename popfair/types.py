@@ -46,6 +46,7 @@ class Profiles:
     table: pd.DataFrame
     roles: Roles
     jobs: dict[str, Job]
+    outcome: Outcome = "score"  # what the screener is asked: a 0-100 score or a yes/no callback
     notes: list[str] = field(default_factory=list)  # caveats to show the user (e.g. missing states)
 
 
@@ -58,6 +59,9 @@ class Document:
     kind: Literal["text", "json", "image"]
     text: str
     image_png: bytes | None = None
+    # The structured profile row the document was rendered from. Screeners that call a model
+    # must not read it (the model sees only text/image); structural screeners (simulated) may.
+    profile: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,16 @@ class ScreenResult:
     output_tokens: int = 0
     cost_usd: float = 0.0
     cached: bool = False
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What screening a set of documents would cost, computed without calling anything."""
+
+    calls: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
 
 
 @dataclass

@@ -30,4 +30,5 @@ class TextRenderer:
             "EXPERIENCE",
             experience,
         ])
-        return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="text", text=text)
+        return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="text", text=text,
+                        profile=profile)

@@ -3,13 +3,19 @@ from __future__ import annotations
 
 from typing import Mapping, Protocol, Sequence
 
-from popfair.types import Document, Job, Outcome, ScreenResult
+from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 
 class Screener(Protocol):
     name: str
-    outcome: Outcome  # "score" (0-100) or "callback" (0/1)
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document]) -> list[ScreenResult]:
-        """One result per document, in order; failures are results with `error` set, never dropped."""
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+               outcome: Outcome) -> list[ScreenResult]:
+        """One result per document, in order. `outcome` says what to answer: "score" (0-100)
+        or "callback" (1 yes / 0 no). Failures are results with `error` set, never dropped."""
+        ...
+
+    def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+             outcome: Outcome) -> CallPlan:
+        """Calls, tokens and dollars `screen` would spend (for dry runs and budgets); no calls made."""
         ...

@@ -7,21 +7,31 @@ import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import normalize
 
-from popfair.types import Document, Job, ScreenResult
+from popfair.errors import require
+from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 
 class TfidfScreener:
     """Resume-Matcher-style lexical score. The vocabulary and IDF are fit on the job descriptions
     plus all resumes of the case, so the score is deterministic for a given case."""
 
-    outcome = "score"
-
-    def __init__(self, name: str = "tfidf", sublinear_tf: bool = True, ngram_max: int = 2) -> None:
+    def __init__(self, name: str = "tfidf", sublinear_tf: bool = True, ngram_max: int = 2,
+                 callback_threshold: float = 20.0) -> None:
+        require(isinstance(ngram_max, int) and ngram_max >= 1, "screener.ngram_max",
+                f"must be an integer >= 1, got {ngram_max!r}")
+        require(0 <= callback_threshold <= 100, "screener.callback_threshold",
+                f"must be in [0, 100], got {callback_threshold!r}")
         self.name = name
+        self.callback_threshold = callback_threshold
         self.vectorizer = TfidfVectorizer(sublinear_tf=sublinear_tf, ngram_range=(1, ngram_max),
                                           stop_words="english")
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document]) -> list[ScreenResult]:
+    def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
+        return CallPlan(calls=0)  # local computation: no paid calls
+
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+               outcome: Outcome) -> list[ScreenResult]:
+        """Score = 100 x cosine; a callback is yes when the score reaches `callback_threshold`."""
         job_ids = list(jobs)
         corpus = [jobs[j].description for j in job_ids] + [d.text for d in documents]
         matrix = normalize(self.vectorizer.fit_transform(corpus))
@@ -29,5 +39,9 @@ class TfidfScreener:
         docs = matrix[len(job_ids):]
         job_index = np.array([job_rows[d.job_id] for d in documents])
         scores = np.asarray(docs.multiply(matrix[job_index]).sum(axis=1)).ravel() * 100.0
-        return [ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(s))
-                for d, s in zip(documents, scores)]
+        if outcome == "callback":
+            values = (scores >= self.callback_threshold).astype(float)
+        else:
+            values = scores
+        return [ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))
+                for d, s, v in zip(documents, scores, values)]
