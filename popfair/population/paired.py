@@ -1,0 +1,115 @@
+"""Paired correspondence-audit populations (config `population=paired_race` / `paired_gender`).
+
+For each posting and each of `pairs_per_posting` pair_ids one profile is drawn from the profile bank
+(education, employment history, age; see `profile_bank`). Candidates are that profile with a
+race- and gender-coded name, so the members of a pair differ only in first_name and surname
+(and the X column naming the group the name signals).
+
+- race axis: each (posting, pair_id) gets a gender (50/50) and two candidates, Black and White:
+  pair_key = "<posting_id>:<pair_id>". 6,006 postings x 4 -> 24,024 pairs, 48,048 rows.
+- gender axis: each (posting, pair_id) is crossed into four conditions (Black-male, Black-female,
+  White-male, White-female); pairs are male vs female within posting x pair_id x race:
+  pair_key = "<posting_id>:<pair_id>:<race>". 6,006 x 4 x 2 = 48,048 pairs, 96,096 rows.
+
+Names: first names uniform within the race x gender cell of the union of the configured lists
+(Bertrand & Mullainathan 2004; Kline, Rose & Walters 2022, from their replication data, see
+data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M published none).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from popfair.errors import ConfigError, require
+from popfair.population.postings import EntryLevelPostings, audit_data_path
+from popfair.population.profile_bank import PROFILE_FIELDS, build_profiles, pick_by_group
+from popfair.population.protected import ProtectedAttribute
+from popfair.types import Profiles, Roles
+
+NAME_LISTS = {"bertrand_mullainathan_2004": "names_bertrand_mullainathan_2004.csv",
+              "kline_rose_walters_2022": "names_kline_rose_walters_2022.csv"}
+AXES = {"race": ("black", "white"), "gender": ("female", "male")}
+NAME_FIELDS = ("first_name", "surname")
+
+
+def load_name_pools(lists: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """First names keyed 'race|gender' (union of the lists, deduplicated) and surnames keyed by race."""
+    first = pd.concat([pd.read_csv(audit_data_path(NAME_LISTS[name]))[["first_name", "race", "gender"]]
+                       for name in lists]).drop_duplicates()
+    first_pools = {f"{race}|{gender}": np.sort(group["first_name"].to_numpy(dtype=object))
+                   for (race, gender), group in first.groupby(["race", "gender"])}
+    last = pd.read_csv(audit_data_path("surnames_kline_rose_walters_2022.csv"))
+    last_pools = {race: np.sort(group["last_name"].to_numpy(dtype=object)) for race, group in last.groupby("race")}
+    return first_pools, last_pools
+
+
+class PairedAuditPopulation:
+    """Identical-profile pairs for the paired callback audit on one axis (race or gender)."""
+
+    def __init__(self, axis: str = "race", pairs_per_posting: int = 4,
+                 name_lists: Sequence[str] = ("bertrand_mullainathan_2004", "kline_rose_walters_2022")) -> None:
+        require(axis in AXES, "population.axis", f"{axis!r} is not an axis; choose one of {sorted(AXES)}")
+        require(isinstance(pairs_per_posting, int) and pairs_per_posting >= 1, "population.pairs_per_posting",
+                f"must be a positive integer, got {pairs_per_posting!r}")
+        name_lists = list(name_lists)
+        unknown = [n for n in name_lists if n not in NAME_LISTS]
+        require(bool(name_lists) and not unknown, "population.name_lists",
+                f"unknown lists {unknown or '(empty)'}; choose from {sorted(NAME_LISTS)}")
+        self.axis, self.pairs_per_posting, self.name_lists = axis, pairs_per_posting, name_lists
+        self.first_pools, self.last_pools = load_name_pools(name_lists)
+
+    def sample(self, occupation: Any, protected: ProtectedAttribute, seed: int) -> Profiles:
+        """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""
+        if not isinstance(occupation, EntryLevelPostings):
+            raise ConfigError(f"population: the paired audit needs occupation=entry_level_postings "
+                              f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}")
+        x0, x1 = AXES[self.axis]
+        if (protected.name, protected.x0, protected.x1) != (self.axis, x0, x1):
+            raise ConfigError(f"protected_attr: population=paired_{self.axis} contrasts {self.axis} "
+                              f"(x0={x0}, x1={x1}); set protected_attr={self.axis}, got "
+                              f"{protected.name} (x0={protected.x0}, x1={protected.x1})")
+        rng = np.random.default_rng([seed, 6])
+        postings = occupation.postings
+        k = self.pairs_per_posting
+        slots = postings.loc[postings.index.repeat(k)].reset_index(drop=True)
+        slots["pair_id"] = np.tile(np.arange(k), len(postings))
+        profiles = build_profiles(slots, rng)
+        base = pd.concat([slots[["posting_id", "pair_id"]], profiles], axis=1)
+        base["pair_gender"] = np.where(rng.random(len(base)) < 0.5, "female", "male")
+        if self.axis == "race":
+            conditions = [("black", None), ("white", None)]
+        else:
+            conditions = [(r, g) for r in ("black", "white") for g in ("male", "female")]
+        table = self._cross(base, conditions, rng)
+        roles = Roles(x=self.axis, x0=x0, x1=x1,
+                      z=("gender",) if self.axis == "race" else ("race",),
+                      b=("edu_level", "exp_year"), r=NAME_FIELDS)
+        notes = list(occupation.notes)
+        return Profiles(table=table, roles=roles, jobs=occupation.jobs, outcome="callback", notes=notes)
+
+    def _cross(self, base: pd.DataFrame, conditions: list[tuple[str, str | None]],
+               rng: np.random.Generator) -> pd.DataFrame:
+        """Stack one copy of the base profiles per (race, gender) condition and draw the names.
+
+        gender None = the pair's own gender (race axis: both members share it)."""
+        n, m = len(base), len(conditions)
+        table = base.loc[np.tile(np.arange(n), m)].reset_index(drop=True)  # condition-major
+        table["race"] = np.repeat([r for r, _ in conditions], n)
+        gender = np.repeat(np.array([g or "" for _, g in conditions], dtype=object), n)
+        table["gender"] = np.where(gender == "", table["pair_gender"].to_numpy(dtype=object), gender)
+        cell = (table["race"] + "|" + table["gender"]).to_numpy(dtype=object)
+        table["first_name"] = pick_by_group(cell, self.first_pools, rng.random(len(table)))
+        table["surname"] = pick_by_group(table["race"].to_numpy(dtype=object), self.last_pools,
+                                         rng.random(len(table)))
+        # Order rows posting, pair_id, condition so the members of a pair sit next to each other.
+        table["_condition"] = np.repeat(np.arange(m), n)
+        table = table.sort_values(["posting_id", "pair_id", "_condition"], kind="stable").reset_index(drop=True)
+        pair = table["posting_id"] + ":" + table["pair_id"].astype(str)
+        table["pair_key"] = pair if self.axis == "race" else pair + ":" + table["race"]
+        table["applicant_id"] = pair + ":" + table["race"] + ":" + table["gender"]
+        table["job_id"] = table["posting_id"]
+        front = ["applicant_id", "job_id", "posting_id", "pair_id", "pair_key", "race", "gender",
+                 *NAME_FIELDS]
+        return table[front + list(PROFILE_FIELDS)]
