@@ -1,0 +1,192 @@
+"""Paired callback gap ("Can LLMs Hire Fairly?"): statistics that respect the pairing and the
+clustering of pairs within postings.
+
+On one row per pair with the 0/1 decisions of the advantaged-group (x1) and other-group (x0) profile:
+- callback rates and the gap in percentage points, 100 * (rate_x1 - rate_x0);
+- discordant counts b (x1 yes, x0 no) and c (x1 no, x0 yes); McNemar's chi-square with continuity
+  correction (|b - c| - 1)^2 / (b + c), 1 df;
+- a posting-cluster bootstrap percentile CI (default 2,000 resamples);
+- a cluster-robust t: each cluster's mean within-pair difference is one observation, t with G-1 df.
+Pairs missing either decision (a failed screen) are dropped and counted.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from popfair.errors import EstimationError, require
+from popfair.estimate.base import EFFECT_COLUMNS
+from popfair.types import Effects, Roles
+
+
+@dataclass(frozen=True)
+class PairedGapResult:
+    """paired_gap's output; also readable as a mapping (result["gap_pp"])."""
+
+    gap_pp: float
+    ci_low: float
+    ci_high: float
+    se: float               # bootstrap standard error of gap_pp
+    b: int
+    c: int
+    n_pairs: int
+    n_clusters: int
+    n_dropped: int          # pairs dropped because a side had no yes/no decision
+    rate_adv: float         # callback rate of the x1 profiles, in [0, 1]
+    rate_other: float
+    mcnemar_chi2: float
+    mcnemar_p: float
+    cluster_t: float
+    cluster_p: float
+    cluster_se: float       # pp: sd of cluster mean differences / sqrt(G)
+
+    @property
+    def bc_ratio(self) -> float:
+        return self.b / self.c if self.c else float("inf") if self.b else float("nan")
+
+    @property
+    def discordant_share(self) -> float:
+        return (self.b + self.c) / self.n_pairs
+
+    def as_dict(self) -> dict[str, float]:
+        return {**asdict(self), "bc_ratio": self.bc_ratio, "discordant_share": self.discordant_share}
+
+    def __getitem__(self, key: str) -> float:
+        return self.as_dict()[key]
+
+
+def mcnemar_cc(b: int, c: int) -> tuple[float, float]:
+    """McNemar chi-square with continuity correction and its 1-df p-value (no discordant pairs: 0, 1)."""
+    if b + c == 0:
+        return 0.0, 1.0
+    chi2 = (abs(b - c) - 1.0) ** 2 / (b + c)
+    return float(chi2), float(stats.chi2.sf(chi2, 1))
+
+
+def cluster_bootstrap_gaps(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int,
+                           rng: np.random.Generator) -> np.ndarray:
+    """Gap (pp) in each of n_bootstrap resamples of the G clusters with replacement.
+
+    Vectorised through sufficient statistics: a resample's gap depends only on how many times it
+    draws clusters of each distinct (sum of differences, number of pairs) class, and those counts are
+    Multinomial(G, class shares). Drawing them is the same distribution as drawing G cluster indices,
+    at O(n_bootstrap x classes) instead of O(n_bootstrap x G): with 4 pairs per posting there are at
+    most 24 classes whatever G is."""
+    classes, inverse = np.unique(np.column_stack([sums, sizes]), axis=0, return_inverse=True)
+    shares = np.bincount(inverse.ravel(), minlength=len(classes)) / len(sums)
+    counts = rng.multinomial(len(sums), shares, size=n_bootstrap).astype(float)
+    return 100.0 * (counts @ classes[:, 0]) / (counts @ classes[:, 1])
+
+
+def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
+               n_bootstrap: int = 2000, seed: int = 0, alpha: float = 0.05) -> PairedGapResult:
+    """Paired callback gap of `y_adv` over `y_other` (0/1 columns, one row per pair), clustered by
+    `cluster`. Rows with a missing decision are dropped and counted (`n_dropped`)."""
+    missing = [col for col in (y_adv, y_other, cluster) if col not in pairs.columns]
+    if missing:
+        raise EstimationError(f"paired_gap: pairs table lacks columns {missing}; "
+                              f"has {list(pairs.columns)}")
+    require(isinstance(n_bootstrap, int) and n_bootstrap >= 100, "n_bootstrap",
+            f"must be an integer >= 100, got {n_bootstrap!r}")
+    require(0 < alpha < 0.5, "alpha", f"must be in (0, 0.5), got {alpha!r}")
+    adv = pd.to_numeric(pairs[y_adv], errors="coerce").to_numpy(dtype=float)
+    other = pd.to_numeric(pairs[y_other], errors="coerce").to_numpy(dtype=float)
+    complete = ~(np.isnan(adv) | np.isnan(other)) & pairs[cluster].notna().to_numpy()
+    n_dropped = int((~complete).sum())
+    adv, other = adv[complete], other[complete]
+    if len(adv) == 0:
+        raise EstimationError(f"paired_gap: none of {len(pairs)} pairs has both decisions "
+                              f"({y_adv}, {y_other}); every pair is missing a side")
+    not_binary = ~np.isin(adv, (0.0, 1.0)) | ~np.isin(other, (0.0, 1.0))
+    if not_binary.any():
+        raise EstimationError(f"paired_gap: decisions must be 0/1 callbacks; found values "
+                              f"{sorted(set(np.r_[adv, other][np.r_[not_binary, not_binary]]))[:5]}")
+    codes, _ = pd.factorize(pairs.loc[complete, cluster])
+    n_clusters = int(codes.max()) + 1
+    if n_clusters < 2:
+        raise EstimationError(f"paired_gap: the {len(adv)} complete pairs lie in {n_clusters} "
+                              f"{cluster} cluster; clustered inference needs at least 2")
+    diff = adv - other
+    b, c = int((diff > 0).sum()), int((diff < 0).sum())
+    chi2, p_mcnemar = mcnemar_cc(b, c)
+
+    sums = np.bincount(codes, weights=diff, minlength=n_clusters)
+    sizes = np.bincount(codes, minlength=n_clusters).astype(float)
+    cluster_means = sums / sizes
+    mean, sd = cluster_means.mean(), cluster_means.std(ddof=1)
+    if sd > 0:
+        t = mean / (sd / np.sqrt(n_clusters))
+        p_cluster = float(2 * stats.t.sf(abs(t), n_clusters - 1))
+    else:  # every cluster has the same mean difference
+        t, p_cluster = (0.0, 1.0) if mean == 0 else (float(np.sign(mean) * np.inf), 0.0)
+
+    boot = cluster_bootstrap_gaps(sums, sizes, n_bootstrap, np.random.default_rng(seed))
+    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return PairedGapResult(
+        gap_pp=float(100.0 * diff.mean()), ci_low=float(low), ci_high=float(high),
+        se=float(boot.std(ddof=1)), b=b, c=c, n_pairs=int(len(diff)), n_clusters=n_clusters,
+        n_dropped=n_dropped, rate_adv=float(adv.mean()), rate_other=float(other.mean()),
+        mcnemar_chi2=chi2, mcnemar_p=p_mcnemar, cluster_t=float(t), cluster_p=p_cluster,
+        cluster_se=float(100.0 * sd / np.sqrt(n_clusters)))
+
+
+def pair_decisions(data: pd.DataFrame, roles: Roles, y: str, pair_key: str = "pair_key",
+                   cluster: str = "posting_id") -> pd.DataFrame:
+    """Pivot a scored table (one row per candidate) to one row per pair_key with the x1 and x0
+    decisions (NaN where that side is absent, e.g. its screen failed) and the cluster."""
+    missing = [col for col in (pair_key, cluster, roles.x, y) if col not in data.columns]
+    if missing:
+        raise EstimationError(f"paired_gap: scored table lacks columns {missing} "
+                              "(use population=paired_race or paired_gender)")
+    rows = data.loc[data[roles.x].isin([roles.x0, roles.x1]), [pair_key, cluster, roles.x, y]]
+    duplicated = rows.duplicated([pair_key, roles.x])
+    if duplicated.any():
+        examples = rows.loc[duplicated, pair_key].head(3).tolist()
+        raise EstimationError(f"paired_gap: {int(duplicated.sum())} pairs have two rows for the same "
+                              f"{roles.x} level (e.g. pair_key {examples}); each pair needs one "
+                              f"{roles.x1} and one {roles.x0} row")
+    clusters = rows.groupby(pair_key, sort=False)[cluster].agg(["first", "nunique"])
+    if (clusters["nunique"] > 1).any():
+        raise EstimationError(f"paired_gap: some pairs span several {cluster} values; "
+                              "a pair must lie within one cluster")
+    wide = rows.pivot(index=pair_key, columns=roles.x, values=y)
+    wide = wide.reindex(columns=[roles.x1, roles.x0])
+    wide[cluster] = clusters["first"].reindex(wide.index)
+    return wide.rename_axis(columns=None)
+
+
+class PairedGap:
+    """Estimator `paired_gap`: pivots the scored table within pair_key and runs `paired_gap`."""
+
+    name = "paired_gap"
+
+    def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, cluster: str = "posting_id",
+                 pair_key: str = "pair_key", seed: int = 0) -> None:
+        require(isinstance(n_bootstrap, int) and n_bootstrap >= 100, "estimator.n_bootstrap",
+                f"must be an integer >= 100, got {n_bootstrap!r}")
+        require(0 < alpha < 0.5, "estimator.alpha", f"must be in (0, 0.5), got {alpha!r}")
+        require(bool(cluster) and bool(pair_key), "estimator.cluster",
+                "cluster and pair_key must name columns of the profile table")
+        self.n_bootstrap, self.alpha, self.cluster, self.pair_key, self.seed = (
+            n_bootstrap, alpha, cluster, pair_key, seed)
+
+    def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
+        wide = pair_decisions(data, roles, y, self.pair_key, self.cluster)
+        result = paired_gap(wide, y_adv=roles.x1, y_other=roles.x0, cluster=self.cluster,
+                            n_bootstrap=self.n_bootstrap, seed=self.seed, alpha=self.alpha)
+        values: dict[str, Any] = result.as_dict()
+        values["estimate"] = values.pop("gap_pp")
+        values[f"rate_{roles.x1}"] = values.pop("rate_adv")
+        values[f"rate_{roles.x0}"] = values.pop("rate_other")
+        table = pd.DataFrame([values], index=pd.Index(["gap"], name="effect"))
+        table = table[EFFECT_COLUMNS + [col for col in table.columns if col not in EFFECT_COLUMNS]]
+        labels = []
+        if result.mcnemar_p < self.alpha:
+            favoured = roles.x1 if result.gap_pp > 0 else roles.x0
+            labels.append(f"callback gap favouring {favoured} (McNemar p={result.mcnemar_p:.2g})")
+        return Effects(table=table, labels=labels,
+                       metrics={"pairs_dropped_share": result.n_dropped / (result.n_dropped + result.n_pairs)})
