@@ -1,0 +1,31 @@
+"""The paired callback audit as one case: postings -> pairs -> JSON -> tfidf -> paired_gap -> MLflow."""
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from popfair import Experiment
+from tests.conftest import compose_config
+
+CASE = ["population=paired_race", "occupation=entry_level_postings", "renderer=json", "screener=tfidf",
+        "estimator=paired_gap", "occupation.n_postings=60", "estimator.n_bootstrap=200"]
+
+
+def test_paired_race_case_runs_end_to_end(tmp_path):
+    experiment = Experiment.from_config(compose_config(CASE, tmp_path=tmp_path))
+    assert experiment.case_name() == "entry_level_postings-race-json-tfidf-paired_gap"
+    result = experiment.run()
+    scored = result.scored
+    assert len(scored) == 60 * 4 * 2 and scored["pair_key"].nunique() == 240
+    assert set(scored["y"].unique()) <= {0.0, 1.0} and scored["y"].nunique() == 2
+    assert scored["document"].str.startswith('{"name": ').all()
+    row = result.effects.table.loc["gap"]
+    assert row["n_pairs"] == 240 and row["n_clusters"] == 60 and row["n_dropped"] == 0
+    assert row["ci_low"] <= row["estimate"] <= row["ci_high"]
+    wide = scored.pivot(index="pair_key", columns="race", values="y")
+    assert row["b"] == int(((wide["white"] == 1) & (wide["black"] == 0)).sum())
+    assert row["estimate"] == pytest.approx(100 * (wide["white"].mean() - wide["black"].mean()))
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    run = mlflow.get_run(result.run_id)
+    assert run.data.params["population.axis"] == "race" and run.data.params["protected_attr.name"] == "race"
+    assert run.data.metrics["gap.n_pairs"] == 240
