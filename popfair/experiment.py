@@ -74,6 +74,9 @@ class Experiment:
                     "missing config group; pick an option, e.g. " f"{group}=<option>")
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
         parts = {group: build(cfg[group], group) for group in COMPONENT_GROUPS}
+        validate_case = getattr(parts["population"], "validate_case", None)
+        if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
+            validate_case(parts["occupation"], parts["protected_attr"])
         return cls(population=parts["population"], occupation=parts["occupation"],
                    renderer=parts["renderer"], screener=parts["screener"],
                    estimator=parts["estimator"], protected=parts["protected_attr"],

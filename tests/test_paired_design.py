@@ -174,9 +174,10 @@ def test_bad_population_config_and_mismatched_groups():
 
 
 def test_paired_population_configs_set_their_axis():
-    race = compose_config(["population=paired_race", "occupation=entry_level_postings"])
-    gender = compose_config(["population=paired_gender", "occupation=entry_level_postings",
-                             "occupation.n_postings=10"])
+    race = compose_config(["population=paired_race"])
+    gender = compose_config(["population=paired_gender", "occupation.n_postings=10"])
+    assert race.occupation.key == gender.occupation.key == "entry_level_postings"
+    assert compose_config(["population=paired_race", "occupation=nurse"]).occupation.key == "nurse"
     assert (race.protected_attr.name, race.population.axis) == ("race", "race")
     assert (gender.protected_attr.name, gender.population.axis) == ("gender", "gender")
     assert gender.occupation.n_postings == 10
@@ -198,3 +199,16 @@ def test_json_documents_of_a_pair_differ_only_in_the_name(race_sample):
     assert not any(w in words.replace('"', " ").split() for w in ("black", "white", "male", "female"))
     with pytest.raises(DataError, match="renderer=json: profile lacks fields"):
         renderer.render({"applicant_id": "a", "first_name": "x"}, race_sample.jobs[table["job_id"].iloc[0]])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["population=paired_race", "occupation=nurse"], "occupation=entry_level_postings"),
+    (["population=paired_race", "occupation=entry_level_postings", "protected_attr=gender"],
+     "set protected_attr=race"),
+    (["population=paired_gender", "occupation=entry_level_postings", "occupation.n_postings=-1"],
+     "occupation.n_postings"),
+])
+def test_bad_paired_case_fails_when_the_experiment_is_built(overrides, message, tmp_path):
+    from popfair import Experiment
+    with pytest.raises(ConfigError, match=message):
+        Experiment.from_config(compose_config(overrides, tmp_path=tmp_path))

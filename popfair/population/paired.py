@@ -60,8 +60,8 @@ class PairedAuditPopulation:
         self.axis, self.pairs_per_posting, self.name_lists = axis, pairs_per_posting, name_lists
         self.first_pools, self.last_pools = load_name_pools(name_lists)
 
-    def sample(self, occupation: Any, protected: ProtectedAttribute, seed: int) -> Profiles:
-        """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""
+    def validate_case(self, occupation: Any, protected: ProtectedAttribute) -> None:
+        """The paired design needs a set of postings and the protected attribute of its own axis."""
         if not isinstance(occupation, EntryLevelPostings):
             raise ConfigError(f"population: the paired audit needs occupation=entry_level_postings "
                               f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}")
@@ -70,6 +70,11 @@ class PairedAuditPopulation:
             raise ConfigError(f"protected_attr: population=paired_{self.axis} contrasts {self.axis} "
                               f"(x0={x0}, x1={x1}); set protected_attr={self.axis}, got "
                               f"{protected.name} (x0={protected.x0}, x1={protected.x1})")
+
+    def sample(self, occupation: Any, protected: ProtectedAttribute, seed: int) -> Profiles:
+        """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""
+        self.validate_case(occupation, protected)
+        x0, x1 = AXES[self.axis]
         rng = np.random.default_rng([seed, 6])
         postings = occupation.postings
         k = self.pairs_per_posting
