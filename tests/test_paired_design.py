@@ -119,6 +119,11 @@ def test_profiles_are_plausible_for_posting(race_sample, postings):
     firms = pd.read_csv("popfair/data/audit/firms.csv")
     peer = table["emp1_employer"].map(dict(zip(firms["firm_name"], firms["industry_name"])))
     assert (peer == table["industry"]).all()
+    from popfair.population.profile_bank import NATIONAL_ONLINE_UNIVERSITIES
+    los_angeles = table[table["metro"].str.startswith("Los Angeles") & (table["edu_level"] == "bachelor")]
+    assert set(los_angeles["school"]) == {"California State University, Los Angeles", *NATIONAL_ONLINE_UNIVERSITIES}
+    associate = table[table["edu_level"] == "associate"]
+    assert (associate["school"] == associate["metro"].str.split("[-,]", regex=True).str[0] + " Community College").all()
     assert table["gpa"].between(3.0, 3.9).all() and table["age"].between(20, 27).all()
     assert (table["emp2_end"] <= table["emp1_start"]).all() and (table["emp1_start"] <= table["post_date"].str[:7]).all()
     assert (table["graduation_year"] <= pd.to_datetime(table["post_date"]).dt.year).all()

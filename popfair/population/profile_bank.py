@@ -3,9 +3,10 @@ procedure: education (school, degree, GPA), employment history (prior employers,
 tenure), age; schools plausible for the posting's area and employers for its industry.
 
 Pools and where they come from:
-- Bachelor's schools: the public flagship university of the posting's state (list written for this
-  project from general knowledge; each is a real institution), or one of three large national online
-  universities (real institutions that enrol students from every state).
+- Bachelor's schools: a public university in or near the posting metro's principal city (for states
+  with several large metros), else one of the posting state's public universities (both lists written
+  for this project from general knowledge; each is a real institution), or in 20% of profiles one of
+  three large national online universities (real institutions that enrol students from every state).
 - Associate schools: "<principal city of the posting's metro> Community College", a constructed
   name; many exist under exactly that pattern, but the name is not checked against a register.
 - Prior employers: other KRW firms (``data/audit/firms.csv``) in the posting firm's industry for the
@@ -42,6 +43,49 @@ FLAGSHIP_UNIVERSITY = {
     "VT": "University of Vermont", "VA": "Virginia Commonwealth University",
     "WA": "University of Washington", "WV": "West Virginia University",
     "WI": "University of Wisconsin-Milwaukee", "WY": "University of Wyoming",
+}
+# Public university in or near the principal city, for states with several of the 100 largest metros.
+METRO_UNIVERSITY = {
+    "Little Rock": "University of Arkansas at Little Rock", "Fayetteville": "University of Arkansas",
+    "Phoenix": "Arizona State University", "Tucson": "University of Arizona",
+    "Los Angeles": "California State University, Los Angeles", "Riverside": "University of California, Riverside",
+    "San Francisco": "San Francisco State University", "San Diego": "San Diego State University",
+    "Sacramento": "California State University, Sacramento", "San Jose": "San Jose State University",
+    "Fresno": "California State University, Fresno", "Bakersfield": "California State University, Bakersfield",
+    "Oxnard": "California State University Channel Islands", "Stockton": "California State University, Stanislaus",
+    "Denver": "Metropolitan State University of Denver", "Colorado Springs": "University of Colorado Colorado Springs",
+    "Hartford": "Central Connecticut State University", "Bridgeport": "Southern Connecticut State University",
+    "Miami": "Florida International University", "Tampa": "University of South Florida",
+    "Orlando": "University of Central Florida", "Jacksonville": "University of North Florida",
+    "North Port": "University of South Florida Sarasota-Manatee", "Cape Coral": "Florida Gulf Coast University",
+    "Lakeland": "Florida Polytechnic University", "Deltona": "University of Central Florida",
+    "Palm Bay": "University of Central Florida", "Atlanta": "Georgia State University",
+    "Augusta": "Augusta University", "New Orleans": "University of New Orleans",
+    "Baton Rouge": "Louisiana State University", "Boston": "University of Massachusetts Boston",
+    "Worcester": "Worcester State University", "Detroit": "Wayne State University",
+    "Grand Rapids": "Grand Valley State University", "St. Louis": "University of Missouri-St. Louis",
+    "Kansas City": "University of Missouri-Kansas City", "Charlotte": "University of North Carolina at Charlotte",
+    "Raleigh": "North Carolina State University", "Greensboro": "University of North Carolina at Greensboro",
+    "Winston": "Winston-Salem State University", "Durham": "North Carolina Central University",
+    "New York": "City University of New York", "Buffalo": "University at Buffalo",
+    "Rochester": "SUNY Brockport", "Albany": "University at Albany", "Kiryas Joel": "SUNY New Paltz",
+    "Syracuse": "SUNY Oswego", "Cincinnati": "University of Cincinnati", "Columbus": "Ohio State University",
+    "Cleveland": "Cleveland State University", "Dayton": "Wright State University",
+    "Akron": "University of Akron", "Toledo": "University of Toledo",
+    "Oklahoma City": "University of Central Oklahoma", "Tulsa": "Oklahoma State University-Tulsa",
+    "Philadelphia": "Temple University", "Pittsburgh": "University of Pittsburgh",
+    "Allentown": "Kutztown University", "Harrisburg": "Penn State Harrisburg",
+    "Scranton": "Penn State Scranton", "Greenville": "Clemson University",
+    "Columbia": "University of South Carolina", "Charleston": "College of Charleston",
+    "Nashville": "Tennessee State University", "Memphis": "University of Memphis",
+    "Knoxville": "University of Tennessee", "Chattanooga": "University of Tennessee at Chattanooga",
+    "Dallas": "University of Texas at Dallas", "Houston": "University of Houston",
+    "San Antonio": "University of Texas at San Antonio", "Austin": "Texas State University",
+    "McAllen": "University of Texas Rio Grande Valley", "El Paso": "University of Texas at El Paso",
+    "Salt Lake City": "University of Utah", "Provo": "Utah Valley University", "Ogden": "Weber State University",
+    "Virginia Beach": "Old Dominion University", "Richmond": "Virginia Commonwealth University",
+    "Seattle": "University of Washington", "Spokane": "Eastern Washington University",
+    "Milwaukee": "University of Wisconsin-Milwaukee", "Madison": "University of Wisconsin-Madison",
 }
 NATIONAL_ONLINE_UNIVERSITIES = ("Western Governors University", "Southern New Hampshire University",
                                 "Arizona State University Online")
@@ -85,7 +129,7 @@ def build_profiles(slots: pd.DataFrame, rng: np.random.Generator) -> pd.DataFram
     n = len(slots)
     firms = pd.read_csv(audit_data_path("firms.csv"))
     states = pd.read_csv(audit_data_path("us_states.csv"), dtype={"fips": str})
-    u = rng.random((12, n))
+    u = rng.random((16, n))
     state = slots["state"].to_numpy(dtype=object)
     post = pd.to_datetime(slots["post_date"])
     post_month = (post.dt.year * 12 + post.dt.month - 1).to_numpy()
@@ -94,7 +138,8 @@ def build_profiles(slots: pd.DataFrame, rng: np.random.Generator) -> pd.DataFram
     # associate degree at the metro's community college.
     bachelor = u[0] < 0.65
     online = u[1] < 0.2
-    flagship = pd.Series(state).map(FLAGSHIP_UNIVERSITY)
+    flagship = slots["metro_city"].map(METRO_UNIVERSITY).fillna(pd.Series(state, index=slots.index)
+                                                                .map(FLAGSHIP_UNIVERSITY))
     online_school = pick(np.array(NATIONAL_ONLINE_UNIVERSITIES, dtype=object), u[2])
     school_bachelor = np.where(online | flagship.isna().to_numpy(), online_school,
                                flagship.fillna("").to_numpy(dtype=object))
@@ -129,9 +174,9 @@ def build_profiles(slots: pd.DataFrame, rng: np.random.Generator) -> pd.DataFram
     tenure1 = 6 + (u[10] * 31).astype(int)
     emp2 = pick(all_firms, u[11])
     emp2_ind = pd.Series(emp2).map(firm_industry).fillna("Other").to_numpy(dtype=object)
-    emp2_title = pick_by_group(emp2_ind, title_pools, u[8])
-    tenure2 = 6 + (u[5] * 19).astype(int)
-    gap = (u[2] * 4).astype(int)
+    emp2_title = pick_by_group(emp2_ind, title_pools, u[14])
+    tenure2 = 6 + (u[12] * 19).astype(int)
+    gap = (u[13] * 4).astype(int)
     emp1_start = post_month - tenure1
     emp2_end = emp1_start - gap
     emp2_start = emp2_end - tenure2
