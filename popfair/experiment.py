@@ -140,6 +140,7 @@ class Experiment:
         }
         if result.notes:
             artifacts["notes.txt"] = "\n".join(result.notes)
+        artifacts.update(profiles.artifacts)
         artifacts.update(effects.artifacts)
         with self.tracker.run(self.run_name or self.case_name(), tags) as run:
             run.params(flatten(self.config))

@@ -48,6 +48,7 @@ class Profiles:
     jobs: dict[str, Job]
     outcome: Outcome = "score"  # what the screener is asked: a 0-100 score or a yes/no callback
     notes: list[str] = field(default_factory=list)  # caveats to show the user (e.g. missing states)
+    artifacts: dict[str, Any] = field(default_factory=dict)  # diagnostics: name -> DataFrame | Figure | str
 
 
 @dataclass(frozen=True)

@@ -31,3 +31,23 @@ class Occupation:
     def job(self) -> Job:
         return Job(job_id=self.key, title=self.title, description=self.description.strip(),
                    attributes={"occp": self.occp, "soc": self.soc})
+
+
+def occupation_from_pums(occp: int, key: str | None = None, title: str | None = None,
+                         description: str | None = None, soc: str = "") -> Occupation:
+    """Any of the 20 occupations in the bundled PUMS extract, by OCCP code (config `occupation=pums_occp`).
+
+    Title defaults to the PUMS label; description defaults to a short generic posting built from it
+    (set occupation.description to screen against a real posting)."""
+    from popfair.population.pums import known_occupations_text, occupation_labels  # noqa: PLC0415
+
+    labels = occupation_labels()
+    require(isinstance(occp, int) and occp in labels.index, "occupation.occp",
+            f"{occp!r} is not one of the 20 OCCP codes of the bundled extract: {known_occupations_text()}")
+    label = labels[occp].split("-", 1)[-1].strip()
+    title = title or label.rstrip("s")
+    description = description or (
+        f"{title}. We are hiring for a {title.lower()} position (ACS occupation {occp}: {label}). "
+        "Responsibilities follow the usual duties of the occupation. Requirements: education and work "
+        "experience relevant to the role, reliability, and strong communication and teamwork skills.")
+    return Occupation(key=key or f"occp{occp}", title=title, occp=occp, soc=soc, description=description)

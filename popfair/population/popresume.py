@@ -1,76 +1,245 @@
-"""PopResume population: applicants drawn from ACS PUMS microdata of one occupation."""
+"""PopResume population: applicants drawn from ACS PUMS microdata of one occupation, as an explicit SCM.
+
+Structural causal model (per occupation J; every U_* is one Uniform(0,1) per applicant):
+
+    gender, race, age        <- the PUMS record (Z and X; never intervened on except X itself)
+    state     = F^-1(U_state | gender, race, age group)                 smoothed PUMS conditional
+    edu_level = F^-1(U_edu   | gender, race, age group, region(state))  smoothed PUMS conditional
+    exp_year  = F^-1(U_exp   | gender, age, edu_level)   round(TruncNormal(f, sigma, [0, age-18])), P2
+    first_name= F^-1(U_first | gender, birth year)        SSA counts, P3
+    surname   = F^-1(U_sur   | race)                      Census 2010 count x race share, P4
+
+Factual rows keep each record's own state and education (the real joint of P1) and draw experience
+and names forward with keyed uniforms U = hash(applicant_id, seed, variable). A counterfactual
+abducts every U from the factual row (uniform on the interval of CDF values that reproduces it,
+noise keyed by applicant and seed: common random numbers) and re-evaluates the equations with X
+changed; at the applicant's own X it returns the factual row exactly. Conditionals back off
+hierarchically (finest cell -> coarser cells -> occupation marginal) so every counterfactual cell
+has a proper distribution. Grouped columns (paper C.4) are functions of the raw ones.
+
+Below high school (SCHL 1-15): the paper's resumes have seven levels starting at HS/GED and its
+Table 3 counts (e.g. 5,910 construction laborers) match dropping these records, so the default
+`below_hs: drop` drops them and says how many in the notes; `below_hs: hs_ged` keeps them as HS/GED."""
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from popfair.errors import ConfigError, require
-from popfair.population.experience import draw_experience
-from popfair.population.names import draw_first_names, draw_surnames
+from popfair.errors import ConfigError, DataError, require
+from popfair.population.experience import AGE_GROUPS, ExperienceModel, age_group, experience_model_for
+from popfair.population.names import first_names, name_groupings, surnames
 from popfair.population.occupation import Occupation
-from popfair.population.protected import ProtectedAttribute
-from popfair.population.pums import (BUNDLED_NOTE, SURVEY_YEAR, decode_education, decode_race,
-                                     load_pums, state_table)
+from popfair.population.protected import LEVELS, ProtectedAttribute
+from popfair.population.pums import (BELOW_HS_POLICIES, BUNDLED_NOTE, EDU_GROUP, EDU_LEVELS, GENDERS, RACES,
+                                     decode_education, decode_race, decode_sex, load_pums, occupation_records,
+                                     region_of, state_table)
+from popfair.population.scm import DiscreteConditional, keyed_uniforms
 from popfair.types import Profiles, Roles
 
-MAX_N = 5_000_000  # beyond this a resample is a typo, not a study
+MAX_N = 1_000_000          # beyond this a resample is a typo, not a study
+MAX_RESAMPLE_FACTOR = 20   # n above this many times the occupation's records only duplicates records
+SMOOTHING = 10.0           # pseudo-records pulling a sparse conditional cell toward its coarser parent
+REGIONS = ("Northeast", "Midwest", "South", "West")
+R_COLUMNS = ("first_name", "surname", "state", "region",
+             "name_gender_typicality", "name_age_typicality", "surname_race_typicality")
+B_COLUMNS = ("edu_level", "edu_group", "exp_year")
+
+
+@dataclass(frozen=True)
+class OccupationModel:
+    """Everything the SCM needs for one occupation: its records and fitted conditionals."""
+
+    records: pd.DataFrame          # decoded PUMS records (after the below-HS policy)
+    survey_year: int
+    dropped_below_hs: int
+    state: DiscreteConditional
+    education: DiscreteConditional
+    experience: ExperienceModel
+
+
+@lru_cache(maxsize=32)
+def occupation_model(pums_path: str | None, occp: int, below_hs: str) -> OccupationModel:
+    """Decode one occupation's PUMS records and fit its conditionals (cached per source/occp/policy)."""
+    pums, survey_year = load_pums(pums_path)
+    raw = occupation_records(pums, occp)
+    edu = decode_education(raw["SCHL"], below_hs)
+    states = state_table().reindex(raw["ST"])
+    if states["usps"].isna().any():
+        bad = sorted(raw.loc[states["usps"].isna().to_numpy(), "ST"].unique().tolist())
+        raise DataError(f"PUMS records with unknown state FIPS codes {bad[:5]}")
+    records = pd.DataFrame({
+        "gender": decode_sex(raw["SEX"]), "race": decode_race(raw["RAC1P"], raw["HISP"]),
+        "age": raw["AGEP"].to_numpy(), "state": states["usps"].to_numpy(dtype=object),
+        "region": states["census_region"].to_numpy(dtype=object), "edu_level": edu.to_numpy(dtype=object),
+        "weight": raw["PWGTP"].to_numpy()})
+    keep = edu.notna().to_numpy()
+    dropped = int((~keep).sum())
+    records = records[keep].reset_index(drop=True)
+    if records.empty:
+        raise DataError(f"OCCP {occp}: no records left after the below-HS policy {below_hs!r}")
+    records["age_group"] = age_group(records["age"])
+    levels = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
+    state_levels = tuple(sorted(records["state"].unique()))
+    weight = records["weight"].to_numpy(float)
+    state = DiscreteConditional.fit(records, "state", state_levels,
+                                    [("gender", "race", "age_group"), ("gender", "race"), ("race",)],
+                                    levels, weight, SMOOTHING)
+    education = DiscreteConditional.fit(records, "edu_level", EDU_LEVELS,
+                                        [("gender", "race", "age_group", "region"),
+                                         ("gender", "race", "age_group"), ("gender", "race"), ("gender",)],
+                                        levels, weight, SMOOTHING)
+    experience = experience_model_for(records["gender"], records["age"], records["edu_level"], records["weight"])
+    return OccupationModel(records, survey_year, dropped, state, education, experience)
+
+
+def add_groupings(table: pd.DataFrame, survey_year: int) -> pd.DataFrame:
+    """Add the C.4 grouped columns (edu_group, name typicalities, surname typicality; region exists)."""
+    grouped = name_groupings(table["first_name"], table["surname"], survey_year)
+    return table.assign(edu_group=table["edu_level"].map(EDU_GROUP).to_numpy(dtype=object), **grouped)
 
 
 class PopResumePopulation:
-    """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP.
+    """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP, with experience
+    and names drawn from the SCM in the module docstring."""
 
-    Records below high school are dropped (resumes in the paper's seven education levels start
-    at HS/GED); their count is reported in the run's notes."""
-
-    def __init__(self, n: int | None = None, pums_path: str | None = None) -> None:
-        require(n is None or (isinstance(n, int) and 0 < n <= MAX_N), "population.n",
+    def __init__(self, n: int | None = None, pums_path: str | None = None, below_hs: str = "drop",
+                 diagnostics: bool = True) -> None:
+        require(n is None or (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_N), "population.n",
                 f"must be null (all records) or an integer in 1..{MAX_N}, got {n!r}")
+        require(below_hs in BELOW_HS_POLICIES, "population.below_hs",
+                f"must be one of {list(BELOW_HS_POLICIES)}, got {below_hs!r}")
+        require(pums_path is None or (isinstance(pums_path, str) and pums_path.strip() != ""),
+                "population.pums_path", f"must be null or a file path, got {pums_path!r}")
         self.n = n
         self.pums_path = pums_path
+        self.below_hs = below_hs
+        self.diagnostics = diagnostics
+        self.timings: dict[str, float] = {}   # seconds per stage of the last sample()
+
+    def model(self, occp: int) -> OccupationModel:
+        return occupation_model(self.pums_path, int(occp), self.below_hs)
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
-        rng = np.random.default_rng([seed, 1])
-        pums = load_pums(self.pums_path)
-        records = pums[pums["OCCP"] == occupation.occp]
-        if records.empty:
-            raise ConfigError(f"occupation.occp: no PUMS records with OCCP {occupation.occp} "
-                              f"(codes present: {sorted(pums['OCCP'].unique().tolist())})")
-        notes = [] if self.pums_path else [BUNDLED_NOTE]
-        edu = decode_education(records["SCHL"])
-        below_hs = int(edu.isna().sum())
-        if below_hs:
-            notes.append(f"{below_hs} PUMS records below high school dropped "
-                         "(not one of the seven resume education levels)")
-        records = records[edu.notna()].reset_index(drop=True)
+        clock = _Clock()
+        model = self.model(occupation.occp)
+        clock.lap("pums_and_fit")
+        records = model.records
         if self.n is not None:
-            weights = records["PWGTP"].to_numpy(dtype=float)
+            limit = MAX_RESAMPLE_FACTOR * len(records)
+            if self.n > limit:
+                raise ConfigError(f"population.n: {self.n} is more than {MAX_RESAMPLE_FACTOR}x the "
+                                  f"{len(records)} PUMS records of OCCP {occupation.occp}; a resample that "
+                                  f"large only repeats records. Use at most {limit} or null for all records.")
+            rng = np.random.default_rng([seed, 1])
+            weights = records["weight"].to_numpy(dtype=float)
             pick = rng.choice(len(records), size=self.n, replace=True, p=weights / weights.sum())
-            records = records.iloc[pick].reset_index(drop=True)
-            records["PWGTP"] = 1  # a weighted resample is self-weighting
-
-        states = state_table().reindex(records["ST"])
+            records = records.iloc[np.sort(pick)].reset_index(drop=True).assign(weight=1)  # self-weighting
+        ids = pd.Series([f"{occupation.key}-{i:06d}" for i in range(len(records))], dtype=object)
         table = pd.DataFrame({
-            "applicant_id": [f"{occupation.key}-{i:06d}" for i in range(len(records))],
-            "job_id": occupation.key,
-            "gender": np.where(records["SEX"] == 1, "male", "female").astype(object),
-            "race": decode_race(records["RAC1P"], records["HISP"]),
-            "age": records["AGEP"].to_numpy(),
-            "state": states["usps"].to_numpy(),
-            "region": states["census_region"].to_numpy(),
-            "edu_level": decode_education(records["SCHL"]).to_numpy(),
-            "weight": records["PWGTP"].to_numpy(),
-        })
-        table["birth_year"] = SURVEY_YEAR - table["age"]
-        table["exp_year"] = draw_experience(table["gender"], table["age"], table["edu_level"], rng)
-        table["first_name"] = draw_first_names(table["gender"].map({"female": "F", "male": "M"}),
-                                               table["birth_year"], rng)
-        table["surname"] = draw_surnames(table["race"], rng)
+            "applicant_id": ids, "job_id": occupation.key, "gender": records["gender"],
+            "race": records["race"], "age": records["age"], "birth_year": model.survey_year - records["age"],
+            "state": records["state"], "region": records["region"], "edu_level": records["edu_level"],
+            "weight": records["weight"]})
+        clock.lap("records")
+        table["exp_year"] = model.experience.draw(table["gender"], table["age"], table["edu_level"],
+                                                  keyed_uniforms(ids, seed, "exp_year"))
+        clock.lap("experience")
+        table["first_name"] = first_names(model.survey_year).draw(table["gender"], table["birth_year"],
+                                                                  keyed_uniforms(ids, seed, "first_name"))
+        table["surname"] = surnames().draw(table["race"], keyed_uniforms(ids, seed, "surname"))
+        clock.lap("names")
+        table = add_groupings(table, model.survey_year)
+        clock.lap("groupings")
+        notes = [] if self.pums_path else [BUNDLED_NOTE]
+        if model.dropped_below_hs:
+            notes.append(f"{model.dropped_below_hs} PUMS records of OCCP {occupation.occp} below high school "
+                         "dropped (population.below_hs=drop: not one of the seven resume education levels)")
+        artifacts: dict[str, Any] = {}
+        if self.diagnostics:
+            from popfair.population.diagnostics import population_artifacts  # noqa: PLC0415 (matplotlib)
+            artifacts = population_artifacts(table, model, occupation)
+        clock.lap("diagnostics")
+        self.timings = clock.laps
         return Profiles(table=table, roles=roles_for(protected), jobs={occupation.key: occupation.job},
-                        notes=notes)
+                        notes=notes, artifacts=artifacts)
+
+    def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame:
+        """The same applicants under interventions on X (common random numbers).
+
+        Z and all noise stay fixed; X is set to x_y; R (first_name, surname, state, region and their
+        groupings) is drawn as under X=x_r; B (edu_level, edu_group, exp_year) as under X=x_b and R=R_{x_r}.
+        With x_y = x_b = x_r equal to an applicant's own X, the row equals the factual row.
+        `seed` keys the abducted noise: use one seed for all the worlds that one estimate compares."""
+        x = profiles.roles.x
+        require(x in LEVELS, "counterfactual.x", f"protected attribute {x!r} is not one of {sorted(LEVELS)}")
+        for name, level in (("x_y", x_y), ("x_b", x_b), ("x_r", x_r)):
+            require(level in LEVELS[x], f"counterfactual.{name}",
+                    f"{level!r} is not a level of {x}; choose one of {list(LEVELS[x])}")
+        table = profiles.table
+        missing = [c for c in ("applicant_id", "job_id", "gender", "race", "age", "birth_year", "state",
+                               "edu_level", "exp_year", "first_name", "surname") if c not in table.columns]
+        if missing:
+            raise DataError(f"counterfactual: profile table lacks columns {missing}")
+        parts = []
+        for job_id, rows in table.groupby("job_id", sort=False):
+            job = profiles.jobs.get(job_id)
+            if job is None or "occp" not in job.attributes:
+                raise DataError(f"counterfactual: job {job_id!r} has no OCCP code in profiles.jobs")
+            parts.append(self._counterfactual_rows(rows, self.model(int(job.attributes["occp"])),
+                                                   x, x_y, x_b, x_r, seed))
+        return pd.concat(parts).loc[table.index]
+
+    @staticmethod
+    def _counterfactual_rows(rows: pd.DataFrame, model: OccupationModel, x: str, x_y: str, x_b: str,
+                             x_r: str, seed: int) -> pd.DataFrame:
+        ids = rows["applicant_id"]
+        factual = rows.assign(age_group=age_group(rows["age"]), region=region_of(rows["state"]))
+        first, last = first_names(model.survey_year), surnames()
+        # abduction: the noise of every endogenous variable, consistent with the factual row
+        u_state = model.state.abduct(factual, keyed_uniforms(ids, seed, "cf_state"))
+        u_edu = model.education.abduct(factual, keyed_uniforms(ids, seed, "cf_edu_level"))
+        u_exp = model.experience.abduct(factual["gender"], factual["age"], factual["edu_level"],
+                                        factual["exp_year"], keyed_uniforms(ids, seed, "cf_exp_year"))
+        u_first = first.abduct(factual["gender"], factual["birth_year"], factual["first_name"],
+                               keyed_uniforms(ids, seed, "cf_first_name"))
+        u_last = last.abduct(factual["race"], factual["surname"], keyed_uniforms(ids, seed, "cf_surname"))
+        # R under X = x_r
+        world_r = factual.assign(**{x: x_r})
+        state = model.state.draw(world_r, u_state)
+        out = rows.assign(state=state, region=region_of(state),
+                          first_name=first.draw(world_r["gender"], world_r["birth_year"], u_first),
+                          surname=last.draw(world_r["race"], u_last))
+        # B under X = x_b and R = R_{x_r}
+        world_b = factual.assign(**{x: x_b}, state=out["state"], region=out["region"])
+        edu = model.education.draw(world_b, u_edu)
+        out["edu_level"] = edu
+        out["exp_year"] = model.experience.draw(world_b["gender"], world_b["age"], edu, u_exp)
+        out[x] = x_y
+        grouped = add_groupings(out[["first_name", "surname", "edu_level"]], model.survey_year)
+        for column in grouped.columns.drop(["first_name", "surname", "edu_level"]):
+            out[column] = grouped[column]
+        return out
 
 
 def roles_for(protected: ProtectedAttribute) -> Roles:
-    """SFM roles: the other demographic attribute and age are confounders Z."""
+    """SFM roles on the grouped columns (paper C.4): the other demographic attribute and age are Z."""
     other = "race" if protected.name == "gender" else "gender"
     return Roles(x=protected.name, x0=protected.x0, x1=protected.x1, z=(other, "age"),
-                 b=("edu_level", "exp_year"), r=("first_name", "surname", "state"))
+                 b=("edu_group", "exp_year"),
+                 r=("name_gender_typicality", "name_age_typicality", "surname_race_typicality", "region"))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self._last
+        self._last = now
