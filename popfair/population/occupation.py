@@ -45,7 +45,7 @@ def occupation_from_pums(occp: int, key: str | None = None, title: str | None = 
     require(isinstance(occp, int) and occp in labels.index, "occupation.occp",
             f"{occp!r} is not one of the 20 OCCP codes of the bundled extract: {known_occupations_text()}")
     label = labels[occp].split("-", 1)[-1].strip()
-    title = title or label.rstrip("s")
+    title = title or label
     description = description or (
         f"{title}. We are hiring for a {title.lower()} position (ACS occupation {occp}: {label}). "
         "Responsibilities follow the usual duties of the occupation. Requirements: education and work "

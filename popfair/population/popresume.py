@@ -22,22 +22,28 @@ Table 3 counts (e.g. 5,910 construction laborers) match dropping these records, 
 `below_hs: drop` drops them and says how many in the notes; `below_hs: hs_ged` keeps them as HS/GED."""
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from popfair.data import data_file
 from popfair.errors import ConfigError, DataError, require
-from popfair.population.experience import AGE_GROUPS, ExperienceModel, age_group, experience_model_for
+from popfair.population import experience, pums, scm
+from popfair.population.cache import disk_cached, file_fingerprint
+from popfair.population.experience import (AGE_GROUPS, ExperienceModel, age_group, experience_model_for,
+                                           psid_cells)
 from popfair.population.names import first_names, name_groupings, surnames
 from popfair.population.occupation import Occupation
 from popfair.population.protected import LEVELS, ProtectedAttribute
-from popfair.population.pums import (BELOW_HS_POLICIES, BUNDLED_NOTE, EDU_GROUP, EDU_LEVELS, GENDERS, RACES,
-                                     decode_education, decode_race, decode_sex, load_pums, occupation_records,
-                                     region_of, state_table)
+from popfair.population.pums import (BELOW_HS_POLICIES, BUNDLED_NOTE, BUNDLED_PUMS, EDU_GROUP, EDU_LEVELS,
+                                     GENDERS, RACES, decode_education, decode_race, decode_sex, load_pums,
+                                     occupation_records, region_of, state_table)
 from popfair.population.scm import DiscreteConditional, keyed_uniforms
 from popfair.types import Profiles, Roles
 
@@ -64,7 +70,17 @@ class OccupationModel:
 
 @lru_cache(maxsize=32)
 def occupation_model(pums_path: str | None, occp: int, below_hs: str) -> OccupationModel:
-    """Decode one occupation's PUMS records and fit its conditionals (cached per source/occp/policy)."""
+    """Decode one occupation's PUMS records and fit its conditionals. Cached in-process and on disk,
+    keyed by the PUMS and PSID file fingerprints, the arguments and this code."""
+    source = Path(pums_path) if pums_path else data_file(*BUNDLED_PUMS)
+    if not source.exists():
+        raise DataError(f"population.pums_path: file not found: {source}")
+    parts = [file_fingerprint(source), occp, below_hs, psid_cells()[1]]
+    modules = [sys.modules[__name__], pums, scm, experience]
+    return disk_cached(f"occupation_{occp}", parts, modules, lambda: _fit_occupation(pums_path, occp, below_hs))
+
+
+def _fit_occupation(pums_path: str | None, occp: int, below_hs: str) -> OccupationModel:
     pums, survey_year = load_pums(pums_path)
     raw = occupation_records(pums, occp)
     edu = decode_education(raw["SCHL"], below_hs)

@@ -1,0 +1,60 @@
+"""On-disk cache for fitted population models and name tables (they take seconds; loading takes ms).
+
+An entry's key hashes its inputs: the data files' fingerprints, the arguments, and the source code
+of the modules that build it, so editing the code or the data invalidates it. Location:
+$POPFAIR_CACHE_DIR, else ~/.cache/popfair; POPFAIR_CACHE_DIR=off disables the disk cache."""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable, TypeVar
+
+T = TypeVar("T")
+
+
+def cache_dir() -> Path | None:
+    setting = os.environ.get("POPFAIR_CACHE_DIR", "")
+    if setting.lower() == "off":
+        return None
+    return Path(setting) if setting else Path.home() / ".cache" / "popfair"
+
+
+def file_fingerprint(path: str | Path) -> str:
+    """Content hash for files up to 64 MB, else size + modification time (national PUMS is GBs)."""
+    path = Path(path)
+    stat = path.stat()
+    if stat.st_size <= 64 * 2 ** 20:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], build: Callable[[], T]) -> T:
+    """build(), or its pickled result from an earlier call with the same parts and module sources."""
+    root = cache_dir()
+    if root is None:
+        return build()
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(repr(part).encode())
+    for module in modules:
+        digest.update(Path(module.__file__).read_bytes())
+    path = root / f"{name}-{digest.hexdigest()[:24]}.pkl"
+    if path.exists():
+        try:
+            with path.open("rb") as handle:
+                return pickle.load(handle)
+        except Exception:  # a truncated or foreign file: rebuild it
+            path.unlink(missing_ok=True)
+    value = build()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".tmp") as handle:
+            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(handle.name, path)  # atomic: concurrent runs never read half a file
+    except OSError:
+        pass  # a read-only home is fine: the value is still returned
+    return value

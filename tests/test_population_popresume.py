@@ -1,0 +1,279 @@
+"""PopResume population: real PUMS composition, names, experience, groupings, counterfactual draws,
+determinism and bad input. Statistics are checked against the raw files read independently here."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from popfair.data import data_file
+from popfair.errors import ConfigError, DataError
+from popfair.population.cache import disk_cached
+from popfair.population.names import census_surnames, ssa_first_names
+from popfair.population.occupation import Occupation, occupation_from_pums
+from popfair.population.popresume import PopResumePopulation, roles_for
+from popfair.population.protected import ProtectedAttribute
+from popfair.population.pums import BUNDLED_PUMS
+from popfair.population.scm import keyed_uniforms
+
+GENDER = ProtectedAttribute("gender", "female", "male")
+RACE = ProtectedAttribute("race", "black", "white")
+FIVE = {"nurse": 3255, "teacher": 2310, "software_developer": 1021, "accountant": 800,
+        "construction_laborer": 6260}
+DESCRIPTION = "A real job description long enough to pass validation for this occupation test."
+
+
+def occupation(key: str, occp: int | None = None) -> Occupation:
+    return Occupation(key=key, title=key, occp=occp if occp is not None else FIVE[key], soc="", description=DESCRIPTION)
+
+
+@pytest.fixture(scope="module")
+def raw_pums() -> pd.DataFrame:
+    """The bundled extract decoded here, independently of popfair.population.pums."""
+    with gzip.open(data_file(*BUNDLED_PUMS), "rt") as handle:
+        raw = pd.read_csv(handle)
+    raw = raw[raw["SCHL"] >= 16]  # default policy: below high school dropped
+    race = np.where(raw["HISP"] > 1, "hispanic", np.where(raw["RAC1P"] == 1, "white", np.where(
+        raw["RAC1P"] == 2, "black", np.where(raw["RAC1P"].isin([6, 7]), "api", "other"))))
+    edu = raw["SCHL"].map({16: "hs_ged", 17: "hs_ged", 18: "some_college", 19: "some_college", 20: "associate",
+                           21: "bachelor", 22: "master", 23: "professional", 24: "doctorate"})
+    return pd.DataFrame({"OCCP": raw["OCCP"], "gender": np.where(raw["SEX"] == 2, "female", "male"),
+                         "race": race, "edu_level": edu, "weight": raw["PWGTP"]})
+
+
+@pytest.fixture(scope="module")
+def nurses():
+    population = PopResumePopulation()
+    return population, population.sample(occupation("nurse"), GENDER, seed=0)
+
+
+def shares(frame: pd.DataFrame, column: str) -> pd.Series:
+    totals = frame.groupby(column)["weight"].sum()
+    return totals / totals.sum()
+
+
+def test_full_population_reproduces_pums_weighted_shares_exactly(nurses, raw_pums):
+    _, profiles = nurses
+    truth = raw_pums[raw_pums["OCCP"] == 3255]
+    assert len(profiles.table) == len(truth)
+    for column in ("gender", "race", "edu_level"):
+        pd.testing.assert_series_equal(shares(profiles.table, column), shares(truth, column),
+                                       check_names=False, atol=1e-12)
+
+
+@pytest.mark.parametrize("key", list(FIVE))
+def test_weighted_resample_matches_pums_shares_within_sampling_error(key, raw_pums):
+    n = 3000
+    table = PopResumePopulation(n=n, diagnostics=False).sample(occupation(key), GENDER, seed=7).table
+    truth = raw_pums[raw_pums["OCCP"] == FIVE[key]]
+    assert len(table) == n and (table["weight"] == 1).all()
+    for column in ("gender", "race", "edu_level"):
+        expected = shares(truth, column)
+        observed = table[column].value_counts(normalize=True).reindex(expected.index, fill_value=0.0)
+        tolerance = 4.5 * np.sqrt(expected * (1 - expected) / n) + 1e-3  # ~4.5 SE: flakes < 1e-4
+        assert (observed - expected).abs().le(tolerance).all(), (column, observed - expected)
+
+
+def test_names_agree_with_sex_and_race(nurses):
+    _, profiles = nurses
+    table = profiles.table
+    ssa = ssa_first_names(1980, 2006)
+    by_cell = ssa.pivot_table(index=["name", "year"], columns="sex", values="n", aggfunc="sum",
+                              fill_value=0, observed=True)
+    female_share = (by_cell["F"] / by_cell.sum(axis=1)).rename("female_share")
+    looked_up = female_share.reindex(pd.MultiIndex.from_arrays([table["first_name"], table["birth_year"]]))
+    assert looked_up.notna().all()
+    women = (table["gender"] == "female").to_numpy()
+    assert (looked_up[women] >= 0.5).mean() >= 0.95
+    assert (looked_up[~women] <= 0.5).mean() >= 0.95
+
+    census = census_surnames().set_index("name")["pctblack"]
+    black = census.reindex(table.loc[table["race"] == "black", "surname"]).mean()
+    white = census.reindex(table.loc[table["race"] == "white", "surname"]).mean()
+    assert black - white > 15 and black > 2.5 * white  # common surnames (Williams, Johnson) are shared
+
+
+def test_grouped_columns_follow_the_paper_thresholds(nurses):
+    table = nurses[1].table
+    assert set(table["edu_group"]) <= {"low", "medium", "high"}
+    assert (table.loc[table["edu_level"].isin(["master", "professional", "doctorate"]), "edu_group"] == "high").all()
+    assert set(table["name_gender_typicality"]) <= {"male", "female", "neutral"}
+    assert set(table["name_age_typicality"]) <= {"young", "mid", "old", "neutral"}
+    assert set(table["region"]) == {"Northeast", "Midwest", "South", "West"}
+    census = census_surnames().set_index("name")
+    typical = table["surname_race_typicality"]
+    assert (census.reindex(table.loc[typical == "black", "surname"])["pctblack"] > 50).all()
+    assert (census.reindex(table.loc[typical == "white", "surname"])["pctwhite"] > 50).all()
+    women = table["gender"] == "female"
+    assert (table.loc[women, "name_gender_typicality"] == "female").mean() > 0.9
+
+
+def test_experience_is_bounded_rises_with_age_and_tracks_psid(nurses):
+    from popfair.population.diagnostics import experience_fit
+
+    table = nurses[1].table
+    assert table["exp_year"].dtype.kind == "i"
+    assert ((table["exp_year"] >= 0) & (table["exp_year"] <= table["age"] - 18)).all()
+    by_age = table.groupby(pd.cut(table["age"], [17, 24, 29, 34, 39, 44]), observed=True)["exp_year"].mean()
+    assert by_age.is_monotonic_increasing and by_age.iloc[-1] - by_age.iloc[0] > 10
+    _, _, fit = experience_fit(table)
+    print("experience fit vs PSID/PDII:", fit)
+    assert fit["psid_mae_years"] < 1.0 and fit["psid_corr"] > 0.95 and abs(fit["psid_bias_years"]) < 0.75
+    assert fit["pdii_corr"] > 0.85  # an independent survey, ten years later: a looser check
+
+
+def test_abducted_noise_is_uniform(nurses):
+    population, profiles = nurses
+    model = population.model(3255)
+    factual = profiles.table.assign(age_group=pd.cut(profiles.table["age"], [18, 25, 30, 35, 40, 45], right=False,
+                                                     labels=["18-24", "25-29", "30-34", "35-39", "40-44"]).astype(str))
+    for u in (model.education.abduct(factual, keyed_uniforms(factual["applicant_id"], 3, "t")),
+              model.state.abduct(factual, keyed_uniforms(factual["applicant_id"], 4, "t"))):
+        assert stats.kstest(u, "uniform").pvalue > 1e-3
+
+
+def test_counterfactual_at_own_level_is_the_factual_row(nurses):
+    population, profiles = nurses
+    table = profiles.table
+    for level in ("female", "male"):
+        world = population.counterfactual(profiles, level, level, level, seed=11)
+        own = table["gender"] == level
+        pd.testing.assert_frame_equal(world.loc[own, table.columns], table.loc[own])
+    race_profiles = type(profiles)(table=table, roles=roles_for(RACE), jobs=profiles.jobs)
+    world = population.counterfactual(race_profiles, "black", "black", "black", seed=2)
+    black = table["race"] == "black"
+    pd.testing.assert_frame_equal(world.loc[black, table.columns], table.loc[black])
+
+
+def test_counterfactual_uses_common_random_numbers_and_nested_worlds(nurses):
+    population, profiles = nurses
+    table = profiles.table
+    women = (table["gender"] == "female").to_numpy()
+    full = population.counterfactual(profiles, "male", "male", "male", seed=5)
+    again = population.counterfactual(profiles, "male", "male", "male", seed=5)
+    pd.testing.assert_frame_equal(full, again)
+    assert (full["gender"] == "male").all()
+    assert (full.loc[women, "name_gender_typicality"] == "male").mean() > 0.9
+    # B_{x1, R_x0}: names/state as a woman, qualifications as a man
+    b_only = population.counterfactual(profiles, "male", "male", "female", seed=5)
+    for column in ("first_name", "surname", "state", "region"):
+        assert (b_only.loc[women, column] == table.loc[women, column]).all()
+    assert (b_only.loc[women, "exp_year"] != table.loc[women, "exp_year"]).mean() > 0.05
+    # R_x1 only: education and experience drawn as a woman given the man's state
+    r_only = population.counterfactual(profiles, "female", "female", "male", seed=5)
+    assert (r_only.loc[women, "first_name"] != table.loc[women, "first_name"]).mean() > 0.95
+    assert (r_only.loc[women, "surname"] == table.loc[women, "surname"]).all()  # surname depends on race only
+
+
+def test_counterfactual_education_follows_the_intervened_conditional(nurses):
+    """Women's education under X=male must follow P(edu | male, race, age, region) (averaged over women)."""
+    population, profiles = nurses
+    model = population.model(3255)
+    table = profiles.table
+    women = table[table["gender"] == "female"]
+    world = population.counterfactual(profiles, "male", "male", "female", seed=9).loc[women.index]
+    frame = women.assign(gender="male", age_group=pd.cut(women["age"], [18, 25, 30, 35, 40, 45], right=False,
+                                                         labels=["18-24", "25-29", "30-34", "35-39", "40-44"]).astype(str))
+    expected = pd.Series(model.education.probabilities(frame).mean(axis=0), index=model.education.levels)
+    observed = world["edu_level"].value_counts(normalize=True).reindex(expected.index, fill_value=0.0)
+    n = len(women)
+    assert ((observed - expected).abs() <= 4.5 * np.sqrt(expected * (1 - expected) / n) + 1e-3).all()
+    factual = women["edu_level"].value_counts(normalize=True).reindex(expected.index, fill_value=0.0)
+    assert (observed - factual).abs().max() > 0.01  # the intervention changes something
+
+
+def test_same_seed_is_byte_identical_and_a_new_seed_differs():
+    population = PopResumePopulation(n=2000, diagnostics=False)
+    first = population.sample(occupation("accountant"), GENDER, seed=3).table
+    second = PopResumePopulation(n=2000, diagnostics=False).sample(occupation("accountant"), GENDER, seed=3).table
+    digest = lambda t: hashlib.sha256(t.to_csv(index=False).encode()).hexdigest()  # noqa: E731
+    assert digest(first) == digest(second)
+    other = population.sample(occupation("accountant"), GENDER, seed=4).table
+    assert digest(other) != digest(first)
+    assert (other["first_name"] != first["first_name"]).mean() > 0.5
+
+
+def test_roles_use_grouped_columns():
+    roles = roles_for(GENDER)
+    assert roles.z == ("race", "age") and roles.b == ("edu_group", "exp_year")
+    assert roles.r == ("name_gender_typicality", "name_age_typicality", "surname_race_typicality", "region")
+    assert roles_for(RACE).z == ("gender", "age") and roles_for(RACE).x0 == "black"
+
+
+def test_diagnostics_artifacts(nurses):
+    artifacts = nurses[1].artifacts
+    assert {"population_composition.csv", "population_age_vs_experience.png", "population_experience_qq.png",
+            "population_experience_fit_psid.csv", "population_summary.yaml"} <= set(artifacts)
+    comp = artifacts["population_composition.csv"]
+    gender = comp[comp["attribute"] == "gender"].set_index("level")
+    assert gender["share_profiles"].sum() == pytest.approx(1.0)
+    assert gender.loc["female", "share_pums"] > 0.8  # nurses
+    assert hasattr(artifacts["population_experience_qq.png"], "savefig")
+
+
+def test_below_hs_policy(raw_pums):
+    drop = PopResumePopulation(n=None, diagnostics=False).sample(occupation("construction_laborer"), GENDER, 0)
+    keep = PopResumePopulation(below_hs="hs_ged", diagnostics=False).sample(occupation("construction_laborer"),
+                                                                             GENDER, 0)
+    dropped = len(keep.table) - len(drop.table)
+    assert dropped > 1000 and len(drop.table) == int((raw_pums["OCCP"] == 6260).sum())
+    assert any(f"{dropped} PUMS records" in note for note in drop.notes)
+    assert any("California and Texas" in note for note in drop.notes)
+
+
+def test_national_style_csv_is_filtered_like_the_extract(tmp_path):
+    with gzip.open(data_file(*BUNDLED_PUMS), "rt") as handle:
+        raw = pd.read_csv(handle)
+    sample = raw[raw["OCCP"] == 800].head(1500).rename(columns={"ST": "STATE"}).drop(columns=["YEAR", "SOURCE"])
+    extra = sample.head(200).assign(ESR=6)                       # not employed: filtered out
+    older = sample.head(100).assign(AGEP=50)                     # outside 18-44: filtered out
+    national = pd.concat([sample, extra, older]).assign(SERIALNO="2024HU0001234")
+    path = tmp_path / "psam_p.csv"
+    national.to_csv(path, index=False)
+    profiles = PopResumePopulation(pums_path=str(path), diagnostics=False).sample(occupation("accountant"), RACE, 1)
+    assert len(profiles.table) == int((sample["SCHL"] >= 16).sum())
+    assert not any("California" in note for note in profiles.notes)
+
+
+def test_bad_inputs_give_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"occupation.occp.*3255 \(MED-Registered Nurses\)"):
+        PopResumePopulation().sample(occupation("nurse", occp=1234), GENDER, 0)
+    with pytest.raises(ConfigError, match=r"occupation.occp.*4760"):
+        occupation_from_pums(1234)
+    assert occupation_from_pums(4760).occp == 4760
+
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"ST": [1], "OCCP": [800], "SEX": [1], "AGEP": [30], "YEAR": [2024]}).to_csv(bad, index=False)
+    with pytest.raises(DataError, match=r"bad.csv lacks required columns \['RAC1P', 'HISP', 'SCHL', 'PWGTP'\]"):
+        PopResumePopulation(pums_path=str(bad)).sample(occupation("accountant"), GENDER, 0)
+    with pytest.raises(DataError, match="file not found"):
+        PopResumePopulation(pums_path=str(tmp_path / "none.csv")).sample(occupation("accountant"), GENDER, 0)
+
+    with pytest.raises(ConfigError, match=r"population.n: 200000 is more than 20x the \d+ PUMS records"):
+        PopResumePopulation(n=200_000).sample(occupation("construction_laborer"), GENDER, 0)
+    with pytest.raises(ConfigError, match="population.n"):
+        PopResumePopulation(n=5_000_000)
+    with pytest.raises(ConfigError, match="population.below_hs"):
+        PopResumePopulation(below_hs="ignore")
+
+
+def test_counterfactual_rejects_unknown_levels(nurses):
+    population, profiles = nurses
+    with pytest.raises(ConfigError, match=r"counterfactual.x_b.*'martian'.*female"):
+        population.counterfactual(profiles, "male", "martian", "male", seed=0)
+
+
+def test_disk_cache_builds_once_and_keys_on_inputs(tmp_path, monkeypatch):
+    import popfair.population.scm as scm
+
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
+    calls = []
+    build = lambda: calls.append(1) or {"value": len(calls)}  # noqa: E731
+    assert disk_cached("unit", ["a"], [scm], build) == {"value": 1}
+    assert disk_cached("unit", ["a"], [scm], build) == {"value": 1}
+    assert disk_cached("unit", ["b"], [scm], build) == {"value": 2}
+    assert len(calls) == 2
