@@ -39,7 +39,7 @@ def main() -> None:
     population = PopResumePopulation(diagnostics=not args.no_diagnostics)
     gender = ProtectedAttribute("gender", "female", "male")
     stages: dict[str, float] = {}
-    rows, tables, first_profiles = [], [], None
+    rows, tables, compositions, first_profiles = [], [], [], None
     start = time.perf_counter()
     for occupation in occupations:
         profiles = population.sample(occupation, gender, args.seed)
@@ -47,6 +47,8 @@ def main() -> None:
             stages[stage] = stages.get(stage, 0.0) + seconds
         tables.append(profiles.table)
         first_profiles = first_profiles or profiles
+        if "population_composition.csv" in profiles.artifacts:
+            compositions.append(profiles.artifacts["population_composition.csv"])
         rows.append({"occupation": occupation.key, "profiles": len(profiles.table),
                      **{f"{k}_s": round(v, 3) for k, v in population.timings.items()}})
     total = time.perf_counter() - start
@@ -60,6 +62,12 @@ def main() -> None:
     print(f"all five occupations ({'cold' if args.cold else 'warm'} disk cache): {n} profiles in {total:.2f} s "
           f"({'OK' if total < TARGET_S else 'OVER'} target {TARGET_S:.0f} s)")
     print(f"one counterfactual world (nurse, {len(world)} rows): {cf_time:.2f} s")
+    if compositions:
+        table = pd.concat(compositions)
+        table = table[table["attribute"].isin(["gender", "race", "edu_group"])]
+        print("\nweighted composition by occupation (share of profiles, %):")
+        print((100 * table.pivot_table(index=["attribute", "level"], columns="occupation",
+                                       values="share_profiles")).round(1).to_string())
     _, _, fit = experience_fit(pd.concat(tables, ignore_index=True))
     print("experience cell means vs PSID 1999 / PDII 2008 (all five): "
           + ", ".join(f"{k} {v:.3f}" for k, v in fit.items()))
