@@ -40,6 +40,7 @@ def test_mlflow_round_trip(small_run):
     assert run.data.tags["case_name"] == experiment.case_name()
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id)}
     assert {"config.yaml", "scored.parquet", "effects.csv"} <= names
+    assert {"population_composition.csv", "population_age_vs_experience.png"} <= names  # Profiles.artifacts
     local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="scored.parquet",
                                                 dst_path=str(tmp / "dl"))
     back = pd.read_parquet(local)

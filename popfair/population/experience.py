@@ -32,6 +32,7 @@ import xgboost as xgb
 from scipy.special import log_ndtr, ndtr
 
 from popfair.data import data_file
+from popfair.errors import DataError
 from popfair.population.scm import abduct_from_cdf, cdf_rows, draw_from_cdf
 
 PSID_FILE = ("population", "psid_blau_kahn_actual_experience_by_year_sex_age_educ.csv")
@@ -187,7 +188,8 @@ def fit_experience_model(composition: tuple[tuple[tuple[str, str, int], float], 
     """Fit f and sigma for an applicant composition (from applicant_cells). Cached in-process by
     (composition, PSID file hash): the same occupation never refits."""
     cells, digest = psid_cells()
-    assert digest == psid_digest, "PSID file changed during the session"
+    if digest != psid_digest:
+        raise DataError("the PSID experience table changed during the session; restart to refit")
     target = pd.Series({key: share for key, share in composition})
     key = pd.MultiIndex.from_frame(cells[["sex", "age_group", "edu"]])
     psid_share = cells["w"] / cells.groupby("year")["w"].transform("sum")

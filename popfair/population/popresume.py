@@ -51,9 +51,6 @@ MAX_N = 1_000_000          # beyond this a resample is a typo, not a study
 MAX_RESAMPLE_FACTOR = 20   # n above this many times the occupation's records only duplicates records
 SMOOTHING = 10.0           # pseudo-records pulling a sparse conditional cell toward its coarser parent
 REGIONS = ("Northeast", "Midwest", "South", "West")
-R_COLUMNS = ("first_name", "surname", "state", "region",
-             "name_gender_typicality", "name_age_typicality", "surname_race_typicality")
-B_COLUMNS = ("edu_level", "edu_group", "exp_year")
 
 
 @dataclass(frozen=True)
