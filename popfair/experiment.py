@@ -36,6 +36,7 @@ class RunResult:
     run_id: str | None
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
 
     @property
     def failure_rate(self) -> float:
@@ -65,6 +66,7 @@ class Experiment:
     seed: int = 0
     run_name: str | None = None
     config: dict[str, Any] = field(default_factory=dict)  # resolved config, for logging only
+    outcome_audit: Estimator | None = None  # impact ratios for every case (config `outcome_audit`)
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> "Experiment":
@@ -82,6 +84,8 @@ class Experiment:
                    estimator=parts["estimator"], protected=parts["protected_attr"],
                    tracker=build(cfg.tracking, "tracking"), seed=int(cfg.seed),
                    run_name=cfg.get("run_name"),
+                   outcome_audit=(build(cfg.outcome_audit, "outcome_audit")
+                                  if cfg.get("outcome_audit") is not None else None),
                    config=OmegaConf.to_container(cfg, resolve=True))
 
     def case_name(self) -> str:
@@ -112,8 +116,15 @@ class Experiment:
             error=[r.error for r in results])
         ok = scored[scored["error"].isna()]
         effects = stage("estimate", self.estimator.estimate, ok, profiles.roles, "y")
+        audit = None
+        if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
+            try:
+                audit = stage("outcome_audit", self.outcome_audit.estimate, ok, profiles.roles, "y")
+            except PopfairError as exc:  # an add-on: report it, keep the case's own results
+                log.warning("outcome audit skipped: %s", exc)
+                profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
         result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
-                           timings=timings)
+                           timings=timings, audit=audit)
         result.run_id = stage("track", self._track, result, profiles)
         return result
 
@@ -142,6 +153,9 @@ class Experiment:
             artifacts["notes.txt"] = "\n".join(result.notes)
         artifacts.update(profiles.artifacts)
         artifacts.update(effects.artifacts)
+        if result.audit is not None:
+            metrics.update(result.audit.metrics)
+            artifacts.update(result.audit.artifacts)
         with self.tracker.run(self.run_name or self.case_name(), tags) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)

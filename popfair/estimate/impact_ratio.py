@@ -1,0 +1,591 @@
+"""Outcome-level audit metrics as the law defines them: selection / scoring rates and impact ratios
+(NYC Local Law 144 bias audits, 6 RCNY 5-300; the EEOC four-fifths rule), with bootstrap CIs.
+
+LL144 definitions used here:
+- selection rate: share of a category selected (callback y = 1);
+- scoring rate: share of a category scoring strictly above the median score of the whole sample;
+- impact ratio: a category's rate divided by the rate of the highest-rate category;
+- categories: sex, race/ethnicity, and the intersection sex x race;
+- a category under 2% of the audited data may be excluded from the ratios (its counts and rate are
+  still reported); the number of applicants whose category is unknown is reported.
+The four-fifths rule flags ratios below 0.8. For scores we also report a configurable threshold
+(top k% of scores, or an absolute minimum score) as a selection rule an employer might apply.
+
+Uncertainty: percentile bootstrap that resamples applicants (or whole postings, when the table has
+a posting column: the paired design's natural cluster) and recomputes everything, including the
+median or top-k cutoff and which category is highest, so the CIs carry all the sampling noise.
+Fisher exact and chi-square tests compare each category with the top one (they assume independent
+applicants; with postings the bootstrap CI is the honest statement).
+"""
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from scipy import sparse, stats
+
+from popfair.errors import DataError, EstimationError, require
+from popfair.estimate.base import EFFECT_COLUMNS
+from popfair.types import Effects, Roles
+
+DIMENSIONS = ("sex", "race", "sex_race")
+DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
+UNKNOWN = "unknown"
+OUTCOMES = ("auto", "score", "callback")
+DEFAULT_CLUSTER = "posting_id"
+CHUNK_ENTRIES = 4_000_000  # bootstrap weights held at once (replicates x atoms): bounds memory
+# Display labels for the published-summary layout; other values are shown as they are.
+DISPLAY = {"female": "Female", "male": "Male", "black": "Black or African American", "white": "White",
+           "hispanic": "Hispanic or Latino", "api": "Asian or Pacific Islander",
+           "other": "Other race", UNKNOWN: "Unknown"}
+
+
+@dataclass(frozen=True)
+class ImpactRatioSettings:
+    """What to compute and how. `check(prefix)` validates, naming keys as `<prefix>.<field>`."""
+
+    outcome: str = "auto"            # auto (0/1 values = callback), score or callback
+    top_share: float | None = 0.2    # scores: also the rate of landing in the top share (None = off)
+    min_score: float | None = None   # scores: also the rate of scoring >= this value (None = off)
+    min_category_share: float = 0.02  # LL144: categories under this share of the sample are small
+    exclude_small: bool = True       # leave small categories out of the ratios (still reported)
+    flag_below: float = 0.8          # four-fifths rule
+    cluster: str = "auto"            # auto (posting_id when present), none, or a column name
+    unknown_labels: tuple[str, ...] = (UNKNOWN, "")  # category values meaning "unknown" (and NaN)
+    n_bootstrap: int = 2000
+    alpha: float = 0.05
+    seed: int = 0
+
+    def check(self, prefix: str) -> None:
+        require(self.outcome in OUTCOMES, f"{prefix}.outcome",
+                f"must be one of {list(OUTCOMES)}, got {self.outcome!r}")
+        require(self.top_share is None or (_is_number(self.top_share) and 0 < self.top_share < 1),
+                f"{prefix}.top_share", f"must be null or a share in (0, 1), got {self.top_share!r}")
+        require(self.min_score is None or (_is_number(self.min_score) and math.isfinite(self.min_score)),
+                f"{prefix}.min_score", f"must be null or a finite number, got {self.min_score!r}")
+        require(_is_number(self.min_category_share) and 0 <= self.min_category_share < 0.5,
+                f"{prefix}.min_category_share",
+                f"must be a share in [0, 0.5) (LL144 uses 0.02), got {self.min_category_share!r}")
+        require(isinstance(self.exclude_small, bool), f"{prefix}.exclude_small",
+                f"must be true or false, got {self.exclude_small!r}")
+        require(_is_number(self.flag_below) and 0 < self.flag_below <= 1, f"{prefix}.flag_below",
+                f"must be in (0, 1] (the four-fifths rule uses 0.8), got {self.flag_below!r}")
+        require(isinstance(self.cluster, str) and bool(self.cluster), f"{prefix}.cluster",
+                f"must be 'auto', 'none' or a column name, got {self.cluster!r}")
+        require(all(isinstance(v, str) for v in self.unknown_labels), f"{prefix}.unknown_labels",
+                f"must be a list of strings, got {list(self.unknown_labels)!r}")
+        require(isinstance(self.n_bootstrap, int) and not isinstance(self.n_bootstrap, bool)
+                and self.n_bootstrap >= 100, f"{prefix}.n_bootstrap",
+                f"must be an integer >= 100, got {self.n_bootstrap!r}")
+        require(_is_number(self.alpha) and 0 < self.alpha < 0.5, f"{prefix}.alpha",
+                f"must be in (0, 0.5), got {self.alpha!r}")
+        require(isinstance(self.seed, int) and not isinstance(self.seed, bool), f"{prefix}.seed",
+                f"must be an integer, got {self.seed!r}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class _Metric:
+    """One rate: `selection` (callbacks) or a score rule: above the median, top share, >= value."""
+
+    name: str
+    rule: str  # selected | above_median | top_share | min_score
+    value: float | None = None
+
+
+def _metrics_for(outcome: str, settings: ImpactRatioSettings) -> list[_Metric]:
+    if outcome == "callback":
+        return [_Metric("selection", "selected")]
+    metrics = [_Metric("scoring_median", "above_median")]
+    if settings.top_share is not None:
+        metrics.append(_Metric(f"top_{settings.top_share * 100:g}pct", "top_share", settings.top_share))
+    if settings.min_score is not None:
+        metrics.append(_Metric(f"score_ge_{settings.min_score:g}", "min_score", settings.min_score))
+    return metrics
+
+
+@dataclass
+class ImpactRatios:
+    """The LL144 table and what it was computed from.
+
+    `table`: one row per metric x dimension x category (plus an `unknown` row per dimension) with
+    n_applicants, share, n_selected, rate (+ CI), impact_ratio (+ se, CI), status (included /
+    excluded / unknown), small, is_reference, flag (ratio < flag_below), flag_ci (CI upper bound
+    below it too), fisher_p, chi2, chi2_p, threshold (the cutoff the metric used on the sample)."""
+
+    table: pd.DataFrame
+    outcome: str
+    n: int
+    thresholds: dict[str, float]
+    cluster: str | None
+    n_clusters: int | None
+    settings: ImpactRatioSettings
+    notes: list[str] = field(default_factory=list)
+
+    def included(self) -> pd.DataFrame:
+        return self.table[self.table["status"] == "included"]
+
+    def n_unknown(self) -> dict[str, int]:
+        rows = self.table[self.table["status"] == "unknown"].drop_duplicates("dimension")
+        return dict(zip(rows["dimension"], rows["n_applicants"].astype(int)))
+
+    def summary(self) -> pd.DataFrame:
+        """The layout of published LL144 audit summaries, one block per metric and dimension."""
+        t = self.table
+        selected_header = "n_selected" if self.outcome == "callback" else "n_above_threshold"
+        ci = [f"{lo:.3f} - {hi:.3f}" if np.isfinite(lo) and np.isfinite(hi) else ""
+              for lo, hi in zip(t["ci_low"], t["ci_high"])]
+        share_pct = (t["share"] * 100).round(2)
+        notes = np.select(
+            [t["status"] == "unknown", t["status"] == "excluded", t["is_reference"], t["small"]],
+            ["unknown category: not in the ratios",
+             [f"excluded: {s}% of sample (< {self.settings.min_category_share * 100:g}%)"
+              for s in share_pct],
+             "reference (highest rate)",
+             [f"small: {s}% of sample, kept" for s in share_pct]], default="")
+        out = pd.DataFrame({
+            "metric": t["metric"], "dimension": t["dimension"].map(DIMENSION_TITLES),
+            "category": [_display(c) for c in t["category"]],
+            "n_applicants": t["n_applicants"].astype(int), selected_header: t["n_selected"].astype(int),
+            "rate": t["rate"].round(4), "impact_ratio": t["impact_ratio"].round(3),
+            f"ci_{round((1 - self.settings.alpha) * 100):d}": ci,
+            f"flag_below_{self.settings.flag_below:g}": np.where(t["flag"], "yes", ""),
+            "note": notes})
+        return out.reset_index(drop=True)
+
+    def markdown(self) -> str:
+        """The summary as Markdown: one table per metric x dimension, as audits publish it."""
+        summary = self.summary()
+        lines = [f"# Impact ratios (NYC Local Law 144 / four-fifths rule)", "",
+                 f"Applicants: {self.n}; outcome: {self.outcome}; "
+                 + (f"bootstrap clustered by {self.cluster} ({self.n_clusters} clusters)"
+                    if self.cluster else "bootstrap over applicants")
+                 + f", {self.settings.n_bootstrap} resamples."]
+        for metric, cutoff in self.thresholds.items():
+            lines.append(f"- `{metric}`: {_metric_description(metric, self.outcome)}"
+                         + (f" (cutoff on this sample: {cutoff:g})" if np.isfinite(cutoff) else ""))
+        for dimension, count in self.n_unknown().items():
+            lines.append(f"- Applicants with unknown {DIMENSION_TITLES[dimension].lower()} category: {count}")
+        lines.extend(f"- Note: {note}" for note in self.notes)
+        for (metric, dimension), block in summary.groupby(["metric", "dimension"], sort=False):
+            lines += ["", f"## {metric}: {dimension}", "",
+                      _markdown_table(block.drop(columns=["metric", "dimension"]))]
+        return "\n".join(lines) + "\n"
+
+    def figure(self) -> Figure:
+        """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line."""
+        rows = self.included()
+        metrics = list(dict.fromkeys(self.table["metric"]))
+        tallest = max(1, rows.groupby(["metric", "dimension"]).size().max() if len(rows) else 1)
+        fig = Figure(figsize=(13, 0.9 + len(metrics) * (0.8 + 0.32 * tallest)))
+        axes = fig.subplots(len(metrics), len(DIMENSIONS), squeeze=False)
+        for i, metric in enumerate(metrics):
+            for j, dimension in enumerate(DIMENSIONS):
+                ax = axes[i][j]
+                block = rows[(rows["metric"] == metric) & (rows["dimension"] == dimension)]
+                ratio = block["impact_ratio"].to_numpy(float)
+                lo, hi = block["ci_low"].to_numpy(float), block["ci_high"].to_numpy(float)
+                ypos = np.arange(len(block))
+                ax.barh(ypos, np.nan_to_num(ratio), color=np.where(block["flag"], "#c0392b", "#2e86c1"))
+                err = np.vstack([np.clip(ratio - lo, 0, None), np.clip(hi - ratio, 0, None)])
+                ax.errorbar(ratio, ypos, xerr=np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
+                ax.axvline(self.settings.flag_below, color="#c0392b", linestyle="--", linewidth=1)
+                ax.set_yticks(ypos, [str(c) for c in block["category"]], fontsize=8)
+                ax.set_xlim(0, 1.05)
+                ax.set_title(f"{metric}: {DIMENSION_TITLES[dimension]}", fontsize=9)
+                if i == len(metrics) - 1:
+                    ax.set_xlabel("impact ratio (rate / highest rate)")
+        fig.suptitle(f"Impact ratios with {round((1 - self.settings.alpha) * 100)}% bootstrap CIs; "
+                     f"dashed line: {self.settings.flag_below:g} (four-fifths rule)", fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    def metrics(self) -> dict[str, float]:
+        """Key ratios for MLflow: per included category ratio + CI, per block min ratio and flags."""
+        out: dict[str, float] = {f"ll144.{d}.n_unknown": float(c) for d, c in self.n_unknown().items()}
+        for metric, cutoff in self.thresholds.items():
+            if np.isfinite(cutoff):
+                out[f"ll144.{metric}.cutoff"] = float(cutoff)
+        for (metric, dimension), block in self.included().groupby(["metric", "dimension"], sort=False):
+            prefix = f"ll144.{metric}.{dimension}"
+            out[f"{prefix}.min_ratio"] = float(block["impact_ratio"].min())
+            out[f"{prefix}.n_flagged"] = float(block["flag"].sum())
+            for row in block.itertuples():
+                name = f"{prefix}.{_metric_safe(row.category)}"
+                out[f"{name}.ratio"] = float(row.impact_ratio)
+                out[f"{name}.ci_low"] = float(row.ci_low)
+                out[f"{name}.ci_high"] = float(row.ci_high)
+        return out
+
+    def labels(self) -> list[str]:
+        """One label per metric with ratios below the four-fifths line: how many, and the lowest."""
+        labels = []
+        for metric, block in self.included().groupby("metric", sort=False):
+            compared, flagged = block[~block["is_reference"]], block[block["flag"]]
+            if len(flagged):
+                worst = flagged.loc[flagged["impact_ratio"].idxmin()]
+                labels.append(f"impact ratio < {self.settings.flag_below:g} ({metric}): {len(flagged)} of "
+                              f"{len(compared)} categories compared, lowest {worst['dimension']}="
+                              f"{worst['category']} {worst['impact_ratio']:.2f} "
+                              f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]")
+        return labels
+
+    def effects(self) -> Effects:
+        """As an estimator's output: effects rows `<metric>/<dimension>/<category>`, estimate =
+        impact ratio; the LL144 summary (CSV + Markdown), the full table and the chart as artifacts."""
+        known = self.table[self.table["status"] != "unknown"]
+        table = known.assign(estimate=known["impact_ratio"], se=known["ratio_se"])
+        table.index = pd.Index([f"{m}/{d}/{c}" for m, d, c in
+                                zip(table["metric"], table["dimension"], table["category"])], name="effect")
+        table = table.drop(columns=["impact_ratio", "ratio_se"])
+        table = table[EFFECT_COLUMNS + [c for c in table.columns if c not in EFFECT_COLUMNS]]
+        artifacts = {"impact_ratios/summary.csv": self.summary().set_index(["metric", "dimension"]),
+                     "impact_ratios/summary.md": self.markdown(),
+                     "impact_ratios/table.csv": self.table.set_index(["metric", "dimension", "category"]),
+                     "impact_ratios/impact_ratios.png": self.figure()}
+        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts)
+
+
+def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race: str = "race",
+                  settings: ImpactRatioSettings | None = None) -> ImpactRatios:
+    """The LL144 impact-ratio table of a scored table (one row per applicant).
+
+    `y` holds 0/1 callbacks or numeric scores; `sex` and `race` the categories (NaN or one of
+    `settings.unknown_labels` = unknown); a `posting_id` column (or `settings.cluster`) makes the
+    bootstrap resample whole postings."""
+    settings = settings or ImpactRatioSettings()
+    settings.check("impact_ratios")
+    missing = [c for c in (y, sex, race) if c not in data.columns]
+    if missing:
+        raise DataError(f"scored table lacks columns {missing} needed for impact ratios "
+                        f"(outcome {y!r}, sex {sex!r}, race {race!r}); it has {sorted(map(str, data.columns))}")
+    if data.empty:
+        raise EstimationError("impact ratios: the scored table has no rows")
+    values = _outcome_values(data[y], y)
+    outcome = _resolve_outcome(values, settings.outcome, y)
+    cluster = _resolve_cluster(data, settings.cluster)
+    sex_codes, sex_levels = _category_codes(data[sex], settings.unknown_labels)
+    race_codes, race_levels = _category_codes(data[race], settings.unknown_labels)
+    n_race = len(race_levels) + 1  # last slot = unknown
+    cells = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + \
+        np.where(race_codes < 0, len(race_levels), race_codes)
+    n_cells = (len(sex_levels) + 1) * n_race
+    dimensions = _dimension_maps(sex_levels, race_levels)
+
+    # Atoms: distinct (outcome value, cell) pairs sorted by value; every statistic is a function
+    # of the atom weights, so a bootstrap replicate is just a vector of atom counts.
+    keys = np.column_stack([values, cells.astype(float)])
+    atoms, atom_of_row, atom_counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    atom_of_row = atom_of_row.ravel()
+    atom_value, atom_cell = atoms[:, 0], atoms[:, 1].astype(np.int64)
+    atom_to_cell = sparse.csr_matrix((np.ones(len(atoms)), (np.arange(len(atoms)), atom_cell)),
+                                     shape=(len(atoms), n_cells))
+    metrics = _metrics_for(outcome, settings)
+
+    def cell_counts(weights: np.ndarray) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+        totals = _to_cells(weights, atom_to_cell)
+        cumulative = np.cumsum(weights, axis=1)
+        out = {}
+        for metric in metrics:
+            cutoff, chosen = _selected_atoms(metric, atom_value, cumulative)
+            out[metric.name] = (cutoff, _to_cells(weights * chosen, atom_to_cell))
+        return totals, out
+
+    point_totals, point = cell_counts(atom_counts[None, :].astype(float))
+    rng = np.random.default_rng([settings.seed, 10])
+    boot_rates: dict[tuple[str, str], list[np.ndarray]] = {}
+    n_clusters = None
+    if cluster is not None:
+        cluster_codes, cluster_index = pd.factorize(data[cluster], sort=True)
+        if (cluster_codes < 0).any():
+            raise DataError(f"{cluster}: {(cluster_codes < 0).sum()} rows have no {cluster}; "
+                            "every row of a clustered design needs one (or set cluster: none)")
+        n_clusters = len(cluster_index)
+        resample = _cluster_replicates(rng, cluster_codes, atom_of_row, len(atoms), settings.n_bootstrap)
+    else:
+        resample = _iid_replicates(rng, atom_of_row, atom_counts, settings.n_bootstrap)
+    for weights in resample:
+        totals, chosen = cell_counts(weights)
+        for metric in metrics:
+            for dim, mapping in dimensions.items():
+                n_d, e_d = totals @ mapping.matrix, chosen[metric.name][1] @ mapping.matrix
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    boot_rates.setdefault((metric.name, dim), []).append(e_d / n_d)
+
+    n = len(data)
+    blocks, notes = [], []
+    for metric in metrics:
+        cutoff, chosen_cells = point[metric.name]
+        for dim, mapping in dimensions.items():
+            block, note = _block(metric.name, dim, mapping, (point_totals @ mapping.matrix)[0],
+                                 (chosen_cells @ mapping.matrix)[0], np.vstack(boot_rates[(metric.name, dim)]),
+                                 n, float(cutoff[0]), settings)
+            blocks.append(block)
+            notes += [note] if note else []
+    return ImpactRatios(table=pd.concat(blocks, ignore_index=True), outcome=outcome, n=n,
+                        thresholds={m.name: float(point[m.name][0][0]) for m in metrics},
+                        cluster=cluster, n_clusters=n_clusters, settings=settings, notes=notes)
+
+
+@dataclass(frozen=True)
+class _Dimension:
+    categories: list[str]  # known categories, then UNKNOWN last
+    matrix: np.ndarray     # cells x categories, 0/1
+
+
+def _dimension_maps(sex_levels: list[str], race_levels: list[str]) -> dict[str, _Dimension]:
+    """How the (sex incl. unknown) x (race incl. unknown) cells add up to each dimension's categories."""
+    n_sex, n_race = len(sex_levels), len(race_levels)
+    s, r = np.divmod(np.arange((n_sex + 1) * (n_race + 1)), n_race + 1)
+    known = (s < n_sex) & (r < n_race)
+    columns = {"sex": (sex_levels, s),
+               "race": (race_levels, r),
+               "sex_race": ([f"{a}-{b}" for a in sex_levels for b in race_levels],
+                            np.where(known, s * n_race + r, n_sex * n_race))}
+    out = {}
+    for dim, (levels, column) in columns.items():
+        matrix = np.zeros((len(s), len(levels) + 1))
+        matrix[np.arange(len(s)), column] = 1.0
+        out[dim] = _Dimension(categories=[*levels, UNKNOWN], matrix=matrix)
+    return out
+
+
+def _block(metric: str, dim: str, mapping: _Dimension, n_cat: np.ndarray, e_cat: np.ndarray,
+           boot: np.ndarray, n: int, cutoff: float, s: ImpactRatioSettings) -> tuple[pd.DataFrame, str]:
+    """Rates, ratios, CIs and tests for one metric x dimension."""
+    is_unknown = np.arange(len(mapping.categories)) == len(mapping.categories) - 1
+    share = n_cat / n
+    small = ~is_unknown & (share < s.min_category_share)
+    included = ~is_unknown & (n_cat > 0) & ~(small & s.exclude_small)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = e_cat / n_cat
+    reference = int(np.nanargmax(np.where(included, rate, np.nan))) if included.any() else -1
+    note = ""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if reference >= 0 and rate[reference] > 0:
+            ratio = np.where(included, rate / rate[reference], np.nan)
+        else:
+            ratio = np.full(len(rate), np.nan)
+            if reference >= 0:
+                note = f"{metric} / {dim}: no category has a positive rate, impact ratios undefined"
+        boot_top = _nanmax(np.where(included[None, :], boot, np.nan))
+        boot_ratio = np.where(included[None, :] & (boot_top[:, None] > 0), boot / boot_top[:, None], np.nan)
+    q = [s.alpha / 2, 1 - s.alpha / 2]
+    rate_ci, ratio_ci = _nanquantiles(boot, q), _nanquantiles(boot_ratio, q)
+    fisher_p, chi2, chi2_p = (np.full(len(rate), np.nan) for _ in range(3))
+    if reference >= 0:
+        for k in np.flatnonzero(included):
+            if k != reference:
+                fisher_p[k], chi2[k], chi2_p[k] = _tests(e_cat[k], n_cat[k], e_cat[reference], n_cat[reference])
+    flag = included & (ratio < s.flag_below)
+    block = pd.DataFrame({
+        "metric": metric, "dimension": dim, "category": mapping.categories,
+        "status": np.where(is_unknown, "unknown", np.where(included, "included", "excluded")),
+        "small": small, "is_reference": np.arange(len(rate)) == reference,
+        "n_applicants": n_cat.round().astype(np.int64), "share": share,
+        "n_selected": e_cat.round().astype(np.int64), "rate": rate,
+        "rate_ci_low": rate_ci[0], "rate_ci_high": rate_ci[1],
+        "impact_ratio": ratio, "ratio_se": _nanstd(boot_ratio),
+        "ci_low": ratio_ci[0], "ci_high": ratio_ci[1],
+        "flag": flag, "flag_ci": flag & (ratio_ci[1] < s.flag_below),
+        "fisher_p": fisher_p, "chi2": chi2, "chi2_p": chi2_p, "threshold": cutoff})
+    # categories never seen in the data (possible only for intersections) carry no information
+    block = block[(block["n_applicants"] > 0) | (block["status"] == "unknown")]
+    return block, note
+
+
+def _tests(e1: float, n1: float, e0: float, n0: float) -> tuple[float, float, float]:
+    """Fisher exact (two-sided) and chi-square with Yates' correction on the 2x2 vs the reference."""
+    table = np.array([[e1, n1 - e1], [e0, n0 - e0]]).round().astype(np.int64)
+    fisher = float(stats.fisher_exact(table)[1])
+    if (table.sum(axis=0) == 0).any():  # nobody (or everybody) selected: chi-square undefined
+        return fisher, math.nan, math.nan
+    result = stats.chi2_contingency(table, correction=True)
+    return fisher, float(result[0]), float(result[1])
+
+
+def _selected_atoms(metric: _Metric, value: np.ndarray, cumulative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per replicate: the cutoff the rule uses and which atoms it selects (replicates x atoms)."""
+    total = cumulative[:, -1]
+    if metric.rule == "selected":
+        return np.full(len(total), np.nan), np.broadcast_to(value == 1, cumulative.shape)
+    if metric.rule == "min_score":
+        return np.full(len(total), metric.value), np.broadcast_to(value >= metric.value, cumulative.shape)
+    if metric.rule == "above_median":
+        low = _order_statistic(cumulative, value, np.floor((total + 1) / 2))
+        high = _order_statistic(cumulative, value, np.floor(total / 2) + 1)
+        median = (low + high) / 2
+        return median, value[None, :] > median[:, None]
+    # top share: everyone tied with the ceil(k n)-th best score is in (tied applicants are equal)
+    k = np.maximum(1, np.ceil(metric.value * total - 1e-9))
+    cutoff = _order_statistic(cumulative, value, total - k + 1)
+    return cutoff, value[None, :] >= cutoff[:, None]
+
+
+def _order_statistic(cumulative: np.ndarray, value: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """The position-th smallest value (1-based) of each weighted sample (rows of cumulative weights)."""
+    index = (cumulative < position[:, None]).sum(axis=1)
+    return value[np.minimum(index, len(value) - 1)]
+
+
+def _to_cells(weights: np.ndarray, atom_to_cell: sparse.csr_matrix) -> np.ndarray:
+    return np.asarray((atom_to_cell.T @ weights.T).T)
+
+
+def _iid_replicates(rng: np.random.Generator, atom_of_row: np.ndarray, atom_counts: np.ndarray,
+                    n_bootstrap: int) -> Iterator[np.ndarray]:
+    """Atom counts of resamples of n applicants with replacement (exact iid bootstrap).
+
+    Few atoms (callbacks, integer scores): multinomial draws over atoms; many (continuous scores):
+    resample rows and count, which is cheaper per replicate when atoms ~ rows."""
+    n, n_atoms = len(atom_of_row), len(atom_counts)
+    chunk = max(1, CHUNK_ENTRIES // max(n, n_atoms))
+    for start in range(0, n_bootstrap, chunk):
+        size = min(chunk, n_bootstrap - start)
+        if 6 * n_atoms < n:
+            yield rng.multinomial(n, atom_counts / n, size=size).astype(float)
+        else:
+            rows = atom_of_row[rng.integers(0, n, size=(size, n))]
+            rows += (np.arange(size) * n_atoms)[:, None]
+            yield np.bincount(rows.ravel(), minlength=size * n_atoms).reshape(size, n_atoms).astype(float)
+
+
+def _cluster_replicates(rng: np.random.Generator, cluster_codes: np.ndarray, atom_of_row: np.ndarray,
+                        n_atoms: int, n_bootstrap: int) -> Iterator[np.ndarray]:
+    """Atom counts of resamples of whole clusters with replacement (cluster bootstrap)."""
+    n_clusters = int(cluster_codes.max()) + 1
+    cluster_atoms = sparse.csr_matrix((np.ones(len(atom_of_row)), (cluster_codes, atom_of_row)),
+                                      shape=(n_clusters, n_atoms))
+    chunk = max(1, CHUNK_ENTRIES // max(n_clusters, n_atoms))
+    for start in range(0, n_bootstrap, chunk):
+        size = min(chunk, n_bootstrap - start)
+        picks = rng.integers(0, n_clusters, size=(size, n_clusters)) + (np.arange(size) * n_clusters)[:, None]
+        times = np.bincount(picks.ravel(), minlength=size * n_clusters).reshape(size, n_clusters)
+        yield np.asarray((cluster_atoms.T @ times.T.astype(float)).T)
+
+
+def _outcome_values(column: pd.Series, y: str) -> np.ndarray:
+    values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        example = column[bad].iloc[0]
+        raise EstimationError(f"{y}: {int(bad.sum())} of {len(values)} rows have no finite numeric "
+                              f"outcome (e.g. {example!r}); drop failed screens before impact ratios")
+    return values
+
+
+def _resolve_outcome(values: np.ndarray, outcome: str, y: str) -> str:
+    binary = bool(np.isin(values, (0.0, 1.0)).all())
+    if outcome == "callback" and not binary:
+        odd = np.unique(values[~np.isin(values, (0.0, 1.0))])[:5]
+        raise EstimationError(f"{y}: outcome=callback needs 0/1 values, found {odd.tolist()} "
+                              "(use outcome: score for numeric scores)")
+    if outcome == "auto":
+        return "callback" if binary else "score"
+    return outcome
+
+
+def _resolve_cluster(data: pd.DataFrame, cluster: str) -> str | None:
+    if cluster == "none":
+        return None
+    if cluster == "auto":
+        return DEFAULT_CLUSTER if DEFAULT_CLUSTER in data.columns else None
+    if cluster not in data.columns:
+        raise DataError(f"cluster column {cluster!r} is not in the scored table "
+                        f"(set cluster: auto or none, or one of {sorted(map(str, data.columns))})")
+    return cluster
+
+
+def _category_codes(column: pd.Series, unknown_labels: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
+    """Integer codes of the known categories (sorted), -1 for unknown (NaN or an unknown label)."""
+    text = column.astype("string").str.strip()
+    unknown = (text.isna() | text.str.lower().isin([u.strip().lower() for u in unknown_labels])).to_numpy(bool)
+    levels = sorted(text[~unknown].unique().tolist())
+    codes = pd.Categorical(text.where(~unknown), categories=levels).codes.astype(np.int64)
+    return codes, levels
+
+
+def _nanmax(matrix: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows stay NaN
+        return np.nanmax(matrix, axis=1) if matrix.shape[1] else np.full(len(matrix), np.nan)
+
+
+def _nanquantiles(matrix: np.ndarray, q: list[float]) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanquantile(matrix, q, axis=0)
+
+
+def _nanstd(matrix: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanstd(matrix, axis=0, ddof=1)
+
+
+def _display(category: str) -> str:
+    return " / ".join(DISPLAY.get(part, part) for part in str(category).split("-"))
+
+
+def _metric_safe(category: str) -> str:
+    """MLflow metric names allow letters, digits, _ - . / and space; replace anything else."""
+    return re.sub(r"[^\w\-/ ]", "_", str(category)).replace(".", "_")
+
+
+def _metric_description(metric: str, outcome: str) -> str:
+    if metric == "selection":
+        return "selection rate (share called back)"
+    if metric == "scoring_median":
+        return "LL144 scoring rate (share scoring above the sample's median)"
+    if metric.startswith("top_"):
+        return "share in the top of the score distribution (ties at the cutoff included)"
+    return "share scoring at or above the absolute threshold"
+
+
+def _markdown_table(frame: pd.DataFrame) -> str:
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join("" if (isinstance(v, float) and not np.isfinite(v)) else str(v) for v in row)
+            + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+class ImpactRatio:
+    """`estimator=impact_ratio`: the LL144 / four-fifths table as an effects table (one row per
+    metric x dimension x category, estimate = impact ratio). Categories are the law's (sex, race and
+    their intersection), not the case's protected attribute, so `roles` is not used."""
+
+    name = "impact_ratio"
+
+    def __init__(self, outcome: str = "auto", top_share: float | None = 0.2, min_score: float | None = None,
+                 min_category_share: float = 0.02, exclude_small: bool = True, flag_below: float = 0.8,
+                 cluster: str = "auto", unknown_labels: list[str] | tuple[str, ...] = (UNKNOWN, ""),
+                 sex_column: str = "gender", race_column: str = "race", n_bootstrap: int = 2000,
+                 alpha: float = 0.05, seed: int = 0, config_key: str = "estimator") -> None:
+        require(isinstance(unknown_labels, (list, tuple)), f"{config_key}.unknown_labels",
+                f"must be a list of strings, got {unknown_labels!r}")
+        for key, column in (("sex_column", sex_column), ("race_column", race_column)):
+            require(isinstance(column, str) and bool(column), f"{config_key}.{key}",
+                    f"must be a column name, got {column!r}")
+        self.settings = ImpactRatioSettings(
+            outcome=outcome, top_share=top_share, min_score=min_score,
+            min_category_share=min_category_share, exclude_small=exclude_small, flag_below=flag_below,
+            cluster=cluster, unknown_labels=tuple(unknown_labels), n_bootstrap=n_bootstrap, alpha=alpha,
+            seed=seed)
+        self.settings.check(config_key)
+        self.sex_column, self.race_column = sex_column, race_column
+
+    def compute(self, data: pd.DataFrame, y: str = "y") -> ImpactRatios:
+        return impact_ratios(data, y=y, sex=self.sex_column, race=self.race_column, settings=self.settings)
+
+    def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
+        return self.compute(data, y).effects()
