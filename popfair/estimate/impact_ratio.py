@@ -285,19 +285,20 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     # of the atom weights, so a bootstrap replicate is just a vector of atom counts.
     keys = np.column_stack([values, cells.astype(float)])
     atoms, atom_of_row, atom_counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    atom_of_row = atom_of_row.ravel()
+    # int32 indices halve the memory traffic of row resampling (size x atoms stays < 2**31)
+    atom_of_row = atom_of_row.ravel().astype(np.int32 if CHUNK_ENTRIES * 2 < 2**31 else np.int64)
     atom_value, atom_cell = atoms[:, 0], atoms[:, 1].astype(np.int64)
-    atom_to_cell = sparse.csr_matrix((np.ones(len(atoms)), (np.arange(len(atoms)), atom_cell)),
-                                     shape=(len(atoms), n_cells))
+    cells_of_atoms = sparse.csr_matrix((np.ones(len(atoms)), (atom_cell, np.arange(len(atoms)))),
+                                       shape=(n_cells, len(atoms)))
     metrics = _metrics_for(outcome, settings)
 
     def cell_counts(weights: np.ndarray) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
-        totals = _to_cells(weights, atom_to_cell)
+        totals = _sum_by_cell(weights, cells_of_atoms)
         cumulative = np.cumsum(weights, axis=1)
         out = {}
         for metric in metrics:
             cutoff, chosen = _selected_atoms(metric, atom_value, cumulative)
-            out[metric.name] = (cutoff, _to_cells(weights * chosen, atom_to_cell))
+            out[metric.name] = (cutoff, _sum_by_cell(weights * chosen, cells_of_atoms))
         return totals, out
 
     point_totals, point = cell_counts(atom_counts[None, :].astype(float))
@@ -431,14 +432,15 @@ def _selected_atoms(metric: _Metric, value: np.ndarray, cumulative: np.ndarray) 
     return cutoff, value[None, :] >= cutoff[:, None]
 
 
+def _sum_by_cell(weights: np.ndarray, cells_of_atoms: sparse.csr_matrix) -> np.ndarray:
+    """Replicates x atoms -> replicates x cells (sums of the atoms' weights within each cell)."""
+    return np.asarray(cells_of_atoms @ weights.T).T
+
+
 def _order_statistic(cumulative: np.ndarray, value: np.ndarray, position: np.ndarray) -> np.ndarray:
     """The position-th smallest value (1-based) of each weighted sample (rows of cumulative weights)."""
     index = (cumulative < position[:, None]).sum(axis=1)
     return value[np.minimum(index, len(value) - 1)]
-
-
-def _to_cells(weights: np.ndarray, atom_to_cell: sparse.csr_matrix) -> np.ndarray:
-    return np.asarray((atom_to_cell.T @ weights.T).T)
 
 
 def _iid_replicates(rng: np.random.Generator, atom_of_row: np.ndarray, atom_counts: np.ndarray,
@@ -454,8 +456,8 @@ def _iid_replicates(rng: np.random.Generator, atom_of_row: np.ndarray, atom_coun
         if 6 * n_atoms < n:
             yield rng.multinomial(n, atom_counts / n, size=size).astype(float)
         else:
-            rows = atom_of_row[rng.integers(0, n, size=(size, n))]
-            rows += (np.arange(size) * n_atoms)[:, None]
+            rows = atom_of_row[rng.integers(0, n, size=(size, n), dtype=np.int32)]
+            rows += (np.arange(size, dtype=rows.dtype) * n_atoms)[:, None]
             yield np.bincount(rows.ravel(), minlength=size * n_atoms).reshape(size, n_atoms).astype(float)
 
 
@@ -463,14 +465,14 @@ def _cluster_replicates(rng: np.random.Generator, cluster_codes: np.ndarray, ato
                         n_atoms: int, n_bootstrap: int) -> Iterator[np.ndarray]:
     """Atom counts of resamples of whole clusters with replacement (cluster bootstrap)."""
     n_clusters = int(cluster_codes.max()) + 1
-    cluster_atoms = sparse.csr_matrix((np.ones(len(atom_of_row)), (cluster_codes, atom_of_row)),
-                                      shape=(n_clusters, n_atoms))
+    atoms_of_cluster = sparse.csr_matrix((np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)),
+                                         shape=(n_atoms, n_clusters))
     chunk = max(1, CHUNK_ENTRIES // max(n_clusters, n_atoms))
     for start in range(0, n_bootstrap, chunk):
         size = min(chunk, n_bootstrap - start)
         picks = rng.integers(0, n_clusters, size=(size, n_clusters)) + (np.arange(size) * n_clusters)[:, None]
         times = np.bincount(picks.ravel(), minlength=size * n_clusters).reshape(size, n_clusters)
-        yield np.asarray((cluster_atoms.T @ times.T.astype(float)).T)
+        yield np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T, dtype=float)).T)
 
 
 def _outcome_values(column: pd.Series, y: str) -> np.ndarray:
