@@ -171,7 +171,7 @@ class ImpactRatios:
                     if self.cluster else "bootstrap over applicants")
                  + f", {self.settings.n_bootstrap} resamples."]
         for metric, cutoff in self.thresholds.items():
-            lines.append(f"- `{metric}`: {_metric_description(metric, self.outcome)}"
+            lines.append(f"- `{metric}`: {_metric_description(metric)}"
                          + (f" (cutoff on this sample: {cutoff:g})" if np.isfinite(cutoff) else ""))
         for dimension, count in self.n_unknown().items():
             lines.append(f"- Applicants with unknown {DIMENSION_TITLES[dimension].lower()} category: {count}")
@@ -281,25 +281,17 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     n_cells = (len(sex_levels) + 1) * n_race
     dimensions = _dimension_maps(sex_levels, race_levels)
 
-    # Atoms: distinct (outcome value, cell) pairs sorted by value; every statistic is a function
-    # of the atom weights, so a bootstrap replicate is just a vector of atom counts.
-    keys = np.column_stack([values, cells.astype(float)])
+    # Atoms: distinct (cell, outcome value) pairs, cell-major then by value. Every statistic is a
+    # function of the atom weights, so a bootstrap replicate is just a vector of atom counts.
+    keys = np.column_stack([cells.astype(float), values])
     atoms, atom_of_row, atom_counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    # int32 indices halve the memory traffic of row resampling (size x atoms stays < 2**31)
-    atom_of_row = atom_of_row.ravel().astype(np.int32 if CHUNK_ENTRIES * 2 < 2**31 else np.int64)
-    atom_value, atom_cell = atoms[:, 0], atoms[:, 1].astype(np.int64)
-    cells_of_atoms = sparse.csr_matrix((np.ones(len(atoms)), (atom_cell, np.arange(len(atoms)))),
-                                       shape=(n_cells, len(atoms)))
+    # int32 halves the memory traffic of row resampling; indices stay below max(CHUNK_ENTRIES, n)
+    atom_of_row = atom_of_row.ravel().astype(np.int32)
+    atom_table = _Atoms(cell=atoms[:, 0].astype(np.int64), value=atoms[:, 1], n_cells=n_cells)
     metrics = _metrics_for(outcome, settings)
 
     def cell_counts(weights: np.ndarray) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
-        totals = _sum_by_cell(weights, cells_of_atoms)
-        cumulative = np.cumsum(weights, axis=1)
-        out = {}
-        for metric in metrics:
-            cutoff, chosen = _selected_atoms(metric, atom_value, cumulative)
-            out[metric.name] = (cutoff, _sum_by_cell(weights * chosen, cells_of_atoms))
-        return totals, out
+        return atom_table.counts(weights, metrics)
 
     point_totals, point = cell_counts(atom_counts[None, :].astype(float))
     rng = np.random.default_rng([settings.seed, 10])
@@ -323,17 +315,17 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
                     boot_rates.setdefault((metric.name, dim), []).append(e_d / n_d)
 
     n = len(data)
-    blocks, notes = [], []
+    blocks, notes, thresholds = [], [], {}
     for metric in metrics:
         cutoff, chosen_cells = point[metric.name]
+        thresholds[metric.name] = math.nan if metric.rule == "selected" else float(cutoff[0])
         for dim, mapping in dimensions.items():
             block, note = _block(metric.name, dim, mapping, (point_totals @ mapping.matrix)[0],
                                  (chosen_cells @ mapping.matrix)[0], np.vstack(boot_rates[(metric.name, dim)]),
-                                 n, float(cutoff[0]), settings)
+                                 n, thresholds[metric.name], settings)
             blocks.append(block)
             notes += [note] if note else []
-    return ImpactRatios(table=pd.concat(blocks, ignore_index=True), outcome=outcome, n=n,
-                        thresholds={m.name: float(point[m.name][0][0]) for m in metrics},
+    return ImpactRatios(table=pd.concat(blocks, ignore_index=True), outcome=outcome, n=n, thresholds=thresholds,
                         cluster=cluster, n_clusters=n_clusters, settings=settings, notes=notes)
 
 
@@ -414,33 +406,64 @@ def _tests(e1: float, n1: float, e0: float, n0: float) -> tuple[float, float, fl
     return fisher, float(result[0]), float(result[1])
 
 
-def _selected_atoms(metric: _Metric, value: np.ndarray, cumulative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per replicate: the cutoff the rule uses and which atoms it selects (replicates x atoms)."""
-    total = cumulative[:, -1]
-    if metric.rule == "selected":
-        return np.full(len(total), np.nan), np.broadcast_to(value == 1, cumulative.shape)
-    if metric.rule == "min_score":
-        return np.full(len(total), metric.value), np.broadcast_to(value >= metric.value, cumulative.shape)
-    if metric.rule == "above_median":
-        low = _order_statistic(cumulative, value, np.floor((total + 1) / 2))
-        high = _order_statistic(cumulative, value, np.floor(total / 2) + 1)
-        median = (low + high) / 2
-        return median, value[None, :] > median[:, None]
-    # top share: everyone tied with the ceil(k n)-th best score is in (tied applicants are equal)
-    k = np.maximum(1, np.ceil(metric.value * total - 1e-9))
-    cutoff = _order_statistic(cumulative, value, total - k + 1)
-    return cutoff, value[None, :] >= cutoff[:, None]
+class _Atoms:
+    """Atoms in cell-major, value-ascending order, and the per-replicate counts a rule selects.
 
+    Every rule selects the atoms at or above a cutoff (strictly above, for the median rule), so
+    within a cell the selected atoms are a suffix: two cumulative sums per replicate and a binary
+    search per cell give all counts, with no replicates x atoms boolean masks."""
 
-def _sum_by_cell(weights: np.ndarray, cells_of_atoms: sparse.csr_matrix) -> np.ndarray:
-    """Replicates x atoms -> replicates x cells (sums of the atoms' weights within each cell)."""
-    return np.asarray(cells_of_atoms @ weights.T).T
+    def __init__(self, cell: np.ndarray, value: np.ndarray, n_cells: int) -> None:
+        self.value, self.n_atoms = value, len(value)
+        self.start = np.searchsorted(cell, np.arange(n_cells), side="left")
+        self.end = np.searchsorted(cell, np.arange(n_cells), side="right")
+        self.by_value = np.argsort(value, kind="stable")
+        self.sorted_value = value[self.by_value]
 
+    def counts(self, weights: np.ndarray, metrics: list[_Metric]
+               ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+        """(replicates x cells totals, {metric: (cutoff per replicate, selected per cell)})."""
+        size = len(weights)
+        within = np.zeros((size, self.n_atoms + 1))
+        np.cumsum(weights, axis=1, out=within[:, 1:])
+        totals = within[:, self.end] - within[:, self.start]
+        # np.take keeps rows contiguous (fancy indexing here would return a column-major copy)
+        ordered = np.cumsum(np.take(weights, self.by_value, axis=1), axis=1) if any(
+            m.rule in ("above_median", "top_share") for m in metrics) else None
+        rows = np.arange(size)
+        out = {}
+        for metric in metrics:
+            cutoff, strict = self._cutoff(metric, ordered, totals.sum(axis=1))
+            below = np.empty_like(totals)
+            for c, (start, end) in enumerate(zip(self.start, self.end)):
+                j = np.searchsorted(self.value[start:end], cutoff, side="right" if strict else "left")
+                below[:, c] = within[rows, start + j] - within[:, start]
+            out[metric.name] = (cutoff, totals - below)
+        return totals, out
 
-def _order_statistic(cumulative: np.ndarray, value: np.ndarray, position: np.ndarray) -> np.ndarray:
-    """The position-th smallest value (1-based) of each weighted sample (rows of cumulative weights)."""
-    index = (cumulative < position[:, None]).sum(axis=1)
-    return value[np.minimum(index, len(value) - 1)]
+    def _cutoff(self, metric: _Metric, ordered: np.ndarray | None, total: np.ndarray
+                ) -> tuple[np.ndarray, bool]:
+        """Per replicate: the score a rule selects from, and whether it must be exceeded strictly."""
+        if metric.rule == "selected":
+            return np.ones(len(total)), False
+        if metric.rule == "min_score":
+            return np.full(len(total), float(metric.value)), False
+        if metric.rule == "above_median":
+            low = self._order_statistic(ordered, np.floor((total + 1) / 2))
+            high = self._order_statistic(ordered, np.floor(total / 2) + 1)
+            return (low + high) / 2, True
+        # top share: everyone tied with the ceil(k n)-th best score is in (tied applicants are equal)
+        k = np.maximum(1, np.ceil(metric.value * total - 1e-9))
+        return self._order_statistic(ordered, total - k + 1), False
+
+    def _order_statistic(self, ordered: np.ndarray, position: np.ndarray) -> np.ndarray:
+        """The position-th smallest value (1-based) of each replicate, by one vectorised binary
+        search over the replicates' cumulative weights laid end to end (each row offset past the last)."""
+        size, n_atoms = ordered.shape
+        offset = np.arange(size) * (ordered[:, -1].max() + 1)
+        flat = (ordered + offset[:, None]).ravel()
+        index = np.searchsorted(flat, position + offset, side="left") - np.arange(size) * n_atoms
+        return self.sorted_value[np.minimum(index, n_atoms - 1)]
 
 
 def _iid_replicates(rng: np.random.Generator, atom_of_row: np.ndarray, atom_counts: np.ndarray,
@@ -543,7 +566,7 @@ def _metric_safe(category: str) -> str:
     return re.sub(r"[^\w\-/ ]", "_", str(category)).replace(".", "_")
 
 
-def _metric_description(metric: str, outcome: str) -> str:
+def _metric_description(metric: str) -> str:
     if metric == "selection":
         return "selection rate (share called back)"
     if metric == "scoring_median":
