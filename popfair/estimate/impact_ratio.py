@@ -165,7 +165,7 @@ class ImpactRatios:
     def markdown(self) -> str:
         """The summary as Markdown: one table per metric x dimension, as audits publish it."""
         summary = self.summary()
-        lines = [f"# Impact ratios (NYC Local Law 144 / four-fifths rule)", "",
+        lines = ["# Impact ratios (NYC Local Law 144 / four-fifths rule)", "",
                  f"Applicants: {self.n}; outcome: {self.outcome}; "
                  + (f"bootstrap clustered by {self.cluster} ({self.n_clusters} clusters)"
                     if self.cluster else "bootstrap over applicants")
