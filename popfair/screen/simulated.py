@@ -1,0 +1,175 @@
+"""Structural screener with known effects: ground truth for demos, tests and estimator checks.
+
+    index    = intercept + sum_c coef_c[level of c] (categorical) + sum_c slope_c * value of c (numeric)
+    score    = clip(index + noise_sd * N(0, 1), 0, 100)
+    callback = 1 with probability expit((index - callback_threshold) / callback_scale)
+
+Coefficients are read from each document's structured profile (`Document.profile`), so direct
+(gender, race), proxy (name/surname typicality, region) and qualification (edu_group, exp_year)
+effects are set in config. Both random parts are deterministic functions of (job id, document text)
+and `seed`: the same document for the same job always gets the same answer, as from a cached
+model call.
+`expected()` gives E[Y | profile] exactly, so true causal effects can be computed by averaging it
+over counterfactual profile tables."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from numbers import Real
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import special, stats
+
+from popfair.errors import DataError, require
+from popfair.population.protected import LEVELS
+from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+
+log = logging.getLogger("popfair")
+
+SCORE_RANGE = (0.0, 100.0)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+class SimulatedScreener:
+    """A screener whose discrimination is whatever its coefficients say (see module docstring).
+
+    coefficients: {column: {level: coef}} for a categorical profile column (unlisted levels add 0)
+    or {column: slope} for a numeric one; null switches a column's effect off. Columns are checked against each document's profile at
+    screen time; levels of gender and race are checked against their known values at build time."""
+
+    def __init__(self, name: str = "simulated", intercept: float = 50.0,
+                 coefficients: Mapping[str, Any] | None = None, noise_sd: float = 10.0,
+                 callback_threshold: float = 50.0, callback_scale: float = 5.0, seed: int = 0) -> None:
+        require(_is_number(intercept), "screener.intercept", f"must be a finite number, got {intercept!r}")
+        require(_is_number(noise_sd) and noise_sd >= 0, "screener.noise_sd",
+                f"must be a number >= 0, got {noise_sd!r}")
+        require(_is_number(callback_threshold), "screener.callback_threshold",
+                f"must be a finite number, got {callback_threshold!r}")
+        require(_is_number(callback_scale) and callback_scale > 0, "screener.callback_scale",
+                f"must be a number > 0, got {callback_scale!r}")
+        require(isinstance(seed, int) and not isinstance(seed, bool), "screener.seed",
+                f"must be an integer, got {seed!r}")
+        self.name = name
+        self.intercept = float(intercept)
+        self.noise_sd = float(noise_sd)
+        self.callback_threshold = float(callback_threshold)
+        self.callback_scale = float(callback_scale)
+        self.seed = seed
+        self.categorical, self.numeric = _split_coefficients(coefficients or {})
+
+    @property
+    def columns(self) -> list[str]:
+        """Profile columns the screener reads."""
+        return [*self.categorical, *self.numeric]
+
+    def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
+        return CallPlan(calls=0)  # local computation: no paid calls
+
+    def linear_index(self, table: pd.DataFrame) -> np.ndarray:
+        """intercept + categorical coefficients + numeric slopes, one value per row (no noise)."""
+        missing = [c for c in self.columns if c not in table.columns]
+        if missing:
+            raise DataError(f"screener {self.name}: profile has no column(s) {missing} named in "
+                            f"screener.coefficients; available columns: {sorted(map(str, table.columns))}")
+        index = np.full(len(table), self.intercept)
+        for column, levels in self.categorical.items():
+            values = table[column].astype(str)
+            absent = sorted(set(levels) - set(values.unique()))
+            if absent:
+                log.warning("screener %s: level(s) %s of %r never occur in %d profiles (typo?)",
+                            self.name, absent, column, len(table))
+            index += values.map(levels).fillna(0.0).to_numpy(dtype=float)
+        for column, slope in self.numeric.items():
+            values = pd.to_numeric(table[column], errors="coerce")
+            bad = table[column][values.isna()]
+            if len(bad):
+                raise DataError(f"screener {self.name}: column {column!r} has a numeric slope in "
+                                f"screener.coefficients but non-numeric or missing values, e.g. "
+                                f"{bad.iloc[0]!r} ({len(bad)} rows); give it {{level: coef}} instead")
+            index += slope * values.to_numpy(dtype=float)
+        return index
+
+    def expected(self, table: pd.DataFrame, outcome: Outcome = "score") -> np.ndarray:
+        """E[Y | profile] for each row: the exact mean of the clipped normal score (equal to the
+        clipped index when noise_sd = 0), or the callback probability. Average it over a
+        counterfactual profile table to get a true causal effect."""
+        index = self.linear_index(table)
+        if outcome == "callback":
+            return special.expit((index - self.callback_threshold) / self.callback_scale)
+        if outcome != "score":
+            raise ValueError(f"outcome must be 'score' or 'callback', got {outcome!r}")
+        low, high = SCORE_RANGE
+        if self.noise_sd == 0:
+            return np.clip(index, low, high)
+        a = (low - index) / self.noise_sd
+        b = (high - index) / self.noise_sd
+        inside = stats.norm.cdf(b) - stats.norm.cdf(a)
+        return (low * stats.norm.cdf(a) + high * stats.norm.sf(b) + index * inside
+                + self.noise_sd * (stats.norm.pdf(a) - stats.norm.pdf(b)))
+
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+               outcome: Outcome) -> list[ScreenResult]:
+        """Score or callback for each document from its profile; `raw` keeps the index and draw."""
+        table = profile_table(documents, self.name)
+        index = self.linear_index(table)
+        texts = pd.Series([f"{d.job_id}\x1f{d.text}" for d in documents], dtype=object)
+        if outcome == "callback":
+            prob = special.expit((index - self.callback_threshold) / self.callback_scale)
+            values = (self.uniforms(texts, "callback") < prob).astype(float)
+            raws = [f"index={i:.4f} p={p:.6f}" for i, p in zip(index, prob)]
+        else:
+            noise = special.ndtri(self.uniforms(texts, "score")) * self.noise_sd
+            values = np.clip(index + noise, *SCORE_RANGE)
+            raws = [f"index={i:.4f} noise={e:.4f}" for i, e in zip(index, noise)]
+        return [ScreenResult(applicant_id=d.applicant_id, raw=raw, value=float(v))
+                for d, raw, v in zip(documents, raws, values)]
+
+    def uniforms(self, texts: pd.Series, stream: str) -> np.ndarray:
+        """U(0,1) draws that are a deterministic hash of each key text, the seed and the stream name
+        (vectorised SipHash via pandas); never exactly 0 or 1."""
+        key = hashlib.blake2b(f"popfair-simulated/{self.seed}/{stream}".encode(), digest_size=8).hexdigest()
+        hashed = pd.util.hash_pandas_object(texts, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+        return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) / float(2 ** 53)
+
+
+def profile_table(documents: Sequence[Document], screener: str) -> pd.DataFrame:
+    """The documents' profile rows as a table (structural screeners only)."""
+    lacking = [d.applicant_id for d in documents if d.profile is None]
+    if lacking:
+        raise DataError(f"screener {screener}: {len(lacking)} document(s) carry no profile "
+                        f"(e.g. applicant {lacking[0]!r}); a structural screener reads "
+                        "Document.profile, which the renderer must attach")
+    return pd.DataFrame.from_records([dict(d.profile) for d in documents])
+
+
+def _split_coefficients(coefficients: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Validate `screener.coefficients` into categorical {column: {level: coef}} and numeric
+    {column: slope} parts."""
+    require(isinstance(coefficients, Mapping), "screener.coefficients",
+            f"must map profile columns to {{level: coef}} or a slope, got {coefficients!r}")
+    categorical: dict[str, dict[str, float]] = {}
+    numeric: dict[str, float] = {}
+    for column, spec in coefficients.items():
+        key = f"screener.coefficients.{column}"
+        if spec is None:  # `screener.coefficients.<column>=null` switches that effect off
+            continue
+        if isinstance(spec, Mapping):
+            require(len(spec) > 0, key, "an empty {level: coef} mapping has no effect; remove it")
+            for level, coef in spec.items():
+                require(_is_number(coef), f"{key}.{level}", f"must be a finite number, got {coef!r}")
+            levels = {str(level): float(coef) for level, coef in spec.items()}
+            if column in LEVELS:
+                unknown = sorted(set(levels) - set(LEVELS[column]))
+                require(not unknown, key, f"unknown level(s) {unknown}; {column} takes {list(LEVELS[column])}")
+            categorical[str(column)] = levels
+        else:
+            require(_is_number(spec), key,
+                    f"must be a numeric slope or a {{level: coef}} mapping, got {spec!r}")
+            numeric[str(column)] = float(spec)
+    return categorical, numeric
