@@ -166,7 +166,7 @@ def test_missing_profile_column_names_the_column_and_the_available_ones():
     with pytest.raises(DataError) as info:
         screener.screen(JOBS, documents(table), "score")
     message = str(info.value)
-    assert "['edu_group']" in message and "exp_year" in message and "screener.coefficients" in message
+    assert "'edu_group'" in message and "'exp_year'" in message and "screener.coefficients" in message
 
 
 def test_non_numeric_values_under_a_slope_are_a_data_error():

@@ -115,20 +115,18 @@ class SimulatedScreener:
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
                outcome: Outcome) -> list[ScreenResult]:
-        """Score or callback for each document from its profile; `raw` keeps the index and draw."""
-        table = profile_table(documents, self.name)
-        index = self.linear_index(table)
+        """Score or callback for each document from its profile. `raw` keeps the latent score
+        before clipping (score) or the callback probability (callback)."""
+        index = self.linear_index(profile_table(documents, self.columns, self.name))
         texts = pd.Series([f"{d.job_id}\x1f{d.text}" for d in documents], dtype=object)
         if outcome == "callback":
-            prob = special.expit((index - self.callback_threshold) / self.callback_scale)
-            values = (self.uniforms(texts, "callback") < prob).astype(float)
-            raws = [f"index={i:.4f} p={p:.6f}" for i, p in zip(index, prob)]
+            latent = special.expit((index - self.callback_threshold) / self.callback_scale)
+            values = (self.uniforms(texts, "callback") < latent).astype(float)
         else:
-            noise = special.ndtri(self.uniforms(texts, "score")) * self.noise_sd
-            values = np.clip(index + noise, *SCORE_RANGE)
-            raws = [f"index={i:.4f} noise={e:.4f}" for i, e in zip(index, noise)]
-        return [ScreenResult(applicant_id=d.applicant_id, raw=raw, value=float(v))
-                for d, raw, v in zip(documents, raws, values)]
+            latent = index + special.ndtri(self.uniforms(texts, "score")) * self.noise_sd
+            values = np.clip(latent, *SCORE_RANGE)
+        return [ScreenResult(applicant_id=d.applicant_id, raw=f"{x:.6g}", value=float(v))
+                for d, x, v in zip(documents, latent, values)]
 
     def uniforms(self, texts: pd.Series, stream: str) -> np.ndarray:
         """U(0,1) draws that are a deterministic hash of each key text, the seed and the stream name
@@ -138,14 +136,23 @@ class SimulatedScreener:
         return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) / float(2 ** 53)
 
 
-def profile_table(documents: Sequence[Document], screener: str) -> pd.DataFrame:
-    """The documents' profile rows as a table (structural screeners only)."""
+def profile_table(documents: Sequence[Document], columns: Sequence[str], screener: str) -> pd.DataFrame:
+    """The given columns of the documents' profile rows (structural screeners only)."""
     lacking = [d.applicant_id for d in documents if d.profile is None]
     if lacking:
         raise DataError(f"screener {screener}: {len(lacking)} document(s) carry no profile "
                         f"(e.g. applicant {lacking[0]!r}); a structural screener reads "
                         "Document.profile, which the renderer must attach")
-    return pd.DataFrame.from_records([dict(d.profile) for d in documents])
+    table: dict[str, list[Any]] = {}
+    for column in columns:
+        try:
+            table[column] = [d.profile[column] for d in documents]  # type: ignore[index]
+        except KeyError:
+            without = next(d for d in documents if column not in d.profile)  # type: ignore[operator]
+            raise DataError(f"screener {screener}: profile has no column {column!r} named in "
+                            f"screener.coefficients (e.g. applicant {without.applicant_id!r}); "
+                            f"available columns: {sorted(map(str, without.profile))}") from None
+    return pd.DataFrame(table, index=pd.RangeIndex(len(documents)))
 
 
 def _split_coefficients(coefficients: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:

@@ -1,0 +1,179 @@
+"""hf_local with tiny models built from configs (no download): every document ends as a parsed
+value or a recorded failure with its raw text; known answers flow through prompt -> greedy
+generation -> parsing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popfair.errors import ConfigError
+from popfair.experiment import build
+from popfair.types import Document, Job
+from tests.conftest import compose_config
+
+torch = pytest.importorskip("torch", reason="needs the hf_local extra: pip install 'popfair[hf_local]'")
+transformers = pytest.importorskip("transformers", reason="needs the hf_local extra")
+tokenizers = pytest.importorskip("tokenizers", reason="needs the hf_local extra")
+
+SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+WORDS = SPECIAL + ["yes", "no", "maybe", "the", "a", "score", "is", "candidate", "job", "nurse",
+                   "care", "patients", "years", "experience"] + [str(i) for i in range(0, 151)]
+CHAT = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+NO_SYSTEM_CHAT = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                  "{% endif %}" + CHAT)
+JOBS = {"nurse": Job(job_id="nurse", title="nurse", description="care for patients")}
+
+
+def save_tokenizer(path: Path, chat_template: str | None = CHAT) -> None:
+    """A word-level tokenizer over WORDS with a minimal chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIAL)
+    tok.decoder = decoders.WordPiece()  # joins words with spaces
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>", unk_token="<unk>")
+    if chat_template:
+        fast.chat_template = chat_template
+    fast.save_pretrained(path)
+
+
+def random_llama(path: Path, context: int = 256, chat_template: str | None = CHAT) -> Path:
+    """A randomly initialised 2-layer Llama (seeded)."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=context, pad_token_id=0, bos_token_id=1,
+                                      eos_token_id=2)
+    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    save_tokenizer(path, chat_template)
+    return path
+
+
+def rigged_gpt2(path: Path, answer: str) -> Path:
+    """A random GPT-2 whose final layer norm emits a constant vector aligned with the embedding of
+    `answer`, so greedy decoding says `answer` at every step, whatever the prompt."""
+    torch.manual_seed(1)
+    config = transformers.GPT2Config(vocab_size=len(WORDS), n_embd=32, n_layer=1, n_head=2, n_positions=512,
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = transformers.GPT2LMHeadModel(config)
+    target = WORDS.index(answer)
+    with torch.no_grad():
+        direction = torch.randn(config.n_embd)
+        direction /= direction.norm()
+        model.transformer.ln_f.weight.zero_()
+        model.transformer.ln_f.bias.copy_(direction)
+        model.transformer.wte.weight[target] = 10.0 * direction  # tied to the output layer
+    model.save_pretrained(path)
+    save_tokenizer(path)
+    return path
+
+
+def screener(model_path: Path, *overrides: str):
+    cfg = compose_config(["screener=hf_local", f"screener.model_path={model_path}", "screener.device=cpu",
+                          "screener.max_new_tokens=5", "screener.batch_size=4", *overrides])
+    return build(cfg.screener, "screener")
+
+
+def documents(n: int) -> list[Document]:
+    rng = np.random.default_rng(0)
+    words = ["nurse", "care", "patients", "years", "experience", "candidate", "yes", "no", "42", "7"]
+    return [Document(applicant_id=f"a{i}", job_id="nurse", kind="text",
+                     text=" ".join(rng.choice(words, size=rng.integers(3, 30)))) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> Path:
+    return random_llama(tmp_path_factory.mktemp("llama"))
+
+
+@pytest.mark.parametrize("outcome", ["score", "callback"])
+def test_random_model_answers_are_each_parsed_or_recorded_as_failures(llama_dir, outcome):
+    docs = documents(11)
+    results = screener(llama_dir).screen(JOBS, docs, outcome)
+    assert [r.applicant_id for r in results] == [d.applicant_id for d in docs]  # none lost, in order
+    for r in results:
+        assert isinstance(r.raw, str) and r.input_tokens > 0 and 1 <= r.output_tokens <= 5
+        if r.error is None:
+            assert (0 <= r.value <= 100) if outcome == "score" else r.value in (0.0, 1.0)
+        else:
+            assert r.value is None and "unparseable" in r.error
+
+
+def test_batched_generation_matches_one_prompt_at_a_time(llama_dir):
+    docs = documents(9)
+    batched = screener(llama_dir, "screener.batch_size=4").screen(JOBS, docs, "score")
+    single = screener(llama_dir, "screener.batch_size=1").screen(JOBS, docs, "score")
+    assert [r.raw for r in batched] == [r.raw for r in single]  # left padding changes nothing
+
+
+@pytest.mark.parametrize("answer,outcome,value", [
+    ("yes", "callback", 1.0), ("no", "callback", 0.0), ("73", "score", 73.0), ("0", "score", 0.0),
+])
+def test_known_answer_is_parsed_for_every_document(tmp_path, answer, outcome, value):
+    results = screener(rigged_gpt2(tmp_path, answer)).screen(JOBS, documents(6), outcome)
+    assert [r.value for r in results] == [value] * 6
+    assert all(r.error is None and r.raw.split()[0] == answer for r in results)
+
+
+@pytest.mark.parametrize("answer,outcome,reason", [
+    ("maybe", "callback", "no 'yes' or 'no'"), ("maybe", "score", "no integer"), ("150", "score", "outside"),
+])
+def test_unusable_answers_are_failures_that_keep_the_raw_text(tmp_path, answer, outcome, reason):
+    results = screener(rigged_gpt2(tmp_path, answer)).screen(JOBS, documents(5), outcome)
+    assert len(results) == 5
+    assert all(r.value is None and reason in r.error and r.raw.startswith(answer) for r in results)
+
+
+def test_prompt_longer_than_the_context_is_a_failure_not_a_crash(tmp_path):
+    path = random_llama(tmp_path, context=160)
+    docs = documents(3) + [Document(applicant_id="long", job_id="nurse", kind="text", text="care " * 200)]
+    results = screener(path).screen(JOBS, docs, "score")
+    assert [r.applicant_id for r in results] == ["a0", "a1", "a2", "long"]
+    assert "exceeds the model context 160" in results[-1].error and results[-1].raw is None
+    assert all(r.raw is not None for r in results[:3])
+
+
+def test_system_message_is_folded_into_the_user_turn_when_the_template_rejects_it(tmp_path):
+    s = screener(random_llama(tmp_path, chat_template=NO_SYSTEM_CHAT))
+    assert s.system_role is False
+    text = s.prompt_text(JOBS["nurse"], documents(1)[0], "callback")
+    assert "<|system|>" not in text and text.startswith("<|user|> You are an HR hiring manager")
+    assert len(s.screen(JOBS, documents(2), "callback")) == 2
+
+
+def test_plan_makes_no_calls(llama_dir):
+    assert screener(llama_dir).plan(JOBS, documents(3), "score").calls == 0
+
+
+def test_model_path_is_required_and_checked():
+    with pytest.raises(ConfigError, match="screener.model_path"):
+        build(compose_config(["screener=hf_local"]).screener, "screener")
+    with pytest.raises(ConfigError, match="no config.json"):
+        build(compose_config(["screener=hf_local", "screener.model_path=/nonexistent"]).screener, "screener")
+
+
+def test_tokenizer_without_chat_template_is_refused(tmp_path):
+    path = random_llama(tmp_path, chat_template=None)
+    with pytest.raises(ConfigError, match="chat_template"):
+        screener(path)
+
+
+@pytest.mark.parametrize("override,key", [("screener.max_new_tokens=0", "screener.max_new_tokens"),
+                                          ("screener.dtype=int8", "screener.dtype"),
+                                          ("screener.device=tpu", "screener.device"),
+                                          ("screener.prompts.score.user=no placeholder", "screener.prompts.score.user")])
+def test_bad_values_name_the_key(llama_dir, override, key):
+    with pytest.raises(ConfigError, match=key):
+        screener(llama_dir, override)
+
+
+def test_image_documents_are_refused(llama_dir):
+    doc = Document(applicant_id="a", job_id="nurse", kind="image", text="", image_png=b"\x89PNG")
+    with pytest.raises(ConfigError, match="text only"):
+        screener(llama_dir).screen(JOBS, [doc], "score")
