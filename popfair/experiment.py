@@ -19,7 +19,7 @@ from popfair.estimate.base import Estimator
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
-from popfair.render.base import Renderer, render_all
+from popfair.render.base import Renderer, render_all, sample_artifacts
 from popfair.screen.base import Screener
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 from popfair.types import Effects, Profiles
@@ -37,6 +37,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
+    samples: dict[str, Any] = field(default_factory=dict)  # a few rendered documents, logged as artifacts
 
     @property
     def failure_rate(self) -> float:
@@ -124,7 +125,7 @@ class Experiment:
                 log.warning("outcome audit skipped: %s", exc)
                 profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
         result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
-                           timings=timings, audit=audit)
+                           timings=timings, audit=audit, samples=sample_artifacts(documents))
         result.run_id = stage("track", self._track, result, profiles)
         return result
 
@@ -152,6 +153,7 @@ class Experiment:
         if result.notes:
             artifacts["notes.txt"] = "\n".join(result.notes)
         artifacts.update(profiles.artifacts)
+        artifacts.update(result.samples)
         artifacts.update(effects.artifacts)
         if result.audit is not None:
             metrics.update(result.audit.metrics)

@@ -1,34 +1,248 @@
-"""Plain-text resume built only from structured attributes (renderer `text`)."""
+"""Rule-based plain-text resumes built only from the structured profile (renderer `text`).
+
+PopResume section 4.2 / appendix B.1: header (name, city and USPS state, synthetic phone and an
+email built from the name), skills, work history, education. Education entries follow edu_level
+with graduation years from age and degree; work history follows exp_year, laid back from the
+survey year; employers, titles, bullets, skills, schools and majors come from pools.
+
+What a seed may change: city within the state, phone digits, email pattern, which skills,
+employers, titles, bullets, schools and credentials are drawn. What it may not: the name, the
+state, the number of roles and education entries, their seniority, years and degree levels.
+"""
 from __future__ import annotations
 
+import unicodedata
+from dataclasses import dataclass
 from typing import Any, Mapping
 
+from popfair.errors import DataError, require
+from popfair.population.pums import SURVEY_YEAR
+from popfair.render.content import (EDU_LEVELS, ResumePools, applicant_stream, cities_by_state,
+                                    school_pools)
 from popfair.types import Document, Job
 
-EDU_TITLES = {"less_than_hs": "Coursework, High School", "hs_ged": "High School Diploma",
-              "some_college": "College Coursework", "associate": "Associate Degree",
-              "bachelor": "Bachelor's Degree", "master": "Master's Degree",
-              "professional": "Professional Degree", "doctorate": "Doctoral Degree"}
+# Age at which each level is typically completed (some_college: last year attended).
+COMPLETION_AGE = {"hs_ged": 18, "some_college": 20, "associate": 20, "bachelor": 22,
+                  "master": 24, "professional": 25, "doctorate": 27}
+GRADUATE_LEVELS = ("master", "professional", "doctorate")
+BACHELOR_MIN_AGE = 20  # a bachelor's before a graduate degree is never dated before this age
+SCHOOL_LEVEL = {"hs_ged": "high_school", "some_college": "community_college",
+                "associate": "community_college", "bachelor": "university", "master": "graduate",
+                "professional": "graduate", "doctorate": "graduate"}
+SENIORITY_BY_ROLES = {1: ("junior",), 2: ("junior", "mid"), 3: ("junior", "mid", "senior"),
+                      4: ("junior", "mid", "senior", "senior")}
+EMAIL_PATTERNS = ("{first}.{last}", "{first}{last}", "{f}{last}", "{first}_{last}")
+SECTION_TITLES = ("SKILLS", "WORK HISTORY", "EDUCATION")
+
+
+def number_of_roles(exp_year: int) -> int:
+    """Piecewise rule (paper B.1): under 3 years one role, 3-6 two, 7-10 three, over 10 four."""
+    if exp_year < 3:
+        return 1
+    if exp_year <= 6:
+        return 2
+    if exp_year <= 10:
+        return 3
+    return 4
+
+
+def role_periods(exp_year: int, survey_year: int = SURVEY_YEAR) -> list[tuple[int, int | None]]:
+    """(start, end) years of each role, oldest first, laid back from the survey year; the last role
+    is current (end None). exp_year years are split as evenly as possible, extra years to the
+    most recent roles; a worker with under a year of experience started in the survey year."""
+    n = number_of_roles(exp_year)
+    base, extra = divmod(max(exp_year, 0), n)
+    durations = [base + (1 if i >= n - extra else 0) for i in range(n)]
+    periods: list[tuple[int, int | None]] = []
+    end: int | None = None
+    start = survey_year
+    for duration in reversed(durations):
+        start = (start if end is None else end) - duration
+        periods.append((start, end))
+        end = start
+    return periods[::-1]
+
+
+def education_years(edu_level: str, birth_year: int, age: int) -> list[tuple[str, int]]:
+    """[(level, year)] of the education entries, oldest first: one entry, or a bachelor's then the
+    graduate degree. Years follow typical completion ages, capped by the applicant's age."""
+    final_age = min(COMPLETION_AGE[edu_level], age)
+    final_year = birth_year + final_age
+    if edu_level not in GRADUATE_LEVELS:
+        return [(edu_level, final_year)]
+    gap = COMPLETION_AGE[edu_level] - COMPLETION_AGE["bachelor"]
+    bachelor_year = min(final_year, max(birth_year + BACHELOR_MIN_AGE, final_year - gap))
+    return [("bachelor", bachelor_year), (edu_level, final_year)]
+
+
+def _ascii_letters(name: str) -> str:
+    plain = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    return "".join(ch for ch in plain.lower() if ch.isalpha())
+
+
+@dataclass(frozen=True)
+class Role:
+    title: str
+    employer: str
+    start: int
+    end: int | None  # None = current role
+
+    bullets: tuple[str, ...] = ()
+
+    @property
+    def period(self) -> str:
+        return f"{self.start} - {'Present' if self.end is None else self.end}"
+
+
+@dataclass(frozen=True)
+class EducationEntry:
+    credential: str
+    school: str
+    year: int
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A resume's content, independent of layout (text and image renderers share it)."""
+
+    name: str
+    location: str
+    phone: str
+    email: str
+    skills: tuple[str, ...]
+    roles: tuple[Role, ...]  # most recent first
+    education: tuple[EducationEntry, ...]  # most recent first
+
+    @property
+    def contact_line(self) -> str:
+        return f"{self.location} | {self.phone} | {self.email}"
+
+    def role_heading(self, role: Role) -> str:
+        return f"{role.title}, {role.employer} | {self.location} | {role.period}"
+
+    @staticmethod
+    def education_line(entry: EducationEntry) -> str:
+        return f"{entry.credential}, {entry.school} | {entry.year}"
+
+    def to_text(self) -> str:
+        lines = [self.name, self.contact_line, "", SECTION_TITLES[0]]
+        lines += [f"- {skill}" for skill in self.skills]
+        lines += ["", SECTION_TITLES[1]]
+        for i, role in enumerate(self.roles):
+            if i:
+                lines.append("")
+            lines.append(self.role_heading(role))
+            lines += [f"- {bullet}" for bullet in role.bullets]
+        lines += ["", SECTION_TITLES[2]]
+        lines += [self.education_line(entry) for entry in self.education]
+        return "\n".join(lines) + "\n"
+
+
+class ResumeBuilder:
+    """Turns a profile row into Resume content. One random stream per (applicant_id, seed); every
+    draw is made in a fixed order whatever the profile, so two profiles of the same applicant that
+    differ in, say, education share their employers and bullets (common random numbers)."""
+
+    def __init__(self, pools: ResumePools, seed: int, n_skills: int, bullets_per_role: int,
+                 email_domain: str) -> None:
+        self.pools, self.seed = pools, seed
+        self.n_skills, self.bullets_per_role, self.email_domain = n_skills, bullets_per_role, email_domain
+        self.cities = cities_by_state()
+        self.schools = school_pools()
+
+    def build(self, profile: Mapping[str, Any]) -> Resume:
+        try:
+            applicant_id = str(profile["applicant_id"])
+            first, last = str(profile["first_name"]), str(profile["surname"])
+            state, edu_level = profile["state"], profile["edu_level"]
+            age, exp_year = int(profile["age"]), int(profile["exp_year"])
+            birth_year = int(profile.get("birth_year", SURVEY_YEAR - age))
+        except KeyError as exc:
+            raise DataError(f"profile row is missing column {exc.args[0]!r}; the text renderer needs "
+                            "applicant_id, first_name, surname, state, age, edu_level, exp_year") from None
+        if edu_level not in COMPLETION_AGE:
+            raise DataError(f"profile {applicant_id}: edu_level {edu_level!r} is not one of {list(EDU_LEVELS)}")
+        if state not in self.cities:
+            raise DataError(f"profile {applicant_id}: state {state!r} is not a USPS code in "
+                            f"data/resume/cities.csv ({sorted(self.cities)})")
+        rng = applicant_stream(applicant_id, self.seed)
+        pools = self.pools
+
+        # contact: fixed number of draws
+        city, area_code = self.cities[state][int(rng.random() * len(self.cities[state]))]
+        phone = f"({area_code}) 555-01{int(rng.random() * 100):02d}"
+        pattern = EMAIL_PATTERNS[int(rng.random() * len(EMAIL_PATTERNS))]
+        first_key, last_key = _ascii_letters(first) or "applicant", _ascii_letters(last) or "resume"
+        email = pattern.format(first=first_key, last=last_key, f=first_key[0]) + "@" + self.email_domain
+        location = f"{city}, {state}"
+
+        # permutations of every pool, drawn in a fixed order
+        skills = list(pools.skills)
+        rng.shuffle(skills)
+        employers = list(pools.employers)
+        rng.shuffle(employers)
+        titles, bullets = {}, {}
+        for level in ("junior", "mid", "senior"):
+            titles[level] = list(pools.titles[level])
+            rng.shuffle(titles[level])
+        for level in ("junior", "mid", "senior"):
+            bullets[level] = list(pools.bullets[level])
+            rng.shuffle(bullets[level])
+        school_draw = {level: rng.random() for level in ("high_school", "community_college",
+                                                         "university", "graduate")}
+        credential_draw = {level: rng.random() for level in EDU_LEVELS}
+
+        periods = role_periods(exp_year)
+        seniorities = SENIORITY_BY_ROLES[len(periods)]
+        seen = {level: 0 for level in seniorities}
+        roles = []
+        for i, ((start, end), level) in enumerate(zip(periods, seniorities)):
+            k = seen[level]
+            seen[level] += 1
+            chosen = bullets[level][k * self.bullets_per_role:(k + 1) * self.bullets_per_role]
+            roles.append(Role(title=titles[level][k % len(titles[level])], employer=employers[i],
+                              start=start, end=end, bullets=tuple(chosen)))
+
+        education = []
+        for level, year in education_years(edu_level, birth_year, age):
+            school_pool = self.schools[SCHOOL_LEVEL[level]]
+            credential_pool = pools.credentials[level]
+            education.append(EducationEntry(
+                credential=credential_pool[int(credential_draw[level] * len(credential_pool))],
+                school=school_pool[int(school_draw[SCHOOL_LEVEL[level]] * len(school_pool))],
+                year=year))
+        return Resume(name=f"{first} {last}", location=location, phone=phone, email=email,
+                      skills=tuple(skills[:self.n_skills]), roles=tuple(reversed(roles)),
+                      education=tuple(reversed(education)))
+
+
+def validate_layout_options(n_skills: Any, bullets_per_role: Any, email_domain: Any, seed: Any) -> None:
+    """Construction-time checks shared by the text and image renderers."""
+    require(isinstance(seed, int), "renderer.seed", f"must be an integer (default ${{seed}}), got {seed!r}")
+    require(isinstance(n_skills, int) and 1 <= n_skills <= 20, "renderer.n_skills",
+            f"must be an integer in 1..20, got {n_skills!r}")
+    require(isinstance(bullets_per_role, int) and 1 <= bullets_per_role <= 6, "renderer.bullets_per_role",
+            f"must be an integer in 1..6, got {bullets_per_role!r}")
+    require(isinstance(email_domain, str) and "." in email_domain and "@" not in email_domain
+            and " " not in email_domain, "renderer.email_domain",
+            f"must be a domain such as example.com, got {email_domain!r}")
 
 
 class TextRenderer:
-    """Header (name, state), education and experience sections. No gender, race or age words."""
+    """Plain-text resume (kind "text"). No gender, race or age words; deterministic for a given
+    profile and seed."""
 
     kind = "text"
 
+    def __init__(self, pools: Mapping[str, Any] | None = None, seed: int = 0, n_skills: int = 8,
+                 bullets_per_role: int = 3, email_domain: str = "example.com") -> None:
+        validate_layout_options(n_skills, bullets_per_role, email_domain, seed)
+        self.builder = ResumeBuilder(
+            ResumePools.from_config(pools, n_skills=n_skills, bullets_per_role=bullets_per_role),
+            seed=seed, n_skills=n_skills, bullets_per_role=bullets_per_role, email_domain=email_domain)
+
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:
-        years = int(profile["exp_year"])
-        experience = (f"{years} year{'s' if years != 1 else ''} of work experience"
-                      if years else "No prior paid work experience")
-        text = "\n".join([
-            f"{profile['first_name']} {profile['surname']}",
-            f"Location: {profile['state']}",
-            "",
-            "EDUCATION",
-            EDU_TITLES[profile["edu_level"]],
-            "",
-            "EXPERIENCE",
-            experience,
-        ])
-        return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="text", text=text,
-                        profile=profile)
+        resume = self.builder.build(profile)
+        return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="text",
+                        text=resume.to_text(), profile=profile)
+
