@@ -37,7 +37,7 @@ DEFAULT_HS_CREDENTIALS = ("High School Diploma",)
 DEMOGRAPHIC_WORDS = (
     # gender
     "male", "female", "man", "men", "woman", "women", "he", "she", "him", "his", "her", "hers",
-    "himself", "herself", "boy", "girl", "mr", "mrs", "ms", "miss", "gentleman", "lady", "ladies",
+    "himself", "herself", "boy", "girl", "gentleman", "lady", "ladies",
     "mother", "father", "maternal", "paternal", "maternity", "wife", "husband", "gender", "sex",
     "fraternity", "sorority",
     # race / ethnicity
@@ -47,8 +47,10 @@ DEMOGRAPHIC_WORDS = (
     "age", "aged", "ages", "old", "older", "elderly", "young", "younger", "youth", "youthful",
     "born", "birth", "birthday", "retired", "retiree", "millennial", "boomer", "year-old", "years-old",
 )
-DEMOGRAPHIC_PATTERN = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in DEMOGRAPHIC_WORDS)
-                                 + r"|years old)\b", re.IGNORECASE)
+# Plurals and possessives count too (mothers, girl's). Honorifics count only with their period ("Ms. Lee"): bare "MS" is Mississippi's USPS code.
+HONORIFICS = ("mr", "mrs", "ms", "miss")
+DEMOGRAPHIC_PATTERN = re.compile(r"\b(?:(?:" + "|".join(re.escape(w) for w in DEMOGRAPHIC_WORDS)
+                                 + r"|years old)(?:'?s)?\b|(?:" + "|".join(HONORIFICS) + r")\.)", re.IGNORECASE)
 
 
 def demographic_words_in(text: str) -> list[str]:
