@@ -36,39 +36,39 @@ Keisha Washington
 Cincinnati, OH | (513) 555-0103 | keisha.washington@example.com
 
 SKILLS
-- BLS and ACLS certified
-- IV therapy and line care
-- Discharge planning
-- Patient and family education
+- Rapid response escalation
 - Interdisciplinary care coordination
-- Patient assessment and triage
-- Chronic disease management
-- Care plan development
+- Blood product administration
+- Fall risk reduction
+- Pain management
+- Infection prevention
+- Patient and family education
+- Discharge planning
 
 WORK HISTORY
-Clinical Nurse III, Cedar Hills Rehabilitation Center | Cincinnati, OH | 2021 - Present
-- Streamlined the discharge process with case management, shortening time from order to departure.
+Nurse Team Lead, Eastview Urgent Care | Cincinnati, OH | 2021 - Present
+- Mentored charge nurses on staffing decisions, escalation and conflict resolution.
 - Represented nursing staff on the hospital-wide patient experience council.
-- Reviewed incident reports and coached staff on root-cause findings and corrective actions.
-
-Senior Staff Nurse, Bayview University Hospital | Cincinnati, OH | 2018 - 2021
 - Partnered with quality leadership to prepare the unit for accreditation surveys.
-- Led a team of nurses and patient care technicians on a high-acuity unit, setting daily priorities.
-- Developed and delivered in-service training on new infusion pumps and documentation workflows.
 
-Charge Nurse, Summit Care Medical Group | Cincinnati, OH | 2015 - 2018
-- Participated in the unit practice council to update handoff and bedside reporting standards.
-- Reduced catheter-associated infections on the unit by auditing line and catheter care bundles.
+Senior Staff Nurse, Northfield General Hospital | Cincinnati, OH | 2018 - 2021
+- Developed and delivered in-service training on new infusion pumps and documentation workflows.
+- Chaired the falls prevention committee, lowering the unit fall rate over two consecutive quarters.
+- Streamlined the discharge process with case management, shortening time from order to departure.
+
+Charge Nurse, Pinecrest Health Partners | Cincinnati, OH | 2015 - 2018
+- Precepted newly licensed nurses and nursing students through unit orientation.
+- Served as charge nurse on rotating shifts, balancing assignments and bed flow for a medical-surgical unit.
 - Managed blood transfusions and monitored for reactions according to hospital policy.
 
-Staff Nurse, Riverside Surgical Center | Cincinnati, OH | 2012 - 2015
-- Completed unit orientation and competencies for telemetry and IV pump use.
+Clinical Nurse I, Mercy Ridge Hospital | Cincinnati, OH | 2012 - 2015
+- Collected laboratory specimens and reported critical values within the required time frame.
+- Administered oral, IV and subcutaneous medications following the five rights and barcode scanning.
 - Monitored post-operative patients and escalated changes in condition to the charge nurse and physician.
-- Performed wound care, dressing changes and pressure injury prevention rounds.
 
 EDUCATION
-Master of Science in Nursing, Glenhaven University | 2014
-Bachelor of Science in Nursing, Ridgeview State University | 2012
+Master of Science in Nursing Administration, Westfield Polytechnic University | 2014
+Bachelor of Science in Nursing, Bellmont College | 2012
 """
 
 

@@ -11,13 +11,14 @@ state, the number of roles and education entries, their seniority, years and deg
 """
 from __future__ import annotations
 
+import random
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from popfair.errors import DataError, require
 from popfair.population.pums import SURVEY_YEAR
-from popfair.render.content import (EDU_LEVELS, ResumePools, applicant_stream, cities_by_state,
+from popfair.render.content import (EDU_LEVELS, MAX_ROLES, SENIORITY, ResumePools, applicant_stream, cities_by_state,
                                     school_pools)
 from popfair.types import Document, Job
 
@@ -73,6 +74,17 @@ def education_years(edu_level: str, birth_year: int, age: int) -> list[tuple[str
     gap = COMPLETION_AGE[edu_level] - COMPLETION_AGE["bachelor"]
     bachelor_year = min(final_year, max(birth_year + BACHELOR_MIN_AGE, final_year - gap))
     return [("bachelor", bachelor_year), (edu_level, final_year)]
+
+
+def _draw(rng: random.Random, pool: tuple[str, ...], k: int) -> list[str]:
+    """The first k items of a random permutation of `pool` (partial Fisher-Yates, k draws of
+    rng.random()): a fixed number of draws, and item i does not depend on k."""
+    items = list(pool)
+    n = len(items)
+    for i in range(k):
+        j = i + int(rng.random() * (n - i))
+        items[i], items[j] = items[j], items[i]
+    return items[:k]
 
 
 def _ascii_letters(name: str) -> str:
@@ -176,18 +188,12 @@ class ResumeBuilder:
         email = pattern.format(first=first_key, last=last_key, f=first_key[0]) + "@" + self.email_domain
         location = f"{city}, {state}"
 
-        # permutations of every pool, drawn in a fixed order
-        skills = list(pools.skills)
-        rng.shuffle(skills)
-        employers = list(pools.employers)
-        rng.shuffle(employers)
-        titles, bullets = {}, {}
-        for level in ("junior", "mid", "senior"):
-            titles[level] = list(pools.titles[level])
-            rng.shuffle(titles[level])
-        for level in ("junior", "mid", "senior"):
-            bullets[level] = list(pools.bullets[level])
-            rng.shuffle(bullets[level])
+        # draws from every pool, in a fixed order and number whatever the profile
+        skills = _draw(rng, pools.skills, self.n_skills)
+        employers = _draw(rng, pools.employers, MAX_ROLES)
+        titles = {level: _draw(rng, pools.titles[level], min(2, len(pools.titles[level])))
+                  for level in SENIORITY}
+        bullets = {level: _draw(rng, pools.bullets[level], 2 * self.bullets_per_role) for level in SENIORITY}
         school_draw = {level: rng.random() for level in ("high_school", "community_college",
                                                          "university", "graduate")}
         credential_draw = {level: rng.random() for level in EDU_LEVELS}
@@ -212,7 +218,7 @@ class ResumeBuilder:
                 school=school_pool[int(school_draw[SCHOOL_LEVEL[level]] * len(school_pool))],
                 year=year))
         return Resume(name=f"{first} {last}", location=location, phone=phone, email=email,
-                      skills=tuple(skills[:self.n_skills]), roles=tuple(reversed(roles)),
+                      skills=tuple(skills), roles=tuple(reversed(roles)),
                       education=tuple(reversed(education)))
 
 

@@ -1,0 +1,64 @@
+"""Renderer throughput: 60,000 text resumes (target < 10 s) and PNG resumes per second on one core
+(target >= 50/s). Wall and CPU time are both printed: on a shared machine wall time includes waiting
+for a core, CPU time does not. Profiles are real PopResume draws, 12,000 per occupation.
+
+    python benchmarks/bench_render.py [--n-text 60000] [--n-png 300]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from popfair.experiment import build  # noqa: E402
+from popfair.render.base import render_all  # noqa: E402
+
+OCCUPATIONS = ("nurse", "teacher", "software_developer", "accountant", "construction_laborer")
+
+
+def case(occupation: str, renderer: str, n: int):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose(config_name="config", overrides=[f"occupation={occupation}", f"renderer={renderer}",
+                                                       f"population.n={n}"])
+    occ = build(cfg.occupation, "occupation")
+    profiles = build(cfg.population, "population").sample(occ, build(cfg.protected_attr, "protected_attr"), 0)
+    return build(cfg.renderer, "renderer"), profiles
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n-text", type=int, default=60_000)
+    parser.add_argument("--n-png", type=int, default=300)
+    args = parser.parse_args()
+    print(f"cpu cores visible: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f}")
+
+    per = args.n_text // len(OCCUPATIONS)
+    cases = [case(occupation, "text", per) for occupation in OCCUPATIONS]
+    start, cpu = time.perf_counter(), time.process_time()
+    total = sum(len(render_all(r, p.table, p.jobs, progress=False)) for r, p in cases)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"text:  {total:,} resumes in {elapsed:.2f} s wall, {cpu:.2f} s CPU ({total / cpu:,.0f}/s per core)"
+          f"  target < 10 s: {'PASS' if elapsed < 10 else 'FAIL'} (wall), {'PASS' if cpu < 10 else 'FAIL'} (CPU)")
+
+    for kind in ("image",):
+        renderer, profiles = case("software_developer", kind, args.n_png)
+        render_all(renderer, profiles.table.head(20), profiles.jobs, progress=False)  # warm caches
+        start, cpu = time.perf_counter(), time.process_time()
+        docs = render_all(renderer, profiles.table, profiles.jobs, progress=False)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        size = sum(len(d.image_png) for d in docs) / len(docs) / 1024
+        rate = len(docs) / cpu
+        print(f"{kind}: {len(docs)} PNGs ({renderer.width}x{renderer.height}), one process: {elapsed:.2f} s wall "
+              f"({len(docs) / elapsed:.0f}/s), {cpu:.2f} s CPU = {rate:.0f}/s per core, {size:.0f} KiB each"
+              f"  target >= 50/s per core: {'PASS' if rate >= 50 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
