@@ -108,9 +108,10 @@ class ResumePools:
     def from_config(cls, pools: Mapping[str, Any] | None, *, n_skills: int, bullets_per_role: int,
                     key: str = "renderer.pools") -> "ResumePools":
         if not pools:
-            raise ConfigError(f"{key}: this renderer needs resume content pools; the chosen occupation "
-                              "has none (occupation.pools). Use occupation=nurse|teacher|software_developer|"
-                              "accountant|construction_laborer, or add a `pools:` block to your occupation.")
+            raise ConfigError(f"{key}: resume renderers (text, image, image_photo) need content pools and "
+                              "the chosen occupation has none (occupation.pools). Use occupation=nurse|teacher|"
+                              "software_developer|accountant|construction_laborer, add a `pools:` block to "
+                              "your occupation, or use renderer=json (e.g. with entry_level_postings).")
         if not isinstance(pools, Mapping):
             raise ConfigError(f"{key}: must be a mapping, got {type(pools).__name__}")
         expected = {"skills", "employers", "titles", "bullets", "credentials"}
