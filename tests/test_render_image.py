@@ -13,26 +13,13 @@ from popfair import Experiment
 from popfair.errors import ConfigError, DataError
 from popfair.experiment import build
 from popfair.render.image import ImagePhotoRenderer, ImageRenderer
-from tests.conftest import compose_config
+from tests.conftest import PHOTO_CELL_COLOURS, compose_config, synthetic_photos_dir
 from tests.test_render_text import JOB, PROFILE, pools
 
 SMALL = {"width": 640, "height": 900, "margin": 32, "font_size": 12, "photo_width": 120}
-CELL_COLOURS = {("female", "black", "30-44"): (200, 40, 40), ("male", "white", "30-44"): (40, 60, 200),
-                ("female", "black", "18-29"): (40, 160, 60)}
-
-
 @pytest.fixture
 def photos_dir(tmp_path):
-    """Synthetic 'headshots': a solid colour per cell with a lighter disc, listed in manifest.csv."""
-    rows = ["gender,race,age_band,file"]
-    for i, ((gender, race, band), colour) in enumerate(CELL_COLOURS.items()):
-        image = Image.new("RGB", (90, 120), colour)
-        disc = tuple(min(255, c + 60) for c in colour)
-        Image.Image.paste(image, disc, (25, 20, 65, 70))
-        image.save(tmp_path / f"face{i}.png")
-        rows.append(f"{gender},{race},{band},face{i}.png")
-    (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
-    return tmp_path
+    return synthetic_photos_dir(tmp_path / "photos")
 
 
 def pixels(png: bytes) -> np.ndarray:
@@ -77,8 +64,8 @@ def test_photo_slot_differs_between_cells_and_is_blank_without_photos(photos_dir
     f_slot, m_slot = region(pixels(female.image_png), box), region(pixels(male.image_png), box)
     assert (region(pixels(without.image_png), box) == 255).all()  # no photo: the slot is blank
     assert np.abs(f_slot - m_slot).mean() > 50  # a different cell's photo fills the slot
-    assert np.allclose(f_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], (200, 40, 40), atol=3)
-    assert np.allclose(m_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], (40, 60, 200), atol=3)
+    assert np.allclose(f_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], PHOTO_CELL_COLOURS[("female", "black", "30-44")], atol=3)
+    assert np.allclose(m_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], PHOTO_CELL_COLOURS[("male", "white", "30-44")], atol=3)
     # outside the slot (and its 1px frame) the two formats are pixel-identical
     outside = pixels(without.image_png)
     with_photo = pixels(female.image_png)
@@ -87,7 +74,7 @@ def test_photo_slot_differs_between_cells_and_is_blank_without_photos(photos_dir
     assert (with_photo == outside).all()
     # age band decides the cell too
     younger = photo.render({**PROFILE, "age": 25, "birth_year": 1999}, JOB)
-    assert np.allclose(region(pixels(younger.image_png), box)[5, 5], (40, 160, 60), atol=3)
+    assert np.allclose(region(pixels(younger.image_png), box)[5, 5], PHOTO_CELL_COLOURS[("female", "black", "18-29")], atol=3)
 
 
 def test_missing_photo_cell_is_reported_before_rendering(photos_dir):
