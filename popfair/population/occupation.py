@@ -34,11 +34,13 @@ class Occupation:
 
 
 def occupation_from_pums(occp: int, key: str | None = None, title: str | None = None,
-                         description: str | None = None, soc: str = "") -> Occupation:
+                         description: str | None = None, soc: str = "",
+                         pools: Mapping[str, Any] | None = None) -> Occupation:
     """Any of the 20 occupations in the bundled PUMS extract, by OCCP code (config `occupation=pums_occp`).
 
     Title defaults to the PUMS label; description defaults to a short generic posting built from it
-    (set occupation.description to screen against a real posting)."""
+    (set occupation.description to screen against a real posting). `pools` are the resume content
+    pools (conf/occupation/pums_occp.yaml ships occupation-neutral ones)."""
     from popfair.population.pums import known_occupations_text, occupation_labels  # noqa: PLC0415
 
     labels = occupation_labels()
@@ -50,4 +52,5 @@ def occupation_from_pums(occp: int, key: str | None = None, title: str | None = 
         f"{title}. We are hiring for a {title.lower()} position (ACS occupation {occp}: {label}). "
         "Responsibilities follow the usual duties of the occupation. Requirements: education and work "
         "experience relevant to the role, reliability, and strong communication and teamwork skills.")
-    return Occupation(key=key or f"occp{occp}", title=title, occp=occp, soc=soc, description=description)
+    return Occupation(key=key or f"occp{occp}", title=title, occp=occp, soc=soc, description=description,
+                      pools=dict(pools or {}))

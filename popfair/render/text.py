@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from popfair.errors import DataError, require
-from popfair.population.pums import SURVEY_YEAR
 from popfair.render.content import (EDU_LEVELS, MAX_ROLES, SENIORITY, ResumePools, applicant_stream, cities_by_state,
                                     school_pools)
 from popfair.types import Document, Job
 
+# Survey year when a profile has no birth_year; otherwise survey year = birth_year + age (the
+# population dates birth years from its PUMS file's survey year).
+DEFAULT_SURVEY_YEAR = 2024
 # Age at which each level is typically completed (some_college: last year attended).
 COMPLETION_AGE = {"hs_ged": 18, "some_college": 20, "associate": 20, "bachelor": 22,
                   "master": 24, "professional": 25, "doctorate": 27}
@@ -47,7 +49,7 @@ def number_of_roles(exp_year: int) -> int:
     return 4
 
 
-def role_periods(exp_year: int, survey_year: int = SURVEY_YEAR) -> list[tuple[int, int | None]]:
+def role_periods(exp_year: int, survey_year: int = DEFAULT_SURVEY_YEAR) -> list[tuple[int, int | None]]:
     """(start, end) years of each role, oldest first, laid back from the survey year; the last role
     is current (end None). exp_year years are split as evenly as possible, extra years to the
     most recent roles; a worker with under a year of experience started in the survey year."""
@@ -168,7 +170,7 @@ class ResumeBuilder:
             first, last = str(profile["first_name"]), str(profile["surname"])
             state, edu_level = profile["state"], profile["edu_level"]
             age, exp_year = int(profile["age"]), int(profile["exp_year"])
-            birth_year = int(profile.get("birth_year", SURVEY_YEAR - age))
+            birth_year = int(profile.get("birth_year", DEFAULT_SURVEY_YEAR - age))
         except KeyError as exc:
             raise DataError(f"profile row is missing column {exc.args[0]!r}; the text renderer needs "
                             "applicant_id, first_name, surname, state, age, edu_level, exp_year") from None
@@ -198,7 +200,7 @@ class ResumeBuilder:
                                                          "university", "graduate")}
         credential_draw = {level: rng.random() for level in EDU_LEVELS}
 
-        periods = role_periods(exp_year)
+        periods = role_periods(exp_year, survey_year=birth_year + age)
         seniorities = SENIORITY_BY_ROLES[len(periods)]
         seen = {level: 0 for level in seniorities}
         roles = []
