@@ -167,7 +167,7 @@ def test_tokenizer_without_chat_template_is_refused(tmp_path):
 @pytest.mark.parametrize("override,key", [("screener.max_new_tokens=0", "screener.max_new_tokens"),
                                           ("screener.dtype=int8", "screener.dtype"),
                                           ("screener.device=tpu", "screener.device"),
-                                          ("screener.prompts.score.user=no placeholder", "screener.prompts.score.user")])
+                                          ("screener.prompts.score_user=no_such_prompt.txt", "screener.prompts.score_user")])
 def test_bad_values_name_the_key(llama_dir, override, key):
     with pytest.raises(ConfigError, match=key):
         screener(llama_dir, override)

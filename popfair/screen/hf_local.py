@@ -1,6 +1,7 @@
 """A local transformers chat model as a screener (for users with weights on disk).
 
-Same prompts (conf/prompts/) and parsing (popfair.screen.parse) as the API screeners; greedy
+Same prompt files (conf/prompts/, popfair.screen.prompts) and parsing (popfair.screen.parse) as
+the API screeners; greedy
 decoding (the papers' temperature 0). Needs the optional extra: pip install 'popfair[hf_local]'."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tqdm.auto import tqdm
 from popfair.errors import ConfigError, require
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.parse import parse_answer
-from popfair.screen.prompt import PromptTemplate, prompt_templates
+from popfair.screen.prompts import PromptSet
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 
@@ -30,7 +31,7 @@ class HFLocalScreener:
     failure that keeps the raw text and the reason. Models whose chat template rejects a system
     message (Gemma, Mistral-Instruct v0.2) get the system text prepended to the user message."""
 
-    def __init__(self, model_path: str | None = None, prompts: Mapping[str, Any] | None = None,
+    def __init__(self, model_path: str | None = None, prompts: Mapping[str, str] | None = None,
                  name: str = "hf_local", max_new_tokens: int = 200, batch_size: int = 8,
                  device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False) -> None:
         require(isinstance(model_path, str) and model_path.strip() != "", "screener.model_path",
@@ -43,7 +44,7 @@ class HFLocalScreener:
         require(isinstance(batch_size, int) and batch_size >= 1, "screener.batch_size",
                 f"must be an integer >= 1, got {batch_size!r}")
         require(dtype in DTYPES, "screener.dtype", f"must be one of {list(DTYPES)}, got {dtype!r}")
-        self.templates: dict[Outcome, PromptTemplate] = prompt_templates(prompts)
+        self.prompts = PromptSet(prompts)
         require_extra("hf_local", EXTRA_MODULES, name)
         self.name = name
         self.model_path = model_path
@@ -82,10 +83,11 @@ class HFLocalScreener:
 
     def prompt_text(self, job: Job, document: Document, outcome: Outcome) -> str:
         """The chat-formatted prompt string, ending where the assistant's answer begins."""
-        messages = self.templates[outcome].messages(job, document)
-        if not self.system_role:
-            system, user = messages
-            messages = [{"role": "user", "content": f"{system['content']}\n\n{user['content']}"}]
+        prompt = self.prompts.build(outcome, job, document)
+        if self.system_role:
+            messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
+        else:
+            messages = [{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}]
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
