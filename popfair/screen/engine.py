@@ -1,0 +1,354 @@
+"""The call engine: asyncio with bounded (adaptive) concurrency, requests/min and tokens/min limits,
+tenacity retries with exponential backoff and jitter that honour Retry-After, a per-request timeout,
+a dollar budget, and a progress bar. Each answer is parsed and committed to the cache as it arrives;
+one misbehaving request becomes a recorded failure and never stops the run."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
+
+from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt,
+                      wait_exponential_jitter)
+from tqdm.auto import tqdm
+
+from popfair.errors import require
+from popfair.screen.cache import CachedAnswer, ResponseCache
+from popfair.screen.parse import parse_answer
+from popfair.screen.pricing import Price
+from popfair.screen.prompts import ChatPrompt
+from popfair.screen.providers import PermanentError, Provider, TransientError
+from popfair.types import Outcome
+
+log = logging.getLogger("popfair.screen")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How hard to push a provider. Every field is a key under `screener.engine`."""
+
+    concurrency: int = 8                      # most requests in flight at once
+    requests_per_minute: float | None = None  # provider RPM limit; null = none
+    tokens_per_minute: float | None = None    # provider TPM limit (input + max output); null = none
+    timeout_s: float = 60.0                   # per request
+    max_attempts: int = 6                     # tries per request before it is a recorded failure
+    backoff_initial_s: float = 1.0            # first retry wait (doubles each try)
+    backoff_max_s: float = 60.0               # longest exponential wait
+    backoff_jitter_s: float = 1.0             # uniform random extra wait, de-synchronises clients
+    retry_after_max_s: float = 300.0          # longest Retry-After honoured
+    adaptive: bool = True                     # halve concurrency on bursts of 429s, regrow on success
+    progress: bool = True                     # tqdm bar on stderr
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> "EngineSettings":
+        values = dict(config or {})
+        allowed = set(cls.__dataclass_fields__)
+        unknown = set(values) - allowed
+        require(not unknown, "screener.engine", f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+        settings = cls(**values)
+        require(isinstance(settings.concurrency, int) and settings.concurrency >= 1,
+                "screener.engine.concurrency", f"must be an integer >= 1, got {settings.concurrency!r}")
+        for key in ("requests_per_minute", "tokens_per_minute"):
+            value = getattr(settings, key)
+            require(value is None or value > 0, f"screener.engine.{key}", f"must be > 0 or null, got {value!r}")
+        require(settings.timeout_s > 0, "screener.engine.timeout_s", f"must be > 0, got {settings.timeout_s!r}")
+        require(isinstance(settings.max_attempts, int) and settings.max_attempts >= 1,
+                "screener.engine.max_attempts", f"must be an integer >= 1, got {settings.max_attempts!r}")
+        for key in ("backoff_initial_s", "backoff_max_s", "backoff_jitter_s", "retry_after_max_s"):
+            require(getattr(settings, key) >= 0, f"screener.engine.{key}", "must be >= 0")
+        return settings
+
+
+@dataclass(frozen=True)
+class Call:
+    """One unique request to make; `rows` documents share its answer."""
+
+    key: str
+    prompt: ChatPrompt
+    input_tokens_estimate: int
+    rows: int = 1
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Outcome of one unique call: parsed value, or an error (API failure or unparseable text)."""
+
+    raw: str | None
+    value: float | None
+    error: str | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    cached: bool = False
+
+    @classmethod
+    def from_cache(cls, cached: CachedAnswer, *, paid_now: bool = False) -> "Answer":
+        return cls(raw=cached.raw, value=cached.value, error=cached.parse_error,
+                   input_tokens=cached.input_tokens, output_tokens=cached.output_tokens,
+                   cost_usd=cached.cost_usd if paid_now else 0.0, cached=not paid_now)
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0          # HTTP attempts, including retried ones
+    answered: int = 0          # unique calls answered (and cached) in this run
+    failed: int = 0            # unique calls that ended as API failures (not cached)
+    retries: int = 0
+    rate_limited: int = 0      # 429 responses
+    timeouts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    min_concurrency: int = 0   # lowest adaptive concurrency reached
+    wall_s: float = 0.0
+
+    def as_metrics(self, prefix: str = "screen.") -> dict[str, float]:
+        return {f"{prefix}{name}": float(value) for name, value in vars(self).items()}
+
+
+class RateLimiter:
+    """Token buckets for requests/min and tokens/min, refilled continuously, one second of burst.
+    A request larger than one second's allowance may drive a bucket negative (it then pays the debt)."""
+
+    def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
+        self.buckets = [[rate / 60.0, rate / 60.0] for rate in (requests_per_minute, tokens_per_minute)
+                        if rate is not None]  # [level, rate per second]
+        self.kinds = [k for k, rate in (("requests", requests_per_minute), ("tokens", tokens_per_minute))
+                      if rate is not None]
+        self.last = time.monotonic()
+
+    async def acquire(self, tokens: int) -> None:
+        if not self.buckets:
+            return
+        amounts = {"requests": 1.0, "tokens": float(tokens)}
+        while True:
+            now = time.monotonic()
+            elapsed, self.last = now - self.last, now
+            wait = 0.0
+            for bucket, kind in zip(self.buckets, self.kinds):
+                capacity = bucket[1]  # one second's worth
+                bucket[0] = min(capacity, bucket[0] + elapsed * bucket[1])
+                need = min(amounts[kind], capacity)
+                if bucket[0] < need:
+                    wait = max(wait, (need - bucket[0]) / bucket[1])
+            if wait <= 0:
+                for bucket, kind in zip(self.buckets, self.kinds):
+                    bucket[0] -= amounts[kind]
+                return
+            await asyncio.sleep(wait)
+
+
+class AdaptiveLimit:
+    """At most `limit` requests in flight. A 429 halves the limit (at most once per `cooldown_s`, so a
+    burst counts once); every `limit` consecutive successes add one back, up to the configured maximum."""
+
+    def __init__(self, maximum: int, adaptive: bool, cooldown_s: float = 1.0) -> None:
+        self.maximum = self.limit = self.lowest = maximum
+        self.adaptive, self.cooldown_s = adaptive, cooldown_s
+        self.in_flight = self.streak = 0
+        self.last_cut = -math.inf
+        self.cond = asyncio.Condition()
+
+    async def acquire(self) -> None:
+        async with self.cond:
+            await self.cond.wait_for(lambda: self.in_flight < self.limit)
+            self.in_flight += 1
+
+    async def release(self, rate_limited: bool, succeeded: bool) -> None:
+        async with self.cond:
+            self.in_flight -= 1
+            if self.adaptive and rate_limited:
+                now = time.monotonic()
+                self.streak = 0
+                if now - self.last_cut >= self.cooldown_s and self.limit > 1:
+                    self.limit = max(1, self.limit // 2)
+                    self.lowest = min(self.lowest, self.limit)
+                    self.last_cut = now
+                    log.warning("rate limited (HTTP 429): concurrency lowered to %d", self.limit)
+            elif self.adaptive and succeeded and self.limit < self.maximum:
+                self.streak += 1
+                if self.streak >= self.limit:
+                    self.limit, self.streak = self.limit + 1, 0
+            self.cond.notify_all()
+
+
+class Budget:
+    """Dollar cap for one screening run: a call is sent only if its worst-case cost (estimated input,
+    full max_tokens output) fits next to what is spent and reserved by calls in flight."""
+
+    def __init__(self, limit_usd: float | None) -> None:
+        self.limit, self.spent, self.reserved = limit_usd, 0.0, 0.0
+
+    def try_reserve(self, amount: float) -> bool:
+        if self.limit is not None and self.spent + self.reserved + amount > self.limit:
+            return False
+        self.reserved += amount
+        return True
+
+    def settle(self, reserved: float, actual: float) -> None:
+        self.reserved -= reserved
+        self.spent += actual
+
+
+def run_coroutine(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion from sync code, also when an event loop is already running
+    (e.g. in Jupyter): then it runs in a fresh loop on a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(factory())).result()
+
+
+@dataclass
+class Engine:
+    """Runs the calls of one screening job against one provider."""
+
+    settings: EngineSettings
+    provider: Provider
+    cache: ResponseCache
+    price: Price
+    outcome: Outcome
+    budget_usd: float | None = None
+    key_hint: str = ""            # e.g. "check OPENAI_API_KEY" for auth failures
+    stats: EngineStats = field(default_factory=EngineStats)
+
+    def run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
+        """Answer every call (key -> Answer); never raises for a single call's failure."""
+        if not calls:
+            return {}
+        return run_coroutine(lambda: self._run(calls, rows_total, rows_done, desc))
+
+    async def _run(self, calls: Sequence[Call], rows_total: int, rows_done: int,
+                   desc: str) -> dict[str, Answer]:
+        s = self.settings
+        self._rate = RateLimiter(s.requests_per_minute, s.tokens_per_minute)
+        self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
+        self._budget = Budget(self.budget_usd)
+        self._stop_reason: str | None = None
+        self._backoff = wait_exponential_jitter(initial=s.backoff_initial_s, max=s.backoff_max_s,
+                                                jitter=s.backoff_jitter_s)
+        self._bar = tqdm(total=rows_total, initial=rows_done, desc=desc, unit="row", dynamic_ncols=True,
+                         disable=not s.progress, mininterval=0.5, smoothing=0.1)
+        self._failed_rows = 0
+        self._last_postfix = 0.0
+        answers: dict[str, Answer] = {}
+        pending = iter(calls)
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            for call in pending:  # shared iterator: each call is taken by exactly one worker
+                answer = await self._answer(call)
+                answers[call.key] = answer
+                self._progress(call, answer)
+
+        await self.provider.start()
+        try:
+            # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
+            workers = min(len(calls), max(4, 4 * s.concurrency))
+            await asyncio.gather(*(worker() for _ in range(workers)))
+        finally:
+            await self.provider.stop()
+            self._bar.close()
+            self.stats.min_concurrency = self._limit.lowest
+            self.stats.wall_s += time.perf_counter() - started
+        return answers
+
+    def _progress(self, call: Call, answer: Answer) -> None:
+        if answer.error is not None:
+            self._failed_rows += call.rows
+        self._bar.update(call.rows)
+        now = time.monotonic()
+        if now - self._last_postfix >= 0.5:
+            self._last_postfix = now
+            st = self.stats
+            self._bar.set_postfix_str(f"fail={self._failed_rows} tok={st.input_tokens + st.output_tokens:,}"
+                                      f" ${st.cost_usd:,.4f}", refresh=False)
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            capped = min(retry_after, self.settings.retry_after_max_s)
+            return capped + random.uniform(0, 0.1 * capped)
+        return self._backoff(state)
+
+    async def _answer(self, call: Call) -> Answer:
+        if self._stop_reason:
+            return Answer(raw=None, value=None, error=self._stop_reason)
+        worst_case = self.price.cost(call.input_tokens_estimate, self.provider.generation.max_tokens)
+        if not self._budget.try_reserve(worst_case):
+            self._stop_reason = (f"budget exhausted: max_cost_usd={self.budget_usd} reached "
+                                 f"(spent ${self._budget.spent:.4f}); not sent")
+            log.warning("%s; remaining rows are recorded as failures", self._stop_reason)
+            return Answer(raw=None, value=None, error=self._stop_reason)
+        actual = 0.0
+        try:
+            completion, latency = await self._send_with_retries(call)
+            actual = self.price.cost(completion.input_tokens, completion.output_tokens)
+            value, parse_error = parse_answer(completion.text, self.outcome)
+            stored = CachedAnswer(raw=completion.text, value=value, parse_error=parse_error,
+                                  input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
+                                  cost_usd=actual, latency_s=latency, created_at=time.time())
+            self.cache.put(call.key, self.provider.kind, self.provider.model, stored)
+            st = self.stats
+            st.answered += 1
+            st.input_tokens += completion.input_tokens
+            st.output_tokens += completion.output_tokens
+            st.cost_usd += actual
+            return Answer.from_cache(stored, paid_now=True)
+        except TransientError as exc:
+            self.stats.failed += 1
+            return Answer(raw=None, value=None,
+                          error=f"API failure after {self.settings.max_attempts} attempts: {exc}")
+        except PermanentError as exc:
+            self.stats.failed += 1
+            if exc.auth and not self._stop_reason:
+                self._stop_reason = f"not sent: the provider rejected the API key ({exc}); {self.key_hint}"
+                log.error("%s", self._stop_reason)
+            return Answer(raw=None, value=None, error=f"API failure: {exc}")
+        except Exception as exc:  # a bug or surprise in one request must not end the run
+            self.stats.failed += 1
+            log.exception("unexpected error for one request")
+            return Answer(raw=None, value=None, error=f"unexpected error: {type(exc).__name__}: {exc}"[:500])
+        finally:
+            self._budget.settle(worst_case, actual)
+
+    async def _send_with_retries(self, call: Call):
+        s, st = self.settings, self.stats
+        body = self.provider.request_body(call.prompt)
+        tokens = call.input_tokens_estimate + self.provider.generation.max_tokens
+        retrying = AsyncRetrying(stop=stop_after_attempt(s.max_attempts), wait=self._wait, reraise=True,
+                                 retry=retry_if_exception_type(TransientError))
+        async for attempt in retrying:
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    st.retries += 1
+                await self._rate.acquire(tokens)
+                await self._limit.acquire()
+                rate_limited = succeeded = False
+                start = time.perf_counter()
+                st.requests += 1
+                try:
+                    completion = await asyncio.wait_for(self.provider.send(body), s.timeout_s)
+                    succeeded = True
+                except asyncio.TimeoutError:
+                    st.timeouts += 1
+                    raise TransientError(f"timed out after {s.timeout_s}s") from None
+                except TransientError as exc:
+                    rate_limited = exc.rate_limited
+                    st.rate_limited += rate_limited
+                    if "timed out" in str(exc):
+                        st.timeouts += 1
+                    raise
+                finally:
+                    await self._limit.release(rate_limited, succeeded)
+                return completion, time.perf_counter() - start
+        raise AssertionError("unreachable: tenacity reraises the last error")

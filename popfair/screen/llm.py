@@ -1,0 +1,206 @@
+"""LLMScreener: a chat model behind a provider API (OpenAI, Anthropic, Bedrock, OpenAI-compatible)
+screens each document: yes/no callback or a 0-100 score. Answers come from the response cache when
+present; only what is missing is asked, online (engine.py) or as a provider batch (batch.py)."""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import asdict
+from typing import Any, Mapping, Sequence
+
+from popfair.errors import ConfigError, DataError, require
+from popfair.screen.cache import ResponseCache
+from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
+from popfair.screen.pricing import Price, estimate_input_tokens
+from popfair.screen.prompts import PromptSet
+from popfair.screen.providers import PROVIDER_KINDS, Generation, make_provider
+from popfair.secrets import install_log_redaction, read_secret
+from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+
+log = logging.getLogger("popfair.screen")
+
+MODES = ("online", "batch")
+BATCH_PROVIDERS = ("openai", "anthropic")
+_DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
+
+
+def _generation(config: Mapping[str, Any] | None) -> Generation:
+    values = dict(config or {})
+    allowed = {"temperature", "max_tokens", "reasoning_effort", "extra"}
+    unknown = set(values) - allowed
+    require(not unknown, "screener.generation", f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    gen = Generation(**values)
+    require(isinstance(gen.max_tokens, int) and gen.max_tokens >= 1, "screener.generation.max_tokens",
+            f"must be an integer >= 1, got {gen.max_tokens!r}")
+    require(gen.temperature is None or 0 <= float(gen.temperature) <= 2, "screener.generation.temperature",
+            f"must be in [0, 2] or null, got {gen.temperature!r}")
+    require(isinstance(gen.extra, Mapping), "screener.generation.extra", "must be a mapping of body fields")
+    return Generation(temperature=gen.temperature, max_tokens=gen.max_tokens,
+                      reasoning_effort=gen.reasoning_effort, extra=dict(gen.extra))
+
+
+def _check_aws_credentials(region: str | None) -> None:
+    """Fail at construction when boto3 finds no AWS credentials (names the variables to set)."""
+    import boto3
+
+    if boto3.Session(region_name=region).get_credentials() is None:
+        from popfair.errors import MissingSecretError
+        raise MissingSecretError(
+            "screener.api_key_env: no AWS credentials found for Bedrock. Set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK).")
+
+
+class LLMScreener:
+    """Screens documents with one hosted model. Construction validates every setting and reads the
+    API key from the environment (MissingSecretError naming the variable) before any work."""
+
+    def __init__(self, name: str, provider: str, model: str, api_key_env: str | None = None,
+                 base_url: str | None = None, region: str | None = None, display_name: str | None = None,
+                 release_date: str | None = None, reasoning: bool = False, vision: bool = False,
+                 generation: Mapping[str, Any] | None = None, price: Mapping[str, Any] | None = None,
+                 prompts: Mapping[str, str] | None = None, engine: Mapping[str, Any] | None = None,
+                 cache_dir: str = ".popfair_cache", max_cost_usd: float | None = None,
+                 mode: str = "online", batch: Mapping[str, Any] | None = None,
+                 expected_output_tokens: int = 4) -> None:
+        require(bool(name), "screener.name", "must be non-empty")
+        require(provider in PROVIDER_KINDS, "screener.provider",
+                f"must be one of {', '.join(PROVIDER_KINDS)}, got {provider!r}")
+        require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
+        require(base_url is None or str(base_url).startswith(("http://", "https://")), "screener.base_url",
+                f"must be an http(s) URL or null, got {base_url!r}")
+        require(provider != "openai_compatible" or base_url is not None, "screener.base_url",
+                "is required for provider openai_compatible (the server's .../v1 URL)")
+        require(provider != "bedrock" or bool(region or base_url), "screener.region",
+                "is required for provider bedrock (e.g. us-east-1)")
+        require(release_date is None or bool(_DATE.match(str(release_date))), "screener.release_date",
+                f"must be YYYY-MM or YYYY-MM-DD, got {release_date!r}")
+        require(mode in MODES, "screener.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+        require(mode != "batch" or provider in BATCH_PROVIDERS, "screener.mode",
+                f"batch mode needs provider {' or '.join(BATCH_PROVIDERS)}, got {provider!r}")
+        require(max_cost_usd is None or float(max_cost_usd) > 0, "max_cost_usd",
+                f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}")
+        require(isinstance(expected_output_tokens, int) and expected_output_tokens >= 1,
+                "screener.expected_output_tokens", f"must be an integer >= 1, got {expected_output_tokens!r}")
+        require(api_key_env is None or bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(api_key_env))),
+                "screener.api_key_env", f"must be the NAME of an environment variable, got {api_key_env!r}")
+        require(provider not in ("openai", "anthropic") or api_key_env is not None, "screener.api_key_env",
+                f"provider {provider} needs the name of the environment variable holding the API key")
+        self.name, self.display_name = name, display_name or name
+        self.release_date, self.reasoning, self.vision = release_date, bool(reasoning), bool(vision)
+        self.api_key_env, self.mode = api_key_env, mode
+        self.max_cost_usd = None if max_cost_usd is None else float(max_cost_usd)
+        self.expected_output_tokens = expected_output_tokens
+        self.price = Price.from_config(price)
+        self.settings = EngineSettings.from_config(engine)
+        self.prompts = PromptSet(prompts)
+        from popfair.screen.batch import BatchSettings
+        self.batch_settings = BatchSettings.from_config(batch)
+        install_log_redaction()
+        api_key = read_secret(api_key_env, "screener.api_key_env") if api_key_env else None
+        if provider == "bedrock" and api_key_env is None:
+            _check_aws_credentials(region)
+        self.provider = make_provider(provider, model=model, generation=_generation(generation),
+                                      reasoning=self.reasoning, api_key=api_key, base_url=base_url,
+                                      region=region, timeout_s=self.settings.timeout_s,
+                                      concurrency=self.settings.concurrency)
+        self.cache = ResponseCache(cache_dir)
+        self.last_stats: dict[str, float] = {}
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LLMScreener(name={self.name!r}, provider={self.provider.kind!r}, model={self.provider.model!r})"
+
+    # --- shared preparation ---------------------------------------------------------------------
+    def _calls(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+               outcome: Outcome) -> tuple[list[str], dict[str, Call]]:
+        """Cache key per document, and one Call per distinct key (identical prompts are asked once)."""
+        require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
+        if not self.vision and any(d.kind == "image" for d in documents):
+            raise ConfigError(f"screener={self.name}: model {self.provider.model} is text-only "
+                              "(vision: false) but the renderer produced images; pick a VLM screener "
+                              "or a text renderer")
+        missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
+        if missing_jobs:
+            raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
+        keys: list[str] = []
+        calls: dict[str, Call] = {}
+        kind = self.provider.kind
+        for document in documents:
+            prompt = self.prompts.build(outcome, jobs[document.job_id], document)
+            key = self.provider.cache_key(prompt)
+            keys.append(key)
+            call = calls.get(key)
+            if call is None:
+                calls[key] = Call(key, prompt, estimate_input_tokens(prompt.system, prompt.user,
+                                                                      prompt.image_png, kind))
+            else:
+                calls[key] = Call(key, call.prompt, call.input_tokens_estimate, call.rows + 1)
+        return keys, calls
+
+    # --- Screener protocol ----------------------------------------------------------------------
+    def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
+        """Calls, tokens and dollars still to pay: distinct prompts not in the cache. Calls nothing."""
+        _, calls = self._calls(jobs, documents, outcome)
+        cached = self.cache.get_many(calls)
+        todo = [c for k, c in calls.items() if k not in cached]
+        input_tokens = sum(c.input_tokens_estimate for c in todo)
+        output_tokens = self.expected_output_tokens * len(todo)
+        return CallPlan(calls=len(todo), input_tokens=input_tokens, output_tokens=output_tokens,
+                        cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"))
+
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+               outcome: Outcome) -> list[ScreenResult]:
+        """One result per document, in order: parsed value, or a failure with the reason (and the raw
+        text when the model answered something unparseable)."""
+        keys, calls = self._calls(jobs, documents, outcome)
+        answers: dict[str, Answer] = {k: Answer.from_cache(c) for k, c in self.cache.get_many(calls).items()}
+        todo = [c for k, c in calls.items() if k not in answers]
+        stats = EngineStats()
+        if todo:
+            cached_rows = len(documents) - sum(c.rows for c in todo)
+            desc = f"screen {self.name}"
+            if self.mode == "batch":
+                from popfair.screen.batch import BatchRunner
+                runner = BatchRunner(self.batch_settings, self.provider, self.cache, self.price, outcome,
+                                     stats, budget_usd=self.max_cost_usd)
+                answers.update(runner.run(todo))
+            else:
+                engine = Engine(self.settings, self.provider, self.cache, self.price, outcome,
+                                budget_usd=self.max_cost_usd, stats=stats,
+                                key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials")
+                answers.update(engine.run(todo, len(documents), cached_rows, desc))
+        results, charged = [], set()
+        for document, key in zip(documents, keys):
+            answer = answers[key]
+            first = key not in charged  # duplicate prompts share one paid answer
+            charged.add(key)
+            results.append(ScreenResult(
+                applicant_id=document.applicant_id, raw=answer.raw, value=answer.value, error=answer.error,
+                input_tokens=answer.input_tokens if first else 0,
+                output_tokens=answer.output_tokens if first else 0,
+                cost_usd=answer.cost_usd if first else 0.0, cached=answer.cached or not first))
+        self._summarise(results, stats, len(todo))
+        return results
+
+    def _summarise(self, results: list[ScreenResult], stats: EngineStats, asked: int) -> None:
+        n = len(results)
+        failed = sum(r.error is not None for r in results)
+        unparseable = sum(r.error is not None and r.raw is not None for r in results)
+        from_cache = sum(r.cached for r in results)
+        self.last_stats = {"screen.rows": n, "screen.rows_from_cache": from_cache,
+                           "screen.calls_needed": asked, "screen.failed_rows": failed,
+                           "screen.unparseable_rows": unparseable,
+                           "screen.failure_rate": failed / n if n else 0.0, **stats.as_metrics()}
+        log.info("screen %s: %d rows, %d from cache, %d distinct prompts asked, %d requests, %d failed "
+                 "(%.2f%%; %d unparseable), %d tokens, $%.4f", self.name, n, from_cache, asked,
+                 stats.requests, failed, 100 * failed / max(n, 1), unparseable,
+                 stats.input_tokens + stats.output_tokens, stats.cost_usd)
+
+    def metrics(self) -> dict[str, float]:
+        """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars)."""
+        return dict(self.last_stats)
+
+    def describe(self) -> dict[str, Any]:
+        """Model card fields for reports (no secrets)."""
+        return {"name": self.name, "display_name": self.display_name, "provider": self.provider.kind,
+                "model": self.provider.model, "release_date": self.release_date,
+                "reasoning": self.reasoning, "vision": self.vision, "price": asdict(self.price)}

@@ -1,0 +1,70 @@
+"""Prices per model (from config) and token estimates for planning and budgets, without any call."""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from popfair.errors import require
+
+CHARS_PER_TOKEN = 4.0      # English text in BPE tokenizers: about 4 characters per token
+MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators per request
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens; `batch_discount` is the fraction of list price batch jobs pay."""
+
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+    batch_discount: float = 0.5
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None, key: str = "screener.price") -> "Price":
+        values = dict(config or {})
+        unknown = set(values) - {"input_per_mtok", "output_per_mtok", "batch_discount"}
+        require(not unknown, key, f"unknown keys {sorted(unknown)}; allowed: input_per_mtok, "
+                "output_per_mtok, batch_discount")
+        price = cls(**{k: float(v) for k, v in values.items()})
+        require(price.input_per_mtok >= 0 and price.output_per_mtok >= 0, key,
+                f"prices must be >= 0 USD per million tokens, got {values}")
+        require(0 < price.batch_discount <= 1, f"{key}.batch_discount",
+                f"must be in (0, 1], got {price.batch_discount}")
+        return price
+
+    def cost(self, input_tokens: float, output_tokens: float, batch: bool = False) -> float:
+        """Dollars for the given token counts (vectorises over numpy arrays too)."""
+        dollars = (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+        return dollars * (self.batch_discount if batch else 1.0)
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG header; (0, 0) when the bytes are not a PNG."""
+    if len(png) >= 24 and png[:8] == b"\x89PNG\r\n\x1a\n":
+        return struct.unpack(">II", png[16:24])
+    return 0, 0
+
+
+def image_tokens(png: bytes, provider: str) -> int:
+    """Input tokens one PNG costs: OpenAI high-detail tiling (85 + 170 per 512-px tile after fitting
+    in 2048 px and scaling the short side to 768), Anthropic/Bedrock width*height/750."""
+    width, height = png_size(png)
+    if width == 0 or height == 0:
+        return 1000
+    if provider in ("anthropic", "bedrock"):
+        scale = min(1.0, 1568 / max(width, height))
+        return math.ceil(width * scale * height * scale / 750)
+    scale = min(1.0, 2048 / max(width, height))
+    width, height = width * scale, height * scale
+    scale = min(1.0, 768 / min(width, height))
+    width, height = width * scale, height * scale
+    return 85 + 170 * math.ceil(width / 512) * math.ceil(height / 512)
+
+
+def estimate_input_tokens(system: str, user: str, image_png: bytes | None, provider: str) -> int:
+    """Rough input tokens of one request (characters / 4, plus image tokens, plus overhead)."""
+    tokens = math.ceil((len(system) + len(user)) / CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
+    if image_png is not None:
+        tokens += image_tokens(image_png, provider)
+    return tokens

@@ -1,0 +1,129 @@
+"""What every provider adapter shares: generation settings, results, error classes, cache keys."""
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from popfair.screen.cache import request_key
+from popfair.screen.prompts import ChatPrompt
+
+PROVIDER_KINDS = ("openai", "openai_compatible", "anthropic", "bedrock")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Decoding settings sent with every request (all of them enter the cache key).
+
+    temperature: null omits it. max_tokens: output cap (sent as max_completion_tokens to OpenAI
+    reasoning-class models). reasoning_effort: e.g. "none"/"minimal" for reasoning models, null omits.
+    extra: further provider-specific body fields, merged verbatim."""
+
+    temperature: float | None = 0.0
+    max_tokens: int = 200
+    reasoning_effort: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    input_tokens: int
+    output_tokens: int
+
+
+class TransientError(Exception):
+    """Worth retrying: 429, 408/409, 5xx, timeouts, connection errors, malformed bodies."""
+
+    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.rate_limited = rate_limited
+
+
+class PermanentError(Exception):
+    """Retrying cannot help (bad request, content refused). `auth` marks a rejected key: the run
+    stops sending, since every further request would fail the same way."""
+
+    def __init__(self, message: str, auth: bool = False) -> None:
+        super().__init__(message)
+        self.auth = auth
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds from retry-after-ms / retry-after (seconds or HTTP date); None when absent."""
+    if not headers:
+        return None
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def classify_status(status: int, headers: Mapping[str, str] | None, message: str) -> Exception:
+    """Map an HTTP error status to TransientError / PermanentError."""
+    text = f"HTTP {status}: {message}"[:500]
+    if status == 429:
+        return TransientError(text, parse_retry_after(headers), rate_limited=True)
+    if status in (408, 409) or status >= 500:
+        return TransientError(text, parse_retry_after(headers))
+    return PermanentError(text, auth=status in (401, 403))
+
+
+class Provider(ABC):
+    """One model behind one endpoint. `body` is the exact request the SDK sends; the cache key is
+    the hash of that body with images replaced by the sha256 of their bytes."""
+
+    kind: str
+
+    def __init__(self, model: str, generation: Generation, reasoning: bool = False,
+                 api_key: str | None = None, base_url: str | None = None, region: str | None = None,
+                 timeout_s: float = 60.0, concurrency: int = 8) -> None:
+        self.model, self.generation, self.reasoning = model, generation, reasoning
+        self.api_key, self.base_url, self.region = api_key, base_url, region
+        self.timeout_s, self.concurrency = timeout_s, concurrency
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go (part of the cache key: the same model id elsewhere is another model)."""
+        return self.base_url or "default"
+
+    @abstractmethod
+    def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
+        """The request body; `image` is the provider's encoding of the PNG (or a digest for keys)."""
+
+    @abstractmethod
+    def encode_image(self, png: bytes) -> Any:
+        """The PNG as this provider's API wants it (base64 text, or raw bytes for boto3)."""
+
+    def request_body(self, prompt: ChatPrompt) -> dict[str, Any]:
+        image = self.encode_image(prompt.image_png) if prompt.image_png is not None else None
+        return self.body(prompt, image)
+
+    def cache_key(self, prompt: ChatPrompt) -> str:
+        digest = (f"sha256:{hashlib.sha256(prompt.image_png).hexdigest()}"
+                  if prompt.image_png is not None else None)
+        return request_key(self.kind, self.endpoint, self.body(prompt, digest))
+
+    async def start(self) -> None:
+        """Open clients (called inside the event loop that will use them)."""
+
+    async def stop(self) -> None:
+        """Close clients."""
+
+    @abstractmethod
+    async def send(self, body: dict[str, Any]) -> Completion:
+        """One request; raises TransientError or PermanentError on failure."""
