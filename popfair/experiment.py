@@ -139,6 +139,9 @@ class Experiment:
                 if isinstance(value, (int, float)):
                     metrics[f"{effect}.{column}"] = value
         metrics.update(effects.metrics)
+        screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
+        if callable(screen_metrics):
+            metrics.update(screen_metrics())
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         tags = {"case": effects.case, "case_name": self.case_name(), "git_commit": git_commit(),
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,

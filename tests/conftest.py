@@ -17,7 +17,8 @@ def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None 
     """The composed config; with tmp_path, MLflow tracks into that directory."""
     extra = []
     if tmp_path is not None:
-        extra = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_root={tmp_path}/artifacts"]
+        extra = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_root={tmp_path}/artifacts",
+                 f"cache_dir={tmp_path}/cache"]
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         return compose(config_name="config", overrides=list(overrides or []) + extra)
 

@@ -7,6 +7,7 @@ Run standalone (benchmarks): python -m tests.llm_stub --latency 0.05  -> prints 
 from __future__ import annotations
 
 import argparse
+import base64
 import email.parser
 import hashlib
 import json
@@ -72,12 +73,30 @@ class StubState:
     files: dict = field(default_factory=dict)
     batches: dict = field(default_factory=dict)
     held: int = 0
+    reject_auth: bool = False       # answer 401 to everything (a revoked key)
+    images: list = field(default_factory=list)  # (format, png bytes) of every image part received
 
 
 def _user_text(content) -> str:
     if isinstance(content, str):
         return content
     return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+
+
+def extract_images(path: str, body: dict) -> list[tuple[str, bytes]]:
+    """Image parts of a request in each provider's format, decoded back to PNG bytes."""
+    found = []
+    for part in body.get("messages", [])[-1].get("content", []) if body.get("messages") else []:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "image_url":
+            url = part["image_url"]["url"]
+            found.append(("openai", base64.b64decode(url.split("base64,", 1)[1])))
+        elif part.get("type") == "image" and part.get("source", {}).get("type") == "base64":
+            found.append(("anthropic", base64.b64decode(part["source"]["data"])))
+        elif "image" in part and isinstance(part["image"], dict):
+            found.append(("bedrock:" + part["image"]["format"], base64.b64decode(part["image"]["source"]["bytes"])))
+    return found
 
 
 def extract_prompt(path: str, body: dict) -> tuple[str, str]:
@@ -173,6 +192,7 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.requests += 1
             st.attempts[prompt] += 1
+            st.images.extend(extract_images(path, body))
             attempt = st.attempts[prompt]
             hold = st.hold_after is not None and sum(st.answered.values()) >= st.hold_after
             if hold:
@@ -180,6 +200,9 @@ class Handler(BaseHTTPRequestHandler):
         if hold:
             st.released.wait()
             return self._send(503, {"error": {"message": "held then released"}})
+        if st.reject_auth:
+            return self._send(401, {"error": {"type": "authentication_error", "message": "invalid key"},
+                                    "message": "invalid key"})
         if st.latency_s:
             time.sleep(st.latency_s)
         f = st.faults
@@ -323,15 +346,21 @@ class Handler(BaseHTTPRequestHandler):
                 "results_url": f"{host}/v1/messages/batches/{batch_id}/results" if done else None}
 
 
+class QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def handle_error(self, request, client_address) -> None:  # clients hanging up is expected here
+        pass
+
+
 class StubServer:
     """Start/stop the stub in a background thread: `with StubServer(...) as stub: stub.url`."""
 
     def __init__(self, **state) -> None:
         self.state = StubState(**state)
         handler = type("BoundHandler", (Handler,), {"state": self.state})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.httpd.request_queue_size = 128
+        self.httpd = QuietServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

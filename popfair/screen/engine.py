@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
-from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt,
-                      wait_exponential_jitter)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tqdm.auto import tqdm
 
 from popfair.errors import require
@@ -110,6 +109,10 @@ class EngineStats:
 
     def as_metrics(self, prefix: str = "screen.") -> dict[str, float]:
         return {f"{prefix}{name}": float(value) for name, value in vars(self).items()}
+
+
+class _Stopped(Exception):
+    """The run stopped sending (rejected key) while this request was waiting for a slot."""
 
 
 class RateLimiter:
@@ -233,8 +236,6 @@ class Engine:
         self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
         self._budget = Budget(self.budget_usd)
         self._stop_reason: str | None = None
-        self._backoff = wait_exponential_jitter(initial=s.backoff_initial_s, max=s.backoff_max_s,
-                                                jitter=s.backoff_jitter_s)
         self._bar = tqdm(total=rows_total, initial=rows_done, desc=desc, unit="row", dynamic_ncols=True,
                          disable=not s.progress, mininterval=0.5, smoothing=0.1)
         self._failed_rows = 0
@@ -273,12 +274,16 @@ class Engine:
                                       f" ${st.cost_usd:,.4f}", refresh=False)
 
     def _wait(self, state: RetryCallState) -> float:
+        """Retry-After when the server sent one (plus up to 10% jitter), else exponential backoff
+        initial * 2^(attempt-1) capped at backoff_max_s, plus uniform jitter."""
+        s = self.settings
         exc = state.outcome.exception() if state.outcome else None
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is not None:
-            capped = min(retry_after, self.settings.retry_after_max_s)
+            capped = min(retry_after, s.retry_after_max_s)
             return capped + random.uniform(0, 0.1 * capped)
-        return self._backoff(state)
+        exponential = min(s.backoff_initial_s * 2 ** (state.attempt_number - 1), s.backoff_max_s)
+        return exponential + random.uniform(0, s.backoff_jitter_s)
 
     async def _answer(self, call: Call) -> Answer:
         if self._stop_reason:
@@ -308,6 +313,8 @@ class Engine:
             self.stats.failed += 1
             return Answer(raw=None, value=None,
                           error=f"API failure after {self.settings.max_attempts} attempts: {exc}")
+        except _Stopped as exc:
+            return Answer(raw=None, value=None, error=str(exc))
         except PermanentError as exc:
             self.stats.failed += 1
             if exc.auth and not self._stop_reason:
@@ -333,6 +340,9 @@ class Engine:
                     st.retries += 1
                 await self._rate.acquire(tokens)
                 await self._limit.acquire()
+                if self._stop_reason:  # e.g. the key was rejected while this request waited
+                    await self._limit.release(False, False)
+                    raise _Stopped(self._stop_reason)
                 rate_limited = succeeded = False
                 start = time.perf_counter()
                 st.requests += 1
