@@ -35,7 +35,9 @@ def base_url(stub_url: str, provider: str) -> str:
     return stub_url + "/v1" if provider in ("openai", "openai_compatible") else stub_url
 
 
-def make_screener(provider: str, stub_url: str, cache_dir: Path, monkeypatch, **overrides) -> LLMScreener:
+def make_screener(kind: str, stub_url: str, cache_dir: Path, monkeypatch, **overrides) -> LLMScreener:
+    """An LLMScreener of provider `kind` pointed at the stub, with fast backoffs; overrides merge in."""
+    provider = kind
     key_env = KEYS[provider]
     if key_env:
         monkeypatch.setenv(key_env, f"test-key-{provider}-0123456789")

@@ -15,6 +15,7 @@ from popfair.screen.providers import TransientError
 from tests.llm_stub import Faults, StubServer, expected_answer, prompt_text
 from tests.screen_helpers import JOBS, documents, make_screener, png
 
+N_FAULTY = 200
 PROVIDERS = ["openai", "openai_compatible", "anthropic", "bedrock"]
 FAULTS = Faults(rate_limit=0.06, server_error=0.06, timeout=0.03, malformed=0.05, always_fail=0.02,
                 retry_after="0.01", hang_s=2.0)  # hangs outlast the 1 s client timeout
@@ -29,7 +30,7 @@ def expected_value(screener, document, outcome):
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_faulty_server_every_row_scored_or_recorded_and_each_prompt_answered_once(provider, tmp_path,
                                                                                    monkeypatch):
-    docs = documents(240, duplicates=20)
+    docs = documents(N_FAULTY, duplicates=20)
     with StubServer(faults=FAULTS, garbage_rate=0.05) as stub:
         # a generous timeout: on a loaded machine a slow *answer* must not pass for a hang
         screener = make_screener(provider, stub.url, tmp_path, monkeypatch, engine={"timeout_s": 1.0})
@@ -53,8 +54,8 @@ def test_faulty_server_every_row_scored_or_recorded_and_each_prompt_answered_onc
                 n_unparseable += result.error is not None
         assert 0 < n_api_failures < len(docs) * 0.1  # the always-failing prompts (2%) and their copies
         assert n_unparseable > 0
-        assert sum(state.answered.values()) == len(state.answered) == 240 - n_api_failures + (
-            sum(1 for r in results[240:] if r.raw is None))  # copies share their original's answer
+        assert sum(state.answered.values()) == len(state.answered) == N_FAULTY - n_api_failures + (
+            sum(1 for r in results[N_FAULTY:] if r.raw is None))  # copies share their original's answer
         metrics = screener.metrics()
         assert metrics["screen.timeouts"] > 0 and metrics["screen.rate_limited"] > 0
         assert metrics["screen.cost_usd"] == pytest.approx(sum(r.cost_usd for r in results))

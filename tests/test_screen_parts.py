@@ -1,0 +1,152 @@
+"""Parsing, pricing and planning arithmetic, prompts, cache keys, config validation, log redaction."""
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from popfair.errors import ConfigError
+from popfair.screen.cache import ResponseCache
+from popfair.screen.parse import parse_answer
+from popfair.screen.pricing import MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
+from popfair.secrets import REDACTED, RedactSecrets, register_secret
+from tests.llm_stub import StubServer
+from tests.screen_helpers import JOBS, documents, make_screener, png
+
+
+@pytest.mark.parametrize("raw,value", [
+    ("yes", 1.0), ("no", 0.0), ("Yes.", 1.0), ("NO", 0.0), ("  yes\n", 1.0),
+    ("I would say no, then yes", 0.0), ("Answer: YES - strong fit", 1.0), ("no\n\nyes", 0.0),
+])
+def test_callback_parses_first_yes_or_no_word(raw, value):
+    assert parse_answer(raw, "callback") == (value, None)
+
+
+@pytest.mark.parametrize("raw", ["", "maybe", "yesterday I knew", "nothing", "y", "nope", "Noah"])
+def test_callback_without_a_yes_no_word_is_a_failure(raw):
+    value, error = parse_answer(raw, "callback")
+    assert value is None and "unparseable" in error
+
+
+@pytest.mark.parametrize("raw,value", [
+    ("85", 85.0), ("Score: 0", 0.0), ("100", 100.0), ("I rate this 72/100.", 72.0), ("7 out of 100", 7.0),
+    ("\n  42\n", 42.0),
+])
+def test_score_parses_first_integer_in_range(raw, value):
+    assert parse_answer(raw, "score") == (value, None)
+
+
+@pytest.mark.parametrize("raw,reason", [
+    ("", "no integer"), ("excellent fit", "no integer"), ("101", "outside 0-100"), ("250 points", "outside 0-100"),
+    ("7.5", "not an integer"), ("-3", "not an integer"),
+])
+def test_score_failures_say_why(raw, reason):
+    value, error = parse_answer(raw, "score")
+    assert value is None and reason in error
+
+
+def test_price_arithmetic_and_batch_discount():
+    price = Price(input_per_mtok=0.15, output_per_mtok=0.60, batch_discount=0.5)
+    assert price.cost(1_000_000, 0) == pytest.approx(0.15)
+    assert price.cost(2_000, 500) == pytest.approx((2_000 * 0.15 + 500 * 0.60) / 1e6)
+    assert price.cost(2_000, 500, batch=True) == pytest.approx(0.5 * price.cost(2_000, 500))
+
+
+@pytest.mark.parametrize("config,key", [({"input_per_mtok": -1}, "screener.price"),
+                                        ({"batch_discount": 0}, "batch_discount"),
+                                        ({"per_call": 1}, "per_call")])
+def test_bad_price_names_the_key(config, key):
+    with pytest.raises(ConfigError, match=key):
+        Price.from_config(config)
+
+
+def test_image_token_estimates_follow_the_providers_published_formulas():
+    square = png(1, (1024, 1024))
+    assert image_tokens(square, "openai") == 85 + 170 * 4          # 768x768 -> 2x2 tiles = 765
+    assert image_tokens(png(1, (1000, 1000)), "anthropic") == math.ceil(1000 * 1000 / 750)
+    assert image_tokens(png(1, (512, 512)), "openai") == 85 + 170      # small images are not upscaled
+    assert estimate_input_tokens("ab" * 10, "c" * 20, None, "openai") == 10 + MESSAGE_OVERHEAD_TOKENS
+
+
+def test_plan_counts_distinct_uncached_prompts_and_prices_them(tmp_path, monkeypatch):
+    docs = documents(30, duplicates=10)
+    with StubServer() as stub:
+        screener = make_screener("openai", stub.url, tmp_path, monkeypatch,
+                                 price={"input_per_mtok": 2.0, "output_per_mtok": 8.0})
+        plan = screener.plan(JOBS, docs, "score")
+        prompts = [screener.prompts.build("score", JOBS[d.job_id], d) for d in docs[:30]]
+        expected_in = sum(math.ceil((len(p.system) + len(p.user)) / 4) + MESSAGE_OVERHEAD_TOKENS for p in prompts)
+        assert plan.calls == 30 and plan.input_tokens == expected_in
+        assert plan.output_tokens == 30 * screener.expected_output_tokens
+        assert plan.cost_usd == pytest.approx((expected_in * 2.0 + plan.output_tokens * 8.0) / 1e6)
+        assert stub.state.requests == 0  # planning calls nothing
+        screener.screen(JOBS, docs[:12], "score")
+        assert screener.plan(JOBS, docs, "score").calls == 18
+        assert screener.plan(JOBS, docs, "callback").calls == 30  # another prompt: another answer
+
+
+def test_cache_key_covers_model_params_endpoint_and_prompt(tmp_path, monkeypatch):
+    docs = documents(2)
+    with StubServer() as stub:
+        def key(**overrides):
+            screener = make_screener("openai", stub.url, tmp_path, monkeypatch, **overrides)
+            return screener.provider.cache_key(screener.prompts.build("score", JOBS[docs[0].job_id], docs[0]))
+
+        base = key()
+        assert key() == base
+        assert key(model="other") != base
+        assert key(generation={"temperature": 0.5}) != base
+        assert key(generation={"max_tokens": 16}) != base
+        assert key(base_url="http://127.0.0.1:1/v1") != base
+        assert key(price={"input_per_mtok": 9.0}) == base  # prices do not change answers
+
+
+def test_cache_survives_reopening_and_ignores_missing_keys(tmp_path):
+    from popfair.screen.cache import CachedAnswer
+
+    cache = ResponseCache(tmp_path)
+    cache.put("k1", "openai", "m", CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0))
+    cache.close()
+    again = ResponseCache(tmp_path)
+    assert again.get_many(["k1", "k2"]) == {"k1": CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0)}
+    assert again._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.parametrize("override,key", [
+    ({"provider": "azure"}, "screener.provider"), ({"base_url": "ftp://x"}, "screener.base_url"),
+    ({"mode": "offline"}, "screener.mode"), ({"max_cost_usd": -1}, "max_cost_usd"),
+    ({"engine": {"concurrency": 0}}, "screener.engine.concurrency"),
+    ({"engine": {"threads": 4}}, "screener.engine"), ({"generation": {"max_tokens": 0}}, "max_tokens"),
+    ({"generation": {"top_k": 3}}, "screener.generation"), ({"release_date": "May 2023"}, "release_date"),
+    ({"prompts": {"score_user": "/nonexistent/prompt.txt"}}, "/nonexistent/prompt.txt"),
+    ({"api_key_env": "sk-live-abc123!"}, "screener.api_key_env"),
+    ({"batch": {"poll_interval_s": 0}}, "poll_interval_s"),
+])
+def test_bad_screener_settings_fail_at_construction_naming_the_key(override, key, tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        make_screener("openai", "http://127.0.0.1:9", tmp_path, monkeypatch, **override)
+
+
+def test_prompt_template_without_document_placeholder_is_rejected(tmp_path, monkeypatch):
+    template = tmp_path / "bad.txt"
+    template.write_text("Rate the applicant.")
+    with pytest.raises(ConfigError, match="{document}"):
+        make_screener("openai", "http://127.0.0.1:9", tmp_path, monkeypatch,
+                      prompts={"score_user": str(template)})
+
+
+def test_log_records_with_a_secret_are_redacted(caplog):
+    secret = "sk-sentinel-redaction-0123456789"
+    register_secret(secret)
+    logger = logging.getLogger("popfair.test_redaction")
+    handler = logging.Handler()
+    seen = []
+    handler.emit = lambda record: seen.append(record.getMessage())
+    handler.addFilter(RedactSecrets())
+    logger.addHandler(handler)
+    try:
+        logger.error("auth header was Bearer %s", secret)
+    finally:
+        logger.removeHandler(handler)
+    assert seen == [f"auth header was Bearer {REDACTED}"]

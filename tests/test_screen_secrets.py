@@ -1,0 +1,47 @@
+"""API keys live only in the environment: a planted sentinel key never reaches config dumps, logs,
+MLflow or artifacts, and a missing key stops the CLI before any work, naming the variable."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+
+from tests.llm_stub import StubServer
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTINEL = "sk-SENTINEL-7f3a9c1e5b2d4f6a8c0e"
+
+
+def popfair(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "popfair", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**env, "PYTHONPATH": str(ROOT)})
+
+
+def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
+    env = {**os.environ, "OPENAI_API_KEY": SENTINEL}
+    with StubServer() as stub:
+        out = popfair("screener=gpt4o_mini", f"screener.base_url={stub.url}/v1", "population.n=150",
+                      "screener.engine.progress=false", cwd=tmp_path, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert stub.state.requests >= 150  # the case really called the (stub) API with the key
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    run = mlflow.search_runs(experiment_names=["popfair"]).iloc[0]
+    assert run["params.screener.api_key_env"] == "OPENAI_API_KEY"
+    assert run["metrics.screen.rows"] == 150
+    files = [p for folder in ("outputs", "mlruns", ".popfair_cache") for p in (tmp_path / folder).rglob("*")
+             if p.is_file()]
+    assert any(p.name == "config.yaml" for p in files) and any(p.suffix == ".log" for p in files)
+    leaks = [str(p) for p in files if SENTINEL.encode() in p.read_bytes()]
+    assert leaks == []
+    assert SENTINEL not in out.stdout + out.stderr
+
+
+def test_missing_key_stops_the_cli_before_any_work_naming_the_variable(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    out = popfair("screener=claude_haiku_4_5", cwd=tmp_path, env=env)
+    assert out.returncode == 2
+    assert "ANTHROPIC_API_KEY" in out.stderr + out.stdout
+    assert not (tmp_path / "mlruns").exists()  # nothing tracked: no work was done
