@@ -73,6 +73,7 @@ class StubState:
     files: dict = field(default_factory=dict)
     batches: dict = field(default_factory=dict)
     held: int = 0
+    granted: int = 0                # requests let through (for hold_after)
     reject_auth: bool = False       # answer 401 to everything (a revoked key)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
 
@@ -194,9 +195,12 @@ class Handler(BaseHTTPRequestHandler):
             st.attempts[prompt] += 1
             st.images.extend(extract_images(path, body))
             attempt = st.attempts[prompt]
-            hold = st.hold_after is not None and sum(st.answered.values()) >= st.hold_after
+            # grant answers at arrival, so that exactly hold_after requests are ever answered
+            hold = st.hold_after is not None and st.granted >= st.hold_after
             if hold:
                 st.held += 1
+            else:
+                st.granted += 1
         if hold:
             st.released.wait()
             return self._send(503, {"error": {"message": "held then released"}})

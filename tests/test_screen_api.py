@@ -15,7 +15,7 @@ from popfair.screen.providers import TransientError
 from tests.llm_stub import Faults, StubServer, expected_answer, prompt_text
 from tests.screen_helpers import JOBS, documents, make_screener, png
 
-N_FAULTY = 200
+N_FAULTY = 150
 PROVIDERS = ["openai", "openai_compatible", "anthropic", "bedrock"]
 FAULTS = Faults(rate_limit=0.06, server_error=0.06, timeout=0.03, malformed=0.05, always_fail=0.02,
                 retry_after="0.01", hang_s=2.0)  # hangs outlast the 1 s client timeout

@@ -39,9 +39,17 @@ def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
     assert SENTINEL not in out.stdout + out.stderr
 
 
-def test_missing_key_stops_the_cli_before_any_work_naming_the_variable(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    out = popfair("screener=claude_haiku_4_5", cwd=tmp_path, env=env)
-    assert out.returncode == 2
-    assert "ANTHROPIC_API_KEY" in out.stderr + out.stdout
-    assert not (tmp_path / "mlruns").exists()  # nothing tracked: no work was done
+def test_missing_key_fails_when_the_case_is_built_naming_the_variable(tmp_path, monkeypatch):
+    from popfair.errors import MissingSecretError
+    from popfair.experiment import Experiment
+    from tests.conftest import compose_config
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    cfg = compose_config(["screener=claude_haiku_4_5"], tmp_path=tmp_path)
+    try:
+        Experiment.from_config(cfg)
+    except MissingSecretError as exc:
+        assert "ANTHROPIC_API_KEY" in str(exc) and "screener.api_key_env" in str(exc)
+    else:
+        raise AssertionError("no MissingSecretError")
+    assert not (tmp_path / "mlflow.db").exists()  # nothing tracked: no work was done

@@ -1,14 +1,13 @@
 """Persistent response cache: one SQLite file (WAL mode) shared by every screener and case.
 
-key   = sha256 of provider, endpoint and the full request body (model, every generation parameter,
-        the messages; images enter as the sha256 of their bytes).
+key   = sha256 of provider, endpoint and the full request (model, every generation parameter, the
+        messages including image bytes): see Provider.cache_key.
 value = raw text, parsed value (or parse failure), token usage, dollars, latency, time.
 Each answer is committed as it arrives, so a crash or `kill -9` loses nothing already answered.
 API errors are never stored: a rerun asks again only what is missing. The same file keeps the ids
 of submitted provider batches, so a batch run resumes instead of paying twice."""
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import time
@@ -33,14 +32,7 @@ CREATE TABLE IF NOT EXISTS batches (
 """
 
 
-def request_key(provider: str, endpoint: str, body: Mapping[str, Any]) -> str:
-    """Stable hash of everything that determines an answer."""
-    material = json.dumps({"provider": provider, "endpoint": endpoint, "body": body},
-                          sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CachedAnswer:
     raw: str
     value: float | None
@@ -91,8 +83,7 @@ class ResponseCache:
             rows = self._db.execute(
                 "SELECT key, raw, value, parse_error, input_tokens, output_tokens, cost_usd, latency_s,"
                 f" created_at FROM responses WHERE key IN ({marks})", chunk)
-            for key, *rest in rows:
-                found[key] = CachedAnswer(*rest)
+            found.update((row[0], CachedAnswer(*row[1:])) for row in rows)
         return found
 
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:

@@ -74,7 +74,7 @@ class Call:
     rows: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Answer:
     """Outcome of one unique call: parsed value, or an error (API failure or unparseable text)."""
 
@@ -236,6 +236,7 @@ class Engine:
         self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
         self._budget = Budget(self.budget_usd)
         self._stop_reason: str | None = None
+        self._stop, self._retry_on = stop_after_attempt(s.max_attempts), retry_if_exception_type(TransientError)
         self._bar = tqdm(total=rows_total, initial=rows_done, desc=desc, unit="row", dynamic_ncols=True,
                          disable=not s.progress, mininterval=0.5, smoothing=0.1)
         self._failed_rows = 0
@@ -332,8 +333,7 @@ class Engine:
         s, st = self.settings, self.stats
         body = self.provider.request_body(call.prompt)
         tokens = call.input_tokens_estimate + self.provider.generation.max_tokens
-        retrying = AsyncRetrying(stop=stop_after_attempt(s.max_attempts), wait=self._wait, reraise=True,
-                                 retry=retry_if_exception_type(TransientError))
+        retrying = AsyncRetrying(stop=self._stop, wait=self._wait, reraise=True, retry=self._retry_on)
         async for attempt in retrying:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:

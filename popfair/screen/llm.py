@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
@@ -12,7 +13,7 @@ from popfair.errors import ConfigError, DataError, require
 from popfair.screen.cache import ResponseCache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
 from popfair.screen.pricing import Price, estimate_input_tokens
-from popfair.screen.prompts import PromptSet
+from popfair.screen.prompts import ChatPrompt, PromptSet
 from popfair.screen.providers import PROVIDER_KINDS, Generation, make_provider
 from popfair.secrets import install_log_redaction, read_secret
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
@@ -96,6 +97,9 @@ class LLMScreener:
         from popfair.screen.batch import BatchSettings
         self.batch_settings = BatchSettings.from_config(batch)
         install_log_redaction()
+        for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
+            if logging.getLogger(noisy).level == logging.NOTSET:  # one INFO line per HTTP request otherwise
+                logging.getLogger(noisy).setLevel(logging.WARNING)
         api_key = read_secret(api_key_env, "screener.api_key_env") if api_key_env else None
         if provider == "bedrock" and api_key_env is None:
             _check_aws_credentials(region)
@@ -110,9 +114,9 @@ class LLMScreener:
         return f"LLMScreener(name={self.name!r}, provider={self.provider.kind!r}, model={self.provider.model!r})"
 
     # --- shared preparation ---------------------------------------------------------------------
-    def _calls(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-               outcome: Outcome) -> tuple[list[str], dict[str, Call]]:
-        """Cache key per document, and one Call per distinct key (identical prompts are asked once)."""
+    def _prompts(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+                 outcome: Outcome) -> tuple[list[str], dict[str, ChatPrompt]]:
+        """Cache key per document, and the prompt of each distinct key (identical prompts: one call)."""
         require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
         if not self.vision and any(d.kind == "image" for d in documents):
             raise ConfigError(f"screener={self.name}: model {self.provider.model} is text-only "
@@ -122,26 +126,27 @@ class LLMScreener:
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
         keys: list[str] = []
-        calls: dict[str, Call] = {}
-        kind = self.provider.kind
+        prompts: dict[str, ChatPrompt] = {}
+        build, cache_key = self.prompts.build, self.provider.cache_key
         for document in documents:
-            prompt = self.prompts.build(outcome, jobs[document.job_id], document)
-            key = self.provider.cache_key(prompt)
+            prompt = build(outcome, jobs[document.job_id], document)
+            key = cache_key(prompt)
             keys.append(key)
-            call = calls.get(key)
-            if call is None:
-                calls[key] = Call(key, prompt, estimate_input_tokens(prompt.system, prompt.user,
-                                                                      prompt.image_png, kind))
-            else:
-                calls[key] = Call(key, call.prompt, call.input_tokens_estimate, call.rows + 1)
-        return keys, calls
+            prompts.setdefault(key, prompt)
+        return keys, prompts
+
+    def _todo(self, keys: list[str], prompts: Mapping[str, ChatPrompt], cached: Mapping[str, Any]) -> list[Call]:
+        """One Call per distinct prompt missing from the cache, with the number of rows sharing it."""
+        rows = Counter(keys)
+        kind = self.provider.kind
+        return [Call(key, prompt, estimate_input_tokens(prompt.system, prompt.user, prompt.image_png, kind),
+                     rows[key]) for key, prompt in prompts.items() if key not in cached]
 
     # --- Screener protocol ----------------------------------------------------------------------
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Calls, tokens and dollars still to pay: distinct prompts not in the cache. Calls nothing."""
-        _, calls = self._calls(jobs, documents, outcome)
-        cached = self.cache.get_many(calls)
-        todo = [c for k, c in calls.items() if k not in cached]
+        keys, prompts = self._prompts(jobs, documents, outcome)
+        todo = self._todo(keys, prompts, self.cache.get_many(prompts))
         input_tokens = sum(c.input_tokens_estimate for c in todo)
         output_tokens = self.expected_output_tokens * len(todo)
         return CallPlan(calls=len(todo), input_tokens=input_tokens, output_tokens=output_tokens,
@@ -151,9 +156,9 @@ class LLMScreener:
                outcome: Outcome) -> list[ScreenResult]:
         """One result per document, in order: parsed value, or a failure with the reason (and the raw
         text when the model answered something unparseable)."""
-        keys, calls = self._calls(jobs, documents, outcome)
-        answers: dict[str, Answer] = {k: Answer.from_cache(c) for k, c in self.cache.get_many(calls).items()}
-        todo = [c for k, c in calls.items() if k not in answers]
+        keys, prompts = self._prompts(jobs, documents, outcome)
+        answers: dict[str, Answer] = {k: Answer.from_cache(c) for k, c in self.cache.get_many(prompts).items()}
+        todo = self._todo(keys, prompts, answers)
         stats = EngineStats()
         if todo:
             cached_rows = len(documents) - sum(c.rows for c in todo)

@@ -6,7 +6,7 @@ from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
 from popfair.screen.providers.base import Completion, Provider, TransientError
-from popfair.screen.providers.openai_chat import MALFORMED, sdk_error, sdk_kwargs
+from popfair.screen.providers.openai_chat import MALFORMED, sdk_error
 
 
 class AnthropicMessages(Provider):
@@ -52,21 +52,21 @@ class AnthropicMessages(Provider):
         import anthropic
 
         try:
-            create = self._client.messages.create
-            return completion_from_message(await create(**sdk_kwargs(create, body)))
+            # Low-level post (as for OpenAI): the body is already the exact Messages API JSON.
+            return completion_from_message(await self._client.post("/v1/messages", body=body, cast_to=object))
         except (anthropic.AnthropicError, *MALFORMED) as exc:
             raise sdk_error(exc, anthropic) from None
 
 
 def completion_from_message(message: Any) -> Completion:
-    """Text and usage of a Messages API reply (object or dict)."""
-    if isinstance(message, dict):
-        from anthropic.types import Message
-        message = Message.model_validate(message)
-    blocks = getattr(message, "content", None)
-    if blocks is None:
-        raise TransientError("malformed response: message without content")
-    text = "".join(block.text for block in blocks if getattr(block, "type", None) == "text")
-    usage = message.usage
-    return Completion(text=text, input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
-                      output_tokens=int(getattr(usage, "output_tokens", 0) or 0))
+    """Text and usage of a Messages API reply (JSON body, or the SDK's Message in batch results)."""
+    if hasattr(message, "model_dump"):
+        message = message.model_dump()
+    blocks = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(blocks, list):
+        raise TransientError("malformed response: message without a content list")
+    text = "".join(block.get("text", "") for block in blocks
+                   if isinstance(block, dict) and block.get("type") == "text")
+    usage = message.get("usage") or {}
+    return Completion(text=text, input_tokens=int(usage.get("input_tokens") or 0),
+                      output_tokens=int(usage.get("output_tokens") or 0))

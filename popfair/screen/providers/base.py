@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import json
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from popfair.screen.cache import request_key
 from popfair.screen.prompts import ChatPrompt
 
 PROVIDER_KINDS = ("openai", "openai_compatible", "anthropic", "bedrock")
@@ -84,8 +84,8 @@ def classify_status(status: int, headers: Mapping[str, str] | None, message: str
 
 
 class Provider(ABC):
-    """One model behind one endpoint. `body` is the exact request the SDK sends; the cache key is
-    the hash of that body with images replaced by the sha256 of their bytes."""
+    """One model behind one endpoint. `body` is the exact request the SDK sends; `cache_key`
+    identifies it (model, parameters, messages, images) for the response cache."""
 
     kind: str
 
@@ -95,6 +95,7 @@ class Provider(ABC):
         self.model, self.generation, self.reasoning = model, generation, reasoning
         self.api_key, self.base_url, self.region = api_key, base_url, region
         self.timeout_s, self.concurrency = timeout_s, concurrency
+        self._key_templates: dict[bool, bytes] = {}
 
     @property
     def endpoint(self) -> str:
@@ -114,9 +115,23 @@ class Provider(ABC):
         return self.body(prompt, image)
 
     def cache_key(self, prompt: ChatPrompt) -> str:
-        digest = (f"sha256:{hashlib.sha256(prompt.image_png).hexdigest()}"
-                  if prompt.image_png is not None else None)
-        return request_key(self.kind, self.endpoint, self.body(prompt, digest))
+        """sha256 over the request body template (provider, endpoint, model, every generation
+        parameter, message structure; serialised once per provider) followed by the length-prefixed
+        system text, user text and image bytes. Same identity as hashing the full body, without
+        re-serialising long prompts: a cached rerun of 60,000 rows computes 60,000 keys."""
+        has_image = prompt.image_png is not None
+        template = self._key_templates.get(has_image)
+        if template is None:
+            body = self.body(ChatPrompt(system="<system>", user="<user>"), "<image>" if has_image else None)
+            template = json.dumps({"provider": self.kind, "endpoint": self.endpoint, "body": body},
+                                  sort_keys=True, separators=(",", ":"), default=str).encode()
+            self._key_templates[has_image] = template
+        digest = hashlib.sha256(template)
+        parts = (prompt.system.encode(), prompt.user.encode()) + ((prompt.image_png,) if has_image else ())
+        for part in parts:
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+        return digest.hexdigest()
 
     async def start(self) -> None:
         """Open clients (called inside the event loop that will use them)."""

@@ -1,0 +1,64 @@
+"""Batch mode (OpenAI Batch API, Anthropic Message Batches) through the real SDKs against the stub:
+submit, poll, collect; failed entries recorded; an interrupted run resumes from the stored batch id."""
+from __future__ import annotations
+
+import pytest
+
+from popfair.screen.parse import parse_answer
+from tests.llm_stub import Faults, StubServer, expected_answer, prompt_text
+from tests.screen_helpers import JOBS, documents, make_screener
+
+BATCH = {"poll_interval_s": 0.01}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_batch_mode_submits_polls_and_collects(provider, tmp_path, monkeypatch):
+    docs = documents(40)
+    with StubServer(faults=Faults(always_fail=0.1), batch_polls=2) as stub:
+        screener = make_screener(provider, stub.url, tmp_path, monkeypatch, mode="batch",
+                                 batch={**BATCH, "max_requests": 15})
+        plan = screener.plan(JOBS, docs, "callback")
+        assert plan.cost_usd == pytest.approx(0.5 * screener.price.cost(plan.input_tokens, plan.output_tokens))
+        results = screener.screen(JOBS, docs, "callback")
+        assert len(stub.state.batches) == 3  # 40 requests in batches of at most 15
+        failed = 0
+        for doc, result in zip(docs, results):
+            prompt = screener.prompts.build("callback", JOBS[doc.job_id], doc)
+            if result.error:
+                assert result.error.startswith("batch entry failed") and result.raw is None
+                failed += 1
+            else:
+                assert (result.value, None) == parse_answer(expected_answer(prompt.system, prompt.user), "callback")
+                assert stub.state.answered[prompt_text(prompt.system, prompt.user)] == 1
+        assert 0 < failed < 40
+        assert screener.cache.open_batches(provider, screener.provider.endpoint, "stub-model") == []
+        assert sum(r.cost_usd for r in results) == pytest.approx(
+            0.5 * screener.price.cost(sum(r.input_tokens for r in results), sum(r.output_tokens for r in results)))
+        again = screener.screen(JOBS, docs, "callback")  # only the failed entries go into a new batch
+        assert len(stub.state.batches) == 4 and [r.value for r in again] == [r.value for r in results]
+
+
+def test_interrupted_batch_run_resumes_from_the_stored_batch_id(tmp_path, monkeypatch):
+    docs = documents(25)
+    with StubServer(batch_polls=10_000) as stub:  # the batch stays "in progress"
+        screener = make_screener("openai", stub.url, tmp_path, monkeypatch, mode="batch",
+                                 batch={**BATCH, "max_wait_s": 0.05})
+        first = screener.screen(JOBS, docs, "score")
+        assert all(r.error and "rerun to collect" in r.error for r in first)
+        open_batches = screener.cache.open_batches("openai", screener.provider.endpoint, "stub-model")
+        assert [b.batch_id for b in open_batches] == ["batch-0"] and len(open_batches[0].keys) == 25
+
+        stub.state.batch_polls = 0  # the provider finishes the batch
+        resumed = make_screener("openai", stub.url, tmp_path, monkeypatch, mode="batch", batch=BATCH)
+        results = resumed.screen(JOBS, docs, "score")
+        assert all(r.error is None for r in results)
+        assert len(stub.state.batches) == 1  # collected, not resubmitted
+        assert set(stub.state.answered.values()) == {1}
+        assert resumed.cache.open_batches("openai", resumed.provider.endpoint, "stub-model") == []
+
+
+def test_batch_mode_is_refused_for_providers_without_a_batch_api(tmp_path, monkeypatch):
+    from popfair.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="screener.mode"):
+        make_screener("bedrock", "http://127.0.0.1:9", tmp_path, monkeypatch, mode="batch")
