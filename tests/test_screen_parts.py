@@ -1,4 +1,5 @@
-"""Parsing, pricing and planning arithmetic, prompts, cache keys, config validation, log redaction."""
+"""Pricing and planning arithmetic, cache keys, config validation, log redaction.
+(Answer parsing and prompt files: test_screen_parse.py.)"""
 from __future__ import annotations
 
 import logging
@@ -8,42 +9,10 @@ import pytest
 
 from popfair.errors import ConfigError
 from popfair.screen.cache import ResponseCache
-from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
 from popfair.secrets import REDACTED, RedactSecrets, register_secret
 from tests.llm_stub import StubServer
 from tests.screen_helpers import JOBS, documents, make_screener, png
-
-
-@pytest.mark.parametrize("raw,value", [
-    ("yes", 1.0), ("no", 0.0), ("Yes.", 1.0), ("NO", 0.0), ("  yes\n", 1.0),
-    ("I would say no, then yes", 0.0), ("Answer: YES - strong fit", 1.0), ("no\n\nyes", 0.0),
-])
-def test_callback_parses_first_yes_or_no_word(raw, value):
-    assert parse_answer(raw, "callback") == (value, None)
-
-
-@pytest.mark.parametrize("raw", ["", "maybe", "yesterday I knew", "nothing", "y", "nope", "Noah"])
-def test_callback_without_a_yes_no_word_is_a_failure(raw):
-    value, error = parse_answer(raw, "callback")
-    assert value is None and "unparseable" in error
-
-
-@pytest.mark.parametrize("raw,value", [
-    ("85", 85.0), ("Score: 0", 0.0), ("100", 100.0), ("I rate this 72/100.", 72.0), ("7 out of 100", 7.0),
-    ("\n  42\n", 42.0),
-])
-def test_score_parses_first_integer_in_range(raw, value):
-    assert parse_answer(raw, "score") == (value, None)
-
-
-@pytest.mark.parametrize("raw,reason", [
-    ("", "no integer"), ("excellent fit", "no integer"), ("101", "outside 0-100"), ("250 points", "outside 0-100"),
-    ("7.5", "not an integer"), ("-3", "not an integer"),
-])
-def test_score_failures_say_why(raw, reason):
-    value, error = parse_answer(raw, "score")
-    assert value is None and reason in error
 
 
 def test_price_arithmetic_and_batch_discount():
