@@ -56,12 +56,12 @@ Senior Staff Nurse, Northfield General Hospital | Cincinnati, OH | 2018 - 2021
 - Chaired the falls prevention committee, lowering the unit fall rate over two consecutive quarters.
 - Streamlined the discharge process with case management, shortening time from order to departure.
 
-Charge Nurse, Pinecrest Health Partners | Cincinnati, OH | 2015 - 2018
+Charge Nurse, Pinecrest Health Partners | Cincinnati, OH | 2016 - 2018
 - Precepted newly licensed nurses and nursing students through unit orientation.
 - Served as charge nurse on rotating shifts, balancing assignments and bed flow for a medical-surgical unit.
 - Managed blood transfusions and monitored for reactions according to hospital policy.
 
-Clinical Nurse I, Mercy Ridge Hospital | Cincinnati, OH | 2012 - 2015
+Clinical Nurse I, Mercy Ridge Hospital | Cincinnati, OH | 2012 - 2016
 - Collected laboratory specimens and reported critical values within the required time frame.
 - Administered oral, IV and subcutaneous medications following the five rights and barcode scanning.
 - Monitored post-operative patients and escalated changes in condition to the charge nurse and physician.
@@ -104,13 +104,15 @@ def test_a_different_seed_changes_only_seeded_content():
 
 
 def test_counterfactual_copies_share_their_draws():
-    """Same applicant_id and seed: changing B (education) keeps city, phone, skills, employers."""
+    """Same applicant_id and seed: changing B (education) keeps city, phone, skills, employers,
+    titles and bullets (only the role years may move, to follow the new graduation year)."""
     builder = TextRenderer(pools=pools(), seed=0).builder
     factual = builder.build(PROFILE)
     other = builder.build({**PROFILE, "edu_level": "bachelor", "exp_year": 12})
     assert (factual.location, factual.phone, factual.email, factual.skills) == \
         (other.location, other.phone, other.email, other.skills)
-    assert factual.roles == other.roles
+    same_draws = [(r.title, r.employer, r.bullets) for r in factual.roles]
+    assert same_draws == [(r.title, r.employer, r.bullets) for r in other.roles]
     assert [e.credential for e in other.education] == ["Bachelor of Science in Nursing"]
 
 
@@ -122,6 +124,16 @@ def test_number_of_roles_follows_the_piecewise_rule(exp, roles):
     assert periods[-1][1] is None and periods[0][0] == 2024 - exp
     ends = [end for _, end in periods[:-1]]
     assert ends == [start for start, _ in periods[1:]]  # contiguous, oldest first
+
+
+@pytest.mark.parametrize("exp, education_end, expected", [
+    (12, 2014, [(2012, 2016), (2016, 2018), (2018, 2021), (2021, None)]),  # pre-degree years: first role
+    (12, 2010, [(2012, 2015), (2015, 2018), (2018, 2021), (2021, None)]),  # degree first: even split
+    (8, 2023, [(2016, 2022), (2022, 2023), (2023, None)]),  # short span: a year per later role
+    (1, 2024, [(2023, None)]),
+])
+def test_roles_after_the_first_start_once_education_ends(exp, education_end, expected):
+    assert role_periods(exp, survey_year=2024, education_end=education_end) == expected
 
 
 @pytest.mark.parametrize("level", list(COMPLETION_AGE))
@@ -172,11 +184,15 @@ def test_real_resumes_are_consistent_with_their_profile(real_documents):
             assert lines[1].split(" | ")[0].endswith(f", {row.state}")
             headings = [line for line in lines if line.count(" | ") == 2 and line != lines[1]]
             assert len(headings) == number_of_roles(row.exp_year)
-            first_start = int(headings[-1].rsplit(" | ", 1)[1].split(" - ")[0])
-            assert first_start == 2024 - row.exp_year
+            starts = [int(h.rsplit(" | ", 1)[1].split(" - ")[0]) for h in headings][::-1]  # oldest first
+            survey_year = row.birth_year + row.age
+            assert starts[0] == survey_year - row.exp_year  # the history shows exactly exp_year years
             education = lines[lines.index("EDUCATION") + 1:]
             assert len(education) == (2 if row.edu_level in ("master", "professional", "doctorate") else 1)
-            assert int(education[0].rsplit(" | ", 1)[1]) <= min(2024, row.birth_year + row.age)
+            graduation = int(education[0].rsplit(" | ", 1)[1])
+            assert graduation <= survey_year
+            # later roles start after the last degree whenever there is a year per role for them
+            assert all(s >= min(graduation, survey_year - len(starts) + 1) for s in starts[1:])
 
 
 def test_demographic_word_check_catches_words():

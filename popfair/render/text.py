@@ -49,21 +49,29 @@ def number_of_roles(exp_year: int) -> int:
     return 4
 
 
-def role_periods(exp_year: int, survey_year: int = DEFAULT_SURVEY_YEAR) -> list[tuple[int, int | None]]:
-    """(start, end) years of each role, oldest first, laid back from the survey year; the last role
-    is current (end None). exp_year years are split as evenly as possible, extra years to the
-    most recent roles; a worker with under a year of experience started in the survey year."""
+def role_periods(exp_year: int, survey_year: int = DEFAULT_SURVEY_YEAR,
+                 education_end: int | None = None) -> list[tuple[int, int | None]]:
+    """(start, end) years of each role, oldest first; the last role is current (end None) and the
+    first starts exp_year years before the survey year, so the history shows exactly exp_year years.
+
+    Roles are laid out after education ends: the span from `education_end` (the last graduation
+    year) to the survey year is split as evenly as possible (extra years to the most recent roles),
+    and any years worked before graduation (the experience model counts them) lengthen the first,
+    junior role, so a later role never starts before the degree unless the span is shorter than
+    one year per role. A worker with under a year of experience started in the survey year."""
     n = number_of_roles(exp_year)
-    base, extra = divmod(max(exp_year, 0), n)
-    durations = [base + (1 if i >= n - extra else 0) for i in range(n)]
-    periods: list[tuple[int, int | None]] = []
-    end: int | None = None
-    start = survey_year
-    for duration in reversed(durations):
-        start = (start if end is None else end) - duration
-        periods.append((start, end))
-        end = start
-    return periods[::-1]
+    first_start = survey_year - max(exp_year, 0)
+    anchor = first_start
+    if education_end is not None and education_end > first_start:
+        anchor = min(education_end, survey_year - (n - 1))
+    base, extra = divmod(survey_year - anchor, n)
+    ends = []
+    year = anchor
+    for i in range(n - 1):
+        year += base + (1 if i >= n - extra else 0)
+        ends.append(year)
+    starts = [first_start, *ends]
+    return list(zip(starts, [*ends, None]))
 
 
 def education_years(edu_level: str, birth_year: int, age: int) -> list[tuple[str, int]]:
@@ -200,7 +208,8 @@ class ResumeBuilder:
                                                          "university", "graduate")}
         credential_draw = {level: rng.random() for level in EDU_LEVELS}
 
-        periods = role_periods(exp_year, survey_year=birth_year + age)
+        schooling = education_years(edu_level, birth_year, age)
+        periods = role_periods(exp_year, survey_year=birth_year + age, education_end=schooling[-1][1])
         seniorities = SENIORITY_BY_ROLES[len(periods)]
         seen = {level: 0 for level in seniorities}
         roles = []
@@ -212,7 +221,7 @@ class ResumeBuilder:
                               start=start, end=end, bullets=tuple(chosen)))
 
         education = []
-        for level, year in education_years(edu_level, birth_year, age):
+        for level, year in schooling:
             school_pool = self.schools[SCHOOL_LEVEL[level]]
             credential_pool = pools.credentials[level]
             education.append(EducationEntry(
