@@ -2,8 +2,9 @@
 
 PopResume section 4.2 / appendix B.1: header (name, city and USPS state, synthetic phone and an
 email built from the name), skills, work history, education. Education entries follow edu_level
-with graduation years from age and degree; work history follows exp_year, laid back from the
-survey year; employers, titles, bullets, skills, schools and majors come from pools.
+with graduation years from age and degree; work history spans exp_year years up to the survey
+year, its later roles after education ends; employers, titles, bullets, skills, schools and
+majors come from pools.
 
 What a seed may change: city within the state, phone digits, email pattern, which skills,
 employers, titles, bullets, schools and credentials are drawn. What it may not: the name, the
