@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import popfair
-from popfair.errors import ConfigError, PopfairError, require
+from popfair.errors import ConfigError, MissingSecretError, PopfairError, require
 from popfair.estimate.base import Estimator
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
@@ -44,15 +44,30 @@ class RunResult:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
 
 
-def build(node: DictConfig, group: str) -> Any:
+def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
     """Instantiate one config group; surface our own validation errors unwrapped."""
     try:
-        return instantiate(node, _convert_="all")
+        return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, PopfairError):
             raise cause from None
         raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
+
+
+def build_screener(node: DictConfig, *, keyless: bool = False) -> Screener:
+    """The screener; with `keyless` (dry runs) an API screener whose key is not set is built with
+    `require_key=False`, so a plan needs no secrets. A screener that cannot be built without its
+    key re-raises the MissingSecretError naming the variable."""
+    try:
+        return build(node, "screener")
+    except MissingSecretError as missing:
+        if not keyless:
+            raise
+        try:
+            return build(node, "screener", require_key=False)
+        except ConfigError:
+            raise missing from None
 
 
 @dataclass
@@ -68,15 +83,19 @@ class Experiment:
     run_name: str | None = None
     config: dict[str, Any] = field(default_factory=dict)  # resolved config, for logging only
     outcome_audit: Estimator | None = None  # impact ratios for every case (config `outcome_audit`)
+    parent_run_id: str | None = None  # MLflow parent run when the case belongs to a sweep
+    tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> "Experiment":
-        """Validate and build every component before any work is done."""
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> "Experiment":
+        """Validate and build every component before any work is done. `dry_run` builds API
+        screeners without their keys (planning calls nothing)."""
         for group in COMPONENT_GROUPS:
             require(group in cfg and cfg[group] is not None, group,
                     "missing config group; pick an option, e.g. " f"{group}=<option>")
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
-        parts = {group: build(cfg[group], group) for group in COMPONENT_GROUPS}
+        parts = {group: build_screener(cfg[group], keyless=dry_run) if group == "screener"
+                 else build(cfg[group], group) for group in COMPONENT_GROUPS}
         validate_case = getattr(parts["population"], "validate_case", None)
         if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
             validate_case(parts["occupation"], parts["protected_attr"])
@@ -146,7 +165,7 @@ class Experiment:
         tags = {"case": effects.case, "case_name": self.case_name(), "git_commit": git_commit(),
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,
                 "protected_attr": self.protected.name, "screener": self.screener.name,
-                "renderer": self.renderer.kind, "estimator": self.estimator.name}
+                "renderer": self.renderer.kind, "estimator": self.estimator.name, **self.tags}
         artifacts: dict[str, Any] = {
             "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
             "scored.parquet": result.scored,
@@ -161,7 +180,7 @@ class Experiment:
         if result.audit is not None:
             metrics.update(result.audit.metrics)
             artifacts.update(result.audit.artifacts)
-        with self.tracker.run(self.run_name or self.case_name(), tags) as run:
+        with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)
             run.artifacts(artifacts)

@@ -77,6 +77,48 @@ class MlflowTracker:
             yield RunLogger(active.info.run_id)
 
 
+    def start_parent(self, run_name: str, tags: Mapping[str, Any]) -> str | None:
+        """Create a sweep's parent run (not made active, so the sweep's cases can run in this
+        process); returns its id, or None when tracking is disabled."""
+        if not self.enabled:
+            return None
+        from mlflow import MlflowClient
+
+        experiment_id = self._experiment_id()
+        run = MlflowClient(self.uri).create_run(experiment_id, run_name=run_name,
+                                                tags={k: str(v) for k, v in tags.items()})
+        return run.info.run_id
+
+    def finish_parent(self, run_id: str, *, status: str, tags: Mapping[str, Any],
+                      metrics: Mapping[str, float], artifact_dir: str | Path | None = None) -> None:
+        """Tag, measure and close a parent run; `artifact_dir` is uploaded under `report/`."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self.uri)
+        for key, value in tags.items():
+            client.set_tag(run_id, key, str(value))
+        for key, value in metrics.items():
+            if value is not None and math.isfinite(float(value)):
+                client.log_metric(run_id, key, float(value))
+        if artifact_dir is not None and Path(artifact_dir).is_dir():
+            client.log_artifacts(run_id, str(artifact_dir), artifact_path="report")
+        client.set_terminated(run_id, status=status)
+
+    def record_failure(self, run_name: str, tags: Mapping[str, Any], params: Mapping[str, Any],
+                       error: str, parent_run_id: str | None = None) -> str | None:
+        """A FAILED run for a case that raised before it could log itself, tagged `error`."""
+        if not self.enabled:
+            return None
+        import mlflow
+
+        with self.run(run_name, {**tags, "error": error[:4900]}, parent_run_id) as run:
+            run.params(params)
+            run.artifacts({"error.txt": error})
+            run_id = run.run_id
+            mlflow.end_run(status="FAILED")
+        return run_id
+
+
 class RunLogger:
     """Thin typed wrapper over the active MLflow run (no-op when tracking is disabled)."""
 

@@ -1,0 +1,125 @@
+"""Hydra callback for sweeps (registered in conf/config.yaml under hydra.callbacks).
+
+on_multirun_start: one MLflow parent run for the sweep; the sweep info file and environment
+variables that tell every case (in this process, joblib workers or SLURM jobs) its parent.
+on_multirun_end: the summary of every case (failed ones with their error), the dry-run totals,
+the comparison report logged to the parent run, and the parent run closed."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from popfair.sweep.state import (ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records,
+                                 sweep_grid)
+
+log = logging.getLogger("popfair")
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+class SweepCallback(Callback):
+    """Parent run, case summary and report for `python -m popfair -m ...`."""
+
+    def __init__(self, report: bool = True) -> None:
+        self.report = report  # write and log the comparison report when the sweep ends
+        self.info: SweepInfo | None = None
+        self.tracker = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from popfair.experiment import build
+
+        sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
+        params_node = config.hydra.sweeper.get("params")
+        params = OmegaConf.to_container(params_node, resolve=False) if params_node else {}
+        varying, count = sweep_grid(config.hydra.overrides.task, params)
+        basic = config.hydra.sweeper.get("_target_") == BASIC_SWEEPER
+        dry_run = bool(config.get("dry_run", False))
+        parent_run_id = None
+        if not dry_run:
+            self.tracker = build(config.tracking, "tracking")
+            changing = {k: v for k, v in varying.items() if len(v) > 1}
+            experiment = next((o.split("=", 1)[1] for o in config.hydra.overrides.task
+                               if o.startswith("experiment=")), None)
+            parent_run_id = self.tracker.start_parent(
+                f"sweep-{experiment or 'multirun'}-{Path(sweep_dir).name}",
+                {"popfair.sweep": "parent", "sweep_dir": sweep_dir,
+                 "sweep.experiment": experiment or "none",
+                 "sweep.varying": ",".join(changing) or "none",
+                 "sweep.cases_expected": count if basic else "unknown",
+                 "sweep.command_overrides": " ".join(config.hydra.overrides.task)})
+        self.info = SweepInfo(sweep_dir=sweep_dir, parent_run_id=parent_run_id,
+                              tracking_uri=self.tracker.uri if self.tracker else None,
+                              varying=varying, expected_cases=count if basic else None, dry_run=dry_run)
+        self.info.write()
+        os.environ[ENV_SWEEP_DIR] = sweep_dir
+        if parent_run_id:
+            os.environ[ENV_PARENT_RUN_ID] = parent_run_id
+            log.info("popfair sweep: MLflow parent run %s", parent_run_id)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        os.environ.pop(ENV_SWEEP_DIR, None)
+        os.environ.pop(ENV_PARENT_RUN_ID, None)
+        if self.info is None:
+            return
+        sweep_dir = Path(self.info.sweep_dir)
+        records = read_case_records(sweep_dir)
+        summary = pd.DataFrame([{"job": r.job, "status": r.status, "case": r.case_name,
+                                 "run_id": r.run_id, "seconds": round(r.seconds, 2),
+                                 "error": r.error, "overrides": " ".join(r.overrides)} for r in records])
+        summary.to_csv(sweep_dir / "summary.csv", index=False)
+        failed = [r for r in records if r.status == "failed"]
+        missing = (self.info.expected_cases - len(records)) if self.info.expected_cases else 0
+        lines = [f"\n=== popfair sweep: {len(records)} cases reported"
+                 + (f" of {self.info.expected_cases}" if self.info.expected_cases else "")
+                 + f", {len(failed)} failed ===", f"sweep dir: {sweep_dir}"]
+        lines += [f"FAILED job {r.job} {r.case_name or ''} [{' '.join(r.overrides)}]: {r.error_type}: {r.error}"
+                  for r in failed]
+        if missing > 0:
+            lines.append(f"{missing} cases never reported back (killed or lost by the launcher)")
+        if self.info.dry_run:
+            lines.append(self._plan_totals(records, sweep_dir))
+        print("\n".join(lines))
+        if self.info.parent_run_id and self.tracker is not None:
+            self._finish_parent(records, failed, missing, sweep_dir)
+
+    @staticmethod
+    def _plan_totals(records: list, sweep_dir: Path) -> str:
+        from popfair.sweep.plan import format_totals, plan_totals
+
+        plans = [r.plan for r in records if r.plan]
+        if not plans:
+            return "dry run: no case could be planned"
+        pd.DataFrame(plans).to_csv(sweep_dir / "plan.csv", index=False)
+        totals = plan_totals(plans)
+        totals.to_csv(sweep_dir / "plan_totals.csv")
+        return (f"dry run: {len(plans)} cases planned, nothing called\n{format_totals(totals)}\n"
+                f"(new_* = calls not already bought by an earlier case of this sweep: the response cache)")
+
+    def _finish_parent(self, records: list, failed: list, missing: int, sweep_dir: Path) -> None:
+        """Write the report (if any case finished), log it with the summary to the parent, close it."""
+        report_dir = sweep_dir / "report"
+        report_dir.mkdir(parents=True, exist_ok=True)
+        (report_dir / "summary.csv").write_bytes((sweep_dir / "summary.csv").read_bytes())
+        finished = sum(r.status == "finished" for r in records)
+        if self.report and finished:
+            from popfair.report.sweep import write_report
+
+            try:
+                write_report(self.tracker.uri, self.tracker.experiment_name, report_dir,
+                             parent_run_id=self.info.parent_run_id)
+                print(f"report: {report_dir / 'report.html'}")
+            except Exception as exc:  # noqa: BLE001 - the sweep's runs stay valid without a report
+                log.error("popfair: sweep report failed: %s", exc)
+        self.tracker.finish_parent(
+            self.info.parent_run_id, status="FINISHED" if finished else "FAILED",
+            tags={"sweep.cases": len(records), "sweep.failed": len(failed),
+                  "sweep.failed_jobs": ",".join(str(r.job) for r in failed) or "none"},
+            metrics={"cases": len(records), "cases_finished": finished, "cases_failed": len(failed),
+                     "cases_missing": max(missing, 0)},
+            artifact_dir=report_dir)

@@ -1,0 +1,102 @@
+"""Run one case from the command line: alone, or as one case of a sweep (Hydra multirun).
+
+In a sweep a case never raises: whatever goes wrong is logged, recorded as a FAILED MLflow run
+tagged `error` under the sweep's parent run, and written to the sweep's case records, so the other
+cases finish and the sweep summary lists it."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from popfair.errors import PopfairError
+from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
+
+log = logging.getLogger("popfair")
+
+
+def current_sweep() -> SweepInfo | None:
+    """The sweep this Hydra job belongs to (None outside a multirun or without the callback)."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    sweep_dir = os.environ.get(ENV_SWEEP_DIR) or str(Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir)
+    info = SweepInfo.read(sweep_dir)
+    if info is None and os.environ.get(ENV_PARENT_RUN_ID):
+        info = SweepInfo(sweep_dir=sweep_dir, parent_run_id=os.environ[ENV_PARENT_RUN_ID],
+                         tracking_uri=None, varying={}, expected_cases=None)
+    return info
+
+
+def run_case(cfg: DictConfig) -> float | None:
+    """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
+    from popfair.experiment import Experiment
+    from popfair.report.console import summary
+    from popfair.sweep.plan import plan_case
+
+    hydra_cfg = HydraConfig.get()
+    sweep = current_sweep()
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    overrides = list(hydra_cfg.overrides.task)
+    job = int(hydra_cfg.job.num) if in_sweep else 0
+    tags = varying_tags(overrides, sweep.varying) if sweep else {}
+    dry_run = bool(cfg.get("dry_run", False))
+    start = time.perf_counter()
+    record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
+    experiment = None
+    try:
+        experiment = Experiment.from_config(cfg, dry_run=dry_run)
+        record.case_name = experiment.case_name()
+        if dry_run:
+            plan = plan_case(experiment)
+            print(plan.line())
+            record.status, record.plan = "planned", plan.as_dict()
+            value = None
+        else:
+            experiment.parent_run_id = sweep.parent_run_id if sweep else None
+            experiment.tags = tags
+            result = experiment.run()
+            print(summary(experiment.case_name(), result.effects, result.run_id, len(result.scored),
+                          int(result.scored["error"].notna().sum()), experiment.tracker.uri))
+            record.status, record.run_id = "finished", result.run_id
+            value = float(result.effects.table["estimate"].iloc[0])
+    except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
+        if not in_sweep:
+            if isinstance(exc, PopfairError):
+                log.error("popfair: %s", exc)
+                sys.exit(2)
+            raise
+        log.error("popfair: case %d (%s) failed: %s: %s", job, " ".join(overrides), type(exc).__name__, exc)
+        record.status, record.error, record.error_type = "failed", str(exc) or repr(exc), type(exc).__name__
+        if not dry_run:
+            record.run_id = _record_failed_run(cfg, experiment, sweep, tags, traceback.format_exc(), exc)
+        value = None
+    record.seconds = time.perf_counter() - start
+    if sweep:
+        record.write(sweep.sweep_dir)
+    return value
+
+
+def _record_failed_run(cfg: DictConfig, experiment, sweep: SweepInfo | None, tags: dict[str, str],
+                       trace: str, exc: Exception) -> str | None:
+    """A FAILED MLflow run for the case, under the sweep's parent; None if tracking is unusable."""
+    from popfair.experiment import build
+    from popfair.track.mlflow_tracker import flatten
+
+    try:
+        tracker = experiment.tracker if experiment is not None else build(cfg.tracking, "tracking")
+        name = experiment.case_name() if experiment is not None else "failed-case"
+        config = OmegaConf.to_container(cfg, resolve=False)
+        return tracker.record_failure(name, {**tags, "error_type": type(exc).__name__, "case_name": name},
+                                      flatten(config), f"{type(exc).__name__}: {exc}\n\n{trace}",
+                                      sweep.parent_run_id if sweep else None)
+    except Exception as tracking_exc:  # noqa: BLE001 - the case record still lists the failure
+        log.error("popfair: could not record the failed case in MLflow: %s", tracking_exc)
+        return None

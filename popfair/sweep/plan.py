@@ -1,0 +1,119 @@
+"""Dry runs: what a case, or every case of a sweep, would cost, computed without calling a model.
+
+A case builds its population and documents (cheaply: image renderers are estimated from the text
+layout instead of rasterising thousands of PNGs) and asks the screener's `plan`. Within one process
+the documents are memoised across cases, and a document a screener was already planned for in this
+sweep counts as a cache hit (`new_*` figures): the second protected attribute of an occupation
+re-uses the first one's answers through the response cache."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+from popfair.experiment import Experiment
+from popfair.render.base import render_all
+from popfair.render.text import TextRenderer
+from popfair.types import Document, Profiles
+
+log = logging.getLogger("popfair")
+
+_DOCUMENTS: dict[str, tuple[Profiles, list[Document]]] = {}  # planning memo: config -> documents
+_PLANNED: dict[str, set[str]] = {}  # screener config -> keys of documents already planned
+
+
+@dataclass
+class CasePlan:
+    """Calls, tokens and dollars of one case; `new_*` leave out answers earlier cases already bought."""
+
+    case_name: str
+    screener: str
+    renderer: str
+    documents: int
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    new_calls: int
+    new_input_tokens: int
+    new_output_tokens: int
+    new_cost_usd: float
+    image_estimated_from_text: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        estimate = " (image tokens from the text layout)" if self.image_estimated_from_text else ""
+        return (f"plan {self.case_name}: {self.documents:,} documents, {self.calls:,} calls "
+                f"({self.new_calls:,} not yet planned), {self.input_tokens:,} input + "
+                f"{self.output_tokens:,} output tokens, ${self.cost_usd:,.2f} "
+                f"(${self.new_cost_usd:,.2f} new){estimate}")
+
+
+def _key(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
+    """Profiles and the documents the screener would see; image renderers yield image documents
+    without pixels (`image_png=None`) laid out as the text resume. Memoised per process."""
+    image = experiment.renderer.kind == "image"
+    config = experiment.config
+    key = _key({"population": config.get("population"), "occupation": config.get("occupation"),
+                "protected_attr": config.get("protected_attr"), "seed": experiment.seed,
+                "renderer": "image-from-text" if image else config.get("renderer")})
+    if key not in _DOCUMENTS:
+        profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
+        documents = render_all(TextRenderer() if image else experiment.renderer, profiles.table,
+                               profiles.jobs, progress=False)
+        if image:
+            documents = [Document(applicant_id=d.applicant_id, job_id=d.job_id, kind="image", text=d.text,
+                                  image_png=None, profile=d.profile) for d in documents]
+        _DOCUMENTS[key] = (profiles, documents)
+    profiles, documents = _DOCUMENTS[key]
+    return profiles, documents, image
+
+
+def plan_case(experiment: Experiment) -> CasePlan:
+    """Ask the screener what this case would cost; nothing is called and nothing is logged."""
+    profiles, documents, image = planning_documents(experiment)
+    screener = experiment.screener
+    total = screener.plan(profiles.jobs, documents, profiles.outcome)
+    seen = _PLANNED.setdefault(_key(experiment.config.get("screener")), set())
+    doc_keys = [_key([profiles.jobs[d.job_id].description, d.kind, d.text]) for d in documents]
+    fresh = [d for d, k in zip(documents, doc_keys) if k not in seen]
+    new = total if len(fresh) == len(documents) else screener.plan(profiles.jobs, fresh, profiles.outcome)
+    seen.update(doc_keys)
+    return CasePlan(case_name=experiment.case_name(), screener=screener.name,
+                    renderer=experiment.renderer.kind, documents=len(documents), calls=total.calls,
+                    input_tokens=total.input_tokens, output_tokens=total.output_tokens,
+                    cost_usd=total.cost_usd, new_calls=new.calls, new_input_tokens=new.input_tokens,
+                    new_output_tokens=new.output_tokens, new_cost_usd=new.cost_usd,
+                    image_estimated_from_text=image)
+
+
+PLAN_SUMS = ["cases", "documents", "calls", "input_tokens", "output_tokens", "cost_usd",
+             "new_calls", "new_input_tokens", "new_output_tokens", "new_cost_usd"]
+
+
+def plan_totals(plans: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per-screener sums of case plans plus a TOTAL row (what a sweep's dry run prints at the end)."""
+    table = pd.DataFrame(plans).assign(cases=1)
+    per_model = table.groupby("screener")[PLAN_SUMS].sum()
+    per_model.loc["TOTAL"] = per_model.sum()
+    return per_model
+
+
+def format_totals(totals: pd.DataFrame) -> str:
+    shown = totals.copy()
+    for column in ("cost_usd", "new_cost_usd"):
+        shown[column] = shown[column].map("${:,.2f}".format)
+    for column in [c for c in PLAN_SUMS if c not in ("cost_usd", "new_cost_usd")]:
+        shown[column] = shown[column].map("{:,.0f}".format)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        return shown.to_string()
