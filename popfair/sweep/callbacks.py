@@ -108,9 +108,9 @@ class SweepCallback(Callback):
         (report_dir / "summary.csv").write_bytes((sweep_dir / "summary.csv").read_bytes())
         finished = sum(r.status == "finished" for r in records)
         if self.report and finished:
-            from popfair.report.sweep import write_report
-
             try:
+                from popfair.report.sweep import write_report
+
                 write_report(self.tracker.uri, self.tracker.experiment_name, report_dir,
                              parent_run_id=self.info.parent_run_id)
                 print(f"report: {report_dir / 'report.html'}")

@@ -37,7 +37,7 @@ def current_sweep() -> SweepInfo | None:
 
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
-    from popfair.experiment import Experiment
+    from popfair.experiment import COMPONENT_GROUPS, Experiment
     from popfair.report.console import summary
     from popfair.sweep.plan import plan_case
 
@@ -46,7 +46,10 @@ def run_case(cfg: DictConfig) -> float | None:
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     overrides = list(hydra_cfg.overrides.task)
     job = int(hydra_cfg.job.num) if in_sweep else 0
-    tags = varying_tags(overrides, sweep.varying) if sweep else {}
+    # the config options chosen per group: what the report groups by (renderer image vs image_photo)
+    tags = {f"choice.{group}": str(option) for group, option in hydra_cfg.runtime.choices.items()
+            if group in COMPONENT_GROUPS and option is not None}
+    tags.update(varying_tags(overrides, sweep.varying) if sweep else {})
     dry_run = bool(cfg.get("dry_run", False))
     start = time.perf_counter()
     record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
@@ -92,10 +95,11 @@ def _record_failed_run(cfg: DictConfig, experiment, sweep: SweepInfo | None, tag
 
     try:
         tracker = experiment.tracker if experiment is not None else build(cfg.tracking, "tracking")
-        name = experiment.case_name() if experiment is not None else "failed-case"
+        name = (experiment.case_name() if experiment is not None
+                 else "failed-" + "-".join(v for k, v in tags.items() if k.startswith("sweep.")))
         config = OmegaConf.to_container(cfg, resolve=False)
         return tracker.record_failure(name, {**tags, "error_type": type(exc).__name__, "case_name": name},
-                                      flatten(config), f"{type(exc).__name__}: {exc}\n\n{trace}",
+                                      flatten(config), f"{type(exc).__name__}: {exc}", trace,
                                       sweep.parent_run_id if sweep else None)
     except Exception as tracking_exc:  # noqa: BLE001 - the case record still lists the failure
         log.error("popfair: could not record the failed case in MLflow: %s", tracking_exc)

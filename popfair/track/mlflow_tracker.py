@@ -105,15 +105,16 @@ class MlflowTracker:
         client.set_terminated(run_id, status=status)
 
     def record_failure(self, run_name: str, tags: Mapping[str, Any], params: Mapping[str, Any],
-                       error: str, parent_run_id: str | None = None) -> str | None:
-        """A FAILED run for a case that raised before it could log itself, tagged `error`."""
+                       error: str, traceback_text: str = "", parent_run_id: str | None = None) -> str | None:
+        """A FAILED run for a case that raised before it could log itself: tag `error` holds the
+        message, artifact error.txt the message and traceback."""
         if not self.enabled:
             return None
         import mlflow
 
         with self.run(run_name, {**tags, "error": error[:4900]}, parent_run_id) as run:
             run.params(params)
-            run.artifacts({"error.txt": error})
+            run.artifacts({"error.txt": f"{error}\n\n{traceback_text}"})
             run_id = run.run_id
             mlflow.end_run(status="FAILED")
         return run_id

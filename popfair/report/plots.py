@@ -1,0 +1,120 @@
+"""Comparison figures of a sweep (matplotlib, headless): forest plots per case, the panel's gaps by
+release date, race vs gender gaps across models, and with-photo vs without-photo NDE per VLM."""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+PSE_ORDER = ["TE", "NDE", "NIE", "BIE", "RIE"]
+
+
+def _errors(table: pd.DataFrame) -> np.ndarray:
+    """Asymmetric error bars (lower, upper) from estimate and CI; 0 where the CI is missing."""
+    low = (table["estimate"] - table["ci_low"]).fillna(0).clip(lower=0)
+    high = (table["ci_high"] - table["estimate"]).fillna(0).clip(lower=0)
+    return np.vstack([low.to_numpy(float), high.to_numpy(float)])
+
+
+def forest_plot(case: pd.DataFrame, title: str) -> Figure:
+    """Effects of one case with 95% CIs; significant effects filled, others hollow."""
+    order = [e for e in PSE_ORDER if e in set(case["effect"])] + sorted(set(case["effect"]) - set(PSE_ORDER))
+    case = case.set_index("effect").loc[order].reset_index()
+    fig, ax = plt.subplots(figsize=(5.5, 0.45 * len(case) + 1.2))
+    y = np.arange(len(case))[::-1]
+    for yi, (_, row), err in zip(y, case.iterrows(), _errors(case).T):
+        ax.errorbar(row["estimate"], yi, xerr=err.reshape(2, 1), fmt="o", color="tab:blue",
+                    mfc="tab:blue" if row["significant"] else "white", capsize=3)
+    ax.axvline(0, color="grey", lw=0.8, ls="--")
+    ax.set_yticks(y, case["effect"])
+    ax.set_xlabel("effect on score (positive favours x1)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def panel_gaps_by_release(panel: pd.DataFrame) -> Figure:
+    """Callback gap (pp) with 95% CI per model, ordered by release date, one series per axis."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    dated = panel.assign(when=pd.to_datetime(panel["release_date"], errors="coerce"))
+    use_dates = dated["when"].notna().all()
+    order = dated.sort_values(["when", "model"]).drop_duplicates("model")["model"].tolist()
+    for offset, (axis, rows) in zip((-0.12, 0.12), dated.groupby("protected_attr")):
+        if use_dates:
+            x = rows["when"].to_numpy()
+            ax.errorbar(x, rows["estimate"], yerr=_errors(rows), fmt="o", capsize=3, label=axis)
+        else:
+            x = np.array([order.index(m) for m in rows["model"]]) + offset
+            ax.errorbar(x, rows["estimate"], yerr=_errors(rows), fmt="o", capsize=3, label=axis)
+    if use_dates:
+        for _, row in dated.drop_duplicates("model").iterrows():
+            ax.annotate(row["model"], (row["when"], row["estimate"]), fontsize=6, rotation=30,
+                        xytext=(3, 3), textcoords="offset points")
+    else:
+        ax.set_xticks(range(len(order)), order, rotation=45, ha="right", fontsize=7)
+    ax.axhline(0, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("callback gap, pp (x1 minus x0)")
+    ax.set_title("Callback gaps by model release date" if use_dates else "Callback gaps by model "
+                 "(no release dates in the screener configs)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def race_vs_gender(panel: pd.DataFrame) -> Figure | None:
+    """Each model's race gap against its gender gap, with CIs and the Pearson correlation."""
+    wide = panel.pivot_table(index="model", columns="protected_attr",
+                             values=["estimate", "ci_low", "ci_high"], aggfunc="first")
+    if "race" not in wide["estimate"] or "gender" not in wide["estimate"]:
+        return None
+    wide = wide.dropna()
+    if wide.empty:
+        return None
+    race = pd.DataFrame({c: wide[(c, "race")] for c in ("estimate", "ci_low", "ci_high")})
+    gender = pd.DataFrame({c: wide[(c, "gender")] for c in ("estimate", "ci_low", "ci_high")})
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.errorbar(race["estimate"], gender["estimate"], xerr=_errors(race), yerr=_errors(gender),
+                fmt="o", capsize=2)
+    for model in wide.index:
+        ax.annotate(model, (race.loc[model, "estimate"], gender.loc[model, "estimate"]), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.axhline(0, color="grey", lw=0.8, ls="--")
+    ax.axvline(0, color="grey", lw=0.8, ls="--")
+    r = race["estimate"].corr(gender["estimate"]) if len(wide) >= 3 else math.nan
+    ax.set_title(f"Race vs gender gap across models (Pearson r = {r:.2f}, n = {len(wide)})"
+                 if math.isfinite(r) else f"Race vs gender gap across models (n = {len(wide)})", fontsize=9)
+    ax.set_xlabel("race gap, pp (White minus Black)")
+    ax.set_ylabel("gender gap, pp (male minus female)")
+    fig.tight_layout()
+    return fig
+
+
+def photo_vs_no_photo(pairs: pd.DataFrame) -> Figure | None:
+    """NDE without photo (x) vs with photo (y) per VLM, one point per occupation x attribute."""
+    if pairs.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for model, rows in pairs.groupby("model"):
+        ax.errorbar(rows["estimate_image"], rows["estimate_image_photo"],
+                    xerr=_errors(rows.rename(columns={"estimate_image": "estimate", "ci_low_image": "ci_low",
+                                                      "ci_high_image": "ci_high"})),
+                    yerr=_errors(rows.rename(columns={"estimate_image_photo": "estimate",
+                                                      "ci_low_image_photo": "ci_low",
+                                                      "ci_high_image_photo": "ci_high"})),
+                    fmt="o", capsize=2, label=model)
+    values = pairs[["estimate_image", "estimate_image_photo"]].to_numpy(float)
+    lo, hi = np.nanmin(values), np.nanmax(values)
+    pad = 0.05 * (hi - lo or 1)
+    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("NDE, image resume without photo")
+    ax.set_ylabel("NDE, image resume with photo")
+    ax.set_title("With-photo vs without-photo NDE per VLM", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

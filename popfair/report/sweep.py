@@ -1,0 +1,242 @@
+"""The comparison report of a sweep or an MLflow experiment: CSV, Markdown and one self-contained
+HTML page (figures embedded as base64 PNG).
+
+PopResume cases: effects with CIs and significance per case, the discrimination-pattern labels and
+the number of cases per pattern (the paper's section 5.2 tally). Callback panel (estimator
+paired_gap): the paper's table per axis with Bonferroni across the models of that axis. Figures:
+forest plots per case, panel gaps by release date, race vs gender gaps, photo vs no-photo NDE."""
+from __future__ import annotations
+
+import base64
+import html
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from popfair.errors import DataError
+from popfair.report import plots
+from popfair.report.runs import CASE_COLUMNS, effects_long, load_runs
+
+log = logging.getLogger("popfair")
+
+PAIRED_ESTIMATORS = {"paired_gap"}
+CASE_KEYS = ["occupation", "protected_attr", "format", "model"]
+
+
+@dataclass
+class Block:
+    """One piece of the report: a heading, a paragraph, a table or a figure (file under out_dir)."""
+
+    kind: str  # "h2" | "h3" | "text" | "table" | "figure"
+    content: Any
+
+
+def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
+    """Effects of the score-based (non-paired) cases, one row per case x effect."""
+    if effects.empty:
+        return effects
+    rows = effects[~effects["estimator"].isin(PAIRED_ESTIMATORS)]
+    keep = CASE_KEYS + ["estimator", "effect", "estimate", "se", "ci_low", "ci_high", "p_value",
+                        "significant", "pattern", "case_name", "run_id"]
+    order = {e: i for i, e in enumerate(plots.PSE_ORDER)}
+    return (rows[keep].assign(_o=rows["effect"].map(order).fillna(99))
+            .sort_values(CASE_KEYS + ["_o"]).drop(columns="_o").reset_index(drop=True))
+
+
+def case_table(pse: pd.DataFrame) -> pd.DataFrame:
+    """One row per case: each effect as `estimate [ci_low, ci_high]` with * when significant."""
+    if pse.empty:
+        return pse
+    cell = pse.apply(lambda r: f"{r['estimate']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
+                     + ("*" if r["significant"] else ""), axis=1)
+    wide = pse.assign(cell=cell).pivot_table(index=CASE_KEYS + ["pattern"], columns="effect",
+                                             values="cell", aggfunc="first", dropna=False)
+    columns = [e for e in plots.PSE_ORDER if e in wide.columns] + sorted(set(wide.columns) - set(plots.PSE_ORDER))
+    return wide[columns].reset_index().dropna(subset=columns, how="all")
+
+
+def pattern_tally(pse: pd.DataFrame) -> pd.DataFrame:
+    """Number of cases carrying each discrimination-pattern label (a case may carry several)."""
+    cases = pse.drop_duplicates("run_id")
+    labels = cases["pattern"].fillna("none").str.split("; ").explode().str.strip()
+    tally = labels.value_counts().rename_axis("pattern").reset_index(name="cases")
+    tally["share_of_cases"] = tally["cases"] / max(len(cases), 1)
+    return tally
+
+
+def panel_tables(effects: pd.DataFrame, alpha: float = 0.05) -> dict[str, pd.DataFrame]:
+    """The callback panel table per axis (protected attribute), Bonferroni across its models."""
+    if effects.empty:
+        return {}
+    rows = effects[effects["estimator"].isin(PAIRED_ESTIMATORS)]
+    out = {}
+    for axis, table in rows.groupby("protected_attr"):
+        table = table.drop_duplicates("model", keep="last").copy()
+        m = len(table)
+        p = table["mcnemar_p"] if "mcnemar_p" in table else table["p_value"]
+        table["stars"] = np.select([p < 0.001, p < 0.01, p < 0.05], ["***", "**", "*"], "")
+        if {"b", "c"} <= set(table.columns):
+            table["b_c_ratio"] = table["b"] / table["c"].replace(0, np.nan)
+            if "n_pairs" in table:
+                table["discordant_share"] = (table["b"] + table["c"]) / table["n_pairs"]
+        table["bonferroni_alpha"] = alpha / m
+        table["bonferroni_significant"] = (p < alpha / m) if m > 1 else np.nan
+        columns = ["model", "release_date", "estimate", "ci_low", "ci_high", "b", "c", "b_c_ratio",
+                   "discordant_share", "mcnemar_chi2", "mcnemar_p", "stars", "cluster_p",
+                   "bonferroni_alpha", "bonferroni_significant", "run_id"]
+        out[str(axis)] = table[[c for c in columns if c in table]].sort_values(["release_date", "model"])
+    return out
+
+
+def photo_pairs(pse: pd.DataFrame) -> pd.DataFrame:
+    """NDE of the same VLM, occupation and attribute without (image) and with photo (image_photo)."""
+    nde = pse[(pse["effect"] == "NDE") & pse["format"].isin(["image", "image_photo"])]
+    if nde.empty:
+        return nde
+    wide = nde.pivot_table(index=["model", "occupation", "protected_attr"], columns="format",
+                           values=["estimate", "ci_low", "ci_high"], aggfunc="first")
+    wide.columns = [f"{value}_{fmt}" for value, fmt in wide.columns]
+    needed = ["estimate_image", "estimate_image_photo"]
+    if not set(needed) <= set(wide.columns):
+        return pd.DataFrame()
+    return wide.dropna(subset=needed).reset_index()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120]
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def write_report(tracking_uri: str, experiment_name: str | None, out_dir: str | Path, *,
+                 parent_run_id: str | None = None, alpha: float = 0.05) -> dict[str, Path]:
+    """Read the runs, write CSV tables, plots/*.png, report.md and report.html into out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(tracking_uri, experiment_name, parent_run_id)
+    source = f"sweep parent run {parent_run_id}" if parent_run_id else f"experiment {experiment_name!r}"
+    if runs.empty:
+        raise DataError(f"no case runs in {source} at {tracking_uri}")
+    effects = effects_long(runs, alpha)
+    files: dict[str, Path] = {}
+
+    def csv(name: str, table: pd.DataFrame) -> None:
+        files[name] = out / name
+        table.to_csv(files[name], index=False)
+
+    csv("runs.csv", runs.drop(columns="metrics"))
+    csv("effects.csv", effects)
+    finished = int((runs["status"] == "FINISHED").sum())
+    failed = runs[runs["status"] != "FINISHED"]
+    blocks = [Block("text", f"Source: {source} at `{tracking_uri}`. {len(runs)} cases: {finished} finished, "
+                            f"{len(failed)} not finished. Significance: p < {alpha} where the estimator "
+                            f"reports a p-value, else the {100 * (1 - alpha):.0f}% CI excludes 0 (*).")]
+    if len(failed):
+        blocks += [Block("h2", "Failed cases"),
+                   Block("table", failed[["case_name", "status", "error", "run_id"]])]
+
+    pse = popresume_effects(effects)
+    if not pse.empty:
+        cases, tally = case_table(pse), pattern_tally(pse)
+        csv("popresume_effects.csv", pse)
+        csv("popresume_cases.csv", cases)
+        csv("pattern_tally.csv", tally)
+        blocks += [Block("h2", "Effects per case"), Block("table", cases),
+                   Block("h3", "Cases per discrimination pattern"), Block("table", tally)]
+        pairs = photo_pairs(pse)
+        fig = plots.photo_vs_no_photo(pairs)
+        if fig is not None:
+            csv("photo_vs_no_photo_nde.csv", pairs)
+            files["photo_vs_no_photo.png"] = _save(fig, out / "plots" / "photo_vs_no_photo.png")
+            blocks += [Block("h3", "With-photo vs without-photo NDE"),
+                       Block("figure", files["photo_vs_no_photo.png"])]
+        blocks.append(Block("h3", "Forest plots per case"))
+        for (keys, case) in pse.groupby(CASE_KEYS, dropna=False, sort=True):
+            title = " / ".join(str(k) for k in keys)
+            path = _save(plots.forest_plot(case, title), out / "plots" / "forest" / f"{_slug('-'.join(map(str, keys)))}.png")
+            files[f"forest/{path.name}"] = path
+            blocks.append(Block("figure", path))
+
+    panel = panel_tables(effects, alpha)
+    if panel:
+        blocks.append(Block("h2", "Callback panel"))
+        for axis, table in panel.items():
+            csv(f"panel_{axis}.csv", table)
+            blocks += [Block("h3", f"Axis: {axis} (Bonferroni over {len(table)} models)"),
+                       Block("table", table.drop(columns="run_id"))]
+        panel_long = pd.concat([t.assign(protected_attr=a) for a, t in panel.items()], ignore_index=True)
+        files["panel_gaps.png"] = _save(plots.panel_gaps_by_release(panel_long), out / "plots" / "panel_gaps.png")
+        blocks.append(Block("figure", files["panel_gaps.png"]))
+        fig = plots.race_vs_gender(panel_long)
+        if fig is not None:
+            files["race_vs_gender.png"] = _save(fig, out / "plots" / "race_vs_gender.png")
+            blocks.append(Block("figure", files["race_vs_gender.png"]))
+
+    title = f"popfair report: {source}"
+    files["report.md"] = out / "report.md"
+    files["report.md"].write_text(to_markdown(title, blocks, out))
+    files["report.html"] = out / "report.html"
+    files["report.html"].write_text(to_html(title, blocks))
+    return files
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if np.isnan(value) else f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    header = "| " + " | ".join(map(str, table.columns)) + " |"
+    rule = "| " + " | ".join("---" for _ in table.columns) + " |"
+    body = ["| " + " | ".join(_cell(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |"
+            for row in table.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def to_markdown(title: str, blocks: list[Block], out: Path) -> str:
+    parts = [f"# {title}"]
+    for block in blocks:
+        if block.kind in ("h2", "h3"):
+            parts.append(("## " if block.kind == "h2" else "### ") + block.content)
+        elif block.kind == "text":
+            parts.append(block.content)
+        elif block.kind == "table":
+            parts.append(markdown_table(block.content))
+        else:
+            parts.append(f"![{block.content.stem}]({block.content.relative_to(out).as_posix()})")
+    return "\n\n".join(parts) + "\n"
+
+
+STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+         "font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}th{background:#eee}"
+         "img{max-width:100%;margin:4px}")
+
+
+def to_html(title: str, blocks: list[Block]) -> str:
+    """One self-contained page: tables inline, figures as base64 data URIs."""
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
+    for block in blocks:
+        if block.kind in ("h2", "h3"):
+            parts.append(f"<{block.kind}>{html.escape(block.content)}</{block.kind}>")
+        elif block.kind == "text":
+            parts.append(f"<p>{html.escape(block.content)}</p>")
+        elif block.kind == "table":
+            parts.append(block.content.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}"))
+        else:
+            data = base64.b64encode(Path(block.content).read_bytes()).decode()
+            parts.append(f"<img alt='{html.escape(block.content.stem)}' src='data:image/png;base64,{data}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
