@@ -1,16 +1,19 @@
 """Dry runs: what a case, or every case of a sweep, would cost, computed without calling a model.
 
-A case builds its population and documents (cheaply: image renderers are estimated from the text
-layout instead of rasterising thousands of PNGs) and asks the screener's `plan`. Within one process
+A case builds its population and documents and asks the screener's `plan`. Image renderers are
+planned cheaply: the screener plans the text layout of every resume (one distinct resume = one
+call), and the per-call difference between one real rendered image and its text is added to every
+call (tokens and dollars are linear in it), instead of rasterising thousands of PNGs. Within one process
 the documents are memoised across cases, and a document a screener was already planned for in this
 sweep counts as a cache hit (`new_*` figures): the second protected attribute of an occupation
 re-uses the first one's answers through the response cache."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -18,7 +21,7 @@ import pandas as pd
 from popfair.experiment import Experiment
 from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
-from popfair.types import Document, Profiles
+from popfair.types import CallPlan, Document, Profiles
 
 log = logging.getLogger("popfair")
 
@@ -59,24 +62,46 @@ def _key(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
+    """The text renderer with the image renderer's content settings (pools, seed, ...): the same
+    resume as the image, as text."""
+    accepted = inspect.signature(TextRenderer).parameters
+    return TextRenderer(**{k: v for k, v in renderer_config.items() if k in accepted})
+
+
 def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
-    """Profiles and the documents the screener would see; image renderers yield image documents
-    without pixels (`image_png=None`) laid out as the text resume. Memoised per process."""
-    image = experiment.renderer.kind == "image"
+    """Profiles and the documents to plan; for image renderers the text layout of each resume
+    (flag True). Memoised per process, so cases sharing a population render it once."""
+    image = str(experiment.renderer.kind).startswith("image")
     config = experiment.config
     key = _key({"population": config.get("population"), "occupation": config.get("occupation"),
                 "protected_attr": config.get("protected_attr"), "seed": experiment.seed,
                 "renderer": "image-from-text" if image else config.get("renderer")})
     if key not in _DOCUMENTS:
         profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
-        documents = render_all(TextRenderer() if image else experiment.renderer, profiles.table,
-                               profiles.jobs, progress=False)
-        if image:
-            documents = [Document(applicant_id=d.applicant_id, job_id=d.job_id, kind="image", text=d.text,
-                                  image_png=None, profile=d.profile) for d in documents]
+        documents = render_all(text_layout_renderer(config.get("renderer") or {}) if image
+                               else experiment.renderer, profiles.table, profiles.jobs, progress=False)
         _DOCUMENTS[key] = (profiles, documents)
     profiles, documents = _DOCUMENTS[key]
     return profiles, documents, image
+
+
+def image_call_delta(experiment: Experiment, profiles: Profiles, text_document: Document) -> CallPlan:
+    """Input tokens and dollars one image call costs beyond the same resume as text: the screener
+    plans one really rendered image and its text layout. Zero when either is already cached."""
+    row = profiles.table.iloc[0].to_dict()
+    image_document = experiment.renderer.render(row, profiles.jobs[row["job_id"]])
+    as_image = experiment.screener.plan(profiles.jobs, [image_document], profiles.outcome)
+    as_text = experiment.screener.plan(profiles.jobs, [text_document], profiles.outcome)
+    if as_image.calls != 1 or as_text.calls != 1:
+        return CallPlan(calls=0)
+    return CallPlan(calls=0, input_tokens=as_image.input_tokens - as_text.input_tokens,
+                    cost_usd=as_image.cost_usd - as_text.cost_usd)
+
+
+def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
+    return replace(plan, input_tokens=plan.input_tokens + plan.calls * delta.input_tokens,
+                   cost_usd=plan.cost_usd + plan.calls * delta.cost_usd)
 
 
 def plan_case(experiment: Experiment) -> CasePlan:
@@ -84,11 +109,14 @@ def plan_case(experiment: Experiment) -> CasePlan:
     profiles, documents, image = planning_documents(experiment)
     screener = experiment.screener
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
-    seen = _PLANNED.setdefault(_key(experiment.config.get("screener")), set())
-    doc_keys = [_key([profiles.jobs[d.job_id].description, d.kind, d.text]) for d in documents]
+    seen = _PLANNED.setdefault(_key([experiment.config.get("screener"), image]), set())
+    doc_keys = [_key([profiles.jobs[d.job_id].description, d.text]) for d in documents]
     fresh = [d for d, k in zip(documents, doc_keys) if k not in seen]
     new = total if len(fresh) == len(documents) else screener.plan(profiles.jobs, fresh, profiles.outcome)
     seen.update(doc_keys)
+    if image and documents:
+        delta = image_call_delta(experiment, profiles, documents[0])
+        total, new = _with_delta(total, delta), _with_delta(new, delta)
     return CasePlan(case_name=experiment.case_name(), screener=screener.name,
                     renderer=experiment.renderer.kind, documents=len(documents), calls=total.calls,
                     input_tokens=total.input_tokens, output_tokens=total.output_tokens,
