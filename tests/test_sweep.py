@@ -1,0 +1,238 @@
+"""Sweeps end to end: one MLflow parent run per sweep with a child run per case, failures recorded
+without aborting, the comparison report, launchers, dry-run plans, and reading through mlflow server."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import yaml
+
+from popfair.sweep.state import read_case_records, sweep_grid
+from tests.conftest import CONF_DIR
+from tests.test_cli import ROOT, popfair
+
+SMALL = ["population.n=300", "estimator.n_bootstrap=200"]
+TFIDF = "popfair.screen.tfidf.TfidfScreener"
+EXPLODING = "tests.sweep_support.ExplodingScreener"
+
+
+def sweep_dir(cwd: Path) -> Path:
+    (found,) = [p.parent for p in (cwd / "multirun").glob("*/*/popfair_sweep.json")]
+    return found
+
+
+def runs_of(cwd: Path) -> pd.DataFrame:
+    mlflow.set_tracking_uri(f"sqlite:///{cwd}/mlruns/mlflow.db")
+    return mlflow.search_runs(experiment_names=["popfair"])
+
+
+@pytest.fixture(scope="module")
+def failing_sweep(tmp_path_factory):
+    """2 occupations x (tfidf, a screener that raises mid-case): jobs 1 and 3 fail, 0 and 2 finish."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    out = popfair("-m", "occupation=nurse,teacher", f"screener._target_={TFIDF},{EXPLODING}", *SMALL, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return cwd, out
+
+
+def test_sweep_has_one_parent_and_a_child_per_case(failing_sweep):
+    cwd, _ = failing_sweep
+    runs = runs_of(cwd)
+    parents = runs[runs["tags.popfair.sweep"] == "parent"]
+    assert len(parents) == 1
+    parent = parents.iloc[0]
+    children = runs[runs["tags.mlflow.parentRunId"] == parent["run_id"]]
+    assert len(children) == 4 and len(runs) == 5
+    assert parent["status"] == "FINISHED"
+    assert parent["metrics.cases_failed"] == 2 and parent["metrics.cases_finished"] == 2
+    # the overrides that vary across the sweep are tags; fixed ones (population.n) are not
+    assert set(children["tags.sweep.occupation"]) == {"nurse", "teacher"}
+    assert set(children["tags.sweep.screener._target_"]) == {TFIDF, EXPLODING}
+    assert "tags.sweep.population.n" not in runs.columns
+    assert parent["tags.sweep.varying"] == "occupation,screener._target_"
+
+
+def test_a_case_that_raises_is_recorded_failed_and_the_others_finish(failing_sweep):
+    cwd, out = failing_sweep
+    children = runs_of(cwd).dropna(subset=["tags.mlflow.parentRunId"])
+    failed = children[children["status"] == "FAILED"]
+    assert sorted(failed["tags.sweep.occupation"]) == ["nurse", "teacher"]
+    assert (failed["tags.sweep.screener._target_"] == EXPLODING).all()
+    assert failed["tags.error"].str.contains("boom: the model endpoint fell over").all()
+    assert (failed["tags.error_type"] == "RuntimeError").all()
+    finished = children[children["status"] == "FINISHED"]
+    assert (finished["tags.sweep.screener._target_"] == TFIDF).all()
+    assert finished["metrics.gap.estimate"].notna().all()
+    # job 2 ran after job 1 had raised
+    records = {r.job: r for r in read_case_records(sweep_dir(cwd))}
+    assert [records[j].status for j in range(4)] == ["finished", "failed", "finished", "failed"]
+    summary = pd.read_csv(sweep_dir(cwd) / "summary.csv")
+    assert list(summary.loc[summary["status"] == "failed", "job"]) == [1, 3]
+    assert "2 failed" in out.stdout and "FAILED job 1" in out.stdout and "boom" in out.stdout
+
+
+def test_sweep_report_files_and_plots(failing_sweep):
+    cwd, _ = failing_sweep
+    report = sweep_dir(cwd) / "report"
+    for name in ("report.html", "report.md", "runs.csv", "effects.csv", "popresume_cases.csv",
+                 "pattern_tally.csv", "summary.csv"):
+        assert (report / name).is_file(), name
+    forests = sorted(p.name for p in (report / "plots" / "forest").glob("*.png"))
+    assert forests == ["nurse-gender-text-tfidf.png", "teacher-gender-text-tfidf.png"]
+    page = (report / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "src='plots/" not in page
+    assert "boom" in page  # failed cases are listed
+    cases = pd.read_csv(report / "popresume_cases.csv")
+    assert sorted(cases["occupation"]) == ["nurse", "teacher"]
+    tally = pd.read_csv(report / "pattern_tally.csv")
+    assert tally["cases"].sum() >= 2
+    # logged to the parent run
+    runs = runs_of(cwd)
+    parent_id = runs.loc[runs["tags.popfair.sweep"] == "parent", "run_id"].iloc[0]
+    logged = {a.path for a in mlflow.MlflowClient().list_artifacts(parent_id, "report")}
+    assert {"report/report.html", "report/report.md", "report/summary.csv"} <= logged
+
+
+def test_report_cli_rebuilds_the_report_from_mlflow(failing_sweep, tmp_path):
+    cwd, _ = failing_sweep
+    out = subprocess.run([sys.executable, "-m", "popfair.report", "--latest-sweep", "--no-log",
+                          "--tracking-uri", f"sqlite:///{cwd}/mlruns/mlflow.db", "--out", str(tmp_path / "r")],
+                         cwd=cwd, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    effects = pd.read_csv(tmp_path / "r" / "effects.csv")
+    assert len(effects) == 2 and set(effects["effect"]) == {"gap"}
+    runs = runs_of(cwd)
+    finished = runs[runs["status"] == "FINISHED"].dropna(subset=["tags.mlflow.parentRunId"])
+    merged = effects.merge(finished, on="run_id")
+    assert merged["estimate"].tolist() == pytest.approx(merged["metrics.gap.estimate"].tolist())
+
+
+def test_report_cli_unknown_parent_is_a_clear_error(failing_sweep):
+    cwd, _ = failing_sweep
+    out = subprocess.run([sys.executable, "-m", "popfair.report", "--parent", "0123456789abcdef",
+                          "--tracking-uri", f"sqlite:///{cwd}/mlruns/mlflow.db"], cwd=cwd,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and "0123456789abcdef" in out.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_mlflow_server_serves_the_sweep_over_rest(failing_sweep):
+    """`mlflow server` on the project's sqlite store; the sweep's children found through the REST API."""
+    cwd, _ = failing_sweep
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{cwd}/mlruns/mlflow.db",
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, "mlflow server exited"
+            assert time.time() < deadline, "mlflow server did not come up in 90 s"
+            time.sleep(0.5)
+
+        def post(path: str, body: dict) -> dict:
+            request = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())
+
+        experiment = json.loads(urllib.request.urlopen(
+            f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=popfair", timeout=30).read())
+        experiment_id = experiment["experiment"]["experiment_id"]
+        parents = post("/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment_id],
+                                                       "filter": "tags.`popfair.sweep` = 'parent'"})["runs"]
+        assert len(parents) == 1
+        parent_id = parents[0]["info"]["run_id"]
+        children = post("/api/2.0/mlflow/runs/search", {
+            "experiment_ids": [experiment_id], "filter": f"tags.mlflow.parentRunId = '{parent_id}'"})["runs"]
+        assert sorted(r["info"]["status"] for r in children) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+        local = runs_of(cwd)
+        assert {r["info"]["run_id"] for r in children} == set(
+            local.loc[local["tags.mlflow.parentRunId"] == parent_id, "run_id"])
+        # the report reads the same sweep through the server
+        from popfair.report.runs import load_runs
+        served = load_runs(base, parent_run_id=parent_id)
+        assert sorted(served["status"]) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_joblib_launcher_cases_find_their_parent(tmp_path):
+    """Cases in joblib worker processes link to the parent run created in the sweep process."""
+    out = popfair("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "occupation=nurse,teacher",
+                  "population.n=200", "estimator.n_bootstrap=100", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = runs_of(tmp_path)
+    parent_id = runs.loc[runs["tags.popfair.sweep"] == "parent", "run_id"].item()
+    children = runs[runs["tags.mlflow.parentRunId"] == parent_id]
+    assert sorted(children["tags.sweep.occupation"]) == ["nurse", "teacher"]
+    assert (children["status"] == "FINISHED").all()
+
+
+def test_dry_run_plans_every_case_and_calls_nothing(tmp_path):
+    """A priced screener whose key is unset and whose screen() would fail: the dry run still plans
+    every case (built keyless), prints per-case plans and per-model totals."""
+    env_free = {k: v for k, v in os.environ.items() if k != "POPFAIR_TEST_KEY"}
+    out = subprocess.run([sys.executable, "-m", "popfair", "-m", "dry_run=true",
+                          "occupation=nurse,teacher", "protected_attr=gender,race", "population.n=200",
+                          "screener._target_=tests.sweep_support.CountingScreener"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**env_free, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("\nplan ") + out.stdout.startswith("plan ") == 4
+    assert "dry run: 4 cases planned, nothing called" in out.stdout
+    assert not (tmp_path / "mlruns").exists()  # nothing logged either
+    folder = sweep_dir(tmp_path)
+    plans = pd.read_csv(folder / "plan.csv")
+    assert len(plans) == 4 and (plans["calls"] > 0).all() and (plans["calls"] <= 200).all()
+    totals = pd.read_csv(folder / "plan_totals.csv", index_col=0)
+    assert totals.loc["TOTAL", "calls"] == plans["calls"].sum()
+    assert totals.loc["TOTAL", "cost_usd"] == pytest.approx(plans["cost_usd"].sum())
+    # a document planned in an earlier case counts as a cache hit later on
+    assert (plans["new_calls"] <= plans["calls"]).all()
+    assert plans.loc[plans["case_name"].str.startswith("nurse-gender"), "new_calls"].item() == \
+        plans.loc[plans["case_name"].str.startswith("nurse-gender"), "calls"].item()
+
+
+def test_without_dry_run_a_missing_key_fails_naming_the_variable(tmp_path):
+    env_free = {k: v for k, v in os.environ.items() if k != "POPFAIR_TEST_KEY"}
+    out = subprocess.run([sys.executable, "-m", "popfair", "population.n=200",
+                          "screener._target_=tests.sweep_support.CountingScreener"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**env_free, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and "POPFAIR_TEST_KEY" in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize("experiment,cases", [("popresume_grid", 120), ("callback_panel", 28),
+                                              ("popresume_grid_offline", 50), ("callback_panel_offline", 6)])
+def test_experiment_grids_have_the_papers_case_counts(experiment, cases):
+    params = yaml.safe_load((Path(CONF_DIR) / "experiment" / f"{experiment}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    varying, count = sweep_grid([f"experiment={experiment}"], params)
+    assert count == cases
+    for option in varying.get("format_model", []):
+        assert (Path(CONF_DIR) / "format_model" / f"{option}.yaml").is_file(), option
