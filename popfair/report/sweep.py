@@ -13,14 +13,14 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from popfair.errors import DataError
-from popfair.report import plots
+from popfair.errors import DataError, PopfairError
+from popfair.report import panel, plots
 from popfair.report.runs import CASE_COLUMNS, effects_long, load_runs
 
 log = logging.getLogger("popfair")
@@ -70,28 +70,55 @@ def pattern_tally(pse: pd.DataFrame) -> pd.DataFrame:
     return tally
 
 
-def panel_tables(effects: pd.DataFrame, alpha: float = 0.05) -> dict[str, pd.DataFrame]:
-    """The callback panel table per axis (protected attribute), Bonferroni across its models."""
-    if effects.empty:
-        return {}
+UNDATED = "1900-01-01"  # sort key for models whose screener config has no release date (shown blank)
+
+
+def panel_results(effects: pd.DataFrame) -> pd.DataFrame:
+    """One panel input row (popfair.report.panel) per model x axis of the paired_gap cases."""
     rows = effects[effects["estimator"].isin(PAIRED_ESTIMATORS)]
-    out = {}
-    for axis, table in rows.groupby("protected_attr"):
-        table = table.drop_duplicates("model", keep="last").copy()
-        m = len(table)
-        p = table["mcnemar_p"] if "mcnemar_p" in table else table["p_value"]
-        table["stars"] = np.select([p < 0.001, p < 0.01, p < 0.05], ["***", "**", "*"], "")
-        if {"b", "c"} <= set(table.columns):
-            table["b_c_ratio"] = table["b"] / table["c"].replace(0, np.nan)
-            if "n_pairs" in table:
-                table["discordant_share"] = (table["b"] + table["c"]) / table["n_pairs"]
-        table["bonferroni_alpha"] = alpha / m
-        table["bonferroni_significant"] = (p < alpha / m) if m > 1 else np.nan
-        columns = ["model", "release_date", "estimate", "ci_low", "ci_high", "b", "c", "b_c_ratio",
-                   "discordant_share", "mcnemar_chi2", "mcnemar_p", "stars", "cluster_p",
-                   "bonferroni_alpha", "bonferroni_significant", "run_id"]
-        out[str(axis)] = table[[c for c in columns if c in table]].sort_values(["release_date", "model"])
-    return out
+    rows = rows.drop_duplicates(["model", "protected_attr"], keep="last")
+    return pd.DataFrame([{**panel.panel_row(r["model"], r["protected_attr"], r["release_date"], r.to_dict()),
+                          "run_id": r["run_id"]} for _, r in rows.iterrows()])
+
+
+def panel_blocks(effects: pd.DataFrame, out: Path, alpha: float,
+                 csv: Callable[[str, pd.DataFrame], None]) -> list[Block]:
+    """The callback panel: the paper's table per axis (Bonferroni across that axis's models), gaps
+    by release date, and race vs gender gaps with their correlation."""
+    results = panel_results(effects)
+    if results.empty:
+        return []
+    dated = pd.to_datetime(results["release_date"], errors="coerce").notna()
+    filled = results.assign(release_date=results["release_date"].where(dated, UNDATED))
+    blocks = [Block("h2", "Callback panel")]
+    if not dated.all():
+        blocks.append(Block("text", "No release date in the screener config of: "
+                            + ", ".join(sorted(set(results.loc[~dated, "model"])))
+                            + " (ordered by name, release date left blank)."))
+    for axis, group in filled.groupby("axis", sort=True):
+        try:
+            table = panel.panel_tables(group, alpha=alpha)[str(axis)]
+            heading = f"Axis: {axis} (Bonferroni over {len(table)} models, cluster-robust p)"
+        except PopfairError as exc:  # e.g. one model: no Bonferroni family
+            table, heading = group.drop(columns="axis"), f"Axis: {axis} ({exc})"
+        table = table.assign(release_date=table["release_date"].astype(str).replace(UNDATED, ""))
+        csv(f"panel_{axis}.csv", table)
+        blocks += [Block("h3", heading), Block("table", table)]
+    if dated.all():
+        figure = panel.gap_chart(filled)
+    else:
+        figure = plots.panel_gaps_by_release(results.rename(columns={"gap_pp": "estimate", "axis": "protected_attr"}))
+    blocks.append(Block("figure", _save(figure, out / "plots" / "panel_gaps.png")))
+    scatter = plots.race_vs_gender(results.rename(columns={"gap_pp": "estimate", "axis": "protected_attr"}))
+    if scatter is not None:
+        blocks.append(Block("figure", _save(scatter, out / "plots" / "race_vs_gender.png")))
+        try:
+            correlation = panel.race_gender_correlation(filled)
+            blocks += [Block("h3", "Race vs gender gaps across models"),
+                       Block("table", correlation.to_frame("value").reset_index(names="statistic"))]
+        except PopfairError as exc:
+            blocks.append(Block("text", f"Race-gender correlation not computed: {exc}"))
+    return blocks
 
 
 def photo_pairs(pse: pd.DataFrame) -> pd.DataFrame:
@@ -168,20 +195,8 @@ def write_report(tracking_uri: str, experiment_name: str | None, out_dir: str | 
             files[f"forest/{path.name}"] = path
             blocks.append(Block("figure", path))
 
-    panel = panel_tables(effects, alpha)
-    if panel:
-        blocks.append(Block("h2", "Callback panel"))
-        for axis, table in panel.items():
-            csv(f"panel_{axis}.csv", table)
-            blocks += [Block("h3", f"Axis: {axis} (Bonferroni over {len(table)} models)"),
-                       Block("table", table.drop(columns="run_id"))]
-        panel_long = pd.concat([t.assign(protected_attr=a) for a, t in panel.items()], ignore_index=True)
-        files["panel_gaps.png"] = _save(plots.panel_gaps_by_release(panel_long), out / "plots" / "panel_gaps.png")
-        blocks.append(Block("figure", files["panel_gaps.png"]))
-        fig = plots.race_vs_gender(panel_long)
-        if fig is not None:
-            files["race_vs_gender.png"] = _save(fig, out / "plots" / "race_vs_gender.png")
-            blocks.append(Block("figure", files["race_vs_gender.png"]))
+    blocks += panel_blocks(effects, out, alpha, csv)
+    files.update({f"plots/{p.name}": p for p in (out / "plots").glob("*.png")})
 
     title = f"popfair report: {source}"
     files["report.md"] = out / "report.md"
