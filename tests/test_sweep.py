@@ -226,3 +226,15 @@ def test_experiment_grids_have_the_papers_case_counts(experiment, cases):
     assert count == cases
     for option in varying.get("format_model", []):
         assert (Path(CONF_DIR) / "format_model" / f"{option}.yaml").is_file(), option
+
+
+@pytest.mark.parametrize("launcher,target", [
+    ("basic", "BasicLauncher"), ("joblib", "JoblibLauncher"),
+    ("submitit_slurm", "SlurmLauncher"), ("submitit_local", "LocalLauncher")])
+def test_launchers_are_installed_and_compose(launcher, target):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith(target)
+    assert cfg.hydra.callbacks.popfair_sweep._target_ == "popfair.sweep.callbacks.SweepCallback"
