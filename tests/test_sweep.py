@@ -238,3 +238,24 @@ def test_launchers_are_installed_and_compose(launcher, target):
         cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith(target)
     assert cfg.hydra.callbacks.popfair_sweep._target_ == "popfair.sweep.callbacks.SweepCallback"
+
+
+def _dry_sweep(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
+    """A dry-run sweep with every API key variable removed from the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_")}
+    out = subprocess.run([sys.executable, "-m", "popfair", "-m", "dry_run=true", *args], cwd=cwd,
+                         capture_output=True, text=True, timeout=600, env={**env, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, pd.read_csv(sweep_dir(cwd) / "plan.csv")
+
+
+def test_callback_panel_dry_run_plans_28_cases_without_keys(tmp_path):
+    out, plans = _dry_sweep(tmp_path, "experiment=callback_panel", "occupation.n_postings=30")
+    assert "dry run: 28 cases planned, nothing called" in out.stdout
+    assert plans["screener"].nunique() == 14 and len(plans) == 28
+    assert sorted(set(plans["case_name"].str.split("-").str[1])) == ["gender", "race"]
+    race = plans[plans["case_name"].str.contains("-race-")]
+    gender = plans[plans["case_name"].str.contains("-gender-")]
+    assert (race["documents"] == 30 * 4 * 2).all() and (gender["documents"] == 30 * 4 * 4).all()
+    assert (plans["calls"] > 0).all() and (plans["cost_usd"] > 0).all()
+    assert not (tmp_path / "mlruns").exists()

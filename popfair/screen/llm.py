@@ -4,6 +4,7 @@ present; only what is missing is asked, online (engine.py) or as a provider batc
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter
 from dataclasses import asdict
@@ -53,7 +54,9 @@ def _check_aws_credentials(region: str | None) -> None:
 
 class LLMScreener:
     """Screens documents with one hosted model. Construction validates every setting and reads the
-    API key from the environment (MissingSecretError naming the variable) before any work."""
+    API key from the environment (MissingSecretError naming the variable) before any work.
+    `require_key=False` (dry runs) builds it without a key that is not set: it can `plan`, and
+    `screen` then raises MissingSecretError instead of sending anything."""
 
     def __init__(self, name: str, provider: str, model: str, api_key_env: str | None = None,
                  base_url: str | None = None, region: str | None = None, display_name: str | None = None,
@@ -62,7 +65,7 @@ class LLMScreener:
                  prompts: Mapping[str, str] | None = None, engine: Mapping[str, Any] | None = None,
                  cache_dir: str = ".popfair_cache", max_cost_usd: float | None = None,
                  mode: str = "online", batch: Mapping[str, Any] | None = None,
-                 expected_output_tokens: int = 4) -> None:
+                 expected_output_tokens: int = 4, require_key: bool = True) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         require(provider in PROVIDER_KINDS, "screener.provider",
                 f"must be one of {', '.join(PROVIDER_KINDS)}, got {provider!r}")
@@ -100,8 +103,10 @@ class LLMScreener:
         for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
             if logging.getLogger(noisy).level == logging.NOTSET:  # one INFO line per HTTP request otherwise
                 logging.getLogger(noisy).setLevel(logging.WARNING)
-        api_key = read_secret(api_key_env, "screener.api_key_env") if api_key_env else None
-        if provider == "bedrock" and api_key_env is None:
+        keyed = bool(api_key_env) and (require_key or bool(os.environ.get(api_key_env)))
+        api_key = read_secret(api_key_env, "screener.api_key_env") if keyed else None
+        self._missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
+        if provider == "bedrock" and api_key_env is None and require_key:
             _check_aws_credentials(region)
         self.provider = make_provider(provider, model=model, generation=_generation(generation),
                                       reasoning=self.reasoning, api_key=api_key, base_url=base_url,
@@ -156,6 +161,10 @@ class LLMScreener:
                outcome: Outcome) -> list[ScreenResult]:
         """One result per document, in order: parsed value, or a failure with the reason (and the raw
         text when the model answered something unparseable)."""
+        if self._missing_key:
+            from popfair.errors import MissingSecretError
+            raise MissingSecretError(f"screener.api_key_env: {self.name} was built without its key (dry run); "
+                                     f"set environment variable {self.api_key_env} to screen")
         keys, prompts = self._prompts(jobs, documents, outcome)
         answers: dict[str, Answer] = {k: Answer.from_cache(c) for k, c in self.cache.get_many(prompts).items()}
         todo = self._todo(keys, prompts, answers)
