@@ -37,7 +37,8 @@ class AnthropicMessages(Provider):
         import anthropic
 
         self._client = anthropic.AsyncAnthropic(api_key=self.api_key, base_url=self.base_url,
-                                                max_retries=0, timeout=self.timeout_s)
+                                                max_retries=0, timeout=self.timeout_s,
+                                                http_client=anthropic.DefaultAioHttpClient(timeout=self.timeout_s))
 
     async def stop(self) -> None:
         if self._client is not None:
