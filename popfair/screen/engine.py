@@ -178,7 +178,7 @@ class AdaptiveLimit:
                 self.streak += 1
                 if self.streak >= self.limit:
                     self.limit, self.streak = self.limit + 1, 0
-            self.cond.notify_all()
+            self.cond.notify(max(0, self.limit - self.in_flight))  # wake only as many as may start
 
 
 class Budget:
