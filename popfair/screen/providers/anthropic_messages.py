@@ -6,7 +6,7 @@ from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
 from popfair.screen.providers.base import Completion, Provider, TransientError
-from popfair.screen.providers.openai_chat import MALFORMED, sdk_error
+from popfair.screen.providers.openai_chat import MALFORMED, aiohttp_client, sdk_error
 
 
 class AnthropicMessages(Provider):
@@ -38,7 +38,7 @@ class AnthropicMessages(Provider):
 
         self._client = anthropic.AsyncAnthropic(api_key=self.api_key, base_url=self.base_url,
                                                 max_retries=0, timeout=self.timeout_s,
-                                                http_client=anthropic.DefaultAioHttpClient(timeout=self.timeout_s))
+                                                http_client=aiohttp_client(anthropic, self.timeout_s))
 
     async def stop(self) -> None:
         if self._client is not None:
