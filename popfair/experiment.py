@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import popfair
-from popfair.errors import ConfigError, MissingSecretError, PopfairError, require
+from popfair.errors import ConfigError, PopfairError, require
 from popfair.estimate.base import Estimator
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
@@ -55,17 +55,22 @@ def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
         raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
 
 
-def build_screener(node: DictConfig, *, keyless: bool = False) -> Screener:
-    """The screener; with `keyless` (dry runs) an API screener whose key is not set is built with
-    `require_key=False`, so a plan needs no secrets. A screener that cannot be built without its
-    key re-raises the MissingSecretError naming the variable."""
+# What a dry run may build a component without: keyword -> the external resource it waives.
+PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
+
+
+def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False) -> Any:
+    """Build a component; in a dry run, one that fails for want of an external resource (an API key,
+    a photo folder) is rebuilt with `<PLANNING_RELAXATIONS[group]>=False`: it can plan but not work.
+    If that does not help, the original error (naming the key or variable) is raised."""
     try:
-        return build(node, "screener")
-    except MissingSecretError as missing:
-        if not keyless:
+        return build(node, group)
+    except ConfigError as missing:  # MissingSecretError is a ConfigError
+        relax = PLANNING_RELAXATIONS.get(group)
+        if not dry_run or relax is None:
             raise
         try:
-            return build(node, "screener", require_key=False)
+            return build(node, group, **{relax: False})
         except ConfigError:
             raise missing from None
 
@@ -89,13 +94,12 @@ class Experiment:
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> "Experiment":
         """Validate and build every component before any work is done. `dry_run` builds API
-        screeners without their keys (planning calls nothing)."""
+        screeners without keys and photo renderers without photos (planning needs neither)."""
         for group in COMPONENT_GROUPS:
             require(group in cfg and cfg[group] is not None, group,
                     "missing config group; pick an option, e.g. " f"{group}=<option>")
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
-        parts = {group: build_screener(cfg[group], keyless=dry_run) if group == "screener"
-                 else build(cfg[group], group) for group in COMPONENT_GROUPS}
+        parts = {group: build_for_plan(cfg[group], group, dry_run=dry_run) for group in COMPONENT_GROUPS}
         validate_case = getattr(parts["population"], "validate_case", None)
         if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
             validate_case(parts["occupation"], parts["protected_attr"])

@@ -153,7 +153,8 @@ class ImageRenderer:
                  bullets_per_role: int = 3, email_domain: str = "example.com", width: int = 850,
                  height: int = 1100, margin: int = 48, font_size: int = 15, font_path: str | None = None,
                  bold_font_path: str | None = None, photo_width: int = 150,
-                 photos_dir: str | None = None, age_bands: Mapping[str, Any] | None = None) -> None:
+                 photos_dir: str | None = None, age_bands: Mapping[str, Any] | None = None,
+                 require_photos: bool = True) -> None:
         validate_layout_options(n_skills, bullets_per_role, email_domain, seed)
         for key, value, low, high in (("width", width, 300, 4000), ("height", height, 300, 6000),
                                       ("margin", margin, 0, 400), ("font_size", font_size, MIN_FONT_SIZE, 60),
@@ -168,8 +169,11 @@ class ImageRenderer:
         self.builder = ResumeBuilder(
             ResumePools.from_config(pools, n_skills=n_skills, bullets_per_role=bullets_per_role),
             seed=seed, n_skills=n_skills, bullets_per_role=bullets_per_role, email_domain=email_domain)
+        # require_photos=False (dry runs): without photos_dir the page is laid out with an empty slot,
+        # the same size as with a photo, which is all a cost plan needs
         self.photos = (PhotoLibrary(photos_dir, age_bands if age_bands is not None else DEFAULT_AGE_BANDS,
-                                    seed, self.slot) if self.with_photo else None)
+                                    seed, self.slot)
+                       if self.with_photo and (require_photos or photos_dir) else None)
 
     @property
     def slot_box(self) -> tuple[int, int, int, int]:

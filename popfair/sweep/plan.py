@@ -109,7 +109,9 @@ def plan_case(experiment: Experiment) -> CasePlan:
     profiles, documents, image = planning_documents(experiment)
     screener = experiment.screener
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
-    seen = _PLANNED.setdefault(_key([experiment.config.get("screener"), image]), set())
+    # same screener, same renderer, same text = the same prompt (an image_photo page differs from
+    # the image page of the same resume, so those two never share answers)
+    seen = _PLANNED.setdefault(_key([experiment.config.get("screener"), experiment.renderer.kind]), set())
     doc_keys = [_key([profiles.jobs[d.job_id].description, d.text]) for d in documents]
     fresh = [d for d, k in zip(documents, doc_keys) if k not in seen]
     new = total if len(fresh) == len(documents) else screener.plan(profiles.jobs, fresh, profiles.outcome)
