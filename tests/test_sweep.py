@@ -286,3 +286,25 @@ def test_popresume_grid_dry_run_plans_120_cases_without_keys_or_photos(tmp_path)
     # the second protected attribute re-uses the first one's documents: no new calls
     race = plans[parts[1] == "race"]
     assert (race["new_calls"] == 0).all()
+
+
+def test_offline_callback_panel_sweep_reports_the_panel(tmp_path):
+    """The offline twin of the panel, narrowed to two local screeners on 40 postings: child runs
+    under one parent, the panel tables per axis with Bonferroni over 2 models, and the charts."""
+    out = popfair("-m", "experiment=callback_panel_offline", "screener=tfidf,simulated_paired",
+                  "occupation.n_postings=40", "estimator.n_bootstrap=200", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = runs_of(tmp_path)
+    parent_id = runs.loc[runs["tags.popfair.sweep"] == "parent", "run_id"].item()
+    children = runs[runs["tags.mlflow.parentRunId"] == parent_id]
+    assert len(children) == 4 and (children["status"] == "FINISHED").all()
+    assert set(children["tags.sweep.population"]) == {"paired_race", "paired_gender"}
+    report = sweep_dir(tmp_path) / "report"
+    for axis in ("race", "gender"):
+        table = pd.read_csv(report / f"panel_{axis}.csv")
+        assert sorted(table["model"]) == ["simulated_paired", "tfidf"]
+        assert (table["bonferroni_alpha"] == 0.025).all()
+        run = children[(children["tags.protected_attr"] == axis) & (children["tags.screener"] == "tfidf")]
+        assert table.loc[table["model"] == "tfidf", "gap_pp"].item() == pytest.approx(
+            run["metrics.gap.estimate"].item())
+    assert (report / "plots" / "panel_gaps.png").is_file() and (report / "plots" / "race_vs_gender.png").is_file()
