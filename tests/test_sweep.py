@@ -308,3 +308,44 @@ def test_offline_callback_panel_sweep_reports_the_panel(tmp_path):
         assert table.loc[table["model"] == "tfidf", "gap_pp"].item() == pytest.approx(
             run["metrics.gap.estimate"].item())
     assert (report / "plots" / "panel_gaps.png").is_file() and (report / "plots" / "race_vs_gender.png").is_file()
+
+
+@pytest.fixture
+def headshots(tmp_path) -> Path:
+    """A photo folder for renderer image_photo: one plain-colour square per gender x race x age band."""
+    from PIL import Image
+
+    folder = tmp_path / "headshots"
+    folder.mkdir()
+    rows = []
+    for i, (gender, race, band) in enumerate(
+            (g, r, b) for g in ("female", "male") for r in ("black", "white", "hispanic", "api", "other")
+            for b in ("18-29", "30-44")):
+        name = f"{gender}_{race}_{band}.png"
+        Image.new("RGB", (60, 72), (40 + 10 * i, 90, 160)).save(folder / name)
+        rows.append({"gender": gender, "race": race, "age_band": band, "file": name})
+    pd.DataFrame(rows).to_csv(folder / "manifest.csv", index=False)
+    return folder
+
+
+def test_offline_popresume_grid_image_cells_report_photo_vs_no_photo(tmp_path, headshots):
+    """The offline PopResume twin narrowed to one occupation, gender and the two image cells: PSE
+    effects per case, forest plots, the pattern tally, and the photo vs no-photo NDE pair."""
+    out = popfair("-m", "experiment=popresume_grid_offline", "occupation=nurse", "protected_attr=gender",
+                  "format_model=image-simulated,image_photo-simulated", f"photos_dir={headshots}",
+                  "population.n=300", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = runs_of(tmp_path)
+    children = runs.dropna(subset=["tags.mlflow.parentRunId"])
+    assert sorted(children["tags.choice.renderer"]) == ["image", "image_photo"]
+    assert (children["status"] == "FINISHED").all()
+    report = sweep_dir(tmp_path) / "report"
+    cases = pd.read_csv(report / "popresume_cases.csv")
+    assert {"TE", "NDE", "NIE", "BIE", "RIE"} <= set(cases.columns) and len(cases) == 2
+    assert len(list((report / "plots" / "forest").glob("*.png"))) == 2
+    pairs = pd.read_csv(report / "photo_vs_no_photo_nde.csv")
+    assert len(pairs) == 1 and pairs.loc[0, "model"] == "simulated"
+    nde = children.set_index("tags.choice.renderer")["metrics.NDE.estimate"]
+    assert pairs.loc[0, "estimate_image"] == pytest.approx(nde["image"])
+    assert pairs.loc[0, "estimate_image_photo"] == pytest.approx(nde["image_photo"])
+    assert (report / "plots" / "photo_vs_no_photo.png").is_file()
