@@ -1,5 +1,6 @@
-"""Comparison figures of a sweep (matplotlib, headless): forest plots per case, the panel's gaps by
-release date, race vs gender gaps across models, and with-photo vs without-photo NDE per VLM."""
+"""Comparison figures of a sweep (matplotlib, headless): forest plots per case, the panel's gaps
+when models have no release date, race vs gender gaps across models, and with-photo vs
+without-photo NDE per VLM."""
 from __future__ import annotations
 
 import math
@@ -39,29 +40,18 @@ def forest_plot(case: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def panel_gaps_by_release(panel: pd.DataFrame) -> Figure:
-    """Callback gap (pp) with 95% CI per model, ordered by release date, one series per axis."""
+def panel_gaps_by_model(panel: pd.DataFrame) -> Figure:
+    """Callback gap (pp) with 95% CI per model and axis, for panels without release dates (with
+    dates, popfair.report.panel.gap_chart plots them on a time axis)."""
     fig, ax = plt.subplots(figsize=(8, 4))
-    dated = panel.assign(when=pd.to_datetime(panel["release_date"], errors="coerce"))
-    use_dates = dated["when"].notna().all()
-    order = dated.sort_values(["when", "model"]).drop_duplicates("model")["model"].tolist()
-    for offset, (axis, rows) in zip((-0.12, 0.12), dated.groupby("protected_attr")):
-        if use_dates:
-            x = rows["when"].to_numpy()
-            ax.errorbar(x, rows["estimate"], yerr=_errors(rows), fmt="o", capsize=3, label=axis)
-        else:
-            x = np.array([order.index(m) for m in rows["model"]]) + offset
-            ax.errorbar(x, rows["estimate"], yerr=_errors(rows), fmt="o", capsize=3, label=axis)
-    if use_dates:
-        for _, row in dated.drop_duplicates("model").iterrows():
-            ax.annotate(row["model"], (row["when"], row["estimate"]), fontsize=6, rotation=30,
-                        xytext=(3, 3), textcoords="offset points")
-    else:
-        ax.set_xticks(range(len(order)), order, rotation=45, ha="right", fontsize=7)
+    order = sorted(panel["model"].unique())
+    for offset, (axis, rows) in zip((-0.12, 0.12), panel.groupby("protected_attr")):
+        x = np.array([order.index(m) for m in rows["model"]]) + offset
+        ax.errorbar(x, rows["estimate"], yerr=_errors(rows), fmt="o", capsize=3, label=axis)
+    ax.set_xticks(range(len(order)), order, rotation=45, ha="right", fontsize=7)
     ax.axhline(0, color="grey", lw=0.8, ls="--")
     ax.set_ylabel("callback gap, pp (x1 minus x0)")
-    ax.set_title("Callback gaps by model release date" if use_dates else "Callback gaps by model "
-                 "(no release dates in the screener configs)")
+    ax.set_title("Callback gaps by model (no release dates in the screener configs)")
     ax.legend()
     fig.tight_layout()
     return fig

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +20,8 @@ import pandas as pd
 
 from popfair.errors import DataError, PopfairError
 from popfair.report import panel, plots
-from popfair.report.runs import CASE_COLUMNS, effects_long, load_runs
+from popfair.report.runs import effects_long, load_runs
 
-log = logging.getLogger("popfair")
 
 PAIRED_ESTIMATORS = {"paired_gap"}
 CASE_KEYS = ["occupation", "protected_attr", "format", "model"]
@@ -107,7 +105,7 @@ def panel_blocks(effects: pd.DataFrame, out: Path, alpha: float,
     if dated.all():
         figure = panel.gap_chart(filled)
     else:
-        figure = plots.panel_gaps_by_release(results.rename(columns={"gap_pp": "estimate", "axis": "protected_attr"}))
+        figure = plots.panel_gaps_by_model(results.rename(columns={"gap_pp": "estimate", "axis": "protected_attr"}))
     blocks.append(Block("figure", _save(figure, out / "plots" / "panel_gaps.png")))
     scatter = plots.race_vs_gender(results.rename(columns={"gap_pp": "estimate", "axis": "protected_attr"}))
     if scatter is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import logging
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -23,7 +22,6 @@ from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
 from popfair.types import CallPlan, Document, Profiles
 
-log = logging.getLogger("popfair")
 
 _DOCUMENTS: dict[str, tuple[Profiles, list[Document]]] = {}  # planning memo: config -> documents
 _PLANNED: dict[str, set[str]] = {}  # screener config -> keys of documents already planned
