@@ -22,7 +22,6 @@ from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
 from popfair.types import CallPlan, Document, Profiles
 
-
 _DOCUMENTS: dict[str, tuple[Profiles, list[Document]]] = {}  # planning memo: config -> documents
 _PLANNED: dict[str, set[str]] = {}  # screener config -> keys of documents already planned
 
