@@ -123,3 +123,18 @@ def test_markdown_table_escapes_pipes_and_blanks_missing():
     text = markdown_table(pd.DataFrame({"a": ["x|y", None], "b": [1.23456, float("nan")]}))
     assert text.splitlines()[2] == "| x\\|y | 1.235 |"
     assert text.splitlines()[3] == "|  |  |"
+
+
+def test_an_estimators_own_significance_flag_wins():
+    from popfair.report.runs import CASE_COLUMNS
+
+    base = dict.fromkeys(CASE_COLUMNS) | {"status": "FINISHED", "estimator": "pse_dml"}
+    runs = pd.DataFrame([
+        base | {"run_id": "a", "metrics": {"TE.estimate": 1.0, "TE.ci_low": -0.1, "TE.ci_high": 2.0,
+                                           "TE.significant": 1.0}},
+        base | {"run_id": "b", "metrics": {"TE.estimate": 1.0, "TE.ci_low": 0.5, "TE.ci_high": 2.0}},
+        base | {"run_id": "c", "metrics": {"TE.estimate": 1.0, "TE.ci_low": 0.5, "TE.ci_high": 2.0,
+                                           "TE.p_value": 0.2}},
+    ])
+    flags = effects_long(runs).set_index("run_id")["significant"]
+    assert flags.to_dict() == {"a": True, "b": True, "c": False}

@@ -71,7 +71,8 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None,
 def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """One row per finished case x effect, from the `<effect>.<column>` metrics of each run.
 
-    `significant`: p_value < alpha when the estimator reports a p-value, else the CI excludes 0."""
+    `significant`: the estimator's own `significant` flag when it logs one (pse_dml: CI excludes 0),
+    else p_value < alpha when it reports a p-value, else the CI excludes 0."""
     rows = []
     for run in runs[runs["status"] == "FINISHED"].itertuples(index=False):
         metrics: dict[str, float] = run.metrics
@@ -88,5 +89,10 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         if column not in table:
             table[column] = math.nan
     by_ci = (table["ci_low"] > 0) | (table["ci_high"] < 0)
-    table["significant"] = table["p_value"].lt(alpha).where(table["p_value"].notna(), by_ci)
+    computed = table["p_value"].lt(alpha).where(table["p_value"].notna(), by_ci).astype(bool)
+    if "significant" in table:  # the estimator's own flag (a 0/1 metric) wins where it was logged
+        own = table["significant"]
+        table["significant"] = own.fillna(0).astype(bool).where(own.notna(), computed)
+    else:
+        table["significant"] = computed
     return table
