@@ -35,11 +35,13 @@ def test_mlflow_round_trip(small_run):
     assert run.data.params["population.n"] == "400"
     assert run.data.params["occupation.key"] == "nurse"
     assert run.data.metrics["n_rows"] == 400
-    assert run.data.metrics["gap.estimate"] == pytest.approx(result.effects.table.loc["gap", "estimate"])
+    first = result.effects.table.index[0]
+    assert run.data.metrics[f"{first}.estimate"] == pytest.approx(result.effects.table.loc[first, "estimate"])
+    assert run.data.tags["case"] == result.effects.case
     assert run.data.tags["popfair_version"]
     assert run.data.tags["case_name"] == experiment.case_name()
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id)}
-    assert {"config.yaml", "scored.parquet", "effects.csv"} <= names
+    assert {"config.yaml", "scored.parquet", "effects.csv", "pse_forest.png"} <= names
     assert {"population_composition.csv", "population_age_vs_experience.png"} <= names  # Profiles.artifacts
     local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="scored.parquet",
                                                 dst_path=str(tmp / "dl"))

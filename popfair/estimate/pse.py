@@ -379,7 +379,7 @@ class _Design:
                 seen[col] = role
         if x0 == x1:
             raise EstimationError(f"x0 and x1 must differ, both are {x0!r}")
-        present = data[x].astype(object)
+        present = data[x].astype(object).where(data[x].isna(), data[x].astype(str))  # levels compared as text
         levels = sorted(map(str, present.dropna().unique()))
         for level in (x0, x1):
             if not (present == level).any():
@@ -408,7 +408,7 @@ class _Design:
             parts = [_encode_column(rows[c], max_categories, notes) for c in cols]
             blocks[role] = (np.column_stack(parts).astype(np.float32) if parts
                             else np.zeros((len(rows), 1), np.float32))  # empty Z: intercept-only models
-        a = (rows[x].astype(object) == x1).to_numpy(dtype=np.float32)
+        a = (present[keep] == x1).to_numpy(dtype=np.float32)
         blocks["x"] = a[:, None]
         clusters = pd.factorize(rows[cluster])[0] if cluster else None
         if clusters is not None and clusters.max() + 1 < 2:

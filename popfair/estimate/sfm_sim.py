@@ -62,11 +62,13 @@ class SimulatedSFM:
                               "region": REGIONS[r["region"]], "y": y})
         return frame
 
-    def truth(self, n: int = 400_000, seed: int = 12345) -> pd.Series:
-        """True TE, NDE, NIE, BIE, RIE by simulating the five counterfactual means on n draws."""
+    def truth(self, n: int = 400_000, seed: int = 12345, swapped: bool = False) -> pd.Series:
+        """True TE, NDE, NIE, BIE, RIE by simulating the five counterfactual means on n draws
+        (common random numbers); `swapped` gives the effects of x0 relative to x1 instead."""
         noise = self._noise(n, seed)
         means = []
-        for x_y, x_b, x_r in TARGETS.values():
+        for levels in TARGETS.values():
+            x_y, x_b, x_r = (1 - c for c in levels) if swapped else levels
             r = self._r(np.full(n, x_r), noise)
             b = self._b(np.full(n, x_b), r, noise)
             means.append(self._y(np.full(n, x_y), b, r, noise, draw=False).mean())

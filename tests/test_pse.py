@@ -1,0 +1,249 @@
+"""DML-UCA path-specific effects against the known truth of simulated structural causal models."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+import xgboost as xgb
+from matplotlib.figure import Figure
+
+from popfair.errors import ConfigError, EstimationError
+from popfair.estimate import pse
+from popfair.estimate.pse import EFFECTS, PseDml, PseOverlapWarning, case_labels, estimate_pse
+from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.types import Roles
+
+# A reduced grid keeps the suite fast; the paper's full grid runs in benchmarks/.
+SMALL_GRID = {"n_estimators": [20, 50, 100], "max_depth": [1, 2], "reg_lambda": [1.0]}
+FAST = {"grid": SMALL_GRID, "n_bootstrap": 300}
+
+
+def run(sim: SimulatedSFM, data: pd.DataFrame, swapped: bool = False, **kwargs) -> pse.PseResult:
+    x0, x1 = (sim.x1, sim.x0) if swapped else (sim.x0, sim.x1)
+    options = {**FAST, **kwargs}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PseOverlapWarning)
+        return estimate_pse(data, x="gender", x0=x0, x1=x1, z=sim.roles["z"], b=sim.roles["b"],
+                            r=sim.roles["r"], y="y", **options)
+
+
+def assert_covers(table: pd.DataFrame, truth: pd.Series) -> None:
+    for effect in EFFECTS:
+        lo, hi = table.loc[effect, ["ci_low", "ci_high"]]
+        assert lo <= truth[effect] <= hi, f"{effect}: truth {truth[effect]:.3f} outside [{lo:.3f}, {hi:.3f}]"
+
+
+@pytest.fixture(scope="module")
+def score_case():
+    sim = SimulatedSFM()
+    data = sim.sample(8000, seed=11)
+    return sim, data, run(sim, data, seed=3)
+
+
+def test_cis_cover_true_effects_for_scores(score_case):
+    sim, _, result = score_case
+    truth = sim.truth()
+    assert_covers(result.table, truth)
+    # effects are estimated, not just bracketed by wide intervals
+    width = result.table["ci_high"] - result.table["ci_low"]
+    assert (width < 2.0).all(), width
+    assert result.table.loc["TE", "significant"] and result.table.loc["NDE", "significant"]
+
+
+def test_decomposition_identities_hold_exactly(score_case):
+    _, _, result = score_case
+    est = result.table["estimate"]
+    assert est["TE"] == pytest.approx(est["NDE"] + est["NIE"], abs=1e-10)
+    assert est["NIE"] == pytest.approx(est["BIE"] + est["RIE"], abs=1e-10)
+    means = result.means["estimate"]
+    assert est["TE"] == pytest.approx(means["E[Y_x1]"] - means["E[Y_x0]"], abs=1e-10)
+
+
+def test_influence_function_se_matches_statsmodels(score_case):
+    _, _, result = score_case
+    te_scores = result.scores["E[Y_x1]"] - result.scores["E[Y_x0]"]
+    ols = sm.OLS(te_scores.to_numpy(), np.ones(len(te_scores))).fit()
+    assert result.table.loc["TE", "se"] == pytest.approx(ols.bse[0], rel=1e-9)
+    assert result.table.loc["TE", "estimate"] == pytest.approx(ols.params[0], rel=1e-12)
+    # the bootstrap CI of the mean score agrees with the normal-theory interval
+    lo, hi = result.table.loc["TE", ["ci_low", "ci_high"]]
+    assert (hi - lo) == pytest.approx(2 * 1.96 * ols.bse[0], rel=0.15)
+
+
+def test_swapping_levels_flips_signs(score_case):
+    sim, data, result = score_case
+    swapped = run(sim, data, swapped=True, seed=3)
+    truth = sim.truth(swapped=True)
+    assert_covers(swapped.table, truth)
+    for effect in EFFECTS:
+        if result.table.loc[effect, "significant"]:
+            assert np.sign(swapped.table.loc[effect, "estimate"]) == -np.sign(result.table.loc[effect, "estimate"])
+    assert swapped.table.loc["TE", "estimate"] == pytest.approx(-result.table.loc["TE", "estimate"], abs=0.3)
+
+
+def test_no_direct_effect_gives_nde_ci_covering_zero():
+    sim = SimulatedSFM(direct=0.0)
+    result = run(sim, sim.sample(8000, seed=21), seed=1)
+    assert_covers(result.table, sim.truth())
+    nde = result.table.loc["NDE"]
+    assert nde["ci_low"] <= 0 <= nde["ci_high"]
+    assert not any(label.startswith("Case 1") for label in result.labels)
+
+
+def test_callbacks_0_1_cover_truth():
+    sim = SimulatedSFM(outcome="callback", direct=4.0)
+    data = sim.sample(8000, seed=5)
+    assert set(data["y"].unique()) == {0.0, 1.0}
+    result = run(sim, data, seed=2)
+    assert_covers(result.table, sim.truth())
+    assert result.means["estimate"].between(0, 1).all()
+
+
+def test_case_labels_follow_section_5_2():
+    def table(sig: dict[str, bool], est: dict[str, float]) -> pd.DataFrame:
+        return pd.DataFrame({"estimate": est, "significant": sig}).loc[list(EFFECTS)]
+
+    zero = dict.fromkeys(EFFECTS, 0.0)
+    masked = table({"TE": False, "NDE": True, "NIE": True, "BIE": True, "RIE": False},
+                   {**zero, "NDE": 2.0, "NIE": -2.0, "BIE": -2.0})
+    assert [l[:6] for l in case_labels(masked)] == ["Case 1", "Case 2"]
+    qualif = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": False}, {**zero, "BIE": 1.0})
+    assert [l[:6] for l in case_labels(qualif)] == ["Case 3"]
+    proxies = table({"TE": True, "NDE": False, "NIE": True, "BIE": False, "RIE": True}, {**zero, "RIE": 1.0})
+    assert [l[:6] for l in case_labels(proxies)] == ["Case 4"]
+    mixed = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": True}, {**zero, "RIE": 1.0})
+    assert [l[:6] for l in case_labels(mixed)] == ["Case 5"]
+    same_sign = table({"TE": False, "NDE": True, "NIE": True, "BIE": False, "RIE": False},
+                      {**zero, "NDE": 1.0, "NIE": 1.0})
+    assert [l[:6] for l in case_labels(same_sign)] == ["Case 1"]
+    assert case_labels(table(dict.fromkeys(EFFECTS, False), zero)) == []
+
+
+def test_tuning_is_cached_in_memory_and_on_disk(tmp_path):
+    sim = SimulatedSFM()
+    data = sim.sample(1500, seed=8)
+    pse.clear_tuning_cache()
+    first = run(sim, data, cache_dir=str(tmp_path))
+    assert not first.tuning["from_cache"].any()
+    assert len(list(tmp_path.glob("pse_tuning_*.json"))) == 1
+    second = run(sim, data, cache_dir=str(tmp_path))
+    assert second.tuning["from_cache"].all() and second.timings["tune"] < first.timings["tune"]
+    pse.clear_tuning_cache()
+    from_disk = run(sim, data, cache_dir=str(tmp_path))
+    assert from_disk.tuning["from_cache"].all()
+    pd.testing.assert_frame_equal(first.table, from_disk.table)
+    other = run(sim, data.assign(y=data["y"] + 1.0), cache_dir=str(tmp_path))  # new data: tuned anew
+    assert not other.tuning["from_cache"].any()
+
+
+def test_tree_count_search_matches_separately_trained_models():
+    """One fit per (depth, lambda) scored at each n_estimators equals fitting each tree count."""
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(600, 3)).astype(np.float32)
+    target = features[:, 0] - features[:, 1] ** 2 + rng.normal(size=600)
+    settings = pse._Settings(folds=5, n_bootstrap=100, seed=0, alpha=0.05, clip=0.01,
+                             grid=pse.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0)),
+                             validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1)
+    train, valid = np.arange(480), np.arange(480, 600)
+    best, _ = pse._search(features, target, "regressor", train, valid, settings)
+    losses = {}
+    for depth in (1, 3):
+        for lam in (1.0, 5.0):
+            for trees in (5, 20, 50):
+                model = xgb.XGBRegressor(n_estimators=trees, max_depth=depth, reg_lambda=lam, tree_method="hist",
+                                         max_bin=64, n_jobs=1, random_state=0)
+                model.fit(features[train], target[train])
+                losses[(depth, lam, trees)] = np.mean((model.predict(features[valid]) - target[valid]) ** 2)
+    chosen = min(losses, key=losses.get)
+    assert (best["max_depth"], best["reg_lambda"], best["n_estimators"]) == chosen
+    assert best["loss"] == pytest.approx(losses[chosen], rel=1e-5)
+
+
+def test_cluster_resampling_uses_cluster_robust_se():
+    sim = SimulatedSFM()
+    data = sim.sample(3000, seed=4)
+    data["office"] = np.arange(len(data)) % 60
+    data["y"] = np.clip(data["y"] + 6.0 * np.random.default_rng(1).normal(size=60)[data["office"]], 0, 100)
+    result = run(sim, data, cluster="office", seed=0)
+    assert result.n_clusters == 60
+    te = result.scores["E[Y_x1]"] - result.scores["E[Y_x0]"]
+    ols = sm.OLS(te.to_numpy(), np.ones(len(te))).fit(cov_type="cluster", cov_kwds={"groups": data["office"]})
+    assert result.table.loc["TE", "se"] == pytest.approx(ols.bse[0], rel=1e-8)
+    plain = run(sim, data, seed=0)
+    assert result.means.loc["E[Y_x0]", "se"] > 1.5 * plain.means.loc["E[Y_x0]", "se"]
+    width = result.means.loc["E[Y_x0]", "ci_high"] - result.means.loc["E[Y_x0]", "ci_low"]
+    assert width == pytest.approx(2 * 1.96 * result.means.loc["E[Y_x0]", "se"], rel=0.25)
+
+
+def test_string_columns_are_encoded_and_high_cardinality_pooled():
+    sim = SimulatedSFM()
+    data = sim.sample(1500, seed=9)
+    data["surname"] = [f"name{i % 200}" for i in range(len(data))]
+    result = estimate_pse(data, x="gender", x0="female", x1="male", z=["race", "age"], b=["edu_group", "exp_year"],
+                          r=["surname", "region"], y="y", max_categories=10, **FAST)
+    assert any("surname: 200 levels" in note for note in result.notes)
+    assert np.isfinite(result.table[["estimate", "se", "ci_low", "ci_high"]].to_numpy()).all()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.drop(columns="region"), r"lacks columns \['region'\]"),
+    (lambda d: d.assign(gender="female"), r"no rows with level 'male'"),
+    (lambda d: d.assign(y=50.0), r"outcome 'y' is constant"),
+    (lambda d: d.assign(y="high"), r"non-numeric"),
+    (lambda d: d.assign(age=d["age"].where(d.index > 3)), r"missing values \{'age': 4\}"),
+    (lambda d: pd.concat([d[d.gender == "female"], d[d.gender == "male"].head(3)]),
+     r"folds \[.*\] of 5 have no rows with gender='male' \(only 3 such rows\)"),
+])
+def test_bad_inputs_raise_clear_errors(change, message):
+    sim = SimulatedSFM()
+    data = change(sim.sample(400, seed=0))
+    with pytest.raises(EstimationError, match=message):
+        run(sim, data)
+
+
+def test_a_column_in_two_roles_is_rejected():
+    data = SimulatedSFM().sample(300, seed=0)
+    with pytest.raises(EstimationError, match="both as z and as b"):
+        estimate_pse(data, x="gender", x0="female", x1="male", z=["age"], b=["age"], r=["region"], y="y", **FAST)
+
+
+def test_bad_settings_raise_errors_naming_the_key():
+    with pytest.raises(ConfigError, match="estimator.folds: must be an integer >= 2"):
+        PseDml(folds=1)
+    with pytest.raises(ConfigError, match="estimator.grid.max_depth"):
+        PseDml(grid={"max_depth": [0]})
+    with pytest.raises(ConfigError, match="unknown keys \\['eta'\\]"):
+        PseDml(grid={"eta": [0.1]})
+    with pytest.raises(ConfigError, match="estimator.clip"):
+        PseDml(clip=0.5)
+    with pytest.raises(EstimationError, match="n_bootstrap: must be an integer >= 100"):
+        estimate_pse(pd.DataFrame(), x="g", x0="a", x1="b", z=[], b=["e"], r=["r"], y="y", n_bootstrap=10)
+
+
+def test_poor_overlap_is_reported_and_warned():
+    sim = SimulatedSFM(x_to_r=2.4)  # name typicality nearly determines gender
+    data = sim.sample(3000, seed=2)
+    with pytest.warns(PseOverlapWarning, match="poor overlap"):
+        result = estimate_pse(data, x="gender", x0="female", x1="male", z=sim.roles["z"], b=sim.roles["b"],
+                              r=sim.roles["r"], y="y", clip=0.05, **FAST)
+    props = result.overlap[result.overlap["kind"] == "propensity"]
+    assert props.loc["p_rz", "share_clipped"] > 0.01
+    assert np.isfinite(result.table["estimate"]).all()
+
+
+def test_estimator_returns_effects_with_labels_plot_and_metrics():
+    sim = SimulatedSFM()
+    data = sim.sample(3000, seed=6)
+    roles = Roles(x="gender", x0="female", x1="male", z=sim.roles["z"], b=sim.roles["b"], r=sim.roles["r"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PseOverlapWarning)
+        effects = PseDml(n_bootstrap=200, grid=SMALL_GRID).estimate(data, roles, "y")
+    assert list(effects.table.index) == list(EFFECTS)
+    assert list(effects.table.columns[:4]) == ["estimate", "se", "ci_low", "ci_high"]
+    assert effects.labels and effects.case == effects.table["case"].iloc[0]
+    assert isinstance(effects.artifacts["pse_forest.png"], Figure)
+    assert {"pse_means.csv", "pse_overlap.csv", "pse_tuning.csv"} <= set(effects.artifacts)
+    assert effects.metrics["pse.n"] == 3000 and effects.metrics["time.pse_tune_s"] > 0
