@@ -277,7 +277,7 @@ def test_every_case_logs_the_impact_ratio_table(tmp_path):
     experiment = Experiment.from_config(cfg)
     assert isinstance(experiment.outcome_audit, ImpactRatio)
     result = experiment.run()
-    assert result.effects.table.index.tolist() == ["gap"]  # the case's own estimator is untouched
+    assert result.effects.table.index.tolist() == ["TE", "NDE", "NIE", "BIE", "RIE"]  # default pse_dml, untouched
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     run = mlflow.get_run(result.run_id)
     ratio = result.audit.table.loc["scoring_median/sex/female", "estimate"]

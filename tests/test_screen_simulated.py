@@ -193,7 +193,7 @@ def test_default_config_has_direct_proxy_and_qualification_effects():
 def test_case_with_simulated_screener_estimates_the_true_gap(tmp_path):
     """End to end on the bundled population: the outcome gap matches the gap implied by the
     screener's own expected scores (its truth), within 4 standard errors."""
-    cfg = compose_config(["population.n=3000", "estimator.n_bootstrap=200", "screener=simulated",
+    cfg = compose_config(["population.n=3000", "estimator=outcome_gap", "estimator.n_bootstrap=200", "screener=simulated",
                           "~screener.coefficients", "+screener.coefficients={gender: {male: 4.0}, exp_year: 0.5}",
                           "screener.noise_sd=6.0",
                           "tracking.enabled=false"], tmp_path=tmp_path)
