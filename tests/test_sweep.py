@@ -24,9 +24,6 @@ from popfair.sweep.state import read_case_records, sweep_grid
 from tests.conftest import CONF_DIR, compose_config
 from tests.test_cli import ROOT, popfair
 
-# The PopResume grids use estimator=pse_dml; until that config exists these tests cannot compose them.
-needs_pse_dml = pytest.mark.skipif(not (Path(CONF_DIR) / "estimator" / "pse_dml.yaml").is_file(),
-                                   reason="conf/estimator/pse_dml.yaml (the DML-UCA estimator) is not on this branch")
 SMALL = ["population.n=300", "estimator=outcome_gap", "estimator.n_bootstrap=200"]
 TFIDF = "popfair.screen.tfidf.TfidfScreener"
 EXPLODING = "tests.sweep_support.ExplodingScreener"
@@ -274,7 +271,6 @@ def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkey
         screener.screen({}, [], "score")
 
 
-@needs_pse_dml
 def test_popresume_grid_dry_run_plans_120_cases_without_keys_or_photos(tmp_path):
     out, plans = _dry_sweep(tmp_path, "experiment=popresume_grid", "population.n=40")
     assert "dry run: 120 cases planned, nothing called" in out.stdout
@@ -332,7 +328,6 @@ def headshots(tmp_path) -> Path:
     return folder
 
 
-@needs_pse_dml
 def test_offline_popresume_grid_image_cells_report_photo_vs_no_photo(tmp_path, headshots):
     """The offline PopResume twin narrowed to one occupation, gender and the two image cells: PSE
     effects per case, forest plots, the pattern tally, and the photo vs no-photo NDE pair."""
