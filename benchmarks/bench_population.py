@@ -58,7 +58,7 @@ def main() -> None:
 
     print(pd.DataFrame(rows).to_string(index=False))
     n = sum(len(t) for t in tables)
-    print(f"\nstage totals (s): " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+    print("\nstage totals (s): " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
     print(f"all five occupations ({'cold' if args.cold else 'warm'} disk cache): {n} profiles in {total:.2f} s "
           f"({'OK' if total < TARGET_S else 'OVER'} target {TARGET_S:.0f} s)")
     print(f"one counterfactual world (nurse, {len(world)} rows): {cf_time:.2f} s")

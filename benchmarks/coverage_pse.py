@@ -15,7 +15,6 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
-import numpy as np
 import pandas as pd
 
 from popfair.estimate.pse import EFFECTS, PseOverlapWarning, estimate_pse

@@ -1,7 +1,6 @@
 """Anthropic Messages API through the official `anthropic` SDK (its own retries off)."""
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
@@ -11,13 +10,6 @@ from popfair.screen.providers.openai_chat import MALFORMED, aiohttp_client, sdk_
 
 class AnthropicMessages(Provider):
     kind = "anthropic"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._client: Any = None
-
-    def encode_image(self, png: bytes) -> str:
-        return base64.b64encode(png).decode("ascii")
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
@@ -39,15 +31,6 @@ class AnthropicMessages(Provider):
         self._client = anthropic.AsyncAnthropic(api_key=self.api_key, base_url=self.base_url,
                                                 max_retries=0, timeout=self.timeout_s,
                                                 http_client=aiohttp_client(anthropic, self.timeout_s))
-
-    async def stop(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    @property
-    def client(self) -> Any:
-        return self._client
 
     async def send(self, body: dict[str, Any]) -> Completion:
         import anthropic

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import email.utils
+import base64
 import hashlib
 import json
 import time
@@ -96,6 +97,7 @@ class Provider(ABC):
         self.api_key, self.base_url, self.region = api_key, base_url, region
         self.timeout_s, self.concurrency = timeout_s, concurrency
         self._key_templates: dict[bool, bytes] = {}
+        self._client: Any = None  # the SDK client, opened by start()
 
     @property
     def endpoint(self) -> str:
@@ -106,9 +108,9 @@ class Provider(ABC):
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         """The request body; `image` is the provider's encoding of the PNG (or a digest for keys)."""
 
-    @abstractmethod
     def encode_image(self, png: bytes) -> Any:
-        """The PNG as this provider's API wants it (base64 text, or raw bytes for boto3)."""
+        """The PNG as this provider's API wants it: base64 text (boto3 overrides: raw bytes)."""
+        return base64.b64encode(png).decode("ascii")
 
     def request_body(self, prompt: ChatPrompt) -> dict[str, Any]:
         image = self.encode_image(prompt.image_png) if prompt.image_png is not None else None
@@ -137,7 +139,15 @@ class Provider(ABC):
         """Open clients (called inside the event loop that will use them)."""
 
     async def stop(self) -> None:
-        """Close clients."""
+        """Close the SDK client (async SDK clients have an awaitable close())."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> Any:
+        """The open SDK client (batch mode uses its batch endpoints)."""
+        return self._client
 
     @abstractmethod
     async def send(self, body: dict[str, Any]) -> Completion:

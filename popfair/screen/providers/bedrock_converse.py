@@ -21,7 +21,6 @@ class BedrockConverse(Provider):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._client: Any = None
         self._pool: ThreadPoolExecutor | None = None
 
     @property

@@ -2,7 +2,6 @@
 Google's OpenAI-compatible Gemini endpoint, xAI, local vLLM or Ollama servers)."""
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
@@ -53,10 +52,6 @@ class OpenAIChat(Provider):
     def __init__(self, kind: str = "openai", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kind = kind
-        self._client: Any = None
-
-    def encode_image(self, png: bytes) -> str:
-        return base64.b64encode(png).decode("ascii")
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
@@ -77,15 +72,6 @@ class OpenAIChat(Provider):
         self._client = openai.AsyncOpenAI(api_key=self.api_key or "not-needed", base_url=self.base_url,
                                           max_retries=0, timeout=self.timeout_s,
                                           http_client=aiohttp_client(openai, self.timeout_s))
-
-    async def stop(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    @property
-    def client(self) -> Any:
-        return self._client
 
     async def send(self, body: dict[str, Any]) -> Completion:
         import openai
