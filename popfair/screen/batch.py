@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from popfair.errors import require
+from popfair.errors import require, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
 from popfair.screen.engine import Answer, Call, EngineStats, run_coroutine
 from popfair.screen.parse import parse_answer
@@ -37,11 +37,7 @@ class BatchSettings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> "BatchSettings":
-        values = dict(config or {})
-        allowed = set(cls.__dataclass_fields__)
-        unknown = set(values) - allowed
-        require(not unknown, "screener.batch", f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
-        settings = cls(**values)
+        settings = settings_from_config(cls, config, "screener.batch")
         require(settings.poll_interval_s > 0, "screener.batch.poll_interval_s", "must be > 0")
         require(settings.max_wait_s is None or settings.max_wait_s > 0, "screener.batch.max_wait_s",
                 "must be > 0 or null (wait until done)")

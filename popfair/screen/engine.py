@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tqdm.auto import tqdm
 
-from popfair.errors import require
+from popfair.errors import require, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
@@ -46,11 +46,7 @@ class EngineSettings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> "EngineSettings":
-        values = dict(config or {})
-        allowed = set(cls.__dataclass_fields__)
-        unknown = set(values) - allowed
-        require(not unknown, "screener.engine", f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
-        settings = cls(**values)
+        settings = settings_from_config(cls, config, "screener.engine")
         require(isinstance(settings.concurrency, int) and settings.concurrency >= 1,
                 "screener.engine.concurrency", f"must be an integer >= 1, got {settings.concurrency!r}")
         for key in ("requests_per_minute", "tokens_per_minute"):
