@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import popfair
 from popfair.errors import ConfigError, PopfairError, require
-from popfair.estimate.base import Estimator
+from popfair.estimate.base import Estimator, Pipeline
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
@@ -116,6 +116,17 @@ class Experiment:
         return "-".join([self.occupation.key, self.protected.name, self.renderer.kind,
                          self.screener.name, self.estimator.name])
 
+    def __post_init__(self) -> None:
+        self.bind_estimator()  # an incompatible pipeline estimator fails here, before any work
+
+    def bind_estimator(self, profiles: Profiles | None = None) -> None:
+        """Hand the components (and, once sampled, the profiles) to an estimator that renders and
+        screens documents itself (interventional: popfair.estimate.base.PipelineEstimator)."""
+        bind = getattr(self.estimator, "bind", None)
+        if bind is not None:
+            bind(Pipeline(population=self.population, renderer=self.renderer, screener=self.screener,
+                          profiles=profiles))
+
     def run(self) -> RunResult:
         timings: dict[str, float] = {}
 
@@ -131,6 +142,7 @@ class Experiment:
                                    self.occupation, self.protected, self.seed)
         for note in profiles.notes:
             log.warning("note: %s", note)
+        self.bind_estimator(profiles)
         documents = stage("render", render_all, self.renderer, profiles.table, profiles.jobs)
         results = stage("screen", self.screener.screen, profiles.jobs, documents, profiles.outcome)
         scored = profiles.table.assign(

@@ -1,12 +1,16 @@
 """Estimate stage interface: scored table + SFM roles -> effects table with inference."""
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Protocol, Sequence
 
 import pandas as pd
 
 from popfair.errors import EstimationError
-from popfair.types import Effects, Roles
+from popfair.population.base import Population
+from popfair.render.base import Renderer
+from popfair.screen.base import Screener
+from popfair.types import CallPlan, Document, Effects, Profiles, Roles
 
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high"]
 
@@ -17,6 +21,32 @@ class Estimator(Protocol):
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         """`data` holds one row per scored applicant with the role columns and outcome `y`
         (failed screens already removed). Positive effects favour roles.x1."""
+        ...
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The case's components, for estimators that query them themselves (interventional).
+
+    `Experiment.from_config` binds them before any work (so an incompatible case fails early) and
+    `Experiment.run` binds again with `profiles`, the applicants it sampled."""
+
+    population: Population
+    renderer: Renderer
+    screener: Screener
+    profiles: Profiles | None = None
+
+
+class PipelineEstimator(Estimator, Protocol):
+    """An estimator that renders and screens documents of its own (e.g. counterfactual resumes)."""
+
+    def bind(self, pipeline: Pipeline) -> None:
+        """Keep the components; raise ConfigError when they cannot support the estimate."""
+        ...
+
+    def extra_plan(self, profiles: Profiles, documents: Sequence[Document],
+                   renderer: Renderer | None = None) -> CallPlan:
+        """Calls, tokens and dollars its own screening adds to screening `documents` (dry runs)."""
         ...
 
 

@@ -1,0 +1,119 @@
+"""`estimator=both`: the observational DML-UCA estimate and the interventional one, side by side.
+
+The observational estimator sees only the factual scored table and rests on its assumptions (no
+hidden confounding, overlap, good nuisances); the interventional one scores counterfactual resumes
+of the same case. Putting them in one table, with their difference and whether their CIs overlap
+and reach the same conclusion, checks the observational estimate on a case where the truth can
+be measured."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from popfair.errors import ConfigError, EstimationError
+from popfair.estimate.base import EFFECT_COLUMNS, Estimator, Pipeline
+from popfair.estimate.interventional import Interventional
+from popfair.estimate.pse import EFFECTS
+from popfair.render.base import Renderer
+from popfair.types import CallPlan, Document, Effects, Profiles, Roles
+
+INTERVENTIONAL_PREFIX = "intv_"
+
+
+class SideBySide:
+    """Runs `observational` (pse_dml) and `interventional` on the same scored table.
+
+    The effects table keeps the observational columns (estimate, se, ci_low, ci_high, significant)
+    so labels, metrics and downstream reports read it as usual, and adds intv_estimate, intv_se,
+    intv_ci_low, intv_ci_high, intv_significant, difference (observational minus interventional),
+    ci_overlap (the two CIs intersect) and same_conclusion (both CIs exclude 0 on the same side,
+    or both cover 0). Case labels are the observational ones; the interventional ones are in
+    `interventional_case.txt` and the metrics."""
+
+    name = "both"
+
+    def __init__(self, observational: Estimator, interventional: Interventional) -> None:
+        if not callable(getattr(observational, "estimate", None)):
+            raise ConfigError("estimator.observational: must be an estimator (e.g. conf/estimator/pse_dml.yaml), "
+                              f"got {observational!r}")
+        if not isinstance(interventional, Interventional):
+            raise ConfigError("estimator.interventional: must be popfair.estimate.interventional.Interventional, "
+                              f"got {type(interventional).__name__}")
+        self.observational, self.interventional = observational, interventional
+
+    def bind(self, pipeline: Pipeline) -> None:
+        self.interventional.bind(pipeline)
+
+    def extra_plan(self, profiles: Profiles, documents: Sequence[Document],
+                   renderer: Renderer | None = None) -> CallPlan:
+        return self.interventional.extra_plan(profiles, documents, renderer)
+
+    def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
+        observed = self.observational.estimate(data, roles, y)
+        measured = self.interventional.estimate(data, roles, y)
+        table = compare(observed.table, measured.table)
+        agree = table["ci_overlap"].to_numpy(bool)
+        same = table["same_conclusion"].to_numpy(bool)
+        metrics = {**observed.metrics, **measured.metrics,
+                   "compare.ci_overlap_count": float(agree.sum()),
+                   "compare.same_conclusion_count": float(same.sum()),
+                   "compare.max_abs_difference": float(np.abs(table["difference"]).max())}
+        title = f"{roles.x}: {roles.x1} vs {roles.x0} (positive favours {roles.x1})"
+        artifacts: dict[str, Any] = {**observed.artifacts, **measured.artifacts,
+                                     "side_by_side.csv": table,
+                                     "side_by_side_forest.png": side_by_side_plot(table, title),
+                                     "interventional_case.txt": measured.case}
+        return Effects(table=table, labels=observed.labels, metrics=metrics, artifacts=artifacts)
+
+
+def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """One row per effect: observational and interventional estimates with CIs, their difference,
+    whether the CIs overlap and whether they reach the same significance conclusion."""
+    for name, table in (("observational", observed), ("interventional", measured)):
+        missing = [e for e in EFFECTS if e not in table.index]
+        lacking = [c for c in EFFECT_COLUMNS if c not in table.columns]
+        if missing or lacking:
+            raise EstimationError(f"estimator=both: the {name} effects table lacks effects {missing} or "
+                                  f"columns {lacking}; the observational estimator must be pse_dml")
+    obs = observed.loc[list(EFFECTS), EFFECT_COLUMNS].astype(float)
+    intv = measured.loc[list(EFFECTS), EFFECT_COLUMNS].astype(float)
+    table = obs.assign(significant=_direction(obs) != 0)
+    for column in EFFECT_COLUMNS:
+        table[INTERVENTIONAL_PREFIX + column] = intv[column]
+    table[INTERVENTIONAL_PREFIX + "significant"] = _direction(intv) != 0
+    table["difference"] = obs["estimate"] - intv["estimate"]
+    table["ci_overlap"] = np.maximum(obs["ci_low"], intv["ci_low"]) <= np.minimum(obs["ci_high"], intv["ci_high"])
+    table["same_conclusion"] = _direction(obs) == _direction(intv)
+    table.index.name = "effect"
+    return table
+
+
+def _direction(table: pd.DataFrame) -> np.ndarray:
+    """+1 when the CI lies above 0, -1 below, 0 when it covers 0."""
+    return np.where(table["ci_low"] > 0, 1, np.where(table["ci_high"] < 0, -1, 0))
+
+
+def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interventional"):
+    """Forest plot: each effect's observational (DML-UCA) and interventional estimate with CIs."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 3.8))
+    ax = fig.add_subplot()
+    rows = list(table.index)[::-1]
+    ypos = np.arange(len(rows), dtype=float)
+    for offset, prefix, label, colour in ((0.15, "", "observational (DML-UCA)", "C0"),
+                                          (-0.15, INTERVENTIONAL_PREFIX, "interventional", "C3")):
+        est = table.loc[rows, prefix + "estimate"].to_numpy(float)
+        lo = table.loc[rows, prefix + "ci_low"].to_numpy(float)
+        hi = table.loc[rows, prefix + "ci_high"].to_numpy(float)
+        ax.hlines(ypos + offset, lo, hi, color=colour, lw=2)
+        ax.scatter(est, ypos + offset, color=colour, zorder=3, label=label)
+    ax.axvline(0.0, color="0.5", lw=1, ls="--")
+    ax.set_yticks(ypos, rows)
+    ax.set_xlabel("effect on Y (positive favours x1)")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    return fig
