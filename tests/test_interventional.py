@@ -1,0 +1,230 @@
+"""Interventional path-specific effects and estimator=both: paired inference against scipy, coverage
+of the simulated screener's true effects, agreement with DML-UCA, MLflow logging, dry-run cost."""
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from popfair import Experiment
+from popfair.errors import ConfigError, EstimationError
+from popfair.estimate.base import Pipeline
+from popfair.estimate.interventional import Interventional, paired_effects
+from popfair.estimate.pse import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.side_by_side import compare
+from popfair.render.base import render_all
+from popfair.types import CallPlan, Profiles, Roles
+from tests.conftest import compose_config
+
+# A zero-variance contrast (NDE of a text that never shows X: both documents are identical, so
+# are their noise draws) has a zero-width CI at the per-applicant value; its expectation differs
+# from it only through the rare clipping at 0 or 100 (about 2e-4 points here).
+CLIP_TOLERANCE = 1e-3
+FAST_DML = ["estimator.observational.n_bootstrap=200",
+            "+estimator.observational.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}"]
+
+
+def true_effects(experiment: Experiment, profiles: Profiles, seed: int) -> pd.Series:
+    """The finite population's effects: the simulated screener's exact expected score averaged over
+    the counterfactual tables of every x0/x1 applicant (same counterfactual seed as the estimate)."""
+    roles = profiles.roles
+    eligible = profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])]
+    everyone = Profiles(table=eligible, roles=roles, jobs=profiles.jobs)
+    levels = (roles.x0, roles.x1)
+    means = np.column_stack([
+        experiment.screener.expected(experiment.population.counterfactual(everyone, levels[a], levels[b],
+                                                                         levels[c], seed))
+        for a, b, c in TARGETS.values()])
+    return pd.Series((means @ CONTRASTS.T).mean(axis=0), index=list(EFFECTS))
+
+
+@pytest.fixture(scope="module", params=["gender", "race"])
+def simulated_both(request, tmp_path_factory):
+    """One `estimator=both` case per protected attribute on 5,000 nurses with the simulated screener."""
+    tmp = tmp_path_factory.mktemp(f"both_{request.param}")
+    overrides = ["screener=simulated", "estimator=both", f"protected_attr={request.param}",
+                 "population.n=5000", "population.diagnostics=false", *FAST_DML]
+    if request.param == "race":
+        overrides.append("tracking.enabled=false")  # the gender case checks the MLflow logging
+    experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
+    result = experiment.run()
+    profiles = experiment.estimator.interventional.pipeline.profiles
+    truth = true_effects(experiment, profiles, experiment.estimator.interventional.seed)
+    return experiment, result, truth, tmp
+
+
+def test_interventional_cis_cover_the_simulated_truth(simulated_both):
+    _, result, truth, _ = simulated_both
+    table = result.effects.table
+    for effect in EFFECTS:
+        lo, hi = table.loc[effect, "intv_ci_low"], table.loc[effect, "intv_ci_high"]
+        assert lo - CLIP_TOLERANCE <= truth[effect] <= hi + CLIP_TOLERANCE, (effect, lo, hi, truth[effect])
+    # informative, not just wide: the screener's direct +2 and the qualification/proxy paths show
+    assert table.loc["NDE", "intv_estimate"] == pytest.approx(2.0, abs=0.01)
+    assert (table["intv_ci_high"] - table["intv_ci_low"]).max() < 1.5
+    assert table.loc["TE", "intv_significant"]
+
+
+def test_dml_cis_agree_with_the_interventional_ones(simulated_both):
+    _, result, truth, _ = simulated_both
+    table = result.effects.table
+    assert table["ci_overlap"].all(), table
+    assert (table["difference"] == table["estimate"] - table["intv_estimate"]).all()
+    assert table.loc["TE", "ci_low"] <= truth["TE"] <= table.loc["TE", "ci_high"]
+
+
+def test_interventional_effects_decompose_exactly(simulated_both):
+    _, result, _, _ = simulated_both
+    est = result.effects.table["intv_estimate"]
+    assert est["TE"] == pytest.approx(est["NDE"] + est["NIE"], abs=1e-9)
+    assert est["NIE"] == pytest.approx(est["BIE"] + est["RIE"], abs=1e-9)
+
+
+def test_own_world_documents_are_the_factual_ones(simulated_both):
+    _, result, _, _ = simulated_both
+    metrics = result.effects.metrics
+    assert metrics["intv.consistency"] == 1.0
+    assert metrics["intv.n"] == metrics["intv.n_sampled"] == 2000
+    assert metrics["intv.documents"] == 5 * 2000
+    assert metrics["intv.n_eligible"] <= 5000
+
+
+def test_both_is_logged_to_mlflow_with_table_and_plot(simulated_both):
+    experiment, result, _, tmp = simulated_both
+    if not experiment.tracker.enabled:
+        pytest.skip("this parameter runs without tracking")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp}/mlflow.db")
+    run = mlflow.get_run(result.run_id)
+    metrics = run.data.metrics
+    table = result.effects.table
+    assert metrics["RIE.intv_estimate"] == pytest.approx(table.loc["RIE", "intv_estimate"])
+    assert metrics["TE.estimate"] == pytest.approx(table.loc["TE", "estimate"])
+    assert metrics["compare.ci_overlap_count"] == table["ci_overlap"].sum()
+    assert run.data.tags["estimator"] == "both"
+    names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id)}
+    assert {"side_by_side.csv", "side_by_side_forest.png", "interventional_means.csv",
+            "interventional_outcomes.parquet", "pse_forest.png", "interventional_case.txt"} <= names
+    local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="side_by_side.csv",
+                                                dst_path=str(tmp / "dl"))
+    back = pd.read_csv(local, index_col="effect")
+    assert list(back.index) == list(EFFECTS)
+    np.testing.assert_allclose(back["intv_estimate"], table["intv_estimate"])
+
+
+def test_paired_t_interval_matches_scipy():
+    rng = np.random.default_rng(3)
+    outcomes = rng.normal(50, 10, size=(300, 5)) + rng.normal(0, 5, size=(300, 1))
+    effects, means = paired_effects(outcomes, alpha=0.1)
+    contrasts = outcomes @ CONTRASTS.T
+    for j, effect in enumerate(EFFECTS):
+        test = stats.ttest_1samp(contrasts[:, j], 0.0)
+        ci = test.confidence_interval(0.9)
+        assert effects.loc[effect, "ci_low"] == pytest.approx(ci.low)
+        assert effects.loc[effect, "ci_high"] == pytest.approx(ci.high)
+        assert effects.loc[effect, "p_value"] == pytest.approx(test.pvalue)
+    np.testing.assert_allclose(means["estimate"], outcomes.mean(axis=0))
+    # BIE/RIE are the symmetric averages of the issue's definition
+    psi = dict(zip(TARGETS, outcomes.mean(axis=0)))
+    bie = 0.5 * ((psi["E[Y_x1]"] - psi["E[Y_x1,B_x0R_x1,R_x1]"]) + (psi["E[Y_x1,B_x1R_x0,R_x0]"] - psi["E[Y_x1,W_x0]"]))
+    assert effects.loc["BIE", "estimate"] == pytest.approx(bie)
+
+
+def test_bootstrap_interval_is_close_to_the_t_interval():
+    rng = np.random.default_rng(4)
+    outcomes = rng.normal(50, 10, size=(2000, 5))
+    t_table, _ = paired_effects(outcomes, ci="t")
+    boot, _ = paired_effects(outcomes, ci="bootstrap", n_bootstrap=2000, seed=1)
+    width = t_table["ci_high"] - t_table["ci_low"]
+    assert ((boot["ci_low"] - t_table["ci_low"]).abs() < 0.1 * width).all()
+    assert ((boot["ci_high"] - t_table["ci_high"]).abs() < 0.1 * width).all()
+
+
+@pytest.mark.parametrize("outcomes, message", [
+    (np.ones((10, 4)), "applicants x 5"),
+    (np.array([[1.0, 2, 3, 4, np.nan], [1, 2, 3, 4, 5]]), "missing"),
+    (np.ones((1, 5)), "at least 2"),
+])
+def test_paired_effects_rejects_bad_outcomes(outcomes, message):
+    with pytest.raises(EstimationError, match=message):
+        paired_effects(outcomes)
+
+
+@pytest.mark.parametrize("kwargs, key", [
+    ({"n": 1}, "estimator.n"), ({"n": 2.5}, "estimator.n"), ({"ci": "wald"}, "estimator.ci"),
+    ({"n_bootstrap": 10}, "estimator.n_bootstrap"), ({"alpha": 0.7}, "estimator.alpha"),
+    ({"seed": "x"}, "estimator.seed"),
+])
+def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        Interventional(**kwargs)
+
+
+def test_nested_config_errors_name_the_nested_key():
+    cfg = compose_config(["estimator=both", "estimator.interventional.ci=wald", "tracking.enabled=false"])
+    with pytest.raises(ConfigError, match=r"estimator\.interventional\.ci"):
+        Experiment.from_config(cfg)
+
+
+def test_population_without_counterfactuals_fails_before_any_work():
+    cfg = compose_config(["population=paired_race", "renderer=json", "estimator=interventional",
+                          "tracking.enabled=false"])
+    with pytest.raises(ConfigError, match="population=popresume"):
+        Experiment.from_config(cfg)
+
+
+def test_estimate_needs_a_bound_pipeline_with_profiles():
+    estimator = Interventional(n=10)
+    data = pd.DataFrame({"gender": ["female", "male"] * 3, "y": 1.0})
+    roles = Roles(x="gender", x0="female", x1="male", z=(), b=(), r=())
+    with pytest.raises(EstimationError, match="not bound"):
+        estimator.estimate(data, roles)
+    experiment = Experiment.from_config(compose_config(["estimator=interventional", "tracking.enabled=false"]))
+    with pytest.raises(EstimationError, match="no sampled profiles"):
+        experiment.estimator.estimate(data, roles)
+
+
+def test_compare_flags_overlap_and_conclusions():
+    observed = pd.DataFrame({"estimate": [1.0, 0.1, 0.0, 2.0, -1.0], "se": 0.1,
+                             "ci_low": [0.5, -0.2, -0.1, 1.5, -1.5], "ci_high": [1.5, 0.4, 0.1, 2.5, -0.5]},
+                            index=list(EFFECTS))
+    measured = pd.DataFrame({"estimate": [1.2, 1.0, 0.0, 0.0, -1.2], "se": 0.1,
+                             "ci_low": [1.1, 0.8, -0.2, -0.1, -1.4], "ci_high": [1.3, 1.2, 0.2, 0.1, -1.0]},
+                            index=list(EFFECTS))
+    table = compare(observed, measured)
+    assert table["ci_overlap"].tolist() == [True, False, True, False, True]
+    assert table["same_conclusion"].tolist() == [True, False, True, False, True]
+    np.testing.assert_allclose(table["difference"], [-0.2, -0.9, 0.0, 2.0, 0.2])
+    with pytest.raises(EstimationError, match="lacks effects"):
+        compare(observed.drop(index="RIE"), measured)
+
+
+class CountingScreener:
+    """Plans one call per distinct (job, text), as a response cache would, and scores nothing."""
+
+    name = "counting"
+
+    def plan(self, jobs, documents, outcome) -> CallPlan:
+        return CallPlan(calls=len({(d.job_id, d.text) for d in documents}))
+
+    def screen(self, jobs, documents, outcome):
+        raise AssertionError("a dry run must not screen")
+
+
+def test_extra_plan_counts_new_distinct_counterfactual_documents():
+    experiment = Experiment.from_config(compose_config(
+        ["estimator=interventional", "estimator.n=300", "population.n=1000", "population.diagnostics=false",
+         "tracking.enabled=false"]))
+    estimator = experiment.estimator
+    profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
+    factual = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
+    estimator.bind(Pipeline(experiment.population, experiment.renderer, CountingScreener(), profiles))
+    sampled = Profiles(table=estimator.sample(profiles.table, profiles.roles), roles=profiles.roles,
+                       jobs=profiles.jobs)
+    counterfactual = {(d.job_id, d.text) for d in estimator.documents(sampled)}
+    extra = estimator.extra_plan(profiles, factual)
+    assert extra.calls == len(counterfactual - {(d.job_id, d.text) for d in factual})
+    # about 5 per applicant at most; own-world documents are factual ones, and the text resume
+    # never shows X, so worlds differing only in x_y share a document
+    assert 2 * 300 < extra.calls < 5 * 300
