@@ -46,8 +46,6 @@ def simulated_both(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"both_{request.param}")
     overrides = ["screener=simulated", "estimator=both", f"protected_attr={request.param}",
                  "population.n=5000", "population.diagnostics=false", *FAST_DML]
-    if request.param == "race":
-        overrides.append("tracking.enabled=false")  # the gender case checks the MLflow logging
     experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
     result = experiment.run()
     profiles = experiment.estimator.interventional.pipeline.profiles
@@ -97,8 +95,6 @@ def test_own_world_documents_are_the_factual_ones(simulated_both):
 
 def test_both_is_logged_to_mlflow_with_table_and_plot(simulated_both):
     experiment, result, _, tmp = simulated_both
-    if not experiment.tracker.enabled:
-        pytest.skip("this parameter runs without tracking")
     mlflow.set_tracking_uri(f"sqlite:///{tmp}/mlflow.db")
     run = mlflow.get_run(result.run_id)
     metrics = run.data.metrics
