@@ -23,7 +23,7 @@ from tests.conftest import compose_config
 # from it only through the rare clipping at 0 or 100 (about 2e-4 points here).
 CLIP_TOLERANCE = 1e-3
 FAST_DML = ["estimator.observational.n_bootstrap=200",
-            "+estimator.observational.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}"]
+            "estimator.observational.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}"]
 
 
 def true_effects(experiment: Experiment, profiles: Profiles, seed: int) -> pd.Series:
