@@ -220,9 +220,9 @@ def test_extra_plan_counts_new_distinct_counterfactual_documents():
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
     factual = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
     estimator.bind(Pipeline(experiment.population, experiment.renderer, CountingScreener(), profiles))
-    sampled = Profiles(table=estimator.sample(profiles.table, profiles.roles), roles=profiles.roles,
-                       jobs=profiles.jobs)
-    counterfactual = {(d.job_id, d.text) for d in estimator.documents(sampled)}
+    extra_documents = estimator.extra_documents(profiles)
+    assert len(extra_documents) == 5 * 300
+    counterfactual = {(d.job_id, d.text) for d in extra_documents}
     extra = estimator.extra_plan(profiles, factual)
     assert extra.calls == len(counterfactual - {(d.job_id, d.text) for d in factual})
     # about 5 per applicant at most; own-world documents are factual ones, and the text resume

@@ -44,6 +44,10 @@ class PipelineEstimator(Estimator, Protocol):
         """Keep the components; raise ConfigError when they cannot support the estimate."""
         ...
 
+    def extra_documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
+        """The documents it would screen beyond the factual ones (dry runs plan them too)."""
+        ...
+
     def extra_plan(self, profiles: Profiles, documents: Sequence[Document],
                    renderer: Renderer | None = None) -> CallPlan:
         """Calls, tokens and dollars its own screening adds to screening `documents` (dry runs)."""

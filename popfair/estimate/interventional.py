@@ -110,16 +110,21 @@ class Interventional:
             documents += render_all(renderer, table, profiles.jobs, progress=False)
         return documents
 
+    def extra_documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
+        """The counterfactual documents a run on these (factual, unscored) profiles would screen
+        beyond the factual ones: 5 per sampled applicant. Dry runs plan them with the rest;
+        `renderer` overrides the case's (a dry run plans image resumes from their text layout)."""
+        sampled = Profiles(table=self.sample(profiles.table, profiles.roles), roles=profiles.roles,
+                           jobs=profiles.jobs, outcome=profiles.outcome)
+        return self.documents(sampled, renderer)
+
     def extra_plan(self, profiles: Profiles, documents: Sequence[Document],
                    renderer: Renderer | None = None) -> CallPlan:
         """Calls, tokens and dollars the counterfactual documents add to screening the factual
-        `documents` (dry runs): the screener plans both together minus the factual ones alone, so
-        duplicates and cached answers (about 5 calls per sampled applicant at most) are not counted.
-        `renderer` overrides the case's (a dry run plans image resumes from their text layout)."""
+        `documents`: the screener plans both together minus the factual ones alone, so duplicates
+        and cached answers (about 5 calls per sampled applicant at most) are not counted."""
         pipeline = self._bound()
-        sampled = Profiles(table=self.sample(profiles.table, profiles.roles), roles=profiles.roles,
-                           jobs=profiles.jobs, outcome=profiles.outcome)
-        extra = self.documents(sampled, renderer)
+        extra = self.extra_documents(profiles, renderer)
         both = pipeline.screener.plan(profiles.jobs, list(documents) + extra, profiles.outcome)
         factual = pipeline.screener.plan(profiles.jobs, list(documents), profiles.outcome)
         return CallPlan(calls=both.calls - factual.calls,

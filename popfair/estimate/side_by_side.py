@@ -46,6 +46,9 @@ class SideBySide:
     def bind(self, pipeline: Pipeline) -> None:
         self.interventional.bind(pipeline)
 
+    def extra_documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
+        return self.interventional.extra_documents(profiles, renderer)
+
     def extra_plan(self, profiles: Profiles, documents: Sequence[Document],
                    renderer: Renderer | None = None) -> CallPlan:
         return self.interventional.extra_plan(profiles, documents, renderer)
