@@ -220,6 +220,13 @@ def test_extra_plan_counts_new_distinct_counterfactual_documents():
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
     factual = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
     estimator.bind(Pipeline(experiment.population, experiment.renderer, CountingScreener(), profiles))
+    # worlds sharing (x_b, x_r) share one draw: identical to asking the population for each
+    sampled = Profiles(table=estimator.sample(profiles.table, profiles.roles), roles=profiles.roles,
+                       jobs=profiles.jobs)
+    worlds = estimator.worlds(sampled)
+    pd.testing.assert_frame_equal(worlds["E[Y_x1,W_x0]"], experiment.population.counterfactual(
+        sampled, "male", "female", "female", estimator.seed))
+    assert (worlds["E[Y_x0]"]["gender"] == "female").all() and (worlds["E[Y_x1]"]["gender"] == "male").all()
     extra_documents = estimator.extra_documents(profiles)
     assert len(extra_documents) == 5 * 300
     counterfactual = {(d.job_id, d.text) for d in extra_documents}

@@ -95,12 +95,20 @@ class Interventional:
 
     def worlds(self, profiles: Profiles) -> dict[str, pd.DataFrame]:
         """The five counterfactual profile tables (TARGETS order), one row per applicant of
-        `profiles` in the same order, drawn with one seed: common random numbers across worlds."""
+        `profiles` in the same order, drawn with one seed: common random numbers across worlds.
+        Worlds that differ only in x_y share their B and R draws (the counterfactual contract sets
+        only the X column to x_y), so four draws serve the five worlds."""
         pipeline = self._bound()
+        x = profiles.roles.x
         levels = (profiles.roles.x0, profiles.roles.x1)
-        return {target: pipeline.population.counterfactual(profiles, levels[x_y], levels[x_b], levels[x_r],
-                                                           self.seed)
-                for target, (x_y, x_b, x_r) in TARGETS.items()}
+        drawn: dict[tuple[int, int], pd.DataFrame] = {}
+        tables: dict[str, pd.DataFrame] = {}
+        for target, (x_y, x_b, x_r) in TARGETS.items():
+            if (x_b, x_r) not in drawn:
+                drawn[(x_b, x_r)] = pipeline.population.counterfactual(profiles, levels[x_y], levels[x_b],
+                                                                       levels[x_r], self.seed)
+            tables[target] = drawn[(x_b, x_r)].assign(**{x: levels[x_y]})
+        return tables
 
     def documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
         """The 5n counterfactual documents, world-major (all applicants of world 1, then world 2, ...)."""
