@@ -11,7 +11,7 @@ from scipy import stats
 from popfair import Experiment
 from popfair.errors import ConfigError, EstimationError
 from popfair.estimate.base import Pipeline
-from popfair.estimate.interventional import Interventional, paired_effects
+from popfair.estimate.interventional import Interventional, expected_effects, paired_effects
 from popfair.estimate.pse import CONTRASTS, EFFECTS, TARGETS
 from popfair.estimate.side_by_side import compare
 from popfair.render.base import render_all
@@ -26,20 +26,6 @@ FAST_DML = ["estimator.observational.n_bootstrap=200",
             "estimator.observational.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}"]
 
 
-def true_effects(experiment: Experiment, profiles: Profiles, seed: int) -> pd.Series:
-    """The finite population's effects: the simulated screener's exact expected score averaged over
-    the counterfactual tables of every x0/x1 applicant (same counterfactual seed as the estimate)."""
-    roles = profiles.roles
-    eligible = profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])]
-    everyone = Profiles(table=eligible, roles=roles, jobs=profiles.jobs)
-    levels = (roles.x0, roles.x1)
-    means = np.column_stack([
-        experiment.screener.expected(experiment.population.counterfactual(everyone, levels[a], levels[b],
-                                                                         levels[c], seed))
-        for a, b, c in TARGETS.values()])
-    return pd.Series((means @ CONTRASTS.T).mean(axis=0), index=list(EFFECTS))
-
-
 @pytest.fixture(scope="module", params=["gender", "race"])
 def simulated_both(request, tmp_path_factory):
     """One `estimator=both` case per protected attribute on 5,000 nurses with the simulated screener."""
@@ -49,7 +35,8 @@ def simulated_both(request, tmp_path_factory):
     experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
     result = experiment.run()
     profiles = experiment.estimator.interventional.pipeline.profiles
-    truth = true_effects(experiment, profiles, experiment.estimator.interventional.seed)
+    truth = expected_effects(experiment.population, experiment.screener, profiles,
+                             experiment.estimator.interventional.seed)
     return experiment, result, truth, tmp
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,18 @@ log = logging.getLogger("popfair")
 CI_METHODS = ("t", "bootstrap")
 MAX_N = 1_000_000
 METRIC_PREFIX = "intv"
+
+
+class CounterfactualPopulation(Protocol):
+    """A population that can redraw its applicants under interventions on X (PopResume)."""
+
+    def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame: ...
+
+
+class ExactScreener(Protocol):
+    """A structural screener that knows its expected outcome per profile row (simulated)."""
+
+    def expected(self, table: pd.DataFrame, outcome: str = "score") -> np.ndarray: ...
 
 
 class Interventional:
@@ -94,21 +106,8 @@ class Interventional:
         return rows.iloc[np.sort(rng.choice(len(rows), size=self.n, replace=False))]
 
     def worlds(self, profiles: Profiles) -> dict[str, pd.DataFrame]:
-        """The five counterfactual profile tables (TARGETS order), one row per applicant of
-        `profiles` in the same order, drawn with one seed: common random numbers across worlds.
-        Worlds that differ only in x_y share their B and R draws (the counterfactual contract sets
-        only the X column to x_y), so four draws serve the five worlds."""
-        pipeline = self._bound()
-        x = profiles.roles.x
-        levels = (profiles.roles.x0, profiles.roles.x1)
-        drawn: dict[tuple[int, int], pd.DataFrame] = {}
-        tables: dict[str, pd.DataFrame] = {}
-        for target, (x_y, x_b, x_r) in TARGETS.items():
-            if (x_b, x_r) not in drawn:
-                drawn[(x_b, x_r)] = pipeline.population.counterfactual(profiles, levels[x_y], levels[x_b],
-                                                                       levels[x_r], self.seed)
-            tables[target] = drawn[(x_b, x_r)].assign(**{x: levels[x_y]})
-        return tables
+        """The five counterfactual profile tables of `profiles` (see `counterfactual_worlds`)."""
+        return counterfactual_worlds(self._bound().population, profiles, self.seed)
 
     def documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
         """The 5n counterfactual documents, world-major (all applicants of world 1, then world 2, ...)."""
@@ -226,6 +225,35 @@ class Interventional:
             raise EstimationError("interventional estimator: not bound to a pipeline; build it through "
                                   "Experiment.from_config or call bind(Pipeline(population, renderer, screener))")
         return self.pipeline
+
+
+def counterfactual_worlds(population: CounterfactualPopulation, profiles: Profiles, seed: int) -> dict[str, pd.DataFrame]:
+    """The five counterfactual profile tables (TARGETS order), one row per applicant of `profiles`
+    in the same order, drawn by `population.counterfactual` with one seed: common random numbers
+    across worlds. Worlds that differ only in x_y share their B and R draws (the counterfactual
+    contract sets only the X column to x_y), so four draws serve the five worlds."""
+    x = profiles.roles.x
+    levels = (profiles.roles.x0, profiles.roles.x1)
+    drawn: dict[tuple[int, int], pd.DataFrame] = {}
+    tables: dict[str, pd.DataFrame] = {}
+    for target, (x_y, x_b, x_r) in TARGETS.items():
+        if (x_b, x_r) not in drawn:
+            drawn[(x_b, x_r)] = population.counterfactual(profiles, levels[x_y], levels[x_b], levels[x_r], seed)
+        tables[target] = drawn[(x_b, x_r)].assign(**{x: levels[x_y]})
+    return tables
+
+
+def expected_effects(population: CounterfactualPopulation, screener: ExactScreener, profiles: Profiles, seed: int,
+                     outcome: str = "score") -> pd.Series:
+    """Ground truth for a structural screener with an exact `expected(table, outcome)` (simulated):
+    the effects of every x0/x1 applicant of `profiles`, averaging the expected outcome over the
+    five counterfactual tables drawn with `seed` (the finite population the estimate samples)."""
+    roles = profiles.roles
+    eligible = Profiles(table=profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])], roles=roles,
+                        jobs=profiles.jobs, outcome=profiles.outcome)
+    worlds = counterfactual_worlds(population, eligible, seed)
+    means = np.column_stack([screener.expected(table, outcome) for table in worlds.values()])
+    return pd.Series((means @ CONTRASTS.T).mean(axis=0), index=list(EFFECTS))
 
 
 def paired_effects(outcomes: np.ndarray, *, alpha: float = 0.05, ci: str = "t", n_bootstrap: int = 2000,
