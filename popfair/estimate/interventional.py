@@ -252,7 +252,9 @@ def expected_effects(population: CounterfactualPopulation, screener: ExactScreen
     eligible = Profiles(table=profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])], roles=roles,
                         jobs=profiles.jobs, outcome=profiles.outcome)
     worlds = counterfactual_worlds(population, eligible, seed)
-    means = np.column_stack([screener.expected(table, outcome) for table in worlds.values()])
+    # one call over all worlds (each world alone has a single X level)
+    expected = screener.expected(pd.concat(worlds.values(), ignore_index=True), outcome)
+    means = expected.reshape(len(worlds), len(eligible.table)).T
     return pd.Series((means @ CONTRASTS.T).mean(axis=0), index=list(EFFECTS))
 
 
