@@ -38,6 +38,7 @@ class RunResult:
     timings: dict[str, float] = field(default_factory=dict)
     audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
     samples: dict[str, Any] = field(default_factory=dict)  # a few rendered documents, logged as artifacts
+    screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's own screening
 
     @property
     def failure_rate(self) -> float:
@@ -145,6 +146,8 @@ class Experiment:
         self.bind_estimator(profiles)
         documents = stage("render", render_all, self.renderer, profiles.table, profiles.jobs)
         results = stage("screen", self.screener.screen, profiles.jobs, documents, profiles.outcome)
+        screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
+        screening = screen_metrics() if callable(screen_metrics) else {}  # before an estimator screens more
         scored = profiles.table.assign(
             document=[d.text for d in documents],
             raw=[r.raw for r in results],
@@ -160,7 +163,8 @@ class Experiment:
                 log.warning("outcome audit skipped: %s", exc)
                 profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
         result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
-                           timings=timings, audit=audit, samples=sample_artifacts(documents))
+                           timings=timings, audit=audit, samples=sample_artifacts(documents),
+                           screening=screening)
         result.run_id = stage("track", self._track, result, profiles)
         return result
 
@@ -174,9 +178,7 @@ class Experiment:
                 if isinstance(value, (int, float)):
                     metrics[f"{effect}.{column}"] = value
         metrics.update(effects.metrics)
-        screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
-        if callable(screen_metrics):
-            metrics.update(screen_metrics())
+        metrics.update(result.screening)
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         tags = {"case": effects.case, "case_name": self.case_name(), "git_commit": git_commit(),
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,
