@@ -2,6 +2,8 @@
 of the simulated screener's true effects, agreement with DML-UCA, MLflow logging, dry-run cost."""
 from __future__ import annotations
 
+import dataclasses
+
 import mlflow
 import numpy as np
 import pandas as pd
@@ -222,3 +224,36 @@ def test_extra_plan_counts_new_distinct_counterfactual_documents():
     # about 5 per applicant at most; own-world documents are factual ones, and the text resume
     # never shows X, so worlds differing only in x_y share a document
     assert 2 * 300 < extra.calls < 5 * 300
+
+
+def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeypatch):
+    """An API screener (real openai SDK, local stub): the dry-run plan of the counterfactual
+    documents is exactly what the run then asks; own-world and duplicate documents come from the
+    response cache; the case's own screening metrics are not overwritten by the counterfactual one."""
+    from tests.llm_stub import StubServer
+    from tests.screen_helpers import make_screener
+
+    cfg = compose_config(["estimator=interventional", "estimator.n=40", "population.n=150",
+                          "population.diagnostics=false", "outcome_audit=null", "tracking.enabled=false"])
+    base = Experiment.from_config(cfg)
+    with StubServer() as stub:
+        screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
+        experiment = dataclasses.replace(base, screener=screener)  # rebinds the estimator
+        profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
+        factual = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
+        experiment.bind_estimator(profiles)
+        planned = experiment.estimator.extra_plan(profiles, factual)
+        assert stub.state.requests == 0  # planning calls nothing
+
+        result = experiment.run()
+        answered = stub.state.answered
+        assert sum(answered.values()) == len(answered)  # every distinct prompt paid once
+        distinct_factual = len({d.text for d in factual})
+        assert len(answered) == distinct_factual + planned.calls
+        metrics = result.effects.metrics
+        assert metrics["intv.screen.calls_needed"] == planned.calls
+        assert metrics["intv.screen.rows"] == 5 * 40
+        assert metrics["intv.screen.rows_from_cache"] >= 40  # each applicant's own world is its factual resume
+        assert result.screening["screen.rows"] == 150  # the case's screening, as logged
+    table = result.effects.table
+    assert table.loc["NDE", "estimate"] == 0.0  # same resume, same cached answer: no direct effect
