@@ -257,3 +257,22 @@ def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeyp
         assert result.screening["screen.rows"] == 150  # the case's screening, as logged
     table = result.effects.table
     assert table.loc["NDE", "estimate"] == 0.0  # same resume, same cached answer: no direct effect
+
+
+def test_dry_run_plans_the_counterfactual_documents(monkeypatch, tmp_path):
+    """A keyless dry run of an API screener: the interventional case plans its ~5 counterfactual
+    resumes per sampled applicant on top of the factual ones (duplicates not counted twice)."""
+    from popfair.sweep.plan import plan_case
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    common = ["screener=gpt4o_mini", f"cache_dir={tmp_path}/cache", "population.n=300",
+              "population.diagnostics=false", "tracking.enabled=false"]
+    plain = plan_case(Experiment.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
+    audit = plan_case(Experiment.from_config(
+        compose_config(common + ["estimator=interventional", "estimator.n=50"]), dry_run=True))
+    assert plain.estimator_documents == 0 and audit.estimator_documents == 5 * 50
+    assert audit.documents == plain.documents + 5 * 50
+    extra_calls = audit.calls - plain.calls
+    assert 2 * 50 < extra_calls < 5 * 50  # own worlds are factual resumes; x_y-only worlds share text
+    assert audit.cost_usd > plain.cost_usd
+    assert "250 for the estimator" in audit.line()

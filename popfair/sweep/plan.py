@@ -43,13 +43,15 @@ class CasePlan:
     new_output_tokens: int
     new_cost_usd: float
     image_estimated_from_text: bool = False
+    estimator_documents: int = 0  # of `documents`, those the estimator screens itself (interventional)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def line(self) -> str:
         estimate = " (image tokens from the text layout)" if self.image_estimated_from_text else ""
-        return (f"plan {self.case_name}: {self.documents:,} documents, {self.calls:,} calls "
+        own = f" ({self.estimator_documents:,} for the estimator)" if self.estimator_documents else ""
+        return (f"plan {self.case_name}: {self.documents:,} documents{own}, {self.calls:,} calls "
                 f"({self.new_calls:,} not yet planned), {self.input_tokens:,} input + "
                 f"{self.output_tokens:,} output tokens, ${self.cost_usd:,.2f} "
                 f"(${self.new_cost_usd:,.2f} new){estimate}")
@@ -101,9 +103,22 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
                    cost_usd=plan.cost_usd + plan.calls * delta.cost_usd)
 
 
+def estimator_documents(experiment: Experiment, profiles: Profiles, image: bool) -> list[Document]:
+    """Documents the estimator screens itself beyond the factual ones (interventional: five
+    counterfactual resumes per sampled applicant; image cases planned from their text layout)."""
+    extra_documents = getattr(experiment.estimator, "extra_documents", None)
+    if extra_documents is None:
+        return []
+    experiment.bind_estimator(profiles)
+    renderer = text_layout_renderer(experiment.config.get("renderer") or {}) if image else None
+    return extra_documents(profiles, renderer)
+
+
 def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
     profiles, documents, image = planning_documents(experiment)
+    extra = estimator_documents(experiment, profiles, image)
+    documents = [*documents, *extra]
     screener = experiment.screener
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
@@ -121,7 +136,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
                     input_tokens=total.input_tokens, output_tokens=total.output_tokens,
                     cost_usd=total.cost_usd, new_calls=new.calls, new_input_tokens=new.input_tokens,
                     new_output_tokens=new.output_tokens, new_cost_usd=new.cost_usd,
-                    image_estimated_from_text=image)
+                    image_estimated_from_text=image, estimator_documents=len(extra))
 
 
 PLAN_SUMS = ["cases", "documents", "calls", "input_tokens", "output_tokens", "cost_usd",
