@@ -33,10 +33,10 @@ import pandas as pd
 from scipy import stats
 
 from popfair.errors import ConfigError, EstimationError, require
-from popfair.estimate.base import EFFECT_COLUMNS, Estimator, Pipeline, contrast_rows
+from popfair.estimate.base import Pipeline, contrast_rows
 from popfair.estimate.pse import CONTRASTS, EFFECTS, TARGETS, case_labels, forest_plot
 from popfair.render.base import Renderer, render_all
-from popfair.types import CallPlan, Document, Effects, Profiles, Roles
+from popfair.types import CallPlan, Document, Effects, Job, Profiles, Roles
 
 log = logging.getLogger("popfair")
 
@@ -110,12 +110,8 @@ class Interventional:
         return counterfactual_worlds(self._bound().population, profiles, self.seed)
 
     def documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
-        """The 5n counterfactual documents, world-major (all applicants of world 1, then world 2, ...)."""
-        renderer = renderer or self._bound().renderer
-        documents: list[Document] = []
-        for table in self.worlds(profiles).values():
-            documents += render_all(renderer, table, profiles.jobs, progress=False)
-        return documents
+        """The 5n counterfactual documents of `profiles`, world-major (see `render_worlds`)."""
+        return render_worlds(renderer or self._bound().renderer, self.worlds(profiles), profiles.jobs)
 
     def extra_documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
         """The counterfactual documents a run on these (factual, unscored) profiles would screen
@@ -163,8 +159,7 @@ class Interventional:
         timings["counterfactual"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
-        documents = [doc for table in worlds.values()
-                     for doc in render_all(pipeline.renderer, table, sampled.jobs, progress=False)]
+        documents = render_worlds(pipeline.renderer, worlds, sampled.jobs)
         timings["render"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
@@ -241,6 +236,12 @@ def counterfactual_worlds(population: CounterfactualPopulation, profiles: Profil
             drawn[(x_b, x_r)] = population.counterfactual(profiles, levels[x_y], levels[x_b], levels[x_r], seed)
         tables[target] = drawn[(x_b, x_r)].assign(**{x: levels[x_y]})
     return tables
+
+
+def render_worlds(renderer: Renderer, worlds: Mapping[str, pd.DataFrame], jobs: Mapping[str, Job]) -> list[Document]:
+    """Every world's documents, world-major: all applicants of the first world, then the second, ...
+    (document w * n + i is applicant i in world w)."""
+    return [doc for table in worlds.values() for doc in render_all(renderer, table, jobs, progress=False)]
 
 
 def expected_effects(population: CounterfactualPopulation, screener: ExactScreener, profiles: Profiles, seed: int,
