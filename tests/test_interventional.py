@@ -217,6 +217,11 @@ def test_extra_plan_counts_new_distinct_counterfactual_documents():
         sampled, "male", "female", "female", estimator.seed))
     assert (worlds["E[Y_x0]"]["gender"] == "female").all() and (worlds["E[Y_x1]"]["gender"] == "male").all()
     extra_documents = estimator.extra_documents(profiles)
+    # rows identical across worlds are rendered once; the documents are those of rendering each row
+    naive = [doc for table in worlds.values()
+             for doc in render_all(experiment.renderer, table, profiles.jobs, progress=False)]
+    assert [(d.applicant_id, d.text, dict(d.profile)) for d in extra_documents] == \
+        [(d.applicant_id, d.text, dict(d.profile)) for d in naive]
     assert len(extra_documents) == 5 * 300
     counterfactual = {(d.job_id, d.text) for d in extra_documents}
     extra = estimator.extra_plan(profiles, factual)
