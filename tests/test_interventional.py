@@ -156,6 +156,13 @@ def test_nested_config_errors_name_the_nested_key():
         Experiment.from_config(cfg)
 
 
+def test_both_needs_the_pse_estimator_as_observational_part():
+    cfg = compose_config(["estimator=both", "estimator.observational._target_=popfair.estimate.outcome_gap.OutcomeGap",
+                          "~estimator.observational.folds", "tracking.enabled=false"])
+    with pytest.raises(ConfigError, match=r"estimator\.observational: must be the pse_dml estimator"):
+        Experiment.from_config(cfg)
+
+
 def test_population_without_counterfactuals_fails_before_any_work():
     cfg = compose_config(["population=paired_race", "renderer=json", "estimator=interventional",
                           "tracking.enabled=false"])

@@ -35,9 +35,10 @@ class SideBySide:
     name = "both"
 
     def __init__(self, observational: Estimator, interventional: Interventional) -> None:
-        if not callable(getattr(observational, "estimate", None)):
-            raise ConfigError("estimator.observational: must be an estimator (e.g. conf/estimator/pse_dml.yaml), "
-                              f"got {observational!r}")
+        name = getattr(observational, "name", type(observational).__name__)
+        if name != "pse_dml" or not callable(getattr(observational, "estimate", None)):
+            raise ConfigError("estimator.observational: must be the pse_dml estimator (the same five path-specific "
+                              f"effects; conf/estimator/pse_dml.yaml), got {name!r}")
         if not isinstance(interventional, Interventional):
             raise ConfigError("estimator.interventional: must be popfair.estimate.interventional.Interventional, "
                               f"got {type(interventional).__name__}")
