@@ -157,10 +157,13 @@ def test_nested_config_errors_name_the_nested_key():
 
 
 def test_both_needs_the_pse_estimator_as_observational_part():
-    cfg = compose_config(["estimator=both", "estimator.observational._target_=popfair.estimate.outcome_gap.OutcomeGap",
-                          "~estimator.observational.folds", "tracking.enabled=false"])
+    from popfair.estimate.outcome_gap import OutcomeGap
+    from popfair.estimate.side_by_side import SideBySide
+
     with pytest.raises(ConfigError, match=r"estimator\.observational: must be the pse_dml estimator"):
-        Experiment.from_config(cfg)
+        SideBySide(OutcomeGap(), Interventional())
+    with pytest.raises(ConfigError, match=r"estimator\.interventional: must be"):
+        SideBySide(Experiment.from_config(compose_config(["tracking.enabled=false"])).estimator, OutcomeGap())
 
 
 def test_population_without_counterfactuals_fails_before_any_work():
