@@ -62,3 +62,21 @@ def test_different_seed_gives_different_applicants(small_run, tmp_path):
     cfg = compose_config(["population.n=400", "estimator.n_bootstrap=200", "seed=1"], tmp_path=tmp_path)
     other = Experiment.from_config(cfg).run()
     assert not first.scored["first_name"].equals(other.scored["first_name"])
+
+
+def test_tfidf_scores_a_document_the_same_in_any_later_batch():
+    """The vocabulary is fit on the first call, so re-screening a subset (as counterfactual
+    worlds do) gives each document exactly the score it had in the case's own batch."""
+    from popfair.screen.tfidf import TfidfScreener
+    from popfair.types import Document, Job
+
+    job = Job(job_id="j", title="Nurse", description="registered nurse acute care patient assessment "
+                                                      "medication administration electronic health record")
+    texts = ["registered nurse with acute care experience", "medication administration and patient care",
+             "software engineer python cloud", "electronic health record documentation nurse"]
+    docs = [Document(applicant_id=str(i), job_id="j", kind="text", text=t) for i, t in enumerate(texts)]
+    screener = TfidfScreener()
+    first = [r.value for r in screener.screen({"j": job}, docs, "score")]
+    again = [r.value for r in screener.screen({"j": job}, docs[1:3], "score")]
+    assert again == pytest.approx(first[1:3], abs=1e-12)
+    assert first[2] < first[0]  # the off-topic resume matches worst

@@ -88,7 +88,10 @@ class EmbeddingScreener:
         by_job = self.job_embeddings(jobs)
         job_rows = pd.Index(list(by_job)).get_indexer([d.job_id for d in documents])
         job_matrix = np.stack(list(by_job.values()))[job_rows]
-        doc_matrix = self.encode([d.text for d in documents])
+        # Identical resumes (e.g. counterfactual worlds that change nothing visible) are encoded once.
+        unique_texts, inverse = np.unique(np.array([d.text for d in documents], dtype=object),
+                                          return_inverse=True)
+        doc_matrix = self.encode(list(unique_texts))[inverse.ravel()]
         scores = 100.0 * np.einsum("ij,ij->i", doc_matrix, job_matrix)
         values = (scores >= self.callback_threshold).astype(float) if outcome == "callback" else scores
         return [ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))

@@ -12,8 +12,10 @@ from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 
 class TfidfScreener:
-    """Resume-Matcher-style lexical score. The vocabulary and IDF are fit on the job descriptions
-    plus all resumes of the case, so the score is deterministic for a given case."""
+    """Resume-Matcher-style lexical score. The vocabulary and IDF are fit once, on the job
+    descriptions plus the resumes of the first `screen` call (the case's own applicants), and
+    reused for every later call, so a document's score is a fixed function of (job, document)
+    within a case: counterfactual resumes scored later are measured on the same scale."""
 
     def __init__(self, name: str = "tfidf", sublinear_tf: bool = True, ngram_max: int = 2,
                  callback_threshold: float = 20.0) -> None:
@@ -25,6 +27,7 @@ class TfidfScreener:
         self.callback_threshold = callback_threshold
         self.vectorizer = TfidfVectorizer(sublinear_tf=sublinear_tf, ngram_range=(1, ngram_max),
                                           stop_words="english")
+        self._fitted = False
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         return CallPlan(calls=0)  # local computation: no paid calls
@@ -34,7 +37,10 @@ class TfidfScreener:
         """Score = 100 x cosine; a callback is yes when the score reaches `callback_threshold`."""
         job_ids = list(jobs)
         corpus = [jobs[j].description for j in job_ids] + [d.text for d in documents]
-        matrix = normalize(self.vectorizer.fit_transform(corpus))
+        if not self._fitted:
+            self.vectorizer.fit(corpus)
+            self._fitted = True
+        matrix = normalize(self.vectorizer.transform(corpus))
         job_rows = {j: i for i, j in enumerate(job_ids)}
         docs = matrix[len(job_ids):]
         job_index = np.array([job_rows[d.job_id] for d in documents])
