@@ -80,3 +80,17 @@ def test_tfidf_scores_a_document_the_same_in_any_later_batch():
     again = [r.value for r in screener.screen({"j": job}, docs[1:3], "score")]
     assert again == pytest.approx(first[1:3], abs=1e-12)
     assert first[2] < first[0]  # the off-topic resume matches worst
+
+
+def test_tfidf_counts_words_unseen_when_it_was_fit():
+    """A rare word first seen in a later batch still lowers the match (it is not dropped)."""
+    from popfair.screen.tfidf import TfidfScreener
+    from popfair.types import Document, Job
+
+    job = Job(job_id="j", title="Nurse", description="registered nurse acute care patient assessment")
+    base = [Document(applicant_id="a", job_id="j", kind="text", text="registered nurse acute care")]
+    screener = TfidfScreener()
+    plain = screener.screen({"j": job}, base, "score")[0].value
+    padded = Document(applicant_id="b", job_id="j", kind="text",
+                      text="registered nurse acute care zyxwvut qwertyuiop")
+    assert screener.screen({"j": job}, [padded], "score")[0].value < plain

@@ -4,18 +4,18 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.preprocessing import normalize
+from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
 from popfair.errors import require
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 
 class TfidfScreener:
-    """Resume-Matcher-style lexical score. The vocabulary and IDF are fit once, on the job
-    descriptions plus the resumes of the first `screen` call (the case's own applicants), and
-    reused for every later call, so a document's score is a fixed function of (job, document)
-    within a case: counterfactual resumes scored later are measured on the same scale."""
+    """Resume-Matcher-style lexical score. Terms are hashed (no fixed vocabulary, so no word is
+    ever dropped) and IDF weights are fit once, on the job descriptions plus the resumes of the
+    first `screen` call (the case's own applicants), then reused: a document's score is a fixed
+    function of (job, document) within a case, so counterfactual resumes scored later are measured
+    on the same scale. A term unseen in that corpus gets the largest IDF, as the rarest word would."""
 
     def __init__(self, name: str = "tfidf", sublinear_tf: bool = True, ngram_max: int = 2,
                  callback_threshold: float = 20.0) -> None:
@@ -25,8 +25,9 @@ class TfidfScreener:
                 f"must be in [0, 100], got {callback_threshold!r}")
         self.name = name
         self.callback_threshold = callback_threshold
-        self.vectorizer = TfidfVectorizer(sublinear_tf=sublinear_tf, ngram_range=(1, ngram_max),
-                                          stop_words="english")
+        self.counts = HashingVectorizer(n_features=2 ** 20, alternate_sign=False, norm=None,
+                                        ngram_range=(1, ngram_max), stop_words="english")
+        self.idf = TfidfTransformer(sublinear_tf=sublinear_tf)  # smooth IDF, rows L2-normalised
         self._fitted = False
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
@@ -37,10 +38,11 @@ class TfidfScreener:
         """Score = 100 x cosine; a callback is yes when the score reaches `callback_threshold`."""
         job_ids = list(jobs)
         corpus = [jobs[j].description for j in job_ids] + [d.text for d in documents]
+        counts = self.counts.transform(corpus)
         if not self._fitted:
-            self.vectorizer.fit(corpus)
+            self.idf.fit(counts)
             self._fitted = True
-        matrix = normalize(self.vectorizer.transform(corpus))
+        matrix = self.idf.transform(counts)
         job_rows = {j: i for i, j in enumerate(job_ids)}
         docs = matrix[len(job_ids):]
         job_index = np.array([job_rows[d.job_id] for d in documents])
