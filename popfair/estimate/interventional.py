@@ -34,7 +34,8 @@ from scipy import stats
 
 from popfair.errors import ConfigError, EstimationError, require
 from popfair.estimate.base import Pipeline, contrast_rows
-from popfair.estimate.pse import CONTRASTS, EFFECTS, TARGETS, case_labels, forest_plot
+from popfair.estimate.pse import (CONTRASTS, EFFECTS, TARGETS, case_labels, forest_plot,
+                                  multinomial_bootstrap_means)
 from popfair.render.base import Renderer, render_all
 from popfair.types import CallPlan, Document, Effects, Job, Profiles, Roles
 
@@ -291,7 +292,8 @@ def paired_effects(outcomes: np.ndarray, *, alpha: float = 0.05, ci: str = "t", 
         half = stats.t.ppf(1 - alpha / 2, df=n - 1) * se
         lo, hi = estimate - half, estimate + half
     elif ci == "bootstrap":
-        boot = _bootstrap_means(both, n_bootstrap, np.random.default_rng([seed, 10]))
+        boot = multinomial_bootstrap_means(both, np.ones(len(both)), n_bootstrap,
+                                           np.random.default_rng([seed, 10]))
         lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2], axis=0)
     else:
         raise EstimationError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
@@ -301,16 +303,6 @@ def paired_effects(outcomes: np.ndarray, *, alpha: float = 0.05, ci: str = "t", 
     return frame.iloc[len(TARGETS):].copy(), frame.iloc[:len(TARGETS)].copy()
 
 
-def _bootstrap_means(values: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
-    """Column means of n_bootstrap applicant resamples (multinomial counts, bounded memory)."""
-    n = len(values)
-    out = np.empty((n_bootstrap, values.shape[1]))
-    chunk = max(1, 2_000_000 // n)
-    for start in range(0, n_bootstrap, chunk):
-        stop = min(start + chunk, n_bootstrap)
-        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=stop - start).astype(float)
-        out[start:stop] = counts @ values / n
-    return out
 
 
 def _consistency(rows: pd.DataFrame, worlds: Mapping[str, pd.DataFrame], documents: Sequence[Document],

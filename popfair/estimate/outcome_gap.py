@@ -7,6 +7,7 @@ from scipy import stats
 
 from popfair.errors import require
 from popfair.estimate.base import EFFECT_COLUMNS, contrast_rows
+from popfair.estimate.pse import multinomial_bootstrap_means
 from popfair.types import Effects, Roles
 
 
@@ -44,11 +45,5 @@ class OutcomeGap:
 
 
 def _bootstrap_means(values: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
-    """Means of n_bootstrap resamples, in chunks to bound memory at large n."""
-    out = np.empty(n_bootstrap)
-    chunk = max(1, 4_000_000 // max(len(values), 1))
-    for start in range(0, n_bootstrap, chunk):
-        stop = min(start + chunk, n_bootstrap)
-        idx = rng.integers(0, len(values), size=(stop - start, len(values)))
-        out[start:stop] = values[idx].mean(axis=1)
-    return out
+    """Means of n_bootstrap resamples of one group."""
+    return multinomial_bootstrap_means(values[:, None], np.ones(len(values)), n_bootstrap, rng)[:, 0]

@@ -669,7 +669,7 @@ def _inference(phi: np.ndarray, cluster: np.ndarray | None,
     rng = np.random.default_rng([settings.seed, 3])
     if cluster is None:
         se = both.std(axis=0, ddof=1) / np.sqrt(n)
-        boot = _multinomial_means(both, np.ones(n), settings.n_bootstrap, rng)
+        boot = multinomial_bootstrap_means(both, np.ones(n), settings.n_bootstrap, rng)
         n_clusters = None
     else:
         n_clusters = int(cluster.max()) + 1
@@ -678,7 +678,7 @@ def _inference(phi: np.ndarray, cluster: np.ndarray | None,
         sizes = np.bincount(cluster, minlength=n_clusters).astype(float)
         resid = sums - sizes[:, None] * estimate[None, :]
         se = np.sqrt((resid ** 2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n
-        boot = _multinomial_means(sums, sizes, settings.n_bootstrap, rng)
+        boot = multinomial_bootstrap_means(sums, sizes, settings.n_bootstrap, rng)
     lo, hi = np.quantile(boot, [settings.alpha / 2, 1 - settings.alpha / 2], axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         zstat = np.where(se > 0, estimate / np.where(se > 0, se, 1.0), np.where(estimate == 0, 0.0, np.inf))
@@ -689,7 +689,7 @@ def _inference(phi: np.ndarray, cluster: np.ndarray | None,
     return frame.iloc[: len(TARGETS)].copy(), frame.iloc[len(TARGETS):].copy(), n_clusters
 
 
-def _multinomial_means(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int,
+def multinomial_bootstrap_means(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int,
                        rng: np.random.Generator) -> np.ndarray:
     """Bootstrap means: resample units (rows or clusters) with replacement via multinomial counts,
     in chunks so memory stays bounded; returns n_bootstrap x columns."""
