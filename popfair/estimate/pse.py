@@ -229,22 +229,32 @@ def case_labels(table: pd.DataFrame) -> list[str]:
     return [CASE_LABELS[c] for c in cases]
 
 
-def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects"):
-    """Forest plot of effect estimates with CI whiskers; significant effects drawn filled."""
+def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects",
+                series: tuple[tuple[str, str, str], ...] = (("", "", "C0"),)):
+    """Forest plot of effect estimates with CI whiskers. `series` lists (column prefix, legend
+    label, colour) per estimate drawn side by side (e.g. observational and interventional). With
+    one series, effects whose `significant` flag is set are drawn filled, the others hollow."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.0, 3.2))
+    fig = Figure(figsize=(6.0, 3.2 + 0.3 * (len(series) - 1)))
     ax = fig.add_subplot()
     rows = list(table.index)[::-1]
-    ypos = np.arange(len(rows))
-    est = table.loc[rows, "estimate"].to_numpy(float)
-    lo = table.loc[rows, "ci_low"].to_numpy(float)
-    hi = table.loc[rows, "ci_high"].to_numpy(float)
-    sig = table.loc[rows, "significant"].to_numpy(bool) if "significant" in table else np.zeros(len(rows), bool)
+    ypos = np.arange(len(rows), dtype=float)
+    offsets = np.linspace(0.15, -0.15, len(series)) if len(series) > 1 else [0.0]
+    for offset, (prefix, label, colour) in zip(offsets, series):
+        est = table.loc[rows, prefix + "estimate"].to_numpy(float)
+        lo = table.loc[rows, prefix + "ci_low"].to_numpy(float)
+        hi = table.loc[rows, prefix + "ci_high"].to_numpy(float)
+        y = ypos + offset
+        ax.hlines(y, lo, hi, color=colour, lw=2)
+        if len(series) > 1:
+            ax.scatter(est, y, color=colour, zorder=3, label=label)
+            continue
+        sig = (table.loc[rows, "significant"].to_numpy(bool) if "significant" in table
+               else np.zeros(len(rows), bool))
+        ax.scatter(est[sig], y[sig], color="C3", zorder=3, label="CI excludes 0")
+        ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=colour, zorder=3, label="CI covers 0")
     ax.axvline(0.0, color="0.5", lw=1, ls="--")
-    ax.hlines(ypos, lo, hi, color="C0", lw=2)
-    ax.scatter(est[sig], ypos[sig], color="C3", zorder=3, label="CI excludes 0")
-    ax.scatter(est[~sig], ypos[~sig], facecolor="white", edgecolor="C0", zorder=3, label="CI covers 0")
     ax.set_yticks(ypos, rows)
     ax.set_xlabel("effect on Y (positive favours x1)")
     ax.set_title(title)

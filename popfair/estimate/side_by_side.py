@@ -15,7 +15,7 @@ import pandas as pd
 from popfair.errors import ConfigError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS, Estimator, Pipeline
 from popfair.estimate.interventional import Interventional
-from popfair.estimate.pse import EFFECTS
+from popfair.estimate.pse import EFFECTS, forest_plot
 from popfair.render.base import Renderer
 from popfair.types import CallPlan, Document, Effects, Profiles, Roles
 
@@ -101,23 +101,5 @@ def _direction(table: pd.DataFrame) -> np.ndarray:
 
 def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interventional"):
     """Forest plot: each effect's observational (DML-UCA) and interventional estimate with CIs."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.5, 3.8))
-    ax = fig.add_subplot()
-    rows = list(table.index)[::-1]
-    ypos = np.arange(len(rows), dtype=float)
-    for offset, prefix, label, colour in ((0.15, "", "observational (DML-UCA)", "C0"),
-                                          (-0.15, INTERVENTIONAL_PREFIX, "interventional", "C3")):
-        est = table.loc[rows, prefix + "estimate"].to_numpy(float)
-        lo = table.loc[rows, prefix + "ci_low"].to_numpy(float)
-        hi = table.loc[rows, prefix + "ci_high"].to_numpy(float)
-        ax.hlines(ypos + offset, lo, hi, color=colour, lw=2)
-        ax.scatter(est, ypos + offset, color=colour, zorder=3, label=label)
-    ax.axvline(0.0, color="0.5", lw=1, ls="--")
-    ax.set_yticks(ypos, rows)
-    ax.set_xlabel("effect on Y (positive favours x1)")
-    ax.set_title(title)
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    return fig
+    return forest_plot(table, title, series=(("", "observational (DML-UCA)", "C0"),
+                                             (INTERVENTIONAL_PREFIX, "interventional", "C3")))
