@@ -24,20 +24,12 @@ def _errors(table: pd.DataFrame) -> np.ndarray:
 
 
 def forest_plot(case: pd.DataFrame, title: str) -> Figure:
-    """Effects of one case with 95% CIs; significant effects filled, others hollow."""
+    """Effects of one case (long form: one row per effect) with 95% CIs, TE..RIE first;
+    drawn by the estimator's own forest plot so a report and a run's artifact look alike."""
+    from popfair.estimate.pse import forest_plot as effects_forest_plot
+
     order = [e for e in PSE_ORDER if e in set(case["effect"])] + sorted(set(case["effect"]) - set(PSE_ORDER))
-    case = case.set_index("effect").loc[order].reset_index()
-    fig, ax = plt.subplots(figsize=(5.5, 0.45 * len(case) + 1.2))
-    y = np.arange(len(case))[::-1]
-    for yi, (_, row), err in zip(y, case.iterrows(), _errors(case).T):
-        ax.errorbar(row["estimate"], yi, xerr=err.reshape(2, 1), fmt="o", color="tab:blue",
-                    mfc="tab:blue" if row["significant"] else "white", capsize=3)
-    ax.axvline(0, color="grey", lw=0.8, ls="--")
-    ax.set_yticks(y, case["effect"])
-    ax.set_xlabel("effect on score (positive favours x1)")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return effects_forest_plot(case.set_index("effect").loc[order], title)
 
 
 def panel_gaps_by_model(panel: pd.DataFrame) -> Figure:
