@@ -184,6 +184,9 @@ class Experiment:
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,
                 "protected_attr": self.protected.name, "screener": self.screener.name,
                 "renderer": self.renderer.kind, "estimator": self.estimator.name, **self.tags}
+        # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
+        tags.update({f"popfair_choice.{key}": value
+                     for key, value in getattr(self.screener, "popfair_choices", {}).items()})
         artifacts: dict[str, Any] = {
             "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
             "scored.parquet": result.scored,

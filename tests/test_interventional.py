@@ -280,7 +280,7 @@ def test_dry_run_plans_the_counterfactual_documents(monkeypatch, tmp_path):
     from popfair.sweep.plan import plan_case
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    common = ["screener=gpt4o_mini", f"cache_dir={tmp_path}/cache", "population.n=300",
+    common = ["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache", "population.n=300",
               "population.diagnostics=false", "tracking.enabled=false"]
     plain = plan_case(Experiment.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
     audit = plan_case(Experiment.from_config(
