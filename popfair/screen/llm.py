@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 from popfair.errors import ConfigError, DataError, require
-from popfair.screen.cache import ResponseCache
+from popfair.screen.cache import open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
 from popfair.screen.pricing import Price, estimate_input_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet
@@ -112,7 +112,7 @@ class LLMScreener:
                                       reasoning=self.reasoning, api_key=api_key, base_url=base_url,
                                       region=region, timeout_s=self.settings.timeout_s,
                                       concurrency=self.settings.concurrency)
-        self.cache = ResponseCache(cache_dir)
+        self.cache = open_cache(cache_dir)
         self.last_stats: dict[str, float] = {}
 
     def __repr__(self) -> str:  # never shows the key
