@@ -14,7 +14,7 @@ from popfair import Experiment
 from popfair.errors import ConfigError, EstimationError
 from popfair.estimate.base import Pipeline
 from popfair.estimate.interventional import Interventional, expected_effects, paired_effects
-from popfair.estimate.pse import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
 from popfair.estimate.side_by_side import compare
 from popfair.render.base import render_all
 from popfair.types import CallPlan, Profiles, Roles
