@@ -32,6 +32,7 @@ from scipy import sparse, stats
 from popfair.errors import DataError, EstimationError, require
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.inference import bootstrap_counts, bootstrap_se, percentile_ci
+from popfair.population.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
 from popfair.report.figures import impact_ratio_figure
 from popfair.types import Effects, Roles
 
@@ -46,7 +47,7 @@ DEFAULT_CLUSTER = "posting_id"
 # Display labels for the published-summary layout; other values are shown as they are.
 DISPLAY = {"female": "Female", "male": "Male", "black": "Black or African American", "white": "White",
            "hispanic": "Hispanic or Latino", "api": "Asian or Pacific Islander",
-           "other": "Other race", UNKNOWN: "Unknown"}
+           "other": "Other race", UNKNOWN: "Unknown", **LL144_DISPLAY}
 
 
 @dataclass(frozen=True)
@@ -532,8 +533,8 @@ class ImpactRatio:
     def __init__(self, outcome: str = "auto", top_share: float | None = 0.2, min_score: float | None = None,
                  min_category_share: float = 0.02, exclude_small: bool = True, flag_below: float = 0.8,
                  cluster: str = "auto", unknown_labels: list[str] | tuple[str, ...] = (UNKNOWN, ""),
-                 sex_column: str = "gender", race_column: str = "race", n_bootstrap: int = 2000,
-                 alpha: float = 0.05, seed: int = 0, config_key: str = "estimator") -> None:
+                 sex_column: str = "gender", race_column: str = "race", race_scheme: str = "five",
+                 n_bootstrap: int = 2000, alpha: float = 0.05, seed: int = 0, config_key: str = "estimator") -> None:
         require(isinstance(unknown_labels, (list, tuple)), f"{config_key}.unknown_labels",
                 f"must be a list of strings, got {unknown_labels!r}")
         for key, column in (("sex_column", sex_column), ("race_column", race_column)):
@@ -544,11 +545,17 @@ class ImpactRatio:
             min_category_share=min_category_share, exclude_small=exclude_small, flag_below=flag_below,
             cluster=cluster, unknown_labels=tuple(unknown_labels), n_bootstrap=n_bootstrap, alpha=alpha,
             seed=seed)
+        require(race_scheme in RACE_SCHEMES, f"{config_key}.race_scheme",
+                f"must be one of {list(RACE_SCHEMES)}, got {race_scheme!r}")
         self.settings.check(config_key)
-        self.sex_column, self.race_column = sex_column, race_column
+        self.sex_column, self.race_column, self.race_scheme = sex_column, race_column, race_scheme
 
     def compute(self, data: pd.DataFrame, y: str = "y") -> ImpactRatios:
-        return impact_ratios(data, y=y, sex=self.sex_column, race=self.race_column, settings=self.settings)
+        race = self.race_column
+        if self.race_scheme != "five":  # e.g. LL144's categories, recoded from the raw ACS race code
+            race = f"{self.race_column}_{self.race_scheme}"
+            data = data.assign(**{race: recode_race(data, self.race_column, self.race_scheme)})
+        return impact_ratios(data, y=y, sex=self.sex_column, race=race, settings=self.settings)
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         return self.compute(data, y).effects()
