@@ -48,7 +48,7 @@ FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "r
 PROPENSITIES = ("p_z", "p_rz", "p_brz")
 MU2_KEYS = (0, 1)                   # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
-CACHE_VERSION = "pse-tuning-v1"
+CACHE_VERSION = "pse-tuning-v2"  # v2: 0/1 outcomes fit on the logit scale
 _MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
 
 
@@ -97,6 +97,7 @@ class PseSettings:
     `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
 
     folds: int = 5                       # cross-fitting folds L
+    n_splits: int = 1                    # cross-fitting repeated on this many fold assignments (1: the paper's)
     n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
     alpha: float = 0.05                  # 1 - CI level
@@ -124,6 +125,8 @@ class PseSettings:
         """ConfigError (or `exc`) naming the key and the allowed values."""
         checks = [
             (_is_int(self.folds) and self.folds >= 2, "folds", f"must be an integer >= 2, got {self.folds!r}"),
+            (_is_int(self.n_splits) and 1 <= self.n_splits <= 50, "n_splits",
+             f"must be an integer in [1, 50], got {self.n_splits!r}"),
             (_is_int(self.n_bootstrap) and self.n_bootstrap >= 100, "n_bootstrap",
              f"must be an integer >= 100, got {self.n_bootstrap!r}"),
             (_is_int(self.seed), "seed", f"must be an integer, got {self.seed!r}"),
@@ -154,13 +157,18 @@ class PseSettings:
 class DmlScores:
     """Cross-fitted doubly robust scores: one row per estimation row, one column per TARGETS mean."""
 
-    phi: np.ndarray                 # n x len(TARGETS)
+    phi_splits: np.ndarray          # n_splits x n x len(TARGETS): one cross-fit per fold assignment
     cluster: np.ndarray | None      # cluster code per row (0..G-1) when settings.cluster is set
     overlap: pd.DataFrame           # propensity ranges, clipped shares and largest weights
     tuning: pd.DataFrame            # chosen hyperparameters per nuisance, with `from_cache`
     timings: dict[str, float]
     n_excluded: int                 # rows whose X is neither x0 nor x1 or whose Y is missing
     notes: list[str]                # encoding caveats (pooled levels)
+
+    @property
+    def phi(self) -> np.ndarray:
+        """n x len(TARGETS): the scores averaged over the fold assignments."""
+        return self.phi_splits.mean(axis=0)
 
 
 def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
@@ -171,7 +179,8 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     design, n_excluded, notes = _Design.from_frame(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
                                                    cluster=settings.cluster,
                                                    max_categories=settings.max_categories)
-    fold_of = _assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1))
+    fold_of = [_assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
+               for s in range(settings.n_splits)]
     timings["encode"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -183,11 +192,13 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     timings["tune"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    phi, overlap = _cross_fit(design, fold_of, params, settings)
+    fits = [_cross_fit(design, folds, params, settings) for folds in fold_of]
+    phi_splits = np.stack([phi for phi, _ in fits])
+    overlap = [row for _, rows in fits for row in rows]
     timings["cross_fit"] = time.perf_counter() - clock
     tuning = pd.DataFrame.from_dict(params, orient="index").rename_axis("nuisance")
     tuning["from_cache"] = from_cache
-    return DmlScores(phi=phi, cluster=design.cluster, overlap=_overlap_table(overlap, settings.clip, settings.folds),
+    return DmlScores(phi_splits=phi_splits, cluster=design.cluster, overlap=_overlap_table(overlap, settings.clip, settings.folds),
                      tuning=tuning, timings=timings, n_excluded=n_excluded, notes=notes)
 
 
@@ -263,6 +274,11 @@ class _Design:
             raise EstimationError(f"cluster column {cluster!r} has a single cluster; need at least 2")
         return cls(blocks=blocks, a=a.astype(int), y=yv, cluster=clusters), n_excluded, notes
 
+    @property
+    def binary(self) -> bool:
+        """A 0/1 outcome (callbacks): outcome regressions are fit as probabilities."""
+        return bool(np.isin(self.y, (0.0, 1.0)).all())
+
     def features(self, name: str, a_value: int | None = None) -> np.ndarray:
         """Feature matrix of nuisance `name`, with X set to `a_value` when given (counterfactual)."""
         parts = []
@@ -293,9 +309,11 @@ def _encode_column(column: pd.Series, max_categories: int, notes: list[str]) -> 
     return (codes[:, None] == np.arange(len(levels))[None, :]).astype(np.float32)
 
 
-def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str]) -> np.ndarray:
-    """Fold id per row, stratified by X so every fold holds both levels when that is possible."""
-    rng = np.random.default_rng([seed, 1])
+def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str],
+                  split: int = 0) -> np.ndarray:
+    """Fold id per row, stratified by X so every fold holds both levels when that is possible;
+    `split` numbers the fold assignments of repeated cross-fitting (0: the single-split one)."""
+    rng = np.random.default_rng([seed, 1] if split == 0 else [seed, 1, split])
     fold_of = np.empty(len(a), dtype=int)
     for value in (0, 1):
         idx = np.flatnonzero(a == value)
@@ -316,15 +334,23 @@ def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple
 # XGBoost nuisances: tuning (cached) and cross-fitting
 
 
+# Objective per nuisance kind. "probability": outcome regressions of a 0/1 outcome (callbacks) and
+# of their [0, 1] pseudo-outcomes, fit on the logit scale (cross-entropy with soft labels) so the
+# predictions are probabilities; squared error on 0/1 data puts additive trees on the wrong scale.
+OBJECTIVES = {"classifier": "binary:logistic", "probability": "reg:logistic", "regressor": "reg:squarederror"}
+
+
 def _xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
     # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
-    return {"objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
+    return {"objective": OBJECTIVES[kind],
             "max_depth": int(depth), "reg_lambda": float(lam), "tree_method": "hist",
             "max_bin": settings.max_bin, "nthread": 1, "seed": settings.seed, "verbosity": 0}
 
 
-def _kind(name: str) -> str:
-    return "classifier" if name in PROPENSITIES else "regressor"
+def _kind(name: str, binary_outcome: bool) -> str:
+    if name in PROPENSITIES:
+        return "classifier"
+    return "probability" if binary_outcome else "regressor"
 
 
 @dataclass
@@ -380,7 +406,7 @@ def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, flo
     lo, hi = design.y.min(), design.y.max()
 
     def search(name: str, target: np.ndarray) -> tuple[dict[str, float], _Fit]:
-        return _search(design.features(name), target, _kind(name), train, valid, settings)
+        return _search(design.features(name), target, _kind(name, design.binary), train, valid, settings)
 
     def tune_outcome_chain() -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
@@ -436,7 +462,8 @@ def _fold_scores(design: _Design, fold_of: np.ndarray, fold: int, params: Mappin
     lo, hi = y[train].min(), y[train].max()
 
     def fit(name: str, param_key: str, target: np.ndarray) -> _Fit:
-        return _fit(design.features(name)[train], target[train], _kind(name), params[param_key], settings)
+        return _fit(design.features(name)[train], target[train], _kind(name, design.binary), params[param_key],
+                    settings)
 
     def predict(model: _Fit, name: str, x_value: int, rows: np.ndarray) -> np.ndarray:
         return np.clip(model.predict(design.features(name, x_value)[rows]), lo, hi)

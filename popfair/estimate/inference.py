@@ -76,6 +76,22 @@ def bootstrap_se(boot: np.ndarray) -> np.ndarray:
         return np.nanstd(boot, axis=0, ddof=1)
 
 
+def _unit_sums(scores: np.ndarray,
+               cluster: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Column means, influence-function (or cluster-robust) SEs, and the per-unit sums and sizes the
+    bootstrap resamples (rows, or whole clusters)."""
+    n = len(scores)
+    estimate = scores.mean(axis=0)
+    if cluster is None:
+        return estimate, scores.std(axis=0, ddof=1) / np.sqrt(n), scores, np.ones(n)
+    n_clusters = int(cluster.max()) + 1
+    sums = np.zeros((n_clusters, scores.shape[1]))
+    np.add.at(sums, cluster, scores)
+    sizes = np.bincount(cluster, minlength=n_clusters).astype(float)
+    resid = sums - sizes[:, None] * estimate[None, :]
+    return estimate, np.sqrt((resid ** 2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n, sums, sizes
+
+
 def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_bootstrap: int,
                    rng: np.random.Generator, cluster: np.ndarray | None = None, ci: str = "bootstrap",
                    reference: str = "normal") -> tuple[pd.DataFrame, int | None]:
@@ -85,24 +101,27 @@ def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_
     (integer codes 0..G-1; sums of residuals per cluster, G/(G-1) correction). CIs: `ci="bootstrap"`
     is the percentile interval of `bootstrap_means` over rows or whole clusters, `ci="t"` the t
     interval with n-1 (G-1) df. p-values: normal (`reference="normal"`) or t reference. Returns the
-    table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None."""
+    table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None.
+
+    Scores of several sample splits (a 3-D array, splits x units x columns: repeated cross-fitting)
+    give the mean over splits, with the split-to-split spread added to the variance as in
+    Chernozhukov et al. (2018, DML, section 3.4): se^2 = mean_s(se_s^2 + (theta_s - theta)^2), and
+    bootstrap replicates shared out among the splits so the percentile CI carries that spread too."""
     scores = np.asarray(scores, dtype=float)
-    n = len(scores)
-    estimate = scores.mean(axis=0)
-    if cluster is None:
-        n_clusters = None
-        se = scores.std(axis=0, ddof=1) / np.sqrt(n)
-        sums, sizes = scores, np.ones(n)
-    else:
-        n_clusters = int(cluster.max()) + 1
-        sums = np.zeros((n_clusters, scores.shape[1]))
-        np.add.at(sums, cluster, scores)
-        sizes = np.bincount(cluster, minlength=n_clusters).astype(float)
-        resid = sums - sizes[:, None] * estimate[None, :]
-        se = np.sqrt((resid ** 2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n
+    by_split = scores if scores.ndim == 3 else scores[None]
+    n = by_split.shape[1]
+    n_clusters = None if cluster is None else int(cluster.max()) + 1
+    parts = [_unit_sums(split, cluster) for split in by_split]
+    thetas = np.array([p[0] for p in parts])
+    estimate = thetas.mean(axis=0)
+    se = np.sqrt(np.mean([p[1] ** 2 for p in parts], axis=0) + ((thetas - estimate) ** 2).mean(axis=0))
     df = (n_clusters or n) - 1
     if ci == "bootstrap":
-        lo, hi = percentile_ci(bootstrap_means(sums, sizes, n_bootstrap, rng), alpha)
+        shares = np.diff(np.linspace(0, n_bootstrap, len(by_split) + 1).round().astype(int))
+        boot = []
+        for (_, _, sums, sizes), size in zip(parts, shares):
+            boot.append(bootstrap_means(sums, sizes, int(size), rng))
+        lo, hi = percentile_ci(np.vstack(boot), alpha)
     elif ci == "t":
         half = stats.t.ppf(1 - alpha / 2, df=df) * se
         lo, hi = estimate - half, estimate + half

@@ -101,7 +101,7 @@ def _estimate(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str],
               r: Sequence[str], y: str, settings: PseSettings) -> PseResult:
     scores = dml_scores(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, settings=settings)
     clock = time.perf_counter()
-    both, n_clusters = mean_inference(np.hstack([scores.phi, scores.phi @ CONTRASTS.T]),
+    both, n_clusters = mean_inference(np.concatenate([scores.phi_splits, scores.phi_splits @ CONTRASTS.T], axis=2),
                                       list(TARGETS) + list(EFFECTS), alpha=settings.alpha,
                                       n_bootstrap=settings.n_bootstrap, cluster=scores.cluster,
                                       rng=np.random.default_rng([settings.seed, 3]))
