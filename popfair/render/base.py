@@ -1,6 +1,7 @@
 """Render stage interface: turn one applicant profile into the document a screener sees."""
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 from typing import Any, Mapping, Protocol, Sequence
@@ -68,13 +69,16 @@ def _render_forked(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping
     step = max(1, min(chunk, -(-len(rows) // (4 * processes))))  # a few spans per worker: even finish
     spans = [(start, min(start + step, len(rows))) for start in range(0, len(rows), step)]
     _FORKED = (renderer, rows, jobs)
+    gc.freeze()  # the workers' garbage collector then leaves inherited objects (and their pages) alone
     try:
         with mp.get_context("fork").Pool(min(processes, len(spans))) as pool:
+            gc.unfreeze()
             documents = []
             for (start, _), fields in zip(spans, pool.imap(_render_rows, spans)):
                 documents += [Document(*f, profile=row) for f, row in zip(fields, rows[start:])]
                 bar.update(len(fields))
     finally:
+        gc.unfreeze()
         _FORKED = None
     return documents
 
