@@ -24,7 +24,7 @@ from typing import Any
 
 from popfair.errors import ConfigError, DataError, MissingSecretError, require
 from popfair.render.files import MEDIA_TYPES, document_binary, document_id
-from popfair.screen.cache import CachedAnswer, ResponseCache
+from popfair.screen.cache import CachedAnswer, open_cache
 from popfair.screen.engine import Answer, Call, EngineSettings
 from popfair.screen.llm import LLMScreener
 from popfair.screen.providers import (
@@ -217,7 +217,7 @@ class HttpScreener(LLMScreener):
                                    sort_keys=True, separators=(",", ":"), default=str)
         self.provider = HttpEndpoint(url, resolved, expects_json=self.response_expr is not None,
                                      timeout_s=self.settings.timeout_s, concurrency=self.settings.concurrency)
-        self.cache = ResponseCache(cache_dir)
+        self.cache = open_cache(cache_dir)
         self.last_stats: dict[str, float] = {}
 
     def __repr__(self) -> str:  # never shows header values
