@@ -10,10 +10,12 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +24,9 @@ USER, PASSWORD, DATABASE = "popfair", "pg-test-secret", "popfair"
 
 def _bin_dir() -> Path:
     try:
-        from pgserver._commands import POSTGRES_BIN_PATH
+        with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on import
+            warnings.simplefilter("ignore")
+            from pgserver._commands import POSTGRES_BIN_PATH
         return Path(POSTGRES_BIN_PATH)
     except ImportError:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
@@ -56,14 +60,26 @@ class PostgresServer:
     process: subprocess.Popen
     port: int
     data_dir: Path
+    databases: int = 0
 
     @property
     def url(self) -> str:
         """SQLAlchemy URL without the password (the cache reads it from PGPASSWORD)."""
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
 
+    def new_database(self) -> str:
+        """A fresh empty database; returns its URL (each test gets its own cache)."""
+        import psycopg
+
+        self.databases += 1
+        name = f"{DATABASE}_{self.databases}"
+        with psycopg.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{name}"
+
     def stop(self) -> None:
-        self.process.terminate()
+        self.process.send_signal(signal.SIGINT)  # "fast" shutdown: does not wait for clients to leave
         try:
             self.process.wait(20)
         except subprocess.TimeoutExpired:
