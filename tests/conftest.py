@@ -26,7 +26,7 @@ def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None 
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL server on 127.0.0.1 for the whole session (tests/pg_server.py)."""
-    from tests.pg_server import start_postgres  # noqa: PLC0415
+    from tests.pg_server import start_postgres
 
     server = start_postgres()
     yield server
@@ -36,7 +36,7 @@ def postgres():
 @pytest.fixture
 def pg_url(postgres, monkeypatch) -> str:
     """URL of a fresh database on that server; its password is in PGPASSWORD only (never the URL)."""
-    from tests.pg_server import PASSWORD  # noqa: PLC0415
+    from tests.pg_server import PASSWORD
 
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     return postgres.new_database()
