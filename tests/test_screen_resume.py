@@ -75,15 +75,22 @@ def test_parallel_processes_answer_each_prompt_once(cache_location, tmp_path):
     """Two processes screen the same documents at the same time through one cache: every distinct
     prompt is sent once; what one process claimed, the other waits for and reads from the cache."""
     n = 60
-    with StubServer(latency_s=0.03) as stub:
+    # The stub holds every request until both processes have 4 in flight (their concurrency), so the
+    # two runs overlap whatever their start-up times; held requests then get a 503 and are retried.
+    with StubServer(latency_s=0.01, hold_after=0) as stub:
         outs = [tmp_path / f"out{i}.json" for i in range(2)]
         workers = [start_worker(stub.url, cache_location, out, n=n, lease_s=30.0) for out in outs]
+        deadline = time.monotonic() + 120
+        while stub.state.held < 8:
+            assert all(w.poll() is None for w in workers) and time.monotonic() < deadline
+            time.sleep(0.05)
+        stub.state.hold_after = None
+        stub.state.released.set()
         for worker in workers:
             _, stderr = worker.communicate(timeout=180)
             assert worker.returncode == 0, stderr.decode()[-3000:]
         assert len(stub.state.answered) == n and set(stub.state.answered.values()) == {1}
         results = [json.loads(out.read_text()) for out in outs]
-    assert results[0]["rows"] == [[a, v, e, c] for a, v, e, c in results[0]["rows"]]
     values = [[r[1] for r in result["rows"]] for result in results]
     assert values[0] == values[1] and None not in values[0]
     answered = [r["metrics"]["screen.answered"] for r in results]
