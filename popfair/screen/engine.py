@@ -218,6 +218,8 @@ class Engine:
     budget_usd: float | None = None
     key_hint: str = ""            # e.g. "check OPENAI_API_KEY" for auth failures
     stats: EngineStats = field(default_factory=EngineStats)
+    max_calls: int | None = None  # call budget: requests started in this run (retries not counted)
+    parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer  # raw text -> y
 
     def run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
         """Answer every call (key -> Answer); never raises for a single call's failure."""
@@ -232,6 +234,8 @@ class Engine:
         self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
         self._budget = Budget(self.budget_usd)
         self._stop_reason: str | None = None
+        self._budget_reason: str | None = None
+        self._calls_started = 0
         self._stop, self._retry_on = stop_after_attempt(s.max_attempts), retry_if_exception_type(TransientError)
         self._bar = tqdm(total=rows_total, initial=rows_done, desc=desc, unit="row", dynamic_ncols=True,
                          disable=not s.progress, mininterval=0.5, smoothing=0.1)
@@ -283,19 +287,26 @@ class Engine:
         return exponential + random.uniform(0, s.backoff_jitter_s)
 
     async def _answer(self, call: Call) -> Answer:
-        if self._stop_reason:
-            return Answer(raw=None, value=None, error=self._stop_reason)
+        # a rejected key stops everything, retries in flight included; an exhausted budget only stops
+        # new calls (the calls already started were within it and finish)
+        if self._stop_reason or self._budget_reason:
+            return Answer(raw=None, value=None, error=self._stop_reason or self._budget_reason)
+        if self.max_calls is not None and self._calls_started >= self.max_calls:
+            self._budget_reason = f"call budget exhausted: max_calls={self.max_calls} reached; not sent"
+            log.warning("%s; remaining rows are recorded as failures", self._budget_reason)
+            return Answer(raw=None, value=None, error=self._budget_reason)
         worst_case = self.price.cost(call.input_tokens_estimate, self.provider.generation.max_tokens)
         if not self._budget.try_reserve(worst_case):
-            self._stop_reason = (f"budget exhausted: max_cost_usd={self.budget_usd} reached "
-                                 f"(spent ${self._budget.spent:.4f}); not sent")
-            log.warning("%s; remaining rows are recorded as failures", self._stop_reason)
-            return Answer(raw=None, value=None, error=self._stop_reason)
+            self._budget_reason = (f"budget exhausted: max_cost_usd={self.budget_usd} reached "
+                                   f"(spent ${self._budget.spent:.4f}); not sent")
+            log.warning("%s; remaining rows are recorded as failures", self._budget_reason)
+            return Answer(raw=None, value=None, error=self._budget_reason)
+        self._calls_started += 1
         actual = 0.0
         try:
             completion, latency = await self._send_with_retries(call)
             actual = self.price.cost(completion.input_tokens, completion.output_tokens)
-            value, parse_error = parse_answer(completion.text, self.outcome)
+            value, parse_error = self.parse(completion.text, self.outcome)
             stored = CachedAnswer(raw=completion.text, value=value, parse_error=parse_error,
                                   input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                                   cost_usd=actual, latency_s=latency, created_at=time.time())
