@@ -24,9 +24,9 @@ url, cache, out = sys.argv[1:4]
 screener = LLMScreener(name="kill", provider="openai", model="stub-model", api_key_env="OPENAI_API_KEY",
                        base_url=url + "/v1", cache_dir=cache, engine={**FAST_ENGINE, "concurrency": 4,
                        "timeout_s": 30.0})
-results = screener.screen(JOBS, documents(%d), "score")
+results = screener.screen(JOBS, documents(N_DOCS), "score")
 json.dump([[r.applicant_id, r.value, r.error, r.cached] for r in results], open(out, "w"))
-""" % N_DOCS
+""".replace("N_DOCS", str(N_DOCS))
 
 
 def start_worker(url: str, cache: Path, out: Path) -> subprocess.Popen:

@@ -102,7 +102,7 @@ def age_experience_figure(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def population_artifacts(table: pd.DataFrame, model: "OccupationModel", occupation: Occupation) -> dict[str, Any]:
+def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:
     """Artifacts for one occupation's profiles (names are prefixed `population_`)."""
     fit_psid, fit_pdii, summary = experience_fit(table)
     summary_doc = {"occupation": occupation.key, "occp": occupation.occp, "survey_year": model.survey_year,

@@ -36,14 +36,26 @@ from popfair.data import data_file
 from popfair.errors import ConfigError, DataError, require
 from popfair.population import experience, pums, scm
 from popfair.population.cache import disk_cached, file_fingerprint
-from popfair.population.experience import (AGE_GROUPS, ExperienceModel, age_group, experience_model_for,
-                                           psid_cells)
+from popfair.population.experience import AGE_GROUPS, ExperienceModel, age_group, experience_model_for, psid_cells
 from popfair.population.names import first_names, name_groupings, surnames
 from popfair.population.occupation import Occupation
 from popfair.population.protected import LEVELS, ProtectedAttribute
-from popfair.population.pums import (BELOW_HS_POLICIES, BUNDLED_NOTE, BUNDLED_PUMS, EDU_GROUP, EDU_LEVELS,
-                                     GENDERS, RACES, decode_education, decode_race, decode_sex, load_pums,
-                                     occupation_records, region_of, state_table)
+from popfair.population.pums import (
+    BELOW_HS_POLICIES,
+    BUNDLED_NOTE,
+    BUNDLED_PUMS,
+    EDU_GROUP,
+    EDU_LEVELS,
+    GENDERS,
+    RACES,
+    decode_education,
+    decode_race,
+    decode_sex,
+    load_pums,
+    occupation_records,
+    region_of,
+    state_table,
+)
 from popfair.population.scm import DiscreteConditional, keyed_uniforms
 from popfair.types import Profiles, Roles
 
