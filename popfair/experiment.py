@@ -183,7 +183,7 @@ class Experiment:
         tags = {"case": effects.case, "case_name": self.case_name(), "git_commit": git_commit(),
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,
                 "protected_attr": self.protected.name, "screener": self.screener.name,
-                "renderer": self.renderer.kind, "estimator": self.estimator.name, **self.tags}
+                "renderer": self.renderer.kind, "estimator": self.estimator.name, **profiles.tags, **self.tags}
         artifacts: dict[str, Any] = {
             "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
             "scored.parquet": result.scored,
