@@ -60,7 +60,7 @@ def test_default_nurse_case_has_ca_tx_applicants_moved_toward_their_demographics
     for usps in ("CA", "TX"):
         rows = moved[moved["state"] == usps]
         donors = table[~table["transported"] & table["state"].isin(donor_states(usps, "region", set(table["state"])))]
-        hispanic = lambda frame: np.average(frame["race"] == "hispanic", weights=frame["weight"])  # noqa: E731
+        hispanic = lambda frame: np.average(frame["race"] == "hispanic", weights=frame["weight"])
         assert hispanic(rows) > hispanic(donors) + 0.05, usps
     assert "transport" in profiles.tags["population.source"]
     assert profiles.tags["population.table3"].startswith("does not match")

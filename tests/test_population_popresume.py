@@ -195,7 +195,7 @@ def test_same_seed_is_byte_identical_and_a_new_seed_differs():
     population = PopResumePopulation(n=2000, diagnostics=False)
     first = population.sample(occupation("accountant"), GENDER, seed=3).table
     second = PopResumePopulation(n=2000, diagnostics=False).sample(occupation("accountant"), GENDER, seed=3).table
-    digest = lambda t: hashlib.sha256(t.to_csv(index=False).encode()).hexdigest()  # noqa: E731
+    digest = lambda t: hashlib.sha256(t.to_csv(index=False).encode()).hexdigest()
     assert digest(first) == digest(second)
     other = population.sample(occupation("accountant"), GENDER, seed=4).table
     assert digest(other) != digest(first)
@@ -280,11 +280,11 @@ def test_counterfactual_rejects_unknown_levels(nurses):
 
 
 def test_disk_cache_builds_once_and_keys_on_inputs(tmp_path, monkeypatch):
-    import popfair.population.scm as scm
+    from popfair.population import scm
 
     monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
     calls = []
-    build = lambda: calls.append(1) or {"value": len(calls)}  # noqa: E731
+    build = lambda: calls.append(1) or {"value": len(calls)}
     assert disk_cached("unit", ["a"], [scm], build) == {"value": 1}
     assert disk_cached("unit", ["a"], [scm], build) == {"value": 1}
     assert disk_cached("unit", ["b"], [scm], build) == {"value": 2}

@@ -13,7 +13,16 @@ import yaml
 from matplotlib.figure import Figure
 from scipy.stats import norm
 
-from popfair.population.experience import (EDU_TO_NLSY, EDU_TO_PSID, RACE_TO_NLSY, ExperienceModel, age_group, nlsy_person_years, pdii_cells, psid_cells)
+from popfair.population.experience import (
+    EDU_TO_NLSY,
+    EDU_TO_PSID,
+    RACE_TO_NLSY,
+    ExperienceModel,
+    age_group,
+    nlsy_person_years,
+    pdii_cells,
+    psid_cells,
+)
 from popfair.population.occupation import Occupation
 
 if TYPE_CHECKING:
@@ -29,7 +38,7 @@ def weighted_shares(table: pd.DataFrame, column: str, weight: str = "weight") ->
 
 def composition(table: pd.DataFrame, records: pd.DataFrame, occupation: str) -> pd.DataFrame:
     """Weighted shares of each attribute level: generated profiles vs the PUMS records they come from."""
-    from popfair.population.pums import EDU_GROUP  # noqa: PLC0415
+    from popfair.population.pums import EDU_GROUP
     records = records.assign(edu_group=records["edu_level"].map(EDU_GROUP))
     rows = []
     for attribute in COMPOSITION_ATTRIBUTES:
@@ -177,7 +186,7 @@ def age_experience_figure(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def population_artifacts(table: pd.DataFrame, model: "OccupationModel", occupation: Occupation) -> dict[str, Any]:
+def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:
     """Artifacts for one occupation's profiles (names are prefixed `population_`)."""
     fit_psid, fit_pdii, summary = experience_fit(table)
     fit_nlsy, summary_nlsy = nlsy_fit(table)

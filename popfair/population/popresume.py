@@ -45,14 +45,33 @@ from popfair.data import data_file
 from popfair.errors import ConfigError, DataError, require
 from popfair.population import experience, pums, scm, transport
 from popfair.population.cache import disk_cached, file_fingerprint
-from popfair.population.experience import (AGE_GROUPS, EXPERIENCE_SOURCES, ExperienceModel, age_group,
-                                           experience_model_for, source_digest)
+from popfair.population.experience import (
+    AGE_GROUPS,
+    EXPERIENCE_SOURCES,
+    ExperienceModel,
+    age_group,
+    experience_model_for,
+    source_digest,
+)
 from popfair.population.names import first_names, name_groupings, surnames
 from popfair.population.occupation import Occupation
 from popfair.population.protected import LEVELS, ProtectedAttribute
-from popfair.population.pums import (BELOW_HS_POLICIES, BUNDLED_NOTE, BUNDLED_PUMS, EDU_GROUP, EDU_LEVELS,
-                                     GENDERS, RACES, decode_education, decode_race, decode_sex, load_pums,
-                                     occupation_records, region_of, state_table)
+from popfair.population.pums import (
+    BELOW_HS_POLICIES,
+    BUNDLED_NOTE,
+    BUNDLED_PUMS,
+    EDU_GROUP,
+    EDU_LEVELS,
+    GENDERS,
+    RACES,
+    decode_education,
+    decode_race,
+    decode_sex,
+    load_pums,
+    occupation_records,
+    region_of,
+    state_table,
+)
 from popfair.population.scm import DiscreteConditional, keyed_uniforms
 from popfair.types import Profiles, Roles
 
@@ -224,7 +243,7 @@ class PopResumePopulation:
                          "dropped (population.below_hs=drop: not one of the seven resume education levels)")
         artifacts: dict[str, Any] = {}
         if self.diagnostics:
-            from popfair.population.diagnostics import population_artifacts  # noqa: PLC0415 (matplotlib)
+            from popfair.population.diagnostics import population_artifacts
             artifacts = population_artifacts(table, model, occupation)
         clock.lap("diagnostics")
         self.timings = clock.laps

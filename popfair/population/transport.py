@@ -30,7 +30,13 @@ import pandas as pd
 
 from popfair.data import data_file
 from popfair.errors import DataError
-from popfair.population.pums import decode_education, decode_race, decode_sex, state_table
+from popfair.population.experience import age_group
+from popfair.population.pums import (
+    decode_education,
+    decode_race,
+    decode_sex,
+    state_table,
+)
 
 CELLS_FILE = ("population", "acs_pums_2024_1yr_age18_44_demographic_cells_by_state.csv.gz")
 OEWS_FILE = ("population", "bls_oews_may2025_state_employment_target_soc.csv")
@@ -80,7 +86,6 @@ def oews_share(occp: int, usps: str) -> float:
 @lru_cache(maxsize=4)
 def population_cells(below_hs: str) -> pd.DataFrame:
     """Every state's 18-44 persons as weighted cells (usps, gender, age group, race, edu_level, n, weight)."""
-    from popfair.population.experience import age_group  # noqa: PLC0415 (experience imports this module's peers)
     raw = pd.read_csv(data_file(*CELLS_FILE))
     edu = decode_education(raw["SCHL"], below_hs)   # SCHL 15 stands for 1-15 (below high school)
     raw = raw[edu.notna().to_numpy()]
@@ -152,13 +157,13 @@ def transport_ca_tx(records: pd.DataFrame, occp: int, below_hs: str, donors: str
         weights = pool["weight"].to_numpy(float) * r
         if weights.sum() <= 0:
             raise DataError(f"transport to {target}: no donor records with positive density ratio for OCCP {occp}")
-        n_target = int(round(shares[target] * total))
+        n_target = round(shares[target] * total)
         pick = systematic_sample(weights, n_target, np.random.default_rng([occp, i, 13]))
         rows = pool.iloc[pick].reset_index(drop=True)
         rows = rows.assign(donor_state=rows["state"], state=target, region=regions[target],
                            weight=shares[target] * total_weight / n_target, transported=True)
         parts.append(rows)
-        hisp = lambda frame, w: float(np.average(frame["race"] == "hispanic", weights=w))  # noqa: E731
+        hisp = lambda frame, w: float(np.average(frame["race"] == "hispanic", weights=w))
         summary.append({"target": target, "oews_share": shares[target], "rows": n_target,
                         "row_share": n_target / total, "donor_policy": donors, "donor_states": " ".join(pool_states),
                         "donor_records": len(pool), "donor_ess": ess(weights),
