@@ -30,7 +30,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.estimate.base import Pipeline  # noqa: E402
 from popfair.estimate.interventional import Interventional, expected_effects  # noqa: E402
-from popfair.estimate.pse import EFFECTS  # noqa: E402
+from popfair.estimate.sfm import EFFECTS  # noqa: E402
 from popfair.experiment import Experiment  # noqa: E402
 
 

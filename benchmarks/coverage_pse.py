@@ -17,7 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pandas as pd
 
-from popfair.estimate.pse import EFFECTS, PseOverlapWarning, estimate_pse
+from popfair.estimate.pse import PseOverlapWarning, estimate_pse
+from popfair.estimate.sfm import EFFECTS
 from popfair.estimate.sfm_sim import SimulatedSFM
 
 

@@ -20,6 +20,7 @@ from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, render_all, sample_artifacts
+from popfair.report import patterns
 from popfair.screen.base import Screener
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 from popfair.types import Effects, Profiles
@@ -180,10 +181,15 @@ class Experiment:
         metrics.update(effects.metrics)
         metrics.update(result.screening)
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
-        tags = {"case": effects.case, "case_name": self.case_name(), "git_commit": git_commit(),
+        # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).
+        case = "; ".join(patterns.applicable_labels(effects.case, self.renderer.kind)) or "none"
+        tags = {"case": case, "case_name": self.case_name(), "git_commit": git_commit(),
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,
                 "protected_attr": self.protected.name, "screener": self.screener.name,
                 "renderer": self.renderer.kind, "estimator": self.estimator.name, **profiles.tags, **self.tags}
+        # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
+        tags.update({f"popfair_choice.{key}": value
+                     for key, value in getattr(self.screener, "popfair_choices", {}).items()})
         artifacts: dict[str, Any] = {
             "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
             "scored.parquet": result.scored,

@@ -14,7 +14,7 @@ from popfair import Experiment
 from popfair.errors import ConfigError, EstimationError
 from popfair.estimate.base import Pipeline
 from popfair.estimate.interventional import Interventional, expected_effects, paired_effects
-from popfair.estimate.pse import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
 from popfair.estimate.side_by_side import compare
 from popfair.render.base import render_all
 from popfair.types import CallPlan, Profiles, Roles
@@ -280,7 +280,7 @@ def test_dry_run_plans_the_counterfactual_documents(monkeypatch, tmp_path):
     from popfair.sweep.plan import plan_case
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    common = ["screener=gpt4o_mini", f"cache_dir={tmp_path}/cache", "population.n=300",
+    common = ["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache", "population.n=300",
               "population.diagnostics=false", "tracking.enabled=false"]
     plain = plan_case(Experiment.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
     audit = plan_case(Experiment.from_config(

@@ -12,8 +12,9 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from popfair.errors import ConfigError, EstimationError
-from popfair.estimate import pse
-from popfair.estimate.pse import EFFECTS, PseDml, PseOverlapWarning, case_labels, estimate_pse
+from popfair.estimate import dml, pse
+from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.sfm import EFFECTS, case_labels
 from popfair.estimate.sfm_sim import SimulatedSFM
 from popfair.types import Roles
 
@@ -148,11 +149,10 @@ def test_tree_count_search_matches_separately_trained_models():
     rng = np.random.default_rng(0)
     features = rng.normal(size=(600, 3)).astype(np.float32)
     target = features[:, 0] - features[:, 1] ** 2 + rng.normal(size=600)
-    settings = pse._Settings(folds=5, n_bootstrap=100, seed=0, alpha=0.05, clip=0.01,
-                             grid=pse.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0)),
-                             validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1)
+    settings = dml.PseSettings(n_bootstrap=100, grid=dml.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3),
+                                                                    reg_lambda=(1.0, 5.0)))
     train, valid = np.arange(480), np.arange(480, 600)
-    best, _ = pse._search(features, target, "regressor", train, valid, settings)
+    best, _ = dml._search(features, target, "regressor", train, valid, settings)
     losses = {}
     for depth in (1, 3):
         for lam in (1.0, 5.0):

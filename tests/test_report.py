@@ -10,8 +10,10 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from popfair.errors import DataError
+from popfair.estimate.pse import CASE_LABELS
+from popfair.report.patterns import pattern_tally
 from popfair.report.runs import effects_long, load_runs
-from popfair.report.sweep import case_table, markdown_table, pattern_tally, write_report
+from popfair.report.sweep import case_table, markdown_table, write_report
 from popfair.track.mlflow_tracker import MlflowTracker
 
 PSE = ["TE", "NDE", "NIE", "BIE", "RIE"]
@@ -38,7 +40,7 @@ def store(tmp_path_factory):
     rng = np.random.default_rng(0)
     truth = {}
     for fmt in ("image", "image_photo"):
-        for attr, pattern in (("gender", "direct discrimination"), ("race", "none")):
+        for attr, pattern in (("gender", f"{CASE_LABELS[1]}; {CASE_LABELS[5]}"), ("race", "none")):
             estimates = rng.normal(0, 1, 5)
             metrics = {}
             for effect, value in zip(PSE, estimates):
@@ -85,8 +87,16 @@ def test_case_table_and_pattern_tally(store):
     pse = effects[effects["estimator"] == "pse_dml"]
     cases = case_table(pse)
     assert len(cases) == 4 and list(cases.columns[-5:]) == PSE
-    tally = pattern_tally(pse).set_index("pattern")["cases"]
-    assert tally.to_dict() == {"direct discrimination": 2, "none": 2}
+    tally = pattern_tally(pse).set_index("pattern")
+    # Case 1 only where the resume has no photo (PopResume 5.2: "out of the 80 ... cases in which
+    # protected attributes are absent"); the photo case keeps its Case 5 label.
+    assert tally.loc[CASE_LABELS[1], ["cases", "denominator"]].tolist() == [1, 2]
+    assert tally.loc[CASE_LABELS[5], ["cases", "denominator"]].tolist() == [2, 4]
+    assert tally.loc[CASE_LABELS[2], ["cases", "denominator"]].tolist() == [0, 4]
+    assert tally.loc["none", ["cases", "denominator"]].tolist() == [2, 4]
+    assert tally.loc[CASE_LABELS[1], "paper"] == "49/80" and tally.loc[CASE_LABELS[5], "paper"] == "53/120"
+    photo = cases.set_index("format").loc["image_photo"]
+    assert all(CASE_LABELS[1] not in p for p in photo["pattern"])
 
 
 def test_written_report_panel_matches_statsmodels_and_scipy(store, tmp_path):

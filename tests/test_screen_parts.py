@@ -8,8 +8,13 @@ import math
 import pytest
 
 from popfair.errors import ConfigError
-from popfair.screen.cache import ResponseCache
-from popfair.screen.pricing import MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
+from popfair.screen.cache import SqliteCache
+from popfair.screen.pricing import (
+    MESSAGE_OVERHEAD_TOKENS,
+    Price,
+    estimate_input_tokens,
+    image_tokens,
+)
 from popfair.secrets import REDACTED, RedactSecrets, register_secret
 from tests.llm_stub import StubServer
 from tests.screen_helpers import JOBS, documents, make_screener, png
@@ -74,10 +79,10 @@ def test_cache_key_covers_model_params_endpoint_and_prompt(tmp_path, monkeypatch
 def test_cache_survives_reopening_and_ignores_missing_keys(tmp_path):
     from popfair.screen.cache import CachedAnswer
 
-    cache = ResponseCache(tmp_path)
+    cache = SqliteCache(tmp_path)
     cache.put("k1", "openai", "m", CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0))
     cache.close()
-    again = ResponseCache(tmp_path)
+    again = SqliteCache(tmp_path)
     assert again.get_many(["k1", "k2"]) == {"k1": CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0)}
     assert again._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 

@@ -23,7 +23,7 @@ def popfair(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
 def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
     env = {**os.environ, "OPENAI_API_KEY": SENTINEL}
     with StubServer() as stub:
-        out = popfair("screener=gpt4o_mini", f"screener.base_url={stub.url}/v1", "population.n=150",
+        out = popfair("screener=gpt4o_mini", "screener.route=openai", f"screener.base_url={stub.url}/v1", "population.n=150",
                       "screener.engine.progress=false", cwd=tmp_path, env=env)
         assert out.returncode == 0, out.stderr[-3000:]
         assert stub.state.requests >= 150  # the case really called the (stub) API with the key
@@ -45,7 +45,7 @@ def test_missing_key_fails_when_the_case_is_built_naming_the_variable(tmp_path, 
     from tests.conftest import compose_config
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    cfg = compose_config(["screener=claude_haiku_4_5"], tmp_path=tmp_path)
+    cfg = compose_config(["screener=claude_haiku_4_5", "screener.route=anthropic"], tmp_path=tmp_path)
     try:
         Experiment.from_config(cfg)
     except MissingSecretError as exc:

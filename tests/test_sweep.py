@@ -263,7 +263,7 @@ def test_callback_panel_dry_run_plans_28_cases_without_keys(tmp_path):
 
 def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkeypatch, tmp_path):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    cfg = compose_config(["screener=gpt4o_mini", f"cache_dir={tmp_path}/cache"], tmp_path=tmp_path)
+    cfg = compose_config(["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache"], tmp_path=tmp_path)
     with pytest.raises(MissingSecretError, match="OPENAI_API_KEY"):
         Experiment.from_config(cfg)
     screener = Experiment.from_config(cfg, dry_run=True).screener

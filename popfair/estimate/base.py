@@ -1,8 +1,9 @@
 """Estimate stage interface: scored table + SFM roles -> effects table with inference."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import pandas as pd
 

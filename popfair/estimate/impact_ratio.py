@@ -23,23 +23,26 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 from scipy import sparse, stats
 
 from popfair.errors import DataError, EstimationError, require
 from popfair.estimate.base import EFFECT_COLUMNS
+from popfair.estimate.inference import bootstrap_counts, bootstrap_se, percentile_ci
+from popfair.report.figures import impact_ratio_figure
 from popfair.types import Effects, Roles
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DIMENSIONS = ("sex", "race", "sex_race")
 DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
 UNKNOWN = "unknown"
 OUTCOMES = ("auto", "score", "callback")
 DEFAULT_CLUSTER = "posting_id"
-CHUNK_ENTRIES = 4_000_000  # bootstrap weights held at once (replicates x atoms): bounds memory
 # Display labels for the published-summary layout; other values are shown as they are.
 DISPLAY = {"female": "Female", "male": "Male", "black": "Black or African American", "white": "White",
            "hispanic": "Hispanic or Latino", "api": "Asian or Pacific Islander",
@@ -183,31 +186,7 @@ class ImpactRatios:
 
     def figure(self) -> Figure:
         """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line."""
-        rows = self.included()
-        metrics = list(dict.fromkeys(self.table["metric"]))
-        tallest = max(1, rows.groupby(["metric", "dimension"]).size().max() if len(rows) else 1)
-        fig = Figure(figsize=(13, 0.9 + len(metrics) * (0.8 + 0.32 * tallest)))
-        axes = fig.subplots(len(metrics), len(DIMENSIONS), squeeze=False)
-        for i, metric in enumerate(metrics):
-            for j, dimension in enumerate(DIMENSIONS):
-                ax = axes[i][j]
-                block = rows[(rows["metric"] == metric) & (rows["dimension"] == dimension)]
-                ratio = block["impact_ratio"].to_numpy(float)
-                lo, hi = block["ci_low"].to_numpy(float), block["ci_high"].to_numpy(float)
-                ypos = np.arange(len(block))
-                ax.barh(ypos, np.nan_to_num(ratio), color=np.where(block["flag"], "#c0392b", "#2e86c1"))
-                err = np.vstack([np.clip(ratio - lo, 0, None), np.clip(hi - ratio, 0, None)])
-                ax.errorbar(ratio, ypos, xerr=np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
-                ax.axvline(self.settings.flag_below, color="#c0392b", linestyle="--", linewidth=1)
-                ax.set_yticks(ypos, [str(c) for c in block["category"]], fontsize=8)
-                ax.set_xlim(0, 1.05)
-                ax.set_title(f"{metric}: {DIMENSION_TITLES[dimension]}", fontsize=9)
-                if i == len(metrics) - 1:
-                    ax.set_xlabel("impact ratio (rate / highest rate)")
-        fig.suptitle(f"Impact ratios with {round((1 - self.settings.alpha) * 100)}% bootstrap CIs; "
-                     f"dashed line: {self.settings.flag_below:g} (four-fifths rule)", fontsize=10)
-        fig.tight_layout()
-        return fig
+        return impact_ratio_figure(self.table, DIMENSION_TITLES, self.settings.flag_below, self.settings.alpha)
 
     def metrics(self) -> dict[str, float]:
         """Key ratios for MLflow: per included category ratio + CI, per block min ratio and flags."""
@@ -285,7 +264,6 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     # function of the atom weights, so a bootstrap replicate is just a vector of atom counts.
     keys = np.column_stack([cells.astype(float), values])
     atoms, atom_of_row, atom_counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    # int32 halves the memory traffic of row resampling; indices stay below max(CHUNK_ENTRIES, n)
     atom_of_row = atom_of_row.ravel().astype(np.int32)
     atom_table = _Atoms(cell=atoms[:, 0].astype(np.int64), value=atoms[:, 1], n_cells=n_cells)
     metrics = _metrics_for(outcome, settings)
@@ -303,9 +281,14 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
             raise DataError(f"{cluster}: {(cluster_codes < 0).sum()} rows have no {cluster}; "
                             "every row of a clustered design needs one (or set cluster: none)")
         n_clusters = len(cluster_index)
-        resample = _cluster_replicates(rng, cluster_codes, atom_of_row, len(atoms), settings.n_bootstrap)
-    else:
-        resample = _iid_replicates(rng, atom_of_row, atom_counts, settings.n_bootstrap)
+        # resample whole clusters; a replicate's atom counts are its cluster counts mapped to atoms
+        atoms_of_cluster = sparse.csr_matrix((np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)),
+                                             shape=(len(atoms), n_clusters))
+        resample = (np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T)).T)
+                    for times in bootstrap_counts(rng, np.arange(n_clusters), n_clusters, settings.n_bootstrap,
+                                                  width=len(atoms)))
+    else:  # resample applicants: each atom is a class of identical applicants
+        resample = bootstrap_counts(rng, atom_of_row, len(atoms), settings.n_bootstrap)
     for weights in resample:
         totals, chosen = cell_counts(weights)
         for metric in metrics:
@@ -372,8 +355,7 @@ def _block(metric: str, dim: str, mapping: _Dimension, n_cat: np.ndarray, e_cat:
                 note = f"{metric} / {dim}: no category has a positive rate, impact ratios undefined"
         boot_top = _nanmax(np.where(included[None, :], boot, np.nan))
         boot_ratio = np.where(included[None, :] & (boot_top[:, None] > 0), boot / boot_top[:, None], np.nan)
-    q = [s.alpha / 2, 1 - s.alpha / 2]
-    rate_ci, ratio_ci = _nanquantiles(boot, q), _nanquantiles(boot_ratio, q)
+    rate_ci, ratio_ci = percentile_ci(boot, s.alpha), percentile_ci(boot_ratio, s.alpha)
     fisher_p, chi2, chi2_p = (np.full(len(rate), np.nan) for _ in range(3))
     if reference >= 0:
         for k in np.flatnonzero(included):
@@ -387,7 +369,7 @@ def _block(metric: str, dim: str, mapping: _Dimension, n_cat: np.ndarray, e_cat:
         "n_applicants": n_cat.round().astype(np.int64), "share": share,
         "n_selected": e_cat.round().astype(np.int64), "rate": rate,
         "rate_ci_low": rate_ci[0], "rate_ci_high": rate_ci[1],
-        "impact_ratio": ratio, "ratio_se": _nanstd(boot_ratio),
+        "impact_ratio": ratio, "ratio_se": bootstrap_se(boot_ratio),
         "ci_low": ratio_ci[0], "ci_high": ratio_ci[1],
         "flag": flag, "flag_ci": flag & (ratio_ci[1] < s.flag_below),
         "fisher_p": fisher_p, "chi2": chi2, "chi2_p": chi2_p, "threshold": cutoff})
@@ -466,38 +448,6 @@ class _Atoms:
         return self.sorted_value[np.minimum(index, n_atoms - 1)]
 
 
-def _iid_replicates(rng: np.random.Generator, atom_of_row: np.ndarray, atom_counts: np.ndarray,
-                    n_bootstrap: int) -> Iterator[np.ndarray]:
-    """Atom counts of resamples of n applicants with replacement (exact iid bootstrap).
-
-    Few atoms (callbacks, integer scores): multinomial draws over atoms; many (continuous scores):
-    resample rows and count, which is cheaper per replicate when atoms ~ rows."""
-    n, n_atoms = len(atom_of_row), len(atom_counts)
-    chunk = max(1, CHUNK_ENTRIES // max(n, n_atoms))
-    for start in range(0, n_bootstrap, chunk):
-        size = min(chunk, n_bootstrap - start)
-        if 6 * n_atoms < n:
-            yield rng.multinomial(n, atom_counts / n, size=size).astype(float)
-        else:
-            rows = atom_of_row[rng.integers(0, n, size=(size, n), dtype=np.int32)]
-            rows += (np.arange(size, dtype=rows.dtype) * n_atoms)[:, None]
-            yield np.bincount(rows.ravel(), minlength=size * n_atoms).reshape(size, n_atoms).astype(float)
-
-
-def _cluster_replicates(rng: np.random.Generator, cluster_codes: np.ndarray, atom_of_row: np.ndarray,
-                        n_atoms: int, n_bootstrap: int) -> Iterator[np.ndarray]:
-    """Atom counts of resamples of whole clusters with replacement (cluster bootstrap)."""
-    n_clusters = int(cluster_codes.max()) + 1
-    atoms_of_cluster = sparse.csr_matrix((np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)),
-                                         shape=(n_atoms, n_clusters))
-    chunk = max(1, CHUNK_ENTRIES // max(n_clusters, n_atoms))
-    for start in range(0, n_bootstrap, chunk):
-        size = min(chunk, n_bootstrap - start)
-        picks = rng.integers(0, n_clusters, size=(size, n_clusters)) + (np.arange(size) * n_clusters)[:, None]
-        times = np.bincount(picks.ravel(), minlength=size * n_clusters).reshape(size, n_clusters)
-        yield np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T, dtype=float)).T)
-
-
 def _outcome_values(column: pd.Series, y: str) -> np.ndarray:
     values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     bad = ~np.isfinite(values)
@@ -543,18 +493,6 @@ def _nanmax(matrix: np.ndarray) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows stay NaN
         return np.nanmax(matrix, axis=1) if matrix.shape[1] else np.full(len(matrix), np.nan)
-
-
-def _nanquantiles(matrix: np.ndarray, q: list[float]) -> np.ndarray:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanquantile(matrix, q, axis=0)
-
-
-def _nanstd(matrix: np.ndarray) -> np.ndarray:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanstd(matrix, axis=0, ddof=1)
 
 
 def _display(category: str) -> str:

@@ -11,7 +11,7 @@ psi(x1,x1,x1), psi(x1,x0,x0), psi(x1,x0,x1), psi(x1,x1,x0) with common random nu
 noise term fixed), the case's renderer turns each into a document and the case's screener scores
 all 5n documents in one call (through its response cache, so a document it already answered,
 such as an applicant's factual resume, costs nothing). TE, NDE, NIE, BIE and RIE are means of
-within-applicant contrasts (the same contrasts as `popfair.estimate.pse.CONTRASTS`, so
+within-applicant contrasts (the same contrasts as `popfair.estimate.sfm.CONTRASTS`, so
 TE = NDE + NIE and NIE = BIE + RIE hold per applicant) with paired CIs: a t interval on the
 per-applicant contrasts (default) or a percentile bootstrap over applicants.
 
@@ -26,22 +26,22 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from popfair.errors import ConfigError, EstimationError, require
 from popfair.estimate.base import Pipeline, contrast_rows
-from popfair.estimate.pse import (CONTRASTS, EFFECTS, TARGETS, case_labels, forest_plot,
-                                  multinomial_bootstrap_means)
+from popfair.estimate.inference import CI_METHODS, mean_inference
+from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
 from popfair.render.base import Renderer, render_all
+from popfair.report.figures import forest_plot
 from popfair.types import CallPlan, Document, Effects, Job, Profiles, Roles
 
 log = logging.getLogger("popfair")
 
-CI_METHODS = ("t", "bootstrap")
 MAX_N = 1_000_000
 METRIC_PREFIX = "intv"
 
@@ -282,24 +282,12 @@ def paired_effects(outcomes: np.ndarray, *, alpha: float = 0.05, ci: str = "t", 
     n = len(outcomes)
     if n < 2:
         raise EstimationError(f"need at least 2 applicants for a paired CI, got {n}")
-    both = np.hstack([outcomes, outcomes @ CONTRASTS.T])
-    estimate = both.mean(axis=0)
-    se = both.std(axis=0, ddof=1) / np.sqrt(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tstat = np.where(se > 0, estimate / np.where(se > 0, se, 1.0), np.where(estimate == 0, 0.0, np.inf))
-    p_value = 2 * stats.t.sf(np.abs(tstat), df=n - 1)
-    if ci == "t":
-        half = stats.t.ppf(1 - alpha / 2, df=n - 1) * se
-        lo, hi = estimate - half, estimate + half
-    elif ci == "bootstrap":
-        boot = multinomial_bootstrap_means(both, np.ones(len(both)), n_bootstrap,
-                                           np.random.default_rng([seed, 10]))
-        lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2], axis=0)
-    else:
+    if ci not in CI_METHODS:
         raise EstimationError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
-    frame = pd.DataFrame({"estimate": estimate, "se": se, "ci_low": lo, "ci_high": hi, "p_value": p_value,
-                          "significant": (lo > 0) | (hi < 0), "n": n},
-                         index=pd.Index(list(TARGETS) + list(EFFECTS), name="effect"))
+    frame, _ = mean_inference(np.hstack([outcomes, outcomes @ CONTRASTS.T]), list(TARGETS) + list(EFFECTS),
+                              alpha=alpha, n_bootstrap=n_bootstrap, rng=np.random.default_rng([seed, 10]),
+                              ci=ci, reference="t")
+    frame["n"] = n
     return frame.iloc[len(TARGETS):].copy(), frame.iloc[:len(TARGETS)].copy()
 
 

@@ -7,7 +7,7 @@ from scipy import stats
 
 from popfair.errors import require
 from popfair.estimate.base import EFFECT_COLUMNS, contrast_rows
-from popfair.estimate.pse import multinomial_bootstrap_means
+from popfair.estimate.inference import bootstrap_group_means
 from popfair.types import Effects, Roles
 
 
@@ -30,7 +30,7 @@ class OutcomeGap:
         y0 = rows.loc[rows[roles.x] == roles.x0, y].to_numpy(dtype=float)
         gap = y1.mean() - y0.mean()
         rng = np.random.default_rng(self.seed)
-        boot = (_bootstrap_means(y1, self.n_bootstrap, rng) - _bootstrap_means(y0, self.n_bootstrap, rng))
+        boot = bootstrap_group_means(y1, self.n_bootstrap, rng) - bootstrap_group_means(y0, self.n_bootstrap, rng)
         lo, hi = np.quantile(boot, [self.alpha / 2, 1 - self.alpha / 2])
         test = stats.ttest_ind(y1, y0, equal_var=False)
         table = pd.DataFrame(
@@ -42,8 +42,3 @@ class OutcomeGap:
         labels = [f"outcome gap favouring {roles.x1 if gap > 0 else roles.x0}"] if significant else []
         return Effects(table=table[EFFECT_COLUMNS + [c for c in table if c not in EFFECT_COLUMNS]],
                        labels=labels)
-
-
-def _bootstrap_means(values: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
-    """Means of n_bootstrap resamples of one group."""
-    return multinomial_bootstrap_means(values[:, None], np.ones(len(values)), n_bootstrap, rng)[:, 0]

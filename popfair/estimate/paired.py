@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from popfair.errors import EstimationError, require
 from popfair.estimate.base import EFFECT_COLUMNS
+from popfair.estimate.inference import bootstrap_means, cluster_t_test, mcnemar_cc
 from popfair.types import Effects, Roles
 
 
@@ -59,29 +59,6 @@ class PairedGapResult:
         return self.as_dict()[key]
 
 
-def mcnemar_cc(b: int, c: int) -> tuple[float, float]:
-    """McNemar chi-square with continuity correction and its 1-df p-value (no discordant pairs: 0, 1)."""
-    if b + c == 0:
-        return 0.0, 1.0
-    chi2 = (abs(b - c) - 1.0) ** 2 / (b + c)
-    return float(chi2), float(stats.chi2.sf(chi2, 1))
-
-
-def cluster_bootstrap_gaps(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int,
-                           rng: np.random.Generator) -> np.ndarray:
-    """Gap (pp) in each of n_bootstrap resamples of the G clusters with replacement.
-
-    Vectorised through sufficient statistics: a resample's gap depends only on how many times it
-    draws clusters of each distinct (sum of differences, number of pairs) class, and those counts are
-    Multinomial(G, class shares). Drawing them is the same distribution as drawing G cluster indices,
-    at O(n_bootstrap x classes) instead of O(n_bootstrap x G): with 4 pairs per posting there are at
-    most 24 classes whatever G is."""
-    classes, inverse = np.unique(np.column_stack([sums, sizes]), axis=0, return_inverse=True)
-    shares = np.bincount(inverse.ravel(), minlength=len(classes)) / len(sums)
-    counts = rng.multinomial(len(sums), shares, size=n_bootstrap).astype(float)
-    return 100.0 * (counts @ classes[:, 0]) / (counts @ classes[:, 1])
-
-
 def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
                n_bootstrap: int = 2000, seed: int = 0, alpha: float = 0.05) -> PairedGapResult:
     """Paired callback gap of `y_adv` over `y_other` (0/1 columns, one row per pair), clustered by
@@ -116,22 +93,17 @@ def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
 
     sums = np.bincount(codes, weights=diff, minlength=n_clusters)
     sizes = np.bincount(codes, minlength=n_clusters).astype(float)
-    cluster_means = sums / sizes
-    mean, sd = cluster_means.mean(), cluster_means.std(ddof=1)
-    if sd > 0:
-        t = mean / (sd / np.sqrt(n_clusters))
-        p_cluster = float(2 * stats.t.sf(abs(t), n_clusters - 1))
-    else:  # every cluster has the same mean difference
-        t, p_cluster = (0.0, 1.0) if mean == 0 else (float(np.sign(mean) * np.inf), 0.0)
-
-    boot = cluster_bootstrap_gaps(sums, sizes, n_bootstrap, np.random.default_rng(seed))
+    t, p_cluster, cluster_se = cluster_t_test(sums / sizes)
+    # posting-cluster bootstrap; with 4 pairs per posting the clusters fall in at most 24 classes of
+    # (sum of differences, pairs), so each resample costs O(classes) whatever the number of postings
+    boot = 100.0 * bootstrap_means(sums, sizes, n_bootstrap, np.random.default_rng(seed))[:, 0]
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     return PairedGapResult(
         gap_pp=float(100.0 * diff.mean()), ci_low=float(low), ci_high=float(high),
-        se=float(boot.std(ddof=1)), b=b, c=c, n_pairs=int(len(diff)), n_clusters=n_clusters,
+        se=float(boot.std(ddof=1)), b=b, c=c, n_pairs=len(diff), n_clusters=n_clusters,
         n_dropped=n_dropped, rate_adv=float(adv.mean()), rate_other=float(other.mean()),
         mcnemar_chi2=chi2, mcnemar_p=p_mcnemar, cluster_t=float(t), cluster_p=p_cluster,
-        cluster_se=float(100.0 * sd / np.sqrt(n_clusters)))
+        cluster_se=100.0 * cluster_se)
 
 
 def pair_decisions(data: pd.DataFrame, roles: Roles, y: str, pair_key: str = "pair_key",

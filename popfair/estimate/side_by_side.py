@@ -7,7 +7,8 @@ and reach the same conclusion, checks the observational estimate on a case where
 be measured."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,8 +16,9 @@ import pandas as pd
 from popfair.errors import ConfigError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS, Estimator, Pipeline
 from popfair.estimate.interventional import Interventional
-from popfair.estimate.pse import EFFECTS, forest_plot
+from popfair.estimate.sfm import EFFECTS
 from popfair.render.base import Renderer
+from popfair.report.figures import side_by_side_plot
 from popfair.types import CallPlan, Document, Effects, Profiles, Roles
 
 INTERVENTIONAL_PREFIX = "intv_"
@@ -67,7 +69,7 @@ class SideBySide:
         title = f"{roles.x}: {roles.x1} vs {roles.x0} (positive favours {roles.x1})"
         artifacts: dict[str, Any] = {**observed.artifacts, **measured.artifacts,
                                      "side_by_side.csv": table,
-                                     "side_by_side_forest.png": side_by_side_plot(table, title),
+                                     "side_by_side_forest.png": side_by_side_plot(table, title, INTERVENTIONAL_PREFIX),
                                      "interventional_case.txt": measured.case}
         return Effects(table=table, labels=observed.labels, metrics=metrics, artifacts=artifacts)
 
@@ -97,9 +99,3 @@ def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
 def _direction(table: pd.DataFrame) -> np.ndarray:
     """+1 when the CI lies above 0, -1 below, 0 when it covers 0."""
     return np.where(table["ci_low"] > 0, 1, np.where(table["ci_high"] < 0, -1, 0))
-
-
-def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interventional"):
-    """Forest plot: each effect's observational (DML-UCA) and interventional estimate with CIs."""
-    return forest_plot(table, title, series=(("", "observational (DML-UCA)", "C0"),
-                                             (INTERVENTIONAL_PREFIX, "interventional", "C3")))

@@ -133,11 +133,11 @@ class EntryLevelPostings:
     def jobs(self) -> dict[str, Job]:
         """posting_id -> Job whose description is the posting text the screener reads."""
         table = self.postings
-        text = ("Job posting\nTitle: " + table["title"] + "\nCompany: " + table["firm"]
-                + "\nLocation: " + table["metro_city"] + ", " + table["state"]
-                + " (" + table["metro"] + " metro area)"
-                + "\nPosted: " + table["post_date"]
-                + "\nLevel: entry level")
+        # Only the five fields "Can LLMs Hire Fairly?" says a posting record holds (firm name, job
+        # title, metropolitan area, state, post date); the line layout is popfair's (docs/replication.md).
+        text = ("Company: " + table["firm"] + "\nJob title: " + table["title"]
+                + "\nMetropolitan area: " + table["metro"] + "\nState: " + table["state"]
+                + "\nPost date: " + table["post_date"])
         attrs = table.drop(columns=["posting_id"]).to_dict("records")
         return {pid: Job(job_id=pid, title=title, description=desc, attributes=attr)
                 for pid, title, desc, attr in zip(table["posting_id"], table["title"], text, attrs)}

@@ -26,6 +26,22 @@ from popfair.estimate.paired import PairedGapResult  # noqa: E402
 PANEL_INPUT_COLUMNS = ("model", "axis", "release_date", "gap_pp", "ci_low", "ci_high", "b", "c", "n_pairs",
                        "mcnemar_chi2", "mcnemar_p", "cluster_p")
 BONFERRONI_P = ("cluster_p", "mcnemar_p")
+# "Can LLMs Hire Fairly?" tests 14 models on race and 13 on gender and prints per-model thresholds
+# p < 0.0036 (0.05/14 = 0.00357) and p < 0.005 for gender: a slip for 0.05/13 = 0.00385. popfair
+# uses alpha / m of each axis's own family; the printed figures are kept for the report's note.
+PAPER_PANEL_SIZE = {"race": 14, "gender": 13}
+PAPER_PRINTED_THRESHOLD = {"race": 0.0036, "gender": 0.005}
+
+
+def bonferroni_note(axis: str, m: int, alpha: float = 0.05) -> str:
+    """How an axis's Bonferroni threshold compares with the one the paper prints."""
+    note = f"Bonferroni over {m} models: p < {alpha:g}/{m} = {alpha / m:.4f}"
+    printed = PAPER_PRINTED_THRESHOLD.get(axis)
+    if printed is not None and m == PAPER_PANEL_SIZE[axis] and alpha == 0.05:
+        exact = alpha / m
+        note += (f" (the paper prints {printed:g}" + (", a slip for 0.05/13" if abs(printed - exact) > 5e-4 else "")
+                 + ")")
+    return note
 
 
 def panel_row(model: str, axis: str, release_date: str, result: PairedGapResult | Mapping[str, Any]) -> dict:
@@ -65,7 +81,8 @@ def panel_tables(results: pd.DataFrame, *, alpha: float = 0.05,
     """The paper's table per axis, models ordered by release date.
 
     Bonferroni: a model's gap is significant when its `bonferroni_on` p-value (cluster-robust by
-    default, as the paper; or McNemar) is below alpha / m, m = number of models on that axis."""
+    default, as the paper: its Bonferroni losses quote cluster-robust p; or McNemar) is below alpha / m,
+    m = number of models on that axis (the paper: 14 race, 13 gender)."""
     require(0 < alpha < 1, "alpha", f"must be in (0, 1), got {alpha!r}")
     require(bonferroni_on in BONFERRONI_P, "bonferroni_on", f"choose one of {list(BONFERRONI_P)}")
     data = _validated(results)
@@ -155,7 +172,8 @@ class PanelReport:
     def to_text(self) -> str:
         parts = []
         for axis, table in self.tables.items():
-            parts += [f"== {axis} axis ({len(table)} models)", format_panel_table(table), ""]
+            parts += [f"== {axis} axis ({bonferroni_note(axis, len(table), table['bonferroni_alpha'].iloc[0] * len(table))})",
+                      format_panel_table(table), ""]
         if self.correlation is not None:
             c = self.correlation
             parts.append(f"race vs gender gap across {int(c['n_models'])} models: Pearson r={c['pearson_r']:+.2f} "

@@ -8,10 +8,12 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from popfair.report.figures import forest_plot as effects_forest_plot
 
 PSE_ORDER = ["TE", "NDE", "NIE", "BIE", "RIE"]
 
@@ -25,9 +27,7 @@ def _errors(table: pd.DataFrame) -> np.ndarray:
 
 def forest_plot(case: pd.DataFrame, title: str) -> Figure:
     """Effects of one case (long form: one row per effect) with 95% CIs, TE..RIE first;
-    drawn by the estimator's own forest plot so a report and a run's artifact look alike."""
-    from popfair.estimate.pse import forest_plot as effects_forest_plot
-
+    drawn like a run's artifact (`popfair.report.figures.forest_plot`)."""
     order = [e for e in PSE_ORDER if e in set(case["effect"])] + sorted(set(case["effect"]) - set(PSE_ORDER))
     return effects_forest_plot(case.set_index("effect").loc[order], title)
 

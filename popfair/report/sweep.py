@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from popfair.errors import DataError, PopfairError
-from popfair.report import panel, plots
+from popfair.report import panel, patterns, plots
 from popfair.report.runs import effects_long, load_runs
 
 
@@ -48,24 +48,18 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
 
 
 def case_table(pse: pd.DataFrame) -> pd.DataFrame:
-    """One row per case: each effect as `estimate [ci_low, ci_high]` with * when significant."""
+    """One row per case: each effect as `estimate [ci_low, ci_high]` with * when significant, and the
+    patterns that apply to the case's format (no Case 1 where the resume shows a photo)."""
     if pse.empty:
         return pse
+    pse = pse.assign(pattern=[("; ".join(patterns.applicable_labels(p, f)) or "none")
+                              for p, f in zip(pse["pattern"], pse["format"])])
     cell = pse.apply(lambda r: f"{r['estimate']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
                      + ("*" if r["significant"] else ""), axis=1)
     wide = pse.assign(cell=cell).pivot_table(index=CASE_KEYS + ["pattern"], columns="effect",
                                              values="cell", aggfunc="first", dropna=False)
     columns = [e for e in plots.PSE_ORDER if e in wide.columns] + sorted(set(wide.columns) - set(plots.PSE_ORDER))
     return wide[columns].reset_index().dropna(subset=columns, how="all")
-
-
-def pattern_tally(pse: pd.DataFrame) -> pd.DataFrame:
-    """Number of cases carrying each discrimination-pattern label (a case may carry several)."""
-    cases = pse.drop_duplicates("run_id")
-    labels = cases["pattern"].fillna("none").str.split("; ").explode().str.strip()
-    tally = labels.value_counts().rename_axis("pattern").reset_index(name="cases")
-    tally["share_of_cases"] = tally["cases"] / max(len(cases), 1)
-    return tally
 
 
 UNDATED = "1900-01-01"  # sort key for models whose screener config has no release date (shown blank)
@@ -96,7 +90,7 @@ def panel_blocks(effects: pd.DataFrame, out: Path, alpha: float,
     for axis, group in filled.groupby("axis", sort=True):
         try:
             table = panel.panel_tables(group, alpha=alpha)[str(axis)]
-            heading = f"Axis: {axis} (Bonferroni over {len(table)} models, cluster-robust p)"
+            heading = f"Axis: {axis} ({panel.bonferroni_note(str(axis), len(table), alpha)}, cluster-robust p)"
         except PopfairError as exc:  # e.g. one model: no Bonferroni family
             table, heading = group.drop(columns="axis"), f"Axis: {axis} ({exc})"
         table = table.assign(release_date=table["release_date"].astype(str).replace(UNDATED, ""))
@@ -120,7 +114,8 @@ def panel_blocks(effects: pd.DataFrame, out: Path, alpha: float,
 
 
 def photo_pairs(pse: pd.DataFrame) -> pd.DataFrame:
-    """NDE of the same VLM, occupation and attribute without (image) and with photo (image_photo)."""
+    """NDE of the same VLM, occupation and attribute without (image) and with photo (image_photo),
+    with the section 5.3 comparison (patterns.photo_comparison)."""
     nde = pse[(pse["effect"] == "NDE") & pse["format"].isin(["image", "image_photo"])]
     if nde.empty:
         return nde
@@ -130,7 +125,7 @@ def photo_pairs(pse: pd.DataFrame) -> pd.DataFrame:
     needed = ["estimate_image", "estimate_image_photo"]
     if not set(needed) <= set(wide.columns):
         return pd.DataFrame()
-    return wide.dropna(subset=needed).reset_index()
+    return patterns.photo_comparison(wide.dropna(subset=needed).reset_index())
 
 
 def _slug(text: str) -> str:
@@ -173,19 +168,29 @@ def write_report(tracking_uri: str, experiment_name: str | None, out_dir: str | 
 
     pse = popresume_effects(effects)
     if not pse.empty:
-        cases, tally = case_table(pse), pattern_tally(pse)
+        cases, tally = case_table(pse), patterns.pattern_tally(pse)
         csv("popresume_effects.csv", pse)
         csv("popresume_cases.csv", cases)
         csv("pattern_tally.csv", tally)
         blocks += [Block("h2", "Effects per case"), Block("table", cases),
-                   Block("h3", "Cases per discrimination pattern"), Block("table", tally)]
+                   Block("h3", "Cases per discrimination pattern"),
+                   Block("text", "As PopResume section 5.2 counts them: Case 1 (NDE != 0 without explicit "
+                                 "demographics) over the text and image cases only, Cases 2-5 over all "
+                                 "cases; `paper` is the paper's count on its 120-case grid."),
+                   Block("table", tally)]
         pairs = photo_pairs(pse)
         fig = plots.photo_vs_no_photo(pairs)
         if fig is not None:
+            summary = patterns.photo_summary(pairs)
             csv("photo_vs_no_photo_nde.csv", pairs)
+            csv("photo_vs_no_photo_summary.csv", summary)
             files["photo_vs_no_photo.png"] = _save(fig, out / "plots" / "photo_vs_no_photo.png")
             blocks += [Block("h3", "With-photo vs without-photo NDE"),
-                       Block("figure", files["photo_vs_no_photo.png"])]
+                       Block("text", "Section 5.3: pairs (VLM x occupation x attribute) whose |NDE| grows "
+                                     "with the photo and whose with-photo CI excludes the no-photo NDE "
+                                     "(popfair's reading of 'increases noticeably'; the paper: 8 of its 20 "
+                                     "gender pairs)."),
+                       Block("table", summary), Block("figure", files["photo_vs_no_photo.png"])]
         blocks.append(Block("h3", "Forest plots per case"))
         for (keys, case) in pse.groupby(CASE_KEYS, dropna=False, sort=True):
             title = " / ".join(str(k) for k in keys)

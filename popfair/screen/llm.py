@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 from popfair.errors import ConfigError, DataError, require
-from popfair.screen.cache import ResponseCache
+from popfair.screen.cache import open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
 from popfair.screen.pricing import Price, estimate_input_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet
@@ -41,6 +41,22 @@ def _generation(config: Mapping[str, Any] | None) -> Generation:
                       reasoning_effort=gen.reasoning_effort, extra=dict(gen.extra))
 
 
+def _route_generation(generation: Mapping[str, Any] | None,
+                      from_route: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The screener's generation settings with the route's own request fields (e.g. how thinking is
+    switched off on that provider) filled in where the screener leaves them unset; explicit settings win."""
+    merged = dict(generation or {})
+    if not from_route:
+        return merged
+    unknown = set(from_route) - {"reasoning_effort", "extra"}
+    require(not unknown, "screener.routes.<route>.generation",
+            f"unknown keys {sorted(unknown)}; a route may set reasoning_effort and extra")
+    if merged.get("reasoning_effort") is None and from_route.get("reasoning_effort") is not None:
+        merged["reasoning_effort"] = from_route["reasoning_effort"]
+    merged["extra"] = {**dict(from_route.get("extra") or {}), **dict(merged.get("extra") or {})}
+    return merged
+
+
 def _check_aws_credentials(region: str | None) -> None:
     """Fail at construction when boto3 finds no AWS credentials (names the variables to set)."""
     import boto3
@@ -65,8 +81,14 @@ class LLMScreener:
                  prompts: Mapping[str, str] | None = None, engine: Mapping[str, Any] | None = None,
                  cache_dir: str = ".popfair_cache", max_cost_usd: float | None = None,
                  mode: str = "online", batch: Mapping[str, Any] | None = None,
-                 expected_output_tokens: int = 4, require_key: bool = True) -> None:
+                 expected_output_tokens: int = 4, require_key: bool = True, route: str | None = None,
+                 routes: Mapping[str, Mapping[str, Any]] | None = None,
+                 popfair_choices: Mapping[str, str] | None = None) -> None:
         require(bool(name), "screener.name", "must be non-empty")
+        routes = dict(routes or {})
+        require(not routes or route in routes, "screener.route",
+                f"must name one of screener.routes ({', '.join(sorted(routes))}), got {route!r}")
+        generation = _route_generation(generation, routes.get(route, {}).get("generation") if route else None)
         require(provider in PROVIDER_KINDS, "screener.provider",
                 f"must be one of {', '.join(PROVIDER_KINDS)}, got {provider!r}")
         require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
@@ -90,6 +112,8 @@ class LLMScreener:
         require(provider not in ("openai", "anthropic") or api_key_env is not None, "screener.api_key_env",
                 f"provider {provider} needs the name of the environment variable holding the API key")
         self.name, self.display_name = name, display_name or name
+        self.route = route
+        self.popfair_choices = {str(k): str(v) for k, v in (popfair_choices or {}).items()}
         self.release_date, self.reasoning, self.vision = release_date, bool(reasoning), bool(vision)
         self.api_key_env, self.mode = api_key_env, mode
         self.max_cost_usd = None if max_cost_usd is None else float(max_cost_usd)
@@ -112,7 +136,7 @@ class LLMScreener:
                                       reasoning=self.reasoning, api_key=api_key, base_url=base_url,
                                       region=region, timeout_s=self.settings.timeout_s,
                                       concurrency=self.settings.concurrency)
-        self.cache = ResponseCache(cache_dir)
+        self.cache = open_cache(cache_dir)
         self.last_stats: dict[str, float] = {}
 
     def __repr__(self) -> str:  # never shows the key
@@ -216,5 +240,5 @@ class LLMScreener:
     def describe(self) -> dict[str, Any]:
         """Model card fields for reports (no secrets)."""
         return {"name": self.name, "display_name": self.display_name, "provider": self.provider.kind,
-                "model": self.provider.model, "release_date": self.release_date,
+                "model": self.provider.model, "route": self.route, "release_date": self.release_date,
                 "reasoning": self.reasoning, "vision": self.vision, "price": asdict(self.price)}

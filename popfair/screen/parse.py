@@ -1,4 +1,5 @@
-"""Parse a model's raw answer: callback = first word yes/no; score = first integer, 0-100.
+"""Parse a model's raw answer: callback = the first occurrence of "yes" or "no" (the callback paper's
+rule; popfair matches whole words in any case); score = first integer, 0-100 (popfair's rule).
 
 Anything else is a parse failure: the raw text is kept and the row is excluded from analysis."""
 from __future__ import annotations

@@ -1,0 +1,556 @@
+"""The DML-UCA algorithm behind `estimate_pse`: encoding the SFM roles, stratified cross-fitting
+folds, XGBoost nuisances (tuned once, cached) and the per-row doubly robust scores.
+
+For each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.sfm.TARGETS`) the score is
+(PopResume, arXiv 2603.22714, Table 1 and C.2):
+
+    mu3(B,R,X,Z) = E[Y | B,R,X,Z];  mu2(R,X,Z) = E[mu3(B,R,x_y,Z) | R,X,Z];  mu1(X,Z) = E[mu2(R,x_b,Z) | X,Z]
+    pi1 = 1[X=x_r] / P(x_r|Z)
+    pi2 = 1[X=x_b] / P(x_b|R,Z) * P(x_r|R,Z) / P(x_r|Z)
+    pi3 = 1[X=x_y] / P(x_y|B,R,Z) * P(x_b|B,R,Z) / P(x_b|R,Z) * P(x_r|R,Z) / P(x_r|Z)
+    phi = pi3 (Y - mu3) + pi2 (mu3(B,R,x_y,Z) - mu2) + pi1 (mu2(R,x_b,Z) - mu1) + mu1(x_r,Z)
+
+Nuisances are XGBoost models fit with L-fold cross-fitting: mu3 and the three propensity models
+P(X|Z), P(X|R,Z), P(X|B,R,Z) once per fold and shared by all five psi's; mu2 (one per x_y) and mu1
+(one per (x_y, x_b)) are nested regressions on the fold's training rows. Hyperparameters come from
+the paper's grid (C.5), chosen once per nuisance on a stratified train/validation split by Brier
+score (classifiers) or MSE (regressors), and cached by a hash of the data and settings.
+
+Overlap: propensities are clipped to [clip, 1 - clip] before they enter any ratio; the number of
+clipped predictions and the largest weights pi1, pi2, pi3 are reported (`overlap_table`), and a
+`PseOverlapWarning` is issued when clipping touches more than 1% of rows or a weight exceeds
+`1 / clip ** 2`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xgboost as xgb
+
+from popfair.errors import EstimationError, require
+from popfair.estimate.sfm import TARGETS
+
+log = logging.getLogger("popfair.pse")
+
+# Feature blocks of each nuisance (b, r, x, z); "x" is the 0/1 indicator of X = x1.
+FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "rz", "p_brz": "brz"}
+PROPENSITIES = ("p_z", "p_rz", "p_brz")
+MU2_KEYS = (0, 1)                   # x_y
+MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
+CACHE_VERSION = "pse-tuning-v1"
+_MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
+
+
+class PseOverlapWarning(UserWarning):
+    """Propensities near 0 or 1: some weights are large and estimates may be unstable."""
+
+
+@dataclass(frozen=True)
+class TuningGrid:
+    """Hyperparameter grid for every XGBoost nuisance (the paper's C.5 by default).
+
+    One model per (max_depth, reg_lambda) is fit with max(n_estimators) trees and evaluated at each
+    tree count through `iteration_range`, so the grid costs len(max_depth) * len(reg_lambda) fits."""
+
+    n_estimators: tuple[int, ...] = (5, 10, 20, 50, 100)
+    max_depth: tuple[int, ...] = (1, 2, 3, 4, 5)
+    reg_lambda: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
+
+    @classmethod
+    def build(cls, grid: TuningGrid | Mapping[str, Sequence[float]] | None, key: str = "grid") -> TuningGrid:
+        """A validated grid from a mapping (config) or None (the paper's grid)."""
+        if grid is None:
+            return cls()
+        if isinstance(grid, TuningGrid):
+            return grid
+        require(isinstance(grid, Mapping), key,
+                f"must be a mapping with keys n_estimators, max_depth, reg_lambda, got {grid!r}")
+        unknown = set(grid) - {"n_estimators", "max_depth", "reg_lambda"}
+        require(not unknown, key, f"unknown keys {sorted(unknown)}; allowed: n_estimators, max_depth, reg_lambda")
+        values = {name: tuple(grid.get(name, getattr(cls(), name))) for name in ("n_estimators", "max_depth",
+                                                                                  "reg_lambda")}
+        for name in ("n_estimators", "max_depth"):
+            ok = values[name] and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                      for v in values[name])
+            require(bool(ok), f"{key}.{name}", f"must be a non-empty list of integers >= 1, got {list(values[name])}")
+        ok = values["reg_lambda"] and all(isinstance(v, (int, float)) and v >= 0 for v in values["reg_lambda"])
+        require(bool(ok), f"{key}.reg_lambda", f"must be a non-empty list of numbers >= 0, got {list(values['reg_lambda'])}")
+        return cls(n_estimators=tuple(sorted(set(values["n_estimators"]))),
+                   max_depth=tuple(sorted(set(values["max_depth"]))),
+                   reg_lambda=tuple(sorted({float(v) for v in values["reg_lambda"]})))
+
+
+@dataclass(frozen=True)
+class PseSettings:
+    """Every setting of a DML-UCA estimate, written once: `estimate_pse(**settings)` and the
+    `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
+
+    folds: int = 5                       # cross-fitting folds L
+    n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
+    seed: int = 0
+    alpha: float = 0.05                  # 1 - CI level
+    clip: float = 0.01                   # propensities clipped to [clip, 1 - clip]
+    grid: TuningGrid = field(default_factory=TuningGrid)  # XGBoost hyperparameter grid (paper's C.5)
+    validation_fraction: float = 0.2     # tuning split
+    max_categories: int = 32             # one-hot levels kept per categorical column
+    max_bin: int = 64                    # XGBoost histogram bins
+    n_jobs: int = 1                      # threads for independent nuisance fits
+    cluster: str | None = None           # column whose values are resampled whole (cluster-robust SEs)
+    cache_dir: str | Path | None = None  # on-disk cache of tuned hyperparameters (None: memory only)
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any], prefix: str = "",
+              exc: type[Exception] | None = None) -> PseSettings:
+        """Validated settings from keyword values; errors name `<prefix><key>` (ConfigError, or `exc`)."""
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise TypeError(f"unknown PSE settings {unknown}; allowed: {sorted(cls.__dataclass_fields__)}")
+        settings = cls(**{**values, "grid": TuningGrid.build(values.get("grid"), prefix + "grid")})
+        settings.validate(prefix, exc)
+        return settings
+
+    def validate(self, prefix: str = "", exc: type[Exception] | None = None) -> None:
+        """ConfigError (or `exc`) naming the key and the allowed values."""
+        checks = [
+            (_is_int(self.folds) and self.folds >= 2, "folds", f"must be an integer >= 2, got {self.folds!r}"),
+            (_is_int(self.n_bootstrap) and self.n_bootstrap >= 100, "n_bootstrap",
+             f"must be an integer >= 100, got {self.n_bootstrap!r}"),
+            (_is_int(self.seed), "seed", f"must be an integer, got {self.seed!r}"),
+            (isinstance(self.alpha, (int, float)) and 0 < self.alpha < 0.5, "alpha",
+             f"must be in (0, 0.5), got {self.alpha!r}"),
+            (isinstance(self.clip, (int, float)) and 0 < self.clip < 0.1, "clip",
+             f"must be in (0, 0.1), got {self.clip!r}"),
+            (isinstance(self.validation_fraction, (int, float)) and 0.05 <= self.validation_fraction <= 0.5,
+             "validation_fraction", f"must be in [0.05, 0.5], got {self.validation_fraction!r}"),
+            (_is_int(self.max_categories) and self.max_categories >= 2, "max_categories",
+             f"must be an integer >= 2, got {self.max_categories!r}"),
+            (_is_int(self.max_bin) and 2 <= self.max_bin <= 1024, "max_bin",
+             f"must be an integer in [2, 1024], got {self.max_bin!r}"),
+            (_is_int(self.n_jobs) and self.n_jobs >= 1, "n_jobs", f"must be an integer >= 1, got {self.n_jobs!r}"),
+            (self.cluster is None or (isinstance(self.cluster, str) and self.cluster != ""), "cluster",
+             f"must be null or a column name, got {self.cluster!r}"),
+            (self.cache_dir is None or isinstance(self.cache_dir, (str, Path)), "cache_dir",
+             f"must be null or a directory path, got {self.cache_dir!r}"),
+        ]
+        for ok, key, message in checks:
+            if not ok:
+                if exc is None:
+                    require(False, prefix + key, message)
+                raise exc(f"{key}: {message}")
+
+
+@dataclass
+class DmlScores:
+    """Cross-fitted doubly robust scores: one row per estimation row, one column per TARGETS mean."""
+
+    phi: np.ndarray                 # n x len(TARGETS)
+    cluster: np.ndarray | None      # cluster code per row (0..G-1) when settings.cluster is set
+    overlap: pd.DataFrame           # propensity ranges, clipped shares and largest weights
+    tuning: pd.DataFrame            # chosen hyperparameters per nuisance, with `from_cache`
+    timings: dict[str, float]
+    n_excluded: int                 # rows whose X is neither x0 nor x1 or whose Y is missing
+    notes: list[str]                # encoding caveats (pooled levels)
+
+
+def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
+               r: Sequence[str], y: str, settings: PseSettings) -> DmlScores:
+    """Encode the roles, assign folds, tune (or reuse cached) nuisances and cross-fit the scores."""
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    design, n_excluded, notes = _Design.from_frame(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
+                                                   cluster=settings.cluster,
+                                                   max_categories=settings.max_categories)
+    fold_of = _assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1))
+    timings["encode"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    key = _cache_key(design, settings)
+    params, from_cache = _cached_params(key, settings.cache_dir)
+    if params is None:
+        params = _tune_all(design, settings)
+        _store_params(key, params, settings.cache_dir)
+    timings["tune"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    phi, overlap = _cross_fit(design, fold_of, params, settings)
+    timings["cross_fit"] = time.perf_counter() - clock
+    tuning = pd.DataFrame.from_dict(params, orient="index").rename_axis("nuisance")
+    tuning["from_cache"] = from_cache
+    return DmlScores(phi=phi, cluster=design.cluster, overlap=_overlap_table(overlap, settings.clip, settings.folds),
+                     tuning=tuning, timings=timings, n_excluded=n_excluded, notes=notes)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+@dataclass
+class _Design:
+    """Numeric blocks of the SFM roles (float32), the 0/1 treatment indicator, outcome and clusters."""
+
+    blocks: dict[str, np.ndarray]
+    a: np.ndarray
+    y: np.ndarray
+    cluster: np.ndarray | None
+
+    @classmethod
+    def from_frame(cls, data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
+                   r: Sequence[str], y: str, cluster: str | None,
+                   max_categories: int) -> tuple[_Design, int, list[str]]:
+        if not isinstance(data, pd.DataFrame):
+            raise EstimationError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+        roles = {"z": list(z), "b": list(b), "r": list(r)}
+        for role in ("b", "r"):
+            if not roles[role]:
+                raise EstimationError(f"role {role} is empty; the B/R decomposition needs at least one column each")
+        named = [x, y] + roles["z"] + roles["b"] + roles["r"] + ([cluster] if cluster else [])
+        missing = [c for c in dict.fromkeys(named) if c not in data.columns]
+        if missing:
+            raise EstimationError(f"data lacks columns {missing} (has {list(data.columns)})")
+        seen: dict[str, str] = {}
+        for role, cols in [("x", [x]), ("y", [y])] + list(roles.items()):
+            for col in cols:
+                if col in seen:
+                    raise EstimationError(f"column {col!r} is given both as {seen[col]} and as {role}; "
+                                          "each column plays one role")
+                seen[col] = role
+        if x0 == x1:
+            raise EstimationError(f"x0 and x1 must differ, both are {x0!r}")
+        present = data[x].astype(object).where(data[x].isna(), data[x].astype(str))  # levels compared as text
+        levels = sorted(map(str, present.dropna().unique()))
+        for level in (x0, x1):
+            if not (present == level).any():
+                raise EstimationError(f"{x} has no rows with level {level!r} (levels present: {levels}); "
+                                      "both contrasted levels are needed")
+        outcome = pd.to_numeric(data[y], errors="coerce") if data[y].dtype != bool else data[y].astype(float)
+        if data[y].notna().sum() != outcome.notna().sum():
+            raise EstimationError(f"outcome {y!r} has non-numeric values; expected a 0-100 score or a 0/1 callback")
+        keep = present.isin([x0, x1]) & outcome.notna()
+        rows = data.loc[keep]
+        n_excluded = int((~keep).sum())
+        yv = outcome[keep].to_numpy(dtype=float)
+        if not np.isfinite(yv).all():
+            raise EstimationError(f"outcome {y!r} has infinite values")
+        if len(yv) == 0 or np.ptp(yv) == 0:
+            raise EstimationError(f"outcome {y!r} is constant ({yv[0] if len(yv) else 'no rows'}) over the "
+                                  f"{len(yv)} rows with {x} in ({x0!r}, {x1!r}); there is no effect to decompose")
+        role_cols = roles["z"] + roles["b"] + roles["r"] + ([cluster] if cluster else [])
+        nan_cols = [c for c in role_cols if rows[c].isna().any()]
+        if nan_cols:
+            counts = {c: int(rows[c].isna().sum()) for c in nan_cols}
+            raise EstimationError(f"role columns have missing values {counts}; impute them or drop those rows")
+        notes: list[str] = []
+        blocks = {}
+        for role, cols in roles.items():
+            parts = [_encode_column(rows[c], max_categories, notes) for c in cols]
+            blocks[role] = (np.column_stack(parts).astype(np.float32) if parts
+                            else np.zeros((len(rows), 1), np.float32))  # empty Z: intercept-only models
+        a = (present[keep] == x1).to_numpy(dtype=np.float32)
+        blocks["x"] = a[:, None]
+        clusters = pd.factorize(rows[cluster])[0] if cluster else None
+        if clusters is not None and clusters.max() + 1 < 2:
+            raise EstimationError(f"cluster column {cluster!r} has a single cluster; need at least 2")
+        return cls(blocks=blocks, a=a.astype(int), y=yv, cluster=clusters), n_excluded, notes
+
+    def features(self, name: str, a_value: int | None = None) -> np.ndarray:
+        """Feature matrix of nuisance `name`, with X set to `a_value` when given (counterfactual)."""
+        parts = []
+        for block in FEATURE_SETS[name]:
+            if block == "x" and a_value is not None:
+                parts.append(np.full((len(self.y), 1), a_value, np.float32))
+            else:
+                parts.append(self.blocks[block])
+        return np.hstack(parts)
+
+
+def _encode_column(column: pd.Series, max_categories: int, notes: list[str]) -> np.ndarray:
+    """Numeric columns as floats; strings/categories/bools one-hot over the most frequent levels."""
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        return column.to_numpy(dtype=np.float32)[:, None]
+    text = column.astype(str)
+    counts = text.value_counts()
+    levels = sorted(counts.index)
+    if len(levels) > max_categories:
+        kept = set(counts.sort_values(ascending=False, kind="stable").index[: max_categories - 1])
+        notes.append(f"{column.name}: {len(levels)} levels; kept the {max_categories - 1} most frequent and "
+                     f"pooled the other {len(levels) - len(kept)} as 'other' (group high-cardinality columns "
+                     "first, as the paper's C.4 does)")
+        levels = sorted(kept)
+        text = text.where(text.isin(kept), "\x00other")
+        levels.append("\x00other")
+    codes = pd.Categorical(text, categories=levels).codes
+    return (codes[:, None] == np.arange(len(levels))[None, :]).astype(np.float32)
+
+
+def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str]) -> np.ndarray:
+    """Fold id per row, stratified by X so every fold holds both levels when that is possible."""
+    rng = np.random.default_rng([seed, 1])
+    fold_of = np.empty(len(a), dtype=int)
+    for value in (0, 1):
+        idx = np.flatnonzero(a == value)
+        fold_of[rng.permutation(idx)] = (np.arange(len(idx)) + rng.integers(folds)) % folds
+    for value, level in zip((0, 1), levels):
+        present = np.bincount(fold_of[a == value], minlength=folds)
+        if (present == 0).any():
+            empty = np.flatnonzero(present == 0).tolist()
+            raise EstimationError(
+                f"cross-fitting folds {empty} of {folds} have no rows with {x}={level!r} (only "
+                f"{int((a == value).sum())} such rows); every fold needs both levels: lower `folds` or add data")
+    return fold_of
+
+
+
+
+# --------------------------------------------------------------------------------------------
+# XGBoost nuisances: tuning (cached) and cross-fitting
+
+
+def _xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
+    # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
+    return {"objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
+            "max_depth": int(depth), "reg_lambda": float(lam), "tree_method": "hist",
+            "max_bin": settings.max_bin, "nthread": 1, "seed": settings.seed, "verbosity": 0}
+
+
+def _kind(name: str) -> str:
+    return "classifier" if name in PROPENSITIES else "regressor"
+
+
+@dataclass
+class _Fit:
+    booster: xgb.Booster
+    n_estimators: int
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return self.booster.inplace_predict(features, iteration_range=(0, self.n_estimators))
+
+
+def _fit(features: np.ndarray, target: np.ndarray, kind: str, params: Mapping[str, float],
+         settings: PseSettings) -> _Fit:
+    dtrain = xgb.QuantileDMatrix(features, target, max_bin=settings.max_bin, nthread=1)
+    booster = xgb.train(_xgb_params(kind, params["max_depth"], params["reg_lambda"], settings), dtrain,
+                        num_boost_round=int(params["n_estimators"]))
+    return _Fit(booster, int(params["n_estimators"]))
+
+
+def _search(features: np.ndarray, target: np.ndarray, kind: str, train: np.ndarray, valid: np.ndarray,
+            settings: PseSettings) -> tuple[dict[str, float], _Fit]:
+    """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model."""
+    grid = settings.grid
+    dtrain = xgb.QuantileDMatrix(features[train], target[train], max_bin=settings.max_bin, nthread=1)
+    x_valid, y_valid = features[valid], target[valid]
+    best: tuple[float, dict[str, float], _Fit] | None = None
+    for depth in grid.max_depth:
+        for lam in grid.reg_lambda:
+            booster = xgb.train(_xgb_params(kind, depth, lam, settings), dtrain,
+                                num_boost_round=max(grid.n_estimators))
+            for n_trees in grid.n_estimators:
+                pred = booster.inplace_predict(x_valid, iteration_range=(0, n_trees))
+                loss = float(np.mean((pred - y_valid) ** 2))
+                if best is None or loss < best[0] - 1e-12:
+                    best = (loss, {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
+                            _Fit(booster, n_trees))
+    assert best is not None
+    loss, params, fit = best
+    return {**params, "loss": loss}, fit
+
+
+def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, float]]:
+    """Grid search for every nuisance on one stratified train/validation split of all rows.
+
+    The nested regressions are tuned on pseudo-outcomes from the tuned model one level up, exactly as
+    they are built during cross-fitting."""
+    rng = np.random.default_rng([settings.seed, 2])
+    valid_mask = np.zeros(len(design.y), bool)
+    for value in (0, 1):
+        idx = rng.permutation(np.flatnonzero(design.a == value))
+        valid_mask[idx[: max(1, round(settings.validation_fraction * len(idx)))]] = True
+    train, valid = np.flatnonzero(~valid_mask), np.flatnonzero(valid_mask)
+    lo, hi = design.y.min(), design.y.max()
+
+    def search(name: str, target: np.ndarray) -> tuple[dict[str, float], _Fit]:
+        return _search(design.features(name), target, _kind(name), train, valid, settings)
+
+    def tune_outcome_chain() -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        out["mu3"], mu3 = search("mu3", design.y)
+        for x_y in MU2_KEYS:
+            out[f"mu2[x_y={x_y}]"], mu2 = search("mu2", np.clip(mu3.predict(design.features("mu3", x_y)), lo, hi))
+            for key in MU1_KEYS:
+                if key[0] == x_y:
+                    pseudo = np.clip(mu2.predict(design.features("mu2", key[1])), lo, hi)
+                    out[f"mu1[x_y={key[0]},x_b={key[1]}]"], _ = search("mu1", pseudo)
+        return out
+
+    jobs: list[Callable[[], dict[str, dict[str, float]]]] = [tune_outcome_chain]
+    jobs += [lambda name=name: {name: search(name, design.a.astype(np.float32))[0]} for name in PROPENSITIES]
+    params: dict[str, dict[str, float]] = {}
+    for part in _run_jobs(jobs, settings.n_jobs):
+        params.update(part)
+    return {name: params[name] for name in _nuisance_names()}
+
+
+def _nuisance_names() -> list[str]:
+    return (["mu3"] + [f"mu2[x_y={v}]" for v in MU2_KEYS]
+            + [f"mu1[x_y={v},x_b={w}]" for v, w in MU1_KEYS] + list(PROPENSITIES))
+
+
+def _run_jobs(jobs: Sequence[Callable[[], Any]], n_jobs: int) -> list[Any]:
+    """Run independent jobs, in threads when n_jobs > 1 (XGBoost releases the GIL while training)."""
+    if n_jobs == 1:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+        return list(pool.map(lambda job: job(), jobs))
+
+
+def _cross_fit(design: _Design, fold_of: np.ndarray, params: Mapping[str, Mapping[str, float]],
+               settings: PseSettings) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Per-row scores phi (n x 5 targets), each row scored by nuisances fit without its fold."""
+    n = len(design.y)
+    phi = np.empty((n, len(TARGETS)))
+    folds = range(settings.folds)
+    results = _run_jobs([lambda l=l: _fold_scores(design, fold_of, l, params, settings) for l in folds],
+                        settings.n_jobs)
+    overlap: list[dict[str, Any]] = []
+    for l, (held, scores, diag) in zip(folds, results):
+        phi[held] = scores
+        overlap.extend({**row, "fold": l} for row in diag)
+    return phi, overlap
+
+
+def _fold_scores(design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]],
+                 settings: PseSettings) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
+    a, y = design.a, design.y
+    lo, hi = y[train].min(), y[train].max()
+
+    def fit(name: str, param_key: str, target: np.ndarray) -> _Fit:
+        return _fit(design.features(name)[train], target[train], _kind(name), params[param_key], settings)
+
+    def predict(model: _Fit, name: str, x_value: int, rows: np.ndarray) -> np.ndarray:
+        return np.clip(model.predict(design.features(name, x_value)[rows]), lo, hi)
+
+    everyone = np.arange(len(y))
+    mu3 = fit("mu3", "mu3", y)
+    mu3_at = {v: predict(mu3, "mu3", v, everyone) for v in MU2_KEYS}
+    mu2_at: dict[tuple[int, int], np.ndarray] = {}
+    for v in MU2_KEYS:
+        mu2 = fit("mu2", f"mu2[x_y={v}]", mu3_at[v])
+        for w in sorted({w for vv, w in MU1_KEYS if vv == v}):
+            mu2_at[(v, w)] = predict(mu2, "mu2", w, everyone)
+    mu1_at: dict[tuple[int, int, int], np.ndarray] = {}
+    for v, w in MU1_KEYS:
+        mu1 = fit("mu1", f"mu1[x_y={v},x_b={w}]", mu2_at[(v, w)])
+        for u in sorted({t[2] for t in TARGETS.values() if t[:2] == (v, w)}):
+            mu1_at[(v, w, u)] = predict(mu1, "mu1", u, held)
+
+    diagnostics: list[dict[str, Any]] = []
+    prob1: dict[str, np.ndarray] = {}  # P(X = x1 | .) on the held-out rows, clipped
+    for name in PROPENSITIES:
+        raw = fit(name, name, a.astype(np.float32)).predict(design.features(name)[held])
+        clipped = (raw < settings.clip) | (raw > 1 - settings.clip)
+        diagnostics.append({"kind": "propensity", "name": name, "min": float(raw.min()), "max": float(raw.max()),
+                            "n_clipped": int(clipped.sum()), "n": len(held)})
+        prob1[name] = np.clip(raw, settings.clip, 1 - settings.clip)
+
+    def prob(name: str, level: int) -> np.ndarray:
+        return prob1[name] if level == 1 else 1.0 - prob1[name]
+
+    a_h, y_h = a[held], y[held]
+    scores = np.empty((len(held), len(TARGETS)))
+    for j, (target, (v, w, u)) in enumerate(TARGETS.items()):
+        ratio_r = prob("p_rz", u) / prob("p_z", u)
+        pi1 = (a_h == u) / prob("p_z", u)
+        pi2 = (a_h == w) / prob("p_rz", w) * ratio_r
+        pi3 = (a_h == v) / prob("p_brz", v) * prob("p_brz", w) / prob("p_rz", w) * ratio_r
+        m3, m2, m1 = mu3_at[v][held], mu2_at[(v, w)][held], mu1_at[(v, w, u)]
+        scores[:, j] = pi3 * (y_h - m3) + pi2 * (m3 - m2) + pi1 * (m2 - m1) + m1
+        for term, weight in (("pi1", pi1), ("pi2", pi2), ("pi3", pi3)):
+            diagnostics.append({"kind": "weight", "name": f"{term} {target}", "min": float(weight.min()),
+                                "max": float(weight.max()), "n_clipped": 0, "n": len(held)})
+    return held, scores, diagnostics
+
+
+def _overlap_table(rows: list[dict[str, Any]], clip: float, folds: int) -> pd.DataFrame:
+    """Across folds: propensity ranges and clipped shares, largest weights; warn when overlap is poor."""
+    frame = pd.DataFrame(rows)
+    table = frame.groupby(["kind", "name"], sort=False).agg(
+        min=("min", "min"), max=("max", "max"), n_clipped=("n_clipped", "sum"), n=("n", "sum"))
+    table["share_clipped"] = table["n_clipped"] / table["n"]
+    table = table.reset_index().set_index("name")
+    problems = []
+    props = table[table["kind"] == "propensity"]
+    if (props["share_clipped"] > 0.01).any():
+        worst = props["share_clipped"].idxmax()
+        problems.append(f"{props.loc[worst, 'share_clipped']:.1%} of held-out propensities of {worst} were "
+                        f"clipped to [{clip}, {1 - clip}]")
+    weights = table[table["kind"] == "weight"]
+    if (weights["max"] > 1 / clip ** 2).any():
+        worst = weights["max"].idxmax()
+        problems.append(f"largest weight {weights.loc[worst, 'max']:.0f} ({worst})")
+    if problems:
+        warnings.warn("poor overlap between x0 and x1 given the covariates: " + "; ".join(problems)
+                      + "; estimates may be unstable (see PseResult.overlap)", PseOverlapWarning, stacklevel=5)
+    return table
+
+
+
+
+# --------------------------------------------------------------------------------------------
+# Tuning cache (in memory, optionally on disk)
+
+
+def _cache_key(design: _Design, settings: PseSettings) -> str:
+    digest = hashlib.sha256(CACHE_VERSION.encode())
+    for name in ("b", "r", "x", "z"):
+        block = np.ascontiguousarray(design.blocks[name])
+        digest.update(f"{name}{block.shape}".encode())
+        digest.update(block.tobytes())
+    digest.update(np.ascontiguousarray(design.y).tobytes())
+    digest.update(json.dumps({"grid": asdict(settings.grid), "seed": settings.seed, "max_bin": settings.max_bin,
+                              "validation_fraction": settings.validation_fraction,
+                              "xgboost": xgb.__version__}, sort_keys=True).encode())
+    return digest.hexdigest()[:32]
+
+
+def _cached_params(key: str, cache_dir: str | Path | None) -> tuple[dict[str, dict[str, float]] | None, bool]:
+    if key in _MEMORY_CACHE:
+        return _MEMORY_CACHE[key], True
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"pse_tuning_{key}.json"
+        if path.is_file():
+            try:
+                params = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                log.warning("ignoring unreadable tuning cache %s: %s", path, exc)
+            else:
+                if set(params) == set(_nuisance_names()):
+                    _MEMORY_CACHE[key] = params
+                    return params, True
+    return None, False
+
+
+def _store_params(key: str, params: dict[str, dict[str, float]], cache_dir: str | Path | None) -> None:
+    _MEMORY_CACHE[key] = params
+    if cache_dir is not None:
+        path = Path(cache_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        tmp = path / f".pse_tuning_{key}.json.tmp"
+        tmp.write_text(json.dumps(params, indent=1))
+        tmp.replace(path / f"pse_tuning_{key}.json")
+
+
+def clear_tuning_cache() -> None:
+    """Forget in-memory tuned hyperparameters (on-disk caches are left alone)."""
+    _MEMORY_CACHE.clear()

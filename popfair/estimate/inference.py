@@ -1,0 +1,137 @@
+"""Inference shared by every estimator: the nonparametric bootstrap (of rows or of whole clusters),
+influence-function / cluster-robust standard errors, percentile and t intervals, and the paired
+tests (McNemar, cluster-robust t).
+
+One resampling primitive, `bootstrap_counts`, draws every bootstrap in the package: a replicate is
+a vector of how many times each unit (row, cluster, or class of identical units) was drawn. Units
+with identical contributions are pooled into classes first, so a replicate costs O(classes)
+instead of O(units) when outcomes are discrete (0/1 callbacks, integer scores, 4 pairs per
+posting): Multinomial(N, class shares) counts have exactly the distribution of N draws with
+replacement. PSE (`dml`), interventional, outcome gap, paired gap and impact ratios all use it.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+CHUNK_ENTRIES = 4_000_000  # replicate weights held at once (replicates x units): bounds memory
+CI_METHODS = ("t", "bootstrap")
+
+
+def bootstrap_counts(rng: np.random.Generator, unit_class: np.ndarray, n_classes: int, n_bootstrap: int,
+                     *, width: int = 0) -> Iterator[np.ndarray]:
+    """Bootstrap replicates, in chunks, as (replicates x n_classes) float counts of draws per class.
+
+    Each replicate draws len(unit_class) units with replacement; `unit_class[i]` is the class of
+    unit i. Few classes: multinomial draws over class shares; many (classes ~ units): resample
+    unit indices and count, which is cheaper per replicate. `width` (columns the caller derives per
+    replicate, e.g. atoms) also bounds the chunk size."""
+    unit_class = np.asarray(unit_class)
+    total = len(unit_class)
+    chunk = max(1, CHUNK_ENTRIES // max(total, n_classes, width))
+    sizes = np.bincount(unit_class, minlength=n_classes)
+    for start in range(0, n_bootstrap, chunk):
+        size = min(chunk, n_bootstrap - start)
+        if 6 * n_classes < total:
+            yield rng.multinomial(total, sizes / total, size=size).astype(float)
+        else:
+            rows = unit_class.astype(np.int32)[rng.integers(0, total, size=(size, total), dtype=np.int32)]
+            rows += (np.arange(size, dtype=np.int32) * n_classes)[:, None]
+            yield np.bincount(rows.ravel(), minlength=size * n_classes).reshape(size, n_classes).astype(float)
+
+
+def bootstrap_means(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap means (n_bootstrap x columns) resampling units with replacement: rows (sizes all 1)
+    or clusters (`sums` = per-cluster column sums, `sizes` = rows per cluster)."""
+    sums = np.asarray(sums, dtype=float).reshape(len(sizes), -1)
+    values, unit_class = np.unique(np.column_stack([sums, sizes]), axis=0, return_inverse=True)
+    out = [counts @ values[:, :-1] / (counts @ values[:, -1])[:, None]
+           for counts in bootstrap_counts(rng, unit_class.ravel(), len(values), n_bootstrap)]
+    return np.vstack(out) if out else np.empty((0, sums.shape[1]))
+
+
+def bootstrap_group_means(values: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
+    """Means of n_bootstrap resamples of one group's values (1-D)."""
+    values = np.asarray(values, dtype=float)
+    return bootstrap_means(values[:, None], np.ones(len(values)), n_bootstrap, rng)[:, 0]
+
+
+def percentile_ci(boot: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval per column of bootstrap replicates; NaN replicates are ignored."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns stay NaN
+        lo, hi = np.nanquantile(boot, [alpha / 2, 1 - alpha / 2], axis=0)
+    return lo, hi
+
+
+def bootstrap_se(boot: np.ndarray) -> np.ndarray:
+    """Standard deviation of bootstrap replicates per column (NaN replicates ignored)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanstd(boot, axis=0, ddof=1)
+
+
+def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_bootstrap: int,
+                   rng: np.random.Generator, cluster: np.ndarray | None = None, ci: str = "bootstrap",
+                   reference: str = "normal") -> tuple[pd.DataFrame, int | None]:
+    """Estimates, standard errors, CIs and p-values of the column means of per-unit `scores`.
+
+    Standard errors are influence-function ones: sd / sqrt(n), or cluster-robust with `cluster`
+    (integer codes 0..G-1; sums of residuals per cluster, G/(G-1) correction). CIs: `ci="bootstrap"`
+    is the percentile interval of `bootstrap_means` over rows or whole clusters, `ci="t"` the t
+    interval with n-1 (G-1) df. p-values: normal (`reference="normal"`) or t reference. Returns the
+    table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None."""
+    scores = np.asarray(scores, dtype=float)
+    n = len(scores)
+    estimate = scores.mean(axis=0)
+    if cluster is None:
+        n_clusters = None
+        se = scores.std(axis=0, ddof=1) / np.sqrt(n)
+        sums, sizes = scores, np.ones(n)
+    else:
+        n_clusters = int(cluster.max()) + 1
+        sums = np.zeros((n_clusters, scores.shape[1]))
+        np.add.at(sums, cluster, scores)
+        sizes = np.bincount(cluster, minlength=n_clusters).astype(float)
+        resid = sums - sizes[:, None] * estimate[None, :]
+        se = np.sqrt((resid ** 2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n
+    df = (n_clusters or n) - 1
+    if ci == "bootstrap":
+        lo, hi = percentile_ci(bootstrap_means(sums, sizes, n_bootstrap, rng), alpha)
+    elif ci == "t":
+        half = stats.t.ppf(1 - alpha / 2, df=df) * se
+        lo, hi = estimate - half, estimate + half
+    else:
+        raise ValueError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stat = np.where(se > 0, estimate / np.where(se > 0, se, 1.0), np.where(estimate == 0, 0.0, np.inf))
+    p_value = 2 * (stats.t.sf(np.abs(stat), df=df) if reference == "t" else stats.norm.sf(np.abs(stat)))
+    frame = pd.DataFrame({"estimate": estimate, "se": se, "ci_low": lo, "ci_high": hi, "p_value": p_value,
+                          "significant": (lo > 0) | (hi < 0)}, index=pd.Index(list(index), name="effect"))
+    return frame, n_clusters
+
+
+def cluster_t_test(cluster_means: np.ndarray) -> tuple[float, float, float]:
+    """Cluster-robust one-sample t: each cluster's mean is one observation, G-1 df.
+    Returns (t, two-sided p, standard error of the mean of cluster means)."""
+    g = len(cluster_means)
+    mean, sd = float(np.mean(cluster_means)), float(np.std(cluster_means, ddof=1))
+    se = sd / np.sqrt(g)
+    if sd > 0:
+        t = mean / se
+        return float(t), float(2 * stats.t.sf(abs(t), g - 1)), se
+    # every cluster has the same mean
+    return (0.0, 1.0, se) if mean == 0 else (float(np.sign(mean) * np.inf), 0.0, se)
+
+
+def mcnemar_cc(b: int, c: int) -> tuple[float, float]:
+    """McNemar chi-square with continuity correction and its 1-df p-value (no discordant pairs: 0, 1)."""
+    if b + c == 0:
+        return 0.0, 1.0
+    chi2 = (abs(b - c) - 1.0) ** 2 / (b + c)
+    return float(chi2), float(stats.chi2.sf(chi2, 1))

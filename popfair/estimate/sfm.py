@@ -1,0 +1,53 @@
+"""The standard fairness model's vocabulary: path-specific effects, the counterfactual means they
+contrast, and the discrimination patterns (PopResume, arXiv 2603.22714, Table 1 and section 5.2).
+
+Shared by the observational (DML-UCA), interventional and simulated-SFM code, so all three speak of
+the same five means and contrasts."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+EFFECTS = ("TE", "NDE", "NIE", "BIE", "RIE")
+# The five counterfactual means psi(x_y, x_b, x_r) = E[Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}}],
+# as (x_y, x_b, x_r) with 0 = x0 and 1 = x1.
+TARGETS: dict[str, tuple[int, int, int]] = {
+    "E[Y_x0]": (0, 0, 0),
+    "E[Y_x1]": (1, 1, 1),
+    "E[Y_x1,W_x0]": (1, 0, 0),
+    "E[Y_x1,B_x0R_x1,R_x1]": (1, 0, 1),
+    "E[Y_x1,B_x1R_x0,R_x0]": (1, 1, 0),
+}
+# Rows: effects; columns: TARGETS in order. TE = NDE + NIE and NIE = BIE + RIE hold exactly.
+CONTRASTS = np.array([
+    [-1.0, 1.0, 0.0, 0.0, 0.0],     # TE  = E[Y_x1] - E[Y_x0]
+    [-1.0, 0.0, 1.0, 0.0, 0.0],     # NDE = E[Y_x1,W_x0] - E[Y_x0]
+    [0.0, 1.0, -1.0, 0.0, 0.0],     # NIE = E[Y_x1] - E[Y_x1,W_x0]
+    [0.0, 0.5, -0.5, -0.5, 0.5],    # BIE = 1/2[(E[Y_x1] - psi(x1,x0,x1)) + (psi(x1,x1,x0) - E[Y_x1,W_x0])]
+    [0.0, 0.5, -0.5, 0.5, -0.5],    # RIE = 1/2[(E[Y_x1] - psi(x1,x1,x0)) + (psi(x1,x0,x1) - E[Y_x1,W_x0])]
+])
+CASE_LABELS = {
+    1: "Case 1: direct discrimination without explicit demographics",
+    2: "Case 2: discrimination masked by cancellation",
+    3: "Case 3: disparity through qualifications (business necessity)",
+    4: "Case 4: discrimination through demographic proxies (redlining)",
+    5: "Case 5: mixed mediation through qualifications and proxies",
+}
+
+
+def case_labels(table: pd.DataFrame) -> list[str]:
+    """Section 5.2 patterns from the `significant` column (CI excludes 0) of an effects table."""
+    sig = {effect: bool(table.loc[effect, "significant"]) for effect in EFFECTS}
+    est = {effect: float(table.loc[effect, "estimate"]) for effect in EFFECTS}
+    cases = []
+    if sig["NDE"]:
+        cases.append(1)
+    if not sig["TE"] and sig["NDE"] and sig["NIE"] and est["NDE"] * est["NIE"] < 0:
+        cases.append(2)
+    if not sig["NDE"] and not sig["RIE"] and sig["BIE"]:
+        cases.append(3)
+    if not sig["NDE"] and not sig["BIE"] and sig["RIE"]:
+        cases.append(4)
+    if sig["BIE"] and sig["RIE"]:
+        cases.append(5)
+    return [CASE_LABELS[c] for c in cases]

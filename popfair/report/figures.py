@@ -1,0 +1,90 @@
+"""Figures of one case's estimates (matplotlib `Figure` objects, no pyplot state, Agg-safe): the
+effects forest plot (one estimate or observational vs interventional side by side) and the impact
+ratio chart. Estimators attach them as run artifacts; the sweep report reuses `forest_plot` so a
+report and a run's artifact look alike. Depends on no other popfair module."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+Series = tuple[tuple[str, str, str], ...]
+
+
+def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects",
+                series: Series = (("", "", "C0"),)) -> Figure:
+    """Forest plot of effect estimates with CI whiskers. `series` lists (column prefix, legend
+    label, colour) per estimate drawn side by side (e.g. observational and interventional). With
+    one series, effects whose `significant` flag is set are drawn filled, the others hollow."""
+    # imported when drawing: keeps `import popfair` light
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 3.2 + 0.3 * (len(series) - 1)))
+    ax = fig.add_subplot()
+    rows = list(table.index)[::-1]
+    ypos = np.arange(len(rows), dtype=float)
+    offsets = np.linspace(0.15, -0.15, len(series)) if len(series) > 1 else [0.0]
+    for offset, (prefix, label, colour) in zip(offsets, series):
+        est = table.loc[rows, prefix + "estimate"].to_numpy(float)
+        lo = table.loc[rows, prefix + "ci_low"].to_numpy(float)
+        hi = table.loc[rows, prefix + "ci_high"].to_numpy(float)
+        y = ypos + offset
+        ax.hlines(y, lo, hi, color=colour, lw=2)
+        if len(series) > 1:
+            ax.scatter(est, y, color=colour, zorder=3, label=label)
+            continue
+        sig = (table.loc[rows, "significant"].to_numpy(bool) if "significant" in table
+               else np.zeros(len(rows), bool))
+        ax.scatter(est[sig], y[sig], color="C3", zorder=3, label="CI excludes 0")
+        ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=colour, zorder=3, label="CI covers 0")
+    ax.axvline(0.0, color="0.5", lw=1, ls="--")
+    ax.set_yticks(ypos, rows)
+    ax.set_xlabel("effect on Y (positive favours x1)")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interventional",
+                      prefix: str = "intv_") -> Figure:
+    """Forest plot: each effect's observational (DML-UCA) and interventional (`prefix` columns)
+    estimate with CIs."""
+    return forest_plot(table, title, series=(("", "observational (DML-UCA)", "C0"),
+                                             (prefix, "interventional", "C3")))
+
+
+def impact_ratio_figure(table: pd.DataFrame, dimensions: Mapping[str, str], flag_below: float,
+                        alpha: float) -> Figure:
+    """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, and the
+    four-fifths line. `table` holds every row (metric, dimension, category, status, impact_ratio,
+    ci_low, ci_high, flag); `dimensions` maps each dimension to its title, in panel order."""
+    from matplotlib.figure import Figure
+
+    rows = table[table["status"] == "included"]
+    metrics: Sequence[str] = list(dict.fromkeys(table["metric"]))
+    tallest = max(1, rows.groupby(["metric", "dimension"]).size().max() if len(rows) else 1)
+    fig = Figure(figsize=(13, 0.9 + len(metrics) * (0.8 + 0.32 * tallest)))
+    axes = fig.subplots(len(metrics), len(dimensions), squeeze=False)
+    for i, metric in enumerate(metrics):
+        for j, (dimension, dimension_title) in enumerate(dimensions.items()):
+            ax = axes[i][j]
+            block = rows[(rows["metric"] == metric) & (rows["dimension"] == dimension)]
+            ratio = block["impact_ratio"].to_numpy(float)
+            lo, hi = block["ci_low"].to_numpy(float), block["ci_high"].to_numpy(float)
+            ypos = np.arange(len(block))
+            ax.barh(ypos, np.nan_to_num(ratio), color=np.where(block["flag"], "#c0392b", "#2e86c1"))
+            err = np.vstack([np.clip(ratio - lo, 0, None), np.clip(hi - ratio, 0, None)])
+            ax.errorbar(ratio, ypos, xerr=np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
+            ax.axvline(flag_below, color="#c0392b", linestyle="--", linewidth=1)
+            ax.set_yticks(ypos, [str(c) for c in block["category"]], fontsize=8)
+            ax.set_xlim(0, 1.05)
+            ax.set_title(f"{metric}: {dimension_title}", fontsize=9)
+            if i == len(metrics) - 1:
+                ax.set_xlabel("impact ratio (rate / highest rate)")
+    fig.suptitle(f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
+                 f"dashed line: {flag_below:g} (four-fifths rule)", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,32 @@
+"""Response caches behind one interface (`ResponseCache`): SQLite in a folder for one machine (the
+default), a server database (PostgreSQL through SQLAlchemy) for sweeps spread over machines.
+`open_cache` picks the backend from where the cache lives."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from popfair.screen.cache.base import BatchRecord, CachedAnswer, ResponseCache
+from popfair.screen.cache.sqlite import CACHE_FILE, SqliteCache
+
+__all__ = [
+    "CACHE_FILE",
+    "BatchRecord",
+    "CachedAnswer",
+    "ResponseCache",
+    "SqliteCache",
+    "is_url",
+    "open_cache",
+]
+
+
+def is_url(location: str | Path) -> bool:
+    """A database URL (`postgresql+psycopg://user@host/db`) rather than a folder."""
+    return "://" in str(location)
+
+
+def open_cache(location: str | Path) -> ResponseCache:
+    """Open the cache at `location`: a folder (SQLite file inside it) or a database URL."""
+    if is_url(location):
+        from popfair.screen.cache.server import ServerCache
+        return ServerCache(str(location))
+    return SqliteCache(location)

@@ -1,0 +1,121 @@
+"""What every response-cache backend shares: the stored records, the schema, and the interface.
+
+key   = sha256 of provider, endpoint and the full request (model, every generation parameter, the
+        messages including image bytes): see Provider.cache_key.
+value = raw text, parsed value (or parse failure), token usage, dollars, latency, time.
+Each answer is committed as it arrives, so a crash or `kill -9` loses nothing already answered.
+API errors are never stored: a rerun asks again only what is missing. The same database keeps the ids
+of submitted provider batches, so a batch run resumes instead of paying twice.
+
+The schema is written once, as SQLAlchemy tables, and every backend creates exactly these tables
+(SQLite from the compiled DDL, a server database through SQLAlchemy), so a cache copies between
+backends row for row."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Self
+
+from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
+
+METADATA = MetaData()
+
+RESPONSES = Table(
+    "responses", METADATA,
+    Column("key", Text, primary_key=True), Column("provider", Text, nullable=False),
+    Column("model", Text, nullable=False), Column("raw", Text, nullable=False), Column("value", Float),
+    Column("parse_error", Text), Column("input_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False), Column("cost_usd", Float, nullable=False),
+    Column("latency_s", Float, nullable=False), Column("created_at", Float, nullable=False))
+
+BATCHES = Table(
+    "batches", METADATA,
+    Column("batch_id", Text, primary_key=True), Column("provider", Text, nullable=False),
+    Column("endpoint", Text, nullable=False), Column("model", Text, nullable=False),
+    Column("outcome", Text, nullable=False), Column("status", Text, nullable=False),
+    Column("keys", Text, nullable=False), Column("submitted_at", Float, nullable=False),
+    Column("finished_at", Float))
+
+TABLES = {table.name: table for table in (RESPONSES, BATCHES)}
+ANSWER_COLUMNS = ("raw", "value", "parse_error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
+                  "created_at")
+
+
+@dataclass(slots=True)
+class CachedAnswer:
+    raw: str
+    value: float | None
+    parse_error: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    latency_s: float
+    created_at: float
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    batch_id: str
+    provider: str
+    endpoint: str
+    model: str
+    outcome: str
+    status: str
+    keys: list[str]
+
+
+class ResponseCache(ABC):
+    """One response store shared by every screener, case and process that opens the same location.
+    Implementations: SqliteCache (a folder, one machine), ServerCache (a database URL, many machines)."""
+
+    #: where the cache lives, safe to print (no password)
+    location: str
+
+    @abstractmethod
+    def get_many(self, keys: Iterable[str]) -> dict[str, CachedAnswer]:
+        """Cached answers for the given keys, in bulk (missing keys are absent from the result)."""
+
+    @abstractmethod
+    def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
+        """Store one answer and commit at once (a kill after this returns loses nothing)."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """Number of stored answers."""
+
+    # --- provider batches -------------------------------------------------------------------
+    @abstractmethod
+    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str,
+                  keys: list[str]) -> None:
+        """Record a submitted provider batch (committed at once) so a rerun collects it."""
+
+    @abstractmethod
+    def open_batches(self, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
+        """Batches submitted for this provider/endpoint/model and not yet collected, oldest first."""
+
+    @abstractmethod
+    def finish_batch(self, batch_id: str, status: str) -> None:
+        """Mark a batch collected (or failed/expired) with its final status."""
+
+    # --- whole-table copy (migration between backends) ----------------------------------------
+    @abstractmethod
+    def rows(self, table: str, chunk: int = 10_000) -> Iterator[list[tuple]]:
+        """Every row of `table` ("responses" or "batches") in schema column order, in chunks."""
+
+    @abstractmethod
+    def insert_rows(self, table: str, rows: Sequence[tuple]) -> int:
+        """Insert rows (schema column order), keeping rows already present; returns how many were new."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
