@@ -10,7 +10,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from popfair.errors import DataError
-from popfair.estimate.pse import CASE_LABELS
+from popfair.estimate.sfm import CASE_LABELS
 from popfair.report.patterns import pattern_tally
 from popfair.report.runs import effects_long, load_runs
 from popfair.report.sweep import case_table, markdown_table, write_report
