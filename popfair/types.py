@@ -54,16 +54,18 @@ class Profiles:
 
 @dataclass(frozen=True)
 class Document:
-    """What the screener sees for one applicant: text (text/JSON) and optionally a PNG image."""
+    """What the screener sees for one applicant: text (text/JSON), and for image documents a PNG
+    page, for PDF documents the PDF file (its text layer is `text`)."""
 
     applicant_id: str
     job_id: str
-    kind: Literal["text", "json", "image"]
+    kind: Literal["text", "json", "image", "pdf"]
     text: str
     image_png: bytes | None = None
     # The structured profile row the document was rendered from. Screeners that call a model
     # must not read it (the model sees only text/image); structural screeners (simulated) may.
     profile: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    pdf: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
