@@ -25,6 +25,25 @@ def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None 
         return compose(config_name="config", overrides=overrides + extra)
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on 127.0.0.1 for the whole session (tests/pg_server.py)."""
+    from tests.pg_server import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres, monkeypatch) -> str:
+    """URL of a fresh database on that server; its password is in PGPASSWORD only (never the URL)."""
+    from tests.pg_server import PASSWORD
+
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    return postgres.new_database()
+
+
 @pytest.fixture
 def compose_cfg():
     return compose_config
