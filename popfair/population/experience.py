@@ -155,7 +155,7 @@ def applicant_cells(source: str, gender: pd.Series, race: pd.Series, age: pd.Ser
     return tuple((tuple(str(k) for k in key), float(p)) for key, p in shares.items())
 
 
-def _features(source: str, sex: np.ndarray, race: np.ndarray, age: np.ndarray, edu: np.ndarray,
+def _features(source: str, sex: np.ndarray, race: np.ndarray | None, age: np.ndarray, edu: np.ndarray,
               year: np.ndarray | None = None) -> np.ndarray:
     """Model inputs. `race` and `edu` are in the source's coding (NLSY group / NLSY edu; PSID edu 1-5)."""
     male = (np.asarray(sex) == "male").astype(float)

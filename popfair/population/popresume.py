@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -53,6 +54,7 @@ from popfair.population.experience import (
     experience_model_for,
     source_digest,
 )
+from popfair.population.fetch import resolve_pums_path
 from popfair.population.names import first_names, name_groupings, surnames
 from popfair.population.occupation import Occupation
 from popfair.population.protected import LEVELS, ProtectedAttribute
@@ -145,7 +147,7 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str,
                  if moved is not None else ", CA and TX omitted") if pums_path is None
               else f"ACS PUMS {survey_year} from population.pums_path={pums_path} "
                    f"({records['state'].nunique()} states)")
-    levels = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
+    levels: dict[str, Sequence[str]] = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
     state_levels = tuple(sorted(records["state"].unique()))
     weight = records["weight"].to_numpy(float)
     state = DiscreteConditional.fit(records, "state", state_levels,
@@ -196,7 +198,8 @@ class PopResumePopulation:
         self.timings: dict[str, float] = {}   # seconds per stage of the last sample()
 
     def model(self, occp: int) -> OccupationModel:
-        return occupation_model(self.pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors,
+        pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
+        return occupation_model(pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors,
                                 self.experience_source)
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
