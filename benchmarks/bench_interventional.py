@@ -48,7 +48,7 @@ def main() -> None:
     n_key = "estimator.interventional.n" if args.estimator == "both" else "estimator.n"
     overrides = [f"occupation={args.occupation}", f"protected_attr={args.attr}", f"screener={args.screener}",
                  f"estimator={args.estimator}", f"{n_key}={args.n}", f"seed={args.seed}",
-                 "tracking.enabled=false", "population.diagnostics=false", *args.overrides]
+                 "tracking=none", "population.diagnostics=false", *args.overrides]
     if args.population_n:
         overrides.append(f"population.n={args.population_n}")
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
@@ -70,7 +70,7 @@ def main() -> None:
           f"intervened on: {metrics['intv.n']:.0f}   counterfactual documents: {metrics['intv.documents']:.0f} "
           f"({metrics['intv.distinct_documents']:.0f} distinct)   own-world = factual document: "
           f"{metrics.get('intv.consistency', float('nan')):.3f}")
-    print("stage times (s): build {:.2f}, ".format(build_s)
+    print(f"stage times (s): build {build_s:.2f}, "
           + ", ".join(f"{name} {seconds:.2f}" for name, seconds in result.timings.items()))
     print("interventional (s): " + ", ".join(f"{k} {v:.2f}" for k, v in intv.items()))
     pse = {k.removeprefix("time.pse_").removesuffix("_s"): v for k, v in metrics.items() if k.startswith("time.pse_")}

@@ -4,7 +4,8 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,7 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
 _FORKED: tuple[Renderer, list[dict[str, Any]], Mapping[str, Job]] | None = None
 
 
-def _render_rows(span: tuple[int, int]) -> list[tuple[str, str, str, str, bytes | None]]:
+def _render_rows(span: tuple[int, int]) -> list[tuple[Any, ...]]:
     renderer, rows, jobs = _FORKED  # type: ignore[misc]
     out = []
     for row in rows[span[0]:span[1]]:
