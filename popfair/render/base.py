@@ -1,7 +1,8 @@
 """Render stage interface: turn one applicant profile into the document a screener sees."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
 
 def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS) -> dict[str, str | bytes]:
     """k documents spread evenly over the run, as MLflow artifacts under samples/: the text
-    (.txt, or .json for JSON documents) and, for image documents, the PNG."""
+    (.txt, or .json for JSON documents) and, for image and PDF documents, the PNG or PDF."""
     if not documents or k <= 0:
         return {}
     picks = sorted(set(np.linspace(0, len(documents) - 1, num=min(k, len(documents))).round().astype(int)))
@@ -45,4 +46,6 @@ def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS)
         artifacts[stem + (".json" if doc.kind == "json" else ".txt")] = doc.text
         if doc.image_png is not None:
             artifacts[stem + ".png"] = doc.image_png
+        if doc.pdf is not None:
+            artifacts[stem + ".pdf"] = doc.pdf
     return artifacts
