@@ -15,12 +15,13 @@ import pytest
 from popfair import Experiment
 from popfair.errors import DataError
 from popfair.export import export_case
+from popfair.render.base import render_all
 from popfair.render.files import document_id
 from tests import vendor_stub
 from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRED = ["population=paired_race", "occupation.n_postings=40", "estimator.n_bootstrap=300",
+PAIRED = ["experiment=paired_race", "occupation.n_postings=40", "estimator.n_bootstrap=300",
           "outcome_audit.n_bootstrap=200", "tracking.enabled=false"]
 DECISION = ["+screener.values.labels={advance: 1, reject: 0}"]
 FILE_TOOL = ["screener=file", "screener.columns.id=Candidate ID", "screener.columns.value=Recommendation",
@@ -102,7 +103,7 @@ def test_pdf_documents_travel_both_ways_with_a_text_layer(vendor, tmp_path):
 
 
 def _malformed_case(tmp_path: Path, results: str, extra: list[str] | None = None):
-    cfg = compose_config(["population=paired_race", "occupation.n_postings=2", "tracking.enabled=false",
+    cfg = compose_config(["experiment=paired_race", "occupation.n_postings=2", "tracking.enabled=false",
                           "screener=file", f"screener.dir={tmp_path}", f"screener.results={results}",
                           "screener.values.range=[0, 10]", *(extra or [])], tmp_path=tmp_path)
     summary = export_case(cfg)
@@ -117,7 +118,6 @@ def test_each_malformed_sheet_problem_is_named_by_row(tmp_path):
             ("", "2"), (ids[3], "high"), (ids[4], "11"), *[(i, "5") for i in ids[5:15]]]  # ids[15]: missing
     pd.DataFrame(rows, columns=["document_id", "score"]).to_csv(tmp_path / "scores.csv", index=False)
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, 0)
-    from popfair.render.base import render_all
     documents = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
     results = experiment.screener.screen(profiles.jobs, documents, "score")
     error_of = {document_id(d): r.error for d, r in zip(documents, results)}
@@ -136,7 +136,7 @@ def test_each_malformed_sheet_problem_is_named_by_row(tmp_path):
             metrics["screen.file_unparseable"], metrics["screen.file_missing"]) == (1, 2, 1, 2, 1)
     assert len(pd.read_csv(tmp_path / "import_report.csv")) == 7
     strict = Experiment.from_config(compose_config(
-        ["population=paired_race", "occupation.n_postings=2", "screener=file", f"screener.dir={tmp_path}",
+        ["experiment=paired_race", "occupation.n_postings=2", "screener=file", f"screener.dir={tmp_path}",
          "screener.results=scores.csv", "screener.values.range=[0, 10]", "screener.strict=true",
          "screener.name=strict"], tmp_path=tmp_path)).screener
     with pytest.raises(DataError, match=r"(?s)7 problems.*scores.csv row 3: unknown document id.*no result for document d"):
@@ -164,8 +164,6 @@ def test_export_missing_only_writes_what_no_sheet_has_answered(tmp_path):
 
 
 def _documents(experiment: Experiment):
-    from popfair.render.base import render_all
-
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, 0)
     return profiles.jobs, render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
 
@@ -181,3 +179,7 @@ def test_pdf_text_layer_matches_the_resume():
     words = set(re.findall(r"\w+", page.extract_text()))
     assert set(re.findall(r"\w+", document.text)) <= words  # every word of the resume is in the text layer
     assert _documents(experiment)[1][0].pdf == document.pdf  # the same profile gives the same bytes
+    experiment.renderer.rows_per_process = 1  # forked workers (large tables) return the PDFs too
+    profiles = experiment.population.sample(experiment.occupation, experiment.protected, 0)
+    forked = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False, processes=2)
+    assert [d.pdf for d in forked] == [d.pdf for d in documents]

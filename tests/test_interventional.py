@@ -151,7 +151,7 @@ def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
 
 
 def test_nested_config_errors_name_the_nested_key():
-    cfg = compose_config(["estimator=both", "estimator.interventional.ci=wald", "tracking.enabled=false"])
+    cfg = compose_config(["estimator=both", "estimator.interventional.ci=wald", "tracking=none"])
     with pytest.raises(ConfigError, match=r"estimator\.interventional\.ci"):
         Experiment.from_config(cfg)
 
@@ -163,12 +163,12 @@ def test_both_needs_the_pse_estimator_as_observational_part():
     with pytest.raises(ConfigError, match=r"estimator\.observational: must be the pse_dml estimator"):
         SideBySide(OutcomeGap(), Interventional())
     with pytest.raises(ConfigError, match=r"estimator\.interventional: must be"):
-        SideBySide(Experiment.from_config(compose_config(["tracking.enabled=false"])).estimator, OutcomeGap())
+        SideBySide(Experiment.from_config(compose_config(["tracking=none"])).estimator, OutcomeGap())
 
 
 def test_population_without_counterfactuals_fails_before_any_work():
-    cfg = compose_config(["population=paired_race", "renderer=json", "estimator=interventional",
-                          "tracking.enabled=false"])
+    cfg = compose_config(["experiment=paired_race", "estimator=interventional",
+                          "tracking=none"])
     with pytest.raises(ConfigError, match="population=popresume"):
         Experiment.from_config(cfg)
 
@@ -179,7 +179,7 @@ def test_estimate_needs_a_bound_pipeline_with_profiles():
     roles = Roles(x="gender", x0="female", x1="male", z=(), b=(), r=())
     with pytest.raises(EstimationError, match="not bound"):
         estimator.estimate(data, roles)
-    experiment = Experiment.from_config(compose_config(["estimator=interventional", "tracking.enabled=false"]))
+    experiment = Experiment.from_config(compose_config(["estimator=interventional", "tracking=none"]))
     with pytest.raises(EstimationError, match="no sampled profiles"):
         experiment.estimator.estimate(data, roles)
 
@@ -214,7 +214,7 @@ class CountingScreener:
 def test_extra_plan_counts_new_distinct_counterfactual_documents():
     experiment = Experiment.from_config(compose_config(
         ["estimator=interventional", "estimator.n=300", "population.n=1000", "population.diagnostics=false",
-         "tracking.enabled=false"]))
+         "tracking=none"]))
     estimator = experiment.estimator
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
     factual = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
@@ -249,7 +249,7 @@ def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeyp
     from tests.screen_helpers import make_screener
 
     cfg = compose_config(["estimator=interventional", "estimator.n=40", "population.n=150",
-                          "population.diagnostics=false", "outcome_audit=null", "tracking.enabled=false"])
+                          "population.diagnostics=false", "outcome_audit=null", "tracking=none"])
     base = Experiment.from_config(cfg)
     with StubServer() as stub:
         screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
@@ -281,7 +281,7 @@ def test_dry_run_plans_the_counterfactual_documents(monkeypatch, tmp_path):
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     common = ["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache", "population.n=300",
-              "population.diagnostics=false", "tracking.enabled=false"]
+              "population.diagnostics=false", "tracking=none"]
     plain = plan_case(Experiment.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
     audit = plan_case(Experiment.from_config(
         compose_config(common + ["estimator=interventional", "estimator.n=50"]), dry_run=True))

@@ -78,7 +78,7 @@ class FileScreener:
                  name: str = "file", display_name: str | None = None,
                  columns: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None,
                  sheet: str | int | None = None, strict: bool = False, export_missing_only: bool = False,
-                 cache_dir: str = ".popfair_cache") -> None:
+                 cache_dir: str = ".popfair_cache", cache_url: str | None = None) -> None:
         require(isinstance(dir, str) and bool(dir), "screener.dir", "must be the exchange folder (export and results)")
         require(bool(name), "screener.name", "must be non-empty (it keys the imported answers in the cache)")
         chosen = {"id": "document_id", "value": "score", **dict(columns or {})}
@@ -94,7 +94,7 @@ class FileScreener:
         self.columns, self.sheet, self.strict = chosen, sheet, strict
         self.export_missing_only = bool(export_missing_only)
         self.values = ValueMapping.from_config(values, "screener.values")
-        self.cache = open_cache(cache_dir)
+        self.cache = open_cache(cache_url or cache_dir)
         self.last_stats: dict[str, float] = {}
         self.problems: list[Problem] = []
 
