@@ -98,7 +98,7 @@ class Experiment:
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> "Experiment":
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
         """Validate and build every component before any work is done. `dry_run` builds API
         screeners without keys and photo renderers without photos (planning needs neither)."""
         for group in COMPONENT_GROUPS:
@@ -190,7 +190,7 @@ class Experiment:
         tags = {"case": case, "case_name": self.case_name(), "git_commit": git_commit(),
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,
                 "protected_attr": self.protected.name, "screener": self.screener.name,
-                "renderer": self.renderer.kind, "estimator": self.estimator.name, **self.tags}
+                "renderer": self.renderer.kind, "estimator": self.estimator.name, **profiles.tags, **self.tags}
         # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
         tags.update({f"popfair_choice.{key}": value
                      for key, value in getattr(self.screener, "popfair_choices", {}).items()})

@@ -4,8 +4,9 @@ population -> Profiles -> render -> Documents -> screen -> scores -> estimate ->
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -49,6 +50,7 @@ class Profiles:
     outcome: Outcome = "score"  # what the screener is asked: a 0-100 score or a yes/no callback
     notes: list[str] = field(default_factory=list)  # caveats to show the user (e.g. missing states)
     artifacts: dict[str, Any] = field(default_factory=dict)  # diagnostics: name -> DataFrame | Figure | str
+    tags: dict[str, str] = field(default_factory=dict)  # run tags (e.g. population.source), logged with the run
 
 
 @dataclass(frozen=True)
