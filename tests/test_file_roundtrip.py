@@ -171,7 +171,7 @@ def _documents(experiment: Experiment):
 def test_pdf_text_layer_matches_the_resume():
     from pypdf import PdfReader
 
-    experiment = Experiment.from_config(compose_config(["population.n=3", "renderer=pdf"]))
+    experiment = Experiment.from_config(compose_config(["population.n=12", "renderer=pdf"]))
     _, documents = _documents(experiment)
     document = documents[0]
     page = PdfReader(io.BytesIO(document.pdf)).pages[0]
