@@ -22,14 +22,21 @@ class Renderer(Protocol):
 
 def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
                progress: bool = True) -> list[Document]:
-    """Render every row of a profile table, in order, with a progress bar. A renderer may define
-    `check_profiles(table)` to reject the table before any document is rendered."""
+    """Render every row of a profile table, in order, with a progress bar. A renderer is
+    deterministic given the row, so rows identical in every column (an applicant's counterfactual
+    worlds that do not change B or R, its own world and its factual row) are rendered once.
+    A renderer may define `check_profiles(table)` to reject the table before any work."""
     check = getattr(renderer, "check_profiles", None)
     if check is not None:
         check(table)
-    rows: Sequence[dict[str, Any]] = table.to_dict("records")
-    return [renderer.render(row, jobs[row["job_id"]])
-            for row in tqdm(rows, desc="render", unit="doc", disable=not progress, leave=False)]
+    if table.empty:
+        return []
+    group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
+    rows: Sequence[dict[str, Any]] = table.iloc[first].to_dict("records")
+    rendered = [renderer.render(row, jobs[row["job_id"]])
+                for row in tqdm(rows, desc="render", unit="doc", disable=not progress, leave=False)]
+    return [rendered[g] for g in group]
 
 
 def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS) -> dict[str, str | bytes]:
