@@ -51,7 +51,7 @@ def main() -> None:
     n_key = "estimator.interventional.n" if args.estimator == "both" else "estimator.n"
     overrides = [f"occupation={args.occupation}", f"protected_attr={args.attr}", f"screener={args.screener}",
                  f"estimator={args.estimator}", f"{n_key}={args.n}", f"seed={args.seed}",
-                 "tracking.enabled=false", "population.diagnostics=false", *args.overrides]
+                 "tracking=none", "population.diagnostics=false", *args.overrides]
     if args.population_n:
         overrides.append(f"population.n={args.population_n}")
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):

@@ -48,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
 
     overrides = ["screener=simulated", "estimator=interventional", f"protected_attr={args.attr}",
-                 f"population.n={args.population_n}", "population.diagnostics=false", "tracking.enabled=false"]
+                 f"population.n={args.population_n}", "population.diagnostics=false", "tracking=none"]
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose(config_name="config", overrides=overrides)
     experiment = Experiment.from_config(cfg)

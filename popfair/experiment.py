@@ -195,7 +195,7 @@ class Experiment:
         tags = {"case": case, "case_name": self.case_name(), "git_commit": git_commit(),
                 "popfair_version": popfair.__version__, "occupation": self.occupation.key,
                 "protected_attr": self.protected.name, "screener": self.screener.name,
-                "renderer": self.renderer.kind, "estimator": self.estimator.name, **self.tags}
+                "renderer": self.renderer.kind, "estimator": self.estimator.name, **profiles.tags, **self.tags}
         # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
         tags.update({f"popfair_choice.{key}": value
                      for key, value in getattr(self.screener, "popfair_choices", {}).items()})

@@ -70,6 +70,7 @@ class Profiles:
     outcome: Outcome = "score"  # what the screener is asked: a 0-100 score or a yes/no callback
     notes: list[str] = field(default_factory=list)  # caveats to show the user (e.g. missing states)
     artifacts: dict[str, Any] = field(default_factory=dict)  # diagnostics: name -> DataFrame | Figure | str
+    tags: dict[str, str] = field(default_factory=dict)  # run tags (e.g. population.source), logged with the run
     worlds: pd.DataFrame | None = None
 
     def rows(self) -> pd.DataFrame:

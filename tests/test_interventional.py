@@ -172,7 +172,7 @@ def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
 
 
 def test_nested_config_errors_name_the_nested_key():
-    cfg = compose_config(["estimator=both", "estimator.interventional.ci=wald", "tracking.enabled=false"])
+    cfg = compose_config(["estimator=both", "estimator.interventional.ci=wald", "tracking=none"])
     with pytest.raises(ConfigError, match=r"estimator\.interventional\.ci"):
         Experiment.from_config(cfg)
 
@@ -183,12 +183,12 @@ def test_both_needs_the_pse_estimator_as_observational_part():
     with pytest.raises(ConfigError, match=r"estimator\.observational: must be the pse_dml estimator"):
         SideBySide(OutcomeGap(), Interventional())
     with pytest.raises(ConfigError, match=r"estimator\.interventional: must be"):
-        SideBySide(Experiment.from_config(compose_config(["tracking.enabled=false"])).estimator, OutcomeGap())
+        SideBySide(Experiment.from_config(compose_config(["tracking=none"])).estimator, OutcomeGap())
 
 
 def test_population_without_counterfactuals_fails_before_any_work():
-    cfg = compose_config(["population=paired_race", "renderer=json", "estimator=interventional",
-                          "tracking.enabled=false"])
+    cfg = compose_config(["experiment=paired_race", "estimator=interventional",
+                          "tracking=none"])
     with pytest.raises(ConfigError, match="population=popresume"):
         Experiment.from_config(cfg)
 
@@ -221,7 +221,7 @@ def test_compare_flags_overlap_and_conclusions():
 def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_once():
     experiment = Experiment.from_config(compose_config(
         ["estimator=interventional", "estimator.n=300", "population.n=1000", "population.diagnostics=false",
-         "tracking.enabled=false"]))
+         "tracking=none"]))
     design = experiment.estimator.design
     profiles = experiment.sample()
     worlds = profiles.worlds
@@ -244,7 +244,7 @@ def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_
     counterfactual = {(d.job_id, d.text) for d in documents[1000:]}
     # about 5 new documents per applicant at most; own-world documents are factual ones, and the
     # text resume never shows X, so worlds differing only in x_y share a document
-    assert 2 * 300 < len(counterfactual - factual) < 5 * 300
+    assert 1.5 * 300 < len(counterfactual - factual) < 5 * 300
 
 
 def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeypatch):
@@ -256,7 +256,7 @@ def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeyp
     from tests.screen_helpers import make_screener
 
     cfg = compose_config(["estimator=interventional", "estimator.n=40", "population.n=150",
-                          "population.diagnostics=false", "outcome_audit=null", "tracking.enabled=false"])
+                          "population.diagnostics=false", "outcome_audit=null", "tracking=none"])
     base = Experiment.from_config(cfg)
     with StubServer() as stub:
         screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
@@ -284,7 +284,7 @@ def test_dry_run_plans_the_counterfactual_documents(monkeypatch, tmp_path):
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     common = ["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache", "population.n=300",
-              "population.diagnostics=false", "tracking.enabled=false"]
+              "population.diagnostics=false", "tracking=none"]
     plain = plan_case(Experiment.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
     audit = plan_case(Experiment.from_config(
         compose_config(common + ["estimator=interventional", "estimator.n=50"]), dry_run=True))

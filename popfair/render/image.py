@@ -148,6 +148,7 @@ class ImageRenderer:
 
     kind = "image"
     with_photo = False
+    rows_per_process = 32  # render_all forks workers for 64 pages or more (about 0.3 s of work each)
 
     def __init__(self, pools: Mapping[str, Any] | None = None, seed: int = 0, n_skills: int = 8,
                  bullets_per_role: int = 3, email_domain: str = "example.com", width: int = 850,

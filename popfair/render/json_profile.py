@@ -38,7 +38,7 @@ class JsonRenderer:
         missing = [f for f in REQUIRED_FIELDS if f not in profile]
         if missing:
             raise DataError(f"renderer=json: profile lacks fields {missing}; the JSON profile needs "
-                            f"{list(REQUIRED_FIELDS)} (use population=paired_race or paired_gender)")
+                            f"{list(REQUIRED_FIELDS)} (use experiment=paired_race or paired_gender)")
         metro = profile.get("metro")
         city = str(metro).split(",")[0].split("-")[0].strip() if isinstance(metro, str) and metro else None
         history = []

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from popfair.errors import require, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
+from popfair.screen.claims import CacheThread, ClaimBroker
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.prompts import ChatPrompt
@@ -43,6 +44,8 @@ class EngineSettings:
     retry_after_max_s: float = 300.0          # longest Retry-After honoured
     adaptive: bool = True                     # halve concurrency on bursts of 429s, regrow on success
     progress: bool = True                     # tqdm bar on stderr
+    claim_lease_s: float = 60.0               # a claimed call is ours this long unless renewed (heartbeat)
+    claim_poll_s: float = 0.5                 # how often a call another worker holds is looked up
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> "EngineSettings":
@@ -57,6 +60,8 @@ class EngineSettings:
                 "screener.engine.max_attempts", f"must be an integer >= 1, got {settings.max_attempts!r}")
         for key in ("backoff_initial_s", "backoff_max_s", "backoff_jitter_s", "retry_after_max_s"):
             require(getattr(settings, key) >= 0, f"screener.engine.{key}", "must be >= 0")
+        for key in ("claim_lease_s", "claim_poll_s"):
+            require(getattr(settings, key) > 0, f"screener.engine.{key}", f"must be > 0, got {getattr(settings, key)!r}")
         return settings
 
 
@@ -101,6 +106,8 @@ class EngineStats:
     output_tokens: int = 0
     cost_usd: float = 0.0
     min_concurrency: int = 0   # lowest adaptive concurrency reached
+    waited: int = 0            # unique calls another worker (process, machine) answered while this one waited
+    taken_over: int = 0        # calls claimed from a worker whose lease had run out (it died)
     wall_s: float = 0.0
 
     def as_metrics(self, prefix: str = "screen.") -> dict[str, float]:
@@ -242,24 +249,31 @@ class Engine:
         self._failed_rows = 0
         self._last_postfix = 0.0
         answers: dict[str, Answer] = {}
-        pending = iter(calls)
         started = time.perf_counter()
+        self._db = CacheThread(self.cache)
+        broker = ClaimBroker(self._db, calls, lambda call: call.key, lease_s=s.claim_lease_s,
+                             poll_s=s.claim_poll_s, chunk=s.concurrency)
 
         async def worker() -> None:
-            for call in pending:  # shared iterator: each call is taken by exactly one worker
-                answer = await self._answer(call)
+            while (item := await broker.next()) is not None:
+                call, elsewhere = item
+                answer = Answer.from_cache(elsewhere) if elsewhere else await self._answer(call, broker)
                 answers[call.key] = answer
                 self._progress(call, answer)
 
         await self.provider.start()
         try:
-            # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
-            workers = min(len(calls), max(4, 4 * s.concurrency))
-            await asyncio.gather(*(worker() for _ in range(workers)))
+            async with broker:
+                # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
+                workers = min(len(calls), max(4, 4 * s.concurrency))
+                await asyncio.gather(*(worker() for _ in range(workers)))
         finally:
             await self.provider.stop()
+            self._db.close()
             self._bar.close()
             self.stats.min_concurrency = self._limit.lowest
+            self.stats.waited += broker.waited
+            self.stats.taken_over += broker.taken_over
             self.stats.wall_s += time.perf_counter() - started
         return answers
 
@@ -286,7 +300,14 @@ class Engine:
         exponential = min(s.backoff_initial_s * 2 ** (state.attempt_number - 1), s.backoff_max_s)
         return exponential + random.uniform(0, s.backoff_jitter_s)
 
-    async def _answer(self, call: Call) -> Answer:
+    async def _answer(self, call: Call, broker: ClaimBroker[Call]) -> Answer:
+        """Send one claimed call and store its answer; a call that gets none is released."""
+        answer = await self._send_and_store(call)
+        if answer.raw is None:
+            await broker.release(call)
+        return answer
+
+    async def _send_and_store(self, call: Call) -> Answer:
         # a rejected key stops everything, retries in flight included; an exhausted budget only stops
         # new calls (the calls already started were within it and finish)
         if self._stop_reason or self._budget_reason:
@@ -310,7 +331,7 @@ class Engine:
             stored = CachedAnswer(raw=completion.text, value=value, parse_error=parse_error,
                                   input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                                   cost_usd=actual, latency_s=latency, created_at=time.time())
-            self.cache.put(call.key, self.provider.kind, self.provider.model, stored)
+            await self._db(self.cache.put, call.key, self.provider.kind, self.provider.model, stored)
             st = self.stats
             st.answered += 1
             st.input_tokens += completion.input_tokens

@@ -80,7 +80,7 @@ class LLMScreener:
                  release_date: str | None = None, reasoning: bool = False, vision: bool = False,
                  generation: Mapping[str, Any] | None = None, price: Mapping[str, Any] | None = None,
                  prompts: Mapping[str, str] | None = None, engine: Mapping[str, Any] | None = None,
-                 cache_dir: str = ".popfair_cache", max_cost_usd: float | None = None,
+                 cache_dir: str = ".popfair_cache", cache_url: str | None = None, max_cost_usd: float | None = None,
                  mode: str = "online", batch: Mapping[str, Any] | None = None,
                  expected_output_tokens: int = 4, require_key: bool = True, route: str | None = None,
                  routes: Mapping[str, Mapping[str, Any]] | None = None,
@@ -137,7 +137,7 @@ class LLMScreener:
                                       reasoning=self.reasoning, api_key=api_key, base_url=base_url,
                                       region=region, timeout_s=self.settings.timeout_s,
                                       concurrency=self.settings.concurrency)
-        self.cache = open_cache(cache_dir)
+        self.cache = open_cache(cache_url or cache_dir)
         self.last_stats: dict[str, float] = {}
 
     def __repr__(self) -> str:  # never shows the key
