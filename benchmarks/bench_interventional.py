@@ -80,7 +80,7 @@ def main() -> None:
           f"intervened on: {metrics['intv.n']:.0f}   counterfactual documents: {metrics['intv.documents']:.0f} "
           f"({metrics['intv.distinct_documents']:.0f} distinct)   own-world = factual document: "
           f"{metrics.get('intv.consistency', float('nan')):.3f}")
-    print("stage times (s): build {:.2f}, ".format(build_s)
+    print(f"stage times (s): build {build_s:.2f}, "
           + ", ".join(f"{name} {seconds:.2f}" for name, seconds in result.timings.items()))
     print("interventional (s): " + ", ".join(f"{k} {v:.2f}" for k, v in intv.items()))
     pse = {k.removeprefix("time.pse_").removesuffix("_s"): v for k, v in metrics.items() if k.startswith("time.pse_")}

@@ -98,7 +98,7 @@ class Experiment:
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> "Experiment":
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
         """Validate and build every component before any work is done. `dry_run` builds API
         screeners without keys and photo renderers without photos (planning needs neither)."""
         for group in COMPONENT_GROUPS:

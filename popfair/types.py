@@ -4,8 +4,9 @@ population -> Profiles -> render -> Documents -> screen -> scores -> estimate ->
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import pandas as pd
 

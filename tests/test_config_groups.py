@@ -13,6 +13,7 @@ from popfair.errors import ConfigError
 from popfair.experiment import COMPONENT_GROUPS, Experiment, build
 from tests.conftest import CONF_DIR, compose_config
 
+
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 

@@ -115,16 +115,16 @@ def test_case_labels_follow_section_5_2():
     zero = dict.fromkeys(EFFECTS, 0.0)
     masked = table({"TE": False, "NDE": True, "NIE": True, "BIE": True, "RIE": False},
                    {**zero, "NDE": 2.0, "NIE": -2.0, "BIE": -2.0})
-    assert [l[:6] for l in case_labels(masked)] == ["Case 1", "Case 2"]
+    assert [label[:6] for label in case_labels(masked)] == ["Case 1", "Case 2"]
     qualif = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": False}, {**zero, "BIE": 1.0})
-    assert [l[:6] for l in case_labels(qualif)] == ["Case 3"]
+    assert [label[:6] for label in case_labels(qualif)] == ["Case 3"]
     proxies = table({"TE": True, "NDE": False, "NIE": True, "BIE": False, "RIE": True}, {**zero, "RIE": 1.0})
-    assert [l[:6] for l in case_labels(proxies)] == ["Case 4"]
+    assert [label[:6] for label in case_labels(proxies)] == ["Case 4"]
     mixed = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": True}, {**zero, "RIE": 1.0})
-    assert [l[:6] for l in case_labels(mixed)] == ["Case 5"]
+    assert [label[:6] for label in case_labels(mixed)] == ["Case 5"]
     same_sign = table({"TE": False, "NDE": True, "NIE": True, "BIE": False, "RIE": False},
                       {**zero, "NDE": 1.0, "NIE": 1.0})
-    assert [l[:6] for l in case_labels(same_sign)] == ["Case 1"]
+    assert [label[:6] for label in case_labels(same_sign)] == ["Case 1"]
     assert case_labels(table(dict.fromkeys(EFFECTS, False), zero)) == []
 
 

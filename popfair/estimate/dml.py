@@ -420,12 +420,12 @@ def _cross_fit(design: _Design, fold_of: np.ndarray, params: Mapping[str, Mappin
     n = len(design.y)
     phi = np.empty((n, len(TARGETS)))
     folds = range(settings.folds)
-    results = _run_jobs([lambda l=l: _fold_scores(design, fold_of, l, params, settings) for l in folds],
+    results = _run_jobs([lambda k=k: _fold_scores(design, fold_of, k, params, settings) for k in folds],
                         settings.n_jobs)
     overlap: list[dict[str, Any]] = []
-    for l, (held, scores, diag) in zip(folds, results):
+    for k, (held, scores, diag) in zip(folds, results):
         phi[held] = scores
-        overlap.extend({**row, "fold": l} for row in diag)
+        overlap.extend({**row, "fold": k} for row in diag)
     return phi, overlap
 
 

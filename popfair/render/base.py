@@ -4,7 +4,8 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd

@@ -11,10 +11,11 @@ from __future__ import annotations
 import io
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont

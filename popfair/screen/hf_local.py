@@ -6,8 +6,9 @@ decoding (the papers' temperature 0). Needs the optional extra: pip install 'pop
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, cast
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -17,7 +18,6 @@ from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.parse import parse_answer
 from popfair.screen.prompts import PromptSet
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
-
 
 EXTRA_MODULES = {"transformers": "transformers", "torch": "torch"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -5,9 +5,9 @@ Each outcome has a system prompt and a user template. The user template may use 
 {document} becomes IMAGE_PLACEHOLDER and the PNG travels as an image part of the same message."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import popfair
 from popfair.errors import ConfigError, require
