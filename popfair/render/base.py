@@ -33,11 +33,24 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
     process may use). "Large" is the renderer's `rows_per_process` (class attribute: about a
     second of work, e.g. 10,000 text resumes or 64 PNG pages); renderers without it, small
     tables and platforms without fork render in this process. Workers return the documents'
-    fields; the profile rows stay here, so the result is identical to rendering serially."""
+    fields; the profile rows stay here, so the result is identical to rendering serially.
+
+    A renderer is deterministic given the row, so rows identical in every column are rendered
+    once; only an applicant's rows can be identical (its counterfactual worlds that do not change
+    B or R, its own world and its factual row), so tables of distinct applicant_ids skip the check."""
     check = getattr(renderer, "check_profiles", None)
     if check is not None:
         check(table)
-    rows = profile_records(table)
+    if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
+        group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
+        first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
+        distinct = _render_records(renderer, profile_records(table.iloc[first]), jobs, progress, processes)
+        return [distinct[g] for g in group]
+    return _render_records(renderer, profile_records(table), jobs, progress, processes)
+
+
+def _render_records(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool,
+                    processes: int | None) -> list[Document]:
     chunk = getattr(renderer, "rows_per_process", None)
     if processes is None:
         processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
