@@ -34,11 +34,24 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
     process may use). "Large" is the renderer's `rows_per_process` (class attribute: about a
     quarter second of work: 5,000 text resumes, 32 PNG pages); renderers without it, small
     tables and platforms without fork render in this process. Workers return the documents
-    without their profile rows, which stay here: the result is identical to rendering serially."""
+    without their profile rows, which stay here: the result is identical to rendering serially.
+
+    A renderer is deterministic given the row, so rows identical in every column are rendered
+    once; only an applicant's rows can be identical (its counterfactual worlds that do not change
+    B or R, its own world and its factual row), so tables of distinct applicant_ids skip the check."""
     check = getattr(renderer, "check_profiles", None)
     if check is not None:
         check(table)
-    rows = profile_records(table)
+    if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
+        group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
+        first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
+        distinct = _render_records(renderer, profile_records(table.iloc[first]), jobs, progress, processes)
+        return [distinct[g] for g in group]
+    return _render_records(renderer, profile_records(table), jobs, progress, processes)
+
+
+def _render_records(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool,
+                    processes: int | None) -> list[Document]:
     chunk = getattr(renderer, "rows_per_process", None)
     if processes is None:
         processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -92,7 +105,7 @@ def profile_records(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS) -> dict[str, str | bytes]:
     """k documents spread evenly over the run, as MLflow artifacts under samples/: the text
-    (.txt, or .json for JSON documents) and, for image documents, the PNG."""
+    (.txt, or .json for JSON documents) and, for image and PDF documents, the PNG or PDF."""
     if not documents or k <= 0:
         return {}
     picks = sorted(set(np.linspace(0, len(documents) - 1, num=min(k, len(documents))).round().astype(int)))
@@ -103,4 +116,6 @@ def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS)
         artifacts[stem + (".json" if doc.kind == "json" else ".txt")] = doc.text
         if doc.image_png is not None:
             artifacts[stem + ".png"] = doc.image_png
+        if doc.pdf is not None:
+            artifacts[stem + ".pdf"] = doc.pdf
     return artifacts
