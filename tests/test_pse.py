@@ -16,6 +16,7 @@ from popfair.estimate import dml, pse
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm import EFFECTS, case_labels
 from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.report.figures import draw
 from popfair.types import Roles
 
 # A reduced grid keeps the suite fast; the paper's full grid runs in benchmarks/. Truth checks use
@@ -248,6 +249,6 @@ def test_estimator_returns_effects_with_labels_plot_and_metrics():
     assert list(effects.table.index) == list(EFFECTS)
     assert list(effects.table.columns[:4]) == ["estimate", "se", "ci_low", "ci_high"]
     assert effects.labels and effects.case == effects.table["case"].iloc[0]
-    assert isinstance(effects.artifacts["pse_forest.png"], Figure)
+    assert isinstance(draw(effects.artifacts["pse_forest.png"]), Figure)
     assert {"pse_means.csv", "pse_overlap.csv", "pse_tuning.csv"} <= set(effects.artifacts)
     assert effects.metrics["pse.n"] == 3000 and effects.metrics["time.pse_tune_s"] > 0
