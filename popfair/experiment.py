@@ -22,8 +22,8 @@ from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, render_all, sample_artifacts
-from popfair.report.figures import draw_artifacts
 from popfair.report import patterns
+from popfair.report.figures import draw_artifacts
 from popfair.screen.base import Screener
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 from popfair.types import FACTUAL, WORLD, Effects, Profiles
