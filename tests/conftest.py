@@ -10,17 +10,38 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # this checkout's (popfair.paths.CONF_DIR)
 
 
 def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None = None) -> DictConfig:
     """The composed config; with tmp_path, MLflow tracks into that directory."""
+    overrides = list(overrides or [])
     extra = []
     if tmp_path is not None:
-        extra = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_root={tmp_path}/artifacts",
-                 f"cache_dir={tmp_path}/cache"]
+        extra = [f"cache_dir={tmp_path}/cache"]
+        if "tracking=none" not in overrides:
+            extra += [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_root={tmp_path}/artifacts"]
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        return compose(config_name="config", overrides=list(overrides or []) + extra)
+        return compose(config_name="config", overrides=overrides + extra)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on 127.0.0.1 for the whole session (tests/pg_server.py)."""
+    from tests.pg_server import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres, monkeypatch) -> str:
+    """URL of a fresh database on that server; its password is in PGPASSWORD only (never the URL)."""
+    from tests.pg_server import PASSWORD
+
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    return postgres.new_database()
 
 
 @pytest.fixture

@@ -22,6 +22,16 @@ def test_help_lists_groups(tmp_path):
         assert group in out.stdout
 
 
+def test_fast_help_is_hydras_help(tmp_path):
+    """A bare --help is answered from the config folder (no composition); with an override it goes
+    through Hydra. Both must print the same text."""
+    fast = popfair("--help", cwd=tmp_path)
+    hydra_help = popfair("--help", "seed=0", cwd=tmp_path)
+    assert hydra_help.returncode == 0, hydra_help.stderr
+    assert fast.stdout == hydra_help.stdout
+    assert "\nrenderer: " in fast.stdout and "screener/base: " in fast.stdout  # nested groups listed too
+
+
 def test_cfg_job_prints_composed_config(tmp_path):
     out = popfair("--cfg", "job", "occupation=teacher", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

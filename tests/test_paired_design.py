@@ -156,7 +156,7 @@ def test_postings_csv_missing_columns_is_a_clear_error(tmp_path):
     path = tmp_path / "bad.csv"
     pd.DataFrame({"firm": ["Kroger"], "title": ["Sales Associate"], "city": ["Dallas"]}).to_csv(path, index=False)
     with pytest.raises(DataError, match=r"bad.csv.*lacks columns \['metro', 'state', 'post_date'\]"):
-        EntryLevelPostings(postings_csv=str(path)).postings
+        _ = EntryLevelPostings(postings_csv=str(path)).postings
     with pytest.raises(ConfigError, match="occupation.postings_csv: file not found"):
         EntryLevelPostings(postings_csv=str(tmp_path / "nope.csv"))
     with pytest.raises(ConfigError, match="occupation.n_postings"):
@@ -177,14 +177,21 @@ def test_bad_population_config_and_mismatched_groups():
         population.sample(nurse, RACE, 0)
 
 
-def test_paired_population_configs_set_their_axis():
-    race = compose_config(["population=paired_race"])
-    gender = compose_config(["population=paired_gender", "occupation.n_postings=10"])
-    assert race.occupation.key == gender.occupation.key == "entry_level_postings"
-    assert compose_config(["population=paired_race", "occupation=nurse"]).occupation.key == "nurse"
+def test_paired_presets_set_the_whole_design():
+    race = compose_config(["experiment=paired_race"])
+    gender = compose_config(["experiment=paired_gender", "occupation.n_postings=10"])
+    for cfg in (race, gender):
+        assert cfg.occupation.key == "entry_level_postings" and cfg.estimator._target_.endswith("PairedGap")
+        assert cfg.renderer._target_.endswith("JsonRenderer") and cfg.population.name_lists
     assert (race.protected_attr.name, race.population.axis) == ("race", "race")
     assert (gender.protected_attr.name, gender.population.axis) == ("gender", "gender")
     assert gender.occupation.n_postings == 10
+    # command-line choices win over the preset's
+    assert compose_config(["experiment=paired_race", "occupation=nurse"]).occupation.key == "nurse"
+    # population=paired follows protected_attr; paired_race fixes its axis and sets nothing else
+    assert compose_config(["population=paired", "protected_attr=race"]).population.axis == "race"
+    alone = compose_config(["population=paired_race"])
+    assert (alone.population.axis, alone.occupation.key, alone.protected_attr.name) == ("race", "nurse", "gender")
 
 
 def test_json_documents_of_a_pair_differ_only_in_the_name(race_sample):
@@ -194,7 +201,7 @@ def test_json_documents_of_a_pair_differ_only_in_the_name(race_sample):
     parsed = [json.loads(d.text) for d in docs]
     assert set(parsed[0]) == {"name", "age", "location", "education", "employment_history"}
     assert len(parsed[0]["employment_history"]) == 2
-    for (a, b), (pa, pb) in zip(zip(docs[::2], docs[1::2]), zip(parsed[::2], parsed[1::2])):
+    for (a, _), (pa, pb) in zip(zip(docs[::2], docs[1::2]), zip(parsed[::2], parsed[1::2])):
         assert a.kind == "json" and pa["name"] != pb["name"]
         assert {**pa, "name": ""} == {**pb, "name": ""}
     # no group words outside firm names (a real KRW firm is "Stanley Black & Decker")
@@ -206,10 +213,11 @@ def test_json_documents_of_a_pair_differ_only_in_the_name(race_sample):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["population=paired_race", "occupation=nurse"], "occupation=entry_level_postings"),
-    (["population=paired_race", "occupation=entry_level_postings", "protected_attr=gender"],
-     "set protected_attr=race"),
-    (["population=paired_gender", "occupation=entry_level_postings", "occupation.n_postings=-1"],
+    (["population=paired_race"], "occupation=entry_level_postings.*experiment=paired_race"),
+    (["experiment=paired_race", "occupation=nurse"], "occupation=entry_level_postings"),
+    (["experiment=paired_race", "population=paired_race", "protected_attr=gender"],
+     "set protected_attr=race.*experiment=paired_race"),
+    (["experiment=paired_gender", "occupation.n_postings=-1"],
      "occupation.n_postings"),
 ])
 def test_bad_paired_case_fails_when_the_experiment_is_built(overrides, message, tmp_path):

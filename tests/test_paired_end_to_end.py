@@ -7,8 +7,7 @@ import pytest
 from popfair import Experiment
 from tests.conftest import compose_config
 
-CASE = ["population=paired_race", "occupation=entry_level_postings", "renderer=json", "screener=tfidf",
-        "estimator=paired_gap", "occupation.n_postings=60", "estimator.n_bootstrap=200"]
+CASE = ["experiment=paired_race", "screener=tfidf", "occupation.n_postings=60", "estimator.n_bootstrap=200"]
 
 
 def test_paired_race_case_runs_end_to_end(tmp_path):

@@ -59,16 +59,17 @@ def shares(frame: pd.DataFrame, column: str) -> pd.Series:
 def test_full_population_reproduces_pums_weighted_shares_exactly(nurses, raw_pums):
     _, profiles = nurses
     truth = raw_pums[raw_pums["OCCP"] == 3255]
-    assert len(profiles.table) == len(truth)
+    surveyed = profiles.table[~profiles.table["transported"]]   # CA/TX transported rows are added after these
+    assert len(surveyed) == len(truth) and set(profiles.table.loc[profiles.table["transported"], "state"]) == {"CA", "TX"}
     for column in ("gender", "race", "edu_level"):
-        pd.testing.assert_series_equal(shares(profiles.table, column), shares(truth, column),
+        pd.testing.assert_series_equal(shares(surveyed, column), shares(truth, column),
                                        check_names=False, atol=1e-12)
 
 
 @pytest.mark.parametrize("key", list(FIVE))
 def test_weighted_resample_matches_pums_shares_within_sampling_error(key, raw_pums):
     n = 3000
-    table = PopResumePopulation(n=n, diagnostics=False).sample(occupation(key), GENDER, seed=7).table
+    table = PopResumePopulation(n=n, diagnostics=False, ca_tx="omit").sample(occupation(key), GENDER, seed=7).table
     truth = raw_pums[raw_pums["OCCP"] == FIVE[key]]
     assert len(table) == n and (table["weight"] == 1).all()
     for column in ("gender", "race", "edu_level"):
@@ -112,18 +113,22 @@ def test_grouped_columns_follow_the_paper_thresholds(nurses):
     assert (table.loc[women, "name_gender_typicality"] == "female").mean() > 0.9
 
 
-def test_experience_is_bounded_rises_with_age_and_tracks_psid(nurses):
-    from popfair.population.diagnostics import experience_fit
+def test_experience_is_bounded_rises_with_age_and_tracks_nlsy97_and_psid(nurses):
+    from popfair.population.diagnostics import experience_fit, nlsy_fit
 
     table = nurses[1].table
     assert table["exp_year"].dtype.kind == "i"
     assert ((table["exp_year"] >= 0) & (table["exp_year"] <= table["age"] - 18)).all()
     by_age = table.groupby(pd.cut(table["age"], [17, 24, 29, 34, 39, 44]), observed=True)["exp_year"].mean()
     assert by_age.is_monotonic_increasing and by_age.iloc[-1] - by_age.iloc[0] > 10
+    _, nlsy = nlsy_fit(table)
     _, _, fit = experience_fit(table)
-    print("experience fit vs PSID/PDII:", fit)
-    assert fit["psid_mae_years"] < 1.0 and fit["psid_corr"] > 0.95 and abs(fit["psid_bias_years"]) < 0.75
-    assert fit["pdii_corr"] > 0.85  # an independent survey, ten years later: a looser check
+    print("experience fit vs NLSY97 / PSID / PDII:", nlsy, fit)
+    # Within an age band applicants are older than NLSY97 respondents (its 40-44 band stops at 42), so
+    # generated band means sit a little above the NLSY97 band means.
+    assert nlsy["nlsy97_mae_years"] < 1.0 and nlsy["nlsy97_corr"] > 0.95
+    assert fit["psid_mae_years"] < 1.2 and fit["psid_corr"] > 0.95  # other surveys, other years: checks
+    assert fit["pdii_corr"] > 0.85
 
 
 def test_abducted_noise_is_uniform(nurses):
@@ -190,7 +195,7 @@ def test_same_seed_is_byte_identical_and_a_new_seed_differs():
     population = PopResumePopulation(n=2000, diagnostics=False)
     first = population.sample(occupation("accountant"), GENDER, seed=3).table
     second = PopResumePopulation(n=2000, diagnostics=False).sample(occupation("accountant"), GENDER, seed=3).table
-    digest = lambda t: hashlib.sha256(t.to_csv(index=False).encode()).hexdigest()  # noqa: E731
+    digest = lambda t: hashlib.sha256(t.to_csv(index=False).encode()).hexdigest()
     assert digest(first) == digest(second)
     other = population.sample(occupation("accountant"), GENDER, seed=4).table
     assert digest(other) != digest(first)
@@ -216,9 +221,10 @@ def test_diagnostics_artifacts(nurses):
 
 
 def test_below_hs_policy(raw_pums):
-    drop = PopResumePopulation(n=None, diagnostics=False).sample(occupation("construction_laborer"), GENDER, 0)
-    keep = PopResumePopulation(below_hs="hs_ged", diagnostics=False).sample(occupation("construction_laborer"),
-                                                                             GENDER, 0)
+    drop = PopResumePopulation(n=None, diagnostics=False, ca_tx="omit").sample(occupation("construction_laborer"),
+                                                                               GENDER, 0)
+    keep = PopResumePopulation(below_hs="hs_ged", diagnostics=False, ca_tx="omit").sample(
+        occupation("construction_laborer"), GENDER, 0)
     dropped = len(keep.table) - len(drop.table)
     assert dropped > 1000 and len(drop.table) == int((raw_pums["OCCP"] == 6260).sum())
     assert any(f"{dropped} PUMS records" in note for note in drop.notes)
@@ -237,6 +243,8 @@ def test_national_style_csv_is_filtered_like_the_extract(tmp_path):
     profiles = PopResumePopulation(pums_path=str(path), diagnostics=False).sample(occupation("accountant"), RACE, 1)
     assert len(profiles.table) == int((sample["SCHL"] >= 16).sum())
     assert not any("California" in note for note in profiles.notes)
+    assert not profiles.table["transported"].any()              # a user's file is never transported
+    assert "population.pums_path" in profiles.tags["population.source"]
 
 
 def test_bad_inputs_give_clear_errors(tmp_path):
@@ -259,6 +267,10 @@ def test_bad_inputs_give_clear_errors(tmp_path):
         PopResumePopulation(n=5_000_000)
     with pytest.raises(ConfigError, match="population.below_hs"):
         PopResumePopulation(below_hs="ignore")
+    with pytest.raises(ConfigError, match="population.ca_tx"):
+        PopResumePopulation(ca_tx="impute")
+    with pytest.raises(ConfigError, match="population.experience_source"):
+        PopResumePopulation(experience_source="psid")
 
 
 def test_counterfactual_rejects_unknown_levels(nurses):
@@ -268,11 +280,11 @@ def test_counterfactual_rejects_unknown_levels(nurses):
 
 
 def test_disk_cache_builds_once_and_keys_on_inputs(tmp_path, monkeypatch):
-    import popfair.population.scm as scm
+    from popfair.population import scm
 
     monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
     calls = []
-    build = lambda: calls.append(1) or {"value": len(calls)}  # noqa: E731
+    build = lambda: calls.append(1) or {"value": len(calls)}
     assert disk_cached("unit", ["a"], [scm], build) == {"value": 1}
     assert disk_cached("unit", ["a"], [scm], build) == {"value": 1}
     assert disk_cached("unit", ["b"], [scm], build) == {"value": 2}

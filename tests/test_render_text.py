@@ -13,8 +13,7 @@ from popfair.errors import ConfigError, DataError
 from popfair.experiment import build
 from popfair.render.base import render_all, sample_artifacts
 from popfair.render.content import DEMOGRAPHIC_WORDS, cities_by_state, demographic_words_in
-from popfair.render.text import (COMPLETION_AGE, TextRenderer, education_years, number_of_roles,
-                                 role_periods)
+from popfair.render.text import COMPLETION_AGE, TextRenderer, education_years, number_of_roles, role_periods
 from popfair.types import Job
 from tests.conftest import compose_config
 
@@ -263,3 +262,15 @@ def test_sample_artifacts_pick_spread_documents(real_documents):
     artifacts = sample_artifacts(documents, k=3)
     assert list(artifacts) == [f"samples/{documents[i].applicant_id}.txt" for i in (0, 300, 599)]
     assert artifacts["samples/nurse-000000.txt"] == documents[0].text
+
+
+def test_forked_rendering_equals_serial(real_documents):
+    """render_all's worker processes give the same documents, in order, with the same profile rows."""
+    table, serial = real_documents[0]
+    renderer = TextRenderer(pools=pools(), seed=0)
+    renderer.rows_per_process = 100  # force several forked spans on this small table
+    jobs = {job_id: JOB for job_id in table["job_id"].unique()}
+    forked = render_all(renderer, table, jobs, progress=False, processes=2)
+    again = render_all(renderer, table, jobs, progress=False, processes=1)
+    assert forked == again and [d.profile for d in forked] == [d.profile for d in again]
+    assert [d.applicant_id for d in forked] == [d.applicant_id for d in serial]

@@ -1,59 +1,49 @@
-"""Crash safety: a screening run killed with SIGKILL halfway loses nothing already answered; the rerun
-asks only what is missing, so every row ends scored and no prompt is answered twice."""
+"""Crash safety on both cache backends: a screening process killed with SIGKILL halfway loses nothing
+already answered; the rerun asks only what is missing and takes the dead process's claims over once
+their lease runs out, so every row ends scored and no prompt is answered twice."""
 from __future__ import annotations
 
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from popfair.screen.cache import open_cache
 from tests.llm_stub import StubServer
 
 ROOT = Path(__file__).resolve().parents[1]
-N_DOCS, KILL_AFTER = 150, 70
-
-WORKER = r"""
-import json, sys
-from tests.screen_helpers import FAST_ENGINE, JOBS, documents
-from popfair.screen.llm import LLMScreener
-url, cache, out = sys.argv[1:4]
-screener = LLMScreener(name="kill", provider="openai", model="stub-model", api_key_env="OPENAI_API_KEY",
-                       base_url=url + "/v1", cache_dir=cache, engine={**FAST_ENGINE, "concurrency": 4,
-                       "timeout_s": 30.0})
-results = screener.screen(JOBS, documents(%d), "score")
-json.dump([[r.applicant_id, r.value, r.error, r.cached] for r in results], open(out, "w"))
-""" % N_DOCS
+N_DOCS, KILL_AFTER, LEASE_S = 150, 70, 4.0
 
 
-def start_worker(url: str, cache: Path, out: Path) -> subprocess.Popen:
+def start_worker(url: str, cache: str, out: Path, n: int = N_DOCS, lease_s: float = LEASE_S) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key-kill-0123456789"}
-    return subprocess.Popen([sys.executable, "-c", WORKER, url, str(cache), str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "tests.screen_worker", url, cache, str(out), str(n),
+                             str(lease_s)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def cached_rows(cache: Path) -> int:
-    path = cache / "responses.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
-            return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
-    except sqlite3.OperationalError:  # schema not created yet
-        return 0
+def cached_rows(location: str) -> int:
+    with open_cache(location) as cache:
+        return cache.count()
 
 
-def test_sigkill_halfway_then_rerun_answers_every_prompt_exactly_once(tmp_path):
-    cache, out = tmp_path / "cache", tmp_path / "results.json"
+@pytest.fixture(params=["sqlite", "postgres"])
+def cache_location(request, tmp_path) -> str:
+    return request.getfixturevalue("pg_url") if request.param == "postgres" else str(tmp_path / "cache")
+
+
+def test_sigkill_halfway_then_rerun_answers_every_prompt_exactly_once(cache_location, tmp_path):
+    out = tmp_path / "results.json"
     # After KILL_AFTER answers the stub holds further requests (never answers them): the kill then
-    # lands while requests are in flight, and no answer is in the wire when the process dies.
+    # lands while requests are in flight and claimed, and no answer is in the wire when the process dies.
     with StubServer(latency_s=0.01, hold_after=KILL_AFTER) as stub:
-        worker = start_worker(stub.url, cache, out)
+        worker = start_worker(stub.url, cache_location, out)
         deadline = time.monotonic() + 120
-        while cached_rows(cache) < KILL_AFTER:
+        while cached_rows(cache_location) < KILL_AFTER:
             assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "worker too slow"
             time.sleep(0.05)
@@ -62,16 +52,48 @@ def test_sigkill_halfway_then_rerun_answers_every_prompt_exactly_once(tmp_path):
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
         assert worker.returncode == -signal.SIGKILL and not out.exists()
-        assert cached_rows(cache) == KILL_AFTER == sum(stub.state.answered.values())
+        assert cached_rows(cache_location) == KILL_AFTER == sum(stub.state.answered.values())
 
         stub.state.hold_after = None
         stub.state.released.set()  # held requests of the dead process get a 503
-        rerun = start_worker(stub.url, cache, out)
+        rerun = start_worker(stub.url, cache_location, out)
         _, stderr = rerun.communicate(timeout=180)
         assert rerun.returncode == 0, stderr.decode()[-3000:]
 
-        rows = json.loads(out.read_text())
+        result = json.loads(out.read_text())
+        rows, metrics = result["rows"], result["metrics"]
         assert len(rows) == N_DOCS and len({r[0] for r in rows}) == N_DOCS
         assert all(error is None and 0 <= value <= 100 for _, value, error, _ in rows)
         assert sum(cached for *_, cached in rows) == KILL_AFTER  # answered before the kill: from cache
         assert len(stub.state.answered) == N_DOCS and set(stub.state.answered.values()) == {1}
+        # the dead worker's in-flight calls were still claimed: taken over once its lease ran out
+        assert metrics["screen.taken_over"] >= 1
+        assert metrics["screen.wall_s"] < LEASE_S + 10
+
+
+def test_parallel_processes_answer_each_prompt_once(cache_location, tmp_path):
+    """Two processes screen the same documents at the same time through one cache: every distinct
+    prompt is sent once; what one process claimed, the other waits for and reads from the cache."""
+    n = 60
+    # The stub holds every request until both processes have 4 in flight (their concurrency), so the
+    # two runs overlap whatever their start-up times; held requests then get a 503 and are retried.
+    with StubServer(latency_s=0.01, hold_after=0) as stub:
+        outs = [tmp_path / f"out{i}.json" for i in range(2)]
+        workers = [start_worker(stub.url, cache_location, out, n=n, lease_s=30.0) for out in outs]
+        deadline = time.monotonic() + 120
+        while stub.state.held < 8:
+            assert all(w.poll() is None for w in workers) and time.monotonic() < deadline
+            time.sleep(0.05)
+        stub.state.hold_after = None
+        stub.state.released.set()
+        for worker in workers:
+            _, stderr = worker.communicate(timeout=180)
+            assert worker.returncode == 0, stderr.decode()[-3000:]
+        assert len(stub.state.answered) == n and set(stub.state.answered.values()) == {1}
+        results = [json.loads(out.read_text()) for out in outs]
+    values = [[r[1] for r in result["rows"]] for result in results]
+    assert values[0] == values[1] and None not in values[0]
+    answered = [r["metrics"]["screen.answered"] for r in results]
+    from_others = [r["metrics"]["screen.waited"] + r["metrics"]["screen.rows_from_cache"] for r in results]
+    assert sum(answered) == n and min(answered) > 0  # both did part of the work
+    assert all(a + w >= n for a, w in zip(answered, from_others))

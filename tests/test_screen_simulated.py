@@ -68,7 +68,7 @@ def test_expected_score_is_the_exact_mean_of_the_clipped_score():
     table = profile_table(30_000, seed=2)
     expected = screener.expected(table)
     for level, index in {"high": 102.0, "medium": 92.0, "low": -3.0}.items():
-        numeric, _ = integrate.quad(lambda e: np.clip(index + e, 0, 100) * stats.norm.pdf(e, 0, 8.0), -80, 80)
+        numeric, _ = integrate.quad(lambda e, index=index: np.clip(index + e, 0, 100) * stats.norm.pdf(e, 0, 8.0), -80, 80)
         assert expected[(table["edu_group"] == level).to_numpy()] == pytest.approx(numeric, abs=1e-6)
     y = np.array([r.value for r in screener.screen(JOBS, documents(table), "score")])
     assert y.min() == 0.0 and y.max() == 100.0  # clipping is in play
@@ -196,7 +196,7 @@ def test_case_with_simulated_screener_estimates_the_true_gap(tmp_path):
     cfg = compose_config(["population.n=3000", "estimator=outcome_gap", "estimator.n_bootstrap=200", "screener=simulated",
                           "~screener.coefficients", "+screener.coefficients={gender: {male: 4.0}, exp_year: 0.5}",
                           "screener.noise_sd=6.0",
-                          "tracking.enabled=false"], tmp_path=tmp_path)
+                          "tracking=none"], tmp_path=tmp_path)
     experiment = Experiment.from_config(cfg)
     result = experiment.run()
     scored = result.scored
@@ -213,7 +213,7 @@ def test_default_config_on_the_population_gives_known_path_effects(tmp_path):
     """The default screener runs on the real PopResume population, and its expected scores over the
     population's counterfactual tables (issue 9's recipe) give the configured direct effect exactly."""
     cfg = compose_config(["population.n=1500", "screener=simulated", "estimator.n_bootstrap=200",
-                          "tracking.enabled=false"], tmp_path=tmp_path)
+                          "tracking=none"], tmp_path=tmp_path)
     experiment = Experiment.from_config(cfg)
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, seed=0)
     documents_ = [Document(applicant_id=r["applicant_id"], job_id=r["job_id"], kind="text",
@@ -232,9 +232,8 @@ def test_default_config_on_the_population_gives_known_path_effects(tmp_path):
 def test_paired_preset_callback_gap_matches_its_truth(tmp_path):
     """simulated_paired on the paired race audit: the estimated callback gap (pp) agrees with the
     gap implied by the screener's callback probabilities."""
-    cfg = compose_config(["population=paired_race", "renderer=json", "screener=simulated_paired",
-                          "estimator=paired_gap", "occupation.n_postings=600", "estimator.n_bootstrap=200",
-                          "tracking.enabled=false"], tmp_path=tmp_path)
+    cfg = compose_config(["experiment=paired_race", "screener=simulated_paired", "occupation.n_postings=600", "estimator.n_bootstrap=200",
+                          "tracking=none"], tmp_path=tmp_path)
     experiment = Experiment.from_config(cfg)
     result = experiment.run()
     scored = result.scored

@@ -243,13 +243,14 @@ def test_launchers_are_installed_and_compose(launcher, target):
 def _dry_sweep(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
     """A dry-run sweep with every API key variable removed from the environment."""
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_")}
-    out = subprocess.run([sys.executable, "-m", "popfair", "-m", "dry_run=true", *args], cwd=cwd,
+    out = subprocess.run([sys.executable, "-m", "popfair", "dry_run=true", *args], cwd=cwd,
                          capture_output=True, text=True, timeout=600, env={**env, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-3000:]
     return out, pd.read_csv(sweep_dir(cwd) / "plan.csv")
 
 
 def test_callback_panel_dry_run_plans_28_cases_without_keys(tmp_path):
+    # a grid preset sweeps without -m (hydra.mode: MULTIRUN)
     out, plans = _dry_sweep(tmp_path, "experiment=callback_panel", "occupation.n_postings=30")
     assert "dry run: 28 cases planned, nothing called" in out.stdout
     assert plans["screener"].nunique() == 14 and len(plans) == 28
@@ -272,7 +273,7 @@ def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkey
 
 
 def test_popresume_grid_dry_run_plans_120_cases_without_keys_or_photos(tmp_path):
-    out, plans = _dry_sweep(tmp_path, "experiment=popresume_grid", "population.n=40")
+    out, plans = _dry_sweep(tmp_path, "-m", "experiment=popresume_grid", "population.n=40")
     assert "dry run: 120 cases planned, nothing called" in out.stdout
     parts = plans["case_name"].str.split("-", expand=True)
     assert parts[0].nunique() == 5 and set(parts[1]) == {"gender", "race"}
@@ -298,7 +299,7 @@ def test_offline_callback_panel_sweep_reports_the_panel(tmp_path):
     parent_id = runs.loc[runs["tags.popfair.sweep"] == "parent", "run_id"].item()
     children = runs[runs["tags.mlflow.parentRunId"] == parent_id]
     assert len(children) == 4 and (children["status"] == "FINISHED").all()
-    assert set(children["tags.sweep.population"]) == {"paired_race", "paired_gender"}
+    assert set(children["tags.sweep.protected_attr"]) == {"race", "gender"}
     report = sweep_dir(tmp_path) / "report"
     for axis in ("race", "gender"):
         table = pd.read_csv(report / f"panel_{axis}.csv")

@@ -113,7 +113,7 @@ def pair_decisions(data: pd.DataFrame, roles: Roles, y: str, pair_key: str = "pa
     missing = [col for col in (pair_key, cluster, roles.x, y) if col not in data.columns]
     if missing:
         raise EstimationError(f"paired_gap: scored table lacks columns {missing} "
-                              "(use population=paired_race or paired_gender)")
+                              "(use experiment=paired_race or paired_gender)")
     rows = data.loc[data[roles.x].isin([roles.x0, roles.x1]), [pair_key, cluster, roles.x, y]]
     duplicated = rows.duplicated([pair_key, roles.x])
     if duplicated.any():
@@ -135,6 +135,7 @@ class PairedGap:
     """Estimator `paired_gap`: pivots the scored table within pair_key and runs `paired_gap`."""
 
     name = "paired_gap"
+    design = None  # a function of the factual scored table alone: no counterfactual worlds
 
     def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, cluster: str = "posting_id",
                  pair_key: str = "pair_key", seed: int = 0) -> None:

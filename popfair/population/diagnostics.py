@@ -1,7 +1,10 @@
 """Population diagnostics logged as run artifacts: composition by occupation (paper Fig. 7 a-c),
-age vs experience (Fig. 7 d), the experience model's Q-Q plot (Fig. 6) and its fit to PSID and PDII."""
+age vs experience (Fig. 7 d), the experience model's Q-Q plot (Fig. 6), its fit to the NLSY97 cells
+and (as checks) to PSID and PDII, the Black - White experience gap within sex x age x education, and
+the CA/TX transport summary."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -10,7 +13,16 @@ import yaml
 from matplotlib.figure import Figure
 from scipy.stats import norm
 
-from popfair.population.experience import EDU_TO_PSID, age_group, pdii_cells, psid_cells
+from popfair.population.experience import (
+    EDU_TO_NLSY,
+    EDU_TO_PSID,
+    RACE_TO_NLSY,
+    ExperienceModel,
+    age_group,
+    nlsy_person_years,
+    pdii_cells,
+    psid_cells,
+)
 from popfair.population.occupation import Occupation
 
 if TYPE_CHECKING:
@@ -26,7 +38,7 @@ def weighted_shares(table: pd.DataFrame, column: str, weight: str = "weight") ->
 
 def composition(table: pd.DataFrame, records: pd.DataFrame, occupation: str) -> pd.DataFrame:
     """Weighted shares of each attribute level: generated profiles vs the PUMS records they come from."""
-    from popfair.population.pums import EDU_GROUP  # noqa: PLC0415
+    from popfair.population.pums import EDU_GROUP
     records = records.assign(edu_group=records["edu_level"].map(EDU_GROUP))
     rows = []
     for attribute in COMPOSITION_ATTRIBUTES:
@@ -65,8 +77,80 @@ def experience_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dic
     return fit_psid, fit_pdii, summary
 
 
-def qq_points(model_training: pd.DataFrame) -> pd.DataFrame:
-    """PSID cell quartiles standardised by cell mean and SD vs the normal's quartiles (normality check)."""
+NLSY_KEYS = ["race_nlsy", "sex", "age_group", "educ"]
+
+
+@lru_cache(maxsize=2)
+def nlsy_reference_cells(measure: str = "EXP_YEARS") -> pd.DataFrame:
+    """NLSY97 cells by race x sex x age band x education straight from the person-years (not the model):
+    persons, mean and SD of `measure`. With EXP_FTE these are the file's own nlsy97_experience_cells.csv."""
+    years = nlsy_person_years()
+    frame = pd.DataFrame({"race_nlsy": years["RACE"], "sex": years["SEX"], "age_group": age_group(years["AGE"]),
+                          "educ": years["EDUC"], "person": years["PUBID"], "value": years[measure]})
+    grouped = frame.groupby(NLSY_KEYS)
+    return pd.DataFrame({"n_persons": grouped["person"].nunique(), "mean": grouped["value"].mean(),
+                         "sd": grouped["value"].std()})
+
+
+def _nlsy_frame(table: pd.DataFrame) -> pd.DataFrame:
+    return table.assign(sex=table["gender"], age_group=age_group(table["age"]),
+                        race_nlsy=table["race"].map(RACE_TO_NLSY), educ=table["edu_level"].map(EDU_TO_NLSY))
+
+
+def nlsy_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Generated exp_year cell means vs the NLSY97 cells (race x sex x age band x education), with the
+    applicant-weighted mean absolute error, bias and correlation."""
+    cells = nlsy_reference_cells().rename(columns={"mean": "nlsy97_mean", "sd": "nlsy97_sd"})
+    fit = _weighted_mean(_nlsy_frame(table), NLSY_KEYS).join(cells, how="inner").reset_index()
+    w = fit["n_profiles"].to_numpy(float)
+    diff = fit["profiles_mean"] - fit["nlsy97_mean"]
+    summary = {"nlsy97_cells": float(len(fit)),
+               "nlsy97_mae_years": float(np.average(diff.abs(), weights=w)) if len(fit) else float("nan"),
+               "nlsy97_bias_years": float(np.average(diff, weights=w)) if len(fit) else float("nan"),
+               "nlsy97_corr": float(np.corrcoef(fit["profiles_mean"], fit["nlsy97_mean"])[0, 1])
+               if len(fit) > 2 else float("nan")}
+    return fit, summary
+
+
+def race_gap(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Black - White mean experience within sex x age band x education: generated applicants vs the NLSY97
+    cells (White = NLSY97 non-Black-non-Hispanic). Per sex, cells are averaged with the generated Black
+    applicants' counts as weights (standardised to the Black applicants' composition); `se_nlsy` is the
+    NLSY97 standard error of that average from the cells' SD / sqrt(persons)."""
+    keys = ["sex", "age_group", "educ"]
+    frame = _nlsy_frame(table)
+    generated = frame[frame["race"].isin(["black", "white"])].groupby(keys + ["race"])["exp_year"].mean().unstack()
+    counts = frame[frame["race"] == "black"].groupby(keys).size().rename("n_black")
+    nlsy = nlsy_reference_cells()
+    black, white = nlsy.loc["black"], nlsy.loc["nonblack_nonhisp"]
+    cells = pd.DataFrame({"gap_generated": generated.get("black") - generated.get("white"),
+                          "gap_nlsy97": black["mean"] - white["mean"],
+                          "var_nlsy97": black["sd"] ** 2 / black["n_persons"]
+                          + white["sd"] ** 2 / white["n_persons"]}).join(counts, how="inner").dropna()
+    cells = cells.reset_index()
+    rows = []
+    for sex, group in cells.groupby("sex"):
+        w = group["n_black"].to_numpy(float) / group["n_black"].sum()
+        rows.append({"sex": sex, "cells": len(group), "black_applicants": int(group["n_black"].sum()),
+                     "gap_generated": float(w @ group["gap_generated"]), "gap_nlsy97": float(w @ group["gap_nlsy97"]),
+                     "se_nlsy97": float(np.sqrt((w ** 2) @ group["var_nlsy97"]))})
+    return pd.DataFrame(rows), cells
+
+
+def qq_points(model: ExperienceModel) -> pd.DataFrame:
+    """Normality check (paper Fig. 6). NLSY97: percentiles 1-99 of the person-year residuals standardised
+    by the model's f and sigma vs the normal's. PSID: cell quartiles standardised by cell mean and SD."""
+    if model.source == "nlsy97":
+        years = nlsy_person_years()
+        years = years[(years["AGE"] > 18) & (years["EDUC"] != "lt_hs")].sample(n=5000, random_state=0)
+        race = years["RACE"].map({v: k for k, v in RACE_TO_NLSY.items() if k not in ("white", "api")}).fillna("white")
+        edu = years["EDUC"].map({"lt_hs": "hs_ged", "hs": "hs_ged", "some_college": "some_college", "ba": "bachelor",
+                                 "grad": "master"})
+        z = (years["EXP_FTE"] - model.mean(years["SEX"].to_numpy(), race.to_numpy(), years["AGE"].to_numpy(),
+                                           edu.to_numpy())) / model.scale(years["SEX"].to_numpy(), years["AGE"].to_numpy())
+        probs = np.arange(1, 100) / 100
+        return pd.DataFrame({"theoretical": norm.ppf(probs), "empirical": np.quantile(z, probs), "weight": 1.0})
+    model_training = model.training
     rows = []
     for column, prob in (("p25", 0.25), ("p50", 0.5), ("p75", 0.75)):
         empirical = (model_training[column] - model_training["mean"]) / model_training["sd"]
@@ -81,9 +165,9 @@ def qq_figure(points: pd.DataFrame, title: str) -> Figure:
     jitter = np.random.default_rng(0).normal(0, 0.02, len(points))
     ax.scatter(points["theoretical"] + jitter, points["empirical"], s=8 + 40 * points["weight"] / points["weight"].max(),
                alpha=0.5)
-    lim = [-1.5, 1.5]
+    lim = [-2.5, 2.5]
     ax.plot(lim, lim, color="k", lw=1)
-    ax.set(xlabel="normal quantile", ylabel="PSID cell quantile, standardised", title=title, xlim=lim, ylim=lim)
+    ax.set(xlabel="normal quantile", ylabel="empirical quantile, standardised", title=title, xlim=lim, ylim=lim)
     return fig
 
 
@@ -102,21 +186,36 @@ def age_experience_figure(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def population_artifacts(table: pd.DataFrame, model: "OccupationModel", occupation: Occupation) -> dict[str, Any]:
+def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:
     """Artifacts for one occupation's profiles (names are prefixed `population_`)."""
     fit_psid, fit_pdii, summary = experience_fit(table)
+    fit_nlsy, summary_nlsy = nlsy_fit(table)
+    gap, gap_cells = race_gap(table)
+    source = {"nlsy97": "NLSY97 person-years 1998-2022 by sex, race, age, education (fit); PSID 1999 and "
+                        "PDII 2008 cells used only as checks",
+              "psid_cells": "PSID (Blau & Kahn) cells by sex, age, education, no race (fit); NLSY97 and PDII "
+                            "2008 used only as checks"}[model.experience.source]
     summary_doc = {"occupation": occupation.key, "occp": occupation.occp, "survey_year": model.survey_year,
-                   "profiles": len(table), "pums_records": len(model.records),
+                   "source": model.source, "profiles": len(table), "pums_records": len(model.records),
+                   "transported_rows": int(model.records["transported"].sum()),
                    "dropped_below_hs": model.dropped_below_hs,
+                   "experience_source": source,
                    "experience_sigma": {f"{s} {a}": round(v, 3) for (s, a), v in model.experience.sigma.items()},
-                   "experience_fit": {k: round(v, 4) for k, v in summary.items()},
-                   "experience_source": "PSID (Blau & Kahn) fit; PDII 2008 used only as a check"}
-    return {
+                   "experience_fit": {k: round(v, 4) for k, v in {**summary_nlsy, **summary}.items()},
+                   "experience_black_minus_white": {row["sex"]: {k: round(row[k], 3) for k in
+                                                                 ("gap_generated", "gap_nlsy97", "se_nlsy97")}
+                                                    for row in gap.to_dict("records")}}
+    artifacts: dict[str, Any] = {
         "population_composition.csv": composition(table, model.records, occupation.key),
+        "population_experience_fit_nlsy97.csv": fit_nlsy,
         "population_experience_fit_psid.csv": fit_psid,
         "population_experience_fit_pdii.csv": fit_pdii,
+        "population_experience_race_gap.csv": gap_cells,
         "population_summary.yaml": yaml.safe_dump(summary_doc, sort_keys=False),
         "population_age_vs_experience.png": age_experience_figure(table, f"{occupation.title}: age vs experience"),
-        "population_experience_qq.png": qq_figure(qq_points(model.experience.training),
-                                                  "Q-Q: PSID experience cells vs normal"),
+        "population_experience_qq.png": qq_figure(qq_points(model.experience),
+                                                  f"Q-Q: {model.experience.source} experience vs normal"),
     }
+    if model.transport is not None:
+        artifacts["population_transport.csv"] = model.transport
+    return artifacts

@@ -1,25 +1,37 @@
-"""Years of actual work experience: exp_year ~ TruncNormal(f(sex, age, edu), sigma, [0, age - 18]).
+"""Years of actual work experience: exp_year ~ TruncNormal(f(sex, race, age, edu), sigma, [0, age - 18]).
 
-Source. PSID (Blau & Kahn 2013 replication file), currently employed heads and wives, 1980/1990/1999,
-tabulated by sex x age group x education: cell mean, SD and quartiles of total years worked since 18.
-PSID is the primary source because it is the paper's, has 3 waves and ~2-4x the cell sizes; the
-PDII 2008 survey (n = 2,413, many cells under 30) is more recent and is used as an independent
-check of the generated cell means (`experience_fit` artifact), not for fitting.
+Two sources (config `population.experience_source`):
 
-Mean f. An XGBoost regressor on the PSID cells learns the share of potential experience actually
-worked, r(sex, age, edu, wave), from cell mean age; f = r(., wave 1999) * (age - 18) is then smooth in
-age and inside [0, age - 18]. Density-ratio reweighting: each PSID cell c = (sex, age group, edu
-group) is weighted by its PSID weight times p_ACS(c) / p_PSID(c), where p_ACS is the weighted
-composition of the occupation's applicants, so training matches the applicants' (sex, age, edu)
-distribution (on this discrete support the cell-frequency ratio is the exact density ratio).
+- `nlsy97` (default): NLSY97 public-use person-years 1998-2022 (bundled `population/nlsy97/`), the only
+  recent person-level data here with race. Experience is the number of years since 18 with any paid
+  work (full-time + part-time years, `EXP_FT_YEARS + EXP_PT_YEARS`): the PSID and PDII measure ("in how
+  many years have you worked") and what a resume shows; the file's full-time-equivalent years
+  (`EXP_FTE`) are about 2 years lower by age 30. The sample is person-years with a complete work
+  history and some work in the year (the analogue of "currently employed"). Race: NLSY97 has Black, Hispanic, mixed
+  (non-Hispanic) and non-Black-non-Hispanic only, so applicants map black -> black, hispanic ->
+  hispanic, white and api -> non-Black-non-Hispanic (NLSY97's group includes Asian respondents),
+  other (AIAN, some other race, two or more) -> mixed. Education is the final level reported.
+- `psid_cells`: the PSID (Blau & Kahn 2013) cell tables, 1980/1990/1999, by sex x age group x
+  education: no race, so experience cannot depend on race. Kept as an alternative and as a check.
 
-Sigma. Per PSID cell, the residual variance around f is sd^2 + (mean - f)^2 minus the part of the
-spread that f already explains by age within the cell. It is pooled with the density-ratio weights
-for the occupation, then by sex, then by sex x age group, each level shrunk toward its parent with
-KAPPA pseudo-observations (hierarchical partial pooling).
+Mean f. An XGBoost regressor learns the share of potential experience actually worked,
+r = exp / (age - 18), so f = r * (age - 18) is smooth in age and inside [0, age - 18]. NLSY97
+person-years are grouped by (sex, race, single-year age, education) first: with squared error, a
+cell mean weighted by its row count gives exactly the gradient and hessian sums of its rows, so the
+fit equals the person-level fit at a fraction of the cost. Density-ratio reweighting (paper,
+Sugiyama et al.): each training cell c (sex x [race] x age group x education) is weighted by
+p_applicants(c) / p_source(c), the weighted composition of the occupation's applicants over that of
+the source, so training matches the applicants' distribution (on this discrete support the cell-share
+ratio is the exact density ratio).
 
-Draws. T ~ N(f, sigma) truncated to [0, age - 18]; exp_year = round(T). The integer pmf is computed
-in closed form, so draws are inverse-CDF (and invertible: see popfair.population.scm)."""
+Sigma. Per training cell, the residual variance around f is the within-cell variance plus
+(mean - f)^2 (PSID cells span an age group, so the spread that f explains by age is taken out). It
+is pooled with the density-ratio weights for the occupation (the paper's J), then by sex, then by
+sex x age group, each level shrunk toward its parent with KAPPA pseudo-observations.
+
+Draws. T ~ N(loc, sigma) truncated to [0, age - 18] with loc chosen so that E[T] = f;
+exp_year = round(T). The integer pmf is computed in closed form, so draws are inverse-CDF (and
+invertible: see popfair.population.scm)."""
 from __future__ import annotations
 
 import hashlib
@@ -48,6 +60,15 @@ PDII_EDU = {"02_hs_graduate": "hs_ged", "03_some_college": "some_college", "05_a
             "06_bachelors": "bachelor", "07_masters": "master", "08_professional": "professional",
             "09_doctorate": "doctorate"}
 PREDICT_WAVE = 1999   # the latest PSID wave with actual experience
+NLSY_FILE = ("population", "nlsy97", "nlsy97_person_years.csv.gz")
+NLSY_CELLS_FILE = ("population", "nlsy97", "nlsy97_experience_cells.csv")
+# Applicant race -> NLSY97 KEY_RACE_ETHNICITY group (see the module docstring for why).
+RACE_TO_NLSY = {"black": "black", "hispanic": "hispanic", "white": "nonblack_nonhisp",
+                "api": "nonblack_nonhisp", "other": "mixed_nonhisp"}
+NLSY_EDU = ("lt_hs", "hs", "some_college", "ba", "grad")
+EDU_TO_NLSY = {"hs_ged": "hs", "some_college": "some_college", "associate": "some_college", "bachelor": "ba",
+               "master": "grad", "professional": "grad", "doctorate": "grad"}
+EXPERIENCE_SOURCES = ("nlsy97", "psid_cells")
 MAX_EXP = _AGE_EDGES[-1] - 1 - 18
 KAPPA = 50.0          # pseudo-observations pulling a sigma cell toward its parent level
 MIN_SIGMA = 0.5
@@ -87,34 +108,83 @@ def pdii_cells() -> pd.DataFrame:
                          "pdii_mean": table["years_worked_mean"]}).reset_index(drop=True)
 
 
-def applicant_cells(gender: pd.Series, age: pd.Series, edu_level: pd.Series,
-                    weight: pd.Series) -> tuple[tuple[tuple[str, str, int], float], ...]:
-    """Weighted composition of applicants over PSID cells (sex, age group, PSID edu), hashable."""
+def file_digest(parts: tuple[str, ...]) -> str:
+    return hashlib.sha256(data_file(*parts).read_bytes()).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def nlsy_person_years() -> pd.DataFrame:
+    """NLSY97 person-years with a complete work history, some work in the year and a known education (the
+    sample of the file's own cell table), with EXP_YEARS = years with any work since 18."""
+    years = pd.read_csv(data_file(*NLSY_FILE), usecols=["PUBID", "SEX", "RACE", "EDUC", "AGE", "EXP_FTE",
+                                                        "EXP_FT_YEARS", "EXP_PT_YEARS", "HIST_COMPLETE",
+                                                        "HOURS_THIS_YEAR"])
+    keep = years["HIST_COMPLETE"].astype(bool) & (years["HOURS_THIS_YEAR"] > 0) & years["EDUC"].isin(NLSY_EDU)
+    years = years[keep].reset_index(drop=True)
+    return years.assign(EXP_YEARS=years["EXP_FT_YEARS"] + years["EXP_PT_YEARS"])
+
+
+@lru_cache(maxsize=1)
+def nlsy_cells() -> pd.DataFrame:
+    """NLSY97 person-years grouped by sex x race x single-year age (19+: at 18 nothing has accumulated)
+    x education: n person-years, mean and (population) variance of EXP_YEARS."""
+    years = nlsy_person_years()
+    grouped = years[years["AGE"] > 18].groupby(["SEX", "RACE", "AGE", "EDUC"])["EXP_YEARS"]
+    cells = grouped.agg(n="size", mean="mean", var=lambda v: float(np.var(v))).reset_index()
+    return pd.DataFrame({"sex": cells["SEX"], "race": cells["RACE"], "age": cells["AGE"].astype(float),
+                         "age_group": age_group(cells["AGE"]), "edu": cells["EDUC"], "n": cells["n"].astype(float),
+                         "mean": cells["mean"], "var": cells["var"], "potential": cells["AGE"] - 18.0})
+
+
+def applicant_cells(source: str, gender: pd.Series, race: pd.Series, age: pd.Series, edu_level: pd.Series,
+                    weight: pd.Series) -> tuple[tuple[tuple[str, ...], float], ...]:
+    """Weighted composition of applicants over the source's cells, hashable (an lru_cache key).
+    nlsy97: (sex, NLSY race, age group, NLSY edu); psid_cells: (sex, age group, PSID edu)."""
+    edu = pd.Series(np.asarray(edu_level, dtype=object))
     frame = pd.DataFrame({"sex": np.asarray(gender), "age_group": age_group(age),
-                          "edu": pd.Series(np.asarray(edu_level)).map(EDU_TO_PSID).to_numpy(),
                           "w": np.asarray(weight, dtype=float)})
-    shares = frame.groupby(["sex", "age_group", "edu"])["w"].sum()
+    if source == "nlsy97":
+        frame["race"] = pd.Series(np.asarray(race, dtype=object)).map(RACE_TO_NLSY).to_numpy()
+        frame["edu"] = edu.map(EDU_TO_NLSY).to_numpy()
+        keys = ["sex", "race", "age_group", "edu"]
+    else:
+        frame["edu"] = edu.map(EDU_TO_PSID).astype(int).astype(str).to_numpy()
+        keys = ["sex", "age_group", "edu"]
+    shares = frame.groupby(keys)["w"].sum()
     shares = (shares / shares.sum()).round(12)
-    return tuple(((s, a, int(e)), float(p)) for (s, a, e), p in shares.items())
+    return tuple((tuple(str(k) for k in key), float(p)) for key, p in shares.items())
 
 
-def _features(sex: np.ndarray, age: np.ndarray, edu: np.ndarray, year: np.ndarray) -> np.ndarray:
-    return np.column_stack([(np.asarray(sex) == "male").astype(float), np.asarray(age, float),
-                            np.asarray(edu, float), np.asarray(year, float)])
+def _features(source: str, sex: np.ndarray, race: np.ndarray | None, age: np.ndarray, edu: np.ndarray,
+              year: np.ndarray | None = None) -> np.ndarray:
+    """Model inputs. `race` and `edu` are in the source's coding (NLSY group / NLSY edu; PSID edu 1-5)."""
+    male = (np.asarray(sex) == "male").astype(float)
+    if source == "psid_cells":
+        wave = np.full(len(male), PREDICT_WAVE) if year is None else year
+        return np.column_stack([male, np.asarray(age, float), np.asarray(edu, float), np.asarray(wave, float)])
+    race = np.asarray(race, dtype=object)
+    edu_rank = pd.Series(np.asarray(edu, dtype=object)).map({e: i for i, e in enumerate(NLSY_EDU)}).to_numpy(float)
+    return np.column_stack([male, np.asarray(age, float), edu_rank, race == "black", race == "hispanic",
+                            race == "mixed_nonhisp"]).astype(float)
 
 
 @dataclass(frozen=True)
 class ExperienceModel:
     """f and sigma fitted for one applicant composition; draws and inverts exp_year."""
 
+    source: str               # one of EXPERIENCE_SOURCES
     booster: xgb.Booster
     sigma: pd.Series          # index (sex, age group) -> sigma in years
-    training: pd.DataFrame    # PSID cells with density-ratio weight and fitted mean
+    training: pd.DataFrame    # training cells with density-ratio weight and fitted mean
 
-    def mean(self, gender: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
-        """Conditional mean f = r(sex, age, edu, 1999) * (age - 18)."""
-        edu = pd.Series(np.asarray(edu_level, dtype=object)).map(EDU_TO_PSID).to_numpy(dtype=float)
-        features = _features(gender, age, edu, np.full(len(edu), PREDICT_WAVE))
+    def mean(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
+        """Conditional mean f = r(sex, [race,] age, edu) * (age - 18) (PSID: at the 1999 wave)."""
+        edu = pd.Series(np.asarray(edu_level, dtype=object))
+        if self.source == "psid_cells":
+            features = _features(self.source, gender, race, age, edu.map(EDU_TO_PSID).to_numpy(dtype=float))
+        else:
+            nlsy_race = pd.Series(np.asarray(race, dtype=object)).map(RACE_TO_NLSY).to_numpy()
+            features = _features(self.source, gender, nlsy_race, age, edu.map(EDU_TO_NLSY).to_numpy())
         ratio = np.clip(self.booster.inplace_predict(features), 0.0, 1.0)
         return ratio * (np.asarray(age, float) - 18)
 
@@ -122,17 +192,17 @@ class ExperienceModel:
         keys = pd.MultiIndex.from_arrays([np.asarray(gender, dtype=object), age_group(age)])
         return self.sigma.reindex(keys).to_numpy(dtype=float)
 
-    def cdf(self, gender: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
+    def cdf(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
         """CDF over exp_year = 0..MAX_EXP per row: round(T), T ~ N(loc, sigma) truncated to [0, age - 18],
-        loc chosen so that E[T] = f. Computed once per distinct (gender, age, edu_level)."""
-        keys = pd.DataFrame({"g": np.asarray(gender, dtype=object), "a": np.asarray(age, dtype=np.int64),
-                             "e": np.asarray(edu_level, dtype=object)})
+        loc chosen so that E[T] = f. Computed once per distinct (gender, race, age, edu_level)."""
+        keys = pd.DataFrame({"g": np.asarray(gender, dtype=object), "r": np.asarray(race, dtype=object),
+                             "a": np.asarray(age, dtype=np.int64), "e": np.asarray(edu_level, dtype=object)})
         row_cell, distinct = pd.MultiIndex.from_frame(keys).factorize()
-        cells = pd.DataFrame(list(distinct), columns=["g", "a", "e"])
+        cells = pd.DataFrame(list(distinct), columns=["g", "r", "a", "e"])
         upper = (cells["a"].to_numpy(float) - 18)[:, None]
         sd = self.scale(cells["g"].to_numpy(), cells["a"].to_numpy())[:, None]
-        loc = truncated_location(self.mean(cells["g"].to_numpy(), cells["a"].to_numpy(), cells["e"].to_numpy()),
-                                 sd[:, 0], upper[:, 0])[:, None]
+        f = self.mean(cells["g"].to_numpy(), cells["r"].to_numpy(), cells["a"].to_numpy(), cells["e"].to_numpy())
+        loc = truncated_location(f, sd[:, 0], upper[:, 0])[:, None]
         grid = np.arange(MAX_EXP + 1, dtype=float)[None, :]
         lo = (np.clip(grid - 0.5, 0, upper) - loc) / sd
         hi = (np.clip(grid + 0.5, 0, upper) - loc) / sd
@@ -141,16 +211,17 @@ class ExperienceModel:
         mass = np.clip(mass, 0, None) * (grid <= upper)
         return cdf_rows(mass)[row_cell]
 
-    def draw(self, gender: np.ndarray, age: np.ndarray, edu_level: np.ndarray, u: np.ndarray) -> np.ndarray:
-        return draw_from_cdf(self.cdf(gender, age, edu_level), u).astype(np.int64)
+    def draw(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray,
+             u: np.ndarray) -> np.ndarray:
+        return draw_from_cdf(self.cdf(gender, race, age, edu_level), u).astype(np.int64)
 
-    def abduct(self, gender: np.ndarray, age: np.ndarray, edu_level: np.ndarray, exp_year: np.ndarray,
-               v: np.ndarray) -> np.ndarray:
-        return abduct_from_cdf(self.cdf(gender, age, edu_level), np.asarray(exp_year, dtype=np.int64), v)
+    def abduct(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray,
+               exp_year: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return abduct_from_cdf(self.cdf(gender, race, age, edu_level), np.asarray(exp_year, dtype=np.int64), v)
 
-    def expected(self, gender: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
+    def expected(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
         """E[exp_year] under the model (for fit reports)."""
-        pmf = np.diff(self.cdf(gender, age, edu_level), axis=1, prepend=0.0)
+        pmf = np.diff(self.cdf(gender, race, age, edu_level), axis=1, prepend=0.0)
         return pmf @ np.arange(MAX_EXP + 1)
 
 
@@ -165,7 +236,7 @@ def _truncated_mean(loc: np.ndarray, sd: np.ndarray, upper: np.ndarray) -> np.nd
     flip = a > 0  # mirror so the interval is never entirely in the far upper tail
     a, b = np.where(flip, -b, a), np.where(flip, -a, b)
     log_mass = log_ndtr(b) + np.log1p(-np.exp(np.minimum(log_ndtr(a) - log_ndtr(b), -1e-300)))
-    log_phi = lambda z: -0.5 * z ** 2 - 0.5 * np.log(2 * np.pi)  # noqa: E731
+    log_phi = lambda z: -0.5 * z ** 2 - 0.5 * np.log(2 * np.pi)
     shift = np.exp(log_phi(a) - log_mass) - np.exp(log_phi(b) - log_mass)
     return loc + sd * np.where(flip, -shift, shift)
 
@@ -182,34 +253,9 @@ def truncated_location(target_mean: np.ndarray, sd: np.ndarray, upper: np.ndarra
     return np.where(upper > 0, 0.5 * (low + high), 0.0)
 
 
-@lru_cache(maxsize=32)
-def fit_experience_model(composition: tuple[tuple[tuple[str, str, int], float], ...],
-                         psid_digest: str) -> ExperienceModel:
-    """Fit f and sigma for an applicant composition (from applicant_cells). Cached in-process by
-    (composition, PSID file hash): the same occupation never refits."""
-    cells, digest = psid_cells()
-    if digest != psid_digest:
-        raise DataError("the PSID experience table changed during the session; restart to refit")
-    target = pd.Series({key: share for key, share in composition})
-    key = pd.MultiIndex.from_frame(cells[["sex", "age_group", "edu"]])
-    psid_share = cells["w"] / cells.groupby("year")["w"].transform("sum")
-    density_ratio = target.reindex(key).fillna(0.0).to_numpy() / psid_share.to_numpy()
-    cells = cells.assign(weight=cells["w"] * density_ratio)
-    cells = cells[cells["weight"] > 0].reset_index(drop=True)
-    cells["weight"] /= cells["weight"].mean()
-
-    features = _features(cells["sex"].to_numpy(), cells["age"], cells["edu"], cells["year"])
-    regressor = xgb.XGBRegressor(n_estimators=300, max_depth=3, learning_rate=0.05, min_child_weight=0.5,
-                                 reg_lambda=1.0, n_jobs=1, random_state=0, tree_method="exact")
-    regressor.fit(features, cells["ratio"], sample_weight=cells["weight"])
-    booster = regressor.get_booster()
-    ratio_hat = np.clip(booster.inplace_predict(features), 0, 1)
-    cells["fitted"] = ratio_hat * cells["potential"]
-
-    within_age = (ratio_hat * cells["age_group"].map(_AGE_WIDTH)) ** 2 / 12
-    cells["resid_var"] = np.maximum(cells["sd"] ** 2 + (cells["mean"] - cells["fitted"]) ** 2 - within_age,
-                                    MIN_SIGMA ** 2)
-
+def _hierarchical_sigma(cells: pd.DataFrame) -> pd.Series:
+    """sqrt of the residual variance pooled over the occupation, then sex, then sex x age group, each
+    level shrunk toward its parent with KAPPA pseudo-observations (weights: density-ratio weights)."""
     def pooled(frame: pd.DataFrame) -> tuple[float, float]:
         return float(np.average(frame["resid_var"], weights=frame["weight"])), float(frame["n"].sum())
 
@@ -227,11 +273,73 @@ def fit_experience_model(composition: tuple[tuple[tuple[str, str, int], float], 
             if len(cell):
                 var, n = pooled(cell)
                 var_cell = (n * var + KAPPA * sex_var) / (n + KAPPA)
-            sigma[(sex, group)] = float(np.sqrt(var_cell))
-    return ExperienceModel(booster=booster, sigma=pd.Series(sigma), training=cells)
+            sigma[(sex, group)] = float(np.sqrt(max(var_cell, MIN_SIGMA ** 2)))
+    return pd.Series(sigma)
 
 
-def experience_model_for(gender: pd.Series, age: pd.Series, edu_level: pd.Series,
+def _density_ratio_weights(cells: pd.DataFrame, keys: list[str], composition: tuple, source_weight: pd.Series,
+                           by: str | None = None) -> pd.Series:
+    """Training weight = source weight x p_applicants(cell) / p_source(cell), normalised to mean 1 over the
+    positive weights. A cell is `keys` (within each `by` group, e.g. a PSID wave, when given)."""
+    target = pd.Series(dict(composition))
+    groups = [cells[k].astype(str) for k in keys] + ([cells[by]] if by else [])
+    cell_total = source_weight.groupby(groups).transform("sum")
+    total = source_weight.groupby(cells[by]).transform("sum") if by else source_weight.sum()
+    ratio = target.reindex(pd.MultiIndex.from_arrays(groups[:len(keys)])).fillna(0.0).to_numpy() / (cell_total / total)
+    weight = source_weight * ratio
+    return weight / weight[weight > 0].mean()
+
+
+def _booster(features: np.ndarray, target: pd.Series, weight: pd.Series, max_depth: int) -> xgb.Booster:
+    regressor = xgb.XGBRegressor(n_estimators=300, max_depth=max_depth, learning_rate=0.05, min_child_weight=0.5,
+                                 reg_lambda=1.0, n_jobs=1, random_state=0, tree_method="exact")
+    regressor.fit(features, target, sample_weight=weight)
+    return regressor.get_booster()
+
+
+@lru_cache(maxsize=32)
+def fit_nlsy_model(composition: tuple, nlsy_digest: str) -> ExperienceModel:
+    """Fit f and sigma on NLSY97 cells reweighted to an applicant composition (from applicant_cells)."""
+    if file_digest(NLSY_FILE) != nlsy_digest:
+        raise DataError("the NLSY97 person-year file changed during the session; restart to refit")
+    cells = nlsy_cells().copy()
+    cells["weight"] = _density_ratio_weights(cells, ["sex", "race", "age_group", "edu"], composition, cells["n"])
+    cells = cells[cells["weight"] > 0].reset_index(drop=True)
+    features = _features("nlsy97", cells["sex"].to_numpy(), cells["race"].to_numpy(), cells["age"],
+                         cells["edu"].to_numpy())
+    booster = _booster(features, cells["mean"] / cells["potential"], cells["weight"], max_depth=4)
+    cells["fitted"] = np.clip(booster.inplace_predict(features), 0, 1) * cells["potential"]
+    cells["resid_var"] = np.maximum(cells["var"] + (cells["mean"] - cells["fitted"]) ** 2, MIN_SIGMA ** 2)
+    return ExperienceModel("nlsy97", booster, _hierarchical_sigma(cells), cells)
+
+
+@lru_cache(maxsize=32)
+def fit_psid_model(composition: tuple, psid_digest: str) -> ExperienceModel:
+    """Fit f and sigma on the PSID cells reweighted to an applicant composition (from applicant_cells)."""
+    cells, digest = psid_cells()
+    if digest != psid_digest:
+        raise DataError("the PSID experience table changed during the session; restart to refit")
+    cells = cells.assign(weight=_density_ratio_weights(cells, ["sex", "age_group", "edu"], composition,
+                                                       cells["w"], by="year"))
+    cells = cells[cells["weight"] > 0].reset_index(drop=True)
+    features = _features("psid_cells", cells["sex"].to_numpy(), None, cells["age"], cells["edu"], cells["year"])
+    booster = _booster(features, cells["ratio"], cells["weight"], max_depth=3)
+    ratio_hat = np.clip(booster.inplace_predict(features), 0, 1)
+    cells["fitted"] = ratio_hat * cells["potential"]
+    within_age = (ratio_hat * cells["age_group"].map(_AGE_WIDTH)) ** 2 / 12
+    cells["resid_var"] = np.maximum(cells["sd"] ** 2 + (cells["mean"] - cells["fitted"]) ** 2 - within_age,
+                                    MIN_SIGMA ** 2)
+    return ExperienceModel("psid_cells", booster, _hierarchical_sigma(cells), cells)
+
+
+def source_digest(source: str) -> str:
+    """Content hash of the data an experience source is fitted on (a cache key)."""
+    return file_digest(NLSY_FILE) if source == "nlsy97" else psid_cells()[1]
+
+
+def experience_model_for(source: str, gender: pd.Series, race: pd.Series, age: pd.Series, edu_level: pd.Series,
                          weight: pd.Series) -> ExperienceModel:
-    """The (cached) experience model reweighted to these applicants."""
-    return fit_experience_model(applicant_cells(gender, age, edu_level, weight), psid_cells()[1])
+    """The (cached) experience model of `source` reweighted to these applicants."""
+    composition = applicant_cells(source, gender, race, age, edu_level, weight)
+    fit = fit_nlsy_model if source == "nlsy97" else fit_psid_model
+    return fit(composition, source_digest(source))

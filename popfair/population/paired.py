@@ -1,4 +1,5 @@
-"""Paired correspondence-audit populations (config `population=paired_race` / `paired_gender`).
+"""Paired correspondence-audit populations (config `population=paired`, set with its design by the
+presets `experiment=paired_race` / `experiment=paired_gender`).
 
 For each posting and each of `pairs_per_posting` pair_ids one profile is drawn from the profile bank
 (education, employment history, age; see `profile_bank`). Candidates are that profile with a
@@ -17,7 +18,8 @@ data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M publ
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -64,12 +66,14 @@ class PairedAuditPopulation:
         """The paired design needs a set of postings and the protected attribute of its own axis."""
         if not isinstance(occupation, EntryLevelPostings):
             raise ConfigError(f"population: the paired audit needs occupation=entry_level_postings "
-                              f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}")
+                              f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}; "
+                              f"experiment=paired_{self.axis} sets the whole design")
         x0, x1 = AXES[self.axis]
         if (protected.name, protected.x0, protected.x1) != (self.axis, x0, x1):
             raise ConfigError(f"protected_attr: population=paired_{self.axis} contrasts {self.axis} "
                               f"(x0={x0}, x1={x1}); set protected_attr={self.axis}, got "
-                              f"{protected.name} (x0={protected.x0}, x1={protected.x1})")
+                              f"{protected.name} (x0={protected.x0}, x1={protected.x1}); experiment=paired_{self.axis} "
+                              "sets the whole design")
 
     def sample(self, occupation: Any, protected: ProtectedAttribute, seed: int) -> Profiles:
         """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""

@@ -5,7 +5,7 @@ Structural causal model (per occupation J; every U_* is one Uniform(0,1) per app
     gender, race, age        <- the PUMS record (Z and X; never intervened on except X itself)
     state     = F^-1(U_state | gender, race, age group)                 smoothed PUMS conditional
     edu_level = F^-1(U_edu   | gender, race, age group, region(state))  smoothed PUMS conditional
-    exp_year  = F^-1(U_exp   | gender, age, edu_level)   round(TruncNormal(f, sigma, [0, age-18])), P2
+    exp_year  = F^-1(U_exp   | gender, race, age, edu_level)  round(TruncNormal(f, sigma, [0, age-18])), P2
     first_name= F^-1(U_first | gender, birth year)        SSA counts, P3
     surname   = F^-1(U_sur   | race)                      Census 2010 count x race share, P4
 
@@ -17,13 +17,23 @@ changed; at the applicant's own X it returns the factual row exactly. Conditiona
 hierarchically (finest cell -> coarser cells -> occupation marginal) so every counterfactual cell
 has a proper distribution. Grouped columns (paper C.4) are functions of the raw ones.
 
-Below high school (SCHL 1-15): the paper's resumes have seven levels starting at HS/GED and its
-Table 3 counts (e.g. 5,910 construction laborers) match dropping these records, so the default
-`below_hs: drop` drops them and says how many in the notes; `below_hs: hs_ged` keeps them as HS/GED."""
+Below high school (SCHL 1-15): the paper's resumes have seven levels starting at HS/GED, so the
+default `below_hs: drop` drops these records and says how many in the notes; `below_hs: hs_ged` keeps
+them as HS/GED.
+
+California and Texas: the bundled 2024 extract lacks them; by default (`ca_tx: transport`) they are
+put back by transporting donor-state records (popfair.population.transport). A user's `pums_path`
+(e.g. the national file from `popfair-data pums`) is used as is: it never transports.
+Experience: NLSY97 microdata by sex, race, age and education (`experience_source: nlsy97`), or the
+PSID cell tables without race (`psid_cells`); see popfair.population.experience.
+
+Every run says which population it used (tag `population.source`) and whether its applicant count
+matches the paper's Table 3 (tag `population.table3`); the bundled data do not reproduce Table 3."""
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -34,16 +44,36 @@ import pandas as pd
 
 from popfair.data import data_file
 from popfair.errors import ConfigError, DataError, require
-from popfair.population import experience, pums, scm
+from popfair.population import experience, pums, scm, transport
 from popfair.population.cache import disk_cached, file_fingerprint
-from popfair.population.experience import (AGE_GROUPS, ExperienceModel, age_group, experience_model_for,
-                                           psid_cells)
+from popfair.population.experience import (
+    AGE_GROUPS,
+    EXPERIENCE_SOURCES,
+    ExperienceModel,
+    age_group,
+    experience_model_for,
+    source_digest,
+)
+from popfair.population.fetch import resolve_pums_path
 from popfair.population.names import first_names, name_groupings, surnames
 from popfair.population.occupation import Occupation
 from popfair.population.protected import LEVELS, ProtectedAttribute
-from popfair.population.pums import (BELOW_HS_POLICIES, BUNDLED_NOTE, BUNDLED_PUMS, EDU_GROUP, EDU_LEVELS,
-                                     GENDERS, RACES, decode_education, decode_race, decode_sex, load_pums,
-                                     occupation_records, region_of, state_table)
+from popfair.population.pums import (
+    BELOW_HS_POLICIES,
+    BUNDLED_NOTE,
+    BUNDLED_PUMS,
+    EDU_GROUP,
+    EDU_LEVELS,
+    GENDERS,
+    RACES,
+    decode_education,
+    decode_race,
+    decode_sex,
+    load_pums,
+    occupation_records,
+    region_of,
+    state_table,
+)
 from popfair.population.scm import DiscreteConditional, keyed_uniforms
 from popfair.types import Profiles, Roles
 
@@ -51,33 +81,44 @@ MAX_N = 1_000_000          # beyond this a resample is a typo, not a study
 MAX_RESAMPLE_FACTOR = 20   # n above this many times the occupation's records only duplicates records
 SMOOTHING = 10.0           # pseudo-records pulling a sparse conditional cell toward its coarser parent
 REGIONS = ("Northeast", "Midwest", "South", "West")
+# Paper Table 3: structured profiles per occupation (ACS PUMS 2023, national).
+TABLE3 = {3255: 17_632, 2310: 16_188, 1021: 13_370, 800: 7_784, 6260: 5_910}
 
 
 @dataclass(frozen=True)
 class OccupationModel:
     """Everything the SCM needs for one occupation: its records and fitted conditionals."""
 
-    records: pd.DataFrame          # decoded PUMS records (after the below-HS policy)
+    records: pd.DataFrame          # decoded PUMS records (after the below-HS policy), CA/TX transported rows last
     survey_year: int
     dropped_below_hs: int
     state: DiscreteConditional
     education: DiscreteConditional
     experience: ExperienceModel
+    source: str                    # which population this is (logged as population.source)
+    transport: pd.DataFrame | None  # one row per transported state (None: no transport)
 
 
 @lru_cache(maxsize=32)
-def occupation_model(pums_path: str | None, occp: int, below_hs: str) -> OccupationModel:
-    """Decode one occupation's PUMS records and fit its conditionals. Cached in-process and on disk,
-    keyed by the PUMS and PSID file fingerprints, the arguments and this code."""
+def occupation_model(pums_path: str | None, occp: int, below_hs: str, ca_tx: str = "transport",
+                     transport_donors: str = "region", experience_source: str = "nlsy97") -> OccupationModel:
+    """Decode one occupation's PUMS records, put CA/TX back (bundled extract only) and fit its conditionals.
+    Cached in-process and on disk, keyed by every input file's fingerprint, the arguments and this code."""
     source = Path(pums_path) if pums_path else data_file(*BUNDLED_PUMS)
     if not source.exists():
         raise DataError(f"population.pums_path: file not found: {source}")
-    parts = [file_fingerprint(source), occp, below_hs, psid_cells()[1]]
-    modules = [sys.modules[__name__], pums, scm, experience]
-    return disk_cached(f"occupation_{occp}", parts, modules, lambda: _fit_occupation(pums_path, occp, below_hs))
+    ca_tx = "omit" if pums_path else ca_tx   # a user's file is used as is: never transported
+    parts: list[Any] = [file_fingerprint(source), occp, below_hs, ca_tx, transport_donors, experience_source,
+                        source_digest(experience_source)]
+    if ca_tx == "transport":
+        parts += [file_fingerprint(data_file(*transport.CELLS_FILE)), file_fingerprint(data_file(*transport.OEWS_FILE))]
+    modules = [sys.modules[__name__], pums, scm, experience, transport]
+    return disk_cached(f"occupation_{occp}", parts, modules,
+                       lambda: _fit_occupation(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source))
 
 
-def _fit_occupation(pums_path: str | None, occp: int, below_hs: str) -> OccupationModel:
+def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str, transport_donors: str,
+                    experience_source: str) -> OccupationModel:
     pums, survey_year = load_pums(pums_path)
     raw = occupation_records(pums, occp)
     edu = decode_education(raw["SCHL"], below_hs)
@@ -89,14 +130,24 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str) -> Occupati
         "gender": decode_sex(raw["SEX"]), "race": decode_race(raw["RAC1P"], raw["HISP"]),
         "age": raw["AGEP"].to_numpy(), "state": states["usps"].to_numpy(dtype=object),
         "region": states["census_region"].to_numpy(dtype=object), "edu_level": edu.to_numpy(dtype=object),
-        "weight": raw["PWGTP"].to_numpy()})
+        "weight": raw["PWGTP"].to_numpy(), "rac1p": raw["RAC1P"].to_numpy(), "transported": False,
+        "donor_state": ""})
     keep = edu.notna().to_numpy()
     dropped = int((~keep).sum())
     records = records[keep].reset_index(drop=True)
     if records.empty:
         raise DataError(f"OCCP {occp}: no records left after the below-HS policy {below_hs!r}")
     records["age_group"] = age_group(records["age"])
-    levels = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
+    moved = None
+    if ca_tx == "transport":
+        moved = transport.transport_ca_tx(records, occp, below_hs, transport_donors)
+        records = pd.concat([records, moved.rows], ignore_index=True)
+    source = (f"ACS PUMS {survey_year} 1-year bundled extract (48 states + DC)"
+              + (f" + CA/TX transported from {transport_donors} donors (density ratio, OEWS May 2025 shares)"
+                 if moved is not None else ", CA and TX omitted") if pums_path is None
+              else f"ACS PUMS {survey_year} from population.pums_path={pums_path} "
+                   f"({records['state'].nunique()} states)")
+    levels: dict[str, Sequence[str]] = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
     state_levels = tuple(sorted(records["state"].unique()))
     weight = records["weight"].to_numpy(float)
     state = DiscreteConditional.fit(records, "state", state_levels,
@@ -106,8 +157,10 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str) -> Occupati
                                         [("gender", "race", "age_group", "region"),
                                          ("gender", "race", "age_group"), ("gender", "race"), ("gender",)],
                                         levels, weight, SMOOTHING)
-    experience = experience_model_for(records["gender"], records["age"], records["edu_level"], records["weight"])
-    return OccupationModel(records, survey_year, dropped, state, education, experience)
+    experience = experience_model_for(experience_source, records["gender"], records["race"], records["age"],
+                                      records["edu_level"], records["weight"])
+    return OccupationModel(records, survey_year, dropped, state, education, experience, source,
+                           None if moved is None else moved.summary)
 
 
 def add_groupings(table: pd.DataFrame, survey_year: int) -> pd.DataFrame:
@@ -121,21 +174,33 @@ class PopResumePopulation:
     and names drawn from the SCM in the module docstring."""
 
     def __init__(self, n: int | None = None, pums_path: str | None = None, below_hs: str = "drop",
-                 diagnostics: bool = True) -> None:
+                 diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "region",
+                 experience_source: str = "nlsy97") -> None:
         require(n is None or (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_N), "population.n",
                 f"must be null (all records) or an integer in 1..{MAX_N}, got {n!r}")
         require(below_hs in BELOW_HS_POLICIES, "population.below_hs",
                 f"must be one of {list(BELOW_HS_POLICIES)}, got {below_hs!r}")
         require(pums_path is None or (isinstance(pums_path, str) and pums_path.strip() != ""),
                 "population.pums_path", f"must be null or a file path, got {pums_path!r}")
+        require(ca_tx in transport.CA_TX_POLICIES, "population.ca_tx",
+                f"must be one of {list(transport.CA_TX_POLICIES)}, got {ca_tx!r}")
+        require(transport_donors in transport.DONOR_POLICIES, "population.transport_donors",
+                f"must be one of {list(transport.DONOR_POLICIES)}, got {transport_donors!r}")
+        require(experience_source in EXPERIENCE_SOURCES, "population.experience_source",
+                f"must be one of {list(EXPERIENCE_SOURCES)}, got {experience_source!r}")
         self.n = n
         self.pums_path = pums_path
+        self.ca_tx = ca_tx
+        self.transport_donors = transport_donors
+        self.experience_source = experience_source
         self.below_hs = below_hs
         self.diagnostics = diagnostics
         self.timings: dict[str, float] = {}   # seconds per stage of the last sample()
 
     def model(self, occp: int) -> OccupationModel:
-        return occupation_model(self.pums_path, int(occp), self.below_hs)
+        pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
+        return occupation_model(pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors,
+                                self.experience_source)
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         clock = _Clock()
@@ -157,9 +222,10 @@ class PopResumePopulation:
             "applicant_id": ids, "job_id": occupation.key, "gender": records["gender"],
             "race": records["race"], "age": records["age"], "birth_year": model.survey_year - records["age"],
             "state": records["state"], "region": records["region"], "edu_level": records["edu_level"],
-            "weight": records["weight"]})
+            "weight": records["weight"], "rac1p": records["rac1p"], "transported": records["transported"],
+            "donor_state": records["donor_state"]})
         clock.lap("records")
-        table["exp_year"] = model.experience.draw(table["gender"], table["age"], table["edu_level"],
+        table["exp_year"] = model.experience.draw(table["gender"], table["race"], table["age"], table["edu_level"],
                                                   keyed_uniforms(ids, seed, "exp_year"))
         clock.lap("experience")
         table["first_name"] = first_names(model.survey_year).draw(table["gender"], table["birth_year"],
@@ -168,18 +234,25 @@ class PopResumePopulation:
         clock.lap("names")
         table = add_groupings(table, model.survey_year)
         clock.lap("groupings")
-        notes = [] if self.pums_path else [BUNDLED_NOTE]
+        notes = [f"population.source: {model.source}"]
+        if model.transport is not None:
+            notes += [transport_note(row) for row in model.transport.to_dict("records")]
+        elif self.pums_path is None:
+            notes.append(BUNDLED_NOTE)
+        table3 = table3_label(occupation.occp, len(table), model.survey_year, self.n)
+        notes.append(f"population.table3: {table3}")
         if model.dropped_below_hs:
             notes.append(f"{model.dropped_below_hs} PUMS records of OCCP {occupation.occp} below high school "
                          "dropped (population.below_hs=drop: not one of the seven resume education levels)")
         artifacts: dict[str, Any] = {}
         if self.diagnostics:
-            from popfair.population.diagnostics import population_artifacts  # noqa: PLC0415 (matplotlib)
+            from popfair.population.diagnostics import population_artifacts
             artifacts = population_artifacts(table, model, occupation)
         clock.lap("diagnostics")
         self.timings = clock.laps
         return Profiles(table=table, roles=roles_for(protected), jobs={occupation.key: occupation.job},
-                        notes=notes, artifacts=artifacts)
+                        notes=notes, artifacts=artifacts,
+                        tags={"population.source": model.source, "population.table3": table3})
 
     def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame:
         """The same applicants under interventions on X (common random numbers).
@@ -216,7 +289,7 @@ class PopResumePopulation:
         # abduction: the noise of every endogenous variable, consistent with the factual row
         u_state = model.state.abduct(factual, keyed_uniforms(ids, seed, "cf_state"))
         u_edu = model.education.abduct(factual, keyed_uniforms(ids, seed, "cf_edu_level"))
-        u_exp = model.experience.abduct(factual["gender"], factual["age"], factual["edu_level"],
+        u_exp = model.experience.abduct(factual["gender"], factual["race"], factual["age"], factual["edu_level"],
                                         factual["exp_year"], keyed_uniforms(ids, seed, "cf_exp_year"))
         u_first = first.abduct(factual["gender"], factual["birth_year"], factual["first_name"],
                                keyed_uniforms(ids, seed, "cf_first_name"))
@@ -231,12 +304,32 @@ class PopResumePopulation:
         world_b = factual.assign(**{x: x_b}, state=out["state"], region=out["region"])
         edu = model.education.draw(world_b, u_edu)
         out["edu_level"] = edu
-        out["exp_year"] = model.experience.draw(world_b["gender"], world_b["age"], edu, u_exp)
+        out["exp_year"] = model.experience.draw(world_b["gender"], world_b["race"], world_b["age"], edu, u_exp)
         out[x] = x_y
         grouped = add_groupings(out[["first_name", "surname", "edu_level"]], model.survey_year)
         for column in grouped.columns.drop(["first_name", "surname", "edu_level"]):
             out[column] = grouped[column]
         return out
+
+
+def transport_note(row: dict[str, Any]) -> str:
+    return (f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
+            f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
+            f"drawn from {row['donor_records']} records of {row['donor_policy']} donors [{row['donor_states']}] "
+            f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
+            f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
+            f"-> {100 * row['hispanic_share_transported']:.1f}% transported)")
+
+
+def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:
+    """Whether the applicant count is the paper's Table 3 count for this occupation (an honest label)."""
+    paper = TABLE3.get(occp)
+    if paper is None:
+        return f"not in the paper ({count} applicants)"
+    if n is not None:
+        return f"resampled to n={n}; the paper has {paper} (ACS 2023, all records)"
+    verdict = "matches" if count == paper else "does not match"
+    return f"{verdict} the paper's Table 3: {count} applicants (ACS {survey_year}) vs {paper} (ACS 2023)"
 
 
 def roles_for(protected: ProtectedAttribute) -> Roles:

@@ -1,7 +1,12 @@
 """Render stage interface: turn one applicant profile into the document a screener sees."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+import gc
+import multiprocessing as mp
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -21,20 +26,86 @@ class Renderer(Protocol):
 
 
 def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
-               progress: bool = True) -> list[Document]:
+               progress: bool = True, processes: int | None = None) -> list[Document]:
     """Render every row of a profile table, in order, with a progress bar. A renderer may define
-    `check_profiles(table)` to reject the table before any document is rendered."""
+    `check_profiles(table)` to reject the table before any document is rendered.
+
+    A large table is split across `processes` forked worker processes (default: the CPUs this
+    process may use). "Large" is the renderer's `rows_per_process` (class attribute: about a
+    quarter second of work: 5,000 text resumes, 32 PNG pages); renderers without it, small
+    tables and platforms without fork render in this process. Workers return the documents
+    without their profile rows, which stay here: the result is identical to rendering serially.
+
+    A renderer is deterministic given the row, so rows identical in every column are rendered
+    once; only an applicant's rows can be identical (its counterfactual worlds that do not change
+    B or R, its own world and its factual row), so tables of distinct applicant_ids skip the check."""
     check = getattr(renderer, "check_profiles", None)
     if check is not None:
         check(table)
-    rows: Sequence[dict[str, Any]] = table.to_dict("records")
-    return [renderer.render(row, jobs[row["job_id"]])
-            for row in tqdm(rows, desc="render", unit="doc", disable=not progress, leave=False)]
+    if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
+        group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
+        first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
+        distinct = _render_records(renderer, profile_records(table.iloc[first]), jobs, progress, processes)
+        return [distinct[g] for g in group]
+    return _render_records(renderer, profile_records(table), jobs, progress, processes)
+
+
+def _render_records(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool,
+                    processes: int | None) -> list[Document]:
+    chunk = getattr(renderer, "rows_per_process", None)
+    if processes is None:
+        processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:
+        if chunk is None or processes < 2 or len(rows) < 2 * chunk or "fork" not in mp.get_all_start_methods():
+            documents = []
+            for row in rows:
+                documents.append(renderer.render(row, jobs[row["job_id"]]))
+                bar.update()
+            return documents
+        return _render_forked(renderer, rows, jobs, processes, chunk, bar)
+
+
+# What forked render workers read (set just before the fork, so nothing is pickled to them).
+_FORKED: tuple[Renderer, list[dict[str, Any]], Mapping[str, Job]] | None = None
+
+
+def _render_rows(span: tuple[int, int]) -> list[Document]:
+    renderer, rows, jobs = _FORKED  # type: ignore[misc]
+    # the profile row is not sent back: the parent holds the same row
+    return [replace(renderer.render(row, jobs[row["job_id"]]), profile=None) for row in rows[span[0]:span[1]]]
+
+
+def _render_forked(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], processes: int,
+                   chunk: int, bar: tqdm) -> list[Document]:
+    global _FORKED
+    step = max(1, min(chunk, -(-len(rows) // (4 * processes))))  # a few spans per worker: even finish
+    spans = [(start, min(start + step, len(rows))) for start in range(0, len(rows), step)]
+    _FORKED = (renderer, rows, jobs)
+    gc.freeze()  # the workers' garbage collector then leaves inherited objects (and their pages) alone
+    try:
+        with mp.get_context("fork").Pool(min(processes, len(spans))) as pool:
+            gc.unfreeze()
+            documents = []
+            for (start, _), done in zip(spans, pool.imap(_render_rows, spans)):
+                documents += [replace(doc, profile=row) for doc, row in zip(done, rows[start:])]
+                bar.update(len(done))
+    finally:
+        gc.unfreeze()
+        _FORKED = None
+    return documents
+
+
+def profile_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of `table` as dicts of Python scalars, like `table.to_dict("records")` but column
+    by column (`tolist`), which is several times faster on Arrow-backed string columns."""
+    columns = list(table.columns)
+    values = [table[c].tolist() for c in table.columns]
+    return [dict(zip(columns, row)) for row in zip(*values)]
 
 
 def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS) -> dict[str, str | bytes]:
     """k documents spread evenly over the run, as MLflow artifacts under samples/: the text
-    (.txt, or .json for JSON documents) and, for image documents, the PNG."""
+    (.txt, or .json for JSON documents) and, for image and PDF documents, the PNG or PDF."""
     if not documents or k <= 0:
         return {}
     picks = sorted(set(np.linspace(0, len(documents) - 1, num=min(k, len(documents))).round().astype(int)))
@@ -45,4 +116,6 @@ def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS)
         artifacts[stem + (".json" if doc.kind == "json" else ".txt")] = doc.text
         if doc.image_png is not None:
             artifacts[stem + ".png"] = doc.image_png
+        if doc.pdf is not None:
+            artifacts[stem + ".pdf"] = doc.pdf
     return artifacts

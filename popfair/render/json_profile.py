@@ -19,7 +19,8 @@ a pair produce byte-identical documents except for the name.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from popfair.errors import DataError
 from popfair.types import Document, Job
@@ -38,7 +39,7 @@ class JsonRenderer:
         missing = [f for f in REQUIRED_FIELDS if f not in profile]
         if missing:
             raise DataError(f"renderer=json: profile lacks fields {missing}; the JSON profile needs "
-                            f"{list(REQUIRED_FIELDS)} (use population=paired_race or paired_gender)")
+                            f"{list(REQUIRED_FIELDS)} (use experiment=paired_race or paired_gender)")
         metro = profile.get("metro")
         city = str(metro).split(",")[0].split("-")[0].strip() if isinstance(metro, str) and metro else None
         history = []

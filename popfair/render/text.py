@@ -12,14 +12,14 @@ state, the number of roles and education entries, their seniority, years and deg
 """
 from __future__ import annotations
 
-import random
 import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from functools import lru_cache
+from typing import Any
 
 from popfair.errors import DataError, require
-from popfair.render.content import (EDU_LEVELS, MAX_ROLES, SENIORITY, ResumePools, applicant_stream, cities_by_state,
-                                    school_pools)
+from popfair.render.content import EDU_LEVELS, MAX_ROLES, ResumePools, applicant_stream, cities_by_state, school_pools
 from popfair.types import Document, Job
 
 # Survey year when a profile has no birth_year; otherwise survey year = birth_year + age (the
@@ -30,6 +30,7 @@ COMPLETION_AGE = {"hs_ged": 18, "some_college": 20, "associate": 20, "bachelor":
                   "master": 24, "professional": 25, "doctorate": 27}
 GRADUATE_LEVELS = ("master", "professional", "doctorate")
 BACHELOR_MIN_AGE = 20  # a bachelor's before a graduate degree is never dated before this age
+SCHOOL_KINDS = ("high_school", "community_college", "university", "graduate")  # one school draw each, in this order
 SCHOOL_LEVEL = {"hs_ged": "high_school", "some_college": "community_college",
                 "associate": "community_college", "bachelor": "university", "master": "graduate",
                 "professional": "graduate", "doctorate": "graduate"}
@@ -87,17 +88,20 @@ def education_years(edu_level: str, birth_year: int, age: int) -> list[tuple[str
     return [("bachelor", bachelor_year), (edu_level, final_year)]
 
 
-def _draw(rng: random.Random, pool: tuple[str, ...], k: int) -> list[str]:
+def _draw(uniform: Callable[[], float], pool: tuple[str, ...], k: int) -> list[str]:
     """The first k items of a random permutation of `pool` (partial Fisher-Yates, k draws of
-    rng.random()): a fixed number of draws, and item i does not depend on k."""
+    `uniform()`, a stream's `random.Random.random`): a fixed number of draws, and item i does not
+    depend on k."""
     items = list(pool)
     n = len(items)
     for i in range(k):
-        j = i + int(rng.random() * (n - i))
+        j = i + int(uniform() * (n - i))
         items[i], items[j] = items[j], items[i]
-    return items[:k]
+    del items[k:]
+    return items
 
 
+@lru_cache(maxsize=65536)  # names repeat across applicants: normalise each once
 def _ascii_letters(name: str) -> str:
     plain = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
     return "".join(ch for ch in plain.lower() if ch.isalpha())
@@ -188,38 +192,35 @@ class ResumeBuilder:
         if state not in self.cities:
             raise DataError(f"profile {applicant_id}: state {state!r} is not a USPS code in "
                             f"data/resume/cities.csv ({sorted(self.cities)})")
-        rng = applicant_stream(applicant_id, self.seed)
-        pools = self.pools
+        uniform = applicant_stream(applicant_id, self.seed).random
+        pools, per_role = self.pools, self.bullets_per_role
 
         # contact: fixed number of draws
-        city, area_code = self.cities[state][int(rng.random() * len(self.cities[state]))]
-        phone = f"({area_code}) 555-01{int(rng.random() * 100):02d}"
-        pattern = EMAIL_PATTERNS[int(rng.random() * len(EMAIL_PATTERNS))]
+        cities = self.cities[state]
+        city, area_code = cities[int(uniform() * len(cities))]
+        phone = f"({area_code}) 555-01{int(uniform() * 100):02d}"
+        pattern = EMAIL_PATTERNS[int(uniform() * len(EMAIL_PATTERNS))]
         first_key, last_key = _ascii_letters(first) or "applicant", _ascii_letters(last) or "resume"
         email = pattern.format(first=first_key, last=last_key, f=first_key[0]) + "@" + self.email_domain
         location = f"{city}, {state}"
 
         # draws from every pool, in a fixed order and number whatever the profile
-        skills = _draw(rng, pools.skills, self.n_skills)
-        employers = _draw(rng, pools.employers, MAX_ROLES)
-        titles = {level: _draw(rng, pools.titles[level], min(2, len(pools.titles[level])))
-                  for level in SENIORITY}
-        bullets = {level: _draw(rng, pools.bullets[level], 2 * self.bullets_per_role) for level in SENIORITY}
-        school_draw = {level: rng.random() for level in ("high_school", "community_college",
-                                                         "university", "graduate")}
-        credential_draw = {level: rng.random() for level in EDU_LEVELS}
+        skills = _draw(uniform, pools.skills, self.n_skills)
+        employers = _draw(uniform, pools.employers, MAX_ROLES)
+        titles = {level: _draw(uniform, pool, min(2, len(pool))) for level, pool in pools.titles.items()}
+        bullets = {level: _draw(uniform, pool, 2 * per_role) for level, pool in pools.bullets.items()}
+        school_draw = {level: uniform() for level in SCHOOL_KINDS}
+        credential_draw = {level: uniform() for level in EDU_LEVELS}
 
         schooling = education_years(edu_level, birth_year, age)
         periods = role_periods(exp_year, survey_year=birth_year + age, education_end=schooling[-1][1])
         seniorities = SENIORITY_BY_ROLES[len(periods)]
-        seen = {level: 0 for level in seniorities}
         roles = []
         for i, ((start, end), level) in enumerate(zip(periods, seniorities)):
-            k = seen[level]
-            seen[level] += 1
-            chosen = bullets[level][k * self.bullets_per_role:(k + 1) * self.bullets_per_role]
-            roles.append(Role(title=titles[level][k % len(titles[level])], employer=employers[i],
-                              start=start, end=end, bullets=tuple(chosen)))
+            k = i - seniorities.index(level)  # earlier roles at this level (levels are contiguous)
+            level_titles = titles[level]
+            roles.append(Role(title=level_titles[k % len(level_titles)], employer=employers[i], start=start, end=end,
+                              bullets=tuple(bullets[level][k * per_role:(k + 1) * per_role])))
 
         education = []
         for level, year in schooling:
@@ -251,6 +252,7 @@ class TextRenderer:
     profile and seed."""
 
     kind = "text"
+    rows_per_process = 5_000  # render_all forks workers for tables of twice this (about 0.25 s of work each)
 
     def __init__(self, pools: Mapping[str, Any] | None = None, seed: int = 0, n_skills: int = 8,
                  bullets_per_role: int = 3, email_domain: str = "example.com") -> None:

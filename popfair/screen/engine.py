@@ -9,15 +9,17 @@ import logging
 import math
 import random
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tqdm.auto import tqdm
 
 from popfair.errors import require, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
+from popfair.screen.claims import CacheThread, ClaimBroker
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.prompts import ChatPrompt
@@ -43,9 +45,11 @@ class EngineSettings:
     retry_after_max_s: float = 300.0          # longest Retry-After honoured
     adaptive: bool = True                     # halve concurrency on bursts of 429s, regrow on success
     progress: bool = True                     # tqdm bar on stderr
+    claim_lease_s: float = 60.0               # a claimed call is ours this long unless renewed (heartbeat)
+    claim_poll_s: float = 0.5                 # how often a call another worker holds is looked up
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> "EngineSettings":
+    def from_config(cls, config: Mapping[str, Any] | None) -> EngineSettings:
         settings = settings_from_config(cls, config, "screener.engine")
         require(isinstance(settings.concurrency, int) and settings.concurrency >= 1,
                 "screener.engine.concurrency", f"must be an integer >= 1, got {settings.concurrency!r}")
@@ -57,6 +61,8 @@ class EngineSettings:
                 "screener.engine.max_attempts", f"must be an integer >= 1, got {settings.max_attempts!r}")
         for key in ("backoff_initial_s", "backoff_max_s", "backoff_jitter_s", "retry_after_max_s"):
             require(getattr(settings, key) >= 0, f"screener.engine.{key}", "must be >= 0")
+        for key in ("claim_lease_s", "claim_poll_s"):
+            require(getattr(settings, key) > 0, f"screener.engine.{key}", f"must be > 0, got {getattr(settings, key)!r}")
         return settings
 
 
@@ -83,7 +89,7 @@ class Answer:
     cached: bool = False
 
     @classmethod
-    def from_cache(cls, cached: CachedAnswer, *, paid_now: bool = False) -> "Answer":
+    def from_cache(cls, cached: CachedAnswer, *, paid_now: bool = False) -> Answer:
         return cls(raw=cached.raw, value=cached.value, error=cached.parse_error,
                    input_tokens=cached.input_tokens, output_tokens=cached.output_tokens,
                    cost_usd=cached.cost_usd if paid_now else 0.0, cached=not paid_now)
@@ -101,6 +107,8 @@ class EngineStats:
     output_tokens: int = 0
     cost_usd: float = 0.0
     min_concurrency: int = 0   # lowest adaptive concurrency reached
+    waited: int = 0            # unique calls another worker (process, machine) answered while this one waited
+    taken_over: int = 0        # calls claimed from a worker whose lease had run out (it died)
     wall_s: float = 0.0
 
     def as_metrics(self, prefix: str = "screen.") -> dict[str, float]:
@@ -218,6 +226,8 @@ class Engine:
     budget_usd: float | None = None
     key_hint: str = ""            # e.g. "check OPENAI_API_KEY" for auth failures
     stats: EngineStats = field(default_factory=EngineStats)
+    max_calls: int | None = None  # call budget: requests started in this run (retries not counted)
+    parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer  # raw text -> y
 
     def run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
         """Answer every call (key -> Answer); never raises for a single call's failure."""
@@ -232,30 +242,39 @@ class Engine:
         self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
         self._budget = Budget(self.budget_usd)
         self._stop_reason: str | None = None
+        self._budget_reason: str | None = None
+        self._calls_started = 0
         self._stop, self._retry_on = stop_after_attempt(s.max_attempts), retry_if_exception_type(TransientError)
         self._bar = tqdm(total=rows_total, initial=rows_done, desc=desc, unit="row", dynamic_ncols=True,
                          disable=not s.progress, mininterval=0.5, smoothing=0.1)
         self._failed_rows = 0
         self._last_postfix = 0.0
         answers: dict[str, Answer] = {}
-        pending = iter(calls)
         started = time.perf_counter()
+        self._db = CacheThread(self.cache)
+        broker = ClaimBroker(self._db, calls, lambda call: call.key, lease_s=s.claim_lease_s,
+                             poll_s=s.claim_poll_s, chunk=s.concurrency)
 
         async def worker() -> None:
-            for call in pending:  # shared iterator: each call is taken by exactly one worker
-                answer = await self._answer(call)
+            while (item := await broker.next()) is not None:
+                call, elsewhere = item
+                answer = Answer.from_cache(elsewhere) if elsewhere else await self._answer(call, broker)
                 answers[call.key] = answer
                 self._progress(call, answer)
 
         await self.provider.start()
         try:
-            # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
-            workers = min(len(calls), max(4, 4 * s.concurrency))
-            await asyncio.gather(*(worker() for _ in range(workers)))
+            async with broker:
+                # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
+                workers = min(len(calls), max(4, 4 * s.concurrency))
+                await asyncio.gather(*(worker() for _ in range(workers)))
         finally:
             await self.provider.stop()
+            self._db.close()
             self._bar.close()
             self.stats.min_concurrency = self._limit.lowest
+            self.stats.waited += broker.waited
+            self.stats.taken_over += broker.taken_over
             self.stats.wall_s += time.perf_counter() - started
         return answers
 
@@ -282,24 +301,38 @@ class Engine:
         exponential = min(s.backoff_initial_s * 2 ** (state.attempt_number - 1), s.backoff_max_s)
         return exponential + random.uniform(0, s.backoff_jitter_s)
 
-    async def _answer(self, call: Call) -> Answer:
-        if self._stop_reason:
-            return Answer(raw=None, value=None, error=self._stop_reason)
+    async def _answer(self, call: Call, broker: ClaimBroker[Call]) -> Answer:
+        """Send one claimed call and store its answer; a call that gets none is released."""
+        answer = await self._send_and_store(call)
+        if answer.raw is None:
+            await broker.release(call)
+        return answer
+
+    async def _send_and_store(self, call: Call) -> Answer:
+        # a rejected key stops everything, retries in flight included; an exhausted budget only stops
+        # new calls (the calls already started were within it and finish)
+        if self._stop_reason or self._budget_reason:
+            return Answer(raw=None, value=None, error=self._stop_reason or self._budget_reason)
+        if self.max_calls is not None and self._calls_started >= self.max_calls:
+            self._budget_reason = f"call budget exhausted: max_calls={self.max_calls} reached; not sent"
+            log.warning("%s; remaining rows are recorded as failures", self._budget_reason)
+            return Answer(raw=None, value=None, error=self._budget_reason)
         worst_case = self.price.cost(call.input_tokens_estimate, self.provider.generation.max_tokens)
         if not self._budget.try_reserve(worst_case):
-            self._stop_reason = (f"budget exhausted: max_cost_usd={self.budget_usd} reached "
-                                 f"(spent ${self._budget.spent:.4f}); not sent")
-            log.warning("%s; remaining rows are recorded as failures", self._stop_reason)
-            return Answer(raw=None, value=None, error=self._stop_reason)
+            self._budget_reason = (f"budget exhausted: max_cost_usd={self.budget_usd} reached "
+                                   f"(spent ${self._budget.spent:.4f}); not sent")
+            log.warning("%s; remaining rows are recorded as failures", self._budget_reason)
+            return Answer(raw=None, value=None, error=self._budget_reason)
+        self._calls_started += 1
         actual = 0.0
         try:
             completion, latency = await self._send_with_retries(call)
             actual = self.price.cost(completion.input_tokens, completion.output_tokens)
-            value, parse_error = parse_answer(completion.text, self.outcome)
+            value, parse_error = self.parse(completion.text, self.outcome)
             stored = CachedAnswer(raw=completion.text, value=value, parse_error=parse_error,
                                   input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                                   cost_usd=actual, latency_s=latency, created_at=time.time())
-            self.cache.put(call.key, self.provider.kind, self.provider.model, stored)
+            await self._db(self.cache.put, call.key, self.provider.kind, self.provider.model, stored)
             st = self.stats
             st.answered += 1
             st.input_tokens += completion.input_tokens

@@ -7,12 +7,14 @@ import logging
 import os
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from popfair.errors import ConfigError, DataError, require
-from popfair.screen.cache import open_cache
+from popfair.screen.cache import CachedAnswer, open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
+from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price, estimate_input_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet
 from popfair.screen.providers import PROVIDER_KINDS, Generation, make_provider
@@ -79,7 +81,7 @@ class LLMScreener:
                  release_date: str | None = None, reasoning: bool = False, vision: bool = False,
                  generation: Mapping[str, Any] | None = None, price: Mapping[str, Any] | None = None,
                  prompts: Mapping[str, str] | None = None, engine: Mapping[str, Any] | None = None,
-                 cache_dir: str = ".popfair_cache", max_cost_usd: float | None = None,
+                 cache_dir: str = ".popfair_cache", cache_url: str | None = None, max_cost_usd: float | None = None,
                  mode: str = "online", batch: Mapping[str, Any] | None = None,
                  expected_output_tokens: int = 4, require_key: bool = True, route: str | None = None,
                  routes: Mapping[str, Mapping[str, Any]] | None = None,
@@ -136,7 +138,7 @@ class LLMScreener:
                                       reasoning=self.reasoning, api_key=api_key, base_url=base_url,
                                       region=region, timeout_s=self.settings.timeout_s,
                                       concurrency=self.settings.concurrency)
-        self.cache = open_cache(cache_dir)
+        self.cache = open_cache(cache_url or cache_dir)
         self.last_stats: dict[str, float] = {}
 
     def __repr__(self) -> str:  # never shows the key
@@ -190,7 +192,8 @@ class LLMScreener:
             raise MissingSecretError(f"screener.api_key_env: {self.name} was built without its key (dry run); "
                                      f"set environment variable {self.api_key_env} to screen")
         keys, prompts = self._prompts(jobs, documents, outcome)
-        answers: dict[str, Answer] = {k: Answer.from_cache(c) for k, c in self.cache.get_many(prompts).items()}
+        answers: dict[str, Answer] = {k: self._cached_answer(c, outcome)
+                                      for k, c in self.cache.get_many(prompts).items()}
         todo = self._todo(keys, prompts, answers)
         stats = EngineStats()
         if todo:
@@ -204,7 +207,8 @@ class LLMScreener:
             else:
                 engine = Engine(self.settings, self.provider, self.cache, self.price, outcome,
                                 budget_usd=self.max_cost_usd, stats=stats,
-                                key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials")
+                                key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials",
+                                max_calls=self.max_calls, parse=self.parse_answer)
                 answers.update(engine.run(todo, len(documents), cached_rows, desc))
         results, charged = [], set()
         for document, key in zip(documents, keys):
@@ -218,6 +222,16 @@ class LLMScreener:
                 cost_usd=answer.cost_usd if first else 0.0, cached=answer.cached or not first))
         self._summarise(results, stats, len(todo))
         return results
+
+    # --- hooks a screener of another kind of endpoint replaces (screen/http_endpoint.py) --------
+    max_calls: int | None = None  # requests one case may send; null = no cap
+
+    def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
+        """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""
+        return parse_answer(raw, outcome)
+
+    def _cached_answer(self, cached: CachedAnswer, outcome: Outcome) -> Answer:
+        return Answer.from_cache(cached)
 
     def _summarise(self, results: list[ScreenResult], stats: EngineStats, asked: int) -> None:
         n = len(results)

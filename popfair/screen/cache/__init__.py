@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from popfair.screen.cache.base import BatchRecord, CachedAnswer, ResponseCache
+from popfair.screen.cache.base import TABLES, BatchRecord, CachedAnswer, ResponseCache
 from popfair.screen.cache.sqlite import CACHE_FILE, SqliteCache
 
 __all__ = [
     "CACHE_FILE",
+    "TABLES",
     "BatchRecord",
     "CachedAnswer",
     "ResponseCache",

@@ -37,7 +37,13 @@ BATCHES = Table(
     Column("keys", Text, nullable=False), Column("submitted_at", Float, nullable=False),
     Column("finished_at", Float))
 
-TABLES = {table.name: table for table in (RESPONSES, BATCHES)}
+# Claims: who is asking for a key right now, until when. Not copied between caches (they are live state).
+CLAIMS = Table(
+    "claims", METADATA,
+    Column("key", Text, primary_key=True), Column("owner", Text, nullable=False),
+    Column("expires_at", Float, nullable=False))
+
+TABLES = {table.name: table for table in (RESPONSES, BATCHES)}  # what a copy/migration carries
 ANSWER_COLUMNS = ("raw", "value", "parse_error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
                   "created_at")
 
@@ -78,11 +84,26 @@ class ResponseCache(ABC):
 
     @abstractmethod
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
-        """Store one answer and commit at once (a kill after this returns loses nothing)."""
+        """Store one answer and drop its claim, in one commit (a kill after this returns loses nothing)."""
 
     @abstractmethod
     def count(self) -> int:
         """Number of stored answers."""
+
+    # --- claims: no answer paid twice across processes and machines ------------------------
+    @abstractmethod
+    def claim(self, keys: Sequence[str], owner: str, lease_s: float) -> tuple[list[str], int]:
+        """Claim the keys that have no answer and no live claim of another owner (an expired claim,
+        left by a worker that died, is taken over). Committed at once. Returns the keys `owner` now
+        holds (lease renewed) and how many of them were taken over from an expired claim."""
+
+    @abstractmethod
+    def renew(self, owner: str, lease_s: float) -> None:
+        """Extend every claim of `owner` to lease_s from now (the owner's heartbeat)."""
+
+    @abstractmethod
+    def release(self, owner: str, keys: Sequence[str] | None = None) -> None:
+        """Drop claims of `owner` (all of them when keys is None) so that others may ask."""
 
     # --- provider batches -------------------------------------------------------------------
     @abstractmethod

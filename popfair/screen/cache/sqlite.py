@@ -63,6 +63,45 @@ class SqliteCache(ResponseCache):
             "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (key, provider, model, answer.raw, answer.value, answer.parse_error, answer.input_tokens,
              answer.output_tokens, answer.cost_usd, answer.latency_s, answer.created_at))
+        self._db.execute("DELETE FROM claims WHERE key=?", (key,))
+        self._db.commit()
+
+    # --- claims -------------------------------------------------------------------------------
+    def claim(self, keys: Sequence[str], owner: str, lease_s: float) -> tuple[list[str], int]:
+        mine: list[str] = []
+        taken_over = 0
+        for start in range(0, len(keys), _CHUNK):
+            chunk = sorted(set(keys[start:start + _CHUNK]))
+            marks = ",".join("?" * len(chunk))
+            self._db.execute("BEGIN IMMEDIATE")  # one writer at a time: read-then-claim is atomic
+            try:
+                now = time.time()
+                taken_over += self._db.execute(
+                    f"SELECT COUNT(*) FROM claims WHERE key IN ({marks}) AND owner<>? AND expires_at<?",
+                    [*chunk, owner, now]).fetchone()[0]
+                self._db.executemany(
+                    "INSERT INTO claims (key, owner, expires_at) SELECT ?1, ?2, ?3"
+                    " WHERE NOT EXISTS (SELECT 1 FROM responses WHERE key=?1)"
+                    " ON CONFLICT(key) DO UPDATE SET owner=excluded.owner, expires_at=excluded.expires_at"
+                    " WHERE claims.expires_at<?4 OR claims.owner=excluded.owner",
+                    [(key, owner, now + lease_s, now) for key in chunk])
+                mine += [row[0] for row in self._db.execute(
+                    f"SELECT key FROM claims WHERE key IN ({marks}) AND owner=?", [*chunk, owner])]
+                self._db.commit()
+            except BaseException:
+                self._db.rollback()
+                raise
+        return mine, taken_over
+
+    def renew(self, owner: str, lease_s: float) -> None:
+        self._db.execute("UPDATE claims SET expires_at=? WHERE owner=?", (time.time() + lease_s, owner))
+        self._db.commit()
+
+    def release(self, owner: str, keys: Sequence[str] | None = None) -> None:
+        if keys is None:
+            self._db.execute("DELETE FROM claims WHERE owner=?", (owner,))
+        else:
+            self._db.executemany("DELETE FROM claims WHERE owner=? AND key=?", [(owner, k) for k in keys])
         self._db.commit()
 
     def count(self) -> int:

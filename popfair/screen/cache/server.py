@@ -1,0 +1,211 @@
+"""A response cache in a server database (PostgreSQL, through SQLAlchemy), shared by every process
+and machine of a sweep: `cache_url=postgresql+psycopg://user@host:5432/db`.
+
+Credentials come only from the environment: the URL must not hold a password (it would end up in the
+composed config, in MLflow params and in logs); libpq reads PGPASSWORD, PGPASSFILE / ~/.pgpass or a
+client certificate. The URL is only ever shown with the password hidden.
+Same tables as the SQLite cache (base.py). Claim expiry runs on the database server's clock, so
+machines whose clocks disagree still agree on when a lease has run out."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from tenacity import (
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from popfair.errors import ConfigError
+from popfair.screen.cache.base import (
+    ANSWER_COLUMNS,
+    METADATA,
+    TABLES,
+    BatchRecord,
+    CachedAnswer,
+    ResponseCache,
+)
+
+log = logging.getLogger("popfair.screen")
+T = TypeVar("T")
+_CHUNK = 10_000
+_NOW = "extract(epoch from clock_timestamp())"
+_RETRY_STATES = {"40P01", "40001"}  # deadlock detected, serialization failure: safe to run again
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in _RETRY_STATES
+
+
+_retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
+               wait=wait_random_exponential(0.01, 0.5), reraise=True)
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password hidden (for messages and logs)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable cache_url>"
+
+
+class ServerCache(ResponseCache):
+    """PostgreSQL-backed cache for sweeps across machines (see the module docstring)."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise ConfigError(f"cache_url: not a database URL: {safe_url(url)!r} "
+                              "(expected postgresql+psycopg://user@host:5432/dbname)") from None
+        self.location = parsed.render_as_string(hide_password=True)
+        if parsed.password is not None:
+            raise ConfigError(f"cache_url: {self.location} holds a password; remove it and set PGPASSWORD "
+                              "(or ~/.pgpass) in the environment instead, so it never reaches a config or log")
+        if parsed.get_backend_name() != "postgresql":
+            raise ConfigError(f"cache_url: {self.location}: only postgresql URLs are supported for a server "
+                              "cache (for SQLite, set cache_dir to a local folder and cache_url=null)")
+        try:
+            self._engine = create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
+            with self._engine.begin() as conn:
+                METADATA.create_all(conn, checkfirst=True)
+        except (NoSuchModuleError, ModuleNotFoundError) as exc:
+            raise ConfigError(f"cache_url: no driver for {self.location} ({exc}); "
+                              "pip install 'popfair[postgres]'") from None
+        except SQLAlchemyError as exc:
+            raise ConfigError(f"cache_url: cannot open the response cache at {self.location}: "
+                              f"{str(getattr(exc, 'orig', exc)).strip()}") from None
+        log.info("response cache: %s", self.location)
+
+    @_retry
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        """Run `work` in one transaction, committed on return (retried on deadlock)."""
+        with self._engine.begin() as conn:
+            return work(conn)
+
+    def _read(self, sql: str, **params: Any) -> list[Any]:
+        with self._engine.connect() as conn:
+            return list(conn.execute(text(sql), params))
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, CachedAnswer]:
+        unique = list(dict.fromkeys(keys))
+        found: dict[str, CachedAnswer] = {}
+        sql = text(f"SELECT key, {', '.join(ANSWER_COLUMNS)} FROM responses WHERE key = ANY(:keys)")
+        with self._engine.connect() as conn:
+            for start in range(0, len(unique), _CHUNK):
+                rows = conn.execute(sql, {"keys": unique[start:start + _CHUNK]})
+                found.update((row[0], CachedAnswer(*row[1:])) for row in rows)
+        return found
+
+    def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
+        columns = ", ".join(f"{c} = EXCLUDED.{c}" for c in ("provider", "model", *ANSWER_COLUMNS))
+        params = {"key": key, "provider": provider, "model": model,
+                  **{c: getattr(answer, c) for c in ANSWER_COLUMNS}}
+
+        def work(conn: Connection) -> None:
+            conn.execute(text("INSERT INTO responses VALUES (:key, :provider, :model, "
+                              f"{', '.join(':' + c for c in ANSWER_COLUMNS)}) "
+                              f"ON CONFLICT (key) DO UPDATE SET {columns}"), params)
+            conn.execute(text("DELETE FROM claims WHERE key = :key"), {"key": key})
+        self._write(work)
+
+    def count(self) -> int:
+        return int(self._read("SELECT COUNT(*) FROM responses")[0][0])
+
+    # --- claims -------------------------------------------------------------------------------
+    def claim(self, keys: Sequence[str], owner: str, lease_s: float) -> tuple[list[str], int]:
+        mine: list[str] = []
+        taken_over = 0
+        for start in range(0, len(keys), _CHUNK):
+            chunk = sorted(set(keys[start:start + _CHUNK]))  # one lock order for all workers: no deadlocks
+
+            def work(conn: Connection, chunk: list[str] = chunk) -> tuple[list[str], int]:
+                params = {"keys": chunk, "owner": owner, "lease": lease_s}
+                expired = conn.execute(text(
+                    f"SELECT COUNT(*) FROM claims WHERE key = ANY(:keys) AND owner <> :owner AND expires_at < {_NOW}"),
+                    params).scalar_one()
+                held = [row[0] for row in conn.execute(text(
+                    "INSERT INTO claims (key, owner, expires_at) "
+                    f"SELECT k, :owner, {_NOW} + :lease FROM unnest(CAST(:keys AS text[])) AS k "
+                    "WHERE NOT EXISTS (SELECT 1 FROM responses r WHERE r.key = k) ORDER BY k "
+                    "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
+                    f"WHERE claims.expires_at < {_NOW} OR claims.owner = EXCLUDED.owner RETURNING key"), params)]
+                # A worker that stored an answer after this statement's snapshot began has its claim row
+                # deleted, which the upsert then re-inserted: drop what is answered by now.
+                answered = {row[0] for row in conn.execute(text(
+                    "DELETE FROM claims c USING responses r WHERE c.key = r.key AND c.key = ANY(:held) "
+                    "AND c.owner = :owner RETURNING c.key"), {"held": held, "owner": owner})}
+                return [k for k in held if k not in answered], int(expired)
+            held, expired = self._write(work)
+            mine += held
+            taken_over += expired
+        return mine, taken_over
+
+    def renew(self, owner: str, lease_s: float) -> None:
+        self._write(lambda conn: conn.execute(text(
+            f"UPDATE claims SET expires_at = {_NOW} + :lease WHERE owner = :owner"),
+            {"lease": lease_s, "owner": owner}))
+
+    def release(self, owner: str, keys: Sequence[str] | None = None) -> None:
+        if keys is None:
+            self._write(lambda conn: conn.execute(text("DELETE FROM claims WHERE owner = :owner"),
+                                                  {"owner": owner}))
+        else:
+            self._write(lambda conn: conn.execute(
+                text("DELETE FROM claims WHERE owner = :owner AND key = ANY(:keys)"),
+                {"owner": owner, "keys": list(keys)}))
+
+    # --- provider batches -------------------------------------------------------------------
+    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str,
+                  keys: list[str]) -> None:
+        params = {"batch_id": batch_id, "provider": provider, "endpoint": endpoint, "model": model,
+                  "outcome": outcome, "keys": json.dumps(keys), "now": time.time()}
+        self._write(lambda conn: conn.execute(text(
+            "INSERT INTO batches VALUES (:batch_id, :provider, :endpoint, :model, :outcome, 'submitted', :keys,"
+            " :now, NULL) ON CONFLICT (batch_id) DO UPDATE SET provider = EXCLUDED.provider,"
+            " endpoint = EXCLUDED.endpoint, model = EXCLUDED.model, outcome = EXCLUDED.outcome,"
+            " status = EXCLUDED.status, keys = EXCLUDED.keys, submitted_at = EXCLUDED.submitted_at,"
+            " finished_at = NULL"), params))
+
+    def open_batches(self, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
+        rows = self._read(
+            "SELECT batch_id, provider, endpoint, model, outcome, status, keys FROM batches WHERE provider = :p"
+            " AND endpoint = :e AND model = :m AND finished_at IS NULL ORDER BY submitted_at",
+            p=provider, e=endpoint, m=model)
+        return [BatchRecord(*row[:6], keys=json.loads(row[6])) for row in rows]
+
+    def finish_batch(self, batch_id: str, status: str) -> None:
+        self._write(lambda conn: conn.execute(text(
+            "UPDATE batches SET status = :status, finished_at = :now WHERE batch_id = :batch_id"),
+            {"status": status, "now": time.time(), "batch_id": batch_id}))
+
+    # --- whole-table copy ---------------------------------------------------------------------
+    def rows(self, table: str, chunk: int = 10_000) -> Iterator[list[tuple]]:
+        with self._engine.connect() as conn:
+            result = conn.execution_options(stream_results=True, yield_per=chunk).execute(
+                TABLES[table].select().order_by(*TABLES[table].primary_key.columns))
+            for part in result.partitions(chunk):
+                yield [tuple(row) for row in part]
+
+    def insert_rows(self, table: str, rows: Sequence[tuple]) -> int:
+        from sqlalchemy.dialects.postgresql import insert
+
+        schema = TABLES[table]
+        names = [c.name for c in schema.columns]
+        statement = insert(schema).on_conflict_do_nothing().returning(schema.primary_key.columns[0])
+
+        def work(conn: Connection) -> int:
+            return sum(len(conn.execute(statement, [dict(zip(names, row)) for row in rows[i:i + 1000]]).all())
+                       for i in range(0, len(rows), 1000))
+        return self._write(work) if rows else 0

@@ -1,0 +1,131 @@
+"""The claim protocol: no answer is paid twice, across processes and machines sharing one cache.
+
+Before sending, a worker claims the call's key in the shared cache (a claim row: owner, lease expiry).
+A key that another live worker holds is not sent: this worker waits for its answer to appear in the
+cache. Claims are kept alive by a heartbeat; a worker that dies (even by `kill -9`) stops renewing,
+its leases run out and whoever is waiting takes the calls over. A call that ends as an API failure is
+released (not cached), so another worker or a rerun asks it again.
+
+All database work runs on one thread of its own, off the event loop, so a server round trip never
+stalls requests in flight (and a SQLite connection is only ever used by one thread at a time)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+from popfair.screen.cache import CachedAnswer, ResponseCache
+
+log = logging.getLogger("popfair.screen")
+T = TypeVar("T")
+C = TypeVar("C")
+
+
+def new_owner() -> str:
+    """Who holds a claim: host, process and a random part (one per engine run)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class CacheThread:
+    """Runs cache calls on one dedicated thread and awaits them."""
+
+    def __init__(self, cache: ResponseCache) -> None:
+        self.cache = cache
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="popfair-cache")
+
+    async def __call__(self, method: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, method, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class ClaimBroker(Generic[C]):
+    """Hands out, one at a time, the calls this worker may send (claimed) and the calls another
+    worker answered while this one waited. `key(call)` gives a call's cache key."""
+
+    def __init__(self, db: CacheThread, calls: Sequence[C], key: Callable[[C], str], *, lease_s: float,
+                 poll_s: float, chunk: int) -> None:
+        self.db, self.key = db, key
+        self.lease_s, self.poll_s, self.chunk = lease_s, poll_s, max(1, chunk)
+        self.owner = new_owner()
+        self.pending: deque[C] = deque(calls)
+        self.ready: deque[C] = deque()                       # claimed by us, not yet handed out
+        self.resolved: deque[tuple[C, CachedAnswer]] = deque()  # answered by another worker
+        self.waiting: dict[str, C] = {}                      # held by another worker
+        self.waited = self.taken_over = 0
+        self._lock = asyncio.Lock()
+        self._last_poll = time.monotonic()
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ClaimBroker[C]:
+        self._heartbeat = asyncio.create_task(self._renew_forever())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        await self.db(self.db.cache.release, self.owner, None)  # e.g. calls a budget stop left unsent
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.db(self.db.cache.renew, self.owner, self.lease_s)
+            except Exception:  # a missed heartbeat only risks a takeover; the next one may succeed
+                log.warning("could not renew response-cache claims", exc_info=True)
+
+    async def next(self) -> tuple[C, CachedAnswer | None] | None:
+        """(call, None): send it; (call, answer): another worker answered it; None: nothing left."""
+        async with self._lock:
+            while True:
+                if self.waiting and time.monotonic() - self._last_poll >= self.poll_s:
+                    await self._poll()
+                if self.resolved:
+                    return self.resolved.popleft()
+                if self.ready:
+                    return self.ready.popleft(), None
+                if self.pending:
+                    take = min(self.chunk, len(self.pending))
+                    await self._claim([self.pending.popleft() for _ in range(take)])
+                elif self.waiting:
+                    await asyncio.sleep(max(0.0, self._last_poll + self.poll_s - time.monotonic()))
+                    await self._poll()
+                else:
+                    return None
+
+    async def release(self, call: C) -> None:
+        """Give up a claimed call that got no answer (an API failure): others may ask it."""
+        await self.db(self.db.cache.release, self.owner, [self.key(call)])
+
+    async def _claim(self, calls: list[C]) -> None:
+        mine, taken_over = await self.db(self.db.cache.claim, [self.key(c) for c in calls], self.owner,
+                                         self.lease_s)
+        if taken_over:
+            log.warning("took over %d call(s) whose claim had expired (a worker died?)", taken_over)
+        self.taken_over += taken_over
+        held = set(mine)
+        others = [c for c in calls if self.key(c) not in held]
+        self.ready.extend(c for c in calls if self.key(c) in held)
+        if others:
+            found = await self.db(self.db.cache.get_many, [self.key(c) for c in others])
+            for call in others:
+                if self.key(call) in found:
+                    self.resolved.append((call, found[self.key(call)]))
+                    self.waited += 1
+                else:
+                    self.waiting[self.key(call)] = call
+
+    async def _poll(self) -> None:
+        """Collect answers that other workers stored; claim what they gave up or left expiring."""
+        self._last_poll = time.monotonic()
+        calls = list(self.waiting.values())
+        self.waiting.clear()
+        await self._claim(calls)
