@@ -50,7 +50,12 @@ FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "r
 PROPENSITIES = ("p_z", "p_rz", "p_brz")
 MU2_KEYS = (0, 1)                   # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
-CACHE_VERSION = "pse-tuning-v2"  # v2: 0/1 outcomes fit on the logit scale
+# 0/1 outcomes: the single split's fold assignment moves NIE and BIE about as much as the sample does
+# (nuisances of a weak binary signal differ from split to split), and the influence-function SE does
+# not see it: 0.88 of the SD, coverage 0.85-0.89 at n=3000. Averaging 5 splits and adding the
+# remaining spread to the variance (inference.mean_inference) restores it (benchmarks/coverage_pse.py).
+AUTO_SPLITS_BINARY = 5
+CACHE_VERSION = "pse-tuning-v1"
 _MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
 
 
@@ -99,7 +104,8 @@ class PseSettings:
     `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
 
     folds: int = 5                       # cross-fitting folds L
-    n_splits: int = 1                    # cross-fitting repeated on this many fold assignments (1: the paper's)
+    n_splits: int | None = None          # fold assignments cross-fit and averaged; None: 1 for scores (the
+                                         # paper's single split), AUTO_SPLITS_BINARY for 0/1 outcomes
     n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
     alpha: float = 0.05                  # 1 - CI level
@@ -127,8 +133,8 @@ class PseSettings:
         """ConfigError (or `exc`) naming the key and the allowed values."""
         checks = [
             (_is_int(self.folds) and self.folds >= 2, "folds", f"must be an integer >= 2, got {self.folds!r}"),
-            (_is_int(self.n_splits) and 1 <= self.n_splits <= 50, "n_splits",
-             f"must be an integer in [1, 50], got {self.n_splits!r}"),
+            (self.n_splits is None or (_is_int(self.n_splits) and 1 <= self.n_splits <= 50), "n_splits",
+             f"must be null (auto) or an integer in [1, 50], got {self.n_splits!r}"),
             (_is_int(self.n_bootstrap) and self.n_bootstrap >= 100, "n_bootstrap",
              f"must be an integer >= 100, got {self.n_bootstrap!r}"),
             (_is_int(self.seed), "seed", f"must be an integer, got {self.seed!r}"),
@@ -182,8 +188,9 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     design, n_excluded, notes = _Design.from_frame(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
                                                    cluster=settings.cluster,
                                                    max_categories=settings.max_categories)
+    n_splits = settings.n_splits or (AUTO_SPLITS_BINARY if design.binary else 1)
     fold_of = [_assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
-               for s in range(settings.n_splits)]
+               for s in range(n_splits)]
     timings["encode"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -280,7 +287,7 @@ class _Design:
 
     @property
     def binary(self) -> bool:
-        """A 0/1 outcome (callbacks): outcome regressions are fit as probabilities."""
+        """A 0/1 outcome (callbacks): cross-fitting is repeated (AUTO_SPLITS_BINARY)."""
         return bool(np.isin(self.y, (0.0, 1.0)).all())
 
     def features(self, name: str, a_value: int | None = None) -> np.ndarray:
@@ -348,23 +355,15 @@ def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple
 # XGBoost nuisances: tuning (cached) and cross-fitting
 
 
-# Objective per nuisance kind. "probability": outcome regressions of a 0/1 outcome (callbacks) and
-# of their [0, 1] pseudo-outcomes, fit on the logit scale (cross-entropy with soft labels) so the
-# predictions are probabilities; squared error on 0/1 data puts additive trees on the wrong scale.
-OBJECTIVES = {"classifier": "binary:logistic", "probability": "reg:logistic", "regressor": "reg:squarederror"}
-
-
 def _xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
     # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
-    return {"objective": OBJECTIVES[kind],
+    return {"objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
             "max_depth": int(depth), "reg_lambda": float(lam), "tree_method": "hist",
             "max_bin": settings.max_bin, "nthread": 1, "seed": settings.seed, "verbosity": 0}
 
 
-def _kind(name: str, binary_outcome: bool) -> str:
-    if name in PROPENSITIES:
-        return "classifier"
-    return "probability" if binary_outcome else "regressor"
+def _kind(name: str) -> str:
+    return "classifier" if name in PROPENSITIES else "regressor"
 
 
 @dataclass
@@ -469,14 +468,9 @@ def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, flo
     train, valid = np.flatnonzero(~valid_mask), np.flatnonzero(valid_mask)
     lo, hi = design.y.min(), design.y.max()
 
-<<<<<<< HEAD
-    def search(name: str, target: np.ndarray) -> tuple[dict[str, float], _Fit]:
-        return _search(design.features(name), target, _kind(name, design.binary), train, valid, settings)
-=======
     with closing(_Runner(settings.n_jobs)) as runner:
         def start(name: str, target: np.ndarray, ref: xgb.QuantileDMatrix | None = None):
             return _start_search(design.features(name), target, _kind(name), train, valid, settings, runner, ref)
->>>>>>> main
 
         out: dict[str, dict[str, float]] = {}
         mu3_search, _ = start("mu3", design.y)
@@ -535,15 +529,9 @@ def _fold_outcomes(design: _Design, fold_of: np.ndarray, fold: int, params: Mapp
     y = design.y
     lo, hi = y[train].min(), y[train].max()
 
-<<<<<<< HEAD
-    def fit(name: str, param_key: str, target: np.ndarray) -> _Fit:
-        return _fit(design.features(name)[train], target[train], _kind(name, design.binary), params[param_key],
-                    settings)
-=======
     def predict(model: _Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
         features = design.features(name, x_value)
         return np.clip(model.predict(features if rows is None else features[rows]), lo, hi)
->>>>>>> main
 
     mu3, _ = _fit(design.features("mu3")[train], y[train], "regressor", params["mu3"], settings)
     mu3_at = {v: predict(mu3, "mu3", v) for v in MU2_KEYS}

@@ -103,25 +103,27 @@ def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_
     interval with n-1 (G-1) df. p-values: normal (`reference="normal"`) or t reference. Returns the
     table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None.
 
-    Scores of several sample splits (a 3-D array, splits x units x columns: repeated cross-fitting)
-    give the mean over splits, with the split-to-split spread added to the variance as in
-    Chernozhukov et al. (2018, DML, section 3.4): se^2 = mean_s(se_s^2 + (theta_s - theta)^2), and
-    bootstrap replicates shared out among the splits so the percentile CI carries that spread too."""
+    Scores of several cross-fitting splits (a 3-D array, splits x units x columns) estimate the mean
+    over splits. Its variance is the influence-function part (from the split-averaged scores) plus
+    what is left of the split-to-split spread after averaging, var_s(theta_s) / S (repeated
+    cross-fitting as in Chernozhukov et al. 2018, section 3.4, which adds the whole spread to one
+    split's variance; the mean of S splits keeps 1/S of it). Bootstrap replicates carry that spread
+    too, each adding a randomly chosen split's deviation (theta_s - theta) / sqrt(S - 1)."""
     scores = np.asarray(scores, dtype=float)
     by_split = scores if scores.ndim == 3 else scores[None]
-    n = by_split.shape[1]
+    n_splits, n = by_split.shape[:2]
     n_clusters = None if cluster is None else int(cluster.max()) + 1
-    parts = [_unit_sums(split, cluster) for split in by_split]
-    thetas = np.array([p[0] for p in parts])
-    estimate = thetas.mean(axis=0)
-    se = np.sqrt(np.mean([p[1] ** 2 for p in parts], axis=0) + ((thetas - estimate) ** 2).mean(axis=0))
+    thetas = by_split.mean(axis=1)
+    estimate, se, sums, sizes = _unit_sums(by_split.mean(axis=0), cluster)
+    deviation = thetas - estimate
+    if n_splits > 1:
+        se = np.sqrt(se ** 2 + deviation.var(axis=0, ddof=1) / n_splits)
     df = (n_clusters or n) - 1
     if ci == "bootstrap":
-        shares = np.diff(np.linspace(0, n_bootstrap, len(by_split) + 1).round().astype(int))
-        boot = []
-        for (_, _, sums, sizes), size in zip(parts, shares):
-            boot.append(bootstrap_means(sums, sizes, int(size), rng))
-        lo, hi = percentile_ci(np.vstack(boot), alpha)
+        boot = bootstrap_means(sums, sizes, n_bootstrap, rng)
+        if n_splits > 1:
+            boot += deviation[rng.integers(n_splits, size=len(boot))] / np.sqrt(n_splits - 1)
+        lo, hi = percentile_ci(boot, alpha)
     elif ci == "t":
         half = stats.t.ppf(1 - alpha / 2, df=df) * se
         lo, hi = estimate - half, estimate + half
