@@ -6,12 +6,12 @@ Run from the repository root: python benchmarks/bench_engine.py [--calls 3000] [
 from __future__ import annotations
 
 import argparse
-from dataclasses import astuple
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import astuple
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

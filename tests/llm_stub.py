@@ -375,7 +375,7 @@ class StubServer:
         host, port = self.httpd.server_address
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> "StubServer":
+    def __enter__(self) -> StubServer:
         self.thread.start()
         return self
 

@@ -31,7 +31,7 @@ def _bin_dir() -> Path:
     except ImportError:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
         if not found:
-            raise RuntimeError("no PostgreSQL binaries: pip install pgserver (or apt-get install postgresql)")
+            raise RuntimeError("no PostgreSQL binaries: pip install pgserver (or apt-get install postgresql)") from None
         return Path(found[-1]).parent
 
 
@@ -123,5 +123,5 @@ def start_postgres(timeout_s: float = 60.0) -> PostgresServer:
         except psycopg.OperationalError:
             if process.poll() is not None or time.monotonic() > deadline:
                 server.stop()
-                raise RuntimeError(f"PostgreSQL did not start: {(data_dir / 'server.log').read_text()[-2000:]}")
+                raise RuntimeError(f"PostgreSQL did not start: {(data_dir / 'server.log').read_text()[-2000:]}") from None
             time.sleep(0.2)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from popfair.errors import MissingSecretError
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult

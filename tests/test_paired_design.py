@@ -156,7 +156,7 @@ def test_postings_csv_missing_columns_is_a_clear_error(tmp_path):
     path = tmp_path / "bad.csv"
     pd.DataFrame({"firm": ["Kroger"], "title": ["Sales Associate"], "city": ["Dallas"]}).to_csv(path, index=False)
     with pytest.raises(DataError, match=r"bad.csv.*lacks columns \['metro', 'state', 'post_date'\]"):
-        EntryLevelPostings(postings_csv=str(path)).postings
+        _ = EntryLevelPostings(postings_csv=str(path)).postings
     with pytest.raises(ConfigError, match="occupation.postings_csv: file not found"):
         EntryLevelPostings(postings_csv=str(tmp_path / "nope.csv"))
     with pytest.raises(ConfigError, match="occupation.n_postings"):
@@ -201,7 +201,7 @@ def test_json_documents_of_a_pair_differ_only_in_the_name(race_sample):
     parsed = [json.loads(d.text) for d in docs]
     assert set(parsed[0]) == {"name", "age", "location", "education", "employment_history"}
     assert len(parsed[0]["employment_history"]) == 2
-    for (a, b), (pa, pb) in zip(zip(docs[::2], docs[1::2]), zip(parsed[::2], parsed[1::2])):
+    for (a, _), (pa, pb) in zip(zip(docs[::2], docs[1::2]), zip(parsed[::2], parsed[1::2])):
         assert a.kind == "json" and pa["name"] != pb["name"]
         assert {**pa, "name": ""} == {**pb, "name": ""}
     # no group words outside firm names (a real KRW firm is "Stanley Black & Decker")

@@ -9,8 +9,7 @@ from scipy import stats
 
 from popfair.errors import DataError, EstimationError
 from popfair.estimate.paired import paired_gap
-from popfair.report.panel import (format_panel_table, panel_report, panel_row, panel_tables,
-                                  race_gender_correlation)
+from popfair.report.panel import format_panel_table, panel_report, panel_row, panel_tables, race_gender_correlation
 from tests.test_paired_gap import pairs_with_counts
 
 # (model, release date, race b, race c, gender b, gender c): counts chosen to span the significance levels

@@ -68,7 +68,7 @@ def test_expected_score_is_the_exact_mean_of_the_clipped_score():
     table = profile_table(30_000, seed=2)
     expected = screener.expected(table)
     for level, index in {"high": 102.0, "medium": 92.0, "low": -3.0}.items():
-        numeric, _ = integrate.quad(lambda e: np.clip(index + e, 0, 100) * stats.norm.pdf(e, 0, 8.0), -80, 80)
+        numeric, _ = integrate.quad(lambda e, index=index: np.clip(index + e, 0, 100) * stats.norm.pdf(e, 0, 8.0), -80, 80)
         assert expected[(table["edu_group"] == level).to_numpy()] == pytest.approx(numeric, abs=1e-6)
     y = np.array([r.value for r in screener.screen(JOBS, documents(table), "score")])
     assert y.min() == 0.0 and y.max() == 100.0  # clipping is in play

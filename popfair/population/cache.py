@@ -9,9 +9,10 @@ import hashlib
 import os
 import pickle
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -75,7 +75,7 @@ class GroupedCdf:
     entry_of: pd.Index       # group * len(vocabulary) + code -> entry position
 
     @classmethod
-    def build(cls, group: np.ndarray, names: np.ndarray | pd.Categorical, counts: np.ndarray) -> "GroupedCdf":
+    def build(cls, group: np.ndarray, names: np.ndarray | pd.Categorical, counts: np.ndarray) -> GroupedCdf:
         if isinstance(names, pd.Categorical):
             name_codes, vocabulary = names.codes.astype(np.int64), names.categories.astype(object)
         else:

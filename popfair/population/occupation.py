@@ -1,8 +1,9 @@
 """Occupations: the job a population audit screens applicants for (config group `occupation`)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from popfair.errors import require
 from popfair.types import Job

@@ -18,7 +18,8 @@ data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M publ
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -6,8 +6,8 @@ value v, the noise consistent with it is uniform on [F(v-), F(v)) ("abduction");
 noise under changed parents is the counterfactual, and under unchanged parents returns v exactly."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -85,7 +85,7 @@ class DiscreteConditional:
     @classmethod
     def fit(cls, data: pd.DataFrame, child: str, levels: Sequence[str],
             backoff: Sequence[Sequence[str]], parent_levels: dict[str, Sequence[str]],
-            weight: np.ndarray, alpha: float = 10.0) -> "DiscreteConditional":
+            weight: np.ndarray, alpha: float = 10.0) -> DiscreteConditional:
         """backoff: parent sets from finest (the conditioning set) to coarsest, each a subset of
         the one before; the empty set is appended."""
         parents = tuple(backoff[0])

@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -106,7 +107,7 @@ class ResumePools:
 
     @classmethod
     def from_config(cls, pools: Mapping[str, Any] | None, *, n_skills: int, bullets_per_role: int,
-                    key: str = "renderer.pools") -> "ResumePools":
+                    key: str = "renderer.pools") -> ResumePools:
         if not pools:
             raise ConfigError(f"{key}: resume renderers (text, image, image_photo) need content pools and "
                               "the chosen occupation has none (occupation.pools). Use occupation=nurse|teacher|"

@@ -19,7 +19,8 @@ a pair produce byte-identical documents except for the name.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from popfair.errors import DataError
 from popfair.types import Document, Job

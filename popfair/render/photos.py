@@ -14,8 +14,9 @@ One or more photos per cell; an applicant gets one photo of their cell, chosen b
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 from PIL import Image, UnidentifiedImageError

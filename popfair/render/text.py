@@ -13,13 +13,13 @@ state, the number of roles and education entries, their seniority, years and deg
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from popfair.errors import DataError, require
-from popfair.render.content import (EDU_LEVELS, MAX_ROLES, ResumePools, applicant_stream, cities_by_state,
-                                    school_pools)
+from popfair.render.content import EDU_LEVELS, MAX_ROLES, ResumePools, applicant_stream, cities_by_state, school_pools
 from popfair.types import Document, Job
 
 # Survey year when a profile has no birth_year; otherwise survey year = birth_year + age (the

@@ -8,8 +8,9 @@ sweep (one MLflow run per model x axis) can assemble the panel.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import matplotlib
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -21,7 +22,6 @@ import pandas as pd
 from popfair.errors import DataError, PopfairError
 from popfair.report import panel, patterns, plots
 from popfair.report.runs import effects_long, load_runs
-
 
 PAIRED_ESTIMATORS = {"paired_gap"}
 CASE_KEYS = ["occupation", "protected_attr", "format", "model"]

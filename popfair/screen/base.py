@@ -1,7 +1,8 @@
 """Screen stage interface: a screener reads (job, document) and answers a score or a callback."""
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 

@@ -10,8 +10,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from popfair.errors import require, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
@@ -36,7 +37,7 @@ class BatchSettings:
     completion_window: str = "24h"     # OpenAI batch completion window
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> "BatchSettings":
+    def from_config(cls, config: Mapping[str, Any] | None) -> BatchSettings:
         settings = settings_from_config(cls, config, "screener.batch")
         require(settings.poll_interval_s > 0, "screener.batch.poll_interval_s", "must be > 0")
         require(settings.max_wait_s is None or settings.max_wait_s > 0, "screener.batch.max_wait_s",

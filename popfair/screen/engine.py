@@ -9,9 +9,10 @@ import logging
 import math
 import random
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tqdm.auto import tqdm
@@ -48,7 +49,7 @@ class EngineSettings:
     claim_poll_s: float = 0.5                 # how often a call another worker holds is looked up
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> "EngineSettings":
+    def from_config(cls, config: Mapping[str, Any] | None) -> EngineSettings:
         settings = settings_from_config(cls, config, "screener.engine")
         require(isinstance(settings.concurrency, int) and settings.concurrency >= 1,
                 "screener.engine.concurrency", f"must be an integer >= 1, got {settings.concurrency!r}")
@@ -88,7 +89,7 @@ class Answer:
     cached: bool = False
 
     @classmethod
-    def from_cache(cls, cached: CachedAnswer, *, paid_now: bool = False) -> "Answer":
+    def from_cache(cls, cached: CachedAnswer, *, paid_now: bool = False) -> Answer:
         return cls(raw=cached.raw, value=cached.value, error=cached.parse_error,
                    input_tokens=cached.input_tokens, output_tokens=cached.output_tokens,
                    cost_usd=cached.cost_usd if paid_now else 0.0, cached=not paid_now)

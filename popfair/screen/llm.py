@@ -7,8 +7,9 @@ import logging
 import os
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from popfair.errors import ConfigError, DataError, require
 from popfair.screen.cache import CachedAnswer, open_cache

@@ -3,7 +3,7 @@ that their optional extra is installed, and picks the torch device."""
 from __future__ import annotations
 
 import importlib.util
-from typing import Mapping
+from collections.abc import Mapping
 
 from popfair.errors import ConfigError, require
 

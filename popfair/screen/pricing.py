@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from popfair.errors import require
 
@@ -21,7 +22,7 @@ class Price:
     batch_discount: float = 0.5
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None, key: str = "screener.price") -> "Price":
+    def from_config(cls, config: Mapping[str, Any] | None, key: str = "screener.price") -> Price:
         values = dict(config or {})
         unknown = set(values) - {"input_per_mtok", "output_per_mtok", "batch_discount"}
         require(not unknown, key, f"unknown keys {sorted(unknown)}; allowed: input_per_mtok, "

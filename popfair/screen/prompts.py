@@ -5,15 +5,15 @@ Each outcome has a system prompt and a user template. The user template may use 
 {document} becomes IMAGE_PLACEHOLDER and the PNG travels as an image part of the same message."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
-import popfair
 from popfair.errors import ConfigError, require
+from popfair.paths import CONF_DIR
 from popfair.types import Document, Job, Outcome
 
-PROMPT_DIR = Path(popfair.__file__).resolve().parents[1] / "conf" / "prompts"
+PROMPT_DIR = CONF_DIR / "prompts"
 DEFAULT_PROMPTS = {
     "callback_system": "callback_system.txt", "callback_user": "callback_user.txt",
     "score_system": "score_system.txt", "score_user": "score_user.txt",

@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from numbers import Real
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

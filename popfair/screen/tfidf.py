@@ -1,7 +1,7 @@
 """Lexical matcher: cosine similarity of TF-IDF vectors of job description and resume, x 100."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer

@@ -15,8 +15,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.sweep.state import (ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records,
-                                 sweep_grid)
+from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records, sweep_grid
 
 log = logging.getLogger("popfair")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 SWEEP_FILE = "popfair_sweep.json"
 CASES_DIR = "cases"
@@ -32,7 +33,7 @@ class SweepInfo:
         return path
 
     @classmethod
-    def read(cls, sweep_dir: str | Path) -> "SweepInfo | None":
+    def read(cls, sweep_dir: str | Path) -> SweepInfo | None:
         path = Path(sweep_dir) / SWEEP_FILE
         if not path.exists():
             return None

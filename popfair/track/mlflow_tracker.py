@@ -5,8 +5,9 @@ import contextlib
 import math
 import subprocess
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -62,7 +63,7 @@ class MlflowTracker:
 
     @contextlib.contextmanager
     def run(self, run_name: str | None, tags: Mapping[str, str] | None = None,
-            parent_run_id: str | None = None) -> Iterator["RunLogger"]:
+            parent_run_id: str | None = None) -> Iterator[RunLogger]:
         """Start a run (nested under `parent_run_id` if given); end it FAILED on an exception."""
         if not self.enabled:
             yield RunLogger(None)

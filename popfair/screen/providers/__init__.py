@@ -1,8 +1,14 @@
 """Provider adapters: turn a ChatPrompt into one provider's request body and send it via its SDK."""
 from __future__ import annotations
 
-from popfair.screen.providers.base import (PROVIDER_KINDS, Completion, Generation, PermanentError,
-                                           Provider, TransientError)
+from popfair.screen.providers.base import (
+    PROVIDER_KINDS,
+    Completion,
+    Generation,
+    PermanentError,
+    Provider,
+    TransientError,
+)
 
 
 def make_provider(kind: str, **kwargs) -> Provider:

@@ -1,14 +1,15 @@
 """What every provider adapter shares: generation settings, results, error classes, cache keys."""
 from __future__ import annotations
 
-import email.utils
 import base64
+import email.utils
 import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
 
@@ -135,7 +136,7 @@ class Provider(ABC):
             digest.update(part)
         return digest.hexdigest()
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # noqa: B027 - an optional hook: most providers open nothing
         """Open clients (called inside the event loop that will use them)."""
 
     async def stop(self) -> None:

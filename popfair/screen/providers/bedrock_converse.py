@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
-from popfair.screen.providers.base import (Completion, Provider, TransientError, classify_status)
+from popfair.screen.providers.base import Completion, Provider, TransientError, classify_status
 
 TRANSIENT_CODES = {"ThrottlingException": 429, "ServiceUnavailableException": 503,
                    "InternalServerException": 500, "ModelTimeoutException": 408,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
-from popfair.screen.providers.base import (Completion, PermanentError, Provider, TransientError,
-                                           classify_status)
+from popfair.screen.providers.base import Completion, PermanentError, Provider, TransientError, classify_status
 
 MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 

@@ -1,0 +1,92 @@
+"""The response cache behind one interface: SQLite (a folder) and PostgreSQL (a real server on
+127.0.0.1) store, claim and copy alike; server credentials come only from the environment."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from popfair.errors import ConfigError
+from popfair.screen.cache import CachedAnswer, SqliteCache, open_cache
+from popfair.screen.cache.__main__ import main as cache_cli
+from popfair.screen.cache.server import ServerCache
+
+ANSWER = CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cache(request, tmp_path):
+    location = request.getfixturevalue("pg_url") if request.param == "postgres" else str(tmp_path / "cache")
+    with open_cache(location) as opened:
+        yield opened
+
+
+def test_open_cache_picks_the_backend_from_the_location(tmp_path, pg_url):
+    with open_cache(tmp_path) as local, open_cache(pg_url) as server:
+        assert isinstance(local, SqliteCache) and isinstance(server, ServerCache)
+        assert server.location == pg_url
+
+
+def test_answers_and_batches_round_trip(cache):
+    cache.put("k1", "openai", "m", ANSWER)
+    cache.put("k1", "openai", "m", ANSWER)  # a repeat overwrites, never duplicates
+    unparseable = CachedAnswer("maybe", None, "no number", 9, 2, 0.002, 0.1, 2.0)
+    cache.put("k2", "openai", "m", unparseable)
+    assert cache.get_many(["k1", "k2", "missing", "k1"]) == {"k1": ANSWER, "k2": unparseable}
+    assert cache.count() == 2
+    cache.add_batch("b1", "openai", "https://x/v1", "m", "score", ["k3", "k4"])
+    (batch,) = cache.open_batches("openai", "https://x/v1", "m")
+    assert (batch.batch_id, batch.status, batch.keys) == ("b1", "submitted", ["k3", "k4"])
+    assert cache.open_batches("openai", "https://x/v1", "other-model") == []
+    cache.finish_batch("b1", "completed")
+    assert cache.open_batches("openai", "https://x/v1", "m") == []
+
+
+def test_claims_are_exclusive_expire_and_end_with_the_answer(cache):
+    mine, taken = cache.claim(["k1", "k2", "k3"], "A", 30.0)
+    assert sorted(mine) == ["k1", "k2", "k3"] and taken == 0
+    assert cache.claim(["k1", "k2", "k3", "k4"], "B", 30.0) == (["k4"], 0)  # A holds the others
+    assert sorted(cache.claim(["k1", "k2"], "A", 30.0)[0]) == ["k1", "k2"]  # re-claiming renews
+    cache.put("k1", "openai", "m", ANSWER)                  # answered: its claim is gone for good
+    assert cache.claim(["k1"], "B", 30.0) == ([], 0)
+    cache.release("A", ["k2"])                              # an API failure: others may ask
+    assert cache.claim(["k2"], "B", 30.0) == (["k2"], 0)
+    cache.claim(["k3"], "A", 0.2)                            # A stops renewing (dies)
+    assert cache.claim(["k3"], "B", 30.0) == ([], 0)
+    time.sleep(0.3)
+    assert cache.claim(["k3"], "B", 30.0) == (["k3"], 1)    # taken over once the lease ran out
+    cache.release("B")
+    assert sorted(cache.claim(["k2", "k3", "k4"], "C", 30.0)[0]) == ["k2", "k3", "k4"]
+
+
+def test_server_cache_takes_the_password_only_from_the_environment(pg_url, monkeypatch, caplog):
+    with_password = pg_url.replace("popfair@", "popfair:hunter2-secret@")
+    with pytest.raises(ConfigError, match="cache_url.*PGPASSWORD") as error:
+        open_cache(with_password)
+    assert "hunter2-secret" not in str(error.value) and "***" in str(error.value)
+    monkeypatch.delenv("PGPASSWORD")
+    monkeypatch.setenv("PGPASSFILE", "/nonexistent")
+    with pytest.raises(ConfigError, match="cache_url: cannot open the response cache"):
+        open_cache(pg_url)
+    with pytest.raises(ConfigError, match="only postgresql"):
+        open_cache("mysql://me@127.0.0.1/db")
+
+
+def test_copy_moves_a_cache_to_the_server_and_back(tmp_path, pg_url, capsys):
+    with open_cache(tmp_path / "a") as source:
+        for i in range(25):
+            source.put(f"k{i}", "openai", "m", CachedAnswer(str(i), float(i), None, i, 1, 0.001 * i, 0.2, 1.0 + i))
+        source.add_batch("b1", "anthropic", "https://y", "m", "callback", ["k1"])
+        expected = sorted(row for rows in source.rows("responses") for row in rows)
+    assert cache_cli(["copy", str(tmp_path / "a"), pg_url]) == 0
+    assert "responses: 25 rows read, 25 new" in capsys.readouterr().out
+    assert cache_cli(["copy", str(tmp_path / "a"), pg_url]) == 0  # rerun: nothing new, nothing doubled
+    assert "responses: 25 rows read, 0 new in target, 25 already there" in capsys.readouterr().out
+    assert cache_cli(["copy", pg_url, str(tmp_path / "b")]) == 0
+    assert "responses: 25 rows read, 25 new" in capsys.readouterr().out
+    with open_cache(tmp_path / "b") as back:
+        assert sorted(row for rows in back.rows("responses") for row in rows) == expected
+        assert [b.batch_id for b in back.open_batches("anthropic", "https://y", "m")] == ["b1"]
+    assert cache_cli(["count", pg_url]) == 0 and capsys.readouterr().out.strip() == "25"
+    assert cache_cli(["copy", str(tmp_path / "a"), "postgresql+psycopg://u:pw@127.0.0.1:1/x"]) == 2
+    assert "PGPASSWORD" in capsys.readouterr().err
