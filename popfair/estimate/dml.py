@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from popfair.errors import EstimationError, require
+from popfair.errors import ConfigError, EstimationError, require
 from popfair.estimate.sfm import TARGETS
 
 log = logging.getLogger("popfair.pse")
@@ -146,7 +147,7 @@ class PseSettings:
         for ok, key, message in checks:
             if not ok:
                 if exc is None:
-                    require(False, prefix + key, message)
+                    raise ConfigError(f"{prefix}{key}: {message}")
                 raise exc(f"{key}: {message}")
 
 
@@ -339,7 +340,7 @@ class _Fit:
 def _fit(features: np.ndarray, target: np.ndarray, kind: str, params: Mapping[str, float],
          settings: PseSettings) -> _Fit:
     dtrain = xgb.QuantileDMatrix(features, target, max_bin=settings.max_bin, nthread=1)
-    booster = xgb.train(_xgb_params(kind, params["max_depth"], params["reg_lambda"], settings), dtrain,
+    booster = xgb.train(_xgb_params(kind, int(params["max_depth"]), params["reg_lambda"], settings), dtrain,
                         num_boost_round=int(params["n_estimators"]))
     return _Fit(booster, int(params["n_estimators"]))
 
@@ -394,7 +395,10 @@ def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, flo
         return out
 
     jobs: list[Callable[[], dict[str, dict[str, float]]]] = [tune_outcome_chain]
-    jobs += [lambda name=name: {name: search(name, design.a.astype(np.float32))[0]} for name in PROPENSITIES]
+    def tune_propensity(name: str) -> dict[str, dict[str, float]]:
+        return {name: search(name, design.a.astype(np.float32))[0]}
+
+    jobs += [partial(tune_propensity, name) for name in PROPENSITIES]
     params: dict[str, dict[str, float]] = {}
     for part in _run_jobs(jobs, settings.n_jobs):
         params.update(part)
@@ -420,7 +424,7 @@ def _cross_fit(design: _Design, fold_of: np.ndarray, params: Mapping[str, Mappin
     n = len(design.y)
     phi = np.empty((n, len(TARGETS)))
     folds = range(settings.folds)
-    results = _run_jobs([lambda k=k: _fold_scores(design, fold_of, k, params, settings) for k in folds],
+    results = _run_jobs([partial(_fold_scores, design, fold_of, k, params, settings) for k in folds],
                         settings.n_jobs)
     overlap: list[dict[str, Any]] = []
     for k, (held, scores, diag) in zip(folds, results):
