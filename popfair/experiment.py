@@ -12,6 +12,7 @@ import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 import popfair
 from popfair.errors import ConfigError, PopfairError, require
@@ -71,6 +72,9 @@ def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
     """Instantiate one config group; surface our own validation errors unwrapped."""
     try:
         return instantiate(node, _convert_="all", **kwargs)
+    except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
+        raise ConfigError(f"{exc.full_key}: is required; set it on the command line "
+                          f"({exc.full_key}=...)") from None
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, PopfairError):

@@ -99,8 +99,8 @@ def estimate_pse(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[st
         Outcome column (a 0-100 score or a 0/1 callback).
     **settings
         Fields of `PseSettings`: folds=5, n_bootstrap=500, seed=0, alpha=0.05, clip=0.01, grid
-        (the paper's C.5 grid), validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1,
-        cluster=None (a column: cluster bootstrap and cluster-robust SEs), cache_dir=None.
+        (the paper's C.5 grid), validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1 (threads;
+        None = every CPU; results do not depend on it), cluster=None (a column: cluster bootstrap and cluster-robust SEs), cache_dir=None.
 
     Returns
     -------
