@@ -17,6 +17,7 @@ from popfair.errors import DataError
 from popfair.export import export_case
 from popfair.render.base import render_all
 from popfair.render.files import document_id
+from popfair.report.__main__ import main as report_main
 from tests import vendor_stub
 from tests.conftest import compose_config
 
@@ -85,7 +86,7 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
 def test_pdf_documents_travel_both_ways_with_a_text_layer(vendor, tmp_path):
     _, url = vendor
     case = ["population.n=40", "renderer=pdf", "estimator=outcome_gap", "outcome_audit=null",
-            "estimator.n_bootstrap=200", "tracking.enabled=false"]
+            "estimator.n_bootstrap=200"]
     folder = tmp_path / "pdf"
     summary = export_case(compose_config([*case, *FILE_TOOL, f"screener.dir={folder}"], tmp_path=tmp_path))
     assert summary.files == 40
@@ -100,6 +101,12 @@ def test_pdf_documents_travel_both_ways_with_a_text_layer(vendor, tmp_path):
     over_http = http_case(url, tmp_path, [*case, *upload]).run()  # the stub reads the PDF's text layer
     assert by_file.scored["error"].isna().all() and over_http.scored["error"].isna().all()
     pd.testing.assert_frame_equal(by_file.effects.table, over_http.effects.table)
+    out = tmp_path / "handover"  # the auditor fetches the case's report from MLflow
+    assert report_main(["--audit", by_file.run_id, "--out", str(out), "--tracking-uri",
+                        f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    text = (out / "audit_report" / "report.md").read_text()
+    assert "results file" in text and "Not computed for this case" in text and "popfair/data/population" in text
+    assert (out / "audit_report" / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
 def _malformed_case(tmp_path: Path, results: str, extra: list[str] | None = None):

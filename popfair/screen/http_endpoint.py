@@ -149,6 +149,8 @@ class HttpScreener(LLMScreener):
     lookup, engine run, one result per document, metrics) and replaces what is model-specific: how a
     request is built, keyed, priced and how its answer is read."""
 
+    audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
+
     def __init__(self, url: str, name: str = "http", display_name: str | None = None, method: str = "POST",
                  params: Mapping[str, Any] | None = None, body: Any = DEFAULT_BODY,
                  headers: Mapping[str, str] | None = None, secret_headers: Mapping[str, Any] | None = None,
