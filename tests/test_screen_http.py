@@ -116,7 +116,7 @@ def test_secret_headers_come_from_the_environment_only(vendor, tmp_path, monkeyp
 @pytest.mark.parametrize("settings, key", [
     (dict(body={"x": "{applicant_id}"}), "screener.body: unknown placeholders"),
     (dict(response_path="$.result[?"), "screener.response_path"),
-    (dict(method="GET"), "screener.body: must be null for GET"),
+    (dict(method="GET", body={"id": "{document_id}"}), "screener.body: must be null for GET"),
     (dict(url="ftp://vendor"), "screener.url"),
     (dict(values={"range": [100, 0]}), "screener.values.range"),
     (dict(secret_headers={"Authorization": "not a name"}), "screener.secret_headers.Authorization"),
@@ -141,7 +141,7 @@ def test_the_document_id_reveals_nothing_beyond_the_document():
 
 
 PAIRED = ["experiment=paired_race", "screener=http", "screener.response_path=$.result.decision",
-          "+screener.values.labels={advance: 1, reject: 0}", "occupation.n_postings=100",
+          "screener.values.labels={advance: 1, reject: 0}", "occupation.n_postings=100",
           "tracking.enabled=false",
           "estimator.n_bootstrap=500", "outcome_audit.n_bootstrap=200",
           *[f"screener.engine.{k}={v}" for k, v in FAST.items()]]
