@@ -88,7 +88,8 @@ def estimate_pse(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[st
     `max_categories - 1` most frequent levels, the rest pooled as "other"), numeric columns kept.
     Rows whose X is neither x0 nor x1, or whose Y is missing, are excluded (counted in n_excluded).
     `settings` are the fields of `PseSettings` (folds=5, n_bootstrap=500, seed=0, alpha=0.05,
-    clip=0.01, grid, validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1,
+    clip=0.01, grid, validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1 (threads; None =
+    every CPU; results do not depend on it),
     cluster=None, cache_dir=None).
     Raises EstimationError for data that cannot support the estimate (missing columns, absent
     levels, constant Y, a fold without x0 or x1 rows, missing role values)."""

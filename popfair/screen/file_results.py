@@ -16,8 +16,8 @@ logged, written to `<dir>/import_report.csv`, counted in the `screen.file_*` met
 from __future__ import annotations
 
 import hashlib
-import math
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence

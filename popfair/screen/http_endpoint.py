@@ -26,8 +26,8 @@ from popfair.errors import ConfigError, DataError, MissingSecretError, require
 from popfair.render.files import MEDIA_TYPES, document_binary, document_id
 from popfair.screen.cache import CachedAnswer, open_cache
 from popfair.screen.engine import Answer, Call, EngineSettings
-from popfair.screen.pricing import Price
 from popfair.screen.llm import LLMScreener
+from popfair.screen.pricing import Price
 from popfair.screen.providers import (
     Completion,
     Generation,
