@@ -17,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from popfair.errors import PopfairError, require
+from popfair.paths import CONF_DIR
 
 log = logging.getLogger("popfair")
 
@@ -39,7 +40,7 @@ def export_case(cfg: DictConfig):
     return screener.export(profiles.jobs, documents)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     """Export the composed case's documents to screener.dir."""
     try:
