@@ -62,6 +62,7 @@ class RunResult:
     screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's screening
     profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
     scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
+    report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
 
     @property
     def failure_rate(self) -> float:
@@ -80,6 +81,12 @@ def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
         if isinstance(cause, PopfairError):
             raise cause from None
         raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
+
+
+def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
+    """`audit_report`: auto = for screeners that audit an outside tool (http, file), true, false."""
+    require(setting in ("auto", True, False), "audit_report", f"must be auto, true or false, got {setting!r}")
+    return bool(getattr(screener, "audits_a_tool", False)) if setting == "auto" else bool(setting)
 
 
 # What a dry run may build a component without: keyword -> the external resource it waives.
@@ -152,6 +159,7 @@ class Experiment:
     outcome_audit: Estimator | None = None  # impact ratios for every case (config `outcome_audit`)
     parent_run_id: str | None = None  # MLflow parent run when the case belongs to a sweep
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
+    audit_report: bool = False  # write the auditor's report (logged as audit_report/)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
@@ -172,7 +180,8 @@ class Experiment:
                    run_name=cfg.get("run_name"),
                    outcome_audit=(build(cfg.outcome_audit, "outcome_audit")
                                   if cfg.get("outcome_audit") is not None else None),
-                   config=OmegaConf.to_container(cfg, resolve=True))
+                   config=OmegaConf.to_container(cfg, resolve=True),
+                   audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]))
 
     def case_name(self) -> str:
         return "-".join([self.occupation.key, self.protected.name, self.renderer.kind,
@@ -231,6 +240,9 @@ class Experiment:
         result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
                            timings=timings, audit=audit, samples=sample_artifacts(documents[:len(scored)]),
                            screening=screening, profiles=profiles, scored_worlds=scored_worlds)
+        if self.audit_report:
+            from popfair.report.audit import audit_report
+            result.report = stage("report", audit_report, self, result)
         result.run_id = stage("track", self._track, result, profiles)
         return result
 
@@ -265,6 +277,7 @@ class Experiment:
             artifacts["notes.txt"] = "\n".join(result.notes)
         artifacts.update(profiles.artifacts)
         artifacts.update(result.samples)
+        artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
         artifacts.update(effects.artifacts)
         if result.audit is not None:
             metrics.update(result.audit.metrics)
