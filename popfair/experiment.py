@@ -12,18 +12,21 @@ import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 import popfair
 from popfair.errors import ConfigError, PopfairError, require
-from popfair.estimate.base import Estimator, Pipeline
+from popfair.estimate.base import Estimator
+from popfair.population import worlds
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, render_all, sample_artifacts
 from popfair.report import patterns
+from popfair.report.figures import draw_artifacts
 from popfair.screen.base import Screener
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
-from popfair.types import Effects, Profiles
+from popfair.types import FACTUAL, WORLD, Effects, Profiles
 
 log = logging.getLogger("popfair")
 
@@ -39,7 +42,9 @@ class RunResult:
     timings: dict[str, float] = field(default_factory=dict)
     audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
     samples: dict[str, Any] = field(default_factory=dict)  # a few rendered documents, logged as artifacts
-    screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's own screening
+    screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's screening
+    profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
+    scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
 
     @property
     def failure_rate(self) -> float:
@@ -50,6 +55,9 @@ def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
     """Instantiate one config group; surface our own validation errors unwrapped."""
     try:
         return instantiate(node, _convert_="all", **kwargs)
+    except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
+        raise ConfigError(f"{exc.full_key}: is required; set it on the command line "
+                          f"({exc.full_key}=...)") from None
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, PopfairError):
@@ -119,15 +127,12 @@ class Experiment:
                          self.screener.name, self.estimator.name])
 
     def __post_init__(self) -> None:
-        self.bind_estimator()  # an incompatible pipeline estimator fails here, before any work
+        # worlds the estimator declares but the population cannot draw fail here, before any work
+        worlds.check_design(self.population, self.estimator.design)
 
-    def bind_estimator(self, profiles: Profiles | None = None) -> None:
-        """Hand the components (and, once sampled, the profiles) to an estimator that renders and
-        screens documents itself (interventional: popfair.estimate.base.PipelineEstimator)."""
-        bind = getattr(self.estimator, "bind", None)
-        if bind is not None:
-            bind(Pipeline(population=self.population, renderer=self.renderer, screener=self.screener,
-                          profiles=profiles))
+    def sample(self) -> Profiles:
+        """The population stage: the applicants and the counterfactual worlds the estimator declares."""
+        return worlds.sample(self.population, self.occupation, self.protected, self.seed, self.estimator.design)
 
     def run(self) -> RunResult:
         timings: dict[str, float] = {}
@@ -140,22 +145,30 @@ class Experiment:
             log.info("stage %s done in %.2fs", name, timings[name])
             return out
 
-        profiles: Profiles = stage("population", self.population.sample,
-                                   self.occupation, self.protected, self.seed)
+        profiles: Profiles = stage("population", self.population.sample, self.occupation, self.protected, self.seed)
+        if self.estimator.design is not None:
+            profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, self.estimator.design)
         for note in profiles.notes:
             log.warning("note: %s", note)
-        self.bind_estimator(profiles)
-        documents = stage("render", render_all, self.renderer, profiles.table, profiles.jobs)
+        # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
+        rows = profiles.rows()
+        documents = stage("render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs)
         results = stage("screen", self.screener.screen, profiles.jobs, documents, profiles.outcome)
         screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
-        screening = screen_metrics() if callable(screen_metrics) else {}  # before an estimator screens more
-        scored = profiles.table.assign(
+        screening = screen_metrics() if callable(screen_metrics) else {}
+        scored_rows = rows.assign(
             document=[d.text for d in documents],
             raw=[r.raw for r in results],
             y=[r.value for r in results],
             error=[r.error for r in results])
+        is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
+        scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
-        effects = stage("estimate", self.estimator.estimate, ok, profiles.roles, "y")
+        # the estimator sees the factual rows that were scored, and the world rows it asked for
+        scored_worlds = None if self.estimator.design is None else scored_rows[~is_factual].reset_index(drop=True)
+        data = ok if scored_worlds is None else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds],
+                                                          ignore_index=True)
+        effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         audit = None
         if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
             try:
@@ -164,8 +177,8 @@ class Experiment:
                 log.warning("outcome audit skipped: %s", exc)
                 profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
         result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
-                           timings=timings, audit=audit, samples=sample_artifacts(documents),
-                           screening=screening)
+                           timings=timings, audit=audit, samples=sample_artifacts(documents[:len(scored)]),
+                           screening=screening, profiles=profiles, scored_worlds=scored_worlds)
         result.run_id = stage("track", self._track, result, profiles)
         return result
 
@@ -207,5 +220,5 @@ class Experiment:
         with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)
-            run.artifacts(artifacts)
+            run.artifacts(draw_artifacts(artifacts))
             return run.run_id

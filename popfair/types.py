@@ -11,6 +11,8 @@ from typing import Any, Literal
 import pandas as pd
 
 Outcome = Literal["score", "callback"]
+WORLD = "world"  # column naming each row's world in tables with counterfactual rows
+FACTUAL = "factual"  # the world of the applicants as sampled (counterfactual worlds carry their own name)
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,28 @@ class Job:
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class WorldDesign:
+    """Counterfactual worlds an estimator needs scored beside the factual documents.
+
+    A design step, declared by the estimator and carried out by the pipeline: the population draws
+    the worlds, the renderer and screener treat them like the factual rows (one plan, one cache).
+    worlds: name -> (x_y, x_b, x_r) with 0 = x0 and 1 = x1, the world of
+    Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}} (X set to x_y, B drawn under x_b, R under x_r).
+    n: applicants drawn (seeded, without replacement) from the x0/x1 rows; None = all of them.
+    seed: the applicant sample and the counterfactual noise (common to all worlds)."""
+
+    worlds: Mapping[str, tuple[int, int, int]]
+    n: int | None
+    seed: int
+
+
 @dataclass
 class Profiles:
-    """One row per applicant (column `applicant_id`, and `job_id` naming the job it is screened for)."""
+    """One row per applicant (column `applicant_id`, and `job_id` naming the job it is screened for).
+
+    `worlds`, when an estimator declared a `WorldDesign`, holds the counterfactual rows: the profile
+    columns plus `world` (the world's name), world-major, each keeping its applicant's applicant_id."""
 
     table: pd.DataFrame
     roles: Roles
@@ -51,6 +72,14 @@ class Profiles:
     notes: list[str] = field(default_factory=list)  # caveats to show the user (e.g. missing states)
     artifacts: dict[str, Any] = field(default_factory=dict)  # diagnostics: name -> DataFrame | Figure | str
     tags: dict[str, str] = field(default_factory=dict)  # run tags (e.g. population.source), logged with the run
+    worlds: pd.DataFrame | None = None
+
+    def rows(self) -> pd.DataFrame:
+        """Every row to render and screen: the factual applicants (world = FACTUAL), then the worlds."""
+        factual = self.table.assign(**{WORLD: FACTUAL})
+        if self.worlds is None or self.worlds.empty:
+            return factual
+        return pd.concat([factual, self.worlds], ignore_index=True)
 
 
 @dataclass(frozen=True)
@@ -93,6 +122,19 @@ class CallPlan:
     cost_usd: float = 0.0
 
 
+@dataclass(frozen=True)
+class Plot:
+    """A figure an estimator asks for, as data: `popfair.report.figures.draw` turns it into a
+    matplotlib Figure when the run is logged, so estimators stay free of plotting code.
+    kind: "forest" (effects with CIs; options: series) or "impact_ratio" (options: dimensions,
+    flag_below, alpha); table: what is drawn."""
+
+    kind: str
+    table: pd.DataFrame
+    title: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class Effects:
     """An estimator's output: a table indexed by effect name with columns
@@ -101,7 +143,7 @@ class Effects:
     table: pd.DataFrame
     labels: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
-    artifacts: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame | matplotlib Figure | str
+    artifacts: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame | Plot | str
 
     @property
     def case(self) -> str:

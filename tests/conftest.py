@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # this checkout's (popfair.paths.CONF_DIR)
 
 
 def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None = None) -> DictConfig:

@@ -2,7 +2,6 @@
 127.0.0.1) store, claim and copy alike; server credentials come only from the environment."""
 from __future__ import annotations
 
-import logging
 import time
 
 import pytest

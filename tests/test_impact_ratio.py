@@ -14,6 +14,7 @@ from popfair import Experiment
 from popfair.errors import ConfigError, DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.impact_ratio import ImpactRatio, ImpactRatioSettings, impact_ratios
+from popfair.report.figures import draw
 from popfair.types import Roles
 from tests.conftest import compose_config
 
@@ -265,7 +266,7 @@ def test_estimator_returns_effects_rows_summary_and_chart():
     summary = effects.artifacts["impact_ratios/summary.csv"].reset_index()
     assert list(summary.columns) == ["metric", "dimension", "category", "n_applicants", "n_selected", "rate",
                                      "impact_ratio", "ci_95", "flag_below_0.8", "note"]
-    assert hasattr(effects.artifacts["impact_ratios/impact_ratios.png"], "savefig")
+    assert hasattr(draw(effects.artifacts["impact_ratios/impact_ratios.png"]), "savefig")
     assert effects.metrics["ll144.selection.race.black.ratio"] == pytest.approx(black["estimate"])
     flagged = effects.table[effects.table["flag"]]
     assert bool(effects.labels) == (len(flagged) > 0)

@@ -12,12 +12,12 @@ from scipy import stats
 
 from popfair import Experiment
 from popfair.errors import ConfigError, EstimationError
-from popfair.estimate.base import Pipeline
 from popfair.estimate.interventional import Interventional, expected_effects, paired_effects
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
-from popfair.estimate.side_by_side import compare
+from popfair.estimate.side_by_side import SideBySide, compare
+from popfair.population.worlds import draw_worlds, sample_applicants
 from popfair.render.base import render_all
-from popfair.types import CallPlan, Profiles, Roles
+from popfair.types import FACTUAL, WORLD, Roles
 from tests.conftest import compose_config
 
 # A zero-variance contrast (NDE of a text that never shows X: both documents are identical, so
@@ -36,9 +36,10 @@ def simulated_both(request, tmp_path_factory):
                  "population.n=5000", "population.diagnostics=false", *FAST_DML]
     experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
     result = experiment.run()
-    profiles = experiment.estimator.interventional.pipeline.profiles
-    truth = expected_effects(experiment.population, experiment.screener, profiles,
-                             experiment.estimator.interventional.seed)
+    # the truth over every x0/x1 applicant (the finite population the estimate samples), same seed
+    everyone = dataclasses.replace(experiment.estimator.design, n=None)
+    worlds = draw_worlds(experiment.population, result.profiles, everyone)
+    truth = expected_effects(worlds, experiment.screener.expected(worlds, result.profiles.outcome))
     return experiment, result, truth, tmp
 
 
@@ -80,6 +81,26 @@ def test_own_world_documents_are_the_factual_ones(simulated_both):
     assert metrics["intv.n"] == metrics["intv.n_sampled"] == 2000
     assert metrics["intv.documents"] == 5 * 2000
     assert metrics["intv.n_eligible"] <= 5000
+    # the observational estimate used the factual applicants only, none of the 10,000 world rows
+    assert metrics["pse.n"] + metrics["pse.n_excluded"] == len(result.scored) == 5000
+
+
+def test_both_gives_its_observational_part_only_the_factual_rows():
+    seen = {}
+
+    class Recording:
+        name, design = "pse_dml", None
+
+        def estimate(self, data, roles, y="y"):
+            seen["data"] = data
+            raise EstimationError("recorded")
+
+    both = SideBySide(Recording(), Interventional(n=10))
+    data = pd.DataFrame({"gender": ["female", "male"] * 2, "y": 1.0,
+                         WORLD: [FACTUAL, FACTUAL, "E[Y_x0]", "E[Y_x1]"]})
+    with pytest.raises(EstimationError, match="recorded"):
+        both.estimate(data, Roles(x="gender", x0="female", x1="male", z=(), b=(), r=()))
+    assert len(seen["data"]) == 2 and WORLD not in seen["data"].columns
 
 
 def test_both_is_logged_to_mlflow_with_table_and_plot(simulated_both):
@@ -158,7 +179,6 @@ def test_nested_config_errors_name_the_nested_key():
 
 def test_both_needs_the_pse_estimator_as_observational_part():
     from popfair.estimate.outcome_gap import OutcomeGap
-    from popfair.estimate.side_by_side import SideBySide
 
     with pytest.raises(ConfigError, match=r"estimator\.observational: must be the pse_dml estimator"):
         SideBySide(OutcomeGap(), Interventional())
@@ -173,15 +193,14 @@ def test_population_without_counterfactuals_fails_before_any_work():
         Experiment.from_config(cfg)
 
 
-def test_estimate_needs_a_bound_pipeline_with_profiles():
+def test_estimate_needs_the_world_rows_of_the_scored_table():
     estimator = Interventional(n=10)
     data = pd.DataFrame({"gender": ["female", "male"] * 3, "y": 1.0})
     roles = Roles(x="gender", x0="female", x1="male", z=(), b=(), r=())
-    with pytest.raises(EstimationError, match="not bound"):
+    with pytest.raises(EstimationError, match="no counterfactual world rows"):
         estimator.estimate(data, roles)
-    experiment = Experiment.from_config(compose_config(["estimator=interventional", "tracking=none"]))
-    with pytest.raises(EstimationError, match="no sampled profiles"):
-        experiment.estimator.estimate(data, roles)
+    with pytest.raises(EstimationError, match="no counterfactual world rows"):
+        estimator.estimate(data.assign(world=FACTUAL), roles)
 
 
 def test_compare_flags_overlap_and_conclusions():
@@ -199,53 +218,40 @@ def test_compare_flags_overlap_and_conclusions():
         compare(observed.drop(index="RIE"), measured)
 
 
-class CountingScreener:
-    """Plans one call per distinct (job, text), as a response cache would, and scores nothing."""
-
-    name = "counting"
-
-    def plan(self, jobs, documents, outcome) -> CallPlan:
-        return CallPlan(calls=len({(d.job_id, d.text) for d in documents}))
-
-    def screen(self, jobs, documents, outcome):
-        raise AssertionError("a dry run must not screen")
-
-
-def test_extra_plan_counts_new_distinct_counterfactual_documents():
+def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_once():
     experiment = Experiment.from_config(compose_config(
         ["estimator=interventional", "estimator.n=300", "population.n=1000", "population.diagnostics=false",
          "tracking=none"]))
-    estimator = experiment.estimator
-    profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
-    factual = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
-    estimator.bind(Pipeline(experiment.population, experiment.renderer, CountingScreener(), profiles))
+    design = experiment.estimator.design
+    profiles = experiment.sample()
+    worlds = profiles.worlds
+    assert len(worlds) == 5 * 300 and list(pd.unique(worlds[WORLD])) == list(TARGETS)
     # worlds sharing (x_b, x_r) share one draw: identical to asking the population for each
-    sampled = Profiles(table=estimator.sample(profiles.table, profiles.roles), roles=profiles.roles,
-                       jobs=profiles.jobs)
-    worlds = estimator.worlds(sampled)
-    pd.testing.assert_frame_equal(worlds["E[Y_x1,W_x0]"], experiment.population.counterfactual(
-        sampled, "male", "female", "female", estimator.seed))
-    assert (worlds["E[Y_x0]"]["gender"] == "female").all() and (worlds["E[Y_x1]"]["gender"] == "male").all()
-    extra_documents = estimator.extra_documents(profiles)
-    # rows identical across worlds are rendered once; the documents are those of rendering each row
-    naive = [doc for table in worlds.values()
-             for doc in render_all(experiment.renderer, table, profiles.jobs, progress=False)]
-    assert [(d.applicant_id, d.text, dict(d.profile)) for d in extra_documents] == \
+    sampled = sample_applicants(profiles, design)
+    drawn = worlds[worlds[WORLD] == "E[Y_x1,W_x0]"].drop(columns=WORLD).reset_index(drop=True)
+    pd.testing.assert_frame_equal(drawn, experiment.population.counterfactual(
+        sampled, "male", "female", "female", design.seed).reset_index(drop=True))
+    assert (worlds.loc[worlds[WORLD] == "E[Y_x0]", "gender"] == "female").all()
+    assert (worlds.loc[worlds[WORLD] == "E[Y_x1]", "gender"] == "male").all()
+    # one render pass over factual and world rows: rows identical to an earlier one are rendered once,
+    # and the documents are those of rendering each row
+    rows = profiles.rows().drop(columns=WORLD)
+    documents = render_all(experiment.renderer, rows, profiles.jobs, progress=False)
+    naive = [experiment.renderer.render(row, profiles.jobs[row["job_id"]]) for row in rows.to_dict("records")]
+    assert [(d.applicant_id, d.text, dict(d.profile)) for d in documents] == \
         [(d.applicant_id, d.text, dict(d.profile)) for d in naive]
-    assert len(extra_documents) == 5 * 300
-    counterfactual = {(d.job_id, d.text) for d in extra_documents}
-    extra = estimator.extra_plan(profiles, factual)
-    assert extra.calls == len(counterfactual - {(d.job_id, d.text) for d in factual})
-    # about 5 per applicant at most; own-world documents are factual ones, and the text resume
-    # never shows X, so worlds differing only in x_y share a document (how many of the rest differ
-    # depends on how much B and R move with X in the population: 574 with NLSY97 experience)
-    assert 1.5 * 300 < extra.calls < 5 * 300
+    factual = {(d.job_id, d.text) for d in documents[:1000]}
+    counterfactual = {(d.job_id, d.text) for d in documents[1000:]}
+    # about 5 new documents per applicant at most; own-world documents are factual ones, and the
+    # text resume never shows X, so worlds differing only in x_y share a document
+    assert 1.5 * 300 < len(counterfactual - factual) < 5 * 300
 
 
 def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeypatch):
-    """An API screener (real openai SDK, local stub): the dry-run plan of the counterfactual
-    documents is exactly what the run then asks; own-world and duplicate documents come from the
-    response cache; the case's own screening metrics are not overwritten by the counterfactual one."""
+    """An API screener (real openai SDK, local stub): the dry-run plan of the case (factual and
+    counterfactual documents) is exactly what the run then asks, every distinct prompt once; own-world
+    documents are the factual ones, answered once."""
+    from popfair.sweep.plan import plan_case
     from tests.llm_stub import StubServer
     from tests.screen_helpers import make_screener
 
@@ -254,23 +260,19 @@ def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeyp
     base = Experiment.from_config(cfg)
     with StubServer() as stub:
         screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
-        experiment = dataclasses.replace(base, screener=screener)  # rebinds the estimator
-        profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
-        factual = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
-        experiment.bind_estimator(profiles)
-        planned = experiment.estimator.extra_plan(profiles, factual)
+        experiment = dataclasses.replace(base, screener=screener)
+        planned = plan_case(experiment)
         assert stub.state.requests == 0  # planning calls nothing
+        assert planned.estimator_documents == 5 * 40
 
         result = experiment.run()
         answered = stub.state.answered
         assert sum(answered.values()) == len(answered)  # every distinct prompt paid once
-        distinct_factual = len({d.text for d in factual})
-        assert len(answered) == distinct_factual + planned.calls
+        assert len(answered) == planned.calls
+        assert result.screening["screen.rows"] == 150 + 5 * 40
         metrics = result.effects.metrics
-        assert metrics["intv.screen.calls_needed"] == planned.calls
-        assert metrics["intv.screen.rows"] == 5 * 40
-        assert metrics["intv.screen.rows_from_cache"] >= 40  # each applicant's own world is its factual resume
-        assert result.screening["screen.rows"] == 150  # the case's screening, as logged
+        assert metrics["intv.consistency"] == 1.0  # each applicant's own world is its factual resume
+        assert metrics["intv.distinct_documents"] < 5 * 40
     table = result.effects.table
     assert table.loc["NDE", "estimate"] == 0.0  # same resume, same cached answer: no direct effect
 

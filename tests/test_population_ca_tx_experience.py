@@ -137,3 +137,13 @@ def test_psid_cells_source_has_no_race_dependence_and_nlsy_does():
     assert psid.source == "psid_cells" and nlsy.source == "nlsy97"
     assert psid.mean(gender, race, age, edu)[0] == psid.mean(gender, race, age, edu)[1]
     assert abs(np.diff(nlsy.mean(gender, race, age, edu))[0]) > 0.1
+
+
+def test_cdf_table_lookup_equals_the_direct_computation(population):
+    model = population.model(3255).experience
+    rng = np.random.default_rng(0)
+    gender = rng.choice(["female", "male"], 300)
+    race = rng.choice(["black", "white", "hispanic", "api", "other"], 300)
+    age = rng.integers(18, 45, 300)
+    edu = rng.choice(["hs_ged", "some_college", "associate", "bachelor", "master", "professional", "doctorate"], 300)
+    assert np.allclose(model.cdf(gender, race, age, edu), model._cell_cdfs(gender, race, age, edu))

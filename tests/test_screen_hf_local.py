@@ -13,9 +13,9 @@ from popfair.experiment import build
 from popfair.types import Document, Job
 from tests.conftest import compose_config
 
-torch = pytest.importorskip("torch", reason="needs the hf_local extra: pip install 'popfair[hf_local]'")
-transformers = pytest.importorskip("transformers", reason="needs the hf_local extra")
-tokenizers = pytest.importorskip("tokenizers", reason="needs the hf_local extra")
+torch = pytest.importorskip("torch", reason="needs the hflocal extra: pip install 'popfair[hflocal]'")
+transformers = pytest.importorskip("transformers", reason="needs the hflocal extra")
+tokenizers = pytest.importorskip("tokenizers", reason="needs the hflocal extra")
 
 SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 WORDS = SPECIAL + ["yes", "no", "maybe", "the", "a", "score", "is", "candidate", "job", "nurse",

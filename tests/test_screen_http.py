@@ -140,7 +140,7 @@ def test_the_document_id_reveals_nothing_beyond_the_document():
     assert document_id(a) != document_id(Document("x", "j", "text", "another resume"))
 
 
-PAIRED = ["population=paired_race", "screener=http", "screener.response_path=$.result.decision",
+PAIRED = ["experiment=paired_race", "screener=http", "screener.response_path=$.result.decision",
           "+screener.values.labels={advance: 1, reject: 0}", "occupation.n_postings=100",
           "tracking.enabled=false",
           "estimator.n_bootstrap=500", "outcome_audit.n_bootstrap=200",

@@ -1,58 +1,36 @@
 """Estimate stage interface: scored table + SFM roles -> effects table with inference."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import pandas as pd
 
 from popfair.errors import EstimationError
-from popfair.population.base import Population
-from popfair.render.base import Renderer
-from popfair.screen.base import Screener
-from popfair.types import CallPlan, Document, Effects, Profiles, Roles
+from popfair.types import FACTUAL, WORLD, Effects, Roles, WorldDesign
 
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high"]
 
 
 class Estimator(Protocol):
+    """A function of the scored table and the roles. An estimator that needs counterfactual worlds
+    scored (interventional) declares them in `design`; the pipeline then draws, renders and screens
+    them with the factual applicants and passes their rows too (column `world`)."""
+
     name: str
+    design: WorldDesign | None
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         """`data` holds one row per scored applicant with the role columns and outcome `y`
-        (failed screens already removed). Positive effects favour roles.x1."""
+        (failed screens already removed); with a `design`, also the world rows (failed screens
+        kept, `y` missing). Positive effects favour roles.x1."""
         ...
 
 
-@dataclass(frozen=True)
-class Pipeline:
-    """The case's components, for estimators that query them themselves (interventional).
-
-    `Experiment.from_config` binds them before any work (so an incompatible case fails early) and
-    `Experiment.run` binds again with `profiles`, the applicants it sampled."""
-
-    population: Population
-    renderer: Renderer
-    screener: Screener
-    profiles: Profiles | None = None
-
-
-class PipelineEstimator(Estimator, Protocol):
-    """An estimator that renders and screens documents of its own (e.g. counterfactual resumes)."""
-
-    def bind(self, pipeline: Pipeline) -> None:
-        """Keep the components; raise ConfigError when they cannot support the estimate."""
-        ...
-
-    def extra_documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
-        """The documents it would screen beyond the factual ones (dry runs plan them too)."""
-        ...
-
-    def extra_plan(self, profiles: Profiles, documents: Sequence[Document],
-                   renderer: Renderer | None = None) -> CallPlan:
-        """Calls, tokens and dollars its own screening adds to screening `documents` (dry runs)."""
-        ...
+def factual_rows(data: pd.DataFrame) -> pd.DataFrame:
+    """The factual applicants of a scored table (all rows when it has no `world` column)."""
+    if WORLD not in data.columns:
+        return data
+    return data[data[WORLD] == FACTUAL].drop(columns=WORLD)
 
 
 def contrast_rows(data: pd.DataFrame, roles: Roles, y: str) -> pd.DataFrame:

@@ -23,7 +23,6 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -32,11 +31,7 @@ from scipy import sparse, stats
 from popfair.errors import DataError, EstimationError, require
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.inference import bootstrap_counts, bootstrap_se, percentile_ci
-from popfair.report.figures import impact_ratio_figure
-from popfair.types import Effects, Roles
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from popfair.types import Effects, Plot, Roles
 
 DIMENSIONS = ("sex", "race", "sex_race")
 DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
@@ -184,9 +179,12 @@ class ImpactRatios:
                       _markdown_table(block.drop(columns=["metric", "dimension"]))]
         return "\n".join(lines) + "\n"
 
-    def figure(self) -> Figure:
-        """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line."""
-        return impact_ratio_figure(self.table, DIMENSION_TITLES, self.settings.flag_below, self.settings.alpha)
+    def plot(self) -> Plot:
+        """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line
+        (`popfair.report.figures.draw` makes the Figure)."""
+        return Plot("impact_ratio", self.table, options={"dimensions": DIMENSION_TITLES,
+                                                         "flag_below": self.settings.flag_below,
+                                                         "alpha": self.settings.alpha})
 
     def metrics(self) -> dict[str, float]:
         """Key ratios for MLflow: per included category ratio + CI, per block min ratio and flags."""
@@ -230,7 +228,7 @@ class ImpactRatios:
         artifacts = {"impact_ratios/summary.csv": self.summary().set_index(["metric", "dimension"]),
                      "impact_ratios/summary.md": self.markdown(),
                      "impact_ratios/table.csv": self.table.set_index(["metric", "dimension", "category"]),
-                     "impact_ratios/impact_ratios.png": self.figure()}
+                     "impact_ratios/impact_ratios.png": self.plot()}
         return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts)
 
 
@@ -528,6 +526,7 @@ class ImpactRatio:
     their intersection), not the case's protected attribute, so `roles` is not used."""
 
     name = "impact_ratio"
+    design = None  # a function of the factual scored table alone: no counterfactual worlds
 
     def __init__(self, outcome: str = "auto", top_share: float | None = 0.2, min_score: float | None = None,
                  min_category_share: float = 0.02, exclude_small: bool = True, flag_below: float = 0.8,

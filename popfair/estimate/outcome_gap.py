@@ -17,6 +17,7 @@ class OutcomeGap:
     CI: percentile bootstrap resampling within each group; p-value: Welch's t-test."""
 
     name = "outcome_gap"
+    design = None  # a function of the factual scored table alone: no counterfactual worlds
 
     def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, seed: int = 0) -> None:
         require(isinstance(n_bootstrap, int) and n_bootstrap >= 100, "estimator.n_bootstrap",

@@ -135,6 +135,7 @@ class PairedGap:
     """Estimator `paired_gap`: pivots the scored table within pair_key and runs `paired_gap`."""
 
     name = "paired_gap"
+    design = None  # a function of the factual scored table alone: no counterfactual worlds
 
     def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, cluster: str = "posting_id",
                  pair_key: str = "pair_key", seed: int = 0) -> None:

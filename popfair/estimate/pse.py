@@ -37,8 +37,7 @@ from popfair.estimate.dml import (
 )
 from popfair.estimate.inference import mean_inference
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
-from popfair.report.figures import forest_plot
-from popfair.types import Effects, Roles
+from popfair.types import Effects, Plot, Roles
 
 __all__ = ["PseDml", "PseOverlapWarning", "PseResult", "PseSettings", "TuningGrid", "clear_tuning_cache",
            "estimate_pse"]
@@ -72,9 +71,9 @@ class PseResult:
     def case(self) -> str:
         return "; ".join(self.labels) if self.labels else "none"
 
-    def forest_plot(self, title: str = "Path-specific effects"):
-        """The five effects with their CIs (matplotlib Figure, no pyplot state, Agg-safe)."""
-        return forest_plot(self.table, title=title)
+    def plot(self, title: str = "Path-specific effects") -> Plot:
+        """The five effects with their CIs (`popfair.report.figures.draw` makes the Figure)."""
+        return Plot("forest", self.table, title)
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,7 +88,8 @@ def estimate_pse(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[st
     `max_categories - 1` most frequent levels, the rest pooled as "other"), numeric columns kept.
     Rows whose X is neither x0 nor x1, or whose Y is missing, are excluded (counted in n_excluded).
     `settings` are the fields of `PseSettings` (folds=5, n_bootstrap=500, seed=0, alpha=0.05,
-    clip=0.01, grid, validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1,
+    clip=0.01, grid, validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1 (threads; None =
+    every CPU; results do not depend on it),
     cluster=None, cache_dir=None).
     Raises EstimationError for data that cannot support the estimate (missing columns, absent
     levels, constant Y, a fold without x0 or x1 rows, missing role values)."""
@@ -123,6 +123,7 @@ class PseDml:
     Takes the `PseSettings` fields as keywords."""
 
     name = "pse_dml"
+    design = None  # a function of the factual scored table alone: no counterfactual worlds
 
     def __init__(self, **settings: Any) -> None:
         self.settings = PseSettings.build(settings, prefix="estimator.")
@@ -137,7 +138,7 @@ class PseDml:
         metrics["pse.share_clipped"] = float(result.overlap.loc[result.overlap["kind"] == "propensity",
                                                                 "share_clipped"].max())
         title = f"{roles.x}: {roles.x1} vs {roles.x0} (positive favours {roles.x1})"
-        artifacts: dict[str, Any] = {"pse_forest.png": result.forest_plot(title),
+        artifacts: dict[str, Any] = {"pse_forest.png": result.plot(title),
                                      "pse_means.csv": result.means, "pse_overlap.csv": result.overlap,
                                      "pse_tuning.csv": result.tuning}
         if result.notes:

@@ -7,19 +7,16 @@ and reach the same conclusion, checks the observational estimate on a case where
 be measured."""
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from popfair.errors import ConfigError, EstimationError
-from popfair.estimate.base import EFFECT_COLUMNS, Estimator, Pipeline
+from popfair.estimate.base import EFFECT_COLUMNS, Estimator, factual_rows
 from popfair.estimate.interventional import Interventional
 from popfair.estimate.sfm import EFFECTS
-from popfair.render.base import Renderer
-from popfair.report.figures import side_by_side_plot
-from popfair.types import CallPlan, Document, Effects, Profiles, Roles
+from popfair.types import Effects, Plot, Roles
 
 INTERVENTIONAL_PREFIX = "intv_"
 
@@ -45,19 +42,10 @@ class SideBySide:
             raise ConfigError("estimator.interventional: must be popfair.estimate.interventional.Interventional, "
                               f"got {type(interventional).__name__}")
         self.observational, self.interventional = observational, interventional
-
-    def bind(self, pipeline: Pipeline) -> None:
-        self.interventional.bind(pipeline)
-
-    def extra_documents(self, profiles: Profiles, renderer: Renderer | None = None) -> list[Document]:
-        return self.interventional.extra_documents(profiles, renderer)
-
-    def extra_plan(self, profiles: Profiles, documents: Sequence[Document],
-                   renderer: Renderer | None = None) -> CallPlan:
-        return self.interventional.extra_plan(profiles, documents, renderer)
+        self.design = interventional.design  # the interventional part's worlds
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
-        observed = self.observational.estimate(data, roles, y)
+        observed = self.observational.estimate(factual_rows(data), roles, y)  # never the world rows
         measured = self.interventional.estimate(data, roles, y)
         table = compare(observed.table, measured.table)
         agree = table["ci_overlap"].to_numpy(bool)
@@ -69,7 +57,7 @@ class SideBySide:
         title = f"{roles.x}: {roles.x1} vs {roles.x0} (positive favours {roles.x1})"
         artifacts: dict[str, Any] = {**observed.artifacts, **measured.artifacts,
                                      "side_by_side.csv": table,
-                                     "side_by_side_forest.png": side_by_side_plot(table, title, INTERVENTIONAL_PREFIX),
+                                     "side_by_side_forest.png": side_by_side_plot(table, title),
                                      "interventional_case.txt": measured.case}
         return Effects(table=table, labels=observed.labels, metrics=metrics, artifacts=artifacts)
 
@@ -99,3 +87,9 @@ def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
 def _direction(table: pd.DataFrame) -> np.ndarray:
     """+1 when the CI lies above 0, -1 below, 0 when it covers 0."""
     return np.where(table["ci_low"] > 0, 1, np.where(table["ci_high"] < 0, -1, 0))
+
+
+def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interventional") -> Plot:
+    """Forest plot: each effect's observational (DML-UCA) and interventional estimate with CIs."""
+    return Plot("forest", table, title, {"series": (("", "observational (DML-UCA)", "C0"),
+                                                    (INTERVENTIONAL_PREFIX, "interventional", "C3"))})

@@ -46,6 +46,7 @@ DONOR_POLICIES = ("region", "all")
 KAPPA = 20.0            # pseudo-records pulling a sparse cell's ratio toward its parent cell's
 CELL = ["gender", "age_group", "race", "edu_level"]
 PARENT = ["gender", "age_group", "race"]
+AGE_GROUP_START = (18, 25, 30, 35, 40)  # the experience module's AGE_GROUPS
 # OCCP -> the OEWS SOC series whose state employment gives the occupation's state shares. Teachers:
 # BLS publishes no state series for 25-2020, so its detailed codes are summed (25-2023, middle-school
 # career/technical, is not released for CA: 0.8% of the national 25-2020 total).
@@ -84,9 +85,13 @@ def oews_share(occp: int, usps: str) -> float:
 
 
 @lru_cache(maxsize=4)
-def population_cells(below_hs: str) -> pd.DataFrame:
-    """Every state's 18-44 persons as weighted cells (usps, gender, age group, race, edu_level, n, weight)."""
-    raw = pd.read_csv(data_file(*CELLS_FILE))
+def population_cells(below_hs: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every state's 18-44 persons as (weight, records) tables: rows CELL, columns USPS state codes."""
+    raw = pd.read_csv(data_file(*CELLS_FILE), usecols=["ST", "SEX", "AGEP", "RAC1P", "HISPANIC", "SCHL",
+                                                       "n_records", "weight"])
+    # aggregate on the numeric codes first (single-year ages -> bands), then decode the ~10x fewer rows
+    raw["AGEP"] = np.asarray(AGE_GROUP_START)[np.digitize(raw["AGEP"], AGE_GROUP_START) - 1]
+    raw = raw.groupby(["ST", "SEX", "AGEP", "RAC1P", "HISPANIC", "SCHL"], as_index=False)[["n_records", "weight"]].sum()
     edu = decode_education(raw["SCHL"], below_hs)   # SCHL 15 stands for 1-15 (below high school)
     raw = raw[edu.notna().to_numpy()]
     edu = edu.dropna()
@@ -95,7 +100,8 @@ def population_cells(below_hs: str) -> pd.DataFrame:
         "gender": decode_sex(raw["SEX"]), "age_group": age_group(raw["AGEP"]),
         "race": decode_race(raw["RAC1P"], raw["HISPANIC"] + 1), "edu_level": edu.to_numpy(dtype=object),
         "n": raw["n_records"].to_numpy(float), "weight": raw["weight"].to_numpy(float)})
-    return cells.groupby(["usps"] + CELL, as_index=False)[["n", "weight"]].sum()
+    wide = cells.pivot_table(index=CELL, columns="usps", values=["weight", "n"], aggfunc="sum", fill_value=0.0)
+    return wide["weight"], wide["n"]
 
 
 def donor_states(target: str, policy: str, present: set[str]) -> list[str]:
@@ -106,23 +112,17 @@ def donor_states(target: str, policy: str, present: set[str]) -> list[str]:
     return sorted(s for s in pool if s in present and s not in TARGETS)
 
 
-def density_ratio(cells: pd.DataFrame, target: str, donors: list[str]) -> pd.Series:
-    """r(d) = p_target(d) / p_donors(d) over CELL, shrunk toward the PARENT cell's ratio."""
-    def shares(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.Series, pd.Series]:
-        grouped = frame.groupby(keys)[["weight", "n"]].sum()
-        return grouped["weight"] / grouped["weight"].sum(), grouped["n"]
-
-    tgt = cells[cells["usps"] == target]
-    don = cells[cells["usps"].isin(donors)]
-    p_t, _ = shares(tgt, CELL)
-    p_d, n_d = shares(don, CELL)
-    fine = (p_t.reindex(p_d.index).fillna(0.0) / p_d)
-    pt_parent, _ = shares(tgt, PARENT)
-    pd_parent, _ = shares(don, PARENT)
-    parent = (pt_parent.reindex(pd_parent.index).fillna(0.0) / pd_parent)
-    parent_of_fine = parent.reindex(fine.index.droplevel("edu_level")).to_numpy()
-    return pd.Series((n_d.to_numpy() * fine.to_numpy() + KAPPA * parent_of_fine) / (n_d.to_numpy() + KAPPA),
-                     index=fine.index)
+def density_ratio(weight: pd.DataFrame, records: pd.DataFrame, target: str, donors: list[str]) -> pd.Series:
+    """r(d) = p_target(d) / p_donors(d) over CELL, shrunk toward the PARENT cell's ratio (population_cells)."""
+    don_present = weight[donors].sum(axis=1) > 0
+    weight, records = weight[don_present], records[don_present]   # cells no donor person is in: no ratio
+    tgt, don = weight[target], weight[donors].sum(axis=1)
+    n_donor = records[donors].sum(axis=1)
+    fine = (tgt / tgt.sum()) / (don / don.sum())
+    tgt_parent, don_parent = tgt.groupby(level=PARENT).sum(), don.groupby(level=PARENT).sum()
+    parent = ((tgt_parent / tgt.sum()) / (don_parent / don.sum())).reindex(fine.index.droplevel("edu_level"))
+    shrunk = (n_donor.to_numpy() * fine.to_numpy() + KAPPA * parent.to_numpy()) / (n_donor.to_numpy() + KAPPA)
+    return pd.Series(shrunk, index=fine.index)
 
 
 def systematic_sample(probabilities: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -143,7 +143,7 @@ def transport_ca_tx(records: pd.DataFrame, occp: int, below_hs: str, donors: str
     if present & set(TARGETS):
         raise DataError("population.ca_tx=transport: the PUMS records already contain CA or TX; transport is "
                         "only for the bundled 48-state extract")
-    cells = population_cells(below_hs)
+    weight_cells, record_cells = population_cells(below_hs)
     shares = {t: oews_share(occp, t) for t in TARGETS}
     total = len(records) / (1 - sum(shares.values()))
     total_weight = records["weight"].sum() / (1 - sum(shares.values()))
@@ -152,7 +152,7 @@ def transport_ca_tx(records: pd.DataFrame, occp: int, below_hs: str, donors: str
     for i, target in enumerate(TARGETS):
         pool_states = donor_states(target, donors, present)
         pool = records[records["state"].isin(pool_states)].sort_values(CELL + ["age"], kind="stable")
-        ratio = density_ratio(cells, target, pool_states)
+        ratio = density_ratio(weight_cells, record_cells, target, pool_states)
         r = ratio.reindex(pd.MultiIndex.from_frame(pool[CELL])).fillna(0.0).to_numpy()
         weights = pool["weight"].to_numpy(float) * r
         if weights.sum() <= 0:

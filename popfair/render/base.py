@@ -5,6 +5,7 @@ import gc
 import multiprocessing as mp
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,13 +32,26 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
 
     A large table is split across `processes` forked worker processes (default: the CPUs this
     process may use). "Large" is the renderer's `rows_per_process` (class attribute: about a
-    second of work, e.g. 10,000 text resumes or 64 PNG pages); renderers without it, small
-    tables and platforms without fork render in this process. Workers return the documents'
-    fields; the profile rows stay here, so the result is identical to rendering serially."""
+    quarter second of work: 5,000 text resumes, 32 PNG pages); renderers without it, small
+    tables and platforms without fork render in this process. Workers return the documents
+    without their profile rows, which stay here: the result is identical to rendering serially.
+
+    A renderer is deterministic given the row, so rows identical in every column are rendered
+    once; only an applicant's rows can be identical (its counterfactual worlds that do not change
+    B or R, its own world and its factual row), so tables of distinct applicant_ids skip the check."""
     check = getattr(renderer, "check_profiles", None)
     if check is not None:
         check(table)
-    rows = profile_records(table)
+    if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
+        group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
+        first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
+        distinct = _render_records(renderer, profile_records(table.iloc[first]), jobs, progress, processes)
+        return [distinct[g] for g in group]
+    return _render_records(renderer, profile_records(table), jobs, progress, processes)
+
+
+def _render_records(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool,
+                    processes: int | None) -> list[Document]:
     chunk = getattr(renderer, "rows_per_process", None)
     if processes is None:
         processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -55,13 +69,10 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
 _FORKED: tuple[Renderer, list[dict[str, Any]], Mapping[str, Job]] | None = None
 
 
-def _render_rows(span: tuple[int, int]) -> list[tuple[str, str, str, str, bytes | None]]:
+def _render_rows(span: tuple[int, int]) -> list[Document]:
     renderer, rows, jobs = _FORKED  # type: ignore[misc]
-    out = []
-    for row in rows[span[0]:span[1]]:
-        doc = renderer.render(row, jobs[row["job_id"]])
-        out.append((doc.applicant_id, doc.job_id, doc.kind, doc.text, doc.image_png))
-    return out
+    # the profile row is not sent back: the parent holds the same row
+    return [replace(renderer.render(row, jobs[row["job_id"]]), profile=None) for row in rows[span[0]:span[1]]]
 
 
 def _render_forked(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], processes: int,
@@ -75,9 +86,9 @@ def _render_forked(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping
         with mp.get_context("fork").Pool(min(processes, len(spans))) as pool:
             gc.unfreeze()
             documents = []
-            for (start, _), fields in zip(spans, pool.imap(_render_rows, spans)):
-                documents += [Document(*f, profile=row) for f, row in zip(fields, rows[start:])]
-                bar.update(len(fields))
+            for (start, _), done in zip(spans, pool.imap(_render_rows, spans)):
+                documents += [replace(doc, profile=row) for doc, row in zip(done, rows[start:])]
+                bar.update(len(done))
     finally:
         gc.unfreeze()
         _FORKED = None
@@ -94,7 +105,7 @@ def profile_records(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS) -> dict[str, str | bytes]:
     """k documents spread evenly over the run, as MLflow artifacts under samples/: the text
-    (.txt, or .json for JSON documents) and, for image documents, the PNG."""
+    (.txt, or .json for JSON documents) and, for image and PDF documents, the PNG or PDF."""
     if not documents or k <= 0:
         return {}
     picks = sorted(set(np.linspace(0, len(documents) - 1, num=min(k, len(documents))).round().astype(int)))
@@ -105,4 +116,6 @@ def sample_artifacts(documents: Sequence[Document], k: int = N_SAMPLE_DOCUMENTS)
         artifacts[stem + (".json" if doc.kind == "json" else ".txt")] = doc.text
         if doc.image_png is not None:
             artifacts[stem + ".png"] = doc.image_png
+        if doc.pdf is not None:
+            artifacts[stem + ".pdf"] = doc.pdf
     return artifacts

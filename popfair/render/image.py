@@ -34,7 +34,7 @@ DEFAULT_AGE_BANDS = {"18-29": [18, 29], "30-44": [30, 44]}
 
 def _matplotlib_font(name: str) -> Path | None:
     try:
-        import matplotlib  # noqa: PLC0415  (only needed to find its bundled DejaVu fonts)
+        import matplotlib
     except ImportError:
         return None
     path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / name
@@ -196,16 +196,20 @@ class ImageRenderer:
         return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="image",
                         text=resume.to_text(), image_png=self.draw(resume, photo), profile=profile)
 
-    def draw(self, resume: Resume, photo: Image.Image | None = None) -> bytes:
-        """Lay out and rasterise; shrink the font a point at a time until the resume fits the page."""
+    def fit(self, resume: Resume) -> tuple[_Fonts, list[_Op], list[tuple[float, float, float]]]:
+        """The page layout (fonts, text runs, rules), shrinking the font a point at a time until the
+        resume fits the page. Shared by the PNG and the PDF renderers."""
         for size in range(self.font_size, MIN_FONT_SIZE - 1, -1):
             fonts = _fonts(self.regular, self.bold, size)
             ops, rules, bottom = self._layout(resume, fonts)
             if bottom <= self.height - self.margin:
-                break
-        else:
-            raise DataError(f"resume of {resume.name!r} does not fit a {self.width}x{self.height} page even "
-                            f"at {MIN_FONT_SIZE}px; raise renderer.height or lower renderer.bullets_per_role")
+                return fonts, ops, rules
+        raise DataError(f"resume of {resume.name!r} does not fit a {self.width}x{self.height} page even "
+                        f"at {MIN_FONT_SIZE}px; raise renderer.height or lower renderer.bullets_per_role")
+
+    def draw(self, resume: Resume, photo: Image.Image | None = None) -> bytes:
+        """Lay out and rasterise."""
+        fonts, ops, rules = self.fit(resume)
         page = Image.new("RGB" if photo is not None else "L", (self.width, self.height), "white")
         pen = ImageDraw.Draw(page)
         fill = (lambda g: (g, g, g)) if photo is not None else (lambda g: g)

@@ -1,14 +1,20 @@
 """Figures of one case's estimates (matplotlib `Figure` objects, no pyplot state, Agg-safe): the
 effects forest plot (one estimate or observational vs interventional side by side) and the impact
-ratio chart. Estimators attach them as run artifacts; the sweep report reuses `forest_plot` so a
-report and a run's artifact look alike. Depends on no other popfair module."""
+ratio chart. Estimators ask for them as data (`popfair.types.Plot` artifacts) and `draw` renders
+them when the run is logged; the sweep report reuses `forest_plot` so a report and a run's
+artifact look alike. matplotlib is imported when drawing, which keeps `import popfair` light."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
+
+from popfair.types import Plot
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Series = tuple[tuple[str, str, str], ...]
 
@@ -18,7 +24,6 @@ def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects",
     """Forest plot of effect estimates with CI whiskers. `series` lists (column prefix, legend
     label, colour) per estimate drawn side by side (e.g. observational and interventional). With
     one series, effects whose `significant` flag is set are drawn filled, the others hollow."""
-    # imported when drawing: keeps `import popfair` light
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.0, 3.2 + 0.3 * (len(series) - 1)))
@@ -48,16 +53,8 @@ def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects",
     return fig
 
 
-def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interventional",
-                      prefix: str = "intv_") -> Figure:
-    """Forest plot: each effect's observational (DML-UCA) and interventional (`prefix` columns)
-    estimate with CIs."""
-    return forest_plot(table, title, series=(("", "observational (DML-UCA)", "C0"),
-                                             (prefix, "interventional", "C3")))
-
-
-def impact_ratio_figure(table: pd.DataFrame, dimensions: Mapping[str, str], flag_below: float,
-                        alpha: float) -> Figure:
+def impact_ratio_figure(table: pd.DataFrame, title: str = "", *, dimensions: Mapping[str, str],
+                        flag_below: float, alpha: float) -> Figure:
     """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, and the
     four-fifths line. `table` holds every row (metric, dimension, category, status, impact_ratio,
     ci_low, ci_high, flag); `dimensions` maps each dimension to its title, in panel order."""
@@ -84,7 +81,20 @@ def impact_ratio_figure(table: pd.DataFrame, dimensions: Mapping[str, str], flag
             ax.set_title(f"{metric}: {dimension_title}", fontsize=9)
             if i == len(metrics) - 1:
                 ax.set_xlabel("impact ratio (rate / highest rate)")
-    fig.suptitle(f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
+    fig.suptitle(title or f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
                  f"dashed line: {flag_below:g} (four-fifths rule)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+DRAW: dict[str, Callable[..., Figure]] = {"forest": forest_plot, "impact_ratio": impact_ratio_figure}
+
+
+def draw(plot: Plot) -> Figure:
+    """The matplotlib Figure of a `Plot` artifact."""
+    return DRAW[plot.kind](plot.table, plot.title, **plot.options)
+
+
+def draw_artifacts(artifacts: Mapping[str, Any]) -> dict[str, Any]:
+    """Artifacts with every `Plot` drawn as a Figure (other values unchanged)."""
+    return {name: draw(value) if isinstance(value, Plot) else value for name, value in artifacts.items()}

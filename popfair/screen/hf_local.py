@@ -2,7 +2,7 @@
 
 Same prompt files (conf/prompts/, popfair.screen.prompts) and parsing (popfair.screen.parse) as
 the API screeners; greedy
-decoding (the papers' temperature 0). Needs the optional extra: pip install 'popfair[hf_local]'."""
+decoding (the papers' temperature 0). Needs the optional extra: pip install 'popfair[hflocal]'."""
 from __future__ import annotations
 
 import os
@@ -45,7 +45,7 @@ class HFLocalScreener:
                 f"must be an integer >= 1, got {batch_size!r}")
         require(dtype in DTYPES, "screener.dtype", f"must be one of {list(DTYPES)}, got {dtype!r}")
         self.prompts = PromptSet(prompts)
-        require_extra("hf_local", EXTRA_MODULES, name)
+        require_extra("hflocal", EXTRA_MODULES, name)
         self.name = name
         self.model_path = model_path
         self.max_new_tokens = max_new_tokens

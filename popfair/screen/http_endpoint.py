@@ -27,6 +27,7 @@ from popfair.render.files import MEDIA_TYPES, document_binary, document_id
 from popfair.screen.cache import CachedAnswer, open_cache
 from popfair.screen.engine import Answer, Call, EngineSettings
 from popfair.screen.llm import LLMScreener
+from popfair.screen.pricing import Price
 from popfair.screen.providers import (
     Completion,
     Generation,
@@ -84,7 +85,7 @@ def _fill(template: Any, values: Mapping[str, Any]) -> Any:
 
 
 @dataclass(frozen=True)
-class CallPrice:
+class CallPrice(Price):
     """What one request costs the auditor (vendors bill per call, not per token)."""
 
     per_call_usd: float = 0.0
@@ -153,7 +154,7 @@ class HttpScreener(LLMScreener):
                  headers: Mapping[str, str] | None = None, secret_headers: Mapping[str, Any] | None = None,
                  response_path: str | None = "$.score", values: Mapping[str, Any] | None = None,
                  price_per_call_usd: float = 0.0, max_calls: int | None = None,
-                 engine: Mapping[str, Any] | None = None, cache_dir: str = ".popfair_cache",
+                 engine: Mapping[str, Any] | None = None, cache_dir: str = ".popfair_cache", cache_url: str | None = None,
                  max_cost_usd: float | None = None, require_key: bool = True) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         require(isinstance(url, str) and url.startswith(("http://", "https://")), "screener.url",
@@ -190,17 +191,20 @@ class HttpScreener(LLMScreener):
         self.values = ValueMapping.from_config(values, "screener.values")
         self.max_calls, self.mode = max_calls, "online"
         self.max_cost_usd = None if max_cost_usd is None else float(max_cost_usd)
-        self.price = CallPrice(float(price_per_call_usd))
+        self.call_price = CallPrice(per_call_usd=float(price_per_call_usd))
+        self.price = self.call_price
         self.settings = EngineSettings.from_config(engine)
         install_log_redaction()
         literal = {str(k): str(v) for k, v in (headers or {}).items()}
-        resolved, self.secret_variables, missing = dict(literal), [], False
+        resolved, missing = dict(literal), False
+        self.secret_variables: list[str] = []
         for header, spec in (secret_headers or {}).items():
             spec = {"env": spec} if isinstance(spec, str) else dict(spec or {})
             variable, prefix = spec.get("env"), str(spec.get("prefix", ""))
             require(set(spec) <= {"env", "prefix"} and isinstance(variable, str)
                     and bool(_ENV_NAME.fullmatch(variable)), f"screener.secret_headers.{header}",
                     f"must be the NAME of an environment variable, or {{env: NAME, prefix: 'Bearer '}}; got {spec!r}")
+            assert isinstance(variable, str)
             self.secret_variables.append(variable)
             if require_key or os.environ.get(variable):
                 resolved[str(header)] = prefix + read_secret(variable, f"screener.secret_headers.{header}")
@@ -217,7 +221,7 @@ class HttpScreener(LLMScreener):
                                    sort_keys=True, separators=(",", ":"), default=str)
         self.provider = HttpEndpoint(url, resolved, expects_json=self.response_expr is not None,
                                      timeout_s=self.settings.timeout_s, concurrency=self.settings.concurrency)
-        self.cache = open_cache(cache_dir)
+        self.cache = open_cache(cache_url or cache_dir)
         self.last_stats: dict[str, float] = {}
 
     def __repr__(self) -> str:  # never shows header values
@@ -297,7 +301,7 @@ class HttpScreener(LLMScreener):
         keys, requests = self._prompts(jobs, documents, outcome)
         todo = self._todo(keys, requests, self.cache.get_many(requests))
         calls = len(todo) if self.max_calls is None else min(len(todo), self.max_calls)
-        return CallPlan(calls=calls, cost_usd=calls * self.price.per_call_usd)
+        return CallPlan(calls=calls, cost_usd=calls * self.call_price.per_call_usd)
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome):
         if self._missing_key:
@@ -311,4 +315,4 @@ class HttpScreener(LLMScreener):
                 "method": self.method, "url": self.url, "response_path": self.response_path,
                 "labels": dict(self.values.labels), "range": list(self.values.range),
                 "callback_threshold": self.values.callback_threshold,
-                "price_per_call_usd": self.price.per_call_usd}
+                "price_per_call_usd": self.call_price.per_call_usd}

@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import popfair
 from popfair.errors import ConfigError, require
+from popfair.paths import CONF_DIR
 from popfair.types import Document, Job, Outcome
 
-PROMPT_DIR = Path(popfair.__file__).resolve().parents[1] / "conf" / "prompts"
+PROMPT_DIR = CONF_DIR / "prompts"
 DEFAULT_PROMPTS = {
     "callback_system": "callback_system.txt", "callback_user": "callback_user.txt",
     "score_system": "score_system.txt", "score_user": "score_user.txt",

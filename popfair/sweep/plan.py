@@ -20,7 +20,7 @@ import pandas as pd
 from popfair.experiment import Experiment
 from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
-from popfair.types import CallPlan, Document, Profiles
+from popfair.types import WORLD, CallPlan, Document, Profiles
 
 _DOCUMENTS: dict[str, tuple[Profiles, list[Document]]] = {}  # planning memo: config -> documents
 _PLANNED: dict[str, set[str]] = {}  # screener config -> keys of documents already planned
@@ -43,7 +43,7 @@ class CasePlan:
     new_output_tokens: int
     new_cost_usd: float
     image_estimated_from_text: bool = False
-    estimator_documents: int = 0  # of `documents`, those the estimator screens itself (interventional)
+    estimator_documents: int = 0  # of `documents`, the counterfactual worlds the estimator declared (interventional)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,17 +69,20 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
 
 
 def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
-    """Profiles and the documents to plan; for image renderers the text layout of each resume
-    (flag True). Memoised per process, so cases sharing a population render it once."""
+    """Profiles and the documents to plan, the factual ones then those of the counterfactual worlds
+    the estimator declares; for image renderers the text layout of each resume (flag True).
+    Memoised per process, so cases sharing a population and design render it once."""
     image = str(experiment.renderer.kind).startswith("image")
     config = experiment.config
     key = _key({"population": config.get("population"), "occupation": config.get("occupation"),
                 "protected_attr": config.get("protected_attr"), "seed": experiment.seed,
-                "renderer": "image-from-text" if image else config.get("renderer")})
+                "renderer": "image-from-text" if image else config.get("renderer"),
+                "design": repr(experiment.estimator.design)})
     if key not in _DOCUMENTS:
-        profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
+        profiles = experiment.sample()
         documents = render_all(text_layout_renderer(config.get("renderer") or {}) if image
-                               else experiment.renderer, profiles.table, profiles.jobs, progress=False)
+                               else experiment.renderer, profiles.rows().drop(columns=WORLD), profiles.jobs,
+                               progress=False)
         _DOCUMENTS[key] = (profiles, documents)
     profiles, documents = _DOCUMENTS[key]
     return profiles, documents, image
@@ -103,22 +106,9 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
                    cost_usd=plan.cost_usd + plan.calls * delta.cost_usd)
 
 
-def estimator_documents(experiment: Experiment, profiles: Profiles, image: bool) -> list[Document]:
-    """Documents the estimator screens itself beyond the factual ones (interventional: five
-    counterfactual resumes per sampled applicant; image cases planned from their text layout)."""
-    extra_documents = getattr(experiment.estimator, "extra_documents", None)
-    if extra_documents is None:
-        return []
-    experiment.bind_estimator(profiles)
-    renderer = text_layout_renderer(experiment.config.get("renderer") or {}) if image else None
-    return extra_documents(profiles, renderer)
-
-
 def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
     profiles, documents, image = planning_documents(experiment)
-    extra = estimator_documents(experiment, profiles, image)
-    documents = [*documents, *extra]
     screener = experiment.screener
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
@@ -136,7 +126,8 @@ def plan_case(experiment: Experiment) -> CasePlan:
                     input_tokens=total.input_tokens, output_tokens=total.output_tokens,
                     cost_usd=total.cost_usd, new_calls=new.calls, new_input_tokens=new.input_tokens,
                     new_output_tokens=new.output_tokens, new_cost_usd=new.cost_usd,
-                    image_estimated_from_text=image, estimator_documents=len(extra))
+                    image_estimated_from_text=image,
+                    estimator_documents=0 if profiles.worlds is None else len(profiles.worlds))
 
 
 PLAN_SUMS = ["cases", "documents", "calls", "input_tokens", "output_tokens", "cost_usd",

@@ -1,0 +1,75 @@
+"""Counterfactual worlds as a design step: the population draws the worlds an estimator declared
+(`popfair.types.WorldDesign`), so the pipeline renders and screens them with the factual
+applicants (one plan, one response cache) and estimators stay functions of the scored table.
+
+A population supports worlds by redrawing its applicants under interventions on X
+(`CounterfactualPopulation.counterfactual`, PopResume's SCM with common random numbers)."""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from popfair.errors import ConfigError
+from popfair.population.base import Population
+from popfair.population.occupation import Occupation
+from popfair.population.protected import ProtectedAttribute
+from popfair.types import WORLD, Profiles, WorldDesign
+
+
+@runtime_checkable
+class CounterfactualPopulation(Protocol):
+    """A population that can redraw its applicants under interventions on X (PopResume)."""
+
+    def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame:
+        """`profiles.table`'s applicants, in order, with B drawn under X = x_b, R under X = x_r and the
+        X column set to x_y, all noise fixed by `seed` (the same seed gives common random numbers)."""
+        ...
+
+
+def check_design(population: Population, design: WorldDesign | None, key: str = "estimator") -> None:
+    """ConfigError before any work when the estimator declares worlds the population cannot draw."""
+    if design is not None and not isinstance(population, CounterfactualPopulation):
+        raise ConfigError(f"{key}: needs counterfactual worlds (the interventional estimator), which only a "
+                          f"population with counterfactual draws provides (population=popresume); "
+                          f"{type(population).__name__} has none")
+
+
+def sample(population: Population, occupation: Occupation, protected: ProtectedAttribute, seed: int,
+           design: WorldDesign | None = None) -> Profiles:
+    """The population stage: applicants, plus the worlds `design` asks for (in `Profiles.worlds`)."""
+    profiles = population.sample(occupation, protected, seed)
+    if design is not None:
+        check_design(population, design)
+        profiles.worlds = draw_worlds(population, profiles, design)  # type: ignore[arg-type]
+    return profiles
+
+
+def sample_applicants(profiles: Profiles, design: WorldDesign) -> Profiles:
+    """The applicants to intervene on: rows with X in {x0, x1}, `design.n` of them drawn without
+    replacement (seeded), in their original order; all of them when n is None or larger."""
+    roles = profiles.roles
+    rows = profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])]
+    if design.n is not None and design.n < len(rows):
+        rng = np.random.default_rng([design.seed, 9])
+        rows = rows.iloc[np.sort(rng.choice(len(rows), size=design.n, replace=False))]
+    return Profiles(table=rows, roles=roles, jobs=profiles.jobs, outcome=profiles.outcome)
+
+
+def draw_worlds(population: CounterfactualPopulation, profiles: Profiles, design: WorldDesign) -> pd.DataFrame:
+    """The sampled applicants in every world of `design`, world-major (all applicants of the first
+    world, then the second, ...), with a `world` column; one seed for all worlds (common random
+    numbers). Worlds that differ only in x_y share their B and R draws (the counterfactual contract
+    sets only the X column to x_y), so four draws serve the five PSE worlds."""
+    sampled = sample_applicants(profiles, design)
+    roles = sampled.roles
+    levels = (roles.x0, roles.x1)
+    drawn: dict[tuple[int, int], pd.DataFrame] = {}
+    tables = []
+    for name, (x_y, x_b, x_r) in design.worlds.items():
+        if (x_b, x_r) not in drawn:
+            drawn[(x_b, x_r)] = population.counterfactual(sampled, levels[x_y], levels[x_b], levels[x_r],
+                                                          design.seed)
+        tables.append(drawn[(x_b, x_r)].assign(**{roles.x: levels[x_y], WORLD: name}))
+    return pd.concat(tables, ignore_index=True)
