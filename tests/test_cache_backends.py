@@ -2,6 +2,7 @@
 127.0.0.1) store, claim and copy alike; server credentials come only from the environment."""
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
