@@ -116,7 +116,7 @@ def test_secret_headers_come_from_the_environment_only(vendor, tmp_path, monkeyp
 @pytest.mark.parametrize("settings, key", [
     (dict(body={"x": "{applicant_id}"}), "screener.body: unknown placeholders"),
     (dict(response_path="$.result[?"), "screener.response_path"),
-    (dict(method="GET"), "screener.body: must be null for GET"),
+    (dict(method="GET", body={"id": "{document_id}"}), "screener.body: must be null for GET"),
     (dict(url="ftp://vendor"), "screener.url"),
     (dict(values={"range": [100, 0]}), "screener.values.range"),
     (dict(secret_headers={"Authorization": "not a name"}), "screener.secret_headers.Authorization"),
@@ -141,7 +141,7 @@ def test_the_document_id_reveals_nothing_beyond_the_document():
 
 
 PAIRED = ["experiment=paired_race", "screener=http", "screener.response_path=$.result.decision",
-          "+screener.values.labels={advance: 1, reject: 0}", "occupation.n_postings=100",
+          "screener.values.labels={advance: 1, reject: 0}", "occupation.n_postings=100",
           "tracking.enabled=false",
           "estimator.n_bootstrap=500", "outcome_audit.n_bootstrap=200",
           *[f"screener.engine.{k}={v}" for k, v in FAST.items()]]
@@ -161,6 +161,12 @@ def test_paired_audit_of_the_endpoint_recovers_its_known_bias(vendor, tmp_path):
     assert gap["ci_low"] <= truth <= gap["ci_high"] and gap["ci_low"] > 0
     audit = result.audit.table
     assert audit.loc[audit.index.str.contains("black")]["estimate"].lt(1).all()
+    report = result.report["report.md"]  # the auditor's deliverable, written for screener=http
+    assert "Tool audited" in report and url in report and "$.result.decision" in report
+    assert "## NYC Local Law 144 summary" in report and "### selection: Race/Ethnicity" in report
+    assert "Black or African American" in report and "| gap |" in report.replace("  ", " ")
+    assert "popfair/data/audit" in report and "Audit date: 20" in report
+    assert result.report["report.html"].count("<table") >= 5 and "data:image/png;base64" in result.report["report.html"]
     attempts = sum(state.attempts.values())
     Experiment.from_config(compose_config([*PAIRED, f"screener.url={url}"], tmp_path=tmp_path)).run()
     assert sum(state.attempts.values()) == attempts  # the rerun asks nothing

@@ -101,7 +101,7 @@ class OccupationModel:
 
 @lru_cache(maxsize=32)
 def occupation_model(pums_path: str | None, occp: int, below_hs: str, ca_tx: str = "transport",
-                     transport_donors: str = "region", experience_source: str = "nlsy97") -> OccupationModel:
+                     transport_donors: str = "all", experience_source: str = "nlsy97") -> OccupationModel:
     """Decode one occupation's PUMS records, put CA/TX back (bundled extract only) and fit its conditionals.
     Cached in-process and on disk, keyed by every input file's fingerprint, the arguments and this code."""
     source = Path(pums_path) if pums_path else data_file(*BUNDLED_PUMS)
@@ -174,7 +174,7 @@ class PopResumePopulation:
     and names drawn from the SCM in the module docstring."""
 
     def __init__(self, n: int | None = None, pums_path: str | None = None, below_hs: str = "drop",
-                 diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "region",
+                 diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "all",
                  experience_source: str = "nlsy97") -> None:
         require(n is None or (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_N), "population.n",
                 f"must be null (all records) or an integer in 1..{MAX_N}, got {n!r}")
