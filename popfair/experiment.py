@@ -35,6 +35,23 @@ COMPONENT_GROUPS = ("population", "occupation", "renderer", "screener", "estimat
 
 @dataclass
 class RunResult:
+    """What `Experiment.run` returns.
+
+    Parameters
+    ----------
+    effects : Effects
+        The estimator's table (estimate, se, ci_low, ci_high, ...), case labels, metrics, artifacts.
+    scored : DataFrame
+        One row per sampled applicant: profile columns, document, raw answer, y, error.
+    run_id : str or None
+        The MLflow run (None with tracking=none).
+
+    Examples
+    --------
+    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
+    >>> result.effects.table, result.effects.case, result.failure_rate  # doctest: +SKIP
+    """
+
     effects: Effects
     scored: pd.DataFrame
     run_id: str | None
@@ -94,6 +111,41 @@ def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False) -> An
 
 @dataclass
 class Experiment:
+    """One audit case: population -> render -> screen -> estimate, logged as one MLflow run.
+
+    Built from a composed Hydra config with `Experiment.from_config`, which validates and builds
+    every component before any work (a bad value fails naming its config key); nothing downstream
+    reads the raw config. Counterfactual worlds the estimator declares (`estimator.design`) are
+    drawn by the population and rendered and screened with the factual applicants.
+
+    Parameters
+    ----------
+    population, occupation, renderer, screener, estimator, protected
+        The case's components (config groups population, occupation, renderer, screener,
+        estimator, protected_attr).
+    tracker : MlflowTracker
+        Where the run is logged (config group tracking).
+    seed : int
+        The population sample's seed.
+    run_name, config, outcome_audit, parent_run_id, tags
+        MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
+        the sweep's parent run and extra tags.
+
+    Returns
+    -------
+    `run()` returns a `RunResult` (effects, scored table, MLflow run id).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from hydra import compose, initialize_config_dir
+    >>> import popfair
+    >>> with initialize_config_dir(version_base="1.3", config_dir=str(Path("conf").resolve())):  # doctest: +SKIP
+    ...     cfg = compose(config_name="config", overrides=["population.n=300", "estimator=outcome_gap"])
+    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
+    >>> result.effects.table.loc["gap", ["estimate", "ci_low", "ci_high"]]  # doctest: +SKIP
+    """
+
     population: Population
     occupation: Occupation
     renderer: Renderer

@@ -134,6 +134,15 @@ def test_fetch_filters_verifies_writes_a_pums_path_file_and_reruns_from_cache(se
     assert len(server.requests) == seen and "done before" in capsys.readouterr().out
 
 
+def test_a_kept_zip_that_changed_on_disk_is_downloaded_again(server, tmp_path, capsys):
+    server.files["/2023/1-Year/csv_pca.zip"] = census_zip(census_csv(6, 2023, 800, 7), 6)
+    assert run(server, tmp_path, "--states", "CA", "--keep-zips") == 0
+    kept = tmp_path / "2023" / "csv_pca.zip"
+    kept.write_bytes(kept.read_bytes()[:-10] + b"0123456789")   # damaged after the download
+    assert run(server, tmp_path, "--states", "CA", "--keep-zips", "--occp", "3255") == 0   # new filter: refilter
+    assert "sha256 differs" in capsys.readouterr().out and server.requests[-1][1] is None
+
+
 def test_a_killed_download_resumes_with_a_range_request(server, tmp_path):
     frame = census_csv(6, 2023, 30_000, 3)
     body = census_zip(frame, 6, stored=True)                 # ~1.9 MB: throttled, it takes seconds

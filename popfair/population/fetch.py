@@ -303,6 +303,10 @@ def fetch(request: Request, log: Any = print) -> Path:
             log(f"[{i}/{len(request.states)}] {usps}: done before ({entry['rows_kept']} of {entry['rows_read']} rows)")
             continue
         name = f"csv_p{usps.lower()}.zip"
+        kept = request.year_dir / name
+        if kept.exists() and entry and entry.get("zip_sha256") and _sha256(kept) != entry["zip_sha256"]:
+            log(f"{kept}: sha256 differs from the one recorded when it was downloaded; downloading it again")
+            kept.unlink()
         zip_path = download(f"{request.base_url.rstrip('/')}/{request.year}/1-Year/{name}",
                             request.year_dir / name, request.year, usps)
         manifest[usps] = filter_state(request, usps, zip_path)
