@@ -150,6 +150,7 @@ class HttpScreener(LLMScreener):
     request is built, keyed, priced and how its answer is read."""
 
     audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
+    plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
 
     def __init__(self, url: str, name: str = "http", display_name: str | None = None, method: str = "POST",
                  params: Mapping[str, Any] | None = None, body: Any = None,
