@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_engine import CONCURRENCY, JOBS, LATENCY_S, docs, start_stub  # noqa: E402
-from popfair.screen.cache import CachedAnswer, open_cache  # noqa: E402
+from popfair.screen.cache import CachedAnswer  # noqa: E402
 from popfair.screen.llm import LLMScreener  # noqa: E402
 from tests.pg_server import PASSWORD, start_postgres  # noqa: E402
 
@@ -66,8 +66,8 @@ def main() -> None:
                 start = time.perf_counter()
                 s.cache.insert_rows("responses", [(k, "openai", "stub-model", *astuple(answer)) for k in keys])
                 fill_s = time.perf_counter() - start
-                lookup_s, lookups = best_of(3, lambda: s.cache.get_many(keys))
-                screen_s, screens = best_of(3, lambda: s.screen(JOBS, cached_docs, "score"))
+                lookup_s, lookups = best_of(3, lambda s=s, keys=keys: s.cache.get_many(keys))
+                screen_s, screens = best_of(3, lambda s=s: s.screen(JOBS, cached_docs, "score"))
                 again = s.screen(JOBS, cached_docs[:100], "score")
                 assert all(r.cached and r.value == 50.0 for r in again)
                 print(f"bulk {name:8s}: fill {args.rows / fill_s:>9,.0f} rows/s | get_many {args.rows / lookup_s:>9,.0f}"
