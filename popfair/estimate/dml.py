@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from popfair.errors import EstimationError, require
+from popfair.errors import ConfigError, EstimationError, require
 from popfair.estimate.sfm import TARGETS
 
 log = logging.getLogger("popfair.pse")
@@ -158,7 +158,7 @@ class PseSettings:
         for ok, key, message in checks:
             if not ok:
                 if exc is None:
-                    require(False, prefix + key, message)
+                    raise ConfigError(f"{prefix}{key}: {message}")
                 raise exc(f"{key}: {message}")
 
 

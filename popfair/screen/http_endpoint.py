@@ -149,8 +149,11 @@ class HttpScreener(LLMScreener):
     lookup, engine run, one result per document, metrics) and replaces what is model-specific: how a
     request is built, keyed, priced and how its answer is read."""
 
+    audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
+    plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
+
     def __init__(self, url: str, name: str = "http", display_name: str | None = None, method: str = "POST",
-                 params: Mapping[str, Any] | None = None, body: Any = DEFAULT_BODY,
+                 params: Mapping[str, Any] | None = None, body: Any = None,
                  headers: Mapping[str, str] | None = None, secret_headers: Mapping[str, Any] | None = None,
                  response_path: str | None = "$.score", values: Mapping[str, Any] | None = None,
                  price_per_call_usd: float = 0.0, max_calls: int | None = None,
@@ -162,6 +165,8 @@ class HttpScreener(LLMScreener):
         method = str(method).upper()
         require(method in METHODS, "screener.method", f"must be one of {', '.join(METHODS)}, got {method!r}")
         require(method != "GET" or body is None, "screener.body", "must be null for GET (use screener.params)")
+        if body is None and method != "GET":
+            body = DEFAULT_BODY
         require(params is None or isinstance(params, Mapping), "screener.params", "must be a mapping or null")
         for key, template in (("url", url), ("params", params), ("body", body)):
             for text in _strings(template):
