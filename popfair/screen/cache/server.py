@@ -200,13 +200,13 @@ class ServerCache(ResponseCache):
                 yield [tuple(row) for row in part]
 
     def insert_rows(self, table: str, rows: Sequence[tuple]) -> int:
-        from sqlalchemy.dialects.postgresql import insert
-
         schema = TABLES[table]
-        names = [c.name for c in schema.columns]
-        statement = insert(schema).on_conflict_do_nothing().returning(schema.primary_key.columns[0])
+        sql = (f"INSERT INTO {schema.name} VALUES ({', '.join(['%s'] * len(schema.columns))}) "
+               "ON CONFLICT DO NOTHING")
 
         def work(conn: Connection) -> int:
-            return sum(len(conn.execute(statement, [dict(zip(names, row)) for row in rows[i:i + 1000]]).all())
-                       for i in range(0, len(rows), 1000))
+            count = f"SELECT COUNT(*) FROM {schema.name}"
+            before = conn.exec_driver_sql(count).scalar_one()
+            conn.exec_driver_sql(sql, list(rows))  # the driver pipelines the rows (no round trip each)
+            return int(conn.exec_driver_sql(count).scalar_one() - before)
         return self._write(work) if rows else 0
