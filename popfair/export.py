@@ -17,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from popfair.errors import PopfairError, require
+from popfair.paths import CONF_DIR
 
 log = logging.getLogger("popfair")
 
@@ -27,20 +28,19 @@ def export_case(cfg: DictConfig):
     from popfair.experiment import Experiment
     from popfair.render.base import render_all
     from popfair.screen.file_results import FileScreener
-    from popfair.sweep.plan import estimator_documents
+    from popfair.types import WORLD
 
     require(cfg.get("screener") is not None and str(cfg.screener.get("_target_", "")).endswith(".FileScreener"),
             "screener", "popfair-export writes documents for screener=file: add screener=file screener.dir=DIR")
     experiment = Experiment.from_config(cfg, dry_run=True)
     screener = experiment.screener
     assert isinstance(screener, FileScreener)
-    profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
-    documents = render_all(experiment.renderer, profiles.table, profiles.jobs)
-    documents += estimator_documents(experiment, profiles, image=False)
+    profiles = experiment.sample()  # the applicants and the counterfactual worlds the estimator declares
+    documents = render_all(experiment.renderer, profiles.rows().drop(columns=WORLD), profiles.jobs)
     return screener.export(profiles.jobs, documents)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     """Export the composed case's documents to screener.dir."""
     try:

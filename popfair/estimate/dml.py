@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,8 @@ class PseSettings:
             if not ok:
                 if exc is None:
                     require(False, prefix + key, message)
-                raise exc(f"{key}: {message}")
+                else:
+                    raise exc(f"{key}: {message}")
 
 
 @dataclass
@@ -316,7 +318,7 @@ def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple
 # XGBoost nuisances: tuning (cached) and cross-fitting
 
 
-def _xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
+def _xgb_params(kind: str, depth: float, lam: float, settings: PseSettings) -> dict[str, Any]:
     # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
     return {"objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
             "max_depth": int(depth), "reg_lambda": float(lam), "tree_method": "hist",
@@ -394,7 +396,10 @@ def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, flo
         return out
 
     jobs: list[Callable[[], dict[str, dict[str, float]]]] = [tune_outcome_chain]
-    jobs += [lambda name=name: {name: search(name, design.a.astype(np.float32))[0]} for name in PROPENSITIES]
+    def tune_propensity(name: str) -> dict[str, dict[str, float]]:
+        return {name: search(name, design.a.astype(np.float32))[0]}
+
+    jobs += [partial(tune_propensity, name) for name in PROPENSITIES]
     params: dict[str, dict[str, float]] = {}
     for part in _run_jobs(jobs, settings.n_jobs):
         params.update(part)
@@ -420,7 +425,7 @@ def _cross_fit(design: _Design, fold_of: np.ndarray, params: Mapping[str, Mappin
     n = len(design.y)
     phi = np.empty((n, len(TARGETS)))
     folds = range(settings.folds)
-    results = _run_jobs([lambda k=k: _fold_scores(design, fold_of, k, params, settings) for k in folds],
+    results = _run_jobs([partial(_fold_scores, design, fold_of, k, params, settings) for k in folds],
                         settings.n_jobs)
     overlap: list[dict[str, Any]] = []
     for k, (held, scores, diag) in zip(folds, results):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -273,6 +274,7 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     rng = np.random.default_rng([settings.seed, 10])
     boot_rates: dict[tuple[str, str], list[np.ndarray]] = {}
     n_clusters = None
+    resample: Iterator[np.ndarray]  # replicates' atom counts, in chunks
     if cluster is not None:
         cluster_codes, cluster_index = pd.factorize(data[cluster], sort=True)
         if (cluster_codes < 0).any():
@@ -426,13 +428,16 @@ class _Atoms:
         """Per replicate: the score a rule selects from, and whether it must be exceeded strictly."""
         if metric.rule == "selected":
             return np.ones(len(total)), False
+        assert ordered is not None  # score rules come with the ordered scores
         if metric.rule == "min_score":
+            assert metric.value is not None
             return np.full(len(total), float(metric.value)), False
         if metric.rule == "above_median":
             low = self._order_statistic(ordered, np.floor((total + 1) / 2))
             high = self._order_statistic(ordered, np.floor(total / 2) + 1)
             return (low + high) / 2, True
         # top share: everyone tied with the ceil(k n)-th best score is in (tied applicants are equal)
+        assert metric.value is not None
         k = np.maximum(1, np.ceil(metric.value * total - 1e-9))
         return self._order_statistic(ordered, total - k + 1), False
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from popfair.types import Document, Job
+from popfair.types import Document, DocumentKind, Job
 
 N_SAMPLE_DOCUMENTS = 3  # sample resumes logged with every run
 
@@ -68,7 +68,7 @@ def _render_records(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mappin
 _FORKED: tuple[Renderer, list[dict[str, Any]], Mapping[str, Job]] | None = None
 
 
-def _render_rows(span: tuple[int, int]) -> list[tuple[str, str, str, str, bytes | None, bytes | None]]:
+def _render_rows(span: tuple[int, int]) -> list[tuple[str, str, DocumentKind, str, bytes | None, bytes | None]]:
     renderer, rows, jobs = _FORKED  # type: ignore[misc]
     out = []
     for row in rows[span[0]:span[1]]:

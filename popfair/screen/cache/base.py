@@ -15,9 +15,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; popfair supports 3.10
 
 METADATA = MetaData()
 

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, make_url
@@ -45,8 +45,14 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in _RETRY_STATES
 
 
-_retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
-               wait=wait_random_exponential(0.01, 0.5), reraise=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _retry(fn: F) -> F:
+    """`fn` run again (up to 5 times) when the database reports a deadlock or serialization failure.
+    (A function, not the bare tenacity decorator, so type checkers keep `fn`'s signature.)"""
+    return cast(F, retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
+                         wait=wait_random_exponential(0.01, 0.5), reraise=True)(fn))
 
 
 def safe_url(url: str) -> str:
@@ -183,7 +189,8 @@ class ServerCache(ResponseCache):
             "SELECT batch_id, provider, endpoint, model, outcome, status, keys FROM batches WHERE provider = :p"
             " AND endpoint = :e AND model = :m AND finished_at IS NULL ORDER BY submitted_at",
             p=provider, e=endpoint, m=model)
-        return [BatchRecord(*row[:6], keys=json.loads(row[6])) for row in rows]
+        return [BatchRecord(batch_id, provider, endpoint, model, outcome, status, json.loads(keys))
+                for batch_id, provider, endpoint, model, outcome, status, keys in rows]
 
     def finish_batch(self, batch_id: str, status: str) -> None:
         self._write(lambda conn: conn.execute(text(
