@@ -1,28 +1,45 @@
-"""popfair: declarative audits of automated resume screeners for race and gender discrimination."""
+"""popfair: declarative audits of automated resume screeners for race and gender discrimination.
+
+The public API is importable from here; each name is imported on first use, so `import popfair`
+(and `popfair --help`) stays light instead of pulling pandas, MLflow and the whole pipeline:
+
+>>> import popfair
+>>> popfair.estimate_pse  # doctest: +ELLIPSIS
+<function estimate_pse at ...>
+"""
 from __future__ import annotations
 
-from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+
+from popfair._lazy import lazy_exports
 
 try:
     __version__ = version("popfair")
 except PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0+source"
 
-# Public names, imported on first use: `import popfair` (and `popfair --help`) then stays light
-# instead of pulling pandas, MLflow and the whole pipeline.
-_LAZY = {"Experiment": "popfair.experiment", "RunResult": "popfair.experiment"}
+_EXPORTS = {
+    "Experiment": "popfair.experiment",
+    "RunResult": "popfair.experiment",
+    "estimate_pse": "popfair.estimate.pse",
+    "PseResult": "popfair.estimate.pse",
+    "PseSettings": "popfair.estimate.dml",
+    "paired_gap": "popfair.estimate.paired",
+    "PairedGapResult": "popfair.estimate.paired",
+    "impact_ratios": "popfair.estimate.impact_ratio",
+    "ImpactRatioSettings": "popfair.estimate.impact_ratio",
+    "panel_report": "popfair.report.panel",
+    "Effects": "popfair.types",
+    "Profiles": "popfair.types",
+    "Roles": "popfair.types",
+    "Document": "popfair.types",
+    "Job": "popfair.types",
+    "WorldDesign": "popfair.types",
+    "PopfairError": "popfair.errors",
+    "ConfigError": "popfair.errors",
+    "DataError": "popfair.errors",
+    "EstimationError": "popfair.errors",
+}
 
-if TYPE_CHECKING:
-    from popfair.experiment import Experiment, RunResult
-
-__all__ = ["Experiment", "RunResult", "__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'popfair' has no attribute {name!r}")
+__all__ = [*_EXPORTS, "__version__"]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -35,6 +35,23 @@ COMPONENT_GROUPS = ("population", "occupation", "renderer", "screener", "estimat
 
 @dataclass
 class RunResult:
+    """What `Experiment.run` returns.
+
+    Parameters
+    ----------
+    effects : Effects
+        The estimator's table (estimate, se, ci_low, ci_high, ...), case labels, metrics, artifacts.
+    scored : DataFrame
+        One row per sampled applicant: profile columns, document, raw answer, y, error.
+    run_id : str or None
+        The MLflow run (None with tracking=none).
+
+    Examples
+    --------
+    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
+    >>> result.effects.table, result.effects.case, result.failure_rate  # doctest: +SKIP
+    """
+
     effects: Effects
     scored: pd.DataFrame
     run_id: str | None
@@ -45,6 +62,7 @@ class RunResult:
     screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's screening
     profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
     scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
+    report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
 
     @property
     def failure_rate(self) -> float:
@@ -63,6 +81,12 @@ def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
         if isinstance(cause, PopfairError):
             raise cause from None
         raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
+
+
+def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
+    """`audit_report`: auto = for screeners that audit an outside tool (http, file), true, false."""
+    require(setting in ("auto", True, False), "audit_report", f"must be auto, true or false, got {setting!r}")
+    return bool(getattr(screener, "audits_a_tool", False)) if setting == "auto" else bool(setting)
 
 
 # What a dry run may build a component without: keyword -> the external resource it waives.
@@ -87,6 +111,41 @@ def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False) -> An
 
 @dataclass
 class Experiment:
+    """One audit case: population -> render -> screen -> estimate, logged as one MLflow run.
+
+    Built from a composed Hydra config with `Experiment.from_config`, which validates and builds
+    every component before any work (a bad value fails naming its config key); nothing downstream
+    reads the raw config. Counterfactual worlds the estimator declares (`estimator.design`) are
+    drawn by the population and rendered and screened with the factual applicants.
+
+    Parameters
+    ----------
+    population, occupation, renderer, screener, estimator, protected
+        The case's components (config groups population, occupation, renderer, screener,
+        estimator, protected_attr).
+    tracker : MlflowTracker
+        Where the run is logged (config group tracking).
+    seed : int
+        The population sample's seed.
+    run_name, config, outcome_audit, parent_run_id, tags
+        MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
+        the sweep's parent run and extra tags.
+
+    Returns
+    -------
+    `run()` returns a `RunResult` (effects, scored table, MLflow run id).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from hydra import compose, initialize_config_dir
+    >>> import popfair
+    >>> with initialize_config_dir(version_base="1.3", config_dir=str(Path("conf").resolve())):  # doctest: +SKIP
+    ...     cfg = compose(config_name="config", overrides=["population.n=300", "estimator=outcome_gap"])
+    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
+    >>> result.effects.table.loc["gap", ["estimate", "ci_low", "ci_high"]]  # doctest: +SKIP
+    """
+
     population: Population
     occupation: Occupation
     renderer: Renderer
@@ -100,6 +159,7 @@ class Experiment:
     outcome_audit: Estimator | None = None  # impact ratios for every case (config `outcome_audit`)
     parent_run_id: str | None = None  # MLflow parent run when the case belongs to a sweep
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
+    audit_report: bool = False  # write the auditor's report (logged as audit_report/)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
@@ -120,7 +180,8 @@ class Experiment:
                    run_name=cfg.get("run_name"),
                    outcome_audit=(build(cfg.outcome_audit, "outcome_audit")
                                   if cfg.get("outcome_audit") is not None else None),
-                   config=cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)))
+                   config=OmegaConf.to_container(cfg, resolve=True),
+                   audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]))
 
     def case_name(self) -> str:
         return "-".join([self.occupation.key, self.protected.name, self.renderer.kind,
@@ -168,6 +229,9 @@ class Experiment:
         scored_worlds = None if self.estimator.design is None else scored_rows[~is_factual].reset_index(drop=True)
         data = ok if scored_worlds is None else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds],
                                                           ignore_index=True)
+        prepare = getattr(self.tracker, "prepare", None)
+        if prepare is not None:  # open the tracking store while the estimator computes
+            prepare()
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         audit = None
         if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
@@ -179,6 +243,9 @@ class Experiment:
         result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
                            timings=timings, audit=audit, samples=sample_artifacts(documents[:len(scored)]),
                            screening=screening, profiles=profiles, scored_worlds=scored_worlds)
+        if self.audit_report:
+            from popfair.report.audit import audit_report
+            result.report = stage("report", audit_report, self, result)
         result.run_id = stage("track", self._track, result, profiles)
         return result
 
@@ -213,6 +280,7 @@ class Experiment:
             artifacts["notes.txt"] = "\n".join(result.notes)
         artifacts.update(profiles.artifacts)
         artifacts.update(result.samples)
+        artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
         artifacts.update(effects.artifacts)
         if result.audit is not None:
             metrics.update(result.audit.metrics)

@@ -3,8 +3,8 @@ upload-only tool receives them, for the file round trip (popfair/screen/file_res
 
 It takes the same overrides as `python -m popfair`, so the documents written are exactly those the
 case later reads results for: the population, renderer and seed decide them, and the ids come from
-their content. Documents an estimator screens itself (interventional counterfactual resumes) are
-written too. Nothing is screened and nothing is logged to MLflow."""
+their content. The documents of the counterfactual worlds an estimator declares (interventional)
+are written too. Nothing is screened and nothing is logged to MLflow."""
 from __future__ import annotations
 
 import logging

@@ -16,11 +16,16 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path) -> set[str]:
-    """popfair modules `path` imports (anywhere in the file, lazy imports included)."""
+    """popfair modules `path` imports at runtime (anywhere in the file, lazy imports included)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                 for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in type_only:  # `if TYPE_CHECKING:` imports are for type checkers, not at runtime
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -30,6 +35,11 @@ def _imports(path: Path) -> set[str]:
                 base = f"{anchor}.{base}" if base else anchor
             found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
     return {name for name in found if name == "popfair" or name.startswith("popfair.")}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _graph() -> dict[str, set[str]]:

@@ -17,13 +17,14 @@ from popfair.errors import DataError
 from popfair.export import export_case
 from popfair.render.base import render_all
 from popfair.render.files import document_id
+from popfair.report.__main__ import main as report_main
 from tests import vendor_stub
 from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRED = ["experiment=paired_race", "occupation.n_postings=40", "estimator.n_bootstrap=300",
           "outcome_audit.n_bootstrap=200", "tracking.enabled=false"]
-DECISION = ["+screener.values.labels={advance: 1, reject: 0}"]
+DECISION = ["screener.values.labels={advance: 1, reject: 0}"]
 FILE_TOOL = ["screener=file", "screener.columns.id=Candidate ID", "screener.columns.value=Recommendation",
              *DECISION]
 PROTECTED = ("black", "white", "female", "male", "hispanic")
@@ -57,17 +58,20 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
                        *(p.name.encode() for p in (folder / "documents").iterdir())]).decode().lower()
     assert not any(word in shared for word in PROTECTED)  # no attribute or applicant id reaches the tool
 
-    # the tool returns a partial Excel sheet first, then the rest as Parquet
-    vendor_stub.score_files(folder, folder / "first.xlsx", limit=200)
-    sheet = pd.read_excel(folder / "first.xlsx")
+    # the tool returns a partial Excel sheet first (200 documents in no particular order), then the rest
     vendor_stub.score_files(folder, folder / "all.parquet")
-    pd.read_parquet(folder / "all.parquet").iloc[200:].to_parquet(folder / "rest.parquet", index=False)
+    everything = pd.read_parquet(folder / "all.parquet")
+    sheet = everything.sample(200, random_state=1)
+    sheet.to_excel(folder / "first.xlsx", index=False)
+    everything.drop(sheet.index).to_parquet(folder / "rest.parquet", index=False)
     case = [*PAIRED, *FILE_TOOL, f"screener.dir={folder}"]
     partial = Experiment.from_config(compose_config([*case, "screener.results=first.xlsx"], tmp_path=tmp_path)).run()
     assert partial.scored["error"].notna().sum() == 320 - len(sheet)
     assert partial.scored["error"].dropna().str.startswith("no result for document d").all()
     report = pd.read_csv(folder / "import_report.csv")
     assert report["problem"].str.startswith("no result for document d").sum() == 120
+    assert "### Problems in the tool's results files" in partial.report["report.md"]
+    assert "no result for document d" in partial.report["report.md"]
 
     complete = Experiment.from_config(compose_config([*case, "screener.results=rest.parquet"], tmp_path=tmp_path))
     assert complete.screener.plan({}, [], "callback").calls == 0
@@ -85,7 +89,7 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
 def test_pdf_documents_travel_both_ways_with_a_text_layer(vendor, tmp_path):
     _, url = vendor
     case = ["population.n=40", "renderer=pdf", "estimator=outcome_gap", "outcome_audit=null",
-            "estimator.n_bootstrap=200", "tracking.enabled=false"]
+            "estimator.n_bootstrap=200"]
     folder = tmp_path / "pdf"
     summary = export_case(compose_config([*case, *FILE_TOOL, f"screener.dir={folder}"], tmp_path=tmp_path))
     assert summary.files == 40
@@ -96,10 +100,16 @@ def test_pdf_documents_travel_both_ways_with_a_text_layer(vendor, tmp_path):
     vendor_stub.score_files(folder, folder / "results.csv")
     by_file = Experiment.from_config(compose_config([*case, *FILE_TOOL, f"screener.dir={folder}"],
                                                     tmp_path=tmp_path)).run()
-    upload = ["+screener.body={document_id: '{document_id}', resume: {base64: '{document_base64}'}}"]
-    over_http = http_case(url, tmp_path, [*case, *upload]).run()  # the stub reads the PDF's text layer
+    upload = ["screener.body={document_id: '{document_id}', resume: {base64: '{document_base64}'}}"]
+    over_http = http_case(url, tmp_path, [*case, *upload, "tracking.enabled=false"]).run()  # the stub reads the PDF's text layer
     assert by_file.scored["error"].isna().all() and over_http.scored["error"].isna().all()
     pd.testing.assert_frame_equal(by_file.effects.table, over_http.effects.table)
+    out = tmp_path / "handover"  # the auditor fetches the case's report from MLflow
+    assert report_main(["--audit", by_file.run_id, "--out", str(out), "--tracking-uri",
+                        f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    text = (out / "audit_report" / "report.md").read_text()
+    assert "results file" in text and "Not computed for this case" in text and "popfair/data/population" in text
+    assert (out / "audit_report" / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
 def _malformed_case(tmp_path: Path, results: str, extra: list[str] | None = None):

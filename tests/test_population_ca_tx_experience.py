@@ -59,7 +59,7 @@ def test_default_nurse_case_has_ca_tx_applicants_moved_toward_their_demographics
     assert table["rac1p"].between(1, 9).all()       # the raw race code travels with every row
     for usps in ("CA", "TX"):
         rows = moved[moved["state"] == usps]
-        donors = table[~table["transported"] & table["state"].isin(donor_states(usps, "region", set(table["state"])))]
+        donors = table[~table["transported"] & table["state"].isin(donor_states(usps, "all", set(table["state"])))]
         hispanic = lambda frame: np.average(frame["race"] == "hispanic", weights=frame["weight"])
         assert hispanic(rows) > hispanic(donors) + 0.05, usps
     assert "transport" in profiles.tags["population.source"]
@@ -80,13 +80,14 @@ def test_transported_composition_equals_an_independent_density_ratio_reweighting
     band = pd.cut(cells["AGEP"], [17, 24, 29, 34, 39, 44], labels=["18-24", "25-29", "30-34", "35-39", "40-44"])
     frame = pd.DataFrame({"ST": cells["ST"], "gender": np.where(cells["SEX"] == 1, "male", "female"),
                           "age_group": band.astype(str), "race": race, "edu_level": edu, "w": cells["weight"]})
-    west_donors = {2: "AK", 4: "AZ", 8: "CO", 15: "HI", 16: "ID", 30: "MT", 32: "NV", 35: "NM", 41: "OR", 49: "UT",
-                   53: "WA", 56: "WY"}
+    states = pd.read_csv(data_file("audit", "us_states.csv"))
+    donors_usps = dict(zip(states["fips"], states["usps"]))
+    donors_usps = {fips: usps for fips, usps in donors_usps.items() if usps not in ("CA", "TX")}
     key = ["gender", "age_group", "race", "edu_level"]
     p_ca = frame[frame["ST"] == 6].groupby(key)["w"].sum()
-    p_donor = frame[frame["ST"].isin(west_donors)].groupby(key)["w"].sum()
+    p_donor = frame[frame["ST"].isin(donors_usps)].groupby(key)["w"].sum()
     ratio = (p_ca / p_ca.sum()).reindex(p_donor.index).fillna(0) / (p_donor / p_donor.sum())
-    donors = records[~records["transported"] & records["state"].isin(west_donors.values())]
+    donors = records[~records["transported"] & records["state"].isin(donors_usps.values())]
     w = donors["weight"] * ratio.reindex(pd.MultiIndex.from_frame(donors[key])).fillna(0).to_numpy()
     ca = records[records["state"] == "CA"]
     for column in ("race", "edu_level"):
@@ -137,3 +138,13 @@ def test_psid_cells_source_has_no_race_dependence_and_nlsy_does():
     assert psid.source == "psid_cells" and nlsy.source == "nlsy97"
     assert psid.mean(gender, race, age, edu)[0] == psid.mean(gender, race, age, edu)[1]
     assert abs(np.diff(nlsy.mean(gender, race, age, edu))[0]) > 0.1
+
+
+def test_cdf_table_lookup_equals_the_direct_computation(population):
+    model = population.model(3255).experience
+    rng = np.random.default_rng(0)
+    gender = rng.choice(["female", "male"], 300)
+    race = rng.choice(["black", "white", "hispanic", "api", "other"], 300)
+    age = rng.integers(18, 45, 300)
+    edu = rng.choice(["hs_ged", "some_college", "associate", "bachelor", "master", "professional", "doctorate"], 300)
+    assert np.allclose(model.cdf(gender, race, age, edu), model._cell_cdfs(gender, race, age, edu))

@@ -167,6 +167,24 @@ def test_tree_count_search_matches_separately_trained_models():
     assert best["loss"] == pytest.approx(losses[chosen], rel=1e-5)
 
 
+def test_threaded_tuning_selects_the_serial_hyperparameters():
+    """n_jobs spreads grid points, searches and folds over threads; the selection, the scores and
+    the effects table are those of the serial search (paper's depths and lambdas, 3 tree counts)."""
+    sim = SimulatedSFM()
+    data = sim.sample(1500, seed=21)
+    grid = {"n_estimators": [5, 20, 50], "max_depth": [1, 2, 3, 4, 5], "reg_lambda": [0.5, 1.0, 2.0, 5.0]}
+    results = {}
+    for n_jobs in (1, 3):
+        dml.clear_tuning_cache()
+        results[n_jobs] = run(sim, data, grid=grid, n_bootstrap=100, n_jobs=n_jobs)
+    serial, threaded = results[1], results[3]
+    assert not threaded.tuning["from_cache"].any()
+    pd.testing.assert_frame_equal(serial.tuning, threaded.tuning)
+    assert serial.tuning["max_depth"].nunique() > 1  # the grid is really searched
+    pd.testing.assert_frame_equal(serial.scores, threaded.scores)
+    pd.testing.assert_frame_equal(serial.table, threaded.table)
+
+
 def test_cluster_resampling_uses_cluster_robust_se():
     sim = SimulatedSFM()
     data = sim.sample(3000, seed=4)

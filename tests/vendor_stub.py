@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pandas as pd
 
@@ -76,6 +77,7 @@ class VendorState:
     malformed: float = 0.0
     retry_after: str = "0.01"
     hang_s: float = 1.0
+    latency_s: float = 0.0      # every answer waits this long (benchmarks)
     answered: Counter = field(default_factory=Counter)  # document_id -> successful answers
     attempts: Counter = field(default_factory=Counter)
     faults: Counter = field(default_factory=Counter)
@@ -108,7 +110,17 @@ class Handler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         except ValueError:
             return self._send(400, b'{"error": "request body is not JSON"}')
+        self._answer(body)
+
+    def do_GET(self) -> None:
+        """GET /score?document_id=...&text=...: the same verdict from the query string."""
+        query = parse_qs(urlparse(self.path).query)
+        self._answer({"document_id": query["document_id"][0], "resume": {"text": query["text"][0]}})
+
+    def _answer(self, body: dict) -> None:
         state = self.state
+        if state.latency_s:
+            time.sleep(state.latency_s)
         doc = body["document_id"]
         with state.lock:
             state.attempts[doc] += 1
@@ -156,7 +168,7 @@ def start(state: VendorState | None = None) -> tuple[ThreadingHTTPServer, Vendor
     return server, state, f"http://127.0.0.1:{server.server_address[1]}/score"
 
 
-def score_files(folder: Path, out: Path, limit: int | None = None) -> None:
+def score_files(folder: Path, out: Path) -> None:
     """The upload-only tool: read the export's manifest and files, write a scores sheet (CSV, Excel
     or Parquet by suffix) with the tool's own column names."""
     manifest = pd.read_csv(folder / "manifest.csv")
@@ -167,7 +179,7 @@ def score_files(folder: Path, out: Path, limit: int | None = None) -> None:
         verdict = decide(text)
         rows.append({"Candidate ID": record.document_id, "Fit score": verdict["score"],
                      "Recommendation": verdict["decision"].upper()})
-    sheet = pd.DataFrame(rows[:limit])
+    sheet = pd.DataFrame(rows)
     if out.suffix == ".xlsx":
         sheet.to_excel(out, index=False)
     elif out.suffix == ".parquet":
@@ -182,7 +194,6 @@ if __name__ == "__main__":
     files = sub.add_parser("score-files")
     files.add_argument("folder", type=Path)
     files.add_argument("out", type=Path)
-    files.add_argument("--limit", type=int, default=None)
     args = parser.parse_args()
-    score_files(args.folder, args.out, args.limit)
+    score_files(args.folder, args.out)
     sys.exit(0)

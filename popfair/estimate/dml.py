@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from popfair.errors import EstimationError, require
+from popfair.errors import ConfigError, EstimationError, require
 from popfair.estimate.sfm import TARGETS
 
 log = logging.getLogger("popfair.pse")
@@ -106,7 +107,7 @@ class PseSettings:
     validation_fraction: float = 0.2     # tuning split
     max_categories: int = 32             # one-hot levels kept per categorical column
     max_bin: int = 64                    # XGBoost histogram bins
-    n_jobs: int = 1                      # threads for independent nuisance fits
+    n_jobs: int | None = 1               # threads for independent XGBoost fits (None: every CPU this process may use)
     cluster: str | None = None           # column whose values are resampled whole (cluster-robust SEs)
     cache_dir: str | Path | None = None  # on-disk cache of tuned hyperparameters (None: memory only)
 
@@ -138,7 +139,8 @@ class PseSettings:
              f"must be an integer >= 2, got {self.max_categories!r}"),
             (_is_int(self.max_bin) and 2 <= self.max_bin <= 1024, "max_bin",
              f"must be an integer in [2, 1024], got {self.max_bin!r}"),
-            (_is_int(self.n_jobs) and self.n_jobs >= 1, "n_jobs", f"must be an integer >= 1, got {self.n_jobs!r}"),
+            (self.n_jobs is None or (_is_int(self.n_jobs) and self.n_jobs >= 1), "n_jobs",
+             f"must be null (every CPU) or an integer >= 1, got {self.n_jobs!r}"),
             (self.cluster is None or (isinstance(self.cluster, str) and self.cluster != ""), "cluster",
              f"must be null or a column name, got {self.cluster!r}"),
             (self.cache_dir is None or isinstance(self.cache_dir, (str, Path)), "cache_dir",
@@ -147,9 +149,8 @@ class PseSettings:
         for ok, key, message in checks:
             if not ok:
                 if exc is None:
-                    require(False, prefix + key, message)
-                else:
-                    raise exc(f"{key}: {message}")
+                    raise ConfigError(f"{prefix}{key}: {message}")
+                raise exc(f"{key}: {message}")
 
 
 @dataclass
@@ -205,6 +206,7 @@ class _Design:
     a: np.ndarray
     y: np.ndarray
     cluster: np.ndarray | None
+    _factual: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_frame(cls, data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
@@ -266,7 +268,17 @@ class _Design:
         return cls(blocks=blocks, a=a.astype(int), y=yv, cluster=clusters), n_excluded, notes
 
     def features(self, name: str, a_value: int | None = None) -> np.ndarray:
-        """Feature matrix of nuisance `name`, with X set to `a_value` when given (counterfactual)."""
+        """Feature matrix of nuisance `name`, with X set to `a_value` when given (counterfactual).
+        The factual matrices are built once and shared (read-only) by every fit."""
+        if a_value is None:
+            cached = self._factual.get(name)
+            if cached is None:
+                cached = self._factual[name] = self._stack(name, None)
+                cached.flags.writeable = False
+            return cached
+        return self._stack(name, a_value)
+
+    def _stack(self, name: str, a_value: int | None) -> np.ndarray:
         parts = []
         for block in FEATURE_SETS[name]:
             if block == "x" and a_value is not None:
@@ -318,7 +330,7 @@ def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple
 # XGBoost nuisances: tuning (cached) and cross-fitting
 
 
-def _xgb_params(kind: str, depth: float, lam: float, settings: PseSettings) -> dict[str, Any]:
+def _xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
     # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
     return {"objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
             "max_depth": int(depth), "reg_lambda": float(lam), "tree_method": "hist",
@@ -338,41 +350,91 @@ class _Fit:
         return self.booster.inplace_predict(features, iteration_range=(0, self.n_estimators))
 
 
+class _Runner:
+    """Runs independent XGBoost fits: in the calling thread when n_jobs == 1, else on a thread pool
+    (XGBoost releases the GIL while training; concurrent fits may share one DMatrix). Results never
+    depend on n_jobs: every fit is deterministic and results are combined in submission order."""
+
+    def __init__(self, n_jobs: int | None) -> None:
+        if n_jobs is None:
+            n_jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.pool = ThreadPoolExecutor(max_workers=n_jobs) if n_jobs > 1 else None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        if self.pool is not None:
+            return self.pool.submit(fn, *args)
+        done: Future = Future()
+        done.set_result(fn(*args))
+        return done
+
+    def close(self) -> None:
+        """Wait for running fits; drop queued ones (after an error)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _matrix(features: np.ndarray, target: np.ndarray, settings: PseSettings,
+            ref: xgb.QuantileDMatrix | None = None) -> xgb.QuantileDMatrix:
+    """Training matrix. `ref` (a matrix built from the same features) lends its histogram cuts,
+    which skips sketching and gives the same cuts, hence the same trees."""
+    return xgb.QuantileDMatrix(features, target, max_bin=settings.max_bin, nthread=1, ref=ref)
+
+
 def _fit(features: np.ndarray, target: np.ndarray, kind: str, params: Mapping[str, float],
-         settings: PseSettings) -> _Fit:
-    dtrain = xgb.QuantileDMatrix(features, target, max_bin=settings.max_bin, nthread=1)
-    booster = xgb.train(_xgb_params(kind, params["max_depth"], params["reg_lambda"], settings), dtrain,
+         settings: PseSettings, ref: xgb.QuantileDMatrix | None = None) -> tuple[_Fit, xgb.QuantileDMatrix]:
+    dtrain = _matrix(features, target, settings, ref)
+    booster = xgb.train(_xgb_params(kind, int(params["max_depth"]), params["reg_lambda"], settings), dtrain,
                         num_boost_round=int(params["n_estimators"]))
-    return _Fit(booster, int(params["n_estimators"]))
+    return _Fit(booster, int(params["n_estimators"])), dtrain
 
 
 def _search(features: np.ndarray, target: np.ndarray, kind: str, train: np.ndarray, valid: np.ndarray,
-            settings: PseSettings) -> tuple[dict[str, float], _Fit]:
+            settings: PseSettings, runner: _Runner | None = None,
+            ref: xgb.QuantileDMatrix | None = None) -> tuple[dict[str, float], _Fit]:
     """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model."""
+    return _start_search(features, target, kind, train, valid, settings, runner or _Runner(1), ref)[0]()
+
+
+def _start_search(features: np.ndarray, target: np.ndarray, kind: str, train: np.ndarray, valid: np.ndarray,
+                  settings: PseSettings, runner: _Runner, ref: xgb.QuantileDMatrix | None = None,
+                  ) -> tuple[Callable[[], tuple[dict[str, float], _Fit]], xgb.QuantileDMatrix]:
+    """Submit one fit per (max_depth, reg_lambda) to `runner`; returns a function that waits for
+    them and picks the best grid point exactly as a serial loop over the grid would, and the
+    training matrix (a `ref` for searches on the same features)."""
     grid = settings.grid
-    dtrain = xgb.QuantileDMatrix(features[train], target[train], max_bin=settings.max_bin, nthread=1)
+    dtrain = _matrix(features[train], target[train], settings, ref)
     x_valid, y_valid = features[valid], target[valid]
-    best: tuple[float, dict[str, float], _Fit] | None = None
-    for depth in grid.max_depth:
-        for lam in grid.reg_lambda:
-            booster = xgb.train(_xgb_params(kind, depth, lam, settings), dtrain,
-                                num_boost_round=max(grid.n_estimators))
-            for n_trees in grid.n_estimators:
-                pred = booster.inplace_predict(x_valid, iteration_range=(0, n_trees))
-                loss = float(np.mean((pred - y_valid) ** 2))
-                if best is None or loss < best[0] - 1e-12:
-                    best = (loss, {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
-                            _Fit(booster, n_trees))
-    assert best is not None
-    loss, params, fit = best
-    return {**params, "loss": loss}, fit
+
+    def fit(depth: int, lam: float) -> tuple[xgb.Booster, list[float]]:
+        booster = xgb.train(_xgb_params(kind, depth, lam, settings), dtrain, num_boost_round=max(grid.n_estimators))
+        losses = [float(np.mean((booster.inplace_predict(x_valid, iteration_range=(0, n_trees)) - y_valid) ** 2))
+                  for n_trees in grid.n_estimators]
+        return booster, losses
+
+    pending = [(depth, lam, runner.submit(fit, depth, lam)) for depth in grid.max_depth for lam in grid.reg_lambda]
+
+    def best() -> tuple[dict[str, float], _Fit]:
+        chosen: tuple[float, dict[str, float], _Fit] | None = None
+        for depth, lam, future in pending:
+            booster, losses = future.result()
+            for n_trees, loss in zip(grid.n_estimators, losses):
+                if chosen is None or loss < chosen[0] - 1e-12:
+                    chosen = (loss, {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
+                              _Fit(booster, n_trees))
+        assert chosen is not None
+        loss, params, model = chosen
+        return {**params, "loss": loss}, model
+
+    return best, dtrain
 
 
 def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, float]]:
     """Grid search for every nuisance on one stratified train/validation split of all rows.
 
     The nested regressions are tuned on pseudo-outcomes from the tuned model one level up, exactly as
-    they are built during cross-fitting."""
+    they are built during cross-fitting. All grid points of all searches go to one pool: the
+    propensity searches fill the threads while the outcome chain (mu3, then mu2, then mu1) waits
+    for its previous level; searches on the same features share histogram cuts."""
     rng = np.random.default_rng([settings.seed, 2])
     valid_mask = np.zeros(len(design.y), bool)
     for value in (0, 1):
@@ -381,29 +443,29 @@ def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, flo
     train, valid = np.flatnonzero(~valid_mask), np.flatnonzero(valid_mask)
     lo, hi = design.y.min(), design.y.max()
 
-    def search(name: str, target: np.ndarray) -> tuple[dict[str, float], _Fit]:
-        return _search(design.features(name), target, _kind(name), train, valid, settings)
+    with closing(_Runner(settings.n_jobs)) as runner:
+        def start(name: str, target: np.ndarray, ref: xgb.QuantileDMatrix | None = None):
+            return _start_search(design.features(name), target, _kind(name), train, valid, settings, runner, ref)
 
-    def tune_outcome_chain() -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
-        out["mu3"], mu3 = search("mu3", design.y)
+        mu3_search, _ = start("mu3", design.y)
+        propensity = {name: start(name, design.a.astype(np.float32))[0] for name in PROPENSITIES}
+        out["mu3"], mu3 = mu3_search()
+        mu2_searches, ref = {}, None
         for x_y in MU2_KEYS:
-            out[f"mu2[x_y={x_y}]"], mu2 = search("mu2", np.clip(mu3.predict(design.features("mu3", x_y)), lo, hi))
+            mu2_searches[x_y], ref = start("mu2", np.clip(mu3.predict(design.features("mu3", x_y)), lo, hi), ref)
+        mu1_searches, ref = {}, None
+        for x_y in MU2_KEYS:
+            out[f"mu2[x_y={x_y}]"], mu2 = mu2_searches[x_y]()
             for key in MU1_KEYS:
                 if key[0] == x_y:
                     pseudo = np.clip(mu2.predict(design.features("mu2", key[1])), lo, hi)
-                    out[f"mu1[x_y={key[0]},x_b={key[1]}]"], _ = search("mu1", pseudo)
-        return out
-
-    jobs: list[Callable[[], dict[str, dict[str, float]]]] = [tune_outcome_chain]
-    def tune_propensity(name: str) -> dict[str, dict[str, float]]:
-        return {name: search(name, design.a.astype(np.float32))[0]}
-
-    jobs += [partial(tune_propensity, name) for name in PROPENSITIES]
-    params: dict[str, dict[str, float]] = {}
-    for part in _run_jobs(jobs, settings.n_jobs):
-        params.update(part)
-    return {name: params[name] for name in _nuisance_names()}
+                    mu1_searches[key], ref = start("mu1", pseudo, ref)
+        for key, search in mu1_searches.items():
+            out[f"mu1[x_y={key[0]},x_b={key[1]}]"] = search()[0]
+        for name, search in propensity.items():
+            out[name] = search()[0]
+    return {name: out[name] for name in _nuisance_names()}
 
 
 def _nuisance_names() -> list[str]:
@@ -411,69 +473,84 @@ def _nuisance_names() -> list[str]:
             + [f"mu1[x_y={v},x_b={w}]" for v, w in MU1_KEYS] + list(PROPENSITIES))
 
 
-def _run_jobs(jobs: Sequence[Callable[[], Any]], n_jobs: int) -> list[Any]:
-    """Run independent jobs, in threads when n_jobs > 1 (XGBoost releases the GIL while training)."""
-    if n_jobs == 1:
-        return [job() for job in jobs]
-    with ThreadPoolExecutor(max_workers=n_jobs) as pool:
-        return list(pool.map(lambda job: job(), jobs))
-
-
 def _cross_fit(design: _Design, fold_of: np.ndarray, params: Mapping[str, Mapping[str, float]],
                settings: PseSettings) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Per-row scores phi (n x 5 targets), each row scored by nuisances fit without its fold."""
+    """Per-row scores phi (n x 5 targets), each row scored by nuisances fit without its fold.
+    Per fold, the outcome chain is one task and each propensity model another, all on one pool."""
     n = len(design.y)
     phi = np.empty((n, len(TARGETS)))
-    folds = range(settings.folds)
-    results = _run_jobs([partial(_fold_scores, design, fold_of, k, params, settings) for k in folds],
-                        settings.n_jobs)
     overlap: list[dict[str, Any]] = []
-    for k, (held, scores, diag) in zip(folds, results):
-        phi[held] = scores
-        overlap.extend({**row, "fold": k} for row in diag)
+    with closing(_Runner(settings.n_jobs)) as runner:
+        tasks = [(runner.submit(_fold_outcomes, design, fold_of, fold, params, settings),
+                  [runner.submit(_fold_propensity, design, fold_of, fold, name, params, settings)
+                   for name in PROPENSITIES])
+                 for fold in range(settings.folds)]
+        for fold, (outcomes, propensities) in enumerate(tasks):
+            prob1, diagnostics = {}, []
+            for name, future in zip(PROPENSITIES, propensities):
+                prob1[name], diag = future.result()
+                diagnostics.append(diag)
+            held, scores, weights = _fold_scores(design, fold_of, fold, outcomes.result(), prob1)
+            phi[held] = scores
+            overlap.extend({**row, "fold": fold} for row in diagnostics + weights)
     return phi, overlap
 
 
-def _fold_scores(design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]],
-                 settings: PseSettings) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+def _fold_outcomes(design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]],
+                   settings: PseSettings) -> tuple[dict, dict, dict]:
+    """The fold's outcome chain: mu3 at x_y, mu2 at (x_y, x_b) on every row, mu1 at (x_y, x_b, x_r)
+    on the held-out rows, each nested model fit on the training rows' pseudo-outcomes."""
     train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
-    a, y = design.a, design.y
+    y = design.y
     lo, hi = y[train].min(), y[train].max()
 
-    def fit(name: str, param_key: str, target: np.ndarray) -> _Fit:
-        return _fit(design.features(name)[train], target[train], _kind(name), params[param_key], settings)
+    def predict(model: _Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
+        features = design.features(name, x_value)
+        return np.clip(model.predict(features if rows is None else features[rows]), lo, hi)
 
-    def predict(model: _Fit, name: str, x_value: int, rows: np.ndarray) -> np.ndarray:
-        return np.clip(model.predict(design.features(name, x_value)[rows]), lo, hi)
-
-    everyone = np.arange(len(y))
-    mu3 = fit("mu3", "mu3", y)
-    mu3_at = {v: predict(mu3, "mu3", v, everyone) for v in MU2_KEYS}
+    mu3, _ = _fit(design.features("mu3")[train], y[train], "regressor", params["mu3"], settings)
+    mu3_at = {v: predict(mu3, "mu3", v) for v in MU2_KEYS}
     mu2_at: dict[tuple[int, int], np.ndarray] = {}
+    features, ref = design.features("mu2")[train], None
     for v in MU2_KEYS:
-        mu2 = fit("mu2", f"mu2[x_y={v}]", mu3_at[v])
+        mu2, ref = _fit(features, mu3_at[v][train], "regressor", params[f"mu2[x_y={v}]"], settings, ref)
         for w in sorted({w for vv, w in MU1_KEYS if vv == v}):
-            mu2_at[(v, w)] = predict(mu2, "mu2", w, everyone)
+            mu2_at[(v, w)] = predict(mu2, "mu2", w)
     mu1_at: dict[tuple[int, int, int], np.ndarray] = {}
+    features, ref = design.features("mu1")[train], None
     for v, w in MU1_KEYS:
-        mu1 = fit("mu1", f"mu1[x_y={v},x_b={w}]", mu2_at[(v, w)])
+        mu1, ref = _fit(features, mu2_at[(v, w)][train], "regressor", params[f"mu1[x_y={v},x_b={w}]"], settings, ref)
         for u in sorted({t[2] for t in TARGETS.values() if t[:2] == (v, w)}):
             mu1_at[(v, w, u)] = predict(mu1, "mu1", u, held)
+    return mu3_at, mu2_at, mu1_at
 
-    diagnostics: list[dict[str, Any]] = []
-    prob1: dict[str, np.ndarray] = {}  # P(X = x1 | .) on the held-out rows, clipped
-    for name in PROPENSITIES:
-        raw = fit(name, name, a.astype(np.float32)).predict(design.features(name)[held])
-        clipped = (raw < settings.clip) | (raw > 1 - settings.clip)
-        diagnostics.append({"kind": "propensity", "name": name, "min": float(raw.min()), "max": float(raw.max()),
-                            "n_clipped": int(clipped.sum()), "n": len(held)})
-        prob1[name] = np.clip(raw, settings.clip, 1 - settings.clip)
+
+def _fold_propensity(design: _Design, fold_of: np.ndarray, fold: int, name: str,
+                     params: Mapping[str, Mapping[str, float]], settings: PseSettings,
+                     ) -> tuple[np.ndarray, dict[str, Any]]:
+    """P(X = x1 | .) of one propensity model on the fold's held-out rows, clipped, and its range."""
+    train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
+    features = design.features(name)
+    model, _ = _fit(features[train], design.a[train].astype(np.float32), "classifier", params[name], settings)
+    raw = model.predict(features[held])
+    clipped = (raw < settings.clip) | (raw > 1 - settings.clip)
+    diagnostics = {"kind": "propensity", "name": name, "min": float(raw.min()), "max": float(raw.max()),
+                   "n_clipped": int(clipped.sum()), "n": len(held)}
+    return np.clip(raw, settings.clip, 1 - settings.clip), diagnostics
+
+
+def _fold_scores(design: _Design, fold_of: np.ndarray, fold: int, outcomes: tuple[dict, dict, dict],
+                 prob1: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    """The held-out rows' doubly robust scores from the fold's nuisances, and the weights' ranges."""
+    held = np.flatnonzero(fold_of == fold)
+    mu3_at, mu2_at, mu1_at = outcomes
 
     def prob(name: str, level: int) -> np.ndarray:
         return prob1[name] if level == 1 else 1.0 - prob1[name]
 
-    a_h, y_h = a[held], y[held]
+    a_h, y_h = design.a[held], design.y[held]
     scores = np.empty((len(held), len(TARGETS)))
+    diagnostics: list[dict[str, Any]] = []
     for j, (target, (v, w, u)) in enumerate(TARGETS.items()):
         ratio_r = prob("p_rz", u) / prob("p_z", u)
         pi1 = (a_h == u) / prob("p_z", u)

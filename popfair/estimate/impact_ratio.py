@@ -235,11 +235,39 @@ class ImpactRatios:
 
 def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race: str = "race",
                   settings: ImpactRatioSettings | None = None) -> ImpactRatios:
-    """The LL144 impact-ratio table of a scored table (one row per applicant).
+    """The NYC Local Law 144 impact-ratio table (and four-fifths flags) of a scored table.
 
-    `y` holds 0/1 callbacks or numeric scores; `sex` and `race` the categories (NaN or one of
-    `settings.unknown_labels` = unknown); a `posting_id` column (or `settings.cluster`) makes the
-    bootstrap resample whole postings."""
+    Parameters
+    ----------
+    data : DataFrame
+        One row per applicant: the outcome, the sex and race categories, and optionally a
+        `posting_id` column (or `settings.cluster`), which makes the bootstrap resample whole postings.
+    y : str, default "y"
+        Outcome column: 0/1 callbacks (selection rates) or numeric scores (scoring rates: share above
+        the sample's median, plus the top-share and minimum-score rules of `settings`).
+    sex, race : str
+        Category columns; NaN or one of `settings.unknown_labels` counts as unknown.
+    settings : ImpactRatioSettings, optional
+        What to compute (outcome, small-category rule, flag threshold, cluster, bootstrap size,
+        alpha, seed); the defaults follow LL144.
+
+    Returns
+    -------
+    ImpactRatios
+        `table` (one row per metric x dimension x category: rates, impact ratios with bootstrap CIs,
+        flags, Fisher and chi-square tests), `summary()` / `markdown()` in the layout of published
+        audits, `plot()` (drawn by `popfair.report.figures.draw`), `metrics()` and `effects()`.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from popfair import ImpactRatioSettings, impact_ratios
+    >>> data = pd.DataFrame({"y": [1, 0, 1, 1] * 100, "gender": ["female", "female", "male", "male"] * 100,
+    ...                      "race": ["black", "white"] * 200})
+    >>> result = impact_ratios(data, settings=ImpactRatioSettings(n_bootstrap=200))
+    >>> result.included().query("dimension == 'sex'")[["category", "rate", "impact_ratio"]].round(2).values.tolist()
+    [['female', 0.5, 0.5], ['male', 1.0, 1.0]]
+    """
     settings = settings or ImpactRatioSettings()
     settings.check("impact_ratios")
     missing = [c for c in (y, sex, race) if c not in data.columns]
@@ -274,7 +302,6 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     rng = np.random.default_rng([settings.seed, 10])
     boot_rates: dict[tuple[str, str], list[np.ndarray]] = {}
     n_clusters = None
-    resample: Iterator[np.ndarray]  # replicates' atom counts, in chunks
     if cluster is not None:
         cluster_codes, cluster_index = pd.factorize(data[cluster], sort=True)
         if (cluster_codes < 0).any():
@@ -284,7 +311,7 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
         # resample whole clusters; a replicate's atom counts are its cluster counts mapped to atoms
         atoms_of_cluster = sparse.csr_matrix((np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)),
                                              shape=(len(atoms), n_clusters))
-        resample = (np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T)).T)
+        resample: Iterator[np.ndarray] = (np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T)).T)
                     for times in bootstrap_counts(rng, np.arange(n_clusters), n_clusters, settings.n_bootstrap,
                                                   width=len(atoms)))
     else:  # resample applicants: each atom is a class of identical applicants
@@ -428,17 +455,15 @@ class _Atoms:
         """Per replicate: the score a rule selects from, and whether it must be exceeded strictly."""
         if metric.rule == "selected":
             return np.ones(len(total)), False
-        assert ordered is not None  # score rules come with the ordered scores
         if metric.rule == "min_score":
-            assert metric.value is not None
-            return np.full(len(total), float(metric.value)), False
+            return np.full(len(total), float(metric.value or 0.0)), False
+        assert ordered is not None  # computed whenever a rule needs order statistics
         if metric.rule == "above_median":
             low = self._order_statistic(ordered, np.floor((total + 1) / 2))
             high = self._order_statistic(ordered, np.floor(total / 2) + 1)
             return (low + high) / 2, True
         # top share: everyone tied with the ceil(k n)-th best score is in (tied applicants are equal)
-        assert metric.value is not None
-        k = np.maximum(1, np.ceil(metric.value * total - 1e-9))
+        k = np.maximum(1, np.ceil(float(metric.value or 0.0) * total - 1e-9))
         return self._order_statistic(ordered, total - k + 1), False
 
     def _order_statistic(self, ordered: np.ndarray, position: np.ndarray) -> np.ndarray:

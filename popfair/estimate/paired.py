@@ -61,8 +61,42 @@ class PairedGapResult:
 
 def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
                n_bootstrap: int = 2000, seed: int = 0, alpha: float = 0.05) -> PairedGapResult:
-    """Paired callback gap of `y_adv` over `y_other` (0/1 columns, one row per pair), clustered by
-    `cluster`. Rows with a missing decision are dropped and counted (`n_dropped`)."""
+    """Paired callback gap of `y_adv` over `y_other`, clustered by posting.
+
+    Parameters
+    ----------
+    pairs : DataFrame
+        One row per pair: the 0/1 decisions of the advantaged-group (x1) and the other-group (x0)
+        profile, and the cluster (posting). Pairs missing a decision are dropped and counted.
+    y_adv, y_other : str
+        Columns of the x1 and x0 decisions.
+    cluster : str
+        Column whose values are the clusters (postings) for the bootstrap and the cluster-robust t.
+    n_bootstrap : int, default 2000
+        Posting-cluster bootstrap resamples (>= 100).
+    seed : int, default 0
+        Seed of the bootstrap.
+    alpha : float, default 0.05
+        1 - CI level, in (0, 0.5).
+
+    Returns
+    -------
+    PairedGapResult
+        gap_pp (100 x (rate_x1 - rate_x0)), its percentile CI ci_low / ci_high and bootstrap se,
+        discordant counts b and c, McNemar's chi-square with continuity correction and p-value,
+        the cluster-robust t (G - 1 df) and p-value, n_pairs, n_clusters, n_dropped. Also
+        readable as a mapping (`result["gap_pp"]`).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from popfair import paired_gap
+    >>> pairs = pd.DataFrame({"white": [1, 1, 0, 1] * 50, "black": [1, 0, 0, 0] * 50,
+    ...                       "posting_id": [i // 4 for i in range(200)]})
+    >>> result = paired_gap(pairs, y_adv="white", y_other="black", cluster="posting_id")
+    >>> round(result.gap_pp, 1), result.b, result.c
+    (50.0, 100, 0)
+    """
     missing = [col for col in (y_adv, y_other, cluster) if col not in pairs.columns]
     if missing:
         raise EstimationError(f"paired_gap: pairs table lacks columns {missing}; "

@@ -84,14 +84,47 @@ def estimate_pse(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[st
                  r: Sequence[str], y: str, **settings: Any) -> PseResult:
     """Estimate TE, NDE, NIE, BIE, RIE of X on Y (positive favours x1) with DML-UCA.
 
-    `data` holds raw columns; string/categorical/bool columns are one-hot encoded (the
-    `max_categories - 1` most frequent levels, the rest pooled as "other"), numeric columns kept.
-    Rows whose X is neither x0 nor x1, or whose Y is missing, are excluded (counted in n_excluded).
-    `settings` are the fields of `PseSettings` (folds=5, n_bootstrap=500, seed=0, alpha=0.05,
-    clip=0.01, grid, validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1,
-    cluster=None, cache_dir=None).
-    Raises EstimationError for data that cannot support the estimate (missing columns, absent
-    levels, constant Y, a fold without x0 or x1 rows, missing role values)."""
+    Parameters
+    ----------
+    data : DataFrame
+        Raw columns, one row per applicant. String/categorical/bool columns are one-hot encoded
+        (the `max_categories - 1` most frequent levels, the rest pooled as "other"), numeric
+        columns kept. Rows whose X is neither x0 nor x1, or whose Y is missing, are excluded
+        (counted in `n_excluded`).
+    x, x0, x1 : str
+        The protected attribute's column and its two contrasted levels.
+    z, b, r : sequence of str
+        Confounders Z, business-necessity mediators B and redlining proxies R (B and R non-empty).
+    y : str
+        Outcome column (a 0-100 score or a 0/1 callback).
+    **settings
+        Fields of `PseSettings`: folds=5, n_bootstrap=500, seed=0, alpha=0.05, clip=0.01, grid
+        (the paper's C.5 grid), validation_fraction=0.2, max_categories=32, max_bin=64, n_jobs=1 (threads;
+        None = every CPU; results do not depend on it), cluster=None (a column: cluster bootstrap and cluster-robust SEs), cache_dir=None.
+
+    Returns
+    -------
+    PseResult
+        `table`: effects TE, NDE, NIE, BIE, RIE x estimate, se, ci_low, ci_high, p_value,
+        significant, case; `means`: the five counterfactual means; `labels` / `case`: the
+        section 5.2 discrimination patterns; `overlap`, `tuning`, `scores`, `timings`, `n`.
+
+    Raises
+    ------
+    EstimationError
+        Data that cannot support the estimate (missing columns, absent levels, constant Y, a fold
+        without x0 or x1 rows, missing role values) or an invalid setting.
+
+    Examples
+    --------
+    >>> from popfair import estimate_pse
+    >>> from popfair.estimate.sfm_sim import SimulatedSFM
+    >>> sim = SimulatedSFM()
+    >>> data = sim.sample(3000, seed=1)
+    >>> result = estimate_pse(data, x0=sim.x0, x1=sim.x1, y="y", n_bootstrap=200, **sim.roles)  # doctest: +SKIP
+    >>> result.table.loc["TE", ["estimate", "ci_low", "ci_high"]]  # doctest: +SKIP
+    >>> result.case  # doctest: +SKIP
+    """
     return _estimate(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
                      settings=PseSettings.build(settings, exc=EstimationError))
 

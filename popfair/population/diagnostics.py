@@ -4,6 +4,7 @@ and (as checks) to PSID and PDII, the Black - White experience gap within sex x 
 the CA/TX transport summary."""
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +14,15 @@ import yaml
 from matplotlib.figure import Figure
 from scipy.stats import norm
 
+from popfair.population.cache import disk_cached
 from popfair.population.experience import (
     EDU_TO_NLSY,
     EDU_TO_PSID,
+    NLSY_FILE,
     RACE_TO_NLSY,
     ExperienceModel,
     age_group,
+    file_digest,
     nlsy_person_years,
     pdii_cells,
     psid_cells,
@@ -83,7 +87,13 @@ NLSY_KEYS = ["race_nlsy", "sex", "age_group", "educ"]
 @lru_cache(maxsize=2)
 def nlsy_reference_cells(measure: str = "EXP_YEARS") -> pd.DataFrame:
     """NLSY97 cells by race x sex x age band x education straight from the person-years (not the model):
-    persons, mean and SD of `measure`. With EXP_FTE these are the file's own nlsy97_experience_cells.csv."""
+    persons, mean and SD of `measure`. With EXP_FTE these are the file's own nlsy97_experience_cells.csv.
+    Cached on disk, so a warm run does not read the person-years at all."""
+    return disk_cached(f"nlsy97_reference_{measure}", [file_digest(NLSY_FILE)], [sys.modules[__name__]],
+                       lambda: _nlsy_reference_cells(measure))
+
+
+def _nlsy_reference_cells(measure: str) -> pd.DataFrame:
     years = nlsy_person_years()
     frame = pd.DataFrame({"race_nlsy": years["RACE"], "sex": years["SEX"], "age_group": age_group(years["AGE"]),
                           "educ": years["EDUC"], "person": years["PUBID"], "value": years[measure]})
@@ -92,7 +102,10 @@ def nlsy_reference_cells(measure: str = "EXP_YEARS") -> pd.DataFrame:
                          "sd": grouped["value"].std()})
 
 
-def _nlsy_frame(table: pd.DataFrame) -> pd.DataFrame:
+def nlsy_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The applicants' columns in NLSY97 coding (race group, education) next to sex and age band."""
+    if "race_nlsy" in table:
+        return table
     return table.assign(sex=table["gender"], age_group=age_group(table["age"]),
                         race_nlsy=table["race"].map(RACE_TO_NLSY), educ=table["edu_level"].map(EDU_TO_NLSY))
 
@@ -101,7 +114,7 @@ def nlsy_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
     """Generated exp_year cell means vs the NLSY97 cells (race x sex x age band x education), with the
     applicant-weighted mean absolute error, bias and correlation."""
     cells = nlsy_reference_cells().rename(columns={"mean": "nlsy97_mean", "sd": "nlsy97_sd"})
-    fit = _weighted_mean(_nlsy_frame(table), NLSY_KEYS).join(cells, how="inner").reset_index()
+    fit = _weighted_mean(nlsy_frame(table), NLSY_KEYS).join(cells, how="inner").reset_index()
     w = fit["n_profiles"].to_numpy(float)
     diff = fit["profiles_mean"] - fit["nlsy97_mean"]
     summary = {"nlsy97_cells": float(len(fit)),
@@ -118,7 +131,7 @@ def race_gap(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     applicants' counts as weights (standardised to the Black applicants' composition); `se_nlsy` is the
     NLSY97 standard error of that average from the cells' SD / sqrt(persons)."""
     keys = ["sex", "age_group", "educ"]
-    frame = _nlsy_frame(table)
+    frame = nlsy_frame(table)
     generated = frame[frame["race"].isin(["black", "white"])].groupby(keys + ["race"])["exp_year"].mean().unstack()
     counts = frame[frame["race"] == "black"].groupby(keys).size().rename("n_black")
     nlsy = nlsy_reference_cells()
@@ -137,16 +150,26 @@ def race_gap(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), cells
 
 
+@lru_cache(maxsize=1)
+def _qq_sample() -> tuple[pd.DataFrame, pd.Series, pd.Series]:
+    """2,000 NLSY97 person-years (age 19+, high school or more) with race and education in applicant coding."""
+    return disk_cached("nlsy97_qq_sample", [file_digest(NLSY_FILE)], [sys.modules[__name__]], _build_qq_sample)
+
+
+def _build_qq_sample() -> tuple[pd.DataFrame, pd.Series, pd.Series]:
+    years = nlsy_person_years()
+    years = years[(years["AGE"] > 18) & (years["EDUC"] != "lt_hs")].sample(n=2000, random_state=0)
+    race = years["RACE"].map({v: k for k, v in RACE_TO_NLSY.items() if k not in ("white", "api")}).fillna("white")
+    edu = years["EDUC"].map({"hs": "hs_ged", "some_college": "some_college", "ba": "bachelor", "grad": "master"})
+    return years, race, edu
+
+
 def qq_points(model: ExperienceModel) -> pd.DataFrame:
     """Normality check (paper Fig. 6). NLSY97: percentiles 1-99 of the person-year residuals standardised
     by the model's f and sigma vs the normal's. PSID: cell quartiles standardised by cell mean and SD."""
     if model.source == "nlsy97":
-        years = nlsy_person_years()
-        years = years[(years["AGE"] > 18) & (years["EDUC"] != "lt_hs")].sample(n=5000, random_state=0)
-        race = years["RACE"].map({v: k for k, v in RACE_TO_NLSY.items() if k not in ("white", "api")}).fillna("white")
-        edu = years["EDUC"].map({"lt_hs": "hs_ged", "hs": "hs_ged", "some_college": "some_college", "ba": "bachelor",
-                                 "grad": "master"})
-        z = (years["EXP_FTE"] - model.mean(years["SEX"].to_numpy(), race.to_numpy(), years["AGE"].to_numpy(),
+        years, race, edu = _qq_sample()
+        z = (years["EXP_YEARS"] - model.mean(years["SEX"].to_numpy(), race.to_numpy(), years["AGE"].to_numpy(),
                                            edu.to_numpy())) / model.scale(years["SEX"].to_numpy(), years["AGE"].to_numpy())
         probs = np.arange(1, 100) / 100
         return pd.DataFrame({"theoretical": norm.ppf(probs), "empirical": np.quantile(z, probs), "weight": 1.0})
@@ -175,8 +198,9 @@ def age_experience_figure(table: pd.DataFrame, title: str) -> Figure:
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     for gender, rows in table.groupby("gender"):
-        stats = rows.groupby("age")["exp_year"].agg(["mean", lambda s: s.quantile(0.1), lambda s: s.quantile(0.9)])
-        stats.columns = ["mean", "p10", "p90"]
+        by_age = rows.groupby("age")["exp_year"]
+        quantiles = by_age.quantile([0.1, 0.9]).unstack()
+        stats = pd.DataFrame({"mean": by_age.mean(), "p10": quantiles[0.1], "p90": quantiles[0.9]})
         ax.plot(stats.index, stats["mean"], label=f"{gender} mean")
         ax.fill_between(stats.index, stats["p10"], stats["p90"], alpha=0.2)
     ages = np.arange(18, 45)
@@ -189,8 +213,9 @@ def age_experience_figure(table: pd.DataFrame, title: str) -> Figure:
 def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:
     """Artifacts for one occupation's profiles (names are prefixed `population_`)."""
     fit_psid, fit_pdii, summary = experience_fit(table)
-    fit_nlsy, summary_nlsy = nlsy_fit(table)
-    gap, gap_cells = race_gap(table)
+    coded = nlsy_frame(table)
+    fit_nlsy, summary_nlsy = nlsy_fit(coded)
+    gap, gap_cells = race_gap(coded)
     source = {"nlsy97": "NLSY97 person-years 1998-2022 by sex, race, age, education (fit); PSID 1999 and "
                         "PDII 2008 cells used only as checks",
               "psid_cells": "PSID (Blau & Kahn) cells by sex, age, education, no race (fit); NLSY97 and PDII "

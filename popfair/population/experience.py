@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 import pandas as pd
@@ -45,6 +45,7 @@ from scipy.special import log_ndtr, ndtr
 
 from popfair.data import data_file
 from popfair.errors import DataError
+from popfair.population.pums import AGE_RANGE, EDU_LEVELS, GENDERS, RACES
 from popfair.population.scm import abduct_from_cdf, cdf_rows, draw_from_cdf
 
 PSID_FILE = ("population", "psid_blau_kahn_actual_experience_by_year_sex_age_educ.csv")
@@ -70,6 +71,7 @@ EDU_TO_NLSY = {"hs_ged": "hs", "some_college": "some_college", "associate": "som
                "master": "grad", "professional": "grad", "doctorate": "grad"}
 EXPERIENCE_SOURCES = ("nlsy97", "psid_cells")
 MAX_EXP = _AGE_EDGES[-1] - 1 - 18
+_AGES = np.arange(AGE_RANGE[0], AGE_RANGE[1] + 1)
 KAPPA = 50.0          # pseudo-observations pulling a sigma cell toward its parent level
 MIN_SIGMA = 0.5
 
@@ -130,7 +132,7 @@ def nlsy_cells() -> pd.DataFrame:
     x education: n person-years, mean and (population) variance of EXP_YEARS."""
     years = nlsy_person_years()
     grouped = years[years["AGE"] > 18].groupby(["SEX", "RACE", "AGE", "EDUC"])["EXP_YEARS"]
-    cells = grouped.agg(n="size", mean="mean", var=lambda v: float(np.var(v))).reset_index()
+    cells = pd.DataFrame({"n": grouped.size(), "mean": grouped.mean(), "var": grouped.var(ddof=0)}).reset_index()
     return pd.DataFrame({"sex": cells["SEX"], "race": cells["RACE"], "age": cells["AGE"].astype(float),
                          "age_group": age_group(cells["AGE"]), "edu": cells["EDUC"], "n": cells["n"].astype(float),
                          "mean": cells["mean"], "var": cells["var"], "potential": cells["AGE"] - 18.0})
@@ -192,24 +194,39 @@ class ExperienceModel:
         keys = pd.MultiIndex.from_arrays([np.asarray(gender, dtype=object), age_group(age)])
         return self.sigma.reindex(keys).to_numpy(dtype=float)
 
-    def cdf(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
-        """CDF over exp_year = 0..MAX_EXP per row: round(T), T ~ N(loc, sigma) truncated to [0, age - 18],
-        loc chosen so that E[T] = f. Computed once per distinct (gender, race, age, edu_level)."""
-        keys = pd.DataFrame({"g": np.asarray(gender, dtype=object), "r": np.asarray(race, dtype=object),
-                             "a": np.asarray(age, dtype=np.int64), "e": np.asarray(edu_level, dtype=object)})
-        row_cell, distinct = pd.MultiIndex.from_frame(keys).factorize()
-        cells = pd.DataFrame(list(distinct), columns=["g", "r", "a", "e"])
-        upper = (cells["a"].to_numpy(float) - 18)[:, None]
-        sd = self.scale(cells["g"].to_numpy(), cells["a"].to_numpy())[:, None]
-        f = self.mean(cells["g"].to_numpy(), cells["r"].to_numpy(), cells["a"].to_numpy(), cells["e"].to_numpy())
-        loc = truncated_location(f, sd[:, 0], upper[:, 0])[:, None]
+    def _cell_cdfs(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
+        """CDF over exp_year = 0..MAX_EXP per cell: round(T), T ~ N(loc, sigma) truncated to [0, age - 18],
+        loc chosen so that E[T] = f."""
+        upper = (np.asarray(age, float) - 18)[:, None]
+        sd = self.scale(gender, age)[:, None]
+        loc = truncated_location(self.mean(gender, race, age, edu_level), sd[:, 0], upper[:, 0])[:, None]
         grid = np.arange(MAX_EXP + 1, dtype=float)[None, :]
         lo = (np.clip(grid - 0.5, 0, upper) - loc) / sd
         hi = (np.clip(grid + 0.5, 0, upper) - loc) / sd
         mass = _normal_mass(lo, hi)
         mass[:, 0] = np.where(upper[:, 0] == 0, 1.0, mass[:, 0])
         mass = np.clip(mass, 0, None) * (grid <= upper)
-        return cdf_rows(mass)[row_cell]
+        return cdf_rows(mass)
+
+    @cached_property
+    def cdf_table(self) -> np.ndarray:
+        """The CDF of every (gender, race, age, edu_level) cell, built once (and pickled with the model)."""
+        g, r, a, e = (axis.ravel() for axis in np.meshgrid(np.array(GENDERS, dtype=object), np.array(RACES, dtype=object),
+                                                           _AGES, np.array(EDU_LEVELS, dtype=object), indexing="ij"))
+        return self._cell_cdfs(g, r, a, e)
+
+    def cdf(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
+        """Per-row CDF over exp_year = 0..MAX_EXP, looked up in cdf_table."""
+        codes = [pd.Categorical(np.asarray(values, dtype=object), categories=levels).codes.astype(np.int64)
+                 for values, levels in ((gender, GENDERS), (race, RACES), (edu_level, EDU_LEVELS))]
+        ages = np.asarray(age, dtype=np.int64) - _AGES[0]
+        bad = (np.min(codes, axis=0) < 0) | (ages < 0) | (ages >= len(_AGES))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(f"experience: no model cell for gender={np.asarray(gender)[i]!r}, race="
+                            f"{np.asarray(race)[i]!r}, age={np.asarray(age)[i]!r}, edu_level={np.asarray(edu_level)[i]!r}")
+        index = ((codes[0] * len(RACES) + codes[1]) * len(_AGES) + ages) * len(EDU_LEVELS) + codes[2]
+        return self.cdf_table[index]
 
     def draw(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray,
              u: np.ndarray) -> np.ndarray:
@@ -290,8 +307,11 @@ def _density_ratio_weights(cells: pd.DataFrame, keys: list[str], composition: tu
     return weight / weight[weight > 0].mean()
 
 
-def _booster(features: np.ndarray, target: pd.Series, weight: pd.Series, max_depth: int) -> xgb.Booster:
-    regressor = xgb.XGBRegressor(n_estimators=300, max_depth=max_depth, learning_rate=0.05, min_child_weight=0.5,
+def _booster(features: np.ndarray, target: pd.Series, weight: pd.Series, max_depth: int,
+             n_trees: int = 300) -> xgb.Booster:
+    """Weighted squared-error XGBoost; n_trees x learning rate is held at 15 (300 trees at 0.05)."""
+    regressor = xgb.XGBRegressor(n_estimators=n_trees, max_depth=max_depth, learning_rate=15 / n_trees,
+                                 min_child_weight=0.5,
                                  reg_lambda=1.0, n_jobs=1, random_state=0, tree_method="exact")
     regressor.fit(features, target, sample_weight=weight)
     return regressor.get_booster()
@@ -307,10 +327,10 @@ def fit_nlsy_model(composition: tuple, nlsy_digest: str) -> ExperienceModel:
     cells = cells[cells["weight"] > 0].reset_index(drop=True)
     features = _features("nlsy97", cells["sex"].to_numpy(), cells["race"].to_numpy(), cells["age"],
                          cells["edu"].to_numpy())
-    booster = _booster(features, cells["mean"] / cells["potential"], cells["weight"], max_depth=4)
+    booster = _booster(features, cells["mean"] / cells["potential"], cells["weight"], max_depth=4, n_trees=150)
     cells["fitted"] = np.clip(booster.inplace_predict(features), 0, 1) * cells["potential"]
     cells["resid_var"] = np.maximum(cells["var"] + (cells["mean"] - cells["fitted"]) ** 2, MIN_SIGMA ** 2)
-    return ExperienceModel("nlsy97", booster, _hierarchical_sigma(cells), cells)
+    return _with_table(ExperienceModel("nlsy97", booster, _hierarchical_sigma(cells), cells))
 
 
 @lru_cache(maxsize=32)
@@ -329,7 +349,12 @@ def fit_psid_model(composition: tuple, psid_digest: str) -> ExperienceModel:
     within_age = (ratio_hat * cells["age_group"].map(_AGE_WIDTH)) ** 2 / 12
     cells["resid_var"] = np.maximum(cells["sd"] ** 2 + (cells["mean"] - cells["fitted"]) ** 2 - within_age,
                                     MIN_SIGMA ** 2)
-    return ExperienceModel("psid_cells", booster, _hierarchical_sigma(cells), cells)
+    return _with_table(ExperienceModel("psid_cells", booster, _hierarchical_sigma(cells), cells))
+
+
+def _with_table(model: ExperienceModel) -> ExperienceModel:
+    model.cdf_table  # noqa: B018 (built now, so the disk cache stores it)
+    return model
 
 
 def source_digest(source: str) -> str:

@@ -101,7 +101,7 @@ class OccupationModel:
 
 @lru_cache(maxsize=32)
 def occupation_model(pums_path: str | None, occp: int, below_hs: str, ca_tx: str = "transport",
-                     transport_donors: str = "region", experience_source: str = "nlsy97") -> OccupationModel:
+                     transport_donors: str = "all", experience_source: str = "nlsy97") -> OccupationModel:
     """Decode one occupation's PUMS records, put CA/TX back (bundled extract only) and fit its conditionals.
     Cached in-process and on disk, keyed by every input file's fingerprint, the arguments and this code."""
     source = Path(pums_path) if pums_path else data_file(*BUNDLED_PUMS)
@@ -174,7 +174,7 @@ class PopResumePopulation:
     and names drawn from the SCM in the module docstring."""
 
     def __init__(self, n: int | None = None, pums_path: str | None = None, below_hs: str = "drop",
-                 diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "region",
+                 diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "all",
                  experience_source: str = "nlsy97") -> None:
         require(n is None or (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_N), "population.n",
                 f"must be null (all records) or an integer in 1..{MAX_N}, got {n!r}")
@@ -315,10 +315,11 @@ class PopResumePopulation:
 def transport_note(row: dict[str, Any]) -> str:
     return (f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
             f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
-            f"drawn from {row['donor_records']} records of {row['donor_policy']} donors [{row['donor_states']}] "
+            f"drawn from {row['donor_records']} records of {row['donor_policy']} donor states [{row['donor_states']}] "
             f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
             f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
-            f"-> {100 * row['hispanic_share_transported']:.1f}% transported)")
+            f"-> {100 * row['hispanic_share_transported']:.1f}% transported; donors chosen by a held-out-state check, "
+            "benchmarks/transport_validation.py)")
 
 
 def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:

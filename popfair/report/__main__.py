@@ -3,6 +3,7 @@
     popfair-report --parent <sweep parent run id>            # one sweep
     popfair-report --experiment popfair --out reports/all    # every case run of an experiment
     popfair-report --latest-sweep                             # the most recent sweep
+    popfair-report --audit <run id> --out audit/             # one case's auditor's report (HTML, Markdown)
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--parent", help="sweep parent run id: report that sweep's cases only")
     which.add_argument("--latest-sweep", action="store_true", help="report the newest sweep")
+    which.add_argument("--audit", metavar="RUN_ID",
+                       help="fetch one case's auditor's report (written for screener=http|file or audit_report=true)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default reports/<parent run id or experiment>)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
@@ -51,6 +54,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from popfair.report.sweep import write_report
 
+    if args.audit:
+        from popfair.report.audit import fetch_audit_report
+
+        try:
+            report = fetch_audit_report(args.tracking_uri, args.audit, args.out or Path("reports") / f"audit-{args.audit}")
+        except PopfairError as exc:
+            print(f"popfair-report: {exc}", file=sys.stderr)
+            return 2
+        print(f"audit report: {report} (and report.md beside it)")
+        return 0
     try:
         parent = latest_sweep(args.tracking_uri, args.experiment) if args.latest_sweep else args.parent
         out = args.out or Path("reports") / (parent or args.experiment)

@@ -183,7 +183,34 @@ class PanelReport:
 
 
 def panel_report(results: pd.DataFrame, *, alpha: float = 0.05, bonferroni_on: str = "cluster_p") -> PanelReport:
-    """Tables, chart and, when 3+ models have both race and gender rows, their gap correlation."""
+    """The model-panel report of a paired callback audit ("Can LLMs Hire Fairly?").
+
+    Parameters
+    ----------
+    results : DataFrame
+        One row per model x axis with model, axis ("race" or "gender"), release_date and the
+        `paired_gap` outputs gap_pp, ci_low, ci_high, b, c, n_pairs, mcnemar_chi2, mcnemar_p,
+        cluster_p (`panel_row` builds a row from a `PairedGapResult`).
+    alpha : float, default 0.05
+        Family-wise significance level; each axis is Bonferroni-corrected over its models.
+    bonferroni_on : {"cluster_p", "mcnemar_p"}, default "cluster_p"
+        The p-value the Bonferroni threshold is applied to.
+
+    Returns
+    -------
+    PanelReport
+        `tables` (one DataFrame per axis, the paper's layout with stars and the corrected
+        significance), `figure` (gaps with CIs by release date) and `correlation` (race vs gender
+        gaps across models, when at least 3 models have both axes; else None).
+
+    Examples
+    --------
+    >>> from popfair import paired_gap, panel_report
+    >>> from popfair.report.panel import panel_row
+    >>> rows = [panel_row(paired_gap(pairs[m], y_adv="white", y_other="black", cluster="posting_id"),
+    ...                   model=m, axis="race", release_date=dates[m]) for m in models]  # doctest: +SKIP
+    >>> print(panel_report(pd.DataFrame(rows)).to_text())  # doctest: +SKIP
+    """
     tables = panel_tables(results, alpha=alpha, bonferroni_on=bonferroni_on)
     correlation = None
     shared = results.groupby("model")["axis"].agg(lambda a: {"race", "gender"} <= set(a))

@@ -15,13 +15,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
 
-if TYPE_CHECKING:
-    from typing_extensions import Self  # typing.Self is 3.11+; popfair supports 3.10
-
+_Cache = TypeVar("_Cache", bound="ResponseCache")
 METADATA = MetaData()
 
 RESPONSES = Table(
@@ -135,7 +133,7 @@ class ResponseCache(ABC):
     def close(self) -> None:
         """Release connections."""
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _Cache) -> _Cache:
         return self
 
     def __exit__(self, *exc: object) -> None:

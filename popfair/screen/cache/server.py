@@ -12,13 +12,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from tenacity import (
-    retry,
+    Retrying,
     retry_if_exception,
     stop_after_attempt,
     wait_random_exponential,
@@ -45,14 +45,6 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in _RETRY_STATES
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _retry(fn: F) -> F:
-    """`fn` run again (up to 5 times) when the database reports a deadlock or serialization failure.
-    (A function, not the bare tenacity decorator, so type checkers keep `fn`'s signature.)"""
-    return cast(F, retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
-                         wait=wait_random_exponential(0.01, 0.5), reraise=True)(fn))
 
 
 def safe_url(url: str) -> str:
@@ -91,11 +83,13 @@ class ServerCache(ResponseCache):
                               f"{str(getattr(exc, 'orig', exc)).strip()}") from None
         log.info("response cache: %s", self.location)
 
-    @_retry
     def _write(self, work: Callable[[Connection], T]) -> T:
-        """Run `work` in one transaction, committed on return (retried on deadlock)."""
-        with self._engine.begin() as conn:
-            return work(conn)
+        """Run `work` in one transaction, committed on return (run again after a deadlock)."""
+        for attempt in Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
+                                wait=wait_random_exponential(0.01, 0.5), reraise=True):
+            with attempt, self._engine.begin() as conn:
+                return work(conn)
+        raise AssertionError("unreachable: tenacity reraises the last error")
 
     def _read(self, sql: str, **params: Any) -> list[Any]:
         with self._engine.connect() as conn:
@@ -206,13 +200,13 @@ class ServerCache(ResponseCache):
                 yield [tuple(row) for row in part]
 
     def insert_rows(self, table: str, rows: Sequence[tuple]) -> int:
-        from sqlalchemy.dialects.postgresql import insert
-
         schema = TABLES[table]
-        names = [c.name for c in schema.columns]
-        statement = insert(schema).on_conflict_do_nothing().returning(schema.primary_key.columns[0])
+        sql = (f"INSERT INTO {schema.name} VALUES ({', '.join(['%s'] * len(schema.columns))}) "
+               "ON CONFLICT DO NOTHING")
 
         def work(conn: Connection) -> int:
-            return sum(len(conn.execute(statement, [dict(zip(names, row)) for row in rows[i:i + 1000]]).all())
-                       for i in range(0, len(rows), 1000))
+            count = f"SELECT COUNT(*) FROM {schema.name}"
+            before = conn.exec_driver_sql(count).scalar_one()
+            conn.exec_driver_sql(sql, list(rows))  # the driver pipelines the rows (no round trip each)
+            return int(conn.exec_driver_sql(count).scalar_one() - before)
         return self._write(work) if rows else 0

@@ -1,0 +1,31 @@
+"""The estimate stage: estimators are functions of the scored table and the SFM roles.
+
+Public names are imported on first use (`popfair._lazy`)."""
+from __future__ import annotations
+
+from popfair._lazy import lazy_exports
+
+_EXPORTS = {
+    "estimate_pse": "popfair.estimate.pse",
+    "PseResult": "popfair.estimate.pse",
+    "PseDml": "popfair.estimate.pse",
+    "PseSettings": "popfair.estimate.dml",
+    "TuningGrid": "popfair.estimate.dml",
+    "paired_gap": "popfair.estimate.paired",
+    "PairedGap": "popfair.estimate.paired",
+    "PairedGapResult": "popfair.estimate.paired",
+    "impact_ratios": "popfair.estimate.impact_ratio",
+    "ImpactRatio": "popfair.estimate.impact_ratio",
+    "ImpactRatios": "popfair.estimate.impact_ratio",
+    "ImpactRatioSettings": "popfair.estimate.impact_ratio",
+    "OutcomeGap": "popfair.estimate.outcome_gap",
+    "Interventional": "popfair.estimate.interventional",
+    "SideBySide": "popfair.estimate.side_by_side",
+    "Estimator": "popfair.estimate.base",
+    "EFFECTS": "popfair.estimate.sfm",
+    "TARGETS": "popfair.estimate.sfm",
+    "CONTRASTS": "popfair.estimate.sfm",
+    "case_labels": "popfair.estimate.sfm",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
