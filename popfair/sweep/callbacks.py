@@ -15,7 +15,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.errors import require
+from popfair.errors import ConfigError, require
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records, sweep_grid
 
 if TYPE_CHECKING:
@@ -58,7 +58,10 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from popfair.experiment import build
 
-        check_shared_services(config)
+        try:
+            check_shared_services(config)
+        except ConfigError as exc:  # Hydra turns a callback's Exception into a warning and goes on
+            raise SystemExit(f"popfair: {exc}") from None
         sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
         params_node = config.hydra.sweeper.get("params")
         params = cast(dict[str, Any], OmegaConf.to_container(params_node, resolve=False)) if params_node else {}
