@@ -256,6 +256,9 @@ class Experiment:
         scored_worlds = None if self.estimator.design is None else scored_rows[~is_factual].reset_index(drop=True)
         data = ok if scored_worlds is None else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds],
                                                           ignore_index=True)
+        prepare = getattr(self.tracker, "prepare", None)
+        if prepare is not None:  # open the tracking store while the estimator computes
+            prepare()
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         audit = None
         if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:

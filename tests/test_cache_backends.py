@@ -2,6 +2,7 @@
 127.0.0.1) store, claim and copy alike; server credentials come only from the environment."""
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from popfair.errors import ConfigError
 from popfair.screen.cache import CachedAnswer, SqliteCache, open_cache
 from popfair.screen.cache.__main__ import main as cache_cli
 from popfair.screen.cache.server import ServerCache
+from tests.pg_server import PASSWORD
 
 ANSWER = CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0)
 
@@ -70,6 +72,10 @@ def test_server_cache_takes_the_password_only_from_the_environment(pg_url, monke
         open_cache(pg_url)
     with pytest.raises(ConfigError, match="only postgresql"):
         open_cache("mysql://me@127.0.0.1/db")
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    with caplog.at_level(logging.DEBUG), open_cache(pg_url) as cache:
+        cache.put("k", "openai", "m", ANSWER)
+    assert pg_url in caplog.text and PASSWORD not in caplog.text  # where it went, never the secret
 
 
 def test_copy_moves_a_cache_to_the_server_and_back(tmp_path, pg_url, capsys):
@@ -90,3 +96,16 @@ def test_copy_moves_a_cache_to_the_server_and_back(tmp_path, pg_url, capsys):
     assert cache_cli(["count", pg_url]) == 0 and capsys.readouterr().out.strip() == "25"
     assert cache_cli(["copy", str(tmp_path / "a"), "postgresql+psycopg://u:pw@127.0.0.1:1/x"]) == 2
     assert "PGPASSWORD" in capsys.readouterr().err
+
+
+def _open_and_count(location: str) -> int:
+    with open_cache(location) as cache:
+        return cache.count()
+
+
+def test_workers_opening_a_fresh_server_cache_at_once_all_succeed(pg_url):
+    """A sweep's workers create the tables of a new database concurrently (serialised by a lock)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(4) as pool:
+        assert list(pool.map(_open_and_count, [pg_url] * 4)) == [0, 0, 0, 0]

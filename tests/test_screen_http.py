@@ -75,6 +75,16 @@ def test_unparseable_answers_keep_the_raw_body_and_a_new_mapping_asks_nothing(ve
     assert sum(state.answered.values()) == 8  # the cached bodies were re-read, not re-asked
 
 
+def test_get_requests_carry_the_document_in_the_query_string(vendor, tmp_path):
+    state, url = vendor
+    state.rate_limit = state.server_error = state.timeout = state.malformed = 0.0
+    getter = screener(url, tmp_path, method="GET", params={"document_id": "{document_id}", "text": "{document_text}"},
+                      response_path="$.result.score")
+    documents = docs(6)
+    assert [r.value for r in getter.screen(JOBS, documents, "score")] == [
+        float(vendor_stub.decide(d.text)["score"]) for d in documents]
+
+
 def test_call_and_dollar_budgets_stop_sending_and_a_rerun_completes(vendor, tmp_path):
     state, url = vendor
     documents = docs(30)
@@ -170,3 +180,15 @@ def test_paired_audit_of_the_endpoint_recovers_its_known_bias(vendor, tmp_path):
     attempts = sum(state.attempts.values())
     Experiment.from_config(compose_config([*PAIRED, f"screener.url={url}"], tmp_path=tmp_path)).run()
     assert sum(state.attempts.values()) == attempts  # the rerun asks nothing
+
+
+def test_a_dry_run_plans_requests_and_dollars_without_the_secret(tmp_path, monkeypatch):
+    from popfair.sweep.plan import plan_case
+
+    monkeypatch.delenv("VENDOR_API_KEY", raising=False)
+    cfg = compose_config(["population.n=12", "renderer=image", "screener=http", "screener.url=http://127.0.0.1:9/x",
+                          "screener.body={id: '{document_id}', png: '{document_base64}'}",
+                          "screener.secret_headers={Authorization: VENDOR_API_KEY}",
+                          "screener.price_per_call_usd=0.5", "tracking=none"], tmp_path=tmp_path)
+    plan = plan_case(Experiment.from_config(cfg, dry_run=True))  # real PNG pages: keys need their bytes
+    assert (plan.calls, plan.cost_usd, plan.image_estimated_from_text) == (12, 6.0, False)

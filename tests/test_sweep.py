@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from popfair.experiment import Experiment
 from popfair.report.__main__ import main as report_main
 from popfair.sweep.state import read_case_records, sweep_grid
 from tests.conftest import CONF_DIR, compose_config
+from tests.mlflow_server import mlflow_server
 from tests.test_cli import ROOT, popfair
 
 SMALL = ["population.n=300", "estimator=outcome_gap", "estimator.n_bootstrap=200"]
@@ -126,34 +124,10 @@ def test_report_cli_unknown_parent_is_a_clear_error(failing_sweep, capsys):
     assert code == 2 and "0123456789abcdef" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_mlflow_server_serves_the_sweep_over_rest(failing_sweep):
     """`mlflow server` on the project's sqlite store; the sweep's children found through the REST API."""
     cwd, _ = failing_sweep
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{cwd}/mlruns/mlflow.db",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, "mlflow server exited"
-            assert time.time() < deadline, "mlflow server did not come up in 90 s"
-            time.sleep(0.5)
-
+    with mlflow_server(cwd / "mlruns") as base:
         def post(path: str, body: dict) -> dict:
             request = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(),
                                              headers={"Content-Type": "application/json"})
@@ -177,9 +151,6 @@ def test_mlflow_server_serves_the_sweep_over_rest(failing_sweep):
         from popfair.report.runs import load_runs
         served = load_runs(base, parent_run_id=parent_id)
         assert sorted(served["status"]) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 def test_dry_run_plans_every_case_and_calls_nothing(tmp_path):
@@ -230,7 +201,8 @@ def test_experiment_grids_have_the_papers_case_counts(experiment, cases):
 
 @pytest.mark.parametrize("launcher,target", [
     ("basic", "BasicLauncher"), ("joblib", "JoblibLauncher"),
-    ("submitit_slurm", "SlurmLauncher"), ("submitit_local", "LocalLauncher")])
+    ("submitit_slurm", "SlurmLauncher"), ("submitit_local", "LocalLauncher"),
+    ("slurm", "SlurmLauncher"), ("slurm_local", "LocalLauncher")])
 def test_launchers_are_installed_and_compose(launcher, target):
     from hydra import compose, initialize_config_dir
 

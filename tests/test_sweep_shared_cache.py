@@ -19,10 +19,10 @@ SMALL = ["screener=gpt4o_mini", "screener.route=openai", "population.n=150", "es
          "screener.engine.concurrency=4", "screener.engine.claim_poll_s=0.1"]
 
 
-def planned_after_sharing(tmp_path) -> int:
-    """The dry-run plan's total of calls "after cache sharing" (new_calls) for the 4 cases, in sweep order."""
+def planned_after_sharing(tmp_path, occupations: tuple[str, ...] = ("nurse", "teacher")) -> int:
+    """The dry-run plan's total of calls "after cache sharing" (new_calls) for the cases, in sweep order."""
     plan._PLANNED.clear()
-    cases = [[f"occupation={o}", f"protected_attr={a}"] for o in ("nurse", "teacher") for a in ("gender", "race")]
+    cases = [[f"occupation={o}", f"protected_attr={a}"] for o in occupations for a in ("gender", "race")]
     return sum(plan.plan_case(Experiment.from_config(
         compose_config([*case, *SMALL, f"cache_dir={tmp_path}/plan_cache", "tracking=none"]), dry_run=True)).new_calls
         for case in cases)

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pandas as pd
 
@@ -76,6 +77,7 @@ class VendorState:
     malformed: float = 0.0
     retry_after: str = "0.01"
     hang_s: float = 1.0
+    latency_s: float = 0.0      # every answer waits this long (benchmarks)
     answered: Counter = field(default_factory=Counter)  # document_id -> successful answers
     attempts: Counter = field(default_factory=Counter)
     faults: Counter = field(default_factory=Counter)
@@ -108,7 +110,17 @@ class Handler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         except ValueError:
             return self._send(400, b'{"error": "request body is not JSON"}')
+        self._answer(body)
+
+    def do_GET(self) -> None:
+        """GET /score?document_id=...&text=...: the same verdict from the query string."""
+        query = parse_qs(urlparse(self.path).query)
+        self._answer({"document_id": query["document_id"][0], "resume": {"text": query["text"][0]}})
+
+    def _answer(self, body: dict) -> None:
         state = self.state
+        if state.latency_s:
+            time.sleep(state.latency_s)
         doc = body["document_id"]
         with state.lock:
             state.attempts[doc] += 1

@@ -96,7 +96,9 @@ def output_name(year: int, states: tuple[str, ...]) -> str:
 
 
 def all_states() -> tuple[str, ...]:
-    return tuple(state_table()["usps"])
+    """The 50 states + DC of the ACS national PUMS (Puerto Rico has its own survey file and no Census region)."""
+    table = state_table()
+    return tuple(table.loc[table["census_region"].notna(), "usps"])
 
 
 def resolve_pums_path(spec: str) -> str:
@@ -303,6 +305,10 @@ def fetch(request: Request, log: Any = print) -> Path:
             log(f"[{i}/{len(request.states)}] {usps}: done before ({entry['rows_kept']} of {entry['rows_read']} rows)")
             continue
         name = f"csv_p{usps.lower()}.zip"
+        kept = request.year_dir / name
+        if kept.exists() and entry and entry.get("zip_sha256") and _sha256(kept) != entry["zip_sha256"]:
+            log(f"{kept}: sha256 differs from the one recorded when it was downloaded; downloading it again")
+            kept.unlink()
         zip_path = download(f"{request.base_url.rstrip('/')}/{request.year}/1-Year/{name}",
                             request.year_dir / name, request.year, usps)
         manifest[usps] = filter_state(request, usps, zip_path)
@@ -331,7 +337,8 @@ def _states(text: str) -> tuple[str, ...]:
     wanted = tuple(s.strip().upper() for s in text.split(",") if s.strip())
     unknown = [s for s in wanted if s not in all_states()]
     if unknown:
-        raise FetchError(f"--states: unknown USPS codes {unknown}; use two-letter codes such as CA,TX or 'all'")
+        raise FetchError(f"--states: unknown USPS codes {unknown}; use two-letter codes of the 50 states and DC "
+                         "such as CA,TX, or 'all' (Puerto Rico's PRCS file is not supported)")
     return wanted
 
 

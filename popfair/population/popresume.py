@@ -315,10 +315,11 @@ class PopResumePopulation:
 def transport_note(row: dict[str, Any]) -> str:
     return (f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
             f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
-            f"drawn from {row['donor_records']} records of {row['donor_policy']} donors [{row['donor_states']}] "
+            f"drawn from {row['donor_records']} records of {row['donor_policy']} donor states [{row['donor_states']}] "
             f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
             f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
-            f"-> {100 * row['hispanic_share_transported']:.1f}% transported)")
+            f"-> {100 * row['hispanic_share_transported']:.1f}% transported; donors chosen by a held-out-state check, "
+            "benchmarks/transport_validation.py)")
 
 
 def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:

@@ -75,6 +75,7 @@ class FileScreener:
     sheets win over earlier ones and over earlier imports); relative paths are under `dir`."""
 
     audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
+    plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
 
     def __init__(self, dir: str, results: str | Sequence[str] | None = "results.csv",
                  name: str = "file", display_name: str | None = None,

@@ -15,11 +15,33 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from popfair.errors import ConfigError, require
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records, sweep_grid
 
 log = logging.getLogger("popfair")
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def check_shared_services(config: DictConfig) -> None:
+    """A launcher that spreads cases over machines (SLURM, a Ray cluster) needs the services every
+    machine can reach: a server response cache (a SQLite cache on NFS risks locks and corruption, and
+    per-node caches pay twice) and an MLflow tracking server (one parent run for all the cases)."""
+    launcher = str(config.hydra.launcher.get("_target_", ""))
+    ray_address = OmegaConf.select(config, "hydra.launcher.ray.init.address")
+    spread = launcher.endswith(("SlurmLauncher", "RayAWSLauncher")) or (
+        launcher.endswith("RayLauncher") and ray_address not in (None, "", "local"))
+    if not spread or config.get("dry_run", False):
+        return
+    name = launcher.rsplit(".", 1)[-1]
+    require(bool(config.get("cache_url")), "cache_url",
+            f"hydra/launcher runs cases on several machines ({name}): set cache_url="
+            "postgresql+psycopg://user@host:5432/db so that no answer is paid twice (a SQLite cache_dir "
+            "on a shared file system is unsafe)")
+    tracking = config.get("tracking") or {}
+    require(not tracking.get("enabled", True) or str(tracking.get("uri", "")).startswith(("http://", "https://")),
+            "tracking.uri", f"hydra/launcher runs cases on several machines ({name}): point it at an "
+            "`mlflow server` (http://host:port) that every node can reach")
 
 
 class SweepCallback(Callback):
@@ -33,6 +55,10 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from popfair.experiment import build
 
+        try:
+            check_shared_services(config)
+        except ConfigError as exc:  # Hydra turns a callback's Exception into a warning and goes on
+            raise SystemExit(f"popfair: {exc}") from None
         sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
         params_node = config.hydra.sweeper.get("params")
         params = OmegaConf.to_container(params_node, resolve=False) if params_node else {}

@@ -67,7 +67,8 @@ def run_case(cfg: DictConfig) -> float | None:
             experiment.tags = tags
             result = experiment.run()
             print(summary(experiment.case_name(), result.effects, result.run_id, len(result.scored),
-                          int(result.scored["error"].notna().sum()), experiment.tracker.uri))
+                          int(result.scored["error"].notna().sum()), experiment.tracker.uri,
+                          timings=result.timings, total=time.perf_counter() - start))
             record.status, record.run_id = "finished", result.run_id
             value = float(result.effects.table["estimate"].iloc[0])
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on

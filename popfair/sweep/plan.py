@@ -72,7 +72,10 @@ def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document]
     """Profiles and the documents to plan, the factual ones then those of the counterfactual worlds
     the estimator declares; for image renderers the text layout of each resume (flag True).
     Memoised per process, so cases sharing a population and design render it once."""
-    image = str(experiment.renderer.kind).startswith("image")
+    # screeners priced per call, not per token (http, file), plan the real pages: their cache keys
+    # and file placeholders need the PNG itself
+    image = (str(experiment.renderer.kind).startswith("image")
+             and not getattr(experiment.screener, "plans_real_documents", False))
     config = experiment.config
     key = _key({"population": config.get("population"), "occupation": config.get("occupation"),
                 "protected_attr": config.get("protected_attr"), "seed": experiment.seed,

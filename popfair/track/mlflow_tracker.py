@@ -5,7 +5,9 @@ import contextlib
 import math
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +49,35 @@ class MlflowTracker:
         require(bool(experiment_name), "tracking.experiment_name", "must be non-empty")
         self.uri, self.experiment_name, self.enabled = uri, experiment_name, enabled
         self.artifact_root = artifact_root
+        self._prepared: Future[str] | None = None
+
+    def prepare(self) -> None:
+        """Import MLflow, open the tracking store (creating a new SQLite database runs MLflow's
+        schema migrations: seconds) and find the experiment in a background thread, so this
+        overlaps the pipeline's last stages (the estimate stage runs mostly inside XGBoost,
+        outside the GIL). `run` waits for it; if it failed, `run` tries again in the foreground
+        and raises the real error there."""
+        if not self.enabled or self._prepared is not None:
+            return
+        self._prepared = Future()
+        threading.Thread(target=self._prepare, name="popfair-mlflow-prepare", daemon=True).start()
+
+    def _prepare(self) -> None:
+        assert self._prepared is not None
+        try:
+            self._prepared.set_result(self._open_experiment())
+        except BaseException as exc:  # reported by the foreground retry, not here
+            self._prepared.set_exception(exc)
 
     def _experiment_id(self) -> str:
+        if self._prepared is not None:
+            try:
+                return self._prepared.result()
+            except Exception:  # noqa: BLE001  (retried below, where the error reaches the user)
+                self._prepared = None
+        return self._open_experiment()
+
+    def _open_experiment(self) -> str:
         import mlflow
 
         if self.uri.startswith("sqlite:///"):

@@ -15,10 +15,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import TypeVar
 
 from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
 
+_Cache = TypeVar("_Cache", bound="ResponseCache")
 METADATA = MetaData()
 
 RESPONSES = Table(
@@ -132,7 +133,7 @@ class ResponseCache(ABC):
     def close(self) -> None:
         """Release connections."""
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _Cache) -> _Cache:
         return self
 
     def __exit__(self, *exc: object) -> None:

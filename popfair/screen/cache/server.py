@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from tenacity import (
-    retry,
+    Retrying,
     retry_if_exception,
     stop_after_attempt,
     wait_random_exponential,
@@ -38,6 +38,7 @@ log = logging.getLogger("popfair.screen")
 T = TypeVar("T")
 _CHUNK = 10_000
 _NOW = "extract(epoch from clock_timestamp())"
+_SCHEMA_LOCK = 0x706F7066  # advisory lock id held while the tables are created ("popf")
 _RETRY_STATES = {"40P01", "40001"}  # deadlock detected, serialization failure: safe to run again
 
 
@@ -45,8 +46,6 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in _RETRY_STATES
 
 
-_retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
-               wait=wait_random_exponential(0.01, 0.5), reraise=True)
 
 
 def safe_url(url: str) -> str:
@@ -76,6 +75,9 @@ class ServerCache(ResponseCache):
         try:
             self._engine = create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
             with self._engine.begin() as conn:
+                # workers of a sweep open a fresh database at once: concurrent CREATE TABLE IF NOT EXISTS
+                # can still collide in PostgreSQL's catalog, so creation takes a transaction-scoped lock
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
                 METADATA.create_all(conn, checkfirst=True)
         except (NoSuchModuleError, ModuleNotFoundError) as exc:
             raise ConfigError(f"cache_url: no driver for {self.location} ({exc}); "
@@ -85,11 +87,13 @@ class ServerCache(ResponseCache):
                               f"{str(getattr(exc, 'orig', exc)).strip()}") from None
         log.info("response cache: %s", self.location)
 
-    @_retry
     def _write(self, work: Callable[[Connection], T]) -> T:
-        """Run `work` in one transaction, committed on return (retried on deadlock)."""
-        with self._engine.begin() as conn:
-            return work(conn)
+        """Run `work` in one transaction, committed on return (run again after a deadlock)."""
+        for attempt in Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
+                                wait=wait_random_exponential(0.01, 0.5), reraise=True):
+            with attempt, self._engine.begin() as conn:
+                return work(conn)
+        raise AssertionError("unreachable: tenacity reraises the last error")
 
     def _read(self, sql: str, **params: Any) -> list[Any]:
         with self._engine.connect() as conn:
@@ -183,7 +187,8 @@ class ServerCache(ResponseCache):
             "SELECT batch_id, provider, endpoint, model, outcome, status, keys FROM batches WHERE provider = :p"
             " AND endpoint = :e AND model = :m AND finished_at IS NULL ORDER BY submitted_at",
             p=provider, e=endpoint, m=model)
-        return [BatchRecord(*row[:6], keys=json.loads(row[6])) for row in rows]
+        return [BatchRecord(batch_id, provider, endpoint, model, outcome, status, json.loads(keys))
+                for batch_id, provider, endpoint, model, outcome, status, keys in rows]
 
     def finish_batch(self, batch_id: str, status: str) -> None:
         self._write(lambda conn: conn.execute(text(
@@ -199,13 +204,13 @@ class ServerCache(ResponseCache):
                 yield [tuple(row) for row in part]
 
     def insert_rows(self, table: str, rows: Sequence[tuple]) -> int:
-        from sqlalchemy.dialects.postgresql import insert
-
         schema = TABLES[table]
-        names = [c.name for c in schema.columns]
-        statement = insert(schema).on_conflict_do_nothing().returning(schema.primary_key.columns[0])
+        sql = (f"INSERT INTO {schema.name} VALUES ({', '.join(['%s'] * len(schema.columns))}) "
+               "ON CONFLICT DO NOTHING")
 
         def work(conn: Connection) -> int:
-            return sum(len(conn.execute(statement, [dict(zip(names, row)) for row in rows[i:i + 1000]]).all())
-                       for i in range(0, len(rows), 1000))
+            count = f"SELECT COUNT(*) FROM {schema.name}"
+            before = conn.exec_driver_sql(count).scalar_one()
+            conn.exec_driver_sql(sql, list(rows))  # the driver pipelines the rows (no round trip each)
+            return int(conn.exec_driver_sql(count).scalar_one() - before)
         return self._write(work) if rows else 0

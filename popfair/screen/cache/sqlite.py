@@ -120,7 +120,8 @@ class SqliteCache(ResponseCache):
             "SELECT batch_id, provider, endpoint, model, outcome, status, keys FROM batches"
             " WHERE provider=? AND endpoint=? AND model=? AND finished_at IS NULL ORDER BY submitted_at",
             (provider, endpoint, model)).fetchall()
-        return [BatchRecord(*row[:6], keys=json.loads(row[6])) for row in rows]
+        return [BatchRecord(batch_id, provider, endpoint, model, outcome, status, json.loads(keys))
+                for batch_id, provider, endpoint, model, outcome, status, keys in rows]
 
     def finish_batch(self, batch_id: str, status: str) -> None:
         self._db.execute("UPDATE batches SET status=?, finished_at=? WHERE batch_id=?",
