@@ -129,8 +129,8 @@ class LLMScreener:
         for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
             if logging.getLogger(noisy).level == logging.NOTSET:  # one INFO line per HTTP request otherwise
                 logging.getLogger(noisy).setLevel(logging.WARNING)
-        keyed = bool(api_key_env) and (require_key or bool(os.environ.get(api_key_env)))
-        api_key = read_secret(api_key_env, "screener.api_key_env") if keyed else None
+        keyed = bool(api_key_env) and (require_key or bool(os.environ.get(str(api_key_env))))
+        api_key = read_secret(str(api_key_env), "screener.api_key_env") if keyed else None
         self._missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
         if provider == "bedrock" and api_key_env is None and require_key:
             _check_aws_credentials(region)

@@ -162,7 +162,9 @@ class Provider(ABC):
                                   sort_keys=True, separators=(",", ":"), default=str).encode()
             self._key_templates[has_image] = template
         digest = hashlib.sha256(template)
-        parts = (prompt.system.encode(), prompt.user.encode()) + ((prompt.image_png,) if has_image else ())
+        parts: tuple[bytes, ...] = (prompt.system.encode(), prompt.user.encode())
+        if prompt.image_png is not None:  # = has_image
+            parts += (prompt.image_png,)
         for part in parts:
             digest.update(len(part).to_bytes(8, "big"))
             digest.update(part)
