@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import yaml
@@ -207,7 +207,7 @@ class Experiment:
                    run_name=cfg.get("run_name"),
                    outcome_audit=(build(cfg.outcome_audit, "outcome_audit")
                                   if cfg.get("outcome_audit") is not None else None),
-                   config=OmegaConf.to_container(cfg, resolve=True),
+                   config=cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
                    audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]))
 
     def case_name(self) -> str:
