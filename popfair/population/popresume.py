@@ -126,6 +126,9 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str,
     if states["usps"].isna().any():
         bad = sorted(raw.loc[states["usps"].isna().to_numpy(), "ST"].unique().tolist())
         raise DataError(f"PUMS records with unknown state FIPS codes {bad[:5]}")
+    if states["census_region"].isna().any():   # Puerto Rico: its own survey, no Census region (an R variable)
+        raise DataError(f"population.pums_path: {int(states['census_region'].isna().sum())} records from Puerto Rico "
+                        "(ST 72) have no Census region; keep the 50 states + DC (as `popfair-data pums` does)")
     records = pd.DataFrame({
         "gender": decode_sex(raw["SEX"]), "race": decode_race(raw["RAC1P"], raw["HISP"]),
         "age": raw["AGEP"].to_numpy(), "state": states["usps"].to_numpy(dtype=object),

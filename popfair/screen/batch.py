@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from popfair.constraints import Interval, Text, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
+from popfair.screen.claims import new_owner
 from popfair.screen.engine import POSITIVE, Answer, Call, EngineStats, run_coroutine
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
@@ -22,6 +23,7 @@ from popfair.screen.providers import Completion, Provider
 from popfair.types import Outcome
 
 log = logging.getLogger("popfair.screen")
+SUBMIT_LEASE_S = 600.0  # claims last while a batch is being uploaded; a recorded batch covers its keys
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,26 @@ class BatchRunner:
             if batch_ids:
                 log.info("resuming %d submitted batch(es): %s", len(batch_ids), ", ".join(batch_ids))
             fresh = [c for c in calls if c.key not in covered]
-            fresh, over_budget = self._within_budget(fresh)
+            # Claim before submitting, so that a parallel case (another process or machine) does not put
+            # the same prompts in a batch of its own; once a batch is recorded, its keys are covered.
+            owner = new_owner()
+            held = set(self.cache.claim([c.key for c in fresh], owner, SUBMIT_LEASE_S)[0])
+            self._elsewhere([c for c in fresh if c.key not in held], answers)
+            fresh, over_budget = self._within_budget([c for c in fresh if c.key in held])
             for call in over_budget:
                 answers[call.key] = Answer(None, None, f"budget exhausted: max_cost_usd={self.budget_usd}; not sent")
-            for start in range(0, len(fresh), self.settings.max_requests):
-                chunk = fresh[start:start + self.settings.max_requests]
-                lines = [(c.key, p.request_body(c.prompt)) for c in chunk]
-                batch_id = await self.api.submit(lines, self.settings.completion_window)
-                self.cache.add_batch(batch_id, p.kind, p.endpoint, p.model, self.outcome, [c.key for c in chunk])
-                self.stats.requests += 1
-                log.info("submitted batch %s with %d requests", batch_id, len(chunk))
-                batch_ids.append(batch_id)
+            try:
+                for start in range(0, len(fresh), self.settings.max_requests):
+                    chunk = fresh[start:start + self.settings.max_requests]
+                    lines = [(c.key, p.request_body(c.prompt)) for c in chunk]
+                    batch_id = await self.api.submit(lines, self.settings.completion_window)
+                    self.cache.add_batch(batch_id, p.kind, p.endpoint, p.model, self.outcome,
+                                         [c.key for c in chunk])
+                    self.stats.requests += 1
+                    log.info("submitted batch %s with %d requests", batch_id, len(chunk))
+                    batch_ids.append(batch_id)
+            finally:
+                self.cache.release(owner)
             deadline = None if self.settings.max_wait_s is None else time.monotonic() + self.settings.max_wait_s
             for batch_id in batch_ids:
                 status = await self._wait(batch_id, deadline)
@@ -94,6 +105,18 @@ class BatchRunner:
                 answers[key] = Answer(None, None, "batch not finished or entry missing; rerun to collect")
                 self.stats.failed += 1
         return answers
+
+    def _elsewhere(self, calls: list[Call], answers: dict[str, Answer]) -> None:
+        """Calls another process claimed: answered by now (from the cache), or being submitted there
+        (a rerun collects them from the batch it records)."""
+        found = self.cache.get_many([c.key for c in calls])
+        for call in calls:
+            if call.key in found:
+                answers[call.key] = Answer.from_cache(found[call.key])
+                self.stats.waited += 1
+            else:
+                answers[call.key] = Answer(None, None, "another process is submitting this prompt in a batch; "
+                                                       "rerun to collect its answer")
 
     def _within_budget(self, calls: list[Call]) -> tuple[list[Call], list[Call]]:
         if self.budget_usd is None:
