@@ -11,12 +11,12 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from popfair.errors import require, settings_from_config
+from popfair.constraints import Interval, Text, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
 from popfair.screen.claims import new_owner
-from popfair.screen.engine import Answer, Call, EngineStats, run_coroutine
+from popfair.screen.engine import POSITIVE, Answer, Call, EngineStats, run_coroutine
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.providers import Completion, Provider
@@ -35,15 +35,14 @@ class BatchSettings:
     max_requests: int = 50_000         # requests per submitted batch (OpenAI's cap)
     completion_window: str = "24h"     # OpenAI batch completion window
 
+    parameter_constraints: ClassVar[dict[str, Any]] = {
+        "poll_interval_s": POSITIVE, "max_wait_s": [None, POSITIVE],  # null: wait until done
+        "max_requests": Interval(int, 1, None), "completion_window": Text()}
+
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> BatchSettings:
-        settings = settings_from_config(cls, config, "screener.batch")
-        require(settings.poll_interval_s > 0, "screener.batch.poll_interval_s", "must be > 0")
-        require(settings.max_wait_s is None or settings.max_wait_s > 0, "screener.batch.max_wait_s",
-                "must be > 0 or null (wait until done)")
-        require(isinstance(settings.max_requests, int) and settings.max_requests >= 1,
-                "screener.batch.max_requests", "must be an integer >= 1")
-        return settings
+        """The settings under the screener's `batch` key (errors name `batch.<key>`)."""
+        return settings_from_config(cls, config, "batch")
 
 
 class BatchRunner:
