@@ -12,6 +12,7 @@ from scipy import stats
 
 from popfair.data import data_file
 from popfair.errors import ConfigError, DataError
+from popfair.experiment import build
 from popfair.population.cache import disk_cached
 from popfair.population.names import census_surnames, ssa_first_names
 from popfair.population.occupation import Occupation, occupation_from_pums
@@ -19,6 +20,7 @@ from popfair.population.popresume import PopResumePopulation, roles_for
 from popfair.population.protected import ProtectedAttribute
 from popfair.population.pums import BUNDLED_PUMS
 from popfair.population.scm import keyed_uniforms
+from tests.conftest import compose_config
 
 GENDER = ProtectedAttribute("gender", "female", "male")
 RACE = ProtectedAttribute("race", "black", "white")
@@ -258,19 +260,27 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     pd.DataFrame({"ST": [1], "OCCP": [800], "SEX": [1], "AGEP": [30], "YEAR": [2024]}).to_csv(bad, index=False)
     with pytest.raises(DataError, match=r"bad.csv lacks required columns \['RAC1P', 'HISP', 'SCHL', 'PWGTP'\]"):
         PopResumePopulation(pums_path=str(bad)).sample(occupation("accountant"), GENDER, 0)
+    rico = tmp_path / "pr.csv"
+    pd.DataFrame({"ST": [72, 1], "OCCP": [800, 800], "SEX": [1, 2], "AGEP": [30, 31], "RAC1P": [1, 1], "HISP": [2, 1],
+                  "SCHL": [21, 21], "PWGTP": [10, 10], "YEAR": [2024, 2024]}).to_csv(rico, index=False)
+    with pytest.raises(DataError, match=r"1 records from Puerto Rico \(ST 72\)"):
+        PopResumePopulation(pums_path=str(rico)).sample(occupation("accountant"), GENDER, 0)
     with pytest.raises(DataError, match="file not found"):
         PopResumePopulation(pums_path=str(tmp_path / "none.csv")).sample(occupation("accountant"), GENDER, 0)
 
     with pytest.raises(ConfigError, match=r"population.n: 200000 is more than 20x the \d+ PUMS records"):
         PopResumePopulation(n=200_000).sample(occupation("construction_laborer"), GENDER, 0)
-    with pytest.raises(ConfigError, match="population.n"):
+    with pytest.raises(ConfigError, match="^n: "):
         PopResumePopulation(n=5_000_000)
-    with pytest.raises(ConfigError, match="population.below_hs"):
+    with pytest.raises(ConfigError, match="^below_hs: "):
         PopResumePopulation(below_hs="ignore")
-    with pytest.raises(ConfigError, match="population.ca_tx"):
+    with pytest.raises(ConfigError, match="^ca_tx: "):
         PopResumePopulation(ca_tx="impute")
-    with pytest.raises(ConfigError, match="population.experience_source"):
+    with pytest.raises(ConfigError, match="^experience_source: "):
         PopResumePopulation(experience_source="psid")
+    for override, key in [("population.n=5000000", "population.n"), ("population.ca_tx=impute", "population.ca_tx")]:
+        with pytest.raises(ConfigError, match=f"^{key}: "):  # the builder names the config path
+            build(compose_config([override]).population, "population")
 
 
 def test_counterfactual_rejects_unknown_levels(nurses):

@@ -53,5 +53,5 @@ def test_auto_splits_follow_the_outcome(outcome, splits):
 
 
 def test_bad_n_splits_names_the_key():
-    with pytest.raises(ConfigError, match="estimator.n_splits"):
+    with pytest.raises(ConfigError, match=r"^n_splits: must be null or an integer in \[1, 50\]"):
         PseDml(n_splits=0)

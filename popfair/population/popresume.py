@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popfair.constraints import Boolean, Interval, Options, validate
+from popfair.constraints import Path as FilePath
 from popfair.data import data_file
 from popfair.errors import ConfigError, DataError, require
 from popfair.population import experience, pums, scm, transport
@@ -126,6 +128,9 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str,
     if states["usps"].isna().any():
         bad = sorted(raw.loc[states["usps"].isna().to_numpy(), "ST"].unique().tolist())
         raise DataError(f"PUMS records with unknown state FIPS codes {bad[:5]}")
+    if states["census_region"].isna().any():   # Puerto Rico: its own survey, no Census region (an R variable)
+        raise DataError(f"population.pums_path: {int(states['census_region'].isna().sum())} records from Puerto Rico "
+                        "(ST 72) have no Census region; keep the 50 states + DC (as `popfair-data pums` does)")
     records = pd.DataFrame({
         "gender": decode_sex(raw["SEX"]), "race": decode_race(raw["RAC1P"], raw["HISP"]),
         "age": raw["AGEP"].to_numpy(), "state": states["usps"].to_numpy(dtype=object),
@@ -173,21 +178,18 @@ class PopResumePopulation:
     """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP, with experience
     and names drawn from the SCM in the module docstring."""
 
+    parameter_constraints = {
+        "n": [None, Interval(int, 1, MAX_N)],  # null: every record
+        "pums_path": [None, FilePath()], "below_hs": Options(BELOW_HS_POLICIES), "diagnostics": Boolean(),
+        "ca_tx": Options(transport.CA_TX_POLICIES), "transport_donors": Options(transport.DONOR_POLICIES),
+        "experience_source": Options(EXPERIENCE_SOURCES)}
+
     def __init__(self, n: int | None = None, pums_path: str | None = None, below_hs: str = "drop",
                  diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "all",
                  experience_source: str = "nlsy97") -> None:
-        require(n is None or (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_N), "population.n",
-                f"must be null (all records) or an integer in 1..{MAX_N}, got {n!r}")
-        require(below_hs in BELOW_HS_POLICIES, "population.below_hs",
-                f"must be one of {list(BELOW_HS_POLICIES)}, got {below_hs!r}")
-        require(pums_path is None or (isinstance(pums_path, str) and pums_path.strip() != ""),
-                "population.pums_path", f"must be null or a file path, got {pums_path!r}")
-        require(ca_tx in transport.CA_TX_POLICIES, "population.ca_tx",
-                f"must be one of {list(transport.CA_TX_POLICIES)}, got {ca_tx!r}")
-        require(transport_donors in transport.DONOR_POLICIES, "population.transport_donors",
-                f"must be one of {list(transport.DONOR_POLICIES)}, got {transport_donors!r}")
-        require(experience_source in EXPERIENCE_SOURCES, "population.experience_source",
-                f"must be one of {list(EXPERIENCE_SOURCES)}, got {experience_source!r}")
+        validate(self.parameter_constraints, {
+            "n": n, "pums_path": pums_path, "below_hs": below_hs, "diagnostics": diagnostics, "ca_tx": ca_tx,
+            "transport_donors": transport_donors, "experience_source": experience_source})
         self.n = n
         self.pums_path = pums_path
         self.ca_tx = ca_tx
