@@ -53,10 +53,11 @@ FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "r
 PROPENSITIES = ("p_z", "p_rz", "p_brz")
 MU2_KEYS = (0, 1)                   # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
-# 0/1 outcomes: the single split's fold assignment moves NIE and BIE about as much as the sample does
-# (nuisances of a weak binary signal differ from split to split), and the influence-function SE does
-# not see it: 0.88 of the SD, coverage 0.85-0.89 at n=3000. Averaging 5 splits and adding the
-# remaining spread to the variance (inference.mean_inference) restores it (benchmarks/coverage_pse.py).
+# 0/1 outcomes: with one split, NIE and BIE move with the fold assignment (nuisances of a weak binary
+# signal differ from split to split; between-split SD 0.2-0.55 of the SE) and the influence-function SE
+# does not see it: SE/SD 0.87-0.88, coverage 0.85-0.88 (40 replications, n=3000). Averaging 5 splits
+# and adding what is left of the spread (inference.mean_inference) gives SE/SD 0.91-0.92; the rest of
+# the gap is nuisance variability common to all splits (benchmarks/coverage_pse.py, figures there).
 AUTO_SPLITS_BINARY = 5
 CACHE_VERSION = "pse-tuning-v1"
 _MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
