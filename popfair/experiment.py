@@ -5,16 +5,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import yaml
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 import popfair
+from popfair.constraints import ParameterError, validate
 from popfair.errors import ConfigError, PopfairError, require
 from popfair.estimate.base import Estimator
 from popfair.population import worlds
@@ -69,8 +70,32 @@ class RunResult:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
 
 
+def check_node(node: DictConfig, path: str) -> None:
+    """Check a config node, and every nested component node, against the `parameter_constraints`
+    its `_target_` declares, before anything is built; errors name the full config path."""
+    try:
+        target = get_object(node["_target_"]) if "_target_" in node else None
+        values = OmegaConf.to_container(node, resolve=True)
+    except Exception:  # noqa: BLE001 - an unknown target or a broken interpolation: instantiate says why
+        return
+    constraints = getattr(target, "parameter_constraints", {})
+    for key in values:  # type: ignore[union-attr]
+        if OmegaConf.is_missing(node, key):  # `???`: instantiate names it as required
+            continue
+        value = node[key]
+        if isinstance(value, DictConfig) and "_target_" in value:
+            check_node(value, f"{path}.{key}")
+        else:
+            try:
+                validate(constraints, {key: values[key]})  # type: ignore[index]
+            except ParameterError as exc:
+                raise exc.at(path) from None
+
+
 def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
-    """Instantiate one config group; surface our own validation errors unwrapped."""
+    """Instantiate one config group, after checking its settings against their declared constraints;
+    surface our own validation errors unwrapped, with the config path of the setting."""
+    check_node(node, group)
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
@@ -78,6 +103,8 @@ def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
                           f"({exc.full_key}=...)") from None
     except InstantiationException as exc:
         cause = exc.__cause__
+        if isinstance(cause, ParameterError):  # named relative to the component
+            raise cause.at(group) from None
         if isinstance(cause, PopfairError):
             raise cause from None
         raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
@@ -180,7 +207,7 @@ class Experiment:
                    run_name=cfg.get("run_name"),
                    outcome_audit=(build(cfg.outcome_audit, "outcome_audit")
                                   if cfg.get("outcome_audit") is not None else None),
-                   config=OmegaConf.to_container(cfg, resolve=True),
+                   config=cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
                    audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]))
 
     def case_name(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import pandas as pd
 
 Outcome = Literal["score", "callback"]
+DocumentKind = Literal["text", "json", "image", "pdf"]
 WORLD = "world"  # column naming each row's world in tables with counterfactual rows
 FACTUAL = "factual"  # the world of the applicants as sampled (counterfactual worlds carry their own name)
 
@@ -89,7 +90,7 @@ class Document:
 
     applicant_id: str
     job_id: str
-    kind: Literal["text", "json", "image", "pdf"]
+    kind: DocumentKind
     text: str
     image_png: bytes | None = None
     # The structured profile row the document was rendered from. Screeners that call a model

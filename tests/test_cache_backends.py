@@ -96,3 +96,16 @@ def test_copy_moves_a_cache_to_the_server_and_back(tmp_path, pg_url, capsys):
     assert cache_cli(["count", pg_url]) == 0 and capsys.readouterr().out.strip() == "25"
     assert cache_cli(["copy", str(tmp_path / "a"), "postgresql+psycopg://u:pw@127.0.0.1:1/x"]) == 2
     assert "PGPASSWORD" in capsys.readouterr().err
+
+
+def _open_and_count(location: str) -> int:
+    with open_cache(location) as cache:
+        return cache.count()
+
+
+def test_workers_opening_a_fresh_server_cache_at_once_all_succeed(pg_url):
+    """A sweep's workers create the tables of a new database concurrently (serialised by a lock)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(4) as pool:
+        assert list(pool.map(_open_and_count, [pg_url] * 4)) == [0, 0, 0, 0]

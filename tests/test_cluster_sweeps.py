@@ -104,3 +104,9 @@ def test_a_cluster_launcher_needs_a_server_cache_and_tracking_server(launcher):
     config.hydra.launcher = {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"}
     config.cache_url = None
     check_shared_services(config)  # one machine: the SQLite cache is fine
+
+
+def test_a_slurm_sweep_without_a_server_cache_stops_before_any_case(tmp_path):
+    out = popfair("-m", "hydra/launcher=slurm", "occupation=nurse", cwd=tmp_path)
+    assert out.returncode == 1 and "popfair: cache_url: hydra/launcher runs cases on several machines" in out.stderr
+    assert not (tmp_path / "mlruns").exists()

@@ -40,9 +40,12 @@ def test_mlflow_round_trip(small_run):
     assert run.data.tags["case"] == result.effects.case
     assert run.data.tags["popfair_version"]
     assert run.data.tags["case_name"] == experiment.case_name()
+    assert "CA/TX transported" in run.data.tags["population.source"]   # which population the run used
+    assert run.data.tags["population.table3"].startswith("resampled to n=400")
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id)}
     assert {"config.yaml", "scored.parquet", "effects.csv", "pse_forest.png"} <= names
-    assert {"population_composition.csv", "population_age_vs_experience.png"} <= names  # Profiles.artifacts
+    assert {"population_composition.csv", "population_age_vs_experience.png", "population_transport.csv",
+            "population_experience_race_gap.csv", "population_experience_fit_nlsy97.csv"} <= names  # Profiles.artifacts
     local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="scored.parquet",
                                                 dst_path=str(tmp / "dl"))
     back = pd.read_parquet(local)

@@ -70,6 +70,8 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
     assert partial.scored["error"].dropna().str.startswith("no result for document d").all()
     report = pd.read_csv(folder / "import_report.csv")
     assert report["problem"].str.startswith("no result for document d").sum() == 120
+    assert "### Problems in the tool's results files" in partial.report["report.md"]
+    assert "no result for document d" in partial.report["report.md"]
 
     complete = Experiment.from_config(compose_config([*case, "screener.results=rest.parquet"], tmp_path=tmp_path))
     assert complete.screener.plan({}, [], "callback").calls == 0

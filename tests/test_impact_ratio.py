@@ -8,12 +8,14 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 from scipy import stats
 
 from popfair import Experiment
 from popfair.errors import ConfigError, DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.impact_ratio import ImpactRatio, ImpactRatioSettings, impact_ratios
+from popfair.experiment import build
 from popfair.report.figures import draw
 from popfair.types import Roles
 from tests.conftest import compose_config
@@ -242,10 +244,12 @@ def test_bad_inputs_fail_with_clear_messages():
                                         ("alpha", 0.7), ("exclude_small", "yes"), ("cluster", ""),
                                         ("unknown_labels", "unknown")])
 def test_bad_settings_name_the_config_key(key, value):
-    with pytest.raises(ConfigError, match=rf"^estimator\.{key}: "):
+    with pytest.raises(ConfigError, match=rf"^{key}: "):
         ImpactRatio(**{key: value})
-    with pytest.raises(ConfigError, match=rf"^outcome_audit\.{key}: "):
-        ImpactRatio(config_key="outcome_audit", **{key: value})
+    node = OmegaConf.create({"_target_": "popfair.estimate.impact_ratio.ImpactRatio", key: value})
+    for group in ("estimator", "outcome_audit"):  # the builder names the config path
+        with pytest.raises(ConfigError, match=rf"^{group}\.{key}: "):
+            build(node, group)
 
 
 def test_no_selection_gives_undefined_ratios_with_a_note():

@@ -205,3 +205,29 @@ def test_fetched_spec_resolves_or_says_how_to_fetch(tmp_path, monkeypatch):
     target.write_text("x")
     assert fetch.resolve_pums_path("fetched:2023") == str(target)
     assert fetch.resolve_pums_path("/data/my.csv") == "/data/my.csv"
+
+
+def test_replication_preset_reads_the_fetched_file_without_transport(server, tmp_path, monkeypatch):
+    """population=popresume_2023 (pums_path fetched:2023) reads what the command writes: real CA/TX rows only.
+    Three states stand in for the 51 (the fetched file is renamed to the all-states name)."""
+    from hydra.utils import instantiate
+
+    from popfair.population.occupation import Occupation
+    from popfair.population.protected import ProtectedAttribute
+    from tests.conftest import compose_config
+
+    for fips, usps in ((6, "ca"), (48, "tx"), (36, "ny")):
+        server.files[f"/2023/1-Year/csv_p{usps}.zip"] = census_zip(census_csv(fips, 2023, 3000, fips), fips)
+    assert run(server, tmp_path, "--states", "CA,TX,NY", "--occp", "3255") == 0
+    (tmp_path / "pums_2023_1yr_persons_employed_age18_44_ca_ny_tx.csv.gz").rename(
+        tmp_path / fetch.output_name(2023, fetch.all_states()))
+    monkeypatch.setenv("POPFAIR_PUMS_DIR", str(tmp_path))
+    config = compose_config(["population=popresume_2023", "population.diagnostics=false"])
+    assert config.population.pums_path == "fetched:2023"
+    nurse = Occupation(key="nurse", title="Nurse", occp=3255, soc="29-1141", description="A nurse job description. " * 4)
+    profiles = instantiate(config.population).sample(nurse, ProtectedAttribute("gender", "female", "male"), 0)
+    table = profiles.table
+    assert set(table["state"]) == {"CA", "TX", "NY"} and not table["transported"].any()
+    assert profiles.tags["population.source"].startswith("ACS PUMS 2023") and "3 states" in profiles.tags[
+        "population.source"]
+    assert profiles.tags["population.table3"].startswith("does not match")

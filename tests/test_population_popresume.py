@@ -258,6 +258,11 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     pd.DataFrame({"ST": [1], "OCCP": [800], "SEX": [1], "AGEP": [30], "YEAR": [2024]}).to_csv(bad, index=False)
     with pytest.raises(DataError, match=r"bad.csv lacks required columns \['RAC1P', 'HISP', 'SCHL', 'PWGTP'\]"):
         PopResumePopulation(pums_path=str(bad)).sample(occupation("accountant"), GENDER, 0)
+    rico = tmp_path / "pr.csv"
+    pd.DataFrame({"ST": [72, 1], "OCCP": [800, 800], "SEX": [1, 2], "AGEP": [30, 31], "RAC1P": [1, 1], "HISP": [2, 1],
+                  "SCHL": [21, 21], "PWGTP": [10, 10], "YEAR": [2024, 2024]}).to_csv(rico, index=False)
+    with pytest.raises(DataError, match=r"1 records from Puerto Rico \(ST 72\)"):
+        PopResumePopulation(pums_path=str(rico)).sample(occupation("accountant"), GENDER, 0)
     with pytest.raises(DataError, match="file not found"):
         PopResumePopulation(pums_path=str(tmp_path / "none.csv")).sample(occupation("accountant"), GENDER, 0)
 

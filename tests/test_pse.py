@@ -16,8 +16,10 @@ from popfair.estimate import dml, pse
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm import EFFECTS, case_labels
 from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.experiment import build
 from popfair.report.figures import draw
 from popfair.types import Roles
+from tests.conftest import compose_config
 
 # A reduced grid keeps the suite fast; the paper's full grid runs in benchmarks/. Truth checks use
 # 99% CIs (five effects per check must all cover); 95% coverage is measured by
@@ -234,13 +236,22 @@ def test_a_column_in_two_roles_is_rejected():
 
 
 def test_bad_settings_raise_errors_naming_the_key():
-    with pytest.raises(ConfigError, match="estimator.folds: must be an integer >= 2"):
+    def build_estimator(*overrides):  # the builder names the config path of every setting
+        return build(compose_config(["tracking=none", *overrides]).estimator, "estimator")
+
+    with pytest.raises(ConfigError, match="^estimator.folds: must be an integer >= 2"):
+        build_estimator("estimator.folds=1")
+    with pytest.raises(ConfigError, match="^estimator.grid.max_depth"):
+        build_estimator("estimator.grid.max_depth=[0]")
+    with pytest.raises(ConfigError, match="^estimator.observational.folds: must be an integer >= 2"):
+        build_estimator("estimator=both", "estimator.observational.folds=1")
+    with pytest.raises(ConfigError, match="^folds: must be an integer >= 2"):
         PseDml(folds=1)
-    with pytest.raises(ConfigError, match="estimator.grid.max_depth"):
+    with pytest.raises(ConfigError, match="^grid.max_depth"):
         PseDml(grid={"max_depth": [0]})
     with pytest.raises(ConfigError, match="unknown keys \\['eta'\\]"):
         PseDml(grid={"eta": [0.1]})
-    with pytest.raises(ConfigError, match="estimator.clip"):
+    with pytest.raises(ConfigError, match="^clip"):
         PseDml(clip=0.5)
     with pytest.raises(EstimationError, match="n_bootstrap: must be an integer >= 100"):
         estimate_pse(pd.DataFrame(), x="g", x0="a", x1="b", z=[], b=["e"], r=["r"], y="y", n_bootstrap=10)

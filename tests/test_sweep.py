@@ -244,18 +244,31 @@ def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkey
         screener.screen({}, [], "score")
 
 
-def test_popresume_grid_dry_run_plans_120_cases_without_keys_or_photos(tmp_path):
-    out, plans = _dry_sweep(tmp_path, "-m", "experiment=popresume_grid", "population.n=40")
-    assert "dry run: 120 cases planned, nothing called" in out.stdout
+def test_popresume_grid_sweeps_120_cases():
+    """The full grid's composition, counted without building it (the dry run below plans one
+    occupation's 24 cases; the other four occupations differ only in their config file)."""
+    params = yaml.safe_load((Path(CONF_DIR) / "experiment" / "popresume_grid.yaml").read_text())["hydra"]["sweeper"]["params"]
+    varying, count = sweep_grid(["experiment=popresume_grid"], params)
+    assert count == 120 and len(varying["format_model"]) == 12
+    assert sorted(varying["occupation"]) == sorted(["nurse", "teacher", "software_developer", "accountant",
+                                                    "construction_laborer"])
+    assert sorted(varying["protected_attr"]) == ["gender", "race"]
+    for occupation in varying["occupation"]:
+        assert compose_config([f"occupation={occupation}"]).occupation.key == occupation
+
+
+def test_popresume_grid_dry_run_plans_its_cases_without_keys_or_photos(tmp_path):
+    out, plans = _dry_sweep(tmp_path, "experiment=popresume_grid", "occupation=nurse", "population.n=40")
+    assert "dry run: 24 cases planned, nothing called" in out.stdout
     parts = plans["case_name"].str.split("-", expand=True)
-    assert parts[0].nunique() == 5 and set(parts[1]) == {"gender", "race"}
+    assert set(parts[0]) == {"nurse"} and set(parts[1]) == {"gender", "race"}
     assert plans.groupby(parts[2])["screener"].nunique().to_dict() == {"text": 4, "image": 4, "image_photo": 4}
     assert (plans["documents"] == 40).all() and (plans["calls"] == 40).all()
     # image pages cost more input tokens than the same resumes as text (the VLM shared by both)
     flash = plans[plans["screener"] == "gemini25_flash_lite"]
     text_tokens = flash.loc[flash["renderer"] == "text", "input_tokens"].mean()
     assert flash.loc[flash["renderer"] == "image", "input_tokens"].mean() > text_tokens
-    assert plans["image_estimated_from_text"].sum() == 80
+    assert plans["image_estimated_from_text"].sum() == 16  # the 8 image cells x 2 attributes
     # the second protected attribute re-uses the first one's documents: no new calls
     race = plans[parts[1] == "race"]
     assert (race["new_calls"] == 0).all()

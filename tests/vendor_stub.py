@@ -77,6 +77,7 @@ class VendorState:
     malformed: float = 0.0
     retry_after: str = "0.01"
     hang_s: float = 1.0
+    latency_s: float = 0.0      # every answer waits this long (benchmarks)
     answered: Counter = field(default_factory=Counter)  # document_id -> successful answers
     attempts: Counter = field(default_factory=Counter)
     faults: Counter = field(default_factory=Counter)
@@ -118,6 +119,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self, body: dict) -> None:
         state = self.state
+        if state.latency_s:
+            time.sleep(state.latency_s)
         doc = body["document_id"]
         with state.lock:
             state.attempts[doc] += 1

@@ -40,7 +40,10 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from popfair.errors import ConfigError, EstimationError, require
+from popfair.constraints import Constraint, Interval, ListOf, ParameterError, Text, validate
+from popfair.constraints import Path as PathRule
+from popfair.errors import EstimationError
+from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
 from popfair.estimate.sfm import TARGETS
 
 log = logging.getLogger("popfair.pse")
@@ -70,27 +73,51 @@ class TuningGrid:
     reg_lambda: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
 
     @classmethod
-    def build(cls, grid: TuningGrid | Mapping[str, Sequence[float]] | None, key: str = "grid") -> TuningGrid:
-        """A validated grid from a mapping (config) or None (the paper's grid)."""
+    def build(cls, grid: TuningGrid | Mapping[str, Sequence[float]] | None) -> TuningGrid:
+        """A grid from a mapping (config, checked by `GridRule`) or None (the paper's grid)."""
         if grid is None:
             return cls()
         if isinstance(grid, TuningGrid):
             return grid
-        require(isinstance(grid, Mapping), key,
-                f"must be a mapping with keys n_estimators, max_depth, reg_lambda, got {grid!r}")
-        unknown = set(grid) - {"n_estimators", "max_depth", "reg_lambda"}
-        require(not unknown, key, f"unknown keys {sorted(unknown)}; allowed: n_estimators, max_depth, reg_lambda")
-        values = {name: tuple(grid.get(name, getattr(cls(), name))) for name in ("n_estimators", "max_depth",
-                                                                                  "reg_lambda")}
-        for name in ("n_estimators", "max_depth"):
-            ok = values[name] and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
-                                      for v in values[name])
-            require(bool(ok), f"{key}.{name}", f"must be a non-empty list of integers >= 1, got {list(values[name])}")
-        ok = values["reg_lambda"] and all(isinstance(v, (int, float)) and v >= 0 for v in values["reg_lambda"])
-        require(bool(ok), f"{key}.reg_lambda", f"must be a non-empty list of numbers >= 0, got {list(values['reg_lambda'])}")
+        GridRule().check("grid", grid)
+        values = {name: tuple(grid.get(name, getattr(cls(), name))) for name in GRID_KEYS}
         return cls(n_estimators=tuple(sorted(set(values["n_estimators"]))),
                    max_depth=tuple(sorted(set(values["max_depth"]))),
                    reg_lambda=tuple(sorted({float(v) for v in values["reg_lambda"]})))
+
+
+GRID_KEYS = ("n_estimators", "max_depth", "reg_lambda")
+
+
+class GridRule(Constraint):
+    """null, a TuningGrid, or a mapping of some of n_estimators, max_depth (non-empty lists of
+    integers >= 1) and reg_lambda (non-empty list of numbers >= 0); errors name the sub-key."""
+
+    ITEMS = {"n_estimators": ListOf(Interval(int, 1, None), "integers >= 1", non_empty=True),
+             "max_depth": ListOf(Interval(int, 1, None), "integers >= 1", non_empty=True),
+             "reg_lambda": ListOf(Interval(float, 0, None), "numbers >= 0", non_empty=True)}
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        try:
+            self.check("grid", value)
+        except ParameterError:
+            return False
+        return True
+
+    def check(self, name: str, value: Any) -> None:
+        if value is None or isinstance(value, TuningGrid):
+            return
+        if not isinstance(value, Mapping):
+            raise ParameterError(name, f"must be {self}, got {value!r}")
+        unknown = sorted(set(value) - set(GRID_KEYS))
+        if unknown:
+            raise ParameterError(name, f"unknown keys {unknown}; allowed: {', '.join(GRID_KEYS)}")
+        for key, rule in self.ITEMS.items():
+            if key in value and not rule.is_satisfied_by(value[key]):
+                raise ParameterError(f"{name}.{key}", f"must be {rule}, got {list(value[key])!r}")
+
+    def __str__(self) -> str:
+        return "null or a mapping with keys n_estimators, max_depth, reg_lambda"
 
 
 @dataclass(frozen=True)
@@ -112,45 +139,23 @@ class PseSettings:
     cache_dir: str | Path | None = None  # on-disk cache of tuned hyperparameters (None: memory only)
 
     @classmethod
-    def build(cls, values: Mapping[str, Any], prefix: str = "",
-              exc: type[Exception] | None = None) -> PseSettings:
-        """Validated settings from keyword values; errors name `<prefix><key>` (ConfigError, or `exc`)."""
+    def build(cls, values: Mapping[str, Any]) -> PseSettings:
+        """Settings from keyword values, checked against `PSE_CONSTRAINTS` (ParameterError naming
+        the key; unknown keys are a TypeError, as for any function)."""
         unknown = sorted(set(values) - set(cls.__dataclass_fields__))
         if unknown:
             raise TypeError(f"unknown PSE settings {unknown}; allowed: {sorted(cls.__dataclass_fields__)}")
-        settings = cls(**{**values, "grid": TuningGrid.build(values.get("grid"), prefix + "grid")})
-        settings.validate(prefix, exc)
-        return settings
+        validate(PSE_CONSTRAINTS, values)
+        return cls(**{**values, "grid": TuningGrid.build(values.get("grid"))})
 
-    def validate(self, prefix: str = "", exc: type[Exception] | None = None) -> None:
-        """ConfigError (or `exc`) naming the key and the allowed values."""
-        checks = [
-            (_is_int(self.folds) and self.folds >= 2, "folds", f"must be an integer >= 2, got {self.folds!r}"),
-            (_is_int(self.n_bootstrap) and self.n_bootstrap >= 100, "n_bootstrap",
-             f"must be an integer >= 100, got {self.n_bootstrap!r}"),
-            (_is_int(self.seed), "seed", f"must be an integer, got {self.seed!r}"),
-            (isinstance(self.alpha, (int, float)) and 0 < self.alpha < 0.5, "alpha",
-             f"must be in (0, 0.5), got {self.alpha!r}"),
-            (isinstance(self.clip, (int, float)) and 0 < self.clip < 0.1, "clip",
-             f"must be in (0, 0.1), got {self.clip!r}"),
-            (isinstance(self.validation_fraction, (int, float)) and 0.05 <= self.validation_fraction <= 0.5,
-             "validation_fraction", f"must be in [0.05, 0.5], got {self.validation_fraction!r}"),
-            (_is_int(self.max_categories) and self.max_categories >= 2, "max_categories",
-             f"must be an integer >= 2, got {self.max_categories!r}"),
-            (_is_int(self.max_bin) and 2 <= self.max_bin <= 1024, "max_bin",
-             f"must be an integer in [2, 1024], got {self.max_bin!r}"),
-            (self.n_jobs is None or (_is_int(self.n_jobs) and self.n_jobs >= 1), "n_jobs",
-             f"must be null (every CPU) or an integer >= 1, got {self.n_jobs!r}"),
-            (self.cluster is None or (isinstance(self.cluster, str) and self.cluster != ""), "cluster",
-             f"must be null or a column name, got {self.cluster!r}"),
-            (self.cache_dir is None or isinstance(self.cache_dir, (str, Path)), "cache_dir",
-             f"must be null or a directory path, got {self.cache_dir!r}"),
-        ]
-        for ok, key, message in checks:
-            if not ok:
-                if exc is None:
-                    raise ConfigError(f"{prefix}{key}: {message}")
-                raise exc(f"{key}: {message}")
+
+PSE_CONSTRAINTS = {
+    "folds": Interval(int, 2, None), "n_bootstrap": N_BOOTSTRAP, "seed": SEED, "alpha": ALPHA,
+    "clip": Interval(float, 0, 0.1, closed="neither"), "grid": GridRule(),
+    "validation_fraction": Interval(float, 0.05, 0.5), "max_categories": Interval(int, 2, None),
+    "max_bin": Interval(int, 2, 1024), "n_jobs": [None, Interval(int, 1, None)], "cluster": [None, Text()],
+    "cache_dir": [None, PathRule()],
+}
 
 
 @dataclass
@@ -192,10 +197,6 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     tuning["from_cache"] = from_cache
     return DmlScores(phi=phi, cluster=design.cluster, overlap=_overlap_table(overlap, settings.clip, settings.folds),
                      tuning=tuning, timings=timings, n_excluded=n_excluded, notes=notes)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 @dataclass

@@ -23,15 +23,16 @@ import math
 import re
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy import sparse, stats
 
-from popfair.errors import DataError, EstimationError, require
+from popfair.constraints import Boolean, Interval, ListOf, Options, Text, validate
+from popfair.errors import DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.inference import bootstrap_counts, bootstrap_se, percentile_ci
+from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_counts, bootstrap_se, percentile_ci
 from popfair.types import Effects, Plot, Roles
 
 DIMENSIONS = ("sex", "race", "sex_race")
@@ -47,7 +48,7 @@ DISPLAY = {"female": "Female", "male": "Male", "black": "Black or African Americ
 
 @dataclass(frozen=True)
 class ImpactRatioSettings:
-    """What to compute and how. `check(prefix)` validates, naming keys as `<prefix>.<field>`."""
+    """What to compute and how (`check` validates against IMPACT_RATIO_CONSTRAINTS)."""
 
     outcome: str = "auto"            # auto (0/1 values = callback), score or callback
     top_share: float | None = 0.2    # scores: also the rate of landing in the top share (None = off)
@@ -61,35 +62,22 @@ class ImpactRatioSettings:
     alpha: float = 0.05
     seed: int = 0
 
-    def check(self, prefix: str) -> None:
-        require(self.outcome in OUTCOMES, f"{prefix}.outcome",
-                f"must be one of {list(OUTCOMES)}, got {self.outcome!r}")
-        require(self.top_share is None or (_is_number(self.top_share) and 0 < self.top_share < 1),
-                f"{prefix}.top_share", f"must be null or a share in (0, 1), got {self.top_share!r}")
-        require(self.min_score is None or (_is_number(self.min_score) and math.isfinite(self.min_score)),
-                f"{prefix}.min_score", f"must be null or a finite number, got {self.min_score!r}")
-        require(_is_number(self.min_category_share) and 0 <= self.min_category_share < 0.5,
-                f"{prefix}.min_category_share",
-                f"must be a share in [0, 0.5) (LL144 uses 0.02), got {self.min_category_share!r}")
-        require(isinstance(self.exclude_small, bool), f"{prefix}.exclude_small",
-                f"must be true or false, got {self.exclude_small!r}")
-        require(_is_number(self.flag_below) and 0 < self.flag_below <= 1, f"{prefix}.flag_below",
-                f"must be in (0, 1] (the four-fifths rule uses 0.8), got {self.flag_below!r}")
-        require(isinstance(self.cluster, str) and bool(self.cluster), f"{prefix}.cluster",
-                f"must be 'auto', 'none' or a column name, got {self.cluster!r}")
-        require(all(isinstance(v, str) for v in self.unknown_labels), f"{prefix}.unknown_labels",
-                f"must be a list of strings, got {list(self.unknown_labels)!r}")
-        require(isinstance(self.n_bootstrap, int) and not isinstance(self.n_bootstrap, bool)
-                and self.n_bootstrap >= 100, f"{prefix}.n_bootstrap",
-                f"must be an integer >= 100, got {self.n_bootstrap!r}")
-        require(_is_number(self.alpha) and 0 < self.alpha < 0.5, f"{prefix}.alpha",
-                f"must be in (0, 0.5), got {self.alpha!r}")
-        require(isinstance(self.seed, int) and not isinstance(self.seed, bool), f"{prefix}.seed",
-                f"must be an integer, got {self.seed!r}")
+    def check(self) -> None:
+        """ParameterError naming the first setting that breaks `IMPACT_RATIO_CONSTRAINTS`."""
+        validate(IMPACT_RATIO_CONSTRAINTS, asdict(self))
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+IMPACT_RATIO_CONSTRAINTS = {
+    "outcome": Options(OUTCOMES),
+    "top_share": [None, Interval(float, 0, 1, closed="neither")],
+    "min_score": [None, Interval(float, None, None)],
+    "min_category_share": Interval(float, 0, 0.5, closed="left"),  # LL144 uses 0.02
+    "exclude_small": Boolean(),
+    "flag_below": Interval(float, 0, 1, closed="right"),  # the four-fifths rule uses 0.8
+    "cluster": Text(),  # auto, none or a column name
+    "unknown_labels": ListOf(str, "strings"),
+    "n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "seed": SEED,
+}
 
 
 @dataclass(frozen=True)
@@ -269,7 +257,7 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     [['female', 0.5, 0.5], ['male', 1.0, 1.0]]
     """
     settings = settings or ImpactRatioSettings()
-    settings.check("impact_ratios")
+    settings.check()
     missing = [c for c in (y, sex, race) if c not in data.columns]
     if missing:
         raise DataError(f"scored table lacks columns {missing} needed for impact ratios "
@@ -557,23 +545,23 @@ class ImpactRatio:
 
     name = "impact_ratio"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
+    parameter_constraints = {**IMPACT_RATIO_CONSTRAINTS, "sex_column": Text(), "race_column": Text()}
 
     def __init__(self, outcome: str = "auto", top_share: float | None = 0.2, min_score: float | None = None,
                  min_category_share: float = 0.02, exclude_small: bool = True, flag_below: float = 0.8,
                  cluster: str = "auto", unknown_labels: list[str] | tuple[str, ...] = (UNKNOWN, ""),
                  sex_column: str = "gender", race_column: str = "race", n_bootstrap: int = 2000,
-                 alpha: float = 0.05, seed: int = 0, config_key: str = "estimator") -> None:
-        require(isinstance(unknown_labels, (list, tuple)), f"{config_key}.unknown_labels",
-                f"must be a list of strings, got {unknown_labels!r}")
-        for key, column in (("sex_column", sex_column), ("race_column", race_column)):
-            require(isinstance(column, str) and bool(column), f"{config_key}.{key}",
-                    f"must be a column name, got {column!r}")
+                 alpha: float = 0.05, seed: int = 0) -> None:
+        validate(self.parameter_constraints, {
+            "outcome": outcome, "top_share": top_share, "min_score": min_score,
+            "min_category_share": min_category_share, "exclude_small": exclude_small, "flag_below": flag_below,
+            "cluster": cluster, "unknown_labels": unknown_labels, "sex_column": sex_column,
+            "race_column": race_column, "n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed})
         self.settings = ImpactRatioSettings(
             outcome=outcome, top_share=top_share, min_score=min_score,
             min_category_share=min_category_share, exclude_small=exclude_small, flag_below=flag_below,
             cluster=cluster, unknown_labels=tuple(unknown_labels), n_bootstrap=n_bootstrap, alpha=alpha,
             seed=seed)
-        self.settings.check(config_key)
         self.sex_column, self.race_column = sex_column, race_column
 
     def compute(self, data: pd.DataFrame, y: str = "y") -> ImpactRatios:

@@ -18,8 +18,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from popfair.constraints import Interval
+
 CHUNK_ENTRIES = 4_000_000  # replicate weights held at once (replicates x units): bounds memory
 CI_METHODS = ("t", "bootstrap")
+
+# The rules every estimator's inference settings follow (popfair.constraints vocabulary).
+N_BOOTSTRAP = Interval(int, 100, None)
+ALPHA = Interval(float, 0, 0.5, closed="neither")
+SEED = Interval(int, None, None)
 
 
 def bootstrap_counts(rng: np.random.Generator, unit_class: np.ndarray, n_classes: int, n_bootstrap: int,

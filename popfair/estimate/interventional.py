@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popfair.errors import EstimationError, require
+from popfair.constraints import Interval, Options, validate
+from popfair.errors import EstimationError
 from popfair.estimate.base import contrast_rows
-from popfair.estimate.inference import CI_METHODS, mean_inference
+from popfair.estimate.inference import ALPHA, CI_METHODS, N_BOOTSTRAP, SEED, mean_inference
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
 from popfair.types import FACTUAL, WORLD, Effects, Plot, Roles, WorldDesign
 
@@ -47,21 +48,16 @@ class Interventional:
 
     n: applicants sampled (seeded, without replacement) from the x0/x1 rows; None = all.
     ci: "t" (paired t interval on per-applicant contrasts) or "bootstrap" (percentile, resampling
-    applicants). n_bootstrap: resamples for ci="bootstrap". alpha: 1 - CI level.
-    config_key: the config path named in errors (estimator, or estimator.interventional in `both`)."""
+    applicants). n_bootstrap: resamples for ci="bootstrap". alpha: 1 - CI level."""
 
     name = "interventional"
+    parameter_constraints = {"n": [None, Interval(int, 2, MAX_N)], "ci": Options(CI_METHODS),
+                             "n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "seed": SEED}
 
     def __init__(self, n: int | None = 2000, ci: str = "t", n_bootstrap: int = 2000, alpha: float = 0.05,
-                 seed: int = 0, config_key: str = "estimator") -> None:
-        require(n is None or (_is_int(n) and 2 <= n <= MAX_N), f"{config_key}.n",
-                f"must be null (every scored applicant) or an integer in 2..{MAX_N}, got {n!r}")
-        require(ci in CI_METHODS, f"{config_key}.ci", f"must be one of {list(CI_METHODS)}, got {ci!r}")
-        require(_is_int(n_bootstrap) and n_bootstrap >= 100, f"{config_key}.n_bootstrap",
-                f"must be an integer >= 100, got {n_bootstrap!r}")
-        require(isinstance(alpha, (int, float)) and 0 < alpha < 0.5, f"{config_key}.alpha",
-                f"must be in (0, 0.5), got {alpha!r}")
-        require(_is_int(seed), f"{config_key}.seed", f"must be an integer, got {seed!r}")
+                 seed: int = 0) -> None:
+        validate(self.parameter_constraints, {"n": n, "ci": ci, "n_bootstrap": n_bootstrap, "alpha": alpha,
+                                              "seed": seed})
         self.n, self.ci, self.n_bootstrap, self.alpha, self.seed = n, ci, n_bootstrap, alpha, seed
         self.design = WorldDesign(worlds=TARGETS, n=n, seed=seed)
 
@@ -169,6 +165,3 @@ def _example(worlds: pd.DataFrame) -> str:
     return "\n".join(f"===== {row[WORLD]} (applicant {row['applicant_id']}) =====\n{row['document']}\n"
                      for _, row in first.iterrows())
 
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)

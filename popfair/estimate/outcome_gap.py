@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from popfair.errors import require
+from popfair.constraints import validate
 from popfair.estimate.base import EFFECT_COLUMNS, contrast_rows
-from popfair.estimate.inference import bootstrap_group_means
+from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_group_means
 from popfair.types import Effects, Roles
 
 
@@ -18,11 +18,10 @@ class OutcomeGap:
 
     name = "outcome_gap"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
+    parameter_constraints = {"n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "seed": SEED}
 
     def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, seed: int = 0) -> None:
-        require(isinstance(n_bootstrap, int) and n_bootstrap >= 100, "estimator.n_bootstrap",
-                f"must be an integer >= 100, got {n_bootstrap!r}")
-        require(0 < alpha < 0.5, "estimator.alpha", f"must be in (0, 0.5), got {alpha!r}")
+        validate(self.parameter_constraints, {"n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed})
         self.n_bootstrap, self.alpha, self.seed = n_bootstrap, alpha, seed
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:

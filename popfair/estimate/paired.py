@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popfair.errors import EstimationError, require
+from popfair.constraints import Text, validate
+from popfair.errors import EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.inference import bootstrap_means, cluster_t_test, mcnemar_cc
+from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_means, cluster_t_test, mcnemar_cc
 from popfair.types import Effects, Roles
 
 
@@ -101,9 +102,7 @@ def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
     if missing:
         raise EstimationError(f"paired_gap: pairs table lacks columns {missing}; "
                               f"has {list(pairs.columns)}")
-    require(isinstance(n_bootstrap, int) and n_bootstrap >= 100, "n_bootstrap",
-            f"must be an integer >= 100, got {n_bootstrap!r}")
-    require(0 < alpha < 0.5, "alpha", f"must be in (0, 0.5), got {alpha!r}")
+    validate(PairedGap.parameter_constraints, {"n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed})
     adv = pd.to_numeric(pairs[y_adv], errors="coerce").to_numpy(dtype=float)
     other = pd.to_numeric(pairs[y_other], errors="coerce").to_numpy(dtype=float)
     complete = ~(np.isnan(adv) | np.isnan(other)) & pairs[cluster].notna().to_numpy()
@@ -170,14 +169,13 @@ class PairedGap:
 
     name = "paired_gap"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
+    parameter_constraints = {"n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "cluster": Text(), "pair_key": Text(),
+                             "seed": SEED}
 
     def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, cluster: str = "posting_id",
                  pair_key: str = "pair_key", seed: int = 0) -> None:
-        require(isinstance(n_bootstrap, int) and n_bootstrap >= 100, "estimator.n_bootstrap",
-                f"must be an integer >= 100, got {n_bootstrap!r}")
-        require(0 < alpha < 0.5, "estimator.alpha", f"must be in (0, 0.5), got {alpha!r}")
-        require(bool(cluster) and bool(pair_key), "estimator.cluster",
-                "cluster and pair_key must name columns of the profile table")
+        validate(self.parameter_constraints, {"n_bootstrap": n_bootstrap, "alpha": alpha, "cluster": cluster,
+                                              "pair_key": pair_key, "seed": seed})
         self.n_bootstrap, self.alpha, self.cluster, self.pair_key, self.seed = (
             n_bootstrap, alpha, cluster, pair_key, seed)
 

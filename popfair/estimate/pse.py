@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popfair.constraints import ParameterError
 from popfair.errors import EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.dml import (
+    PSE_CONSTRAINTS,
     PseOverlapWarning,
     PseSettings,
     TuningGrid,
@@ -125,8 +127,11 @@ def estimate_pse(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[st
     >>> result.table.loc["TE", ["estimate", "ci_low", "ci_high"]]  # doctest: +SKIP
     >>> result.case  # doctest: +SKIP
     """
-    return _estimate(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
-                     settings=PseSettings.build(settings, exc=EstimationError))
+    try:
+        checked = PseSettings.build(settings)
+    except ParameterError as exc:  # a bad argument of this function, not of a config
+        raise EstimationError(str(exc)) from None
+    return _estimate(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, settings=checked)
 
 
 def _estimate(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
@@ -156,9 +161,10 @@ class PseDml:
 
     name = "pse_dml"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
+    parameter_constraints = PSE_CONSTRAINTS
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = PseSettings.build(settings, prefix="estimator.")
+        self.settings = PseSettings.build(settings)
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         result = _estimate(data, x=roles.x, x0=roles.x0, x1=roles.x1, z=roles.z, b=roles.b, r=roles.r, y=y,

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popfair.errors import ConfigError, EstimationError
+from popfair.constraints import ParameterError
+from popfair.errors import EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS, Estimator, factual_rows
 from popfair.estimate.interventional import Interventional
 from popfair.estimate.sfm import EFFECTS
@@ -36,11 +37,11 @@ class SideBySide:
     def __init__(self, observational: Estimator, interventional: Interventional) -> None:
         name = getattr(observational, "name", type(observational).__name__)
         if name != "pse_dml" or not callable(getattr(observational, "estimate", None)):
-            raise ConfigError("estimator.observational: must be the pse_dml estimator (the same five path-specific "
-                              f"effects; conf/estimator/pse_dml.yaml), got {name!r}")
+            raise ParameterError("observational", "must be the pse_dml estimator (the same five path-specific "
+                                 f"effects; conf/estimator/pse_dml.yaml), got {name!r}")
         if not isinstance(interventional, Interventional):
-            raise ConfigError("estimator.interventional: must be popfair.estimate.interventional.Interventional, "
-                              f"got {type(interventional).__name__}")
+            raise ParameterError("interventional", "must be popfair.estimate.interventional.Interventional, "
+                                 f"got {type(interventional).__name__}")
         self.observational, self.interventional = observational, interventional
         self.design = interventional.design  # the interventional part's worlds
 

@@ -42,7 +42,7 @@ def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], 
     for part in parts:
         digest.update(repr(part).encode())
     for module in modules:
-        digest.update(Path(module.__file__).read_bytes())
+        digest.update(Path(str(module.__file__)).read_bytes())
     path = root / f"{name}-{digest.hexdigest()[:24]}.pkl"
     if path.exists():
         try:
@@ -53,9 +53,9 @@ def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], 
     value = build()
     try:
         root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".tmp") as handle:
-            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(handle.name, path)  # atomic: concurrent runs never read half a file
+        with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".tmp") as out:
+            pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(out.name, path)  # atomic: concurrent runs never read half a file
     except OSError:
         pass  # a read-only home is fine: the value is still returned
     return value

@@ -96,7 +96,9 @@ def output_name(year: int, states: tuple[str, ...]) -> str:
 
 
 def all_states() -> tuple[str, ...]:
-    return tuple(state_table()["usps"])
+    """The 50 states + DC of the ACS national PUMS (Puerto Rico has its own survey file and no Census region)."""
+    table = state_table()
+    return tuple(table.loc[table["census_region"].notna(), "usps"])
 
 
 def resolve_pums_path(spec: str) -> str:
@@ -335,7 +337,8 @@ def _states(text: str) -> tuple[str, ...]:
     wanted = tuple(s.strip().upper() for s in text.split(",") if s.strip())
     unknown = [s for s in wanted if s not in all_states()]
     if unknown:
-        raise FetchError(f"--states: unknown USPS codes {unknown}; use two-letter codes such as CA,TX or 'all'")
+        raise FetchError(f"--states: unknown USPS codes {unknown}; use two-letter codes of the 50 states and DC "
+                         "such as CA,TX, or 'all' (Puerto Rico's PRCS file is not supported)")
     return wanted
 
 

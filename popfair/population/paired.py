@@ -87,6 +87,7 @@ class PairedAuditPopulation:
         profiles = build_profiles(slots, rng)
         base = pd.concat([slots[["posting_id", "pair_id"]], profiles], axis=1)
         base["pair_gender"] = np.where(rng.random(len(base)) < 0.5, "female", "male")
+        conditions: list[tuple[str, str | None]]  # (race, gender); None = the pair's own gender
         if self.axis == "race":
             conditions = [("black", None), ("white", None)]
         else:

@@ -126,6 +126,9 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str,
     if states["usps"].isna().any():
         bad = sorted(raw.loc[states["usps"].isna().to_numpy(), "ST"].unique().tolist())
         raise DataError(f"PUMS records with unknown state FIPS codes {bad[:5]}")
+    if states["census_region"].isna().any():   # Puerto Rico: its own survey, no Census region (an R variable)
+        raise DataError(f"population.pums_path: {int(states['census_region'].isna().sum())} records from Puerto Rico "
+                        "(ST 72) have no Census region; keep the 50 states + DC (as `popfair-data pums` does)")
     records = pd.DataFrame({
         "gender": decode_sex(raw["SEX"]), "race": decode_race(raw["RAC1P"], raw["HISP"]),
         "age": raw["AGEP"].to_numpy(), "state": states["usps"].to_numpy(dtype=object),
@@ -315,10 +318,11 @@ class PopResumePopulation:
 def transport_note(row: dict[str, Any]) -> str:
     return (f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
             f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
-            f"drawn from {row['donor_records']} records of {row['donor_policy']} donors [{row['donor_states']}] "
+            f"drawn from {row['donor_records']} records of {row['donor_policy']} donor states [{row['donor_states']}] "
             f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
             f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
-            f"-> {100 * row['hispanic_share_transported']:.1f}% transported)")
+            f"-> {100 * row['hispanic_share_transported']:.1f}% transported; donors chosen by a held-out-state check, "
+            "benchmarks/transport_validation.py)")
 
 
 def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:

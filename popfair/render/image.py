@@ -56,9 +56,9 @@ def locate_font(path: str | None, bold: bool) -> Path:
     """A TrueType font: `path` if given, else DejaVu Sans shipped with matplotlib, else fontconfig."""
     key = "renderer.bold_font_path" if bold else "renderer.font_path"
     if path:
-        found = Path(path).expanduser()
-        require(found.is_file(), key, f"font file {found} does not exist")
-        return found
+        given = Path(path).expanduser()
+        require(given.is_file(), key, f"font file {given} does not exist")
+        return given
     found = (_matplotlib_font("DejaVuSans-Bold.ttf" if bold else "DejaVuSans.ttf")
              or _fontconfig_font("DejaVu Sans:bold" if bold else "DejaVu Sans")
              or _fontconfig_font("sans-serif:bold" if bold else "sans-serif"))
@@ -98,7 +98,7 @@ class _Fonts:
         key = (id(font), text)
         found = self._masks.get(key)
         if found is None:
-            left, top, right, bottom = font.getbbox(text)
+            left, top, right, bottom = (int(v) for v in font.getbbox(text))  # FreeType boxes are whole pixels
             mask = Image.new("L", (max(1, right - left), max(1, bottom - top)), 0)
             ImageDraw.Draw(mask).text((-left, -top), text, font=font, fill=255)
             found = (mask, (left, top))
@@ -116,7 +116,9 @@ class _Fonts:
     def wrap(self, text: str, font: ImageFont.FreeTypeFont, width: float) -> list[str]:
         """Greedy word wrap to `width` pixels (word widths are cached; no kerning in basic layout)."""
         space = self.width(font, " ")
-        lines, current, used = [], [], 0.0
+        lines: list[str] = []
+        current: list[str] = []
+        used = 0.0
         for word in text.split():
             w = self.width(font, word)
             if current and used + space + w > width:
@@ -217,8 +219,8 @@ class ImageRenderer:
             mask, (dx, dy) = fonts.mask(op.font, op.text)
             x, y = round(op.x) + dx, round(op.y) + dy
             page.paste(fill(op.fill), (x, y, x + mask.width, y + mask.height), mask)
-        for x0, y, x1 in rules:
-            pen.line([(x0, y), (x1, y)], fill=fill(RULE), width=1)
+        for x0, rule_y, x1 in rules:
+            pen.line([(x0, rule_y), (x1, rule_y)], fill=fill(RULE), width=1)
         if photo is not None:
             left, top, right, bottom = self.slot_box
             page.paste(photo, (left, top))

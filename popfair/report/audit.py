@@ -29,6 +29,7 @@ ARTIFACT_DIR = "audit_report"
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high", "p_value", "mcnemar_p", "cluster_p", "n_pairs", "b", "c"]
 LL144_SUMMARY = "impact_ratios/summary.csv"
 LL144_MARKDOWN = "impact_ratios/summary.md"
+MAX_PROBLEMS = 50
 
 
 def data_sources(paired: bool) -> pd.DataFrame:
@@ -103,6 +104,13 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
     if len(reasons):
         blocks += [Block("text", "Failed rows are left out of the estimates; each keeps its reason:"),
                    Block("table", reasons)]
+    problems = getattr(screener, "problems", None)  # screener=file: the results sheets' problems by row
+    if problems:
+        shown = pd.DataFrame([vars(p) for p in problems[:MAX_PROBLEMS]])
+        more = f" (the first {MAX_PROBLEMS} of {len(problems)})" if len(problems) > MAX_PROBLEMS else ""
+        blocks += [Block("h3", "Problems in the tool's results files"),
+                   Block("text", f"Each by file and row{more}; all are in import_report.csv of the exchange folder."),
+                   Block("table", shown)]
     blocks += [Block("h2", f"Effect of {protected.name} ({experiment.estimator.name})"),
                Block("table", _effects_table(result.effects.table)),
                Block("text", "Discrimination pattern: " + result.effects.case)]

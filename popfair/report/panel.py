@@ -50,7 +50,7 @@ def panel_row(model: str, axis: str, release_date: str, result: PairedGapResult 
     values = result.as_dict() if isinstance(result, PairedGapResult) else dict(result)
     if "gap_pp" not in values and "estimate" in values:
         values["gap_pp"] = values["estimate"]
-    row = {"model": model, "axis": axis, "release_date": release_date}
+    row: dict[str, Any] = {"model": model, "axis": axis, "release_date": release_date}
     row.update({col: values[col] for col in PANEL_INPUT_COLUMNS[3:] if col in values})
     return row
 

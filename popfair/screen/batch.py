@@ -7,7 +7,6 @@ one by one; failed or expired entries are recorded as failures (not cached) and 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -20,8 +19,6 @@ from popfair.screen.engine import Answer, Call, EngineStats, run_coroutine
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.providers import Completion, Provider
-from popfair.screen.providers.anthropic_messages import completion_from_message
-from popfair.screen.providers.openai_chat import completion_from_chat
 from popfair.types import Outcome
 
 log = logging.getLogger("popfair.screen")
@@ -52,7 +49,9 @@ class BatchRunner:
                  outcome: Outcome, stats: EngineStats, budget_usd: float | None = None) -> None:
         self.settings, self.provider, self.cache, self.price = settings, provider, cache, price
         self.outcome, self.stats, self.budget_usd = outcome, stats, budget_usd
-        self.api = _OpenAIBatches(provider) if provider.kind == "openai" else _AnthropicBatches(provider)
+        if provider.batch_api is None:
+            raise ValueError(f"provider {provider.kind!r} has no batch endpoint")
+        self.api = provider.batch_api(provider)
 
     def run(self, calls: Sequence[Call]) -> dict[str, Answer]:
         return run_coroutine(lambda: self._run(calls))
@@ -137,74 +136,3 @@ class BatchRunner:
         st.output_tokens += result.output_tokens
         st.cost_usd += cost
         answers[key] = Answer.from_cache(stored, paid_now=True)
-
-
-class _OpenAIBatches:
-    """Files upload (purpose=batch) + /v1/batches over /v1/chat/completions."""
-
-    TERMINAL = {"completed", "failed", "expired", "cancelled"}
-
-    def __init__(self, provider: Provider) -> None:
-        self.provider = provider
-
-    async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
-        payload = "\n".join(json.dumps({"custom_id": key, "method": "POST", "url": "/v1/chat/completions",
-                                        "body": body}) for key, body in lines).encode()
-        client = self.provider.client
-        upload = await client.files.create(file=("popfair-batch.jsonl", payload), purpose="batch")
-        batch = await client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
-                                            completion_window=window)
-        return batch.id
-
-    async def status(self, batch_id: str) -> tuple[str, bool]:
-        batch = await self.provider.client.batches.retrieve(batch_id)
-        self._files = getattr(self, "_files", {})
-        self._files[batch_id] = (batch.output_file_id, batch.error_file_id)
-        return batch.status, batch.status in self.TERMINAL
-
-    async def results(self, batch_id: str):
-        client = self.provider.client
-        for file_id in self._files.get(batch_id, (None, None)):
-            if not file_id:
-                continue
-            content = await client.files.content(file_id)
-            for line in content.text.splitlines():
-                if not line.strip():
-                    continue
-                entry = json.loads(line)
-                response, error = entry.get("response") or {}, entry.get("error")
-                if error or response.get("status_code") != 200:
-                    yield entry["custom_id"], str(error or f"HTTP {response.get('status_code')}: "
-                                                  f"{response.get('body')}")[:300]
-                    continue
-                try:
-                    yield entry["custom_id"], completion_from_chat(response["body"])
-                except Exception as exc:  # one malformed entry is one failure
-                    yield entry["custom_id"], f"malformed entry: {exc}"[:300]
-
-
-class _AnthropicBatches:
-    """/v1/messages/batches: create, retrieve until processing_status == ended, results."""
-
-    def __init__(self, provider: Provider) -> None:
-        self.provider = provider
-
-    async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
-        batch = await self.provider.client.messages.batches.create(
-            requests=[{"custom_id": key, "params": body} for key, body in lines])
-        return batch.id
-
-    async def status(self, batch_id: str) -> tuple[str, bool]:
-        batch = await self.provider.client.messages.batches.retrieve(batch_id)
-        return batch.processing_status, batch.processing_status == "ended"
-
-    async def results(self, batch_id: str):
-        async for entry in await self.provider.client.messages.batches.results(batch_id):
-            result = entry.result
-            if result.type == "succeeded":
-                try:
-                    yield entry.custom_id, completion_from_message(result.message)
-                except Exception as exc:
-                    yield entry.custom_id, f"malformed entry: {exc}"[:300]
-            else:
-                yield entry.custom_id, f"{result.type}: {getattr(result, 'error', '')}"[:300]

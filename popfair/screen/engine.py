@@ -9,7 +9,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -203,7 +203,7 @@ class Budget:
         self.spent += actual
 
 
-def run_coroutine(factory: Callable[[], Awaitable[T]]) -> T:
+def run_coroutine(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine to completion from sync code, also when an event loop is already running
     (e.g. in Jupyter): then it runs in a fresh loop on a worker thread."""
     try:

@@ -37,6 +37,7 @@ class HFLocalScreener:
         require(isinstance(model_path, str) and model_path.strip() != "", "screener.model_path",
                 "set it to a local directory holding a transformers chat model "
                 "(config.json, weights, tokenizer), e.g. screener.model_path=/models/Llama-3.1-8B-Instruct")
+        model_path = str(model_path)  # a non-empty string, checked above
         require(Path(model_path, "config.json").is_file(), "screener.model_path",
                 f"{model_path!r} has no config.json; point it at a saved transformers model directory")
         require(isinstance(max_new_tokens, int) and 1 <= max_new_tokens <= 4096, "screener.max_new_tokens",
@@ -57,7 +58,7 @@ class HFLocalScreener:
         from transformers import AutoTokenizer
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True,
                                                        trust_remote_code=trust_remote_code)
-        require(getattr(self.tokenizer, "chat_template", None), "screener.model_path",
+        require(bool(getattr(self.tokenizer, "chat_template", None)), "screener.model_path",
                 f"the tokenizer in {model_path!r} has no chat_template; hf_local needs a chat "
                 "(instruction-tuned) model")
         self.tokenizer.padding_side = "left"  # generation continues from the right edge
@@ -78,7 +79,7 @@ class HFLocalScreener:
             dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
             model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, local_files_only=True,
                                                          trust_remote_code=self.trust_remote_code)
-            self._model = model.to(self.device).eval()
+            self._model = model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' stub of .to
         return self._model
 
     def prompt_text(self, job: Job, document: Document, outcome: Outcome) -> str:
@@ -88,7 +89,7 @@ class HFLocalScreener:
             messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
         else:
             messages = [{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return cast(str, self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
                outcome: Outcome) -> list[ScreenResult]:
@@ -106,7 +107,7 @@ class HFLocalScreener:
         context = getattr(self.model.config, "max_position_embeddings", None)
         too_long = (lengths + self.max_new_tokens > context) if context else np.zeros(len(ids), bool)
         results: list[ScreenResult | None] = [None] * len(documents)
-        for i in np.flatnonzero(too_long):
+        for i in map(int, np.flatnonzero(too_long)):
             results[i] = ScreenResult(applicant_id=documents[i].applicant_id, raw=None, value=None,
                                       error=f"prompt of {lengths[i]} tokens + max_new_tokens "
                                             f"{self.max_new_tokens} exceeds the model context {context}",
@@ -115,8 +116,8 @@ class HFLocalScreener:
         batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
         end_ids = _end_token_ids(self.model, self.tokenizer)
         for batch in tqdm(batches, desc=f"screen {self.name}", unit="batch", leave=False):
-            encoded = self.tokenizer.pad({"input_ids": [ids[i] for i in batch]}, return_tensors="pt")
-            encoded = {k: v.to(self.device) for k, v in encoded.items()}
+            padded = self.tokenizer.pad({"input_ids": [ids[i] for i in batch]}, return_tensors="pt")
+            encoded = {k: v.to(self.device) for k, v in padded.items()}
             with torch.inference_mode():
                 out = self.model.generate(**encoded, do_sample=False, max_new_tokens=self.max_new_tokens,
                                           pad_token_id=self.tokenizer.pad_token_id, eos_token_id=end_ids)

@@ -233,8 +233,8 @@ class HttpScreener(LLMScreener):
         return f"HttpScreener(name={self.name!r}, method={self.method!r}, url={self.url!r})"
 
     # --- requests and keys ----------------------------------------------------------------------
-    def _values(self, job: Job, document: Document, outcome: Outcome) -> dict[str, Any]:
-        values: dict[str, Any] = {"document_id": document_id(document), "job_id": job.job_id,
+    def _values(self, job: Job, document: Document, identifier: str, outcome: Outcome) -> dict[str, Any]:
+        values: dict[str, Any] = {"document_id": identifier, "job_id": job.job_id,
                                   "job_title": job.title, "job_description": job.description,
                                   "document_text": document.text,
                                   "document_media_type": MEDIA_TYPES[document.kind][1], "outcome": outcome}
@@ -261,16 +261,22 @@ class HttpScreener(LLMScreener):
         keys: list[str] = []
         requests: dict[str, Any] = {}
         identity = self.identity.encode()
+        key_of: dict[str, str] = {}  # document id -> key: identical documents make identical requests
         for document in documents:
-            values = self._values(jobs[document.job_id], document, outcome)
+            identifier = document_id(document)
+            known = key_of.get(identifier)
+            if known is not None:
+                keys.append(known)
+                continue
+            values = self._values(jobs[document.job_id], document, identifier, outcome)
             request = {"method": self.method, "params": _fill(self.params_template, values),
                        "json": _fill(self.body_template, values)}
             filled = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str).encode()
             digest = hashlib.sha256(identity)
-            for part in (values["document_id"].encode(), filled):  # the document itself, and the request
+            for part in (identifier.encode(), filled):  # the document itself, and the request
                 digest.update(len(part).to_bytes(8, "big"))
                 digest.update(part)
-            key = digest.hexdigest()
+            key = key_of[identifier] = digest.hexdigest()
             keys.append(key)
             requests.setdefault(key, request)
         return keys, requests

@@ -17,14 +17,13 @@ from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineSt
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price, estimate_input_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet
-from popfair.screen.providers import PROVIDER_KINDS, Generation, make_provider
+from popfair.screen.providers import PROVIDERS, Generation, make_provider
 from popfair.secrets import install_log_redaction, read_secret
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 log = logging.getLogger("popfair.screen")
 
 MODES = ("online", "batch")
-BATCH_PROVIDERS = ("openai", "anthropic")
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 
 
@@ -91,8 +90,8 @@ class LLMScreener:
         require(not routes or route in routes, "screener.route",
                 f"must name one of screener.routes ({', '.join(sorted(routes))}), got {route!r}")
         generation = _route_generation(generation, routes.get(route, {}).get("generation") if route else None)
-        require(provider in PROVIDER_KINDS, "screener.provider",
-                f"must be one of {', '.join(PROVIDER_KINDS)}, got {provider!r}")
+        require(provider in PROVIDERS, "screener.provider",
+                f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
         require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
         require(base_url is None or str(base_url).startswith(("http://", "https://")), "screener.base_url",
                 f"must be an http(s) URL or null, got {base_url!r}")
@@ -103,8 +102,9 @@ class LLMScreener:
         require(release_date is None or bool(_DATE.match(str(release_date))), "screener.release_date",
                 f"must be YYYY-MM or YYYY-MM-DD, got {release_date!r}")
         require(mode in MODES, "screener.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
-        require(mode != "batch" or provider in BATCH_PROVIDERS, "screener.mode",
-                f"batch mode needs provider {' or '.join(BATCH_PROVIDERS)}, got {provider!r}")
+        batch_capable = [kind for kind, cls in PROVIDERS.items() if cls.batch_api is not None]
+        require(mode != "batch" or provider in batch_capable, "screener.mode",
+                f"batch mode needs provider {' or '.join(batch_capable)}, got {provider!r}")
         require(max_cost_usd is None or float(max_cost_usd) > 0, "max_cost_usd",
                 f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}")
         require(isinstance(expected_output_tokens, int) and expected_output_tokens >= 1,
@@ -129,8 +129,8 @@ class LLMScreener:
         for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
             if logging.getLogger(noisy).level == logging.NOTSET:  # one INFO line per HTTP request otherwise
                 logging.getLogger(noisy).setLevel(logging.WARNING)
-        keyed = bool(api_key_env) and (require_key or bool(os.environ.get(api_key_env)))
-        api_key = read_secret(api_key_env, "screener.api_key_env") if keyed else None
+        keyed = bool(api_key_env) and (require_key or bool(os.environ.get(str(api_key_env))))
+        api_key = read_secret(str(api_key_env), "screener.api_key_env") if keyed else None
         self._missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
         if provider == "bedrock" and api_key_env is None and require_key:
             _check_aws_credentials(region)

@@ -57,10 +57,10 @@ def image_tokens(png: bytes, provider: str) -> int:
         scale = min(1.0, 1568 / max(width, height))
         return math.ceil(width * scale * height * scale / 750)
     scale = min(1.0, 2048 / max(width, height))
-    width, height = width * scale, height * scale
-    scale = min(1.0, 768 / min(width, height))
-    width, height = width * scale, height * scale
-    return 85 + 170 * math.ceil(width / 512) * math.ceil(height / 512)
+    fit_w, fit_h = width * scale, height * scale
+    scale = min(1.0, 768 / min(fit_w, fit_h))
+    fit_w, fit_h = fit_w * scale, fit_h * scale
+    return 85 + 170 * math.ceil(fit_w / 512) * math.ceil(fit_h / 512)
 
 
 def estimate_input_tokens(system: str, user: str, image_png: bytes | None, provider: str) -> int:

@@ -152,7 +152,7 @@ def profile_table(documents: Sequence[Document], columns: Sequence[str], screene
             without = next(d for d in documents if column not in d.profile)  # type: ignore[operator]
             raise DataError(f"screener {screener}: profile has no column {column!r} named in "
                             f"screener.coefficients (e.g. applicant {without.applicant_id!r}); "
-                            f"available columns: {sorted(map(str, without.profile))}") from None
+                            f"available columns: {sorted(map(str, without.profile or {}))}") from None
     return pd.DataFrame(table, index=pd.RangeIndex(len(documents)))
 
 

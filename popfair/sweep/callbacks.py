@@ -9,14 +9,17 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.errors import require
+from popfair.errors import ConfigError, require
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records, sweep_grid
+
+if TYPE_CHECKING:
+    from popfair.track.mlflow_tracker import MlflowTracker
 
 log = logging.getLogger("popfair")
 
@@ -50,25 +53,28 @@ class SweepCallback(Callback):
     def __init__(self, report: bool = True) -> None:
         self.report = report  # write and log the comparison report when the sweep ends
         self.info: SweepInfo | None = None
-        self.tracker = None
+        self.tracker: MlflowTracker | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from popfair.experiment import build
 
-        check_shared_services(config)
+        try:
+            check_shared_services(config)
+        except ConfigError as exc:  # Hydra turns a callback's Exception into a warning and goes on
+            raise SystemExit(f"popfair: {exc}") from None
         sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
         params_node = config.hydra.sweeper.get("params")
-        params = OmegaConf.to_container(params_node, resolve=False) if params_node else {}
+        params = cast(dict[str, Any], OmegaConf.to_container(params_node, resolve=False)) if params_node else {}
         varying, count = sweep_grid(config.hydra.overrides.task, params)
         basic = config.hydra.sweeper.get("_target_") == BASIC_SWEEPER
         dry_run = bool(config.get("dry_run", False))
         parent_run_id = None
         if not dry_run:
-            self.tracker = build(config.tracking, "tracking")
+            self.tracker = tracker = build(config.tracking, "tracking")
             changing = {k: v for k, v in varying.items() if len(v) > 1}
             experiment = next((o.split("=", 1)[1] for o in config.hydra.overrides.task
                                if o.startswith("experiment=")), None)
-            parent_run_id = self.tracker.start_parent(
+            parent_run_id = tracker.start_parent(
                 f"sweep-{experiment or 'multirun'}-{Path(sweep_dir).name}",
                 {"popfair.sweep": "parent", "sweep_dir": sweep_dir,
                  "sweep.experiment": experiment or "none",
@@ -125,6 +131,7 @@ class SweepCallback(Callback):
 
     def _finish_parent(self, records: list, failed: list, missing: int, sweep_dir: Path) -> None:
         """Write the report (if any case finished), log it with the summary to the parent, close it."""
+        assert self.tracker and self.info and self.info.parent_run_id  # a parent run was started
         report_dir = sweep_dir / "report"
         report_dir.mkdir(parents=True, exist_ok=True)
         (report_dir / "summary.csv").write_bytes((sweep_dir / "summary.csv").read_bytes())

@@ -11,6 +11,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any, cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -98,7 +99,7 @@ def _record_failed_run(cfg: DictConfig, experiment, sweep: SweepInfo | None, tag
         tracker = experiment.tracker if experiment is not None else build(cfg.tracking, "tracking")
         name = (experiment.case_name() if experiment is not None
                  else "failed-" + "-".join(v for k, v in tags.items() if k.startswith("sweep.")))
-        config = OmegaConf.to_container(cfg, resolve=False)
+        config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
         return tracker.record_failure(name, {**tags, "error_type": type(exc).__name__, "case_name": name},
                                       flatten(config), f"{type(exc).__name__}: {exc}", trace,
                                       sweep.parent_run_id if sweep else None)

@@ -38,6 +38,7 @@ log = logging.getLogger("popfair.screen")
 T = TypeVar("T")
 _CHUNK = 10_000
 _NOW = "extract(epoch from clock_timestamp())"
+_SCHEMA_LOCK = 0x706F7066  # advisory lock id held while the tables are created ("popf")
 _RETRY_STATES = {"40P01", "40001"}  # deadlock detected, serialization failure: safe to run again
 
 
@@ -74,6 +75,9 @@ class ServerCache(ResponseCache):
         try:
             self._engine = create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
             with self._engine.begin() as conn:
+                # workers of a sweep open a fresh database at once: concurrent CREATE TABLE IF NOT EXISTS
+                # can still collide in PostgreSQL's catalog, so creation takes a transaction-scoped lock
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
                 METADATA.create_all(conn, checkfirst=True)
         except (NoSuchModuleError, ModuleNotFoundError) as exc:
             raise ConfigError(f"cache_url: no driver for {self.location} ({exc}); "
@@ -200,13 +204,13 @@ class ServerCache(ResponseCache):
                 yield [tuple(row) for row in part]
 
     def insert_rows(self, table: str, rows: Sequence[tuple]) -> int:
-        from sqlalchemy.dialects.postgresql import insert
-
         schema = TABLES[table]
-        names = [c.name for c in schema.columns]
-        statement = insert(schema).on_conflict_do_nothing().returning(schema.primary_key.columns[0])
+        sql = (f"INSERT INTO {schema.name} VALUES ({', '.join(['%s'] * len(schema.columns))}) "
+               "ON CONFLICT DO NOTHING")
 
         def work(conn: Connection) -> int:
-            return sum(len(conn.execute(statement, [dict(zip(names, row)) for row in rows[i:i + 1000]]).all())
-                       for i in range(0, len(rows), 1000))
+            count = f"SELECT COUNT(*) FROM {schema.name}"
+            before = conn.exec_driver_sql(count).scalar_one()
+            conn.exec_driver_sql(sql, list(rows))  # the driver pipelines the rows (no round trip each)
+            return int(conn.exec_driver_sql(count).scalar_one() - before)
         return self._write(work) if rows else 0

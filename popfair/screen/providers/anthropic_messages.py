@@ -4,12 +4,42 @@ from __future__ import annotations
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
-from popfair.screen.providers.base import Completion, Provider, TransientError
+from popfair.screen.providers.base import Completion, Provider, TransientError, register_provider
 from popfair.screen.providers.openai_chat import MALFORMED, aiohttp_client, sdk_error
 
 
+class AnthropicBatches:
+    """/v1/messages/batches: create, retrieve until processing_status == ended, results."""
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+
+    async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
+        batch = await self.provider.client.messages.batches.create(
+            requests=[{"custom_id": key, "params": body} for key, body in lines])
+        return batch.id
+
+    async def status(self, batch_id: str) -> tuple[str, bool]:
+        batch = await self.provider.client.messages.batches.retrieve(batch_id)
+        return batch.processing_status, batch.processing_status == "ended"
+
+    async def results(self, batch_id: str):
+        async for entry in await self.provider.client.messages.batches.results(batch_id):
+            result = entry.result
+            if result.type == "succeeded":
+                try:
+                    yield entry.custom_id, completion_from_message(result.message)
+                except Exception as exc:
+                    yield entry.custom_id, f"malformed entry: {exc}"[:300]
+            else:
+                yield entry.custom_id, f"{result.type}: {getattr(result, 'error', '')}"[:300]
+
+
+@register_provider("anthropic")
 class AnthropicMessages(Provider):
-    kind = "anthropic"
+    """POST /v1/messages through the official `anthropic` SDK; Message Batches for batch mode."""
+
+    batch_api = AnthropicBatches
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation

@@ -7,13 +7,43 @@ import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from popfair.screen.prompts import ChatPrompt
 
-PROVIDER_KINDS = ("openai", "openai_compatible", "anthropic", "bedrock")
+P = TypeVar("P", bound="type[Provider]")
+# kind -> adapter class, filled by @register_provider as the adapter modules are imported (they
+# import their SDK only when a client is opened, so registering costs nothing)
+PROVIDERS: dict[str, type[Provider]] = {}
+
+
+def register_provider(kind: str) -> Callable[[P], P]:
+    """Class decorator: make an adapter available as `screener.provider=<kind>`."""
+    def register(cls: P) -> P:
+        if kind in PROVIDERS and PROVIDERS[kind] is not cls:
+            raise ValueError(f"provider kind {kind!r} is registered twice ({PROVIDERS[kind].__name__}, {cls.__name__})")
+        cls.kind = kind
+        PROVIDERS[kind] = cls
+        return cls
+    return register
+
+
+class BatchApi(Protocol):
+    """A provider's asynchronous batch endpoint (submit -> poll -> collect), about half the list price."""
+
+    async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
+        """Submit (cache key, request body) lines; the batch id."""
+        ...
+
+    async def status(self, batch_id: str) -> tuple[str, bool]:
+        """The batch's status and whether it is finished."""
+        ...
+
+    def results(self, batch_id: str) -> AsyncIterator[tuple[str, Completion | str]]:
+        """(cache key, completion or failure text) per request of a finished batch."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -90,6 +120,8 @@ class Provider(ABC):
     identifies it (model, parameters, messages, images) for the response cache."""
 
     kind: str
+    # The batch endpoint this provider offers (a capability; None: online requests only).
+    batch_api: ClassVar[Callable[[Provider], BatchApi] | None] = None
 
     def __init__(self, model: str, generation: Generation, reasoning: bool = False,
                  api_key: str | None = None, base_url: str | None = None, region: str | None = None,
@@ -141,9 +173,9 @@ class Provider(ABC):
         user = prompt.user.encode()
         digest.update(len(user).to_bytes(8, "big"))
         digest.update(user)
-        if has_image:
-            digest.update(len(prompt.image_png).to_bytes(8, "big"))  # type: ignore[arg-type]
-            digest.update(prompt.image_png)  # type: ignore[arg-type]
+        if prompt.image_png is not None:  # = has_image
+            digest.update(len(prompt.image_png).to_bytes(8, "big"))
+            digest.update(prompt.image_png)
         return digest.hexdigest()
 
     async def start(self) -> None:  # noqa: B027 - an optional hook: most providers open nothing

@@ -9,15 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
-from popfair.screen.providers.base import Completion, Provider, TransientError, classify_status
+from popfair.screen.providers.base import Completion, Provider, TransientError, classify_status, register_provider
 
 TRANSIENT_CODES = {"ThrottlingException": 429, "ServiceUnavailableException": 503,
                    "InternalServerException": 500, "ModelTimeoutException": 408,
                    "ModelNotReadyException": 503, "TooManyRequestsException": 429}
 
 
+@register_provider("bedrock")
 class BedrockConverse(Provider):
-    kind = "bedrock"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

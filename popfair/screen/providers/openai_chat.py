@@ -2,10 +2,18 @@
 Google's OpenAI-compatible Gemini endpoint, xAI, local vLLM or Ollama servers)."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
-from popfair.screen.providers.base import Completion, PermanentError, Provider, TransientError, classify_status
+from popfair.screen.providers.base import (
+    Completion,
+    PermanentError,
+    Provider,
+    TransientError,
+    classify_status,
+    register_provider,
+)
 
 MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
@@ -45,12 +53,56 @@ def sdk_error(exc: Exception, sdk: Any) -> Exception:
     return exc
 
 
-class OpenAIChat(Provider):
-    """POST {base_url}/chat/completions through the official `openai` SDK (its own retries off)."""
+class OpenAIBatches:
+    """Files upload (purpose=batch) + /v1/batches over /v1/chat/completions."""
 
-    def __init__(self, kind: str = "openai", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.kind = kind
+    TERMINAL = {"completed", "failed", "expired", "cancelled"}
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+
+    async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
+        payload = "\n".join(json.dumps({"custom_id": key, "method": "POST", "url": "/v1/chat/completions",
+                                        "body": body}) for key, body in lines).encode()
+        client = self.provider.client
+        upload = await client.files.create(file=("popfair-batch.jsonl", payload), purpose="batch")
+        batch = await client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
+                                            completion_window=window)
+        return batch.id
+
+    async def status(self, batch_id: str) -> tuple[str, bool]:
+        batch = await self.provider.client.batches.retrieve(batch_id)
+        self._files = getattr(self, "_files", {})
+        self._files[batch_id] = (batch.output_file_id, batch.error_file_id)
+        return batch.status, batch.status in self.TERMINAL
+
+    async def results(self, batch_id: str):
+        client = self.provider.client
+        for file_id in self._files.get(batch_id, (None, None)):
+            if not file_id:
+                continue
+            content = await client.files.content(file_id)
+            for line in content.text.splitlines():
+                if not line.strip():
+                    continue
+                entry = json.loads(line)
+                response, error = entry.get("response") or {}, entry.get("error")
+                if error or response.get("status_code") != 200:
+                    yield entry["custom_id"], str(error or f"HTTP {response.get('status_code')}: "
+                                                  f"{response.get('body')}")[:300]
+                    continue
+                try:
+                    yield entry["custom_id"], completion_from_chat(response["body"])
+                except Exception as exc:  # one malformed entry is one failure
+                    yield entry["custom_id"], f"malformed entry: {exc}"[:300]
+
+
+@register_provider("openai")
+class OpenAIChat(Provider):
+    """POST {base_url}/chat/completions through the official `openai` SDK (its own retries off);
+    the Batch API for batch mode."""
+
+    batch_api = OpenAIBatches
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
@@ -100,3 +152,11 @@ def completion_from_chat(data: Any) -> Completion:
 
 
 __all__ = ["OpenAIChat", "chat_messages", "completion_from_chat", "sdk_error", "PermanentError"]
+
+
+@register_provider("openai_compatible")
+class OpenAICompatibleChat(OpenAIChat):
+    """An OpenAI-compatible server (vLLM, llama.cpp, LM Studio, ...): the same chat endpoint, no
+    batch endpoint."""
+
+    batch_api = None
