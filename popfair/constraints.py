@@ -170,3 +170,18 @@ def validate(constraints: Mapping[str, Rule], params: Mapping[str, Any]) -> None
             rule.check(name, value)
         elif not satisfied(rule, value):
             raise ParameterError(name, f"must be {describe(rule)}, got {value!r}")
+
+
+def settings_from_config(cls: type[Any], config: Mapping[str, Any] | None, key: str) -> Any:
+    """Settings dataclass `cls` from the config mapping found under `key` (relative to the component),
+    checked against `cls.parameter_constraints`; unknown keys name the allowed ones."""
+    values = dict(config or {})
+    allowed = set(cls.__dataclass_fields__)
+    unknown = set(values) - allowed
+    if unknown:
+        raise ParameterError(key, f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    try:
+        validate(cls.parameter_constraints, values)
+    except ParameterError as exc:
+        raise exc.at(key) from None
+    return cls(**values)
