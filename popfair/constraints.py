@@ -147,6 +147,7 @@ class Component(Constraint):
 
 
 Rule = Constraint | None | list[Constraint | None]
+Rules = Mapping[str, Rule]  # parameter -> rule, as a component declares them
 
 
 def describe(rule: Rule) -> str:
@@ -159,7 +160,7 @@ def satisfied(rule: Rule, value: Any) -> bool:
     return any(value is None if r is None else r.is_satisfied_by(value) for r in rules)
 
 
-def validate(constraints: Mapping[str, Rule], params: Mapping[str, Any]) -> None:
+def validate(constraints: Rules, params: Mapping[str, Any]) -> None:
     """ParameterError naming the first parameter of `params` that breaks its constraint (parameters
     without a constraint are not checked)."""
     for name, value in params.items():
@@ -170,3 +171,18 @@ def validate(constraints: Mapping[str, Rule], params: Mapping[str, Any]) -> None
             rule.check(name, value)
         elif not satisfied(rule, value):
             raise ParameterError(name, f"must be {describe(rule)}, got {value!r}")
+
+
+def settings_from_config(cls: type[Any], config: Mapping[str, Any] | None, key: str) -> Any:
+    """Settings dataclass `cls` from the config mapping found under `key` (relative to the component),
+    checked against `cls.parameter_constraints`; unknown keys name the allowed ones."""
+    values = dict(config or {})
+    allowed = set(cls.__dataclass_fields__)
+    unknown = set(values) - allowed
+    if unknown:
+        raise ParameterError(key, f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    try:
+        validate(cls.parameter_constraints, values)
+    except ParameterError as exc:
+        raise exc.at(key) from None
+    return cls(**values)

@@ -25,13 +25,3 @@ def require(condition: bool, key: str, message: str) -> None:
     """Raise ConfigError('<key>: <message>') unless condition holds."""
     if not condition:
         raise ConfigError(f"{key}: {message}")
-
-
-def settings_from_config(cls, config, key: str):
-    """Build settings dataclass `cls` from a config mapping; unknown keys are a ConfigError naming
-    `key` and the allowed keys (the dataclass's own checks run afterwards in the caller)."""
-    values = dict(config or {})
-    allowed = set(cls.__dataclass_fields__)
-    unknown = set(values) - allowed
-    require(not unknown, key, f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
-    return cls(**values)

@@ -7,6 +7,7 @@ PostgreSQL refuses to run as root: as root, the server runs as a system user mad
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import pwd
 import shutil
@@ -33,6 +34,37 @@ def _bin_dir() -> Path:
         if not found:
             raise RuntimeError("no PostgreSQL binaries: pip install pgserver (or apt-get install postgresql)") from None
         return Path(found[-1]).parent
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Every folder above `path` lets other users through (o+x)."""
+    return all(parent.stat().st_mode & 0o001 for parent in path.parents)
+
+
+def _bin_dir_for(user: str | None) -> Path:
+    """The binaries, copied (once) to /tmp when the server's user could not reach them where they
+    are installed, e.g. a virtualenv inside root's 0700 home."""
+    bin_dir = _bin_dir()
+    if user is None or _reachable_by_others(bin_dir):
+        return bin_dir
+    digest = hashlib.sha256(str(bin_dir).encode()).hexdigest()[:12]
+    copy = Path(tempfile.gettempdir()) / f"popfair-pginstall-{digest}"
+    # the wheel's binaries find their libraries at $ORIGIN/../../../pgserver.libs: keep that layout
+    install, libs = bin_dir.parent, bin_dir.parents[2] / "pgserver.libs"
+    if not (copy / "pgserver" / "pginstall" / "bin" / "postgres").exists():
+        staging = Path(tempfile.mkdtemp(prefix="popfair-pginstall-"))  # copy, then rename: atomic
+        shutil.copytree(install, staging / "tree" / "pgserver" / "pginstall", symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, staging / "tree" / "pgserver.libs", symlinks=True)
+        for folder in [staging / "tree", *(staging / "tree").rglob("*")]:
+            if folder.is_dir():
+                folder.chmod(0o755)
+        try:
+            os.rename(staging / "tree", copy)
+        except OSError:  # another process made the same copy first
+            pass
+        shutil.rmtree(staging, ignore_errors=True)
+    return copy / "pgserver" / "pginstall" / "bin"
 
 
 def _system_user() -> str | None:
@@ -92,7 +124,8 @@ def start_postgres(timeout_s: float = 60.0) -> PostgresServer:
     """initdb into a fresh folder, start `postgres` on 127.0.0.1, create the popfair database."""
     import psycopg
 
-    bin_dir, user = _bin_dir(), _system_user()
+    user = _system_user()
+    bin_dir = _bin_dir_for(user)
     data_dir = Path(tempfile.mkdtemp(prefix="popfair-pg-"))
     pwfile = data_dir.parent / f"{data_dir.name}.pw"
     pwfile.write_text(PASSWORD + "\n")

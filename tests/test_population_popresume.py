@@ -12,6 +12,7 @@ from scipy import stats
 
 from popfair.data import data_file
 from popfair.errors import ConfigError, DataError
+from popfair.experiment import build
 from popfair.population.cache import disk_cached
 from popfair.population.names import census_surnames, ssa_first_names
 from popfair.population.occupation import Occupation, occupation_from_pums
@@ -19,6 +20,7 @@ from popfair.population.popresume import PopResumePopulation, roles_for
 from popfair.population.protected import ProtectedAttribute
 from popfair.population.pums import BUNDLED_PUMS
 from popfair.population.scm import keyed_uniforms
+from tests.conftest import compose_config
 
 GENDER = ProtectedAttribute("gender", "female", "male")
 RACE = ProtectedAttribute("race", "black", "white")
@@ -268,14 +270,17 @@ def test_bad_inputs_give_clear_errors(tmp_path):
 
     with pytest.raises(ConfigError, match=r"population.n: 200000 is more than 20x the \d+ PUMS records"):
         PopResumePopulation(n=200_000).sample(occupation("construction_laborer"), GENDER, 0)
-    with pytest.raises(ConfigError, match="population.n"):
+    with pytest.raises(ConfigError, match="^n: "):
         PopResumePopulation(n=5_000_000)
-    with pytest.raises(ConfigError, match="population.below_hs"):
+    with pytest.raises(ConfigError, match="^below_hs: "):
         PopResumePopulation(below_hs="ignore")
-    with pytest.raises(ConfigError, match="population.ca_tx"):
+    with pytest.raises(ConfigError, match="^ca_tx: "):
         PopResumePopulation(ca_tx="impute")
-    with pytest.raises(ConfigError, match="population.experience_source"):
+    with pytest.raises(ConfigError, match="^experience_source: "):
         PopResumePopulation(experience_source="psid")
+    for override, key in [("population.n=5000000", "population.n"), ("population.ca_tx=impute", "population.ca_tx")]:
+        with pytest.raises(ConfigError, match=f"^{key}: "):  # the builder names the config path
+            build(compose_config([override]).population, "population")
 
 
 def test_counterfactual_rejects_unknown_levels(nurses):

@@ -57,6 +57,22 @@ def test_interrupted_batch_run_resumes_from_the_stored_batch_id(tmp_path, monkey
         assert resumed.cache.open_batches("openai", resumed.provider.endpoint, "stub-model") == []
 
 
+def test_prompts_another_process_is_submitting_are_not_batched_twice(tmp_path, monkeypatch):
+    """Parallel cases in batch mode: prompts claimed by another process are left to its batch."""
+    docs = documents(20)
+    with StubServer() as stub:
+        screener = make_screener("openai", stub.url, tmp_path, monkeypatch, mode="batch", batch=BATCH)
+        keys = [screener.provider.cache_key(screener.prompts.build("score", JOBS[d.job_id], d)) for d in docs]
+        screener.cache.claim(keys[:5], "other-host:1:abc", 600.0)  # a parallel case is uploading these
+        first = screener.screen(JOBS, docs, "score")
+        assert [r.error is not None and "another process" in r.error for r in first] == [True] * 5 + [False] * 15
+        assert len(stub.state.answered) == 15
+        screener.cache.release("other-host:1:abc")  # its batch is recorded (or its lease ran out)
+        again = screener.screen(JOBS, docs, "score")
+        assert all(r.error is None for r in again)
+        assert len(stub.state.answered) == 20 and set(stub.state.answered.values()) == {1}
+
+
 def test_batch_mode_is_refused_for_providers_without_a_batch_api(tmp_path, monkeypatch):
     from popfair.errors import ConfigError
 

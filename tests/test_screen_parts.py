@@ -90,8 +90,8 @@ def test_cache_survives_reopening_and_ignores_missing_keys(tmp_path):
 @pytest.mark.parametrize("override,key", [
     ({"provider": "azure"}, "screener.provider"), ({"base_url": "ftp://x"}, "screener.base_url"),
     ({"mode": "offline"}, "screener.mode"), ({"max_cost_usd": -1}, "max_cost_usd"),
-    ({"engine": {"concurrency": 0}}, "screener.engine.concurrency"),
-    ({"engine": {"threads": 4}}, "screener.engine"), ({"generation": {"max_tokens": 0}}, "max_tokens"),
+    ({"engine": {"concurrency": 0}}, "engine.concurrency"),
+    ({"engine": {"threads": 4}}, "engine: unknown keys"), ({"generation": {"max_tokens": 0}}, "max_tokens"),
     ({"generation": {"top_k": 3}}, "screener.generation"), ({"release_date": "May 2023"}, "release_date"),
     ({"prompts": {"score_user": "/nonexistent/prompt.txt"}}, "/nonexistent/prompt.txt"),
     ({"api_key_env": "sk-live-abc123!"}, "screener.api_key_env"),

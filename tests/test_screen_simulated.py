@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.formula.api as smf
+from omegaconf import OmegaConf
 from scipy import integrate, special, stats
 
 from popfair.errors import ConfigError, DataError
@@ -152,7 +153,11 @@ def test_plan_makes_no_calls():
 def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError) as info:
         SimulatedScreener(**kwargs)
-    assert key in str(info.value)
+    assert str(info.value).startswith(key.removeprefix("screener.") + ":")
+    node = OmegaConf.create({"_target_": "popfair.screen.simulated.SimulatedScreener", **kwargs})
+    with pytest.raises(ConfigError) as info:  # the builder names the config path
+        build(node, "screener")
+    assert str(info.value).startswith(key + ":")
 
 
 def test_unknown_gender_level_error_lists_the_allowed_levels():

@@ -37,11 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
+from popfair.constraints import Boolean, Interval, Options, Rules, validate
+from popfair.constraints import Path as FilePath
 from popfair.data import data_file
 from popfair.errors import ConfigError, DataError, require
 from popfair.population import experience, pums, scm, transport
@@ -176,21 +178,18 @@ class PopResumePopulation:
     """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP, with experience
     and names drawn from the SCM in the module docstring."""
 
+    parameter_constraints: ClassVar[Rules] = {
+        "n": [None, Interval(int, 1, MAX_N)],  # null: every record
+        "pums_path": [None, FilePath()], "below_hs": Options(BELOW_HS_POLICIES), "diagnostics": Boolean(),
+        "ca_tx": Options(transport.CA_TX_POLICIES), "transport_donors": Options(transport.DONOR_POLICIES),
+        "experience_source": Options(EXPERIENCE_SOURCES)}
+
     def __init__(self, n: int | None = None, pums_path: str | None = None, below_hs: str = "drop",
                  diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "all",
                  experience_source: str = "nlsy97") -> None:
-        require(n is None or (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_N), "population.n",
-                f"must be null (all records) or an integer in 1..{MAX_N}, got {n!r}")
-        require(below_hs in BELOW_HS_POLICIES, "population.below_hs",
-                f"must be one of {list(BELOW_HS_POLICIES)}, got {below_hs!r}")
-        require(pums_path is None or (isinstance(pums_path, str) and pums_path.strip() != ""),
-                "population.pums_path", f"must be null or a file path, got {pums_path!r}")
-        require(ca_tx in transport.CA_TX_POLICIES, "population.ca_tx",
-                f"must be one of {list(transport.CA_TX_POLICIES)}, got {ca_tx!r}")
-        require(transport_donors in transport.DONOR_POLICIES, "population.transport_donors",
-                f"must be one of {list(transport.DONOR_POLICIES)}, got {transport_donors!r}")
-        require(experience_source in EXPERIENCE_SOURCES, "population.experience_source",
-                f"must be one of {list(EXPERIENCE_SOURCES)}, got {experience_source!r}")
+        validate(self.parameter_constraints, {
+            "n": n, "pums_path": pums_path, "below_hs": below_hs, "diagnostics": diagnostics, "ca_tx": ca_tx,
+            "transport_donors": transport_donors, "experience_source": experience_source})
         self.n = n
         self.pums_path = pums_path
         self.ca_tx = ca_tx

@@ -23,7 +23,7 @@ from PIL import Image, ImageDraw, ImageFont
 from popfair.errors import ConfigError, DataError, require
 from popfair.render.content import ResumePools
 from popfair.render.photos import PhotoLibrary
-from popfair.render.text import Resume, ResumeBuilder, validate_layout_options
+from popfair.render.text import LAYOUT_CONSTRAINTS, Resume, ResumeBuilder, validate_layout_options
 from popfair.types import Document, Job
 
 MIN_FONT_SIZE = 9
@@ -150,6 +150,7 @@ class ImageRenderer:
     """PNG resume without a photo (kind "image")."""
 
     kind = "image"
+    parameter_constraints = LAYOUT_CONSTRAINTS  # page geometry is checked in __init__ (width vs margin)
     with_photo = False
     rows_per_process = 32  # render_all forks workers for 64 pages or more (about 0.3 s of work each)
 

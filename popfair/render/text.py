@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from popfair.errors import DataError, require
+from popfair.constraints import Constraint, Interval, validate
+from popfair.errors import DataError
 from popfair.render.content import EDU_LEVELS, MAX_ROLES, ResumePools, applicant_stream, cities_by_state, school_pools
 from popfair.types import Document, Job
 
@@ -235,16 +236,23 @@ class ResumeBuilder:
                       education=tuple(reversed(education)))
 
 
+class EmailDomain(Constraint):
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, str) and "." in value and "@" not in value and " " not in value
+
+    def __str__(self) -> str:
+        return "a domain such as example.com"
+
+
+# The layout settings shared by the text and image renderers.
+LAYOUT_CONSTRAINTS = {"seed": Interval(int, None, None), "n_skills": Interval(int, 1, 20),
+                      "bullets_per_role": Interval(int, 1, 6), "email_domain": EmailDomain()}
+
+
 def validate_layout_options(n_skills: Any, bullets_per_role: Any, email_domain: Any, seed: Any) -> None:
-    """Construction-time checks shared by the text and image renderers."""
-    require(isinstance(seed, int), "renderer.seed", f"must be an integer (default ${{seed}}), got {seed!r}")
-    require(isinstance(n_skills, int) and 1 <= n_skills <= 20, "renderer.n_skills",
-            f"must be an integer in 1..20, got {n_skills!r}")
-    require(isinstance(bullets_per_role, int) and 1 <= bullets_per_role <= 6, "renderer.bullets_per_role",
-            f"must be an integer in 1..6, got {bullets_per_role!r}")
-    require(isinstance(email_domain, str) and "." in email_domain and "@" not in email_domain
-            and " " not in email_domain, "renderer.email_domain",
-            f"must be a domain such as example.com, got {email_domain!r}")
+    """Construction-time checks shared by the text and image renderers (ParameterError naming the key)."""
+    validate(LAYOUT_CONSTRAINTS, {"seed": seed, "n_skills": n_skills, "bullets_per_role": bullets_per_role,
+                                  "email_domain": email_domain})
 
 
 class TextRenderer:
@@ -252,6 +260,7 @@ class TextRenderer:
     profile and seed."""
 
     kind = "text"
+    parameter_constraints = LAYOUT_CONSTRAINTS
     rows_per_process = 5_000  # render_all forks workers for tables of twice this (about 0.25 s of work each)
 
     def __init__(self, pools: Mapping[str, Any] | None = None, seed: int = 0, n_skills: int = 8,

@@ -11,17 +11,19 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from popfair.errors import require, settings_from_config
+from popfair.constraints import Interval, Text, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
-from popfair.screen.engine import Answer, Call, EngineStats, run_coroutine
+from popfair.screen.claims import new_owner
+from popfair.screen.engine import POSITIVE, Answer, Call, EngineStats, run_coroutine
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.providers import Completion, Provider
 from popfair.types import Outcome
 
 log = logging.getLogger("popfair.screen")
+SUBMIT_LEASE_S = 600.0  # claims last while a batch is being uploaded; a recorded batch covers its keys
 
 
 @dataclass(frozen=True)
@@ -33,15 +35,14 @@ class BatchSettings:
     max_requests: int = 50_000         # requests per submitted batch (OpenAI's cap)
     completion_window: str = "24h"     # OpenAI batch completion window
 
+    parameter_constraints: ClassVar[dict[str, Any]] = {
+        "poll_interval_s": POSITIVE, "max_wait_s": [None, POSITIVE],  # null: wait until done
+        "max_requests": Interval(int, 1, None), "completion_window": Text()}
+
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> BatchSettings:
-        settings = settings_from_config(cls, config, "screener.batch")
-        require(settings.poll_interval_s > 0, "screener.batch.poll_interval_s", "must be > 0")
-        require(settings.max_wait_s is None or settings.max_wait_s > 0, "screener.batch.max_wait_s",
-                "must be > 0 or null (wait until done)")
-        require(isinstance(settings.max_requests, int) and settings.max_requests >= 1,
-                "screener.batch.max_requests", "must be an integer >= 1")
-        return settings
+        """The settings under the screener's `batch` key (errors name `batch.<key>`)."""
+        return settings_from_config(cls, config, "batch")
 
 
 class BatchRunner:
@@ -69,17 +70,26 @@ class BatchRunner:
             if batch_ids:
                 log.info("resuming %d submitted batch(es): %s", len(batch_ids), ", ".join(batch_ids))
             fresh = [c for c in calls if c.key not in covered]
-            fresh, over_budget = self._within_budget(fresh)
+            # Claim before submitting, so that a parallel case (another process or machine) does not put
+            # the same prompts in a batch of its own; once a batch is recorded, its keys are covered.
+            owner = new_owner()
+            held = set(self.cache.claim([c.key for c in fresh], owner, SUBMIT_LEASE_S)[0])
+            self._elsewhere([c for c in fresh if c.key not in held], answers)
+            fresh, over_budget = self._within_budget([c for c in fresh if c.key in held])
             for call in over_budget:
                 answers[call.key] = Answer(None, None, f"budget exhausted: max_cost_usd={self.budget_usd}; not sent")
-            for start in range(0, len(fresh), self.settings.max_requests):
-                chunk = fresh[start:start + self.settings.max_requests]
-                lines = [(c.key, p.request_body(c.prompt)) for c in chunk]
-                batch_id = await self.api.submit(lines, self.settings.completion_window)
-                self.cache.add_batch(batch_id, p.kind, p.endpoint, p.model, self.outcome, [c.key for c in chunk])
-                self.stats.requests += 1
-                log.info("submitted batch %s with %d requests", batch_id, len(chunk))
-                batch_ids.append(batch_id)
+            try:
+                for start in range(0, len(fresh), self.settings.max_requests):
+                    chunk = fresh[start:start + self.settings.max_requests]
+                    lines = [(c.key, p.request_body(c.prompt)) for c in chunk]
+                    batch_id = await self.api.submit(lines, self.settings.completion_window)
+                    self.cache.add_batch(batch_id, p.kind, p.endpoint, p.model, self.outcome,
+                                         [c.key for c in chunk])
+                    self.stats.requests += 1
+                    log.info("submitted batch %s with %d requests", batch_id, len(chunk))
+                    batch_ids.append(batch_id)
+            finally:
+                self.cache.release(owner)
             deadline = None if self.settings.max_wait_s is None else time.monotonic() + self.settings.max_wait_s
             for batch_id in batch_ids:
                 status = await self._wait(batch_id, deadline)
@@ -95,6 +105,18 @@ class BatchRunner:
                 answers[key] = Answer(None, None, "batch not finished or entry missing; rerun to collect")
                 self.stats.failed += 1
         return answers
+
+    def _elsewhere(self, calls: list[Call], answers: dict[str, Answer]) -> None:
+        """Calls another process claimed: answered by now (from the cache), or being submitted there
+        (a rerun collects them from the batch it records)."""
+        found = self.cache.get_many([c.key for c in calls])
+        for call in calls:
+            if call.key in found:
+                answers[call.key] = Answer.from_cache(found[call.key])
+                self.stats.waited += 1
+            else:
+                answers[call.key] = Answer(None, None, "another process is submitting this prompt in a batch; "
+                                                       "rerun to collect its answer")
 
     def _within_budget(self, calls: list[Call]) -> tuple[list[Call], list[Call]]:
         if self.budget_usd is None:

@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tqdm.auto import tqdm
 
-from popfair.errors import require, settings_from_config
+from popfair.constraints import Boolean, Interval, settings_from_config
 from popfair.screen.cache import CachedAnswer, ResponseCache
 from popfair.screen.claims import CacheThread, ClaimBroker
 from popfair.screen.parse import parse_answer
@@ -28,6 +28,10 @@ from popfair.types import Outcome
 
 log = logging.getLogger("popfair.screen")
 T = TypeVar("T")
+
+
+POSITIVE = Interval(float, 0, None, closed="neither")
+NON_NEGATIVE = Interval(float, 0, None)
 
 
 @dataclass(frozen=True)
@@ -48,22 +52,19 @@ class EngineSettings:
     claim_lease_s: float = 60.0               # a claimed call is ours this long unless renewed (heartbeat)
     claim_poll_s: float = 0.5                 # how often a call another worker holds is looked up
 
+    parameter_constraints: ClassVar[dict[str, Any]] = {
+        "concurrency": Interval(int, 1, None),
+        "requests_per_minute": [None, POSITIVE], "tokens_per_minute": [None, POSITIVE],
+        "timeout_s": POSITIVE, "max_attempts": Interval(int, 1, None),
+        "backoff_initial_s": NON_NEGATIVE, "backoff_max_s": NON_NEGATIVE, "backoff_jitter_s": NON_NEGATIVE,
+        "retry_after_max_s": NON_NEGATIVE, "adaptive": Boolean(), "progress": Boolean(),
+        "claim_lease_s": POSITIVE, "claim_poll_s": POSITIVE,
+    }
+
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> EngineSettings:
-        settings = settings_from_config(cls, config, "screener.engine")
-        require(isinstance(settings.concurrency, int) and settings.concurrency >= 1,
-                "screener.engine.concurrency", f"must be an integer >= 1, got {settings.concurrency!r}")
-        for key in ("requests_per_minute", "tokens_per_minute"):
-            value = getattr(settings, key)
-            require(value is None or value > 0, f"screener.engine.{key}", f"must be > 0 or null, got {value!r}")
-        require(settings.timeout_s > 0, "screener.engine.timeout_s", f"must be > 0, got {settings.timeout_s!r}")
-        require(isinstance(settings.max_attempts, int) and settings.max_attempts >= 1,
-                "screener.engine.max_attempts", f"must be an integer >= 1, got {settings.max_attempts!r}")
-        for key in ("backoff_initial_s", "backoff_max_s", "backoff_jitter_s", "retry_after_max_s"):
-            require(getattr(settings, key) >= 0, f"screener.engine.{key}", "must be >= 0")
-        for key in ("claim_lease_s", "claim_poll_s"):
-            require(getattr(settings, key) > 0, f"screener.engine.{key}", f"must be > 0, got {getattr(settings, key)!r}")
-        return settings
+        """The settings under the screener's `engine` key (errors name `engine.<key>`)."""
+        return settings_from_config(cls, config, "engine")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from popfair.errors import DataError, require
+from popfair.constraints import Constraint, Interval, ParameterError, validate
+from popfair.errors import DataError
 from popfair.population.protected import LEVELS
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
@@ -37,6 +38,40 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
+class Coefficients(Constraint):
+    """null or {column: {level: coef} | slope | null}; errors name the column and level."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        try:
+            self.check("coefficients", value)
+        except ParameterError:
+            return False
+        return True
+
+    def check(self, name: str, value: Any) -> None:
+        if value is None:
+            return
+        if not isinstance(value, Mapping):
+            raise ParameterError(name, f"must map profile columns to {{level: coef}} or a slope, got {value!r}")
+        for column, spec in value.items():
+            key = f"{name}.{column}"
+            if spec is None:  # `screener.coefficients.<column>=null` switches that effect off
+                continue
+            if not isinstance(spec, Mapping):
+                if not _is_number(spec):
+                    raise ParameterError(key, f"must be a numeric slope or a {{level: coef}} mapping, got {spec!r}")
+                continue
+            if not spec:
+                raise ParameterError(key, "an empty {level: coef} mapping has no effect; remove it")
+            for level, coef in spec.items():
+                if not _is_number(coef):
+                    raise ParameterError(f"{key}.{level}", f"must be a finite number, got {coef!r}")
+            if column in LEVELS:  # gender and race levels are known before any profile is seen
+                unknown = sorted({str(level) for level in spec} - set(LEVELS[column]))
+                if unknown:
+                    raise ParameterError(key, f"unknown level(s) {unknown}; {column} takes {list(LEVELS[column])}")
+
+
 class SimulatedScreener:
     """A screener whose discrimination is whatever its coefficients say (see module docstring).
 
@@ -44,18 +79,17 @@ class SimulatedScreener:
     or {column: slope} for a numeric one; null switches a column's effect off. Columns are checked against each document's profile at
     screen time; levels of gender and race are checked against their known values at build time."""
 
+    parameter_constraints = {"intercept": Interval(float, None, None), "coefficients": Coefficients(),
+                             "noise_sd": Interval(float, 0, None), "callback_threshold": Interval(float, None, None),
+                             "callback_scale": Interval(float, 0, None, closed="neither"),
+                             "seed": Interval(int, None, None)}
+
     def __init__(self, name: str = "simulated", intercept: float = 50.0,
                  coefficients: Mapping[str, Any] | None = None, noise_sd: float = 10.0,
                  callback_threshold: float = 50.0, callback_scale: float = 5.0, seed: int = 0) -> None:
-        require(_is_number(intercept), "screener.intercept", f"must be a finite number, got {intercept!r}")
-        require(_is_number(noise_sd) and noise_sd >= 0, "screener.noise_sd",
-                f"must be a number >= 0, got {noise_sd!r}")
-        require(_is_number(callback_threshold), "screener.callback_threshold",
-                f"must be a finite number, got {callback_threshold!r}")
-        require(_is_number(callback_scale) and callback_scale > 0, "screener.callback_scale",
-                f"must be a number > 0, got {callback_scale!r}")
-        require(isinstance(seed, int) and not isinstance(seed, bool), "screener.seed",
-                f"must be an integer, got {seed!r}")
+        validate(self.parameter_constraints, {
+            "intercept": intercept, "coefficients": coefficients, "noise_sd": noise_sd,
+            "callback_threshold": callback_threshold, "callback_scale": callback_scale, "seed": seed})
         self.name = name
         self.intercept = float(intercept)
         self.noise_sd = float(noise_sd)
@@ -157,27 +191,9 @@ def profile_table(documents: Sequence[Document], columns: Sequence[str], screene
 
 
 def _split_coefficients(coefficients: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Validate `screener.coefficients` into categorical {column: {level: coef}} and numeric
-    {column: slope} parts."""
-    require(isinstance(coefficients, Mapping), "screener.coefficients",
-            f"must map profile columns to {{level: coef}} or a slope, got {coefficients!r}")
-    categorical: dict[str, dict[str, float]] = {}
-    numeric: dict[str, float] = {}
-    for column, spec in coefficients.items():
-        key = f"screener.coefficients.{column}"
-        if spec is None:  # `screener.coefficients.<column>=null` switches that effect off
-            continue
-        if isinstance(spec, Mapping):
-            require(len(spec) > 0, key, "an empty {level: coef} mapping has no effect; remove it")
-            for level, coef in spec.items():
-                require(_is_number(coef), f"{key}.{level}", f"must be a finite number, got {coef!r}")
-            levels = {str(level): float(coef) for level, coef in spec.items()}
-            if column in LEVELS:
-                unknown = sorted(set(levels) - set(LEVELS[column]))
-                require(not unknown, key, f"unknown level(s) {unknown}; {column} takes {list(LEVELS[column])}")
-            categorical[str(column)] = levels
-        else:
-            require(_is_number(spec), key,
-                    f"must be a numeric slope or a {{level: coef}} mapping, got {spec!r}")
-            numeric[str(column)] = float(spec)
+    """Checked coefficients as categorical {column: {level: coef}} and numeric {column: slope} parts."""
+    categorical = {str(c): {str(level): float(coef) for level, coef in spec.items()}
+                   for c, spec in coefficients.items() if isinstance(spec, Mapping)}
+    numeric = {str(c): float(spec) for c, spec in coefficients.items()
+               if spec is not None and not isinstance(spec, Mapping)}
     return categorical, numeric
