@@ -62,8 +62,8 @@ def _weighted_mean(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def experience_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
     """Generated exp_year cell means vs PSID 1999 (sex x age group x PSID edu) and vs PDII 2008
     (sex x age group x seven levels), with n-weighted mean absolute error and correlation."""
-    frame = table.assign(sex=table["gender"], age_group=age_group(table["age"]),
-                         edu=table["edu_level"].map(EDU_TO_PSID))
+    frame = table[["gender", "age", "edu_level", "exp_year", "weight"]].assign(   # only what is used: no copy
+        sex=table["gender"], age_group=age_group(table["age"]), edu=table["edu_level"].map(EDU_TO_PSID))
     cells, _ = psid_cells()
     psid = cells[cells["year"] == 1999].set_index(["sex", "age_group", "edu"])[["n", "mean"]]
     psid = psid.rename(columns={"n": "psid_n", "mean": "psid_mean"})
@@ -106,8 +106,9 @@ def nlsy_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The applicants' columns in NLSY97 coding (race group, education) next to sex and age band."""
     if "race_nlsy" in table:
         return table
-    return table.assign(sex=table["gender"], age_group=age_group(table["age"]),
-                        race_nlsy=table["race"].map(RACE_TO_NLSY), educ=table["edu_level"].map(EDU_TO_NLSY))
+    slim = table[["gender", "race", "age", "edu_level", "exp_year", "weight"]]   # only what is used: no copy
+    return slim.assign(sex=table["gender"], age_group=age_group(table["age"]),
+                       race_nlsy=table["race"].map(RACE_TO_NLSY), educ=table["edu_level"].map(EDU_TO_NLSY))
 
 
 def nlsy_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:

@@ -33,6 +33,8 @@ def register_provider(kind: str) -> Callable[[P], P]:
 class BatchApi(Protocol):
     """A provider's asynchronous batch endpoint (submit -> poll -> collect), about half the list price."""
 
+    def __init__(self, provider: Provider) -> None: ...
+
     async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
         """Submit (cache key, request body) lines; the batch id."""
         ...
@@ -121,7 +123,7 @@ class Provider(ABC):
 
     kind: str
     # The batch endpoint this provider offers (a capability; None: online requests only).
-    batch_api: ClassVar[Callable[[Provider], BatchApi] | None] = None
+    batch_api: ClassVar[type[BatchApi] | None] = None
 
     def __init__(self, model: str, generation: Generation, reasoning: bool = False,
                  api_key: str | None = None, base_url: str | None = None, region: str | None = None,
