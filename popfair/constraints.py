@@ -147,6 +147,7 @@ class Component(Constraint):
 
 
 Rule = Constraint | None | list[Constraint | None]
+Rules = Mapping[str, Rule]  # parameter -> rule, as a component declares them
 
 
 def describe(rule: Rule) -> str:
@@ -159,7 +160,7 @@ def satisfied(rule: Rule, value: Any) -> bool:
     return any(value is None if r is None else r.is_satisfied_by(value) for r in rules)
 
 
-def validate(constraints: Mapping[str, Rule], params: Mapping[str, Any]) -> None:
+def validate(constraints: Rules, params: Mapping[str, Any]) -> None:
     """ParameterError naming the first parameter of `params` that breaks its constraint (parameters
     without a constraint are not checked)."""
     for name, value in params.items():

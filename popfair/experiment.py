@@ -79,7 +79,8 @@ def check_node(node: DictConfig, path: str) -> None:
     except Exception:  # noqa: BLE001 - an unknown target or a broken interpolation: instantiate says why
         return
     constraints = getattr(target, "parameter_constraints", {})
-    for key in values:  # type: ignore[union-attr]
+    assert isinstance(values, dict)
+    for key in map(str, values):
         if OmegaConf.is_missing(node, key):  # `???`: instantiate names it as required
             continue
         value = node[key]
@@ -87,7 +88,7 @@ def check_node(node: DictConfig, path: str) -> None:
             check_node(value, f"{path}.{key}")
         else:
             try:
-                validate(constraints, {key: values[key]})  # type: ignore[index]
+                validate(constraints, {key: values[key]})
             except ParameterError as exc:
                 raise exc.at(path) from None
 

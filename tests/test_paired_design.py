@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 from scipy import stats
 
 from popfair.errors import ConfigError, DataError
+from popfair.experiment import build
 from popfair.population.occupation import Occupation
 from popfair.population.paired import NAME_FIELDS, PairedAuditPopulation, load_name_pools
 from popfair.population.postings import ENTRY_LEVEL_TITLES, EntryLevelPostings
@@ -164,10 +165,12 @@ def test_postings_csv_missing_columns_is_a_clear_error(tmp_path):
 
 
 def test_bad_population_config_and_mismatched_groups():
-    with pytest.raises(ConfigError, match="population.axis"):
+    with pytest.raises(ConfigError, match="^axis: "):
         PairedAuditPopulation(axis="age")
-    with pytest.raises(ConfigError, match="population.name_lists"):
+    with pytest.raises(ConfigError, match="^name_lists: "):
         PairedAuditPopulation(name_lists=["census"])
+    with pytest.raises(ConfigError, match="^population.axis: "):  # the builder names the config path
+        build(compose_config(["population=paired", "population.axis=age"]).population, "population")
     population = PairedAuditPopulation(axis="race")
     with pytest.raises(ConfigError, match="set protected_attr=race"):
         population.sample(EntryLevelPostings(n_postings=5), GENDER, 0)

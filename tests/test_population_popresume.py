@@ -129,6 +129,7 @@ def test_experience_is_bounded_rises_with_age_and_tracks_nlsy97_and_psid(nurses)
     # Within an age band applicants are older than NLSY97 respondents (its 40-44 band stops at 42), so
     # generated band means sit a little above the NLSY97 band means.
     assert nlsy["nlsy97_mae_years"] < 1.0 and nlsy["nlsy97_corr"] > 0.95
+    assert nlsy["nlsy97_age_mae_years"] < 0.3 and nlsy["nlsy97_age_share"] > 0.85   # same ages: close
     assert fit["psid_mae_years"] < 1.2 and fit["psid_corr"] > 0.95  # other surveys, other years: checks
     assert fit["pdii_corr"] > 0.85
 

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from popfair.constraints import Constraint, Interval, ListOf, ParameterError, Text, validate
+from popfair.constraints import Constraint, Interval, ListOf, ParameterError, Rules, Text, validate
 from popfair.constraints import Path as PathRule
 from popfair.errors import EstimationError
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
@@ -157,8 +157,9 @@ class PseSettings:
         return cls(**{**values, "grid": TuningGrid.build(values.get("grid"))})
 
 
-PSE_CONSTRAINTS = {
-    "folds": Interval(int, 2, None), "n_splits": [None, Interval(int, 1, 50)], "n_bootstrap": N_BOOTSTRAP, "seed": SEED, "alpha": ALPHA,
+PSE_CONSTRAINTS: Rules = {
+    "folds": Interval(int, 2, None), "n_splits": [None, Interval(int, 1, 50)], "n_bootstrap": N_BOOTSTRAP,
+    "seed": SEED, "alpha": ALPHA,
     "clip": Interval(float, 0, 0.1, closed="neither"), "grid": GridRule(),
     "validation_fraction": Interval(float, 0.05, 0.5), "max_categories": Interval(int, 2, None),
     "max_bin": Interval(int, 2, 1024), "n_jobs": [None, Interval(int, 1, None)], "cluster": [None, Text()],

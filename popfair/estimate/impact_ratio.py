@@ -24,12 +24,13 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 from scipy import sparse, stats
 
-from popfair.constraints import Boolean, Interval, ListOf, Options, Text, validate
+from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
 from popfair.errors import DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_counts, bootstrap_se, percentile_ci
@@ -68,7 +69,7 @@ class ImpactRatioSettings:
         validate(IMPACT_RATIO_CONSTRAINTS, asdict(self))
 
 
-IMPACT_RATIO_CONSTRAINTS = {
+IMPACT_RATIO_CONSTRAINTS: Rules = {
     "outcome": Options(OUTCOMES),
     "top_share": [None, Interval(float, 0, 1, closed="neither")],
     "min_score": [None, Interval(float, None, None)],
@@ -546,8 +547,8 @@ class ImpactRatio:
 
     name = "impact_ratio"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
-    parameter_constraints = {**IMPACT_RATIO_CONSTRAINTS, "sex_column": Text(), "race_column": Text(),
-                             "race_scheme": Options(RACE_SCHEMES)}
+    parameter_constraints: ClassVar[Rules] = {**IMPACT_RATIO_CONSTRAINTS, "sex_column": Text(), "race_column": Text(),
+                                              "race_scheme": Options(RACE_SCHEMES)}
 
     def __init__(self, outcome: str = "auto", top_share: float | None = 0.2, min_score: float | None = None,
                  min_category_share: float = 0.02, exclude_small: bool = True, flag_below: float = 0.8,

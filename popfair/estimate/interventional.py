@@ -25,12 +25,12 @@ ignore the finite-population correction) are slightly conservative for it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Interval, Options, validate
+from popfair.constraints import Interval, Options, Rules, validate
 from popfair.errors import EstimationError
 from popfair.estimate.base import contrast_rows
 from popfair.estimate.inference import ALPHA, CI_METHODS, N_BOOTSTRAP, SEED, mean_inference
@@ -51,7 +51,7 @@ class Interventional:
     applicants). n_bootstrap: resamples for ci="bootstrap". alpha: 1 - CI level."""
 
     name = "interventional"
-    parameter_constraints = {"n": [None, Interval(int, 2, MAX_N)], "ci": Options(CI_METHODS),
+    parameter_constraints: ClassVar[Rules] = {"n": [None, Interval(int, 2, MAX_N)], "ci": Options(CI_METHODS),
                              "n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "seed": SEED}
 
     def __init__(self, n: int | None = 2000, ci: str = "t", n_bootstrap: int = 2000, alpha: float = 0.05,

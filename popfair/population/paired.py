@@ -19,12 +19,13 @@ data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M publ
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-from popfair.errors import ConfigError, require
+from popfair.constraints import Interval, ListOf, Options, Rules, validate
+from popfair.errors import ConfigError
 from popfair.population.postings import EntryLevelPostings, audit_data_path
 from popfair.population.profile_bank import PROFILE_FIELDS, build_profiles, pick_by_group
 from popfair.population.protected import ProtectedAttribute
@@ -50,15 +51,16 @@ def load_name_pools(lists: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[s
 class PairedAuditPopulation:
     """Identical-profile pairs for the paired callback audit on one axis (race or gender)."""
 
+    parameter_constraints: ClassVar[Rules] = {
+        "axis": Options(sorted(AXES)), "pairs_per_posting": Interval(int, 1, None),
+        "name_lists": ListOf(Options(sorted(NAME_LISTS)), f"names of lists ({', '.join(sorted(NAME_LISTS))})",
+                             non_empty=True)}
+
     def __init__(self, axis: str = "race", pairs_per_posting: int = 4,
                  name_lists: Sequence[str] = ("bertrand_mullainathan_2004", "kline_rose_walters_2022")) -> None:
-        require(axis in AXES, "population.axis", f"{axis!r} is not an axis; choose one of {sorted(AXES)}")
-        require(isinstance(pairs_per_posting, int) and pairs_per_posting >= 1, "population.pairs_per_posting",
-                f"must be a positive integer, got {pairs_per_posting!r}")
+        validate(self.parameter_constraints, {"axis": axis, "pairs_per_posting": pairs_per_posting,
+                                              "name_lists": name_lists})
         name_lists = list(name_lists)
-        unknown = [n for n in name_lists if n not in NAME_LISTS]
-        require(bool(name_lists) and not unknown, "population.name_lists",
-                f"unknown lists {unknown or '(empty)'}; choose from {sorted(NAME_LISTS)}")
         self.axis, self.pairs_per_posting, self.name_lists = axis, pairs_per_posting, name_lists
         self.first_pools, self.last_pools = load_name_pools(name_lists)
 

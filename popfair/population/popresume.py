@@ -37,12 +37,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Boolean, Interval, Options, validate
+from popfair.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.constraints import Path as FilePath
 from popfair.data import data_file
 from popfair.errors import ConfigError, DataError, require
@@ -178,7 +178,7 @@ class PopResumePopulation:
     """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP, with experience
     and names drawn from the SCM in the module docstring."""
 
-    parameter_constraints = {
+    parameter_constraints: ClassVar[Rules] = {
         "n": [None, Interval(int, 1, MAX_N)],  # null: every record
         "pums_path": [None, FilePath()], "below_hs": Options(BELOW_HS_POLICIES), "diagnostics": Boolean(),
         "ca_tx": Options(transport.CA_TX_POLICIES), "transport_donors": Options(transport.DONOR_POLICIES),

@@ -1,9 +1,6 @@
 """Render stage interface: turn one applicant profile into the document a screener sees."""
 from __future__ import annotations
 
-import gc
-import multiprocessing as mp
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -12,6 +9,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from popfair.parallel import forked_spans
 from popfair.types import Document, Job
 
 N_SAMPLE_DOCUMENTS = 3  # sample resumes logged with every run
@@ -53,46 +51,23 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
 def _render_records(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool,
                     processes: int | None) -> list[Document]:
     chunk = getattr(renderer, "rows_per_process", None)
-    if processes is None:
-        processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:
-        if chunk is None or processes < 2 or len(rows) < 2 * chunk or "fork" not in mp.get_all_start_methods():
+        if chunk is None:
             documents = []
             for row in rows:
                 documents.append(renderer.render(row, jobs[row["job_id"]]))
                 bar.update()
             return documents
-        return _render_forked(renderer, rows, jobs, processes, chunk, bar)
 
+        def render_span(start: int, stop: int) -> list[Document]:
+            # the profile rows are not sent back from a worker: this process holds the same rows
+            return [replace(renderer.render(row, jobs[row["job_id"]]), profile=None) for row in rows[start:stop]]
 
-# What forked render workers read (set just before the fork, so nothing is pickled to them).
-_FORKED: tuple[Renderer, list[dict[str, Any]], Mapping[str, Job]] | None = None
-
-
-def _render_rows(span: tuple[int, int]) -> list[Document]:
-    renderer, rows, jobs = _FORKED  # type: ignore[misc]
-    # the profile row is not sent back: the parent holds the same row
-    return [replace(renderer.render(row, jobs[row["job_id"]]), profile=None) for row in rows[span[0]:span[1]]]
-
-
-def _render_forked(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], processes: int,
-                   chunk: int, bar: tqdm) -> list[Document]:
-    global _FORKED
-    step = max(1, min(chunk, -(-len(rows) // (4 * processes))))  # a few spans per worker: even finish
-    spans = [(start, min(start + step, len(rows))) for start in range(0, len(rows), step)]
-    _FORKED = (renderer, rows, jobs)
-    gc.freeze()  # the workers' garbage collector then leaves inherited objects (and their pages) alone
-    try:
-        with mp.get_context("fork").Pool(min(processes, len(spans))) as pool:
-            gc.unfreeze()
-            documents = []
-            for (start, _), done in zip(spans, pool.imap(_render_rows, spans)):
-                documents += [replace(doc, profile=row) for doc, row in zip(done, rows[start:])]
-                bar.update(len(done))
-    finally:
-        gc.unfreeze()
-        _FORKED = None
-    return documents
+        documents = []
+        for start, done in forked_spans(render_span, len(rows), chunk, processes):
+            documents += [replace(doc, profile=row) for doc, row in zip(done, rows[start:])]
+            bar.update(len(done))
+        return documents
 
 
 def profile_records(table: pd.DataFrame) -> list[dict[str, Any]]:

@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-log", action="store_true",
                         help="do not log the report to the sweep's parent run")
     args = parser.parse_args(argv)
-    if not 0 < args.alpha < 0.5:
-        parser.error(f"--alpha must be in (0, 0.5), got {args.alpha}")
+    from popfair.estimate.inference import ALPHA
+
+    if not ALPHA.is_satisfied_by(args.alpha):
+        parser.error(f"--alpha must be {ALPHA}, got {args.alpha}")
 
     from popfair.report.sweep import write_report
 

@@ -176,9 +176,10 @@ class LLMScreener:
     # --- Screener protocol ----------------------------------------------------------------------
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Calls, tokens and dollars still to pay: distinct prompts not in the cache. Calls nothing."""
-        keys, prompts = self._prompts(jobs, documents, outcome)
-        todo = self._todo(keys, prompts, self.cache.get_many(prompts))
-        input_tokens = sum(c.input_tokens_estimate for c in todo)
+        _, prompts = self._prompts(jobs, documents, outcome)
+        cached, kind = self.cache.get_many(prompts), self.provider.kind
+        todo = [prompt for key, prompt in prompts.items() if key not in cached]
+        input_tokens = sum(estimate_input_tokens(p.system, p.user, p.image_png, kind) for p in todo)
         output_tokens = self.expected_output_tokens * len(todo)
         return CallPlan(calls=len(todo), input_tokens=input_tokens, output_tokens=output_tokens,
                         cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"))

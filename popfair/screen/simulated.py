@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from collections.abc import Mapping, Sequence
-from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -34,8 +32,8 @@ log = logging.getLogger("popfair")
 SCORE_RANGE = (0.0, 100.0)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
+NUMBER = Interval(float, None, None)  # a finite number
+
 
 
 class Coefficients(Constraint):
@@ -58,13 +56,13 @@ class Coefficients(Constraint):
             if spec is None:  # `screener.coefficients.<column>=null` switches that effect off
                 continue
             if not isinstance(spec, Mapping):
-                if not _is_number(spec):
+                if not NUMBER.is_satisfied_by(spec):
                     raise ParameterError(key, f"must be a numeric slope or a {{level: coef}} mapping, got {spec!r}")
                 continue
             if not spec:
                 raise ParameterError(key, "an empty {level: coef} mapping has no effect; remove it")
             for level, coef in spec.items():
-                if not _is_number(coef):
+                if not NUMBER.is_satisfied_by(coef):
                     raise ParameterError(f"{key}.{level}", f"must be a finite number, got {coef!r}")
             if column in LEVELS:  # gender and race levels are known before any profile is seen
                 unknown = sorted({str(level) for level in spec} - set(LEVELS[column]))
@@ -79,8 +77,8 @@ class SimulatedScreener:
     or {column: slope} for a numeric one; null switches a column's effect off. Columns are checked against each document's profile at
     screen time; levels of gender and race are checked against their known values at build time."""
 
-    parameter_constraints = {"intercept": Interval(float, None, None), "coefficients": Coefficients(),
-                             "noise_sd": Interval(float, 0, None), "callback_threshold": Interval(float, None, None),
+    parameter_constraints = {"intercept": NUMBER, "coefficients": Coefficients(),
+                             "noise_sd": Interval(float, 0, None), "callback_threshold": NUMBER,
                              "callback_scale": Interval(float, 0, None, closed="neither"),
                              "seed": Interval(int, None, None)}
 

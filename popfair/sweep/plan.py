@@ -22,8 +22,10 @@ from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
 from popfair.types import WORLD, CallPlan, Document, Profiles
 
-_DOCUMENTS: dict[str, tuple[Profiles, list[Document]]] = {}  # planning memo: config -> documents
-_PLANNED: dict[str, set[str]] = {}  # screener config -> keys of documents already planned
+_SAMPLES: dict[str, Profiles] = {}  # planning memo: population config -> profiles
+# planning memo: (renderer, profile rows) -> documents and each document's prompt identity
+_DOCUMENTS: dict[str, tuple[list[Document], list[tuple[str, str]]]] = {}
+_PLANNED: dict[str, set[tuple[str, str]]] = {}  # screener config -> documents already planned (job text, document)
 
 
 @dataclass
@@ -71,24 +73,42 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
 def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
     """Profiles and the documents to plan, the factual ones then those of the counterfactual worlds
     the estimator declares; for image renderers the text layout of each resume (flag True).
-    Memoised per process, so cases sharing a population and design render it once."""
+    Memoised per process: cases sharing a population and design sample it once, and cases whose
+    profile rows and renderer settings agree render them once (the text and image formats of an
+    occupation share the text layout, and the gender and race cases the same applicants)."""
+    profiles, documents, _, image = _planning_documents(experiment)
+    return profiles, documents, image
+
+
+def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], list[tuple[str, str]], bool]:
     # screeners priced per call, not per token (http, file), plan the real pages: their cache keys
     # and file placeholders need the PNG itself
     image = (str(experiment.renderer.kind).startswith("image")
              and not getattr(experiment.screener, "plans_real_documents", False))
     config = experiment.config
-    key = _key({"population": config.get("population"), "occupation": config.get("occupation"),
-                "protected_attr": config.get("protected_attr"), "seed": experiment.seed,
-                "renderer": "image-from-text" if image else config.get("renderer"),
-                "design": repr(experiment.estimator.design)})
-    if key not in _DOCUMENTS:
-        profiles = experiment.sample()
-        documents = render_all(text_layout_renderer(config.get("renderer") or {}) if image
-                               else experiment.renderer, profiles.rows().drop(columns=WORLD), profiles.jobs,
-                               progress=False)
-        _DOCUMENTS[key] = (profiles, documents)
-    profiles, documents = _DOCUMENTS[key]
-    return profiles, documents, image
+    sample_key = _key({"population": config.get("population"), "occupation": config.get("occupation"),
+                       "protected_attr": config.get("protected_attr"), "seed": experiment.seed,
+                       "design": repr(experiment.estimator.design)})
+    if sample_key not in _SAMPLES:
+        _SAMPLES[sample_key] = experiment.sample()
+    profiles = _SAMPLES[sample_key]
+    rows = profiles.rows().drop(columns=WORLD)
+    if image or type(experiment.renderer) is TextRenderer:  # the text layout: text and image formats agree
+        renderer: Any = text_layout_renderer(config.get("renderer") or {})
+        identity: Any = {"text_layout": {k: v for k, v in (config.get("renderer") or {}).items()
+                                         if k in inspect.signature(TextRenderer).parameters}}
+    else:
+        renderer, identity = experiment.renderer, config.get("renderer")
+    rows_digest = hashlib.sha256(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
+    rows_digest.update(repr(list(rows.columns)).encode())
+    document_key = _key({"renderer": identity, "rows": rows_digest.hexdigest()})
+    if document_key not in _DOCUMENTS:
+        documents = render_all(renderer, rows, profiles.jobs, progress=False)
+        # what makes two documents the same prompt for one screener: the job text and the document
+        identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
+        _DOCUMENTS[document_key] = (documents, identities)
+    documents, identities = _DOCUMENTS[document_key]
+    return profiles, documents, identities, image
 
 
 def image_call_delta(experiment: Experiment, profiles: Profiles, text_document: Document) -> CallPlan:
@@ -111,16 +131,15 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
 
 def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
-    profiles, documents, image = planning_documents(experiment)
+    profiles, documents, identities, image = _planning_documents(experiment)
     screener = experiment.screener
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
     # the image page of the same resume, so those two never share answers)
     seen = _PLANNED.setdefault(_key([experiment.config.get("screener"), experiment.renderer.kind]), set())
-    doc_keys = [_key([profiles.jobs[d.job_id].description, d.text]) for d in documents]
-    fresh = [d for d, k in zip(documents, doc_keys) if k not in seen]
+    fresh = [d for d, identity in zip(documents, identities) if identity not in seen]
     new = total if len(fresh) == len(documents) else screener.plan(profiles.jobs, fresh, profiles.outcome)
-    seen.update(doc_keys)
+    seen.update(identities)
     if image and documents:
         delta = image_call_delta(experiment, profiles, documents[0])
         total, new = _with_delta(total, delta), _with_delta(new, delta)

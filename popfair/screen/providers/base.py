@@ -33,6 +33,8 @@ def register_provider(kind: str) -> Callable[[P], P]:
 class BatchApi(Protocol):
     """A provider's asynchronous batch endpoint (submit -> poll -> collect), about half the list price."""
 
+    def __init__(self, provider: Provider) -> None: ...
+
     async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
         """Submit (cache key, request body) lines; the batch id."""
         ...
@@ -121,7 +123,7 @@ class Provider(ABC):
 
     kind: str
     # The batch endpoint this provider offers (a capability; None: online requests only).
-    batch_api: ClassVar[Callable[[Provider], BatchApi] | None] = None
+    batch_api: ClassVar[type[BatchApi] | None] = None
 
     def __init__(self, model: str, generation: Generation, reasoning: bool = False,
                  api_key: str | None = None, base_url: str | None = None, region: str | None = None,
@@ -129,7 +131,7 @@ class Provider(ABC):
         self.model, self.generation, self.reasoning = model, generation, reasoning
         self.api_key, self.base_url, self.region = api_key, base_url, region
         self.timeout_s, self.concurrency = timeout_s, concurrency
-        self._key_templates: dict[bool, bytes] = {}
+        self._key_prefixes: dict[tuple[bool, str], Any] = {}  # (image?, system text) -> sha256 state
         self._client: Any = None  # the SDK client, opened by start()
 
     @property
@@ -153,21 +155,29 @@ class Provider(ABC):
         """sha256 over the request body template (provider, endpoint, model, every generation
         parameter, message structure; serialised once per provider) followed by the length-prefixed
         system text, user text and image bytes. Same identity as hashing the full body, without
-        re-serialising long prompts: a cached rerun of 60,000 rows computes 60,000 keys."""
+        re-serialising long prompts: a cached rerun of 60,000 rows computes 60,000 keys. The hash
+        state after the template and the system text (the same for every document) is kept and
+        copied, so each key hashes only the user text (and image)."""
         has_image = prompt.image_png is not None
-        template = self._key_templates.get(has_image)
-        if template is None:
+        prefix = self._key_prefixes.get((has_image, prompt.system))
+        if prefix is None:
             body = self.body(ChatPrompt(system="<system>", user="<user>"), "<image>" if has_image else None)
             template = json.dumps({"provider": self.kind, "endpoint": self.endpoint, "body": body},
                                   sort_keys=True, separators=(",", ":"), default=str).encode()
-            self._key_templates[has_image] = template
-        digest = hashlib.sha256(template)
-        parts: tuple[bytes, ...] = (prompt.system.encode(), prompt.user.encode())
+            system = prompt.system.encode()
+            prefix = hashlib.sha256(template)
+            prefix.update(len(system).to_bytes(8, "big"))
+            prefix.update(system)
+            if len(self._key_prefixes) > 64:  # a few prompt sets per provider; never grows without bound
+                self._key_prefixes.clear()
+            self._key_prefixes[(has_image, prompt.system)] = prefix
+        digest = prefix.copy()
+        user = prompt.user.encode()
+        digest.update(len(user).to_bytes(8, "big"))
+        digest.update(user)
         if prompt.image_png is not None:  # = has_image
-            parts += (prompt.image_png,)
-        for part in parts:
-            digest.update(len(part).to_bytes(8, "big"))
-            digest.update(part)
+            digest.update(len(prompt.image_png).to_bytes(8, "big"))
+            digest.update(prompt.image_png)
         return digest.hexdigest()
 
     async def start(self) -> None:  # noqa: B027 - an optional hook: most providers open nothing

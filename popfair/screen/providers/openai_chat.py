@@ -3,10 +3,11 @@ Google's OpenAI-compatible Gemini endpoint, xAI, local vLLM or Ollama servers)."
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from popfair.screen.prompts import ChatPrompt
 from popfair.screen.providers.base import (
+    BatchApi,
     Completion,
     PermanentError,
     Provider,
@@ -102,7 +103,7 @@ class OpenAIChat(Provider):
     """POST {base_url}/chat/completions through the official `openai` SDK (its own retries off);
     the Batch API for batch mode."""
 
-    batch_api = OpenAIBatches
+    batch_api: ClassVar[type[BatchApi] | None] = OpenAIBatches
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
