@@ -57,8 +57,8 @@ def test_missing_pums_file_is_a_clear_error(tmp_path):
 
 
 def test_multirun_makes_one_mlflow_run_per_case(tmp_path):
-    out = popfair("-m", "occupation=nurse,teacher", "population.n=300", "estimator.n_bootstrap=200",
-                  cwd=tmp_path)
+    out = popfair("-m", "occupation=nurse,teacher", "population.n=300", "estimator=outcome_gap",
+                  "estimator.n_bootstrap=200", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     runs = mlflow.search_runs(experiment_names=["popfair"])

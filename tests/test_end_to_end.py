@@ -63,8 +63,9 @@ def test_same_seed_gives_identical_results(small_run, tmp_path):
 def test_different_seed_gives_different_applicants(small_run, tmp_path):
     _, first, _ = small_run
     cfg = compose_config(["population.n=400", "estimator.n_bootstrap=200", "seed=1"], tmp_path=tmp_path)
-    other = Experiment.from_config(cfg).run()
-    assert not first.scored["first_name"].equals(other.scored["first_name"])
+    other = Experiment.from_config(cfg).sample()  # the population stage alone: applicants are drawn there
+    assert len(other.table) == len(first.scored) == 400
+    assert not first.scored["first_name"].reset_index(drop=True).equals(other.table["first_name"].reset_index(drop=True))
 
 
 def test_tfidf_scores_a_document_the_same_in_any_later_batch():

@@ -294,3 +294,25 @@ def test_every_case_logs_the_impact_ratio_table(tmp_path):
     assert Experiment.from_config(compose_config(["outcome_audit=null"], tmp_path=tmp_path)).outcome_audit is None
     with pytest.raises(ConfigError, match="outcome_audit.flag_below"):
         Experiment.from_config(compose_config(["outcome_audit.flag_below=2"], tmp_path=tmp_path))
+
+
+def test_ll144_race_scheme_reports_nhpi_and_two_or_more_separately():
+    """race_scheme=ll144 recodes from the raw ACS RAC1P code: NHPI (7) and two or more races (9) are
+    their own categories, Hispanic (from `race`) comes first; `five` keeps the merged API/other."""
+    spec = [("hispanic", 6, 40), ("white", 1, 400), ("black", 2, 200), ("api", 6, 120), ("api", 7, 60),
+            ("other", 9, 80), ("other", 3, 50), ("other", 8, 50)]
+    rng = np.random.default_rng(3)
+    data = pd.DataFrame([{"race": race, "rac1p": code, "gender": g, "y": float(rng.random() < 0.4)}
+                         for race, code, n in spec for g in ("female", "male") for _ in range(n // 2)])
+    five = ImpactRatio(n_bootstrap=100).compute(data)
+    ll144 = ImpactRatio(n_bootstrap=100, race_scheme="ll144").compute(data)
+    cats = lambda result: set(result.table.loc[result.table["dimension"] == "race", "category"]) - {"unknown"}  # noqa: E731
+    assert cats(five) == {"hispanic", "white", "black", "api", "other"}
+    assert cats(ll144) == {"hispanic", "white", "black", "asian", "nhpi", "aian", "some_other", "two_or_more"}
+    nhpi = row(ll144, "selection", "race", "nhpi")
+    assert nhpi["n_applicants"] == 60
+    assert row(ll144, "selection", "race", "hispanic")["n_applicants"] == 40  # RAC1P 6 but Hispanic
+    with pytest.raises(DataError, match="rac1p"):
+        ImpactRatio(n_bootstrap=100, race_scheme="ll144").compute(data.drop(columns="rac1p"))
+    with pytest.raises(ConfigError, match=r"^race_scheme: must be one of \['five', 'll144'\]"):
+        ImpactRatio(race_scheme="census")

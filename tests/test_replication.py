@@ -77,6 +77,19 @@ def test_popresume_grid_is_the_papers_120_cases():
     assert len(cells) * len(params["occupation"]) * len(params["protected_attr"]) == 120
 
 
+def test_callback_panel_has_14_race_and_13_gender_models():
+    cells = [cell.split("-", 1) for cell in _sweep_params("callback_panel")["panel_cell"]]
+    by_axis: dict[str, set[str]] = {}
+    for axis, model in cells:
+        by_axis.setdefault(axis, set()).add(model)
+    assert by_axis["race"] == PANEL_MODELS and len(by_axis["gender"]) == 13 and by_axis["gender"] < PANEL_MODELS
+    for axis, model in cells:  # each cell sets exactly its axis and model
+        cell = OmegaConf.load(ROOT / "conf" / "panel_cell" / f"{axis}-{model}.yaml")
+        assert list(cell.defaults) == [{"override /protected_attr": axis}, {"override /screener": model}]
+    cfg = compose_config(["experiment=callback_panel", "panel_cell=gender-glm51"])
+    assert (cfg.protected_attr.name, cfg.screener.name, cfg.population.axis) == ("gender", "glm51", "gender")
+
+
 def _screener(name: str):
     return compose_config([f"screener={name}"]).screener
 

@@ -30,6 +30,9 @@ def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     run = mlflow.search_runs(experiment_names=["popfair"]).iloc[0]
     assert run["params.screener.api_key_env"] == "OPENAI_API_KEY"
+    # what the papers leave unstated is tagged as popfair's choice (docs/replication.md)
+    assert "popfair's assignment" in run["tags.popfair_choice.route"]
+    assert "PopResume prints no prompt" in run["tags.popfair_choice.prompt_score"]
     assert run["metrics.screen.rows"] == 150
     files = [p for folder in ("outputs", "mlruns", ".popfair_cache") for p in (tmp_path / folder).rglob("*")
              if p.is_file()]

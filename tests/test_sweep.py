@@ -189,14 +189,15 @@ def test_a_missing_key_fails_naming_the_variable_unless_dry_run(monkeypatch, tmp
     assert Experiment.from_config(cfg, dry_run=True).screener.name == "exploding"
 
 
-@pytest.mark.parametrize("experiment,cases", [("popresume_grid", 120), ("callback_panel", 28),
+@pytest.mark.parametrize("experiment,cases", [("popresume_grid", 120), ("callback_panel", 27),
                                               ("popresume_grid_offline", 40), ("callback_panel_offline", 6)])
 def test_experiment_grids_have_the_papers_case_counts(experiment, cases):
     params = yaml.safe_load((Path(CONF_DIR) / "experiment" / f"{experiment}.yaml").read_text())["hydra"]["sweeper"]["params"]
     varying, count = sweep_grid([f"experiment={experiment}"], params)
     assert count == cases
-    for option in varying.get("format_model", []):
-        assert (Path(CONF_DIR) / "format_model" / f"{option}.yaml").is_file(), option
+    for group in ("format_model", "panel_cell"):
+        for option in varying.get(group, []):
+            assert (Path(CONF_DIR) / group / f"{option}.yaml").is_file(), option
 
 
 @pytest.mark.parametrize("launcher,target", [
@@ -221,11 +222,11 @@ def _dry_sweep(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, pd.D
     return out, pd.read_csv(sweep_dir(cwd) / "plan.csv")
 
 
-def test_callback_panel_dry_run_plans_28_cases_without_keys(tmp_path):
-    # a grid preset sweeps without -m (hydra.mode: MULTIRUN)
+def test_callback_panel_dry_run_plans_27_cases_without_keys(tmp_path):
+    # a grid preset sweeps without -m (hydra.mode: MULTIRUN); 14 race + 13 gender models, as the paper
     out, plans = _dry_sweep(tmp_path, "experiment=callback_panel", "occupation.n_postings=30")
-    assert "dry run: 28 cases planned, nothing called" in out.stdout
-    assert plans["screener"].nunique() == 14 and len(plans) == 28
+    assert "dry run: 27 cases planned, nothing called" in out.stdout
+    assert plans["screener"].nunique() == 14 and len(plans) == 27
     assert sorted(set(plans["case_name"].str.split("-").str[1])) == ["gender", "race"]
     race = plans[plans["case_name"].str.contains("-race-")]
     gender = plans[plans["case_name"].str.contains("-gender-")]

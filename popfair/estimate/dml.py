@@ -53,6 +53,12 @@ FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "r
 PROPENSITIES = ("p_z", "p_rz", "p_brz")
 MU2_KEYS = (0, 1)                   # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
+# 0/1 outcomes: with one split, NIE and BIE move with the fold assignment (nuisances of a weak binary
+# signal differ from split to split; between-split SD 0.2-0.55 of the SE) and the influence-function SE
+# does not see it: SE/SD 0.87-0.88, coverage 0.85-0.88 (40 replications, n=3000). Averaging 5 splits
+# and adding what is left of the spread (inference.mean_inference) gives SE/SD 0.91-0.92; the rest of
+# the gap is nuisance variability common to all splits (benchmarks/coverage_pse.py, figures there).
+AUTO_SPLITS_BINARY = 5
 CACHE_VERSION = "pse-tuning-v1"
 _MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
 
@@ -126,6 +132,8 @@ class PseSettings:
     `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
 
     folds: int = 5                       # cross-fitting folds L
+    n_splits: int | None = None          # fold assignments cross-fit and averaged; None: 1 for scores (the
+                                         # paper's single split), AUTO_SPLITS_BINARY for 0/1 outcomes
     n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
     alpha: float = 0.05                  # 1 - CI level
@@ -150,7 +158,8 @@ class PseSettings:
 
 
 PSE_CONSTRAINTS: Rules = {
-    "folds": Interval(int, 2, None), "n_bootstrap": N_BOOTSTRAP, "seed": SEED, "alpha": ALPHA,
+    "folds": Interval(int, 2, None), "n_splits": [None, Interval(int, 1, 50)], "n_bootstrap": N_BOOTSTRAP,
+    "seed": SEED, "alpha": ALPHA,
     "clip": Interval(float, 0, 0.1, closed="neither"), "grid": GridRule(),
     "validation_fraction": Interval(float, 0.05, 0.5), "max_categories": Interval(int, 2, None),
     "max_bin": Interval(int, 2, 1024), "n_jobs": [None, Interval(int, 1, None)], "cluster": [None, Text()],
@@ -162,13 +171,18 @@ PSE_CONSTRAINTS: Rules = {
 class DmlScores:
     """Cross-fitted doubly robust scores: one row per estimation row, one column per TARGETS mean."""
 
-    phi: np.ndarray                 # n x len(TARGETS)
+    phi_splits: np.ndarray          # n_splits x n x len(TARGETS): one cross-fit per fold assignment
     cluster: np.ndarray | None      # cluster code per row (0..G-1) when settings.cluster is set
     overlap: pd.DataFrame           # propensity ranges, clipped shares and largest weights
     tuning: pd.DataFrame            # chosen hyperparameters per nuisance, with `from_cache`
     timings: dict[str, float]
     n_excluded: int                 # rows whose X is neither x0 nor x1 or whose Y is missing
     notes: list[str]                # encoding caveats (pooled levels)
+
+    @property
+    def phi(self) -> np.ndarray:
+        """n x len(TARGETS): the scores averaged over the fold assignments."""
+        return self.phi_splits.mean(axis=0)
 
 
 def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
@@ -179,7 +193,9 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     design, n_excluded, notes = _Design.from_frame(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
                                                    cluster=settings.cluster,
                                                    max_categories=settings.max_categories)
-    fold_of = _assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1))
+    n_splits = settings.n_splits or (AUTO_SPLITS_BINARY if design.binary else 1)
+    fold_of = [_assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
+               for s in range(n_splits)]
     timings["encode"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -191,11 +207,13 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     timings["tune"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    phi, overlap = _cross_fit(design, fold_of, params, settings)
+    fits = [_cross_fit(design, folds, params, settings) for folds in fold_of]
+    phi_splits = np.stack([phi for phi, _ in fits])
+    overlap = [row for _, rows in fits for row in rows]
     timings["cross_fit"] = time.perf_counter() - clock
     tuning = pd.DataFrame.from_dict(params, orient="index").rename_axis("nuisance")
     tuning["from_cache"] = from_cache
-    return DmlScores(phi=phi, cluster=design.cluster, overlap=_overlap_table(overlap, settings.clip, settings.folds),
+    return DmlScores(phi_splits=phi_splits, cluster=design.cluster, overlap=_overlap_table(overlap, settings.clip, settings.folds),
                      tuning=tuning, timings=timings, n_excluded=n_excluded, notes=notes)
 
 
@@ -268,6 +286,11 @@ class _Design:
             raise EstimationError(f"cluster column {cluster!r} has a single cluster; need at least 2")
         return cls(blocks=blocks, a=a.astype(int), y=yv, cluster=clusters), n_excluded, notes
 
+    @property
+    def binary(self) -> bool:
+        """A 0/1 outcome (callbacks): cross-fitting is repeated (AUTO_SPLITS_BINARY)."""
+        return bool(np.isin(self.y, (0.0, 1.0)).all())
+
     def features(self, name: str, a_value: int | None = None) -> np.ndarray:
         """Feature matrix of nuisance `name`, with X set to `a_value` when given (counterfactual).
         The factual matrices are built once and shared (read-only) by every fit."""
@@ -308,9 +331,11 @@ def _encode_column(column: pd.Series, max_categories: int, notes: list[str]) -> 
     return (codes[:, None] == np.arange(len(levels))[None, :]).astype(np.float32)
 
 
-def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str]) -> np.ndarray:
-    """Fold id per row, stratified by X so every fold holds both levels when that is possible."""
-    rng = np.random.default_rng([seed, 1])
+def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str],
+                  split: int = 0) -> np.ndarray:
+    """Fold id per row, stratified by X so every fold holds both levels when that is possible;
+    `split` numbers the fold assignments of repeated cross-fitting (0: the single-split one)."""
+    rng = np.random.default_rng([seed, 1] if split == 0 else [seed, 1, split])
     fold_of = np.empty(len(a), dtype=int)
     for value in (0, 1):
         idx = np.flatnonzero(a == value)

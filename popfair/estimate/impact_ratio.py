@@ -34,6 +34,7 @@ from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, Text,
 from popfair.errors import DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_counts, bootstrap_se, percentile_ci
+from popfair.population.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
 from popfair.types import Effects, Plot, Roles
 
 DIMENSIONS = ("sex", "race", "sex_race")
@@ -44,7 +45,7 @@ DEFAULT_CLUSTER = "posting_id"
 # Display labels for the published-summary layout; other values are shown as they are.
 DISPLAY = {"female": "Female", "male": "Male", "black": "Black or African American", "white": "White",
            "hispanic": "Hispanic or Latino", "api": "Asian or Pacific Islander",
-           "other": "Other race", UNKNOWN: "Unknown"}
+           "other": "Other race", UNKNOWN: "Unknown", **LL144_DISPLAY}
 
 
 @dataclass(frozen=True)
@@ -546,27 +547,33 @@ class ImpactRatio:
 
     name = "impact_ratio"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
-    parameter_constraints: ClassVar[Rules] = {**IMPACT_RATIO_CONSTRAINTS, "sex_column": Text(), "race_column": Text()}
+    parameter_constraints: ClassVar[Rules] = {**IMPACT_RATIO_CONSTRAINTS, "sex_column": Text(), "race_column": Text(),
+                                              "race_scheme": Options(RACE_SCHEMES)}
 
     def __init__(self, outcome: str = "auto", top_share: float | None = 0.2, min_score: float | None = None,
                  min_category_share: float = 0.02, exclude_small: bool = True, flag_below: float = 0.8,
                  cluster: str = "auto", unknown_labels: list[str] | tuple[str, ...] = (UNKNOWN, ""),
-                 sex_column: str = "gender", race_column: str = "race", n_bootstrap: int = 2000,
-                 alpha: float = 0.05, seed: int = 0) -> None:
+                 sex_column: str = "gender", race_column: str = "race", race_scheme: str = "five",
+                 n_bootstrap: int = 2000, alpha: float = 0.05, seed: int = 0) -> None:
         validate(self.parameter_constraints, {
             "outcome": outcome, "top_share": top_share, "min_score": min_score,
             "min_category_share": min_category_share, "exclude_small": exclude_small, "flag_below": flag_below,
             "cluster": cluster, "unknown_labels": unknown_labels, "sex_column": sex_column,
-            "race_column": race_column, "n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed})
+            "race_column": race_column, "race_scheme": race_scheme, "n_bootstrap": n_bootstrap, "alpha": alpha,
+            "seed": seed})
         self.settings = ImpactRatioSettings(
             outcome=outcome, top_share=top_share, min_score=min_score,
             min_category_share=min_category_share, exclude_small=exclude_small, flag_below=flag_below,
             cluster=cluster, unknown_labels=tuple(unknown_labels), n_bootstrap=n_bootstrap, alpha=alpha,
             seed=seed)
-        self.sex_column, self.race_column = sex_column, race_column
+        self.sex_column, self.race_column, self.race_scheme = sex_column, race_column, race_scheme
 
     def compute(self, data: pd.DataFrame, y: str = "y") -> ImpactRatios:
-        return impact_ratios(data, y=y, sex=self.sex_column, race=self.race_column, settings=self.settings)
+        race = self.race_column
+        if self.race_scheme != "five":  # e.g. LL144's categories, recoded from the raw ACS race code
+            race = f"{self.race_column}_{self.race_scheme}"
+            data = data.assign(**{race: recode_race(data, self.race_column, self.race_scheme)})
+        return impact_ratios(data, y=y, sex=self.sex_column, race=race, settings=self.settings)
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         return self.compute(data, y).effects()

@@ -83,6 +83,22 @@ def bootstrap_se(boot: np.ndarray) -> np.ndarray:
         return np.nanstd(boot, axis=0, ddof=1)
 
 
+def _unit_sums(scores: np.ndarray,
+               cluster: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Column means, influence-function (or cluster-robust) SEs, and the per-unit sums and sizes the
+    bootstrap resamples (rows, or whole clusters)."""
+    n = len(scores)
+    estimate = scores.mean(axis=0)
+    if cluster is None:
+        return estimate, scores.std(axis=0, ddof=1) / np.sqrt(n), scores, np.ones(n)
+    n_clusters = int(cluster.max()) + 1
+    sums = np.zeros((n_clusters, scores.shape[1]))
+    np.add.at(sums, cluster, scores)
+    sizes = np.bincount(cluster, minlength=n_clusters).astype(float)
+    resid = sums - sizes[:, None] * estimate[None, :]
+    return estimate, np.sqrt((resid ** 2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n, sums, sizes
+
+
 def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_bootstrap: int,
                    rng: np.random.Generator, cluster: np.ndarray | None = None, ci: str = "bootstrap",
                    reference: str = "normal") -> tuple[pd.DataFrame, int | None]:
@@ -92,24 +108,29 @@ def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_
     (integer codes 0..G-1; sums of residuals per cluster, G/(G-1) correction). CIs: `ci="bootstrap"`
     is the percentile interval of `bootstrap_means` over rows or whole clusters, `ci="t"` the t
     interval with n-1 (G-1) df. p-values: normal (`reference="normal"`) or t reference. Returns the
-    table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None."""
+    table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None.
+
+    Scores of several cross-fitting splits (a 3-D array, splits x units x columns) estimate the mean
+    over splits. Its variance is the influence-function part (from the split-averaged scores) plus
+    what is left of the split-to-split spread after averaging, var_s(theta_s) / S (repeated
+    cross-fitting as in Chernozhukov et al. 2018, section 3.4, which adds the whole spread to one
+    split's variance; the mean of S splits keeps 1/S of it). Bootstrap replicates carry that spread
+    too, each adding a randomly chosen split's deviation (theta_s - theta) / sqrt(S - 1)."""
     scores = np.asarray(scores, dtype=float)
-    n = len(scores)
-    estimate = scores.mean(axis=0)
-    if cluster is None:
-        n_clusters = None
-        se = scores.std(axis=0, ddof=1) / np.sqrt(n)
-        sums, sizes = scores, np.ones(n)
-    else:
-        n_clusters = int(cluster.max()) + 1
-        sums = np.zeros((n_clusters, scores.shape[1]))
-        np.add.at(sums, cluster, scores)
-        sizes = np.bincount(cluster, minlength=n_clusters).astype(float)
-        resid = sums - sizes[:, None] * estimate[None, :]
-        se = np.sqrt((resid ** 2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n
+    by_split = scores if scores.ndim == 3 else scores[None]
+    n_splits, n = by_split.shape[:2]
+    n_clusters = None if cluster is None else int(cluster.max()) + 1
+    thetas = by_split.mean(axis=1)
+    estimate, se, sums, sizes = _unit_sums(by_split.mean(axis=0), cluster)
+    deviation = thetas - estimate
+    if n_splits > 1:
+        se = np.sqrt(se ** 2 + deviation.var(axis=0, ddof=1) / n_splits)
     df = (n_clusters or n) - 1
     if ci == "bootstrap":
-        lo, hi = percentile_ci(bootstrap_means(sums, sizes, n_bootstrap, rng), alpha)
+        boot = bootstrap_means(sums, sizes, n_bootstrap, rng)
+        if n_splits > 1:
+            boot += deviation[rng.integers(n_splits, size=len(boot))] / np.sqrt(n_splits - 1)
+        lo, hi = percentile_ci(boot, alpha)
     elif ci == "t":
         half = stats.t.ppf(1 - alpha / 2, df=df) * se
         lo, hi = estimate - half, estimate + half

@@ -11,7 +11,9 @@ each estimated as the mean of a cross-fitted doubly robust score (`popfair.estim
 Inference (`popfair.estimate.inference.mean_inference`): influence-function standard errors (std of
 the per-row scores / sqrt(n), cluster-robust with `cluster`), and percentile CIs from bootstrap
 resamples of the cross-fitted score rows (or of whole clusters); the nuisances are not refit inside
-the bootstrap. An effect whose CI excludes 0 is significant; the significance pattern gives the
+the bootstrap. For 0/1 outcomes (callbacks) the cross-fitting is repeated on 5 fold assignments and
+averaged, and the split-to-split spread enters the SE and the CI (`n_splits`; see
+`popfair.estimate.dml.AUTO_SPLITS_BINARY` for why). An effect whose CI excludes 0 is significant; the significance pattern gives the
 paper's section 5.2 case labels (`popfair.estimate.sfm.case_labels`).
 
 This module is the entry point (`estimate_pse`) and the `estimator=pse_dml` adapter.
@@ -68,6 +70,7 @@ class PseResult:
     n_excluded: int
     n_clusters: int | None = None
     notes: list[str] = field(default_factory=list)
+    n_splits: int = 1               # cross-fitting fold assignments averaged (repeated cross-fitting)
 
     @property
     def case(self) -> str:
@@ -138,7 +141,7 @@ def _estimate(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str],
               r: Sequence[str], y: str, settings: PseSettings) -> PseResult:
     scores = dml_scores(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, settings=settings)
     clock = time.perf_counter()
-    both, n_clusters = mean_inference(np.hstack([scores.phi, scores.phi @ CONTRASTS.T]),
+    both, n_clusters = mean_inference(np.concatenate([scores.phi_splits, scores.phi_splits @ CONTRASTS.T], axis=2),
                                       list(TARGETS) + list(EFFECTS), alpha=settings.alpha,
                                       n_bootstrap=settings.n_bootstrap, cluster=scores.cluster,
                                       rng=np.random.default_rng([settings.seed, 3]))
@@ -148,7 +151,8 @@ def _estimate(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str],
     table["case"] = "; ".join(labels) if labels else "none"
     return PseResult(table=table, means=means, labels=labels, overlap=scores.overlap, tuning=scores.tuning,
                      scores=pd.DataFrame(scores.phi, columns=list(TARGETS)), timings=timings,
-                     n=len(scores.phi), n_excluded=scores.n_excluded, n_clusters=n_clusters, notes=scores.notes)
+                     n=len(scores.phi), n_excluded=scores.n_excluded, n_clusters=n_clusters, notes=scores.notes,
+                     n_splits=len(scores.phi_splits))
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,7 +173,8 @@ class PseDml:
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         result = _estimate(data, x=roles.x, x0=roles.x0, x1=roles.x1, z=roles.z, b=roles.b, r=roles.r, y=y,
                            settings=self.settings)
-        metrics = {"pse.n": float(result.n), "pse.n_excluded": float(result.n_excluded)}
+        metrics = {"pse.n": float(result.n), "pse.n_excluded": float(result.n_excluded),
+                   "pse.n_splits": float(result.n_splits)}
         metrics.update({f"time.pse_{k}_s": v for k, v in result.timings.items()})
         weights = result.overlap[result.overlap["kind"] == "weight"]
         metrics["pse.max_weight"] = float(weights["max"].max())

@@ -1,0 +1,57 @@
+"""Repeated cross-fitting (n_splits): the split spread enters the SE and the bootstrap CI, one split
+reproduces the single-split inference exactly, and 0/1 outcomes get 5 splits by default."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from popfair.errors import ConfigError
+from popfair.estimate.inference import mean_inference
+from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.sfm_sim import SimulatedSFM
+
+SMALL_GRID = {"n_estimators": [10], "max_depth": [2], "reg_lambda": [1.0]}
+
+
+def test_one_split_is_the_single_split_inference():
+    scores = np.random.default_rng(0).normal(size=(500, 3))
+    flat, _ = mean_inference(scores, list("abc"), alpha=0.05, n_bootstrap=300, rng=np.random.default_rng(1))
+    stacked, _ = mean_inference(scores[None], list("abc"), alpha=0.05, n_bootstrap=300,
+                                rng=np.random.default_rng(1))
+    assert flat.equals(stacked)
+
+
+def test_split_spread_is_added_to_the_se_and_carried_by_the_bootstrap():
+    rng = np.random.default_rng(2)
+    common = rng.normal(size=(4000, 1))
+    shifts = np.array([-0.06, -0.02, 0.0, 0.03, 0.05])  # split-to-split spread of the estimates
+    scores = common[None] + shifts[:, None, None]
+    table, _ = mean_inference(scores, ["m"], alpha=0.05, n_bootstrap=4000, rng=np.random.default_rng(3))
+    se_bar = common.std(ddof=1) / np.sqrt(len(common))
+    expected = np.sqrt(se_bar ** 2 + shifts.var(ddof=1) / len(shifts))
+    assert table.loc["m", "estimate"] == pytest.approx(common.mean() + shifts.mean())
+    assert table.loc["m", "se"] == pytest.approx(expected)
+    width = table.loc["m", "ci_high"] - table.loc["m", "ci_low"]
+    assert width == pytest.approx(2 * 1.96 * expected, rel=0.08)  # the percentile CI has that spread
+
+
+@pytest.mark.parametrize("outcome,splits", [("callback", 5), ("score", 1)])
+def test_auto_splits_follow_the_outcome(outcome, splits):
+    sim = SimulatedSFM(outcome=outcome)
+    data = sim.sample(400, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PseOverlapWarning)
+        result = estimate_pse(data, x="gender", x0=sim.x0, x1=sim.x1, z=sim.roles["z"], b=sim.roles["b"],
+                              r=sim.roles["r"], y="y", folds=2, n_bootstrap=100, grid=SMALL_GRID)
+    assert result.n_splits == splits
+    table = result.table
+    assert ((table["ci_low"] <= table["estimate"]) & (table["estimate"] <= table["ci_high"])).all()
+    effects = table["estimate"]
+    assert effects["TE"] == pytest.approx(effects["NDE"] + effects["NIE"])
+
+
+def test_bad_n_splits_names_the_key():
+    with pytest.raises(ConfigError, match=r"^n_splits: must be null or an integer in \[1, 50\]"):
+        PseDml(n_splits=0)
