@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pandas as pd
 
@@ -99,9 +99,10 @@ class Document:
     pdf: bytes | None = field(default=None, repr=False)
 
 
-@dataclass(frozen=True)
-class ScreenResult:
-    """A screener's answer for one document: parsed value or a recorded failure, never silent."""
+class ScreenResult(NamedTuple):
+    """A screener's answer for one document: parsed value or a recorded failure, never silent.
+    Immutable; a named tuple because a cached rerun makes 60,000 of them (a third the cost of a
+    frozen dataclass)."""
 
     applicant_id: str
     raw: str | None

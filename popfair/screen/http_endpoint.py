@@ -17,15 +17,14 @@ import hashlib
 import json
 import os
 import re
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from popfair.errors import ConfigError, DataError, MissingSecretError, require
 from popfair.render.files import MEDIA_TYPES, document_binary, document_id
-from popfair.screen.cache import CachedAnswer, open_cache
-from popfair.screen.engine import Answer, Call, EngineSettings
+from popfair.screen.cache import StoredReply, open_cache
+from popfair.screen.engine import Answer, EngineSettings
 from popfair.screen.llm import LLMScreener
 from popfair.screen.pricing import Price
 from popfair.screen.providers import (
@@ -251,8 +250,8 @@ class HttpScreener(LLMScreener):
             values["document_json"] = json.loads(document.text)
         return values
 
-    def _prompts(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-                 outcome: Outcome) -> tuple[list[str], dict[str, Any]]:
+    def _keys(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+              outcome: Outcome) -> tuple[list[str], Callable[[str], Any]]:
         """Cache key per document and the filled request of each distinct key."""
         require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
@@ -279,11 +278,10 @@ class HttpScreener(LLMScreener):
             key = key_of[identifier] = digest.hexdigest()
             keys.append(key)
             requests.setdefault(key, request)
-        return keys, requests
+        return keys, requests.__getitem__
 
-    def _todo(self, keys: list[str], prompts: Mapping[str, Any], cached: Mapping[str, Any]) -> list[Call]:
-        rows = Counter(keys)
-        return [Call(key, request, 0, rows[key]) for key, request in prompts.items() if key not in cached]
+    def _input_tokens(self, prompt: Any) -> int:
+        return 0  # priced per call, not per token
 
     # --- answers --------------------------------------------------------------------------------
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
@@ -303,14 +301,17 @@ class HttpScreener(LLMScreener):
         value, problem = self.values.parse(answer, outcome)
         return (value, None) if problem is None else (None, f"unparseable answer: {problem}")
 
-    def _cached_answer(self, cached: CachedAnswer, outcome: Outcome) -> Answer:
-        value, problem = self.parse_answer(cached.raw, outcome)  # the mapping may have changed
-        return Answer(raw=cached.raw, value=value, error=problem, cached=True)
+    def _cached_answers(self, replies: Mapping[str, StoredReply], outcome: Outcome) -> dict[str, Answer]:
+        answers = {}
+        for key, reply in replies.items():
+            value, problem = self.parse_answer(reply.raw, outcome)  # the mapping may have changed
+            answers[key] = Answer(raw=reply.raw, value=value, error=problem, cached=True)
+        return answers
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Requests still to send (distinct requests not in the cache, capped by max_calls) and dollars."""
-        keys, requests = self._prompts(jobs, documents, outcome)
-        todo = self._todo(keys, requests, self.cache.get_many(requests))
+        keys, request = self._keys(jobs, documents, outcome)
+        todo = self._todo(keys, request, self.cache.get_replies(keys))
         calls = len(todo) if self.max_calls is None else min(len(todo), self.max_calls)
         return CallPlan(calls=calls, cost_usd=calls * self.call_price.per_call_usd)
 

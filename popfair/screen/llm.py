@@ -3,16 +3,18 @@ screens each document: yes/no callback or a 0-100 score. Answers come from the r
 present; only what is missing is asked, online (engine.py) or as a provider batch (batch.py)."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
 from popfair.errors import ConfigError, DataError, require
-from popfair.screen.cache import CachedAnswer, open_cache
+from popfair.screen.cache import StoredReply, open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price, estimate_input_tokens
@@ -24,6 +26,19 @@ from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 log = logging.getLogger("popfair.screen")
 
 MODES = ("online", "batch")
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: making tens of thousands of small acyclic tuples (a cached
+    rerun) triggers collections that walk every live object, about a quarter of the rerun's time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 
 
@@ -145,41 +160,45 @@ class LLMScreener:
         return f"LLMScreener(name={self.name!r}, provider={self.provider.kind!r}, model={self.provider.model!r})"
 
     # --- shared preparation ---------------------------------------------------------------------
-    def _prompts(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-                 outcome: Outcome) -> tuple[list[str], dict[str, ChatPrompt]]:
-        """Cache key per document, and the prompt of each distinct key (identical prompts: one call)."""
+    def _keys(self, jobs: Mapping[str, Job], documents: Sequence[Document],
+              outcome: Outcome) -> tuple[list[str], Callable[[str], Any]]:
+        """Cache key per document (built in bulk, no prompt objects), and a function giving the prompt
+        of a key: only prompts missing from the cache are built (identical prompts: one call)."""
         require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
-        if not self.vision and any(d.kind == "image" for d in documents):
+        images = [d.image_png if d.kind == "image" else None for d in documents]
+        if not self.vision and any(image is not None for image in images):
             raise ConfigError(f"screener={self.name}: model {self.provider.model} is text-only "
                               "(vision: false) but the renderer produced images; pick a VLM screener "
                               "or a text renderer")
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
-        keys: list[str] = []
-        prompts: dict[str, ChatPrompt] = {}
-        build, cache_key = self.prompts.build, self.provider.cache_key
-        for document in documents:
-            prompt = build(outcome, jobs[document.job_id], document)
-            key = cache_key(prompt)
-            keys.append(key)
-            prompts.setdefault(key, prompt)
-        return keys, prompts
+        system, users = self.prompts.system(outcome), self.prompts.users(outcome, jobs, documents)
+        keys = self.provider.cache_keys(system, users, images)
+        first: dict[str, int] = {}
 
-    def _todo(self, keys: list[str], prompts: Mapping[str, ChatPrompt], cached: Mapping[str, Any]) -> list[Call]:
-        """One Call per distinct prompt missing from the cache, with the number of rows sharing it."""
-        rows = Counter(keys)
-        kind = self.provider.kind
-        return [Call(key, prompt, estimate_input_tokens(prompt.system, prompt.user, prompt.image_png, kind),
-                     rows[key]) for key, prompt in prompts.items() if key not in cached]
+        def prompt(key: str) -> ChatPrompt:
+            if not first:
+                for i, k in enumerate(keys):
+                    first.setdefault(k, i)
+            i = first[key]
+            return ChatPrompt(system=system, user=users[i], image_png=images[i])
+        return keys, prompt
+
+    def _todo(self, keys: list[str], request: Callable[[str], Any], cached: Mapping[str, Any]) -> list[Call]:
+        """One Call per distinct request missing from the cache, with the number of rows sharing it."""
+        return [Call(key, prompt := request(key), self._input_tokens(prompt), rows)
+                for key, rows in Counter(keys).items() if key not in cached]
+
+    def _input_tokens(self, prompt: ChatPrompt) -> int:
+        return estimate_input_tokens(prompt.system, prompt.user, prompt.image_png, self.provider.kind)
 
     # --- Screener protocol ----------------------------------------------------------------------
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Calls, tokens and dollars still to pay: distinct prompts not in the cache. Calls nothing."""
-        _, prompts = self._prompts(jobs, documents, outcome)
-        cached, kind = self.cache.get_many(prompts), self.provider.kind
-        todo = [prompt for key, prompt in prompts.items() if key not in cached]
-        input_tokens = sum(estimate_input_tokens(p.system, p.user, p.image_png, kind) for p in todo)
+        keys, request = self._keys(jobs, documents, outcome)
+        todo = self._todo(keys, request, self.cache.get_replies(keys))
+        input_tokens = sum(call.input_tokens_estimate for call in todo)
         output_tokens = self.expected_output_tokens * len(todo)
         return CallPlan(calls=len(todo), input_tokens=input_tokens, output_tokens=output_tokens,
                         cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"))
@@ -192,11 +211,13 @@ class LLMScreener:
             from popfair.errors import MissingSecretError
             raise MissingSecretError(f"screener.api_key_env: {self.name} was built without its key (dry run); "
                                      f"set environment variable {self.api_key_env} to screen")
-        keys, prompts = self._prompts(jobs, documents, outcome)
-        answers: dict[str, Answer] = {k: self._cached_answer(c, outcome)
-                                      for k, c in self.cache.get_many(prompts).items()}
-        todo = self._todo(keys, prompts, answers)
+        keys, request = self._keys(jobs, documents, outcome)
+        with gc_paused():  # tens of thousands of small tuples, no cycles: collections would only cost time
+            answers = self._cached_answers(self.cache.get_replies(keys), outcome)
         stats = EngineStats()
+        todo: list[Call] = []
+        if len(answers) < len(keys):  # else fully cached: no claims, no engine
+            todo = self._todo(keys, request, answers)
         if todo:
             cached_rows = len(documents) - sum(c.rows for c in todo)
             desc = f"screen {self.name}"
@@ -211,16 +232,8 @@ class LLMScreener:
                                 key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials",
                                 max_calls=self.max_calls, parse=self.parse_answer)
                 answers.update(engine.run(todo, len(documents), cached_rows, desc))
-        results, charged = [], set()
-        for document, key in zip(documents, keys):
-            answer = answers[key]
-            first = key not in charged  # duplicate prompts share one paid answer
-            charged.add(key)
-            results.append(ScreenResult(
-                applicant_id=document.applicant_id, raw=answer.raw, value=answer.value, error=answer.error,
-                input_tokens=answer.input_tokens if first else 0,
-                output_tokens=answer.output_tokens if first else 0,
-                cost_usd=answer.cost_usd if first else 0.0, cached=answer.cached or not first))
+        with gc_paused():
+            results = _results(documents, keys, answers)
         self._summarise(results, stats, len(todo))
         return results
 
@@ -231,8 +244,8 @@ class LLMScreener:
         """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""
         return parse_answer(raw, outcome)
 
-    def _cached_answer(self, cached: CachedAnswer, outcome: Outcome) -> Answer:
-        return Answer.from_cache(cached)
+    def _cached_answers(self, replies: Mapping[str, StoredReply], outcome: Outcome) -> dict[str, Answer]:
+        return Answer.from_replies(replies)
 
     def _summarise(self, results: list[ScreenResult], stats: EngineStats, asked: int) -> None:
         n = len(results)
@@ -257,3 +270,20 @@ class LLMScreener:
         return {"name": self.name, "display_name": self.display_name, "provider": self.provider.kind,
                 "model": self.provider.model, "route": self.route, "release_date": self.release_date,
                 "reasoning": self.reasoning, "vision": self.vision, "price": asdict(self.price)}
+
+
+def _results(documents: Sequence[Document], keys: list[str], answers: Mapping[str, Answer]) -> list[ScreenResult]:
+    """One result per document; documents with the same prompt share one answer, whose tokens and
+    dollars are counted on the first of them only."""
+    new = tuple.__new__  # ScreenResult is a named tuple: skip its Python-level constructor (60,000 rows)
+    results: list[ScreenResult] = []
+    append, charged = results.append, set()
+    for document, key in zip(documents, keys):
+        a = answers[key]
+        if key in charged:  # a duplicate prompt: cached, nothing charged
+            append(new(ScreenResult, (document.applicant_id, a.raw, a.value, a.error, 0, 0, 0.0, True)))
+        else:
+            charged.add(key)
+            append(new(ScreenResult, (document.applicant_id, a.raw, a.value, a.error, a.input_tokens,
+                                      a.output_tokens, a.cost_usd, a.cached)))
+    return results

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from popfair.screen.cache.base import TABLES, BatchRecord, CachedAnswer, ResponseCache
+from popfair.screen.cache.base import TABLES, BatchRecord, CachedAnswer, ResponseCache, StoredReply
 from popfair.screen.cache.sqlite import CACHE_FILE, SqliteCache
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "CachedAnswer",
     "ResponseCache",
     "SqliteCache",
+    "StoredReply",
     "is_url",
     "open_cache",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
 
@@ -47,6 +47,7 @@ CLAIMS = Table(
 TABLES = {table.name: table for table in (RESPONSES, BATCHES)}  # what a copy/migration carries
 ANSWER_COLUMNS = ("raw", "value", "parse_error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
                   "created_at")
+REPLY_COLUMNS = ANSWER_COLUMNS[:5]  # what a rerun reuses of a stored answer (StoredReply)
 
 
 @dataclass(slots=True)
@@ -59,6 +60,17 @@ class CachedAnswer:
     cost_usd: float
     latency_s: float
     created_at: float
+
+
+class StoredReply(NamedTuple):
+    """What a rerun reuses of a stored answer (the dollars were paid by the run that stored it).
+    A plain tuple: bulk reads of 60,000 rows make no heavier object per row."""
+
+    raw: str
+    value: float | None
+    parse_error: str | None
+    input_tokens: int
+    output_tokens: int
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,12 @@ class ResponseCache(ABC):
     @abstractmethod
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedAnswer]:
         """Cached answers for the given keys, in bulk (missing keys are absent from the result)."""
+
+    def get_replies(self, keys: Iterable[str]) -> dict[str, StoredReply]:
+        """The reusable part of the cached answers for `keys`, in bulk (the fully cached rerun's read;
+        backends override it with a narrower query)."""
+        return {key: StoredReply(a.raw, a.value, a.parse_error, a.input_tokens, a.output_tokens)
+                for key, a in self.get_many(keys).items()}
 
     @abstractmethod
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:

@@ -28,10 +28,12 @@ from popfair.errors import ConfigError
 from popfair.screen.cache.base import (
     ANSWER_COLUMNS,
     METADATA,
+    REPLY_COLUMNS,
     TABLES,
     BatchRecord,
     CachedAnswer,
     ResponseCache,
+    StoredReply,
 )
 
 log = logging.getLogger("popfair.screen")
@@ -103,14 +105,21 @@ class ServerCache(ResponseCache):
         self._engine.dispose()
 
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedAnswer]:
+        return {row[0]: CachedAnswer(*row[1:]) for row in self._select(ANSWER_COLUMNS, keys)}
+
+    def get_replies(self, keys: Iterable[str]) -> dict[str, StoredReply]:
+        new = tuple.__new__  # StoredReply is a tuple: no per-row constructor call
+        return {row[0]: new(StoredReply, row[1:]) for row in self._select(REPLY_COLUMNS, keys)}
+
+    def _select(self, columns: Sequence[str], keys: Iterable[str]) -> list[Any]:
+        """Rows (key, *columns) of the distinct keys that have an answer, one `= ANY(array)` per chunk."""
         unique = list(dict.fromkeys(keys))
-        found: dict[str, CachedAnswer] = {}
-        sql = text(f"SELECT key, {', '.join(ANSWER_COLUMNS)} FROM responses WHERE key = ANY(:keys)")
+        sql = text(f"SELECT key, {', '.join(columns)} FROM responses WHERE key = ANY(:keys)")
+        rows: list[Any] = []
         with self._engine.connect() as conn:
             for start in range(0, len(unique), _CHUNK):
-                rows = conn.execute(sql, {"keys": unique[start:start + _CHUNK]})
-                found.update((row[0], CachedAnswer(*row[1:])) for row in rows)
-        return found
+                rows += conn.execute(sql, {"keys": unique[start:start + _CHUNK]}).all()
+        return rows
 
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
         columns = ", ".join(f"{c} = EXCLUDED.{c}" for c in ("provider", "model", *ANSWER_COLUMNS))

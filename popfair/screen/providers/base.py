@@ -7,7 +7,7 @@ import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -117,6 +117,13 @@ def classify_status(status: int, headers: Mapping[str, str] | None, message: str
     return PermanentError(text, auth=status in (401, 403))
 
 
+def _keyed(digest: Any, part: bytes) -> Any:
+    """Hash one length-prefixed part (no part can run into the next)."""
+    digest.update(len(part).to_bytes(8, "big"))
+    digest.update(part)
+    return digest
+
+
 class Provider(ABC):
     """One model behind one endpoint. `body` is the exact request the SDK sends; `cache_key`
     identifies it (model, parameters, messages, images) for the response cache."""
@@ -152,33 +159,39 @@ class Provider(ABC):
         return self.body(prompt, image)
 
     def cache_key(self, prompt: ChatPrompt) -> str:
-        """sha256 over the request body template (provider, endpoint, model, every generation
-        parameter, message structure; serialised once per provider) followed by the length-prefixed
-        system text, user text and image bytes. Same identity as hashing the full body, without
-        re-serialising long prompts: a cached rerun of 60,000 rows computes 60,000 keys. The hash
-        state after the template and the system text (the same for every document) is kept and
-        copied, so each key hashes only the user text (and image)."""
-        has_image = prompt.image_png is not None
-        prefix = self._key_prefixes.get((has_image, prompt.system))
+        """The response-cache key of one prompt (see cache_keys)."""
+        return self.cache_keys(prompt.system, [prompt.user], [prompt.image_png])[0]
+
+    def cache_keys(self, system: str, users: Sequence[str],
+                   images: Sequence[bytes | None] | None = None) -> list[str]:
+        """Keys of many prompts sharing one system text, in bulk: sha256 over the request body template
+        (provider, endpoint, model, every generation parameter, message structure; serialised once per
+        provider) followed by the length-prefixed system text, user text and image bytes. Same identity
+        as hashing the full body, without re-serialising long prompts: a cached rerun of 60,000 rows
+        computes 60,000 keys. The hash state after the template and the system text (the same for every
+        document) is computed once and copied, so each key hashes only the user text (and image)."""
+        if images is None or not any(image is not None for image in images):  # text documents: a tight loop
+            prefix = self._key_prefix(False, system).copy
+            return [_keyed(prefix(), user.encode()).hexdigest() for user in users]
+        keys = []
+        for user, image in zip(users, images, strict=True):
+            digest = _keyed(self._key_prefix(image is not None, system).copy(), user.encode())
+            if image is not None:
+                _keyed(digest, image)
+            keys.append(digest.hexdigest())
+        return keys
+
+    def _key_prefix(self, has_image: bool, system: str) -> Any:
+        prefix = self._key_prefixes.get((has_image, system))
         if prefix is None:
             body = self.body(ChatPrompt(system="<system>", user="<user>"), "<image>" if has_image else None)
             template = json.dumps({"provider": self.kind, "endpoint": self.endpoint, "body": body},
                                   sort_keys=True, separators=(",", ":"), default=str).encode()
-            system = prompt.system.encode()
-            prefix = hashlib.sha256(template)
-            prefix.update(len(system).to_bytes(8, "big"))
-            prefix.update(system)
+            prefix = _keyed(hashlib.sha256(template), system.encode())
             if len(self._key_prefixes) > 64:  # a few prompt sets per provider; never grows without bound
                 self._key_prefixes.clear()
-            self._key_prefixes[(has_image, prompt.system)] = prefix
-        digest = prefix.copy()
-        user = prompt.user.encode()
-        digest.update(len(user).to_bytes(8, "big"))
-        digest.update(user)
-        if prompt.image_png is not None:  # = has_image
-            digest.update(len(prompt.image_png).to_bytes(8, "big"))
-            digest.update(prompt.image_png)
-        return digest.hexdigest()
+            self._key_prefixes[(has_image, system)] = prefix
+        return prefix
 
     async def start(self) -> None:  # noqa: B027 - an optional hook: most providers open nothing
         """Open clients (called inside the event loop that will use them)."""
