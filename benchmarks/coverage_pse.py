@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--outcome", choices=["score", "callback"], default="score")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--n-splits", type=int, default=None,
-                        help="estimate_pse n_splits (default: the estimator's default for the outcome)")
+                        help="estimate_pse n_splits (default: the estimator's, 1)")
     parser.add_argument("--first", type=int, default=0, help="first replication number")
     parser.add_argument("--csv", type=Path, default=None, help="per-replication rows; resumes from it")
     args = parser.parse_args()

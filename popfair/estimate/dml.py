@@ -53,12 +53,6 @@ FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "r
 PROPENSITIES = ("p_z", "p_rz", "p_brz")
 MU2_KEYS = (0, 1)                   # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
-# 0/1 outcomes: with one split, NIE and BIE move with the fold assignment (nuisances of a weak binary
-# signal differ from split to split; between-split SD 0.2-0.55 of the SE) and the influence-function SE
-# does not see it: SE/SD 0.87-0.88, coverage 0.85-0.88 (40 replications, n=3000). Averaging 5 splits
-# and adding what is left of the spread (inference.mean_inference) gives SE/SD 0.91-0.92; the rest of
-# the gap is nuisance variability common to all splits (benchmarks/coverage_pse.py, figures there).
-AUTO_SPLITS_BINARY = 5
 CACHE_VERSION = "pse-tuning-v1"
 _MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
 
@@ -132,8 +126,11 @@ class PseSettings:
     `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
 
     folds: int = 5                       # cross-fitting folds L
-    n_splits: int | None = None          # fold assignments cross-fit and averaged; None: 1 for scores (the
-                                         # paper's single split), AUTO_SPLITS_BINARY for 0/1 outcomes
+    # Fold assignments cross-fit and averaged, their spread added to SE and CI (1: the paper's single
+    # split). More splits make the estimate independent of the random fold assignment (for 0/1 outcomes
+    # NIE/BIE move by 0.2-0.55 SE between assignments); they did not fix the callback under-coverage
+    # of NIE/BIE (SE/SD 0.88-0.91 with 5 splits vs 0.87-0.88 with one; benchmarks/coverage_pse.py).
+    n_splits: int = 1
     n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
     alpha: float = 0.05                  # 1 - CI level
@@ -158,7 +155,7 @@ class PseSettings:
 
 
 PSE_CONSTRAINTS: Rules = {
-    "folds": Interval(int, 2, None), "n_splits": [None, Interval(int, 1, 50)], "n_bootstrap": N_BOOTSTRAP,
+    "folds": Interval(int, 2, None), "n_splits": Interval(int, 1, 50), "n_bootstrap": N_BOOTSTRAP,
     "seed": SEED, "alpha": ALPHA,
     "clip": Interval(float, 0, 0.1, closed="neither"), "grid": GridRule(),
     "validation_fraction": Interval(float, 0.05, 0.5), "max_categories": Interval(int, 2, None),
@@ -193,9 +190,8 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     design, n_excluded, notes = _Design.from_frame(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
                                                    cluster=settings.cluster,
                                                    max_categories=settings.max_categories)
-    n_splits = settings.n_splits or (AUTO_SPLITS_BINARY if design.binary else 1)
     fold_of = [_assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
-               for s in range(n_splits)]
+               for s in range(settings.n_splits)]
     timings["encode"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -285,11 +281,6 @@ class _Design:
         if clusters is not None and clusters.max() + 1 < 2:
             raise EstimationError(f"cluster column {cluster!r} has a single cluster; need at least 2")
         return cls(blocks=blocks, a=a.astype(int), y=yv, cluster=clusters), n_excluded, notes
-
-    @property
-    def binary(self) -> bool:
-        """A 0/1 outcome (callbacks): cross-fitting is repeated (AUTO_SPLITS_BINARY)."""
-        return bool(np.isin(self.y, (0.0, 1.0)).all())
 
     def features(self, name: str, a_value: int | None = None) -> np.ndarray:
         """Feature matrix of nuisance `name`, with X set to `a_value` when given (counterfactual).

@@ -11,9 +11,8 @@ each estimated as the mean of a cross-fitted doubly robust score (`popfair.estim
 Inference (`popfair.estimate.inference.mean_inference`): influence-function standard errors (std of
 the per-row scores / sqrt(n), cluster-robust with `cluster`), and percentile CIs from bootstrap
 resamples of the cross-fitted score rows (or of whole clusters); the nuisances are not refit inside
-the bootstrap. For 0/1 outcomes (callbacks) the cross-fitting is repeated on 5 fold assignments and
-averaged, and the split-to-split spread enters the SE and the CI (`n_splits`; see
-`popfair.estimate.dml.AUTO_SPLITS_BINARY` for why). An effect whose CI excludes 0 is significant; the significance pattern gives the
+the bootstrap. `n_splits` > 1 repeats the cross-fitting on that many fold assignments, averages them
+and adds the split-to-split spread to the SE and the CI. An effect whose CI excludes 0 is significant; the significance pattern gives the
 paper's section 5.2 case labels (`popfair.estimate.sfm.case_labels`).
 
 This module is the entry point (`estimate_pse`) and the `estimator=pse_dml` adapter.
