@@ -19,6 +19,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from tqdm.auto import tqdm
 
 from popfair.constraints import Boolean, Interval, settings_from_config
+from popfair.screen import collector
 from popfair.screen.cache import CachedAnswer, ResponseCache, StoredReply
 from popfair.screen.claims import CacheThread, ClaimBroker
 from popfair.screen.parse import parse_answer
@@ -282,10 +283,11 @@ class Engine:
 
         await self.provider.start()
         try:
-            async with broker:
-                # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
-                workers = min(len(calls), max(4, 4 * s.concurrency))
-                await asyncio.gather(*(worker() for _ in range(workers)))
+            with collector.relaxed():
+                async with broker:
+                    # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
+                    workers = min(len(calls), max(4, 4 * s.concurrency))
+                    await asyncio.gather(*(worker() for _ in range(workers)))
         finally:
             await self.provider.stop()
             self._db.close()
