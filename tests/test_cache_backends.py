@@ -35,6 +35,8 @@ def test_answers_and_batches_round_trip(cache):
     unparseable = CachedAnswer("maybe", None, "no number", 9, 2, 0.002, 0.1, 2.0)
     cache.put("k2", "openai", "m", unparseable)
     assert cache.get_many(["k1", "k2", "missing", "k1"]) == {"k1": ANSWER, "k2": unparseable}
+    assert cache.get_replies(["k2", "missing", "k1"]) == {"k1": ("85", 85.0, None, 10, 1),
+                                                          "k2": ("maybe", None, "no number", 9, 2)}
     assert cache.count() == 2
     cache.add_batch("b1", "openai", "https://x/v1", "m", "score", ["k3", "k4"])
     (batch,) = cache.open_batches("openai", "https://x/v1", "m")
@@ -59,6 +61,14 @@ def test_claims_are_exclusive_expire_and_end_with_the_answer(cache):
     assert cache.claim(["k3"], "B", 30.0) == (["k3"], 1)    # taken over once the lease ran out
     cache.release("B")
     assert sorted(cache.claim(["k2", "k3", "k4"], "C", 30.0)[0]) == ["k2", "k3", "k4"]
+
+
+def test_answers_stored_together_commit_together_and_end_their_claims(cache):
+    assert sorted(cache.claim(["g1", "g2"], "A", 30.0)[0]) == ["g1", "g2"]
+    other = CachedAnswer("12", 12.0, None, 5, 1, 0.0005, 0.1, 3.0)
+    cache.put_many([("g2", "openai", "m", other), ("g1", "openai", "m", ANSWER)])
+    assert cache.get_many(["g1", "g2"]) == {"g1": ANSWER, "g2": other}
+    assert cache.claim(["g1", "g2"], "B", 30.0) == ([], 0)  # answered: nobody claims them again
 
 
 def test_server_cache_takes_the_password_only_from_the_environment(pg_url, monkeypatch, caplog):

@@ -124,3 +124,17 @@ def test_log_records_with_a_secret_are_redacted(caplog):
     finally:
         logger.removeHandler(handler)
     assert seen == [f"auth header was Bearer {REDACTED}"]
+
+
+def test_collector_settings_are_scoped_and_restored_by_the_last_user():
+    import gc
+
+    from popfair.screen import collector
+
+    before = gc.get_threshold()
+    with collector.relaxed():
+        assert gc.get_threshold()[0] >= collector.YOUNG_THRESHOLD
+        with collector.relaxed(), collector.paused():  # nested (another engine, a cached read)
+            assert not gc.isenabled()
+        assert gc.isenabled() and gc.get_threshold()[0] >= collector.YOUNG_THRESHOLD  # still one user
+    assert gc.get_threshold() == before and gc.isenabled()

@@ -3,17 +3,16 @@ screens each document: yes/no callback or a 0-100 score. Answers come from the r
 present; only what is missing is asked, online (engine.py) or as a provider batch (batch.py)."""
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from popfair.errors import ConfigError, DataError, require
+from popfair.screen import collector
 from popfair.screen.cache import StoredReply, open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
 from popfair.screen.parse import parse_answer
@@ -27,18 +26,6 @@ log = logging.getLogger("popfair.screen")
 
 MODES = ("online", "batch")
 
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside: making tens of thousands of small acyclic tuples (a cached
-    rerun) triggers collections that walk every live object, about a quarter of the rerun's time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 
 
@@ -212,7 +199,7 @@ class LLMScreener:
             raise MissingSecretError(f"screener.api_key_env: {self.name} was built without its key (dry run); "
                                      f"set environment variable {self.api_key_env} to screen")
         keys, request = self._keys(jobs, documents, outcome)
-        with gc_paused():  # tens of thousands of small tuples, no cycles: collections would only cost time
+        with collector.paused():  # tens of thousands of small tuples, no cycles: collections would only cost time
             answers = self._cached_answers(self.cache.get_replies(keys), outcome)
         stats = EngineStats()
         todo: list[Call] = []
@@ -232,7 +219,7 @@ class LLMScreener:
                                 key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials",
                                 max_calls=self.max_calls, parse=self.parse_answer)
                 answers.update(engine.run(todo, len(documents), cached_rows, desc))
-        with gc_paused():
+        with collector.paused():
             results = _results(documents, keys, answers)
         self._summarise(results, stats, len(todo))
         return results

@@ -105,6 +105,12 @@ class ResponseCache(ABC):
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
         """Store one answer and drop its claim, in one commit (a kill after this returns loses nothing)."""
 
+    def put_many(self, items: Sequence[tuple[str, str, str, CachedAnswer]]) -> None:
+        """Store several (key, provider, model, answer) and drop their claims, in one commit (group
+        commit of answers that arrived together; backends override it with one transaction)."""
+        for item in items:
+            self.put(*item)
+
     @abstractmethod
     def count(self) -> int:
         """Number of stored answers."""

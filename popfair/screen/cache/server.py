@@ -122,15 +122,18 @@ class ServerCache(ResponseCache):
         return rows
 
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
+        self.put_many([(key, provider, model, answer)])
+
+    def put_many(self, items: Sequence[tuple[str, str, str, CachedAnswer]]) -> None:
         columns = ", ".join(f"{c} = EXCLUDED.{c}" for c in ("provider", "model", *ANSWER_COLUMNS))
-        params = {"key": key, "provider": provider, "model": model,
-                  **{c: getattr(answer, c) for c in ANSWER_COLUMNS}}
+        rows = [{"key": key, "provider": provider, "model": model, **{c: getattr(a, c) for c in ANSWER_COLUMNS}}
+                for key, provider, model, a in sorted(items, key=lambda item: item[0])]  # one lock order
 
         def work(conn: Connection) -> None:
             conn.execute(text("INSERT INTO responses VALUES (:key, :provider, :model, "
                               f"{', '.join(':' + c for c in ANSWER_COLUMNS)}) "
-                              f"ON CONFLICT (key) DO UPDATE SET {columns}"), params)
-            conn.execute(text("DELETE FROM claims WHERE key = :key"), {"key": key})
+                              f"ON CONFLICT (key) DO UPDATE SET {columns}"), rows)
+            conn.execute(text("DELETE FROM claims WHERE key = ANY(:keys)"), {"keys": [r["key"] for r in rows]})
         self._write(work)
 
     def count(self) -> int:

@@ -71,12 +71,19 @@ class SqliteCache(ResponseCache):
         return rows
 
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (key, provider, model, answer.raw, answer.value, answer.parse_error, answer.input_tokens,
-             answer.output_tokens, answer.cost_usd, answer.latency_s, answer.created_at))
-        self._db.execute("DELETE FROM claims WHERE key=?", (key,))
-        self._db.commit()
+        self.put_many([(key, provider, model, answer)])
+
+    def put_many(self, items: Sequence[tuple[str, str, str, CachedAnswer]]) -> None:
+        try:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [(key, provider, model, a.raw, a.value, a.parse_error, a.input_tokens, a.output_tokens,
+                  a.cost_usd, a.latency_s, a.created_at) for key, provider, model, a in items])
+            self._db.executemany("DELETE FROM claims WHERE key=?", [(item[0],) for item in items])
+            self._db.commit()
+        except BaseException:
+            self._db.rollback()
+            raise
 
     # --- claims -------------------------------------------------------------------------------
     def claim(self, keys: Sequence[str], owner: str, lease_s: float) -> tuple[list[str], int]:
