@@ -129,8 +129,8 @@ class PseSettings:
     # Fold assignments cross-fit and averaged, their spread added to SE and CI (1: the paper's single
     # split). More splits make the estimate independent of the random fold assignment (for 0/1 outcomes
     # NIE/BIE move by 0.2-0.55 SE between assignments); they narrow but do not close the callback
-    # under-coverage of NIE/BIE at n=3000 (benchmarks/coverage_pse.py: SE/SD 0.92 and coverage 0.92
-    # with 5 splits over 183 replications, vs 0.87-0.88 and 0.85-0.88 with one over 40).
+    # under-coverage of NIE/BIE at n=3000 (benchmarks/coverage_pse.py: SE/SD 0.92-0.95 and coverage 0.92
+    # with 5 splits over 200 replications, vs 0.87-0.88 and 0.85-0.88 with one over 40).
     n_splits: int = 1
     n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
