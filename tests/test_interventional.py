@@ -48,9 +48,17 @@ def simulated_both(request, tmp_path_factory):
 def test_interventional_cis_cover_the_simulated_truth(simulated_both):
     _, result, truth, _ = simulated_both
     table = result.effects.table
+    # One replication: a 95% interval misses by design 1 time in 20 per effect (seed 0 of the race
+    # case with CA/TX transported lands RIE at z = 2.15; seed 1 at z = 0.42), so this bias check uses
+    # 99.9% intervals from the reported SEs; the 95% coverage rate itself is what
+    # benchmarks/coverage_interventional.py measures over many replications.
+    z = stats.norm.ppf(1 - 0.001 / 2)
     for effect in EFFECTS:
-        lo, hi = table.loc[effect, "intv_ci_low"], table.loc[effect, "intv_ci_high"]
+        est, se = table.loc[effect, "intv_estimate"], table.loc[effect, "intv_se"]
+        lo, hi = est - z * se, est + z * se
         assert lo - CLIP_TOLERANCE <= truth[effect] <= hi + CLIP_TOLERANCE, (effect, lo, hi, truth[effect])
+        # the reported 95% interval is the t interval of the same SE (not a wider one)
+        assert table.loc[effect, "intv_ci_high"] - table.loc[effect, "intv_ci_low"] <= 2 * 2.0 * se + 1e-9
     # informative, not just wide: the screener's direct +2 and the qualification/proxy paths show
     assert table.loc["NDE", "intv_estimate"] == pytest.approx(2.0, abs=0.01)
     assert (table["intv_ci_high"] - table["intv_ci_low"]).max() < 1.5

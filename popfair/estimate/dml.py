@@ -128,8 +128,9 @@ class PseSettings:
     folds: int = 5                       # cross-fitting folds L
     # Fold assignments cross-fit and averaged, their spread added to SE and CI (1: the paper's single
     # split). More splits make the estimate independent of the random fold assignment (for 0/1 outcomes
-    # NIE/BIE move by 0.2-0.55 SE between assignments); they did not fix the callback under-coverage
-    # of NIE/BIE (SE/SD 0.88-0.91 with 5 splits vs 0.87-0.88 with one; benchmarks/coverage_pse.py).
+    # NIE/BIE move by 0.2-0.55 SE between assignments); they narrow but do not close the callback
+    # under-coverage of NIE/BIE at n=3000 (benchmarks/coverage_pse.py: SE/SD 0.92 and coverage 0.92
+    # with 5 splits over 183 replications, vs 0.87-0.88 and 0.85-0.88 with one over 40).
     n_splits: int = 1
     n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
