@@ -62,7 +62,7 @@ def main() -> None:
             answer = CachedAnswer("50", 50.0, None, 100, 1, 0.0, 0.05, time.time())
             for name, where in locations.items():
                 s = screener(url, where)
-                keys = [s.provider.cache_key(s.prompts.build("score", JOBS["nurse"], d)) for d in cached_docs]
+                keys = s.provider.cache_keys(s.prompts.system("score"), s.prompts.users("score", JOBS, cached_docs))
                 start = time.perf_counter()
                 s.cache.insert_rows("responses", [(k, "openai", "stub-model", *astuple(answer)) for k in keys])
                 fill_s = time.perf_counter() - start
