@@ -34,7 +34,7 @@ from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, Text,
 from popfair.errors import DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_counts, bootstrap_se, percentile_ci
-from popfair.population.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
+from popfair.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
 from popfair.types import Effects, Plot, Roles
 
 DIMENSIONS = ("sex", "race", "sex_race")

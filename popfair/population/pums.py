@@ -103,7 +103,7 @@ def occupation_records(pums: pd.DataFrame, occp: int) -> pd.DataFrame:
 def decode_race(rac1p: pd.Series, hisp: pd.Series) -> np.ndarray:
     """RAC1P + HISP -> white, black, api, hispanic, other (Hispanic of any race first). The paper lists
     no categories: this coding is popfair's (docs/replication.md R1; the LL144 table can use finer
-    ones, popfair.population.race_coding)."""
+    ones, popfair.race_coding)."""
     race = np.select(
         [hisp.to_numpy() != 1, rac1p.to_numpy() == 1, rac1p.to_numpy() == 2,
          np.isin(rac1p.to_numpy(), [6, 7])],
