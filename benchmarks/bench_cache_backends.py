@@ -8,6 +8,7 @@ started here from the pgserver wheel's binaries).
     through the PostgreSQL cache, alternated over rounds. Target: PostgreSQL within 5% of SQLite.
 
 Run from the repository root: python benchmarks/bench_cache_backends.py [--rows 60000] [--calls 1500]"""
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,16 @@ from tests.pg_server import PASSWORD, start_postgres  # noqa: E402
 
 
 def screener(url: str, where: dict[str, str]) -> LLMScreener:
-    return LLMScreener(name="bench", provider="openai", model="stub-model", api_key_env="OPENAI_API_KEY",
-                       base_url=url, engine={"concurrency": CONCURRENCY, "progress": False, "timeout_s": 10.0},
-                       price={"input_per_mtok": 0.15, "output_per_mtok": 0.6}, **where)
+    return LLMScreener(
+        name="bench",
+        provider="openai",
+        model="stub-model",
+        api_key_env="OPENAI_API_KEY",
+        base_url=url,
+        engine={"concurrency": CONCURRENCY, "progress": False, "timeout_s": 10.0},
+        price={"input_per_mtok": 0.15, "output_per_mtok": 0.6},
+        **where,
+    )
 
 
 def best_of(n: int, work) -> tuple[float, list[float]]:
@@ -70,12 +78,16 @@ def main() -> None:
                 screen_s, screens = best_of(3, lambda s=s: s.screen(JOBS, cached_docs, "score"))
                 again = s.screen(JOBS, cached_docs[:100], "score")
                 assert all(r.cached and r.value == 50.0 for r in again)
-                print(f"bulk {name:8s}: fill {args.rows / fill_s:>9,.0f} rows/s | get_many {args.rows / lookup_s:>9,.0f}"
-                      f" rows/s (runs {', '.join(f'{t:.2f}' for t in lookups)} s) | cached screen rerun "
-                      f"{args.rows / screen_s:>9,.0f} rows/s (runs {', '.join(f'{t:.2f}' for t in screens)} s)")
+                print(
+                    f"bulk {name:8s}: fill {args.rows / fill_s:>9,.0f} rows/s | get_many {args.rows / lookup_s:>9,.0f}"
+                    f" rows/s (runs {', '.join(f'{t:.2f}' for t in lookups)} s) | cached screen rerun "
+                    f"{args.rows / screen_s:>9,.0f} rows/s (runs {', '.join(f'{t:.2f}' for t in screens)} s)"
+                )
                 if name == "postgres":
-                    print(f"               PostgreSQL bulk lookups: ratio to the 20,000 rows/s target "
-                          f"{args.rows / lookup_s / 20_000:.2f}")
+                    print(
+                        f"               PostgreSQL bulk lookups: ratio to the 20,000 rows/s target "
+                        f"{args.rows / lookup_s / 20_000:.2f}"
+                    )
                 s.cache.close()
 
             # (2) live throughput through the claim protocol --------------------------------------
@@ -83,9 +95,12 @@ def main() -> None:
             warm = screener(url, {"cache_dir": f"{tmp}/warm"})
             warm.screen(JOBS, docs(64, offset=10**6), "score")  # imports, first connections
             for round_ in range(args.rounds):
-                for name in (("sqlite", "postgres") if round_ % 2 == 0 else ("postgres", "sqlite")):
-                    where = ({"cache_dir": f"{tmp}/live-{round_}"} if name == "sqlite"
-                             else {"cache_url": server.new_database()})
+                for name in ("sqlite", "postgres") if round_ % 2 == 0 else ("postgres", "sqlite"):
+                    where = (
+                        {"cache_dir": f"{tmp}/live-{round_}"}
+                        if name == "sqlite"
+                        else {"cache_url": server.new_database()}
+                    )
                     s = screener(url, where)
                     live = docs(args.calls, offset=(round_ + 1) * 10**5)  # fresh prompts: all sent
                     start = time.perf_counter()
@@ -96,8 +111,10 @@ def main() -> None:
                     s.cache.close()
             bound = CONCURRENCY / LATENCY_S
             for name, values in rates.items():
-                print(f"live {name:8s}: median {statistics.median(values):.0f} req/s (rounds "
-                      f"{', '.join(f'{v:.0f}' for v in values)}); bound {bound:.0f} req/s")
+                print(
+                    f"live {name:8s}: median {statistics.median(values):.0f} req/s (rounds "
+                    f"{', '.join(f'{v:.0f}' for v in values)}); bound {bound:.0f} req/s"
+                )
             ratio = statistics.median(rates["postgres"]) / statistics.median(rates["sqlite"])
             print(f"live PostgreSQL / SQLite (both claiming every call): {ratio:.3f} (target >= 0.95)")
             print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")

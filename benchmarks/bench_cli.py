@@ -10,6 +10,7 @@ Wall times include waiting for a core: the load average is printed with each fig
 
     python benchmarks/bench_cli.py [--skip-default-case] [--repeat 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,15 @@ def timed(*args: str, cwd: str) -> tuple[float, subprocess.CompletedProcess]:
     """Wall seconds of `python -m popfair *args`; its CPU seconds are left in `timed.cpu`."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start, cpu = time.perf_counter(), child_cpu()
-    out = subprocess.run([sys.executable, "-m", "popfair", *args], cwd=cwd, capture_output=True, text=True,
-                         env=env, timeout=900, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "popfair", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
     seconds = time.perf_counter() - start
     timed.cpu = child_cpu() - cpu  # type: ignore[attr-defined]
     if out.returncode != 0:
@@ -51,21 +59,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = min(timed("--help", cwd=tmp)[0] for _ in range(args.repeat))
         hydra = min(timed("--help", "seed=0", cwd=tmp)[0] for _ in range(args.repeat))
-        print(f"--help: {fast:.2f} s (best of {args.repeat}); Hydra-composed help {hydra:.2f} s; "
-              f"ratio {hydra / fast:.1f}x  target < 1 s: {'PASS' if fast < 1 else 'FAIL'}  "
-              f"(load {os.getloadavg()[0]:.2f})")
+        print(
+            f"--help: {fast:.2f} s (best of {args.repeat}); Hydra-composed help {hydra:.2f} s; "
+            f"ratio {hydra / fast:.1f}x  target < 1 s: {'PASS' if fast < 1 else 'FAIL'}  "
+            f"(load {os.getloadavg()[0]:.2f})"
+        )
         if args.skip_default_case:
             return
         seconds, out = timed(cwd=tmp)
         stages = next((line for line in out.stdout.splitlines() if line.startswith("time: ")), "time: (no summary)")
-        print(f"default case: {seconds:.1f} s end to end ({timed.cpu:.1f} CPU s, all threads and "  # type: ignore[attr-defined]
-              f"workers), fresh MLflow database  target <= 20 s: "
-              f"{'PASS' if seconds <= 20 else 'FAIL'}  (load {os.getloadavg()[0]:.2f})\n  {stages}")
+        print(
+            f"default case: {seconds:.1f} s end to end ({timed.cpu:.1f} CPU s, all threads and "  # type: ignore[attr-defined]
+            f"workers), fresh MLflow database  target <= 20 s: "
+            f"{'PASS' if seconds <= 20 else 'FAIL'}  (load {os.getloadavg()[0]:.2f})\n  {stages}"
+        )
         seconds, out = timed(cwd=tmp)
         stages = next((line for line in out.stdout.splitlines() if line.startswith("time: ")), "time: (no summary)")
-        print(f"default case again (MLflow database exists): {seconds:.1f} s ({timed.cpu:.1f} CPU s)  "  # type: ignore[attr-defined]
-              f"(load {os.getloadavg()[0]:.2f})"
-              f"\n  {stages}")
+        print(
+            f"default case again (MLflow database exists): {seconds:.1f} s ({timed.cpu:.1f} CPU s)  "  # type: ignore[attr-defined]
+            f"(load {os.getloadavg()[0]:.2f})"
+            f"\n  {stages}"
+        )
 
 
 if __name__ == "__main__":

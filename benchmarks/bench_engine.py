@@ -11,6 +11,7 @@
 
 Run from the repository root: python benchmarks/bench_engine.py [--calls 3000] [--fast-calls 4000]
 [--cached-rows 60000]"""
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,10 @@ JOBS = {"nurse": Job("nurse", "Registered Nurse", "Care for patients in a hospit
 
 
 def docs(n: int, offset: int = 0) -> list[Document]:
-    return [Document(f"a{i}", "nurse", "text", f"Applicant {i}. Experience {i % 23} years. " * 8)
-            for i in range(offset, offset + n)]
+    return [
+        Document(f"a{i}", "nurse", "text", f"Applicant {i}. Experience {i % 23} years. " * 8)
+        for i in range(offset, offset + n)
+    ]
 
 
 def process_cpu(pid: int) -> float:
@@ -54,8 +57,9 @@ def start_stub(*args: str) -> tuple[subprocess.Popen, str]:
     """A stub server in its own process (the client is measured on its own CPU time); it prints its
     port and runs until its stdin closes. Default: the full LLM stub with 50 ms latency."""
     command = list(args) or ["-m", "tests.llm_stub", "--latency", str(LATENCY_S)]
-    proc = subprocess.Popen([sys.executable, *command], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, *command], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     port = proc.stdout.readline().strip()
     return proc, f"http://127.0.0.1:{port}/v1"
 
@@ -69,10 +73,16 @@ def serve_fast_stub(latency_s: float) -> None:
     """A minimal OpenAI chat-completions server (aiohttp): answers "50" after `latency_s`."""
     from aiohttp import web
 
-    reply = json.dumps({"id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "stub-model",
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": "50"}}],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101}}).encode()
+    reply = json.dumps(
+        {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "stub-model",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "50"}}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101},
+        }
+    ).encode()
 
     async def complete(request: web.Request) -> web.Response:
         await request.read()
@@ -94,10 +104,16 @@ def serve_fast_stub(latency_s: float) -> None:
 
 
 def screener(url: str, cache_dir: str, concurrency: int) -> LLMScreener:
-    return LLMScreener(name="bench", provider="openai", model="stub-model", api_key_env="OPENAI_API_KEY",
-                       base_url=url, cache_dir=cache_dir,
-                       engine={"concurrency": concurrency, "progress": False, "timeout_s": 10.0},
-                       price={"input_per_mtok": 0.15, "output_per_mtok": 0.6})
+    return LLMScreener(
+        name="bench",
+        provider="openai",
+        model="stub-model",
+        api_key_env="OPENAI_API_KEY",
+        base_url=url,
+        cache_dir=cache_dir,
+        engine={"concurrency": concurrency, "progress": False, "timeout_s": 10.0},
+        price={"input_per_mtok": 0.15, "output_per_mtok": 0.6},
+    )
 
 
 def timed(work):
@@ -114,13 +130,17 @@ def bare_aiohttp(url: str, bodies: list[dict], concurrency: int) -> None:
     async def run() -> None:
         queue = iter(bodies)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+
             async def worker() -> None:
                 for body in queue:
-                    async with session.post(f"{url}/chat/completions", json=body,
-                                            headers={"Authorization": "Bearer bench"}) as response:
+                    async with session.post(
+                        f"{url}/chat/completions", json=body, headers={"Authorization": "Bearer bench"}
+                    ) as response:
                         data = await response.json()
                         assert data["choices"][0]["message"]["content"] == "50"
+
             await asyncio.gather(*(worker() for _ in range(concurrency)))
+
     asyncio.run(run())
 
 
@@ -133,10 +153,14 @@ def live(args: argparse.Namespace, tmp: str) -> None:
         wall, cpu, results = timed(lambda: s.screen(JOBS, docs(args.calls), "score"))
         assert all(r.error is None for r in results), "stub answers must all parse"
         bound, rate = CONCURRENCY / LATENCY_S, args.calls / wall
-        print(f"(1) live:  {args.calls} calls in {wall:.2f} s = {rate:.0f} req/s; bound {bound:.0f} req/s "
-              f"(concurrency {CONCURRENCY} x {1000 * LATENCY_S:.0f} ms); ratio {rate / bound:.2f} (target >= 0.80)")
-        print(f"           stub server CPU {1000 * (process_cpu(stub.pid) - stub_cpu) / args.calls:.2f} ms/request; "
-              f"client CPU {1000 * cpu / args.calls:.2f} ms/request")
+        print(
+            f"(1) live:  {args.calls} calls in {wall:.2f} s = {rate:.0f} req/s; bound {bound:.0f} req/s "
+            f"(concurrency {CONCURRENCY} x {1000 * LATENCY_S:.0f} ms); ratio {rate / bound:.2f} (target >= 0.80)"
+        )
+        print(
+            f"           stub server CPU {1000 * (process_cpu(stub.pid) - stub_cpu) / args.calls:.2f} ms/request; "
+            f"client CPU {1000 * cpu / args.calls:.2f} ms/request"
+        )
     finally:
         stop(stub)
 
@@ -157,16 +181,22 @@ def client_cpu(args: argparse.Namespace, tmp: str) -> None:
             assert all(r.error is None and not r.cached for r in results)
             rounds["popfair"].append((wall, cpu))
             rounds["aiohttp"].append(timed(lambda: bare_aiohttp(url, bodies, FAST_CONCURRENCY))[:2])
-        print(f"(2) client CPU at concurrency {FAST_CONCURRENCY} against a {1000 * FAST_LATENCY_S:.0f} ms aiohttp "
-              f"stub (bound {FAST_CONCURRENCY / FAST_LATENCY_S:,.0f} req/s), {n} requests x {args.rounds} rounds, best:")
+        print(
+            f"(2) client CPU at concurrency {FAST_CONCURRENCY} against a {1000 * FAST_LATENCY_S:.0f} ms aiohttp "
+            f"stub (bound {FAST_CONCURRENCY / FAST_LATENCY_S:,.0f} req/s), {n} requests x {args.rounds} rounds, best:"
+        )
         best = {}
         for name, runs in rounds.items():
             wall, cpu = min(runs, key=lambda r: r[1])
             best[name] = cpu / n
-            print(f"           {name:8s}: {n / wall:6,.0f} req/s, client CPU {1000 * cpu / n:.3f} ms/request "
-                  f"(rounds: {', '.join(f'{1000 * c / n:.2f}' for _, c in runs)} ms)")
-        print(f"           popfair / bare aiohttp CPU per request {best['popfair'] / best['aiohttp']:.2f}x; "
-              f"target popfair <= 1.2 ms: {'met' if best['popfair'] <= 0.0012 else 'NOT met'}")
+            print(
+                f"           {name:8s}: {n / wall:6,.0f} req/s, client CPU {1000 * cpu / n:.3f} ms/request "
+                f"(rounds: {', '.join(f'{1000 * c / n:.2f}' for _, c in runs)} ms)"
+            )
+        print(
+            f"           popfair / bare aiohttp CPU per request {best['popfair'] / best['aiohttp']:.2f}x; "
+            f"target popfair <= 1.2 ms: {'met' if best['popfair'] <= 0.0012 else 'NOT met'}"
+        )
     finally:
         stop(stub)
 
@@ -185,9 +215,11 @@ def cached(args: argparse.Namespace, tmp: str) -> None:
         assert len(results) == len(rows) and all(r.cached and r.value == 50.0 for r in results)
     wall, cpu = min(runs)
     rate = args.cached_rows / wall
-    print(f"(3) cached rerun: {args.cached_rows} rows in {wall:.3f} s = {rate:,.0f} rows/s "
-          f"({args.cached_rows / min(c for _, c in runs):,.0f} rows per CPU second; runs "
-          f"{', '.join(f'{w:.2f}' for w, _ in runs)} s); ratio to the 100,000 rows/s target {rate / 100_000:.2f}")
+    print(
+        f"(3) cached rerun: {args.cached_rows} rows in {wall:.3f} s = {rate:,.0f} rows/s "
+        f"({args.cached_rows / min(c for _, c in runs):,.0f} rows per CPU second; runs "
+        f"{', '.join(f'{w:.2f}' for w, _ in runs)} s); ratio to the 100,000 rows/s target {rate / 100_000:.2f}"
+    )
 
 
 def main() -> None:

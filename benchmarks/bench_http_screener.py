@@ -4,6 +4,7 @@ and without 10% injected faults (429 + Retry-After, 500, malformed JSON); (2) a 
 (rows/s: keys from the filled templates, one cache read, answers re-read through the JSONPath).
 
 Run from the repository root: python benchmarks/bench_http_screener.py [--calls 2000]"""
+
 from __future__ import annotations
 
 import argparse
@@ -21,14 +22,23 @@ from tests import vendor_stub  # noqa: E402
 
 LATENCY_S, CONCURRENCY = 0.05, 16
 JOBS = {"nurse": Job("nurse", "Registered Nurse", "Care for patients in a hospital ward. " * 20)}
-ENGINE = {"concurrency": CONCURRENCY, "timeout_s": 5.0, "backoff_initial_s": 0.01, "backoff_max_s": 0.05,
-          "backoff_jitter_s": 0.01, "retry_after_max_s": 0.05, "progress": False, "adaptive": False}
+ENGINE = {
+    "concurrency": CONCURRENCY,
+    "timeout_s": 5.0,
+    "backoff_initial_s": 0.01,
+    "backoff_max_s": 0.05,
+    "backoff_jitter_s": 0.01,
+    "retry_after_max_s": 0.05,
+    "progress": False,
+    "adaptive": False,
+}
 
 
 def docs(n: int, tag: str) -> list[Document]:
     surnames = ["Washington", "Becker", "Jefferson", "Bauer"]
-    return [Document(f"{tag}{i}", "nurse", "text", f"Pat {surnames[i % 4]}\nApplicant {tag}{i}. " * 8)
-            for i in range(n)]
+    return [
+        Document(f"{tag}{i}", "nurse", "text", f"Pat {surnames[i % 4]}\nApplicant {tag}{i}. " * 8) for i in range(n)
+    ]
 
 
 def main() -> None:
@@ -40,16 +50,20 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as cache:
             screener = HttpScreener(url=url, response_path="$.result.score", cache_dir=cache, engine=ENGINE)
-            for label, faults, tag in (("clean", {}, "c"),
-                                       ("10% faults", {"rate_limit": 0.04, "server_error": 0.03, "malformed": 0.03}, "f")):
+            for label, faults, tag in (
+                ("clean", {}, "c"),
+                ("10% faults", {"rate_limit": 0.04, "server_error": 0.03, "malformed": 0.03}, "f"),
+            ):
                 for name, share in faults.items():
                     setattr(state, name, share)
                 start = time.perf_counter()
                 results = screener.screen(JOBS, docs(args.calls, tag), "score")
                 wall = time.perf_counter() - start
                 failed = sum(r.error is not None for r in results)
-                print(f"live {label}: {args.calls} requests in {wall:.2f}s = {args.calls / wall:.0f} req/s "
-                      f"({args.calls / wall / bound:.2f} of the {bound:.0f} req/s bound), {failed} failed rows")
+                print(
+                    f"live {label}: {args.calls} requests in {wall:.2f}s = {args.calls / wall:.0f} req/s "
+                    f"({args.calls / wall / bound:.2f} of the {bound:.0f} req/s bound), {failed} failed rows"
+                )
             documents = docs(args.calls, "c") * 10  # every answer cached, 10 rows per distinct document
             start = time.perf_counter()
             results = screener.screen(JOBS, documents, "score")

@@ -11,6 +11,7 @@ timed again on the run's own world rows (the run renders all rows in one pass).
     python benchmarks/bench_interventional.py --screener embedding_minilm --population-n 2000 --n 400
     python benchmarks/bench_interventional.py --estimator interventional --attr race
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,9 +50,17 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     n_key = "estimator.interventional.n" if args.estimator == "both" else "estimator.n"
-    overrides = [f"occupation={args.occupation}", f"protected_attr={args.attr}", f"screener={args.screener}",
-                 f"estimator={args.estimator}", f"{n_key}={args.n}", f"seed={args.seed}",
-                 "tracking=none", "population.diagnostics=false", *args.overrides]
+    overrides = [
+        f"occupation={args.occupation}",
+        f"protected_attr={args.attr}",
+        f"screener={args.screener}",
+        f"estimator={args.estimator}",
+        f"{n_key}={args.n}",
+        f"seed={args.seed}",
+        "tracking=none",
+        "population.diagnostics=false",
+        *args.overrides,
+    ]
     if args.population_n:
         overrides.append(f"population.n={args.population_n}")
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
@@ -76,19 +85,25 @@ def main() -> None:
     added_s = sum(intv.values())
     share = added_s / run_s
 
-    print(f"\ncase: {experiment.case_name()}   applicants: {len(result.scored):,}   "
-          f"intervened on: {metrics['intv.n']:.0f}   counterfactual documents: {metrics['intv.documents']:.0f} "
-          f"({metrics['intv.distinct_documents']:.0f} distinct)   own-world = factual document: "
-          f"{metrics.get('intv.consistency', float('nan')):.3f}")
-    print(f"stage times (s): build {build_s:.2f}, "
-          + ", ".join(f"{name} {seconds:.2f}" for name, seconds in result.timings.items()))
+    print(
+        f"\ncase: {experiment.case_name()}   applicants: {len(result.scored):,}   "
+        f"intervened on: {metrics['intv.n']:.0f}   counterfactual documents: {metrics['intv.documents']:.0f} "
+        f"({metrics['intv.distinct_documents']:.0f} distinct)   own-world = factual document: "
+        f"{metrics.get('intv.consistency', float('nan')):.3f}"
+    )
+    print(
+        f"stage times (s): build {build_s:.2f}, "
+        + ", ".join(f"{name} {seconds:.2f}" for name, seconds in result.timings.items())
+    )
     print("interventional (s): " + ", ".join(f"{k} {v:.2f}" for k, v in intv.items()))
     pse = {k.removeprefix("time.pse_").removesuffix("_s"): v for k, v in metrics.items() if k.startswith("time.pse_")}
     if pse:
         print("observational DML-UCA (s): " + ", ".join(f"{k} {v:.2f}" for k, v in pse.items()))
-    print(f"run time {run_s:.2f} s; scoring (factual and counterfactual documents) {scoring_s:.2f} s; "
-          f"interventional cost beyond scoring {added_s:.2f} s = {100 * share:.1f}% of the run "
-          f"({'under' if share < TARGET_SHARE else 'OVER'} the {100 * TARGET_SHARE:.0f}% bar)")
+    print(
+        f"run time {run_s:.2f} s; scoring (factual and counterfactual documents) {scoring_s:.2f} s; "
+        f"interventional cost beyond scoring {added_s:.2f} s = {100 * share:.1f}% of the run "
+        f"({'under' if share < TARGET_SHARE else 'OVER'} the {100 * TARGET_SHARE:.0f}% bar)"
+    )
     with pd.option_context("display.width", 220, "display.max_columns", 30, "display.float_format", "{:.3f}".format):
         shown = result.effects.table.drop(columns=[c for c in ("case", "p_value") if c in result.effects.table])
         print(shown.to_string())

@@ -5,6 +5,7 @@
 Prints rows/s for the simulated screener (score and callback) and its exact expected()
 helper, and documents/s for embedding_minilm on CPU (when the `embedding` extra is installed),
 with the implied time for the full 60.8k-resume grid cell."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,25 +19,43 @@ from popfair.screen.simulated import SimulatedScreener
 from popfair.types import Document, Job
 
 N = 60_800  # PopResume: 60.8k resumes across five occupations
-JOBS = {"nurse": Job(job_id="nurse", title="Registered nurse",
-                     description="Registered nurse: assess patients, administer medication and coordinate care.")}
+JOBS = {
+    "nurse": Job(
+        job_id="nurse",
+        title="Registered nurse",
+        description="Registered nurse: assess patients, administer medication and coordinate care.",
+    )
+}
 
 
 def profiles(n: int) -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    return pd.DataFrame({
-        "applicant_id": [f"a{i:06d}" for i in range(n)], "job_id": "nurse",
-        "gender": rng.choice(["female", "male"], n), "race": rng.choice(["black", "white", "hispanic"], n),
-        "edu_group": rng.choice(["low", "medium", "high"], n), "exp_year": rng.integers(0, 25, n),
-        "surname_race_typicality": rng.choice(["asian", "black", "white", "neutral"], n),
-        "name_gender_typicality": rng.choice(["male", "female", "neutral"], n)})
+    return pd.DataFrame(
+        {
+            "applicant_id": [f"a{i:06d}" for i in range(n)],
+            "job_id": "nurse",
+            "gender": rng.choice(["female", "male"], n),
+            "race": rng.choice(["black", "white", "hispanic"], n),
+            "edu_group": rng.choice(["low", "medium", "high"], n),
+            "exp_year": rng.integers(0, 25, n),
+            "surname_race_typicality": rng.choice(["asian", "black", "white", "neutral"], n),
+            "name_gender_typicality": rng.choice(["male", "female", "neutral"], n),
+        }
+    )
 
 
 def documents(table: pd.DataFrame) -> list[Document]:
-    return [Document(applicant_id=r["applicant_id"], job_id="nurse", kind="text",
-                     text=f"Applicant {r['applicant_id']}\nEDUCATION\n{r['edu_group']}\n"
-                          f"EXPERIENCE\n{r['exp_year']} years as a registered nurse in a hospital ward",
-                     profile=r) for r in table.to_dict("records")]
+    return [
+        Document(
+            applicant_id=r["applicant_id"],
+            job_id="nurse",
+            kind="text",
+            text=f"Applicant {r['applicant_id']}\nEDUCATION\n{r['edu_group']}\n"
+            f"EXPERIENCE\n{r['exp_year']} years as a registered nurse in a hospital ward",
+            profile=r,
+        )
+        for r in table.to_dict("records")
+    ]
 
 
 def timed(fn, *args) -> tuple[float, object]:
@@ -51,10 +70,19 @@ def main() -> None:
     args = parser.parse_args()
     table = profiles(N)
     docs = documents(table)
-    screener = SimulatedScreener(intercept=45.0, coefficients={
-        "gender": {"male": 2.0}, "race": {"white": 2.0}, "name_gender_typicality": {"male": 1.5},
-        "surname_race_typicality": {"black": -3.0}, "edu_group": {"medium": 6.0, "high": 12.0}, "exp_year": 0.8},
-        noise_sd=8.0, seed=0)
+    screener = SimulatedScreener(
+        intercept=45.0,
+        coefficients={
+            "gender": {"male": 2.0},
+            "race": {"white": 2.0},
+            "name_gender_typicality": {"male": 1.5},
+            "surname_race_typicality": {"black": -3.0},
+            "edu_group": {"medium": 6.0, "high": 12.0},
+            "exp_year": 0.8,
+        },
+        noise_sd=8.0,
+        seed=0,
+    )
     for outcome in ("score", "callback"):
         seconds, _ = timed(screener.screen, JOBS, docs, outcome)
         print(f"simulated screen ({outcome}): {N:,} rows in {seconds:.2f} s = {N / seconds:,.0f} rows/s")
@@ -67,15 +95,18 @@ def main() -> None:
     import torch
 
     from popfair.screen.embedding import EmbeddingScreener
+
     embedder = EmbeddingScreener()
     load, _ = timed(lambda: embedder.model)
     sample = docs[: args.embed_docs]
     embedder.screen(JOBS, sample[:64], "score")  # warm-up
     seconds, _ = timed(embedder.screen, JOBS, sample, "score")
     rate = len(sample) / seconds
-    print(f"embedding_minilm ({embedder.device}, {torch.get_num_threads()} torch threads): model load {load:.1f} s; "
-          f"{len(sample):,} resumes in {seconds:.1f} s = {rate:,.0f} docs/s; "
-          f"{N:,} resumes would take {N / rate / 60:.1f} min")
+    print(
+        f"embedding_minilm ({embedder.device}, {torch.get_num_threads()} torch threads): model load {load:.1f} s; "
+        f"{len(sample):,} resumes in {seconds:.1f} s = {rate:,.0f} docs/s; "
+        f"{N:,} resumes would take {N / rate / 60:.1f} min"
+    )
 
 
 if __name__ == "__main__":

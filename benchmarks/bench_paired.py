@@ -4,6 +4,7 @@ plus the panel report. Target: all 28 statistics in under 5 s. Also times the de
 
 Run: python benchmarks/bench_paired.py
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,30 +31,40 @@ def simulated_decisions(n_postings: int, per_posting: int, gap: float, rng: np.r
     base = np.repeat(rng.beta(2, 3, n_postings), per_posting)
     u = rng.random(len(base))
     u_adv = np.where(rng.random(len(base)) < 0.9, u, rng.random(len(base)))
-    return pd.DataFrame({"y_adv": (u_adv < np.clip(base + gap, 0, 1)).astype(float),
-                         "y_other": (u < base).astype(float),
-                         "posting_id": np.repeat(np.arange(n_postings), per_posting)})
+    return pd.DataFrame(
+        {
+            "y_adv": (u_adv < np.clip(base + gap, 0, 1)).astype(float),
+            "y_other": (u < base).astype(float),
+            "posting_id": np.repeat(np.arange(n_postings), per_posting),
+        }
+    )
 
 
 def main() -> None:
     rng = np.random.default_rng(0)
     gaps = np.linspace(0.02, -0.03, N_MODELS)
-    inputs = {(m, axis): simulated_decisions(N_POSTINGS, 4 if axis == "race" else 8, g * (1 if axis == "race" else 0.7), rng)
-              for m, g in enumerate(gaps) for axis in ("race", "gender")}
+    inputs = {
+        (m, axis): simulated_decisions(N_POSTINGS, 4 if axis == "race" else 8, g * (1 if axis == "race" else 0.7), rng)
+        for m, g in enumerate(gaps)
+        for axis in ("race", "gender")
+    }
     start = time.perf_counter()
     rows = []
     for (m, axis), pairs in inputs.items():
-        result = paired_gap(pairs, y_adv="y_adv", y_other="y_other", cluster="posting_id",
-                            n_bootstrap=N_BOOTSTRAP, seed=m)
+        result = paired_gap(
+            pairs, y_adv="y_adv", y_other="y_other", cluster="posting_id", n_bootstrap=N_BOOTSTRAP, seed=m
+        )
         rows.append(panel_row(f"model_{m:02d}", axis, f"{2023 + m // 5}-{1 + m % 12:02d}-01", result))
     stats_s = time.perf_counter() - start
     start = time.perf_counter()
     report = panel_report(pd.DataFrame(rows))
     report_s = time.perf_counter() - start
     print(report.to_text())
-    print(f"\npaired_gap: {len(rows)} statistics (14 models x 2 axes, {N_BOOTSTRAP} cluster-bootstrap "
-          f"resamples each, 24,024 / 48,048 pairs in {N_POSTINGS} postings): {stats_s:.2f} s "
-          f"(target < 5 s: {'PASS' if stats_s < 5 else 'FAIL'})")
+    print(
+        f"\npaired_gap: {len(rows)} statistics (14 models x 2 axes, {N_BOOTSTRAP} cluster-bootstrap "
+        f"resamples each, 24,024 / 48,048 pairs in {N_POSTINGS} postings): {stats_s:.2f} s "
+        f"(target < 5 s: {'PASS' if stats_s < 5 else 'FAIL'})"
+    )
     print(f"panel report (tables, chart, correlation): {report_s:.2f} s")
 
     postings = EntryLevelPostings(n_postings=N_POSTINGS)
@@ -63,8 +74,10 @@ def main() -> None:
     start = time.perf_counter()
     gender = PairedAuditPopulation(axis="gender").sample(postings, ProtectedAttribute("gender", "female", "male"), 0)
     gender_s = time.perf_counter() - start
-    print(f"design: postings + race sample {len(race.table):,} rows in {race_s:.2f} s; "
-          f"gender sample {len(gender.table):,} rows in {gender_s:.2f} s")
+    print(
+        f"design: postings + race sample {len(race.table):,} rows in {race_s:.2f} s; "
+        f"gender sample {len(gender.table):,} rows in {gender_s:.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ CA/TX transport and NLSY97 experience, and must not be slower. Prints time per s
 shares against OEWS, the experience fit and the Black - White experience gap against NLSY97.
 Run: python benchmarks/bench_population.py [--cold] [--no-diagnostics] [--seed N]
 (--cold: an empty disk cache, so every model and name table is built from the raw files)."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,10 @@ def main() -> None:
     if args.cold:
         os.environ["POPFAIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="popfair-bench-")
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        occupations = [instantiate(compose(config_name="config", overrides=[f"occupation={key}"]).occupation)
-                       for key in OCCUPATIONS]
+        occupations = [
+            instantiate(compose(config_name="config", overrides=[f"occupation={key}"]).occupation)
+            for key in OCCUPATIONS
+        ]
     population = PopResumePopulation(diagnostics=not args.no_diagnostics)
     gender = ProtectedAttribute("gender", "female", "male")
     stages: dict[str, float] = {}
@@ -51,8 +54,13 @@ def main() -> None:
         first_profiles = first_profiles or profiles
         if "population_composition.csv" in profiles.artifacts:
             compositions.append(profiles.artifacts["population_composition.csv"])
-        rows.append({"occupation": occupation.key, "profiles": len(profiles.table),
-                     **{f"{k}_s": round(v, 3) for k, v in population.timings.items()}})
+        rows.append(
+            {
+                "occupation": occupation.key,
+                "profiles": len(profiles.table),
+                **{f"{k}_s": round(v, 3) for k, v in population.timings.items()},
+            }
+        )
     total = time.perf_counter() - start
     cf_start = time.perf_counter()
     world = population.counterfactual(first_profiles, "male", "female", "male", args.seed)
@@ -61,20 +69,27 @@ def main() -> None:
     print(pd.DataFrame(rows).to_string(index=False))
     n = sum(len(t) for t in tables)
     print("\nstage totals (s): " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
-    print(f"all five occupations ({'cold' if args.cold else 'warm'} disk cache): {n} profiles in {total:.2f} s "
-          f"({'OK' if total < TARGET_S else 'OVER'} target {TARGET_S:.0f} s)")
+    print(
+        f"all five occupations ({'cold' if args.cold else 'warm'} disk cache): {n} profiles in {total:.2f} s "
+        f"({'OK' if total < TARGET_S else 'OVER'} target {TARGET_S:.0f} s)"
+    )
     print(f"one counterfactual world (nurse, {len(world)} rows): {cf_time:.2f} s")
     if compositions:
         table = pd.concat(compositions)
         table = table[table["attribute"].isin(["gender", "race", "edu_group"])]
         print("\nweighted composition by occupation (share of profiles, %):")
-        print((100 * table.pivot_table(index=["attribute", "level"], columns="occupation",
-                                       values="share_profiles")).round(1).to_string())
+        print(
+            (100 * table.pivot_table(index=["attribute", "level"], columns="occupation", values="share_profiles"))
+            .round(1)
+            .to_string()
+        )
     everyone = pd.concat(tables, ignore_index=True)
     _, _, fit = experience_fit(everyone)
     _, fit_nlsy = nlsy_fit(everyone)
-    print("experience cell means vs NLSY97 (fit) / PSID 1999 / PDII 2008 (checks), all five: "
-          + ", ".join(f"{k} {v:.3f}" for k, v in {**fit_nlsy, **fit}.items()))
+    print(
+        "experience cell means vs NLSY97 (fit) / PSID 1999 / PDII 2008 (checks), all five: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in {**fit_nlsy, **fit}.items())
+    )
     gap, _ = race_gap(everyone)
     print("Black - White experience gap within sex x age band x education (years), all five:")
     print(gap.round(3).to_string(index=False))
@@ -82,8 +97,22 @@ def main() -> None:
     if all(t is not None for t in transport):
         shares = pd.concat([t.assign(occupation=o.key) for t, o in zip(transport, occupations)])
         print("\nCA/TX transport (share of applicants vs OEWS May 2025; Hispanic share donors -> transported):")
-        print(shares[["occupation", "target", "rows", "row_share", "oews_share", "donor_ess", "hispanic_share_donors",
-                      "hispanic_share_transported"]].round(3).to_string(index=False))
+        print(
+            shares[
+                [
+                    "occupation",
+                    "target",
+                    "rows",
+                    "row_share",
+                    "oews_share",
+                    "donor_ess",
+                    "hispanic_share_donors",
+                    "hispanic_share_transported",
+                ]
+            ]
+            .round(3)
+            .to_string(index=False)
+        )
 
 
 if __name__ == "__main__":

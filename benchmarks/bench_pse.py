@@ -11,6 +11,7 @@ seconds are printed with the load average: on a shared machine wall time include
 
     python benchmarks/bench_pse.py [--n 17632] [--jobs 1 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,13 +39,27 @@ def main() -> None:
         start, cpu = time.perf_counter(), time.process_time()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PseOverlapWarning)
-            result = estimate_pse(data, x="gender", x0=sim.x0, x1=sim.x1, z=sim.roles["z"], b=sim.roles["b"],
-                                  r=sim.roles["r"], y="y", folds=5, n_bootstrap=500, seed=0, n_jobs=n_jobs)
+            result = estimate_pse(
+                data,
+                x="gender",
+                x0=sim.x0,
+                x1=sim.x1,
+                z=sim.roles["z"],
+                b=sim.roles["b"],
+                r=sim.roles["r"],
+                y="y",
+                folds=5,
+                n_bootstrap=500,
+                seed=0,
+                n_jobs=n_jobs,
+            )
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         stages = "  ".join(f"{k}={v:.2f}s" for k, v in result.timings.items())
         verdict = f"  target <= 8 s: {'PASS' if wall <= 8 else 'FAIL'}" if n_jobs >= 2 and "cold" in label else ""
-        print(f"{label}, n_jobs={n_jobs}: n={result.n} wall={wall:.2f}s cpu={cpu:.2f}s  {stages}{verdict}  "
-              f"(load {os.getloadavg()[0]:.2f})")
+        print(
+            f"{label}, n_jobs={n_jobs}: n={result.n} wall={wall:.2f}s cpu={cpu:.2f}s  {stages}{verdict}  "
+            f"(load {os.getloadavg()[0]:.2f})"
+        )
         if caught:
             print("  overlap warning:", caught[0].message)
         return result

@@ -6,6 +6,7 @@ workers). Profiles are real PopResume draws, 12,000 per occupation.
 
     python benchmarks/bench_render.py [--n-text 60000] [--n-png 300]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,7 @@ def synthetic_photos(folder: Path) -> Path:
     from popfair.render.photos import GENDERS, RACES  # noqa: PLC0415
 
     rows = ["gender,race,age_band,file"]
-    for i, (gender, race, band) in enumerate((g, r, b) for g in GENDERS for r in RACES
-                                             for b in ("18-29", "30-44")):
+    for i, (gender, race, band) in enumerate((g, r, b) for g in GENDERS for r in RACES for b in ("18-29", "30-44")):
         Image.new("RGB", (300, 360), (40 + 9 * i, 90, 200 - 7 * i)).save(folder / f"p{i}.jpg")
         rows.append(f"{gender},{race},{band},p{i}.jpg")
     (folder / "manifest.csv").write_text("\n".join(rows) + "\n")
@@ -44,8 +44,10 @@ def synthetic_photos(folder: Path) -> Path:
 
 def case(occupation: str, renderer: str, n: int, *extra: str):
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose(config_name="config", overrides=[f"occupation={occupation}", f"renderer={renderer}",
-                                                       f"population.n={n}", *extra])
+        cfg = compose(
+            config_name="config",
+            overrides=[f"occupation={occupation}", f"renderer={renderer}", f"population.n={n}", *extra],
+        )
     occ = build(cfg.occupation, "occupation")
     profiles = build(cfg.population, "population").sample(occ, build(cfg.protected_attr, "protected_attr"), 0)
     return build(cfg.renderer, "renderer"), profiles
@@ -53,6 +55,7 @@ def case(occupation: str, renderer: str, n: int, *extra: str):
 
 def timed(renderer, profiles, processes: int | None):
     """(documents, wall seconds, CPU seconds of this process and its finished children)."""
+
     def cpu() -> float:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -76,8 +79,10 @@ def main() -> None:
         for renderer, profiles in cases:
             docs, w, c = timed(renderer, profiles, processes)
             total, wall, cpu = total + len(docs), wall + w, cpu + c
-        print(f"text, {label:>14}: {total:,.0f} resumes in {wall:.2f} s wall, {cpu:.2f} s CPU "
-              f"({total / cpu:,.0f}/s per CPU second)  target <= 3 s wall: {'PASS' if wall <= 3 else 'FAIL'}")
+        print(
+            f"text, {label:>14}: {total:,.0f} resumes in {wall:.2f} s wall, {cpu:.2f} s CPU "
+            f"({total / cpu:,.0f}/s per CPU second)  target <= 3 s wall: {'PASS' if wall <= 3 else 'FAIL'}"
+        )
 
     photos = synthetic_photos(Path(tempfile.mkdtemp(prefix="popfair-photos-")))
     for kind, extra in (("image", ()), ("image_photo", (f"renderer.photos_dir={photos}",))):
@@ -88,9 +93,11 @@ def main() -> None:
             size = sum(len(d.image_png) for d in docs) / len(docs) / 1024
             rate = len(docs) / wall
             verdict = f"  target >= 150/s: {'PASS' if rate >= 150 else 'FAIL'}" if kind == "image" else ""
-            print(f"{kind}, {label:>14}: {len(docs)} PNGs ({renderer.width}x{renderer.height}) in {wall:.2f} s wall "
-                  f"= {rate:.0f}/s, {cpu:.2f} s CPU = {len(docs) / cpu:.0f}/s per CPU second, {size:.0f} KiB each"
-                  f"{verdict}")
+            print(
+                f"{kind}, {label:>14}: {len(docs)} PNGs ({renderer.width}x{renderer.height}) in {wall:.2f} s wall "
+                f"= {rate:.0f}/s, {cpu:.2f} s CPU = {len(docs) / cpu:.0f}/s per CPU second, {size:.0f} KiB each"
+                f"{verdict}"
+            )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

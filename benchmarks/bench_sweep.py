@@ -4,6 +4,7 @@ callback panel (every PUMS record, 6,006 postings; no keys, nothing called) in o
 from a sqlite MLflow store: CSV, Markdown, HTML with 120 forest plots and the panel charts.
 
 Run from the repository root: python benchmarks/bench_sweep.py [--skip-dry-runs] [--estimator pse_dml]"""
+
 from __future__ import annotations
 
 import argparse
@@ -23,26 +24,53 @@ from popfair.report.sweep import write_report  # noqa: E402
 from popfair.track.mlflow_tracker import MlflowTracker  # noqa: E402
 
 PSE = ["TE", "NDE", "NIE", "BIE", "RIE"]
-FORMATS = {"text": ["llama31_8b", "mistral_7b_v02", "gpt4o_mini", "gemini25_flash_lite"],
-           "image": ["qwen25_vl_7b", "internvl2_8b", "gpt4o", "gemini25_flash_lite"],
-           "image_photo": ["qwen25_vl_7b", "internvl2_8b", "gpt4o", "gemini25_flash_lite"]}
+FORMATS = {
+    "text": ["llama31_8b", "mistral_7b_v02", "gpt4o_mini", "gemini25_flash_lite"],
+    "image": ["qwen25_vl_7b", "internvl2_8b", "gpt4o", "gemini25_flash_lite"],
+    "image_photo": ["qwen25_vl_7b", "internvl2_8b", "gpt4o", "gemini25_flash_lite"],
+}
 OCCUPATIONS = ["nurse", "teacher", "software_developer", "accountant", "construction_laborer"]
-PANEL = ["gpt35_turbo", "gpt4o_mini", "gpt54_mini", "claude3_haiku", "claude_haiku_4_5", "llama31_8b",
-         "llama33_70b", "gemma4_31b", "gemini25_flash", "grok41_fast", "deepseek_v31", "qwen35_397b",
-         "glm51", "gpt_oss_120b"]
+PANEL = [
+    "gpt35_turbo",
+    "gpt4o_mini",
+    "gpt54_mini",
+    "claude3_haiku",
+    "claude_haiku_4_5",
+    "llama31_8b",
+    "llama33_70b",
+    "gemma4_31b",
+    "gemini25_flash",
+    "grok41_fast",
+    "deepseek_v31",
+    "qwen35_397b",
+    "glm51",
+    "gpt_oss_120b",
+]
 
 
 def dry_run(experiment: str, estimator: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "popfair", "-m", f"experiment={experiment}", "dry_run=true",
-                              *([f"estimator={estimator}"] if experiment == "popresume_grid" else [])],
-                             cwd=tmp, capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)})
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "popfair",
+                "-m",
+                f"experiment={experiment}",
+                "dry_run=true",
+                *([f"estimator={estimator}"] if experiment == "popresume_grid" else []),
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            env={**env, "PYTHONPATH": str(ROOT)},
+        )
         seconds = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
-    summary = out.stdout[out.stdout.index("=== popfair sweep"):]
+    summary = out.stdout[out.stdout.index("=== popfair sweep") :]
     print(f"\n--- dry run experiment={experiment}: {seconds:.0f} s wall\n{summary}")
 
 
@@ -57,30 +85,56 @@ def report_benchmark() -> None:
                 for occupation in OCCUPATIONS:
                     for attr in ("gender", "race"):
                         est = rng.normal(0, 1, 5)
-                        metrics = {f"{e}.{k}": v for e, x in zip(PSE, est)
-                                   for k, v in (("estimate", x), ("ci_low", x - 0.6), ("ci_high", x + 0.6))}
-                        with tracker.run(f"{occupation}-{attr}-{fmt}-{model}", {
-                                "occupation": occupation, "protected_attr": attr, "renderer": fmt,
-                                "choice.renderer": fmt, "screener": model, "estimator": "pse_dml",
-                                "case": "direct discrimination" if abs(est[1]) > 0.6 else "none"}, parent) as run:
+                        metrics = {
+                            f"{e}.{k}": v
+                            for e, x in zip(PSE, est)
+                            for k, v in (("estimate", x), ("ci_low", x - 0.6), ("ci_high", x + 0.6))
+                        }
+                        with tracker.run(
+                            f"{occupation}-{attr}-{fmt}-{model}",
+                            {
+                                "occupation": occupation,
+                                "protected_attr": attr,
+                                "renderer": fmt,
+                                "choice.renderer": fmt,
+                                "screener": model,
+                                "estimator": "pse_dml",
+                                "case": "direct discrimination" if abs(est[1]) > 0.6 else "none",
+                            },
+                            parent,
+                        ) as run:
                             run.metrics(metrics)
         for i, model in enumerate(PANEL):
             for attr in ("race", "gender"):
                 gap = rng.normal(0, 1.5)
-                with tracker.run(f"panel-{attr}-{model}", {"protected_attr": attr, "screener": model,
-                                                           "estimator": "paired_gap"}, parent) as run:
+                with tracker.run(
+                    f"panel-{attr}-{model}",
+                    {"protected_attr": attr, "screener": model, "estimator": "paired_gap"},
+                    parent,
+                ) as run:
                     run.params({"screener.release_date": f"{2023 + i // 5}-{1 + i % 12:02d}-01"})
-                    run.metrics({"gap.estimate": gap, "gap.ci_low": gap - 0.3, "gap.ci_high": gap + 0.3,
-                                 "gap.b": 900, "gap.c": 450, "gap.n_pairs": 24024, "gap.mcnemar_chi2": 140.0,
-                                 "gap.mcnemar_p": float(rng.uniform(0, 0.1)),
-                                 "gap.cluster_p": float(rng.uniform(0, 0.1))})
+                    run.metrics(
+                        {
+                            "gap.estimate": gap,
+                            "gap.ci_low": gap - 0.3,
+                            "gap.ci_high": gap + 0.3,
+                            "gap.b": 900,
+                            "gap.c": 450,
+                            "gap.n_pairs": 24024,
+                            "gap.mcnemar_chi2": 140.0,
+                            "gap.mcnemar_p": float(rng.uniform(0, 0.1)),
+                            "gap.cluster_p": float(rng.uniform(0, 0.1)),
+                        }
+                    )
         logged = time.perf_counter() - start
         start = time.perf_counter()
         files = write_report(tracker.uri, None, Path(tmp) / "report", parent_run_id=parent)
         seconds = time.perf_counter() - start
         size = files["report.html"].stat().st_size / 1e6
-        print(f"\n--- report of 120 PopResume + 28 panel cases: {seconds:.1f} s "
-              f"({len(files)} files, report.html {size:.1f} MB self-contained); logging them took {logged:.1f} s")
+        print(
+            f"\n--- report of 120 PopResume + 28 panel cases: {seconds:.1f} s "
+            f"({len(files)} files, report.html {size:.1f} MB self-contained); logging them took {logged:.1f} s"
+        )
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ A contrast that is constant across applicants (NDE when the resume never shows X
 and so their noise draws, are identical) has a zero-width CI; it counts as covering when the truth
 lies within `--tolerance` points of it (the truth differs only through rare clipping at 0 or 100).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,14 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=1e-3)
     args = parser.parse_args()
 
-    overrides = ["screener=simulated", "estimator=interventional", f"protected_attr={args.attr}",
-                 f"population.n={args.population_n}", "population.diagnostics=false", "tracking=none"]
+    overrides = [
+        "screener=simulated",
+        "estimator=interventional",
+        f"protected_attr={args.attr}",
+        f"population.n={args.population_n}",
+        "population.diagnostics=false",
+        "tracking=none",
+    ]
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose(config_name="config", overrides=overrides)
     experiment = Experiment.from_config(cfg)
@@ -67,22 +74,40 @@ def main() -> None:
         truth = expected_effects(everyone, experiment.screener.expected(everyone, profiles.outcome))
         for effect in EFFECTS:
             lo, hi = table.loc[effect, "ci_low"], table.loc[effect, "ci_high"]
-            rows.append({"rep": rep, "effect": effect, "truth": truth[effect],
-                         "estimate": table.loc[effect, "estimate"], "width": hi - lo,
-                         "covered": lo - args.tolerance <= truth[effect] <= hi + args.tolerance})
+            rows.append(
+                {
+                    "rep": rep,
+                    "effect": effect,
+                    "truth": truth[effect],
+                    "estimate": table.loc[effect, "estimate"],
+                    "width": hi - lo,
+                    "covered": lo - args.tolerance <= truth[effect] <= hi + args.tolerance,
+                }
+            )
     results = pd.DataFrame(rows)
-    summary = results.assign(error=results["estimate"] - results["truth"]).groupby("effect", sort=False).agg(
-        coverage=("covered", "mean"), mean_width=("width", "mean"), mean_error=("error", "mean"),
-        mean_truth=("truth", "mean"))
-    print(f"\n{args.reps} replications, n={args.n} of {len(profiles.table):,} nurses ({args.attr}), "
-          f"{args.ci} CIs, {time.perf_counter() - start:.1f} s")
+    summary = (
+        results.assign(error=results["estimate"] - results["truth"])
+        .groupby("effect", sort=False)
+        .agg(
+            coverage=("covered", "mean"),
+            mean_width=("width", "mean"),
+            mean_error=("error", "mean"),
+            mean_truth=("truth", "mean"),
+        )
+    )
+    print(
+        f"\n{args.reps} replications, n={args.n} of {len(profiles.table):,} nurses ({args.attr}), "
+        f"{args.ci} CIs, {time.perf_counter() - start:.1f} s"
+    )
     with pd.option_context("display.float_format", "{:.4f}".format):
         print(summary.to_string())
     lo, hi = 0.90, 0.98
     ok = summary["coverage"].between(lo, hi) | (summary["mean_width"] < 10 * args.tolerance)
-    print(f"coverage in [{lo}, {hi}] (or a zero-width exact contrast): {'yes' if ok.all() else 'NO'}; "
-          f"binomial 95% band for nominal 0.95 at {args.reps} reps: "
-          f"[{0.95 - 1.96 * np.sqrt(0.95 * 0.05 / args.reps):.3f}, {0.95 + 1.96 * np.sqrt(0.95 * 0.05 / args.reps):.3f}]")
+    print(
+        f"coverage in [{lo}, {hi}] (or a zero-width exact contrast): {'yes' if ok.all() else 'NO'}; "
+        f"binomial 95% band for nominal 0.95 at {args.reps} reps: "
+        f"[{0.95 - 1.96 * np.sqrt(0.95 * 0.05 / args.reps):.3f}, {0.95 + 1.96 * np.sqrt(0.95 * 0.05 / args.reps):.3f}]"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ study can be stopped and resumed (or split across machines and the files concate
 
     python benchmarks/coverage_pse.py --reps 200 --n 3000 --outcome callback --jobs 2 --csv cb.csv
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,20 @@ def one_replication(args: tuple[int, int, str, dict]) -> pd.DataFrame:
     data = sim.sample(n, seed=1000 + rep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PseOverlapWarning)
-        result = estimate_pse(data, x="gender", x0=sim.x0, x1=sim.x1, z=sim.roles["z"], b=sim.roles["b"],
-                              r=sim.roles["r"], y="y", folds=5, n_bootstrap=500, seed=rep, **settings)
+        result = estimate_pse(
+            data,
+            x="gender",
+            x0=sim.x0,
+            x1=sim.x1,
+            z=sim.roles["z"],
+            b=sim.roles["b"],
+            r=sim.roles["r"],
+            y="y",
+            folds=5,
+            n_bootstrap=500,
+            seed=rep,
+            **settings,
+        )
     return result.table[["estimate", "se", "ci_low", "ci_high"]].assign(rep=rep).reset_index()
 
 
@@ -43,8 +56,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--outcome", choices=["score", "callback"], default="score")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
-    parser.add_argument("--n-splits", type=int, default=None,
-                        help="estimate_pse n_splits (default: the estimator's, 1)")
+    parser.add_argument(
+        "--n-splits", type=int, default=None, help="estimate_pse n_splits (default: the estimator's, 1)"
+    )
     parser.add_argument("--first", type=int, default=0, help="first replication number")
     parser.add_argument("--csv", type=Path, default=None, help="per-replication rows; resumes from it")
     args = parser.parse_args()
@@ -65,15 +79,25 @@ def main() -> None:
     runs = runs[runs["rep"].between(args.first, args.first + args.reps - 1)].reset_index(drop=True)
     runs["truth"] = runs["effect"].map(truth)
     runs["covered"] = (runs["ci_low"] <= runs["truth"]) & (runs["truth"] <= runs["ci_high"])
-    summary = runs.groupby("effect").agg(truth=("truth", "first"), mean_estimate=("estimate", "mean"),
-                                         sd_estimate=("estimate", "std"), mean_se=("se", "mean"),
-                                         coverage=("covered", "mean")).loc[list(EFFECTS)]
+    summary = (
+        runs.groupby("effect")
+        .agg(
+            truth=("truth", "first"),
+            mean_estimate=("estimate", "mean"),
+            sd_estimate=("estimate", "std"),
+            mean_se=("se", "mean"),
+            coverage=("covered", "mean"),
+        )
+        .loc[list(EFFECTS)]
+    )
     summary["mc_se"] = np.sqrt(summary["coverage"] * (1 - summary["coverage"]) / len(runs["rep"].unique()))
     summary["bias"] = summary["mean_estimate"] - summary["truth"]
     summary["se_over_sd"] = summary["mean_se"] / summary["sd_estimate"]
     pd.set_option("display.width", 140)
-    print(f"coverage study: outcome={args.outcome} n={args.n} reps={runs['rep'].nunique()} folds=5 "
-          f"bootstrap=500 full grid {settings or '(estimator defaults)'}; {time.perf_counter() - start:.0f}s")
+    print(
+        f"coverage study: outcome={args.outcome} n={args.n} reps={runs['rep'].nunique()} folds=5 "
+        f"bootstrap=500 full grid {settings or '(estimator defaults)'}; {time.perf_counter() - start:.0f}s"
+    )
     print(summary.round(4).to_string())
     inside = summary["coverage"].between(0.93, 0.97)
     print("all effects within [0.93, 0.97]:", bool(inside.all()))

@@ -7,6 +7,7 @@ Speed targets (this 2-core machine, shared): PopResume nurse-size scores (15,500
 paired gender design (96,096 callbacks in 6,006 postings) in under 5 s each; 60,000 continuous scores
 in under 15 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ RACES = ["black", "white", "hispanic", "api", "other"]
 
 def scores(n: int, seed: int, integer: bool) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    data = pd.DataFrame({"gender": rng.choice(["female", "male"], n),
-                         "race": rng.choice(RACES, n, p=[.12, .55, .18, .1, .05])})
+    data = pd.DataFrame(
+        {"gender": rng.choice(["female", "male"], n), "race": rng.choice(RACES, n, p=[0.12, 0.55, 0.18, 0.1, 0.05])}
+    )
     y = np.clip(60 + 3 * (data["gender"] == "male") + 3 * (data["race"] == "white") + rng.normal(0, 12, n), 0, 100)
     data["y"] = np.round(y) if integer else y
     return data
@@ -45,8 +47,10 @@ def timed(label: str, data: pd.DataFrame, target_s: float) -> None:
     start = time.perf_counter()
     result = impact_ratios(data, settings=ImpactRatioSettings(n_bootstrap=2000))
     seconds = time.perf_counter() - start
-    print(f"{label:<52} {len(data):>7,} rows  {seconds:6.2f} s  (target < {target_s:g} s)  "
-          f"{'ok' if seconds < target_s else 'SLOW'}  [{result.outcome}, cluster={result.cluster}]")
+    print(
+        f"{label:<52} {len(data):>7,} rows  {seconds:6.2f} s  (target < {target_s:g} s)  "
+        f"{'ok' if seconds < target_s else 'SLOW'}  [{result.outcome}, cluster={result.cluster}]"
+    )
 
 
 def true_rate(spread: float, shift: float) -> float:
@@ -70,12 +74,16 @@ def coverage(reps: int, spread: float, gap: float) -> None:
             hits[(name, "ratio")] += black["ci_low"] <= truth_ratio <= black["ci_high"]
             widths[(name, "rate")].append(black["rate_ci_high"] - black["rate_ci_low"])
             widths[(name, "ratio")].append(black["ci_high"] - black["ci_low"])
-    print(f"\ncoverage of nominal 95% CIs, {reps} simulated paired designs (300 postings x 16 rows, "
-          f"posting-effect sd {spread} on the logit scale); truth: Black rate {truth_black:.4f}, "
-          f"Black/White impact ratio {truth_ratio:.4f}")
+    print(
+        f"\ncoverage of nominal 95% CIs, {reps} simulated paired designs (300 postings x 16 rows, "
+        f"posting-effect sd {spread} on the logit scale); truth: Black rate {truth_black:.4f}, "
+        f"Black/White impact ratio {truth_ratio:.4f}"
+    )
     for (name, quantity), hit in hits.items():
-        print(f"  {name:<8} bootstrap  {quantity:<6} coverage {hit / reps:6.3f}   "
-              f"mean width {np.mean(widths[(name, quantity)]):.4f}")
+        print(
+            f"  {name:<8} bootstrap  {quantity:<6} coverage {hit / reps:6.3f}   "
+            f"mean width {np.mean(widths[(name, quantity)]):.4f}"
+        )
 
 
 def main() -> None:

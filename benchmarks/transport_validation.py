@@ -9,6 +9,7 @@ donors = all other states, plus the naive baseline "donor records without reweig
 
     python benchmarks/transport_validation.py [--states FL NY IL WA AZ GA NC PA] [--occupations nurse ...]
 """
+
 from __future__ import annotations
 
 import argparse

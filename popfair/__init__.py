@@ -7,6 +7,7 @@ The public API is importable from here; each name is imported on first use, so `
 >>> popfair.estimate_pse  # doctest: +ELLIPSIS
 <function estimate_pse at ...>
 """
+
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version

@@ -1,6 +1,7 @@
 """Command line: `python -m popfair [group=option ...] [key=value ...]` (Hydra).
 
 `python -m popfair --help` lists the config groups and their options."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Lazy re-exports: a package names its public API without importing it, so `import popfair`
 (and `popfair --help`) stays fast; each name is imported on first use (PEP 562)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping

@@ -5,6 +5,7 @@ config repository (about 100 copies here, 2 s). The help needs none of that: the
 are the folders of the config directory and the options are their YAML files. This module
 fills the same template (`conf/hydra/help/popfair.yaml`) from the directory listing; a test
 checks the text is identical to Hydra's own help."""
+
 from __future__ import annotations
 
 import string

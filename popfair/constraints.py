@@ -9,6 +9,7 @@ the builder (`popfair.experiment.build`) checks every config node against the co
 `_target_` before anything is built and names the full config path
 (`estimator.observational.folds: ...`), so neither the YAML nor the constructors carry their path.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,14 @@ class Interval(Constraint):
     """An integer (`int`) or finite number (`float`; integers count) within [low, high]; None = unbounded.
     `closed`: which ends belong to the interval ("both", "left", "right", "neither")."""
 
-    def __init__(self, kind: type[int] | type[float], low: float | None, high: float | None, *,
-                 closed: Literal["both", "left", "right", "neither"] = "both") -> None:
+    def __init__(
+        self,
+        kind: type[int] | type[float],
+        low: float | None,
+        high: float | None,
+        *,
+        closed: Literal["both", "left", "right", "neither"] = "both",
+    ) -> None:
         self.kind, self.low, self.high, self.closed = kind, low, high, closed
 
     def is_satisfied_by(self, value: Any) -> bool:
@@ -129,8 +136,11 @@ class ListOf(Constraint):
         return self.item.is_satisfied_by(value) if isinstance(self.item, Constraint) else isinstance(value, self.item)
 
     def is_satisfied_by(self, value: Any) -> bool:
-        return (isinstance(value, (list, tuple)) and (len(value) > 0 or not self.non_empty)
-                and all(self._item_ok(v) for v in value))
+        return (
+            isinstance(value, (list, tuple))
+            and (len(value) > 0 or not self.non_empty)
+            and all(self._item_ok(v) for v in value)
+        )
 
     def __str__(self) -> str:
         return f"a {'non-empty ' if self.non_empty else ''}list of {self.what}"

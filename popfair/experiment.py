@@ -1,5 +1,6 @@
 """Experiment: one audit case composed from config, run as population -> render -> screen -> estimate,
 logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw config."""
+
 from __future__ import annotations
 
 import logging
@@ -100,8 +101,7 @@ def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
-        raise ConfigError(f"{exc.full_key}: is required; set it on the command line "
-                          f"({exc.full_key}=...)") from None
+        raise ConfigError(f"{exc.full_key}: is required; set it on the command line ({exc.full_key}=...)") from None
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, ParameterError):  # named relative to the component
@@ -194,26 +194,35 @@ class Experiment:
         """Validate and build every component before any work is done. `dry_run` builds API
         screeners without keys and photo renderers without photos (planning needs neither)."""
         for group in COMPONENT_GROUPS:
-            require(group in cfg and cfg[group] is not None, group,
-                    "missing config group; pick an option, e.g. " f"{group}=<option>")
+            require(
+                group in cfg and cfg[group] is not None,
+                group,
+                f"missing config group; pick an option, e.g. {group}=<option>",
+            )
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
         parts = {group: build_for_plan(cfg[group], group, dry_run=dry_run) for group in COMPONENT_GROUPS}
         validate_case = getattr(parts["population"], "validate_case", None)
         if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
             validate_case(parts["occupation"], parts["protected_attr"])
-        return cls(population=parts["population"], occupation=parts["occupation"],
-                   renderer=parts["renderer"], screener=parts["screener"],
-                   estimator=parts["estimator"], protected=parts["protected_attr"],
-                   tracker=build(cfg.tracking, "tracking"), seed=int(cfg.seed),
-                   run_name=cfg.get("run_name"),
-                   outcome_audit=(build(cfg.outcome_audit, "outcome_audit")
-                                  if cfg.get("outcome_audit") is not None else None),
-                   config=cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
-                   audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]))
+        return cls(
+            population=parts["population"],
+            occupation=parts["occupation"],
+            renderer=parts["renderer"],
+            screener=parts["screener"],
+            estimator=parts["estimator"],
+            protected=parts["protected_attr"],
+            tracker=build(cfg.tracking, "tracking"),
+            seed=int(cfg.seed),
+            run_name=cfg.get("run_name"),
+            outcome_audit=(build(cfg.outcome_audit, "outcome_audit") if cfg.get("outcome_audit") is not None else None),
+            config=cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
+            audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
+        )
 
     def case_name(self) -> str:
-        return "-".join([self.occupation.key, self.protected.name, self.renderer.kind,
-                         self.screener.name, self.estimator.name])
+        return "-".join(
+            [self.occupation.key, self.protected.name, self.renderer.kind, self.screener.name, self.estimator.name]
+        )
 
     def __post_init__(self) -> None:
         # worlds the estimator declares but the population cannot draw fail here, before any work
@@ -249,14 +258,18 @@ class Experiment:
             document=[d.text for d in documents],
             raw=[r.raw for r in results],
             y=[r.value for r in results],
-            error=[r.error for r in results])
+            error=[r.error for r in results],
+        )
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
         # the estimator sees the factual rows that were scored, and the world rows it asked for
         scored_worlds = None if self.estimator.design is None else scored_rows[~is_factual].reset_index(drop=True)
-        data = ok if scored_worlds is None else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds],
-                                                          ignore_index=True)
+        data = (
+            ok
+            if scored_worlds is None
+            else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds], ignore_index=True)
+        )
         prepare = getattr(self.tracker, "prepare", None)
         if prepare is not None:  # open the tracking store while the estimator computes
             prepare()
@@ -268,20 +281,32 @@ class Experiment:
             except PopfairError as exc:  # an add-on: report it, keep the case's own results
                 log.warning("outcome audit skipped: %s", exc)
                 profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
-        result = RunResult(effects=effects, scored=scored, run_id=None, notes=profiles.notes,
-                           timings=timings, audit=audit, samples=sample_artifacts(documents[:len(scored)]),
-                           screening=screening, profiles=profiles, scored_worlds=scored_worlds)
+        result = RunResult(
+            effects=effects,
+            scored=scored,
+            run_id=None,
+            notes=profiles.notes,
+            timings=timings,
+            audit=audit,
+            samples=sample_artifacts(documents[: len(scored)]),
+            screening=screening,
+            profiles=profiles,
+            scored_worlds=scored_worlds,
+        )
         if self.audit_report:
             from popfair.report.audit import audit_report
+
             result.report = stage("report", audit_report, self, result)
         result.run_id = stage("track", self._track, result, profiles)
         return result
 
     def _track(self, result: RunResult, profiles: Profiles) -> str | None:
         effects = result.effects
-        metrics: dict[str, float] = {"n_rows": len(result.scored),
-                                     "n_failed": int(result.scored["error"].notna().sum()),
-                                     "failure_rate": result.failure_rate}
+        metrics: dict[str, float] = {
+            "n_rows": len(result.scored),
+            "n_failed": int(result.scored["error"].notna().sum()),
+            "failure_rate": result.failure_rate,
+        }
         for effect, row in effects.table.iterrows():
             for column, value in row.items():
                 if isinstance(value, (int, float)):
@@ -291,13 +316,23 @@ class Experiment:
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).
         case = "; ".join(patterns.applicable_labels(effects.case, self.renderer.kind)) or "none"
-        tags = {"case": case, "case_name": self.case_name(), "git_commit": git_commit(),
-                "popfair_version": popfair.__version__, "occupation": self.occupation.key,
-                "protected_attr": self.protected.name, "screener": self.screener.name,
-                "renderer": self.renderer.kind, "estimator": self.estimator.name, **profiles.tags, **self.tags}
+        tags = {
+            "case": case,
+            "case_name": self.case_name(),
+            "git_commit": git_commit(),
+            "popfair_version": popfair.__version__,
+            "occupation": self.occupation.key,
+            "protected_attr": self.protected.name,
+            "screener": self.screener.name,
+            "renderer": self.renderer.kind,
+            "estimator": self.estimator.name,
+            **profiles.tags,
+            **self.tags,
+        }
         # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
-        tags.update({f"popfair_choice.{key}": value
-                     for key, value in getattr(self.screener, "popfair_choices", {}).items()})
+        tags.update(
+            {f"popfair_choice.{key}": value for key, value in getattr(self.screener, "popfair_choices", {}).items()}
+        )
         artifacts: dict[str, Any] = {
             "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
             "scored.parquet": result.scored,

@@ -5,6 +5,7 @@ It takes the same overrides as `python -m popfair`, so the documents written are
 case later reads results for: the population, renderer and seed decide them, and the ids come from
 their content. The documents of the counterfactual worlds an estimator declares (interventional)
 are written too. Nothing is screened and nothing is logged to MLflow."""
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,11 @@ def export_case(cfg: DictConfig):
     from popfair.screen.file_results import FileScreener
     from popfair.types import WORLD
 
-    require(cfg.get("screener") is not None and str(cfg.screener.get("_target_", "")).endswith(".FileScreener"),
-            "screener", "popfair-export writes documents for screener=file: add screener=file screener.dir=DIR")
+    require(
+        cfg.get("screener") is not None and str(cfg.screener.get("_target_", "")).endswith(".FileScreener"),
+        "screener",
+        "popfair-export writes documents for screener=file: add screener=file screener.dir=DIR",
+    )
     experiment = Experiment.from_config(cfg, dry_run=True)
     screener = experiment.screener
     assert isinstance(screener, FileScreener)
@@ -49,8 +53,10 @@ def main(cfg: DictConfig) -> None:
         log.error("popfair-export: %s", exc)
         sys.exit(2)
     skipped = f", {summary.skipped_answered:,} already answered left out" if summary.skipped_answered else ""
-    print(f"exported {summary.files:,} documents ({summary.documents:,} in the case{skipped}) to "
-          f"{summary.dir} (manifest.csv, jobs.csv, README.txt)")
+    print(
+        f"exported {summary.files:,} documents ({summary.documents:,} in the case{skipped}) to "
+        f"{summary.dir} (manifest.csv, jobs.csv, README.txt)"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ one process would compute. The work function and its data are inherited through 
 module global just before it), so nothing but span bounds and results is pickled. It falls back to
 one span in this process when there is one CPU, the loop is under two chunks, or the platform has
 no fork."""
+
 from __future__ import annotations
 
 import gc
@@ -27,8 +28,9 @@ def _run(span: tuple[int, int]) -> Any:
     return _WORK(*span)
 
 
-def forked_spans(work: Callable[[int, int], Any], n: int, chunk: int,
-                 processes: int | None = None) -> Iterator[tuple[int, Any]]:
+def forked_spans(
+    work: Callable[[int, int], Any], n: int, chunk: int, processes: int | None = None
+) -> Iterator[tuple[int, Any]]:
     """(start, work(start, stop)) for consecutive spans covering range(n), in order; spans run in
     `processes` forked workers (default: every CPU) when n is at least two `chunk`s."""
     global _WORK

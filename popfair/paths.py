@@ -4,6 +4,7 @@ The repository keeps them in the top-level `conf/`. A wheel ships the same folde
 package as `popfair/conf` (setup.py maps conf/ to the package popfair.conf). A source checkout
 (`PYTHONPATH=$PWD python -m popfair`, pytest) and an editable install have no `popfair/conf`, so
 they read `conf/` beside the package: the files of that checkout, never another install's."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +18,10 @@ def find_conf_dir() -> Path:
     for candidate in candidates:
         if (candidate / "config.yaml").is_file():
             return candidate
-    raise FileNotFoundError(f"popfair's config folder is missing: no config.yaml in {' or '.join(map(str, candidates))} "
-                            "(reinstall popfair, or run from a checkout that has conf/)")
+    raise FileNotFoundError(
+        f"popfair's config folder is missing: no config.yaml in {' or '.join(map(str, candidates))} "
+        "(reinstall popfair, or run from a checkout that has conf/)"
+    )
 
 
 CONF_DIR = find_conf_dir()

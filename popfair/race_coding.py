@@ -9,6 +9,7 @@ Neither paper lists its race categories (docs/replication.md R1-R2); these are p
   Black (2), American Indian or Alaska Native (3-5), Asian (6), Native Hawaiian or Pacific Islander
   (7), Some Other Race (8) and Two or More Races (9), so NHPI and two-or-more are reported separately.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -16,11 +17,24 @@ import pandas as pd
 from popfair.errors import DataError
 
 RACE_SCHEMES = ("five", "ll144")
-LL144_FROM_RAC1P = {1: "white", 2: "black", 3: "aian", 4: "aian", 5: "aian", 6: "asian", 7: "nhpi",
-                    8: "some_other", 9: "two_or_more"}
-LL144_DISPLAY = {"aian": "American Indian or Alaska Native", "asian": "Asian",
-                 "nhpi": "Native Hawaiian or Pacific Islander", "some_other": "Some Other Race",
-                 "two_or_more": "Two or More Races"}
+LL144_FROM_RAC1P = {
+    1: "white",
+    2: "black",
+    3: "aian",
+    4: "aian",
+    5: "aian",
+    6: "asian",
+    7: "nhpi",
+    8: "some_other",
+    9: "two_or_more",
+}
+LL144_DISPLAY = {
+    "aian": "American Indian or Alaska Native",
+    "asian": "Asian",
+    "nhpi": "Native Hawaiian or Pacific Islander",
+    "some_other": "Some Other Race",
+    "two_or_more": "Two or More Races",
+}
 
 
 def recode_race(data: pd.DataFrame, race_column: str, scheme: str, rac1p_column: str = "rac1p") -> pd.Series:
@@ -30,12 +44,18 @@ def recode_race(data: pd.DataFrame, race_column: str, scheme: str, rac1p_column:
     if scheme != "ll144":
         raise DataError(f"race_scheme must be one of {list(RACE_SCHEMES)}, got {scheme!r}")
     if rac1p_column not in data.columns:
-        raise DataError(f"race_scheme=ll144 needs the raw ACS race code column {rac1p_column!r} (PopResume "
-                        f"profiles carry it); this table has {sorted(map(str, data.columns))}")
+        raise DataError(
+            f"race_scheme=ll144 needs the raw ACS race code column {rac1p_column!r} (PopResume "
+            f"profiles carry it); this table has {sorted(map(str, data.columns))}"
+        )
     codes = pd.to_numeric(data[rac1p_column], errors="coerce")
     bad = codes.notna() & ~codes.isin(list(LL144_FROM_RAC1P))
     if bad.any():
-        raise DataError(f"{rac1p_column}: values {sorted(codes[bad].unique().tolist())[:5]} are not ACS RAC1P "
-                        f"codes 1-9 (row {int(bad.to_numpy().nonzero()[0][0])})")
+        raise DataError(
+            f"{rac1p_column}: values {sorted(codes[bad].unique().tolist())[:5]} are not ACS RAC1P "
+            f"codes 1-9 (row {int(bad.to_numpy().nonzero()[0][0])})"
+        )
     coded = codes.map(LL144_FROM_RAC1P)
-    return coded.where(data[race_column] != "hispanic", "hispanic").where(codes.notna() | (data[race_column] == "hispanic"))
+    return coded.where(data[race_column] != "hispanic", "hispanic").where(
+        codes.notna() | (data[race_column] == "hispanic")
+    )

@@ -3,6 +3,7 @@
 Config names the *variable* (e.g. `api_key_env: OPENAI_API_KEY`), never the value. Every value read
 through `read_secret` (plus the well-known provider variables) is redacted from log records by
 `RedactSecrets`, as defence in depth: popfair never logs a key on purpose."""
+
 from __future__ import annotations
 
 import logging
@@ -13,9 +14,18 @@ from popfair.errors import MissingSecretError
 
 # Provider variables whose values are redacted even when popfair did not read them itself.
 KNOWN_SECRET_VARIABLES = (
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TOGETHER_API_KEY", "OPENROUTER_API_KEY", "GEMINI_API_KEY",
-    "GOOGLE_API_KEY", "XAI_API_KEY", "DEEPSEEK_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-    "AWS_BEARER_TOKEN_BEDROCK", "HF_TOKEN",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "TOGETHER_API_KEY",
+    "OPENROUTER_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "XAI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_BEARER_TOKEN_BEDROCK",
+    "HF_TOKEN",
 )
 MIN_SECRET_CHARS = 8  # shorter values would redact ordinary words
 REDACTED = "[REDACTED]"
@@ -38,7 +48,8 @@ def read_secret(variable: str, key: str) -> str:
     if not value.strip():
         raise MissingSecretError(
             f"{key}: environment variable {variable} is not set. Export it before running "
-            f"(export {variable}=...); popfair reads API keys only from the environment.")
+            f"(export {variable}=...); popfair reads API keys only from the environment."
+        )
     register_secret(value)
     return value
 

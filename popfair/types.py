@@ -2,6 +2,7 @@
 
 population -> Profiles -> render -> Documents -> screen -> scores -> estimate -> Effects
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -29,8 +30,7 @@ class Roles:
     r: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"x": self.x, "x0": self.x0, "x1": self.x1,
-                "z": list(self.z), "b": list(self.b), "r": list(self.r)}
+        return {"x": self.x, "x0": self.x0, "x1": self.x1, "z": list(self.z), "b": list(self.b), "r": list(self.r)}
 
 
 @dataclass(frozen=True)

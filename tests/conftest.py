@@ -1,4 +1,5 @@
 """Shared fixtures: compose configs with Hydra's compose API, isolated MLflow stores."""
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,11 @@ def compose_cfg():
 
 
 # Solid colour per (gender, race, age_band) cell: stand-in headshots for renderer=image_photo tests.
-PHOTO_CELL_COLOURS = {("female", "black", "30-44"): (200, 40, 40), ("male", "white", "30-44"): (40, 60, 200),
-                      ("female", "black", "18-29"): (40, 160, 60)}
+PHOTO_CELL_COLOURS = {
+    ("female", "black", "30-44"): (200, 40, 40),
+    ("male", "white", "30-44"): (40, 60, 200),
+    ("female", "black", "18-29"): (40, 160, 60),
+}
 
 
 def synthetic_photos_dir(path: Path) -> Path:

@@ -4,6 +4,7 @@ deterministically from the prompt, and injects faults: 429 with Retry-After, 500
 client timeout, malformed bodies. Tests and benchmarks drive the real SDKs against it.
 
 Run standalone (benchmarks): python -m tests.llm_stub --latency 0.05  -> prints the port."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ def prompt_text(system: str, user: str) -> str:
 def unit(*parts: object) -> float:
     """Deterministic number in [0, 1) from the parts."""
     digest = hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
-    return int(digest[:12], 16) / 16 ** 12
+    return int(digest[:12], 16) / 16**12
 
 
 def expected_answer(system: str, user: str, garbage_rate: float = 0.0) -> str:
@@ -48,7 +49,7 @@ class Faults:
     server_error: float = 0.0
     timeout: float = 0.0
     malformed: float = 0.0
-    always_fail: float = 0.0   # share of prompts that get HTTP 500 on every attempt
+    always_fail: float = 0.0  # share of prompts that get HTTP 500 on every attempt
     retry_after: str = "0.01"
     hang_s: float = 1.0
 
@@ -62,10 +63,10 @@ class StubState:
     latency_s: float = 0.0
     faults: Faults = field(default_factory=Faults)
     garbage_rate: float = 0.0
-    hold_after: int | None = None   # after this many answers, hold requests until release()
-    batch_polls: int = 1            # status checks a batch reports "in progress" before it is done
-    answered: Counter = field(default_factory=Counter)   # prompt -> successful answers sent
-    attempts: Counter = field(default_factory=Counter)   # prompt -> requests received
+    hold_after: int | None = None  # after this many answers, hold requests until release()
+    batch_polls: int = 1  # status checks a batch reports "in progress" before it is done
+    answered: Counter = field(default_factory=Counter)  # prompt -> successful answers sent
+    attempts: Counter = field(default_factory=Counter)  # prompt -> requests received
     fault_counts: Counter = field(default_factory=Counter)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -73,8 +74,8 @@ class StubState:
     files: dict = field(default_factory=dict)
     batches: dict = field(default_factory=dict)
     held: int = 0
-    granted: int = 0                # requests let through (for hold_after)
-    reject_auth: bool = False       # answer 401 to everything (a revoked key)
+    granted: int = 0  # requests let through (for hold_after)
+    reject_auth: bool = False  # answer 401 to everything (a revoked key)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
 
 
@@ -114,22 +115,43 @@ def extract_prompt(path: str, body: dict) -> tuple[str, str]:
 
 
 def openai_reply(text: str, model: str, tokens_in: int) -> dict:
-    return {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                         "message": {"role": "assistant", "content": text, "refusal": None}}],
-            "usage": {"prompt_tokens": tokens_in, "completion_tokens": 1, "total_tokens": tokens_in + 1}}
+    return {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "logprobs": None,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+            }
+        ],
+        "usage": {"prompt_tokens": tokens_in, "completion_tokens": 1, "total_tokens": tokens_in + 1},
+    }
 
 
 def anthropic_reply(text: str, model: str, tokens_in: int) -> dict:
-    return {"id": "msg_stub", "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": tokens_in, "output_tokens": 1}}
+    return {
+        "id": "msg_stub",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens_in, "output_tokens": 1},
+    }
 
 
 def bedrock_reply(text: str, tokens_in: int) -> dict:
-    return {"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-            "stopReason": "end_turn", "usage": {"inputTokens": tokens_in, "outputTokens": 1,
-                                                "totalTokens": tokens_in + 1}, "metrics": {"latencyMs": 1}}
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": tokens_in, "outputTokens": 1, "totalTokens": tokens_in + 1},
+        "metrics": {"latencyMs": 1},
+    }
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -142,10 +164,18 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
-    def _send(self, status: int, payload: bytes | dict | str, headers: dict | None = None,
-              content_type: str = "application/json") -> None:
-        data = payload if isinstance(payload, bytes) else (
-            payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+    def _send(
+        self,
+        status: int,
+        payload: bytes | dict | str,
+        headers: dict | None = None,
+        content_type: str = "application/json",
+    ) -> None:
+        data = (
+            payload
+            if isinstance(payload, bytes)
+            else (payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+        )
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -208,8 +238,9 @@ class Handler(BaseHTTPRequestHandler):
             st.released.wait()
             return self._send(503, {"error": {"message": "held then released"}})
         if st.reject_auth:
-            return self._send(401, {"error": {"type": "authentication_error", "message": "invalid key"},
-                                    "message": "invalid key"})
+            return self._send(
+                401, {"error": {"type": "authentication_error", "message": "invalid key"}, "message": "invalid key"}
+            )
         if st.latency_s:
             time.sleep(st.latency_s)
         f = st.faults
@@ -233,12 +264,12 @@ class Handler(BaseHTTPRequestHandler):
             headers = {"Retry-After": f.retry_after}
             if bedrock:
                 headers["x-amzn-ErrorType"] = "ThrottlingException"
-            return self._send(429, {"error": {"type": "rate_limit_error", "message": "slow down"},
-                                    "message": "slow down"}, headers)
+            return self._send(
+                429, {"error": {"type": "rate_limit_error", "message": "slow down"}, "message": "slow down"}, headers
+            )
         if kind == "server_error":
             headers = {"x-amzn-ErrorType": "InternalServerException"} if bedrock else {}
-            return self._send(500, {"error": {"type": "api_error", "message": "boom"}, "message": "boom"},
-                              headers)
+            return self._send(500, {"error": {"type": "api_error", "message": "boom"}, "message": "boom"}, headers)
         if kind == "timeout":
             time.sleep(f.hang_s)
             return self._send(504, {"error": {"message": "too late"}, "message": "too late"})
@@ -260,14 +291,28 @@ class Handler(BaseHTTPRequestHandler):
     # --- OpenAI batches -------------------------------------------------------------------------
     def _openai_file(self, raw: bytes) -> None:
         message = email.parser.BytesParser().parsebytes(
-            b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n" + raw)
-        content = next(part.get_payload(decode=True) for part in message.get_payload()
-                       if part.get_param("name", header="content-disposition") == "file")
+            b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n" + raw
+        )
+        content = next(
+            part.get_payload(decode=True)
+            for part in message.get_payload()
+            if part.get_param("name", header="content-disposition") == "file"
+        )
         with self.state.lock:
             file_id = f"file-{len(self.state.files)}"
             self.state.files[file_id] = content
-        self._send(200, {"id": file_id, "object": "file", "bytes": len(content), "created_at": 0,
-                         "filename": "batch.jsonl", "purpose": "batch", "status": "processed"})
+        self._send(
+            200,
+            {
+                "id": file_id,
+                "object": "file",
+                "bytes": len(content),
+                "created_at": 0,
+                "filename": "batch.jsonl",
+                "purpose": "batch",
+                "status": "processed",
+            },
+        )
 
     def _answer_line(self, system: str, user: str, model: str) -> tuple[str, dict | None]:
         prompt = prompt_text(system, user)
@@ -278,8 +323,11 @@ class Handler(BaseHTTPRequestHandler):
             if unit("poison", prompt) < st.faults.always_fail:
                 return prompt, None
             st.answered[prompt] += 1
-        return prompt, {"text": expected_answer(system, user, st.garbage_rate),
-                        "tokens_in": max(1, len(prompt) // 4), "model": model}
+        return prompt, {
+            "text": expected_answer(system, user, st.garbage_rate),
+            "tokens_in": max(1, len(prompt) // 4),
+            "model": model,
+        }
 
     def _openai_batch_create(self, request: dict) -> None:
         st = self.state
@@ -289,19 +337,39 @@ class Handler(BaseHTTPRequestHandler):
             system, user = extract_prompt("/chat/completions", entry["body"])
             _, answer = self._answer_line(system, user, entry["body"]["model"])
             if answer is None:
-                errors.append({"id": "r", "custom_id": entry["custom_id"], "response": None,
-                               "error": {"code": "server_error", "message": "boom"}})
+                errors.append(
+                    {
+                        "id": "r",
+                        "custom_id": entry["custom_id"],
+                        "response": None,
+                        "error": {"code": "server_error", "message": "boom"},
+                    }
+                )
             else:
-                out.append({"id": "r", "custom_id": entry["custom_id"], "error": None, "response": {
-                    "status_code": 200, "request_id": "q",
-                    "body": openai_reply(answer["text"], answer["model"], answer["tokens_in"])}})
+                out.append(
+                    {
+                        "id": "r",
+                        "custom_id": entry["custom_id"],
+                        "error": None,
+                        "response": {
+                            "status_code": 200,
+                            "request_id": "q",
+                            "body": openai_reply(answer["text"], answer["model"], answer["tokens_in"]),
+                        },
+                    }
+                )
         with st.lock:
             batch_id = f"batch-{len(st.batches)}"
             out_id, err_id = f"file-out-{batch_id}", f"file-err-{batch_id}"
             st.files[out_id] = "\n".join(map(json.dumps, out)).encode()
             st.files[err_id] = "\n".join(map(json.dumps, errors)).encode()
-            st.batches[batch_id] = {"polls": 0, "output": out_id, "errors": err_id if errors else None,
-                                    "input": request["input_file_id"], "n": len(out) + len(errors)}
+            st.batches[batch_id] = {
+                "polls": 0,
+                "output": out_id,
+                "errors": err_id if errors else None,
+                "input": request["input_file_id"],
+                "n": len(out) + len(errors),
+            }
         self._send(200, self._openai_batch_status(batch_id, poll=False))
 
     def _openai_batch_status(self, batch_id: str, poll: bool = True) -> dict:
@@ -309,12 +377,18 @@ class Handler(BaseHTTPRequestHandler):
         if poll:
             batch["polls"] += 1
         done = batch["polls"] > self.state.batch_polls
-        return {"id": batch_id, "object": "batch", "endpoint": "/v1/chat/completions",
-                "input_file_id": batch["input"], "completion_window": "24h", "created_at": 0,
-                "status": "completed" if done else "in_progress",
-                "output_file_id": batch["output"] if done else None,
-                "error_file_id": batch["errors"] if done else None,
-                "request_counts": {"total": batch["n"], "completed": batch["n"] if done else 0, "failed": 0}}
+        return {
+            "id": batch_id,
+            "object": "batch",
+            "endpoint": "/v1/chat/completions",
+            "input_file_id": batch["input"],
+            "completion_window": "24h",
+            "created_at": 0,
+            "status": "completed" if done else "in_progress",
+            "output_file_id": batch["output"] if done else None,
+            "error_file_id": batch["errors"] if done else None,
+            "request_counts": {"total": batch["n"], "completed": batch["n"] if done else 0, "failed": 0},
+        }
 
     # --- Anthropic message batches --------------------------------------------------------------
     def _anthropic_batch_create(self, request: dict) -> None:
@@ -325,11 +399,15 @@ class Handler(BaseHTTPRequestHandler):
             system, user = extract_prompt("/messages", params)
             _, answer = self._answer_line(system, user, params["model"])
             if answer is None:
-                result = {"type": "errored", "error": {"type": "error",
-                                                       "error": {"type": "api_error", "message": "boom"}}}
+                result = {
+                    "type": "errored",
+                    "error": {"type": "error", "error": {"type": "api_error", "message": "boom"}},
+                }
             else:
-                result = {"type": "succeeded",
-                          "message": anthropic_reply(answer["text"], answer["model"], answer["tokens_in"])}
+                result = {
+                    "type": "succeeded",
+                    "message": anthropic_reply(answer["text"], answer["model"], answer["tokens_in"]),
+                }
             lines.append({"custom_id": item["custom_id"], "result": result})
         with st.lock:
             batch_id = f"msgbatch_{len(st.batches)}"
@@ -343,14 +421,24 @@ class Handler(BaseHTTPRequestHandler):
             batch["polls"] += 1
         done = batch["polls"] > self.state.batch_polls
         host = f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
-        return {"id": batch_id, "type": "message_batch",
-                "processing_status": "ended" if done else "in_progress",
-                "request_counts": {"processing": 0 if done else batch["n"], "succeeded": batch["n"] if done else 0,
-                                   "errored": 0, "canceled": 0, "expired": 0},
-                "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z",
-                "ended_at": "2026-01-01T01:00:00Z" if done else None, "archived_at": None,
-                "cancel_initiated_at": None,
-                "results_url": f"{host}/v1/messages/batches/{batch_id}/results" if done else None}
+        return {
+            "id": batch_id,
+            "type": "message_batch",
+            "processing_status": "ended" if done else "in_progress",
+            "request_counts": {
+                "processing": 0 if done else batch["n"],
+                "succeeded": batch["n"] if done else 0,
+                "errored": 0,
+                "canceled": 0,
+                "expired": 0,
+            },
+            "created_at": "2026-01-01T00:00:00Z",
+            "expires_at": "2026-01-02T00:00:00Z",
+            "ended_at": "2026-01-01T01:00:00Z" if done else None,
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": f"{host}/v1/messages/batches/{batch_id}/results" if done else None,
+        }
 
 
 class QuietServer(ThreadingHTTPServer):

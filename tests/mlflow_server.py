@@ -1,4 +1,5 @@
 """A real `mlflow server` on 127.0.0.1 over a SQLite store in a folder (tests start it themselves)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,10 +21,27 @@ def mlflow_server(store: Path, timeout_s: float = 90.0) -> Iterator[str]:
     store.mkdir(parents=True, exist_ok=True)
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{store}/mlflow.db",
-         "--artifacts-destination", str(store / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        cwd=store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{store}/mlflow.db",
+            "--artifacts-destination",
+            str(store / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=store,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout_s

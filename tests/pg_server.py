@@ -4,6 +4,7 @@ Binaries come from the `pgserver` wheel (PyPI ships a full PostgreSQL inside it)
 Debian `postgresql` install. The server asks for a password over TCP (scram-sha-256), so the tests
 show that the cache takes its credentials from the environment (PGPASSWORD), not from the URL.
 PostgreSQL refuses to run as root: as root, the server runs as a system user made for it."""
+
 from __future__ import annotations
 
 import glob
@@ -105,8 +106,9 @@ class PostgresServer:
 
         self.databases += 1
         name = f"{DATABASE}_{self.databases}"
-        with psycopg.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, dbname="postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, dbname="postgres", autocommit=True
+        ) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{name}"
 
@@ -134,27 +136,66 @@ def start_postgres(timeout_s: float = 60.0) -> PostgresServer:
         os.chown(data_dir, entry.pw_uid, entry.pw_gid)
         os.chown(pwfile, entry.pw_uid, entry.pw_gid)
     try:
-        subprocess.run([str(bin_dir / "initdb"), "-D", str(data_dir / "db"), "-U", USER, f"--pwfile={pwfile}",
-                        "--auth-host=scram-sha-256", "--auth-local=trust", "--encoding=UTF8", "--no-sync"],
-                       check=True, capture_output=True, user=user)
+        subprocess.run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data_dir / "db"),
+                "-U",
+                USER,
+                f"--pwfile={pwfile}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=trust",
+                "--encoding=UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            user=user,
+        )
     finally:
         pwfile.unlink()
     port = free_port()
     log = open(data_dir / "server.log", "wb")  # noqa: SIM115 (the server writes it for its lifetime)
     process = subprocess.Popen(
-        [str(bin_dir / "postgres"), "-D", str(data_dir / "db"), "-h", "127.0.0.1", "-p", str(port),
-         "-k", str(data_dir), "-c", "fsync=off", "-c", "max_connections=200"],
-        stdout=log, stderr=subprocess.STDOUT, user=user)
+        [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(data_dir / "db"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-k",
+            str(data_dir),
+            "-c",
+            "fsync=off",
+            "-c",
+            "max_connections=200",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        user=user,
+    )
     server = PostgresServer(process, port, data_dir)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            with psycopg.connect(host="127.0.0.1", port=port, user=USER, password=PASSWORD, dbname="postgres",
-                                 autocommit=True, connect_timeout=2) as conn:
+            with psycopg.connect(
+                host="127.0.0.1",
+                port=port,
+                user=USER,
+                password=PASSWORD,
+                dbname="postgres",
+                autocommit=True,
+                connect_timeout=2,
+            ) as conn:
                 conn.execute(f"CREATE DATABASE {DATABASE}")
             return server
         except psycopg.OperationalError:
             if process.poll() is not None or time.monotonic() > deadline:
                 server.stop()
-                raise RuntimeError(f"PostgreSQL did not start: {(data_dir / 'server.log').read_text()[-2000:]}") from None
+                raise RuntimeError(
+                    f"PostgreSQL did not start: {(data_dir / 'server.log').read_text()[-2000:]}"
+                ) from None
             time.sleep(0.2)

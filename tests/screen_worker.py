@@ -2,6 +2,7 @@
 `cache` (a folder or a database URL) and writes each row and the engine figures to `out` as JSON.
 
     python -m tests.screen_worker STUB_URL CACHE OUT N [CLAIM_LEASE_S]"""
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,20 @@ def main() -> None:
     url, cache, out, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     lease = float(sys.argv[5]) if len(sys.argv) > 5 else 60.0
     where = {"cache_url": cache} if is_url(cache) else {"cache_dir": cache}
-    screener = LLMScreener(name="worker", provider="openai", model="stub-model", api_key_env="OPENAI_API_KEY",
-                           base_url=url + "/v1", **where,
-                           engine={**FAST_ENGINE, "concurrency": 4, "timeout_s": 30.0, "claim_lease_s": lease,
-                                   "claim_poll_s": 0.1})
+    screener = LLMScreener(
+        name="worker",
+        provider="openai",
+        model="stub-model",
+        api_key_env="OPENAI_API_KEY",
+        base_url=url + "/v1",
+        **where,
+        engine={**FAST_ENGINE, "concurrency": 4, "timeout_s": 30.0, "claim_lease_s": lease, "claim_poll_s": 0.1},
+    )
     results = screener.screen(JOBS, documents(n), "score")
     with open(out, "w") as f:
-        json.dump({"rows": [[r.applicant_id, r.value, r.error, r.cached] for r in results],
-                   "metrics": screener.metrics()}, f)
+        json.dump(
+            {"rows": [[r.applicant_id, r.value, r.error, r.cached] for r in results], "metrics": screener.metrics()}, f
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Test-only screeners for sweep tests, selected with screener._target_=tests.sweep_support.<Class>
 (the tfidf config's keys arrive as keyword arguments and are ignored)."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ class CountingScreener:
     """A priced 'API' screener: one call per distinct (job, text), tokens = characters / 4.
     Reads its key at construction (MissingSecretError unless require_key=False); never screens."""
 
-    def __init__(self, name: str = "counting", api_key_env: str = "POPFAIR_TEST_KEY",
-                 require_key: bool = True, **_: Any) -> None:
+    def __init__(
+        self, name: str = "counting", api_key_env: str = "POPFAIR_TEST_KEY", require_key: bool = True, **_: Any
+    ) -> None:
         if require_key and not os.environ.get(api_key_env):
             raise MissingSecretError(f"screener.api_key_env: environment variable {api_key_env} is not set")
         self.name = "counting"
@@ -39,9 +41,12 @@ class CountingScreener:
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         distinct = {(d.job_id, d.text) for d in documents}
         tokens = sum((len(jobs[j].description) + len(text)) // 4 for j, text in distinct)
-        return CallPlan(calls=len(distinct), input_tokens=tokens,
-                        output_tokens=OUTPUT_TOKENS_PER_CALL * len(distinct),
-                        cost_usd=tokens * PRICE_PER_INPUT_TOKEN)
+        return CallPlan(
+            calls=len(distinct),
+            input_tokens=tokens,
+            output_tokens=OUTPUT_TOKENS_PER_CALL * len(distinct),
+            cost_usd=tokens * PRICE_PER_INPUT_TOKEN,
+        )
 
     def screen(self, jobs, documents, outcome) -> list[ScreenResult]:
         raise AssertionError("a dry run must not screen")

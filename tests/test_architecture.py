@@ -1,6 +1,7 @@
 """The package's layering, checked on the source with ast: estimators are functions of the scored
 table (no module in estimate/ imports the render, screen or population stages) and no two packages
 of popfair import each other, directly or through others."""
+
 from __future__ import annotations
 
 import ast
@@ -21,8 +22,13 @@ def _imports(path: Path) -> set[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
     tree = ast.parse(path.read_text())
-    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
-                 for stmt in block.body for n in ast.walk(stmt)}
+    type_only = {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and _is_type_checking(block.test)
+        for stmt in block.body
+        for n in ast.walk(stmt)
+    }
     for node in ast.walk(tree):
         if id(node) in type_only:  # `if TYPE_CHECKING:` imports are for type checkers, not at runtime
             continue
@@ -39,7 +45,8 @@ def _imports(path: Path) -> set[str]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _graph() -> dict[str, set[str]]:
@@ -55,8 +62,11 @@ def _package(module: str) -> str:
 
 def test_estimators_import_no_other_pipeline_stage():
     forbidden = ("popfair.render", "popfair.screen", "popfair.population")
-    offending = {module: sorted(m for m in imported if m.startswith(forbidden))
-                 for module, imported in _graph().items() if module.startswith("popfair.estimate")}
+    offending = {
+        module: sorted(m for m in imported if m.startswith(forbidden))
+        for module, imported in _graph().items()
+        if module.startswith("popfair.estimate")
+    }
     assert not {k: v for k, v in offending.items() if v}
 
 
@@ -64,7 +74,8 @@ def test_packages_import_each_other_without_a_cycle():
     packages: dict[str, set[str]] = {}
     for module, imported in _graph().items():
         packages.setdefault(_package(module), set()).update(
-            _package(other) for other in imported if _package(other) not in (_package(module), "popfair"))
+            _package(other) for other in imported if _package(other) not in (_package(module), "popfair")
+        )
     try:
         list(TopologicalSorter(packages).static_order())
     except CycleError as exc:

@@ -1,5 +1,6 @@
 """The response cache behind one interface: SQLite (a folder) and PostgreSQL (a real server on
 127.0.0.1) store, claim and copy alike; server credentials come only from the environment."""
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,10 @@ def test_answers_and_batches_round_trip(cache):
     unparseable = CachedAnswer("maybe", None, "no number", 9, 2, 0.002, 0.1, 2.0)
     cache.put("k2", "openai", "m", unparseable)
     assert cache.get_many(["k1", "k2", "missing", "k1"]) == {"k1": ANSWER, "k2": unparseable}
-    assert cache.get_replies(["k2", "missing", "k1"]) == {"k1": ("85", 85.0, None, 10, 1),
-                                                          "k2": ("maybe", None, "no number", 9, 2)}
+    assert cache.get_replies(["k2", "missing", "k1"]) == {
+        "k1": ("85", 85.0, None, 10, 1),
+        "k2": ("maybe", None, "no number", 9, 2),
+    }
     assert cache.count() == 2
     cache.add_batch("b1", "openai", "https://x/v1", "m", "score", ["k3", "k4"])
     (batch,) = cache.open_batches("openai", "https://x/v1", "m")
@@ -51,14 +54,14 @@ def test_claims_are_exclusive_expire_and_end_with_the_answer(cache):
     assert sorted(mine) == ["k1", "k2", "k3"] and taken == 0
     assert cache.claim(["k1", "k2", "k3", "k4"], "B", 30.0) == (["k4"], 0)  # A holds the others
     assert sorted(cache.claim(["k1", "k2"], "A", 30.0)[0]) == ["k1", "k2"]  # re-claiming renews
-    cache.put("k1", "openai", "m", ANSWER)                  # answered: its claim is gone for good
+    cache.put("k1", "openai", "m", ANSWER)  # answered: its claim is gone for good
     assert cache.claim(["k1"], "B", 30.0) == ([], 0)
-    cache.release("A", ["k2"])                              # an API failure: others may ask
+    cache.release("A", ["k2"])  # an API failure: others may ask
     assert cache.claim(["k2"], "B", 30.0) == (["k2"], 0)
-    cache.claim(["k3"], "A", 0.2)                            # A stops renewing (dies)
+    cache.claim(["k3"], "A", 0.2)  # A stops renewing (dies)
     assert cache.claim(["k3"], "B", 30.0) == ([], 0)
     time.sleep(0.3)
-    assert cache.claim(["k3"], "B", 30.0) == (["k3"], 1)    # taken over once the lease ran out
+    assert cache.claim(["k3"], "B", 30.0) == (["k3"], 1)  # taken over once the lease ran out
     cache.release("B")
     assert sorted(cache.claim(["k2", "k3", "k4"], "C", 30.0)[0]) == ["k2", "k3", "k4"]
 

@@ -1,4 +1,5 @@
 """The command line: --help, --cfg job, overrides, multirun, and clean errors."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,8 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def popfair(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "popfair", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "popfair", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_help_lists_groups(tmp_path):
@@ -57,8 +64,14 @@ def test_missing_pums_file_is_a_clear_error(tmp_path):
 
 
 def test_multirun_makes_one_mlflow_run_per_case(tmp_path):
-    out = popfair("-m", "occupation=nurse,teacher", "population.n=300", "estimator=outcome_gap",
-                  "estimator.n_bootstrap=200", cwd=tmp_path)
+    out = popfair(
+        "-m",
+        "occupation=nurse,teacher",
+        "population.n=300",
+        "estimator=outcome_gap",
+        "estimator.n_bootstrap=200",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     runs = mlflow.search_runs(experiment_names=["popfair"])

@@ -4,6 +4,7 @@ and a real `mlflow server`, both on 127.0.0.1. The SLURM recipe runs through sub
 --head`), in the Ray environment only (the `ray` extra cannot share an environment with joblib 1.6).
 Each 4-case sweep asks the LLM stub every distinct prompt once, and MLflow holds one parent run with
 the four cases as its children."""
+
 from __future__ import annotations
 
 import os
@@ -34,16 +35,31 @@ def tracking_uri(tmp_path_factory):
         yield uri
 
 
-def run_sweep(launcher: list[str], cwd: Path, pg_url: str, tracking_uri: str, monkeypatch,
-              occupations: tuple[str, ...] = ("nurse", "teacher")) -> None:
+def run_sweep(
+    launcher: list[str],
+    cwd: Path,
+    pg_url: str,
+    tracking_uri: str,
+    monkeypatch,
+    occupations: tuple[str, ...] = ("nurse", "teacher"),
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key-cluster-0123456789")
     planned = planned_after_sharing(cwd, occupations)
     cases = [f"occupation={','.join(occupations)}", CASES[1]]
     experiment = f"cluster-{cwd.name}"
     with StubServer(latency_s=0.005) as stub:
-        out = popfair("-m", *launcher, *cases, *SMALL, f"cache_url={pg_url}", f"tracking.uri={tracking_uri}",
-                      f"tracking.experiment_name={experiment}", "+hydra.callbacks.popfair_sweep.report=false",
-                      f"screener.base_url={stub.url}/v1", cwd=cwd)
+        out = popfair(
+            "-m",
+            *launcher,
+            *cases,
+            *SMALL,
+            f"cache_url={pg_url}",
+            f"tracking.uri={tracking_uri}",
+            f"tracking.experiment_name={experiment}",
+            "+hydra.callbacks.popfair_sweep.report=false",
+            f"screener.base_url={stub.url}/v1",
+            cwd=cwd,
+        )
         assert out.returncode == 0, out.stderr[-4000:]
         answered = stub.state.answered
     assert set(answered.values()) == {1} and len(answered) == planned
@@ -69,17 +85,41 @@ def test_ray_cluster_sweep_with_the_postgres_cache(tmp_path, pg_url, tracking_ur
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     port = free_port()
     ray_dir = Path(f"/tmp/ray-{port}")  # Ray's socket paths must stay short
-    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--port", str(port),
-                             "--node-ip-address", "127.0.0.1", "--num-cpus", "2", "--include-dashboard", "false",
-                             "--disable-usage-stats", "--object-store-memory", str(200 * 2 ** 20),
-                             "--temp-dir", str(ray_dir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(CONF_DIR).parent)})
+    head = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("ray")),
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            "2",
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+            "--object-store-memory",
+            str(200 * 2**20),
+            "--temp-dir",
+            str(ray_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(Path(CONF_DIR).parent)},
+    )
     try:
         time.sleep(1)
         assert head.poll() is None, "ray start --head exited"
-        run_sweep(["hydra/launcher=ray_cluster", f"hydra.launcher.ray.init.address=127.0.0.1:{port}"],
-                  tmp_path, pg_url, tracking_uri, monkeypatch)
+        run_sweep(
+            ["hydra/launcher=ray_cluster", f"hydra.launcher.ray.init.address=127.0.0.1:{port}"],
+            tmp_path,
+            pg_url,
+            tracking_uri,
+            monkeypatch,
+        )
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         head.wait(timeout=60)
@@ -90,10 +130,18 @@ def test_ray_cluster_sweep_with_the_postgres_cache(tmp_path, pg_url, tracking_ur
 def test_a_cluster_launcher_needs_a_server_cache_and_tracking_server(launcher):
     base = {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}
     if launcher == "ray_cluster":
-        base = {"_target_": "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",
-                "ray": {"init": {"address": "head:6379"}}}
-    config = OmegaConf.create({"hydra": {"launcher": base}, "cache_url": None, "dry_run": False,
-                               "tracking": {"enabled": True, "uri": "sqlite:///mlruns/mlflow.db"}})
+        base = {
+            "_target_": "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",
+            "ray": {"init": {"address": "head:6379"}},
+        }
+    config = OmegaConf.create(
+        {
+            "hydra": {"launcher": base},
+            "cache_url": None,
+            "dry_run": False,
+            "tracking": {"enabled": True, "uri": "sqlite:///mlruns/mlflow.db"},
+        }
+    )
     with pytest.raises(ConfigError, match="^cache_url: .*postgresql"):
         check_shared_services(config)
     config.cache_url = "postgresql+psycopg://me@db/popfair"

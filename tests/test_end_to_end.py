@@ -1,4 +1,5 @@
 """A whole case on a small sample: runs, logs to MLflow, reads back, and is reproducible."""
+
 from __future__ import annotations
 
 import mlflow
@@ -40,14 +41,20 @@ def test_mlflow_round_trip(small_run):
     assert run.data.tags["case"] == result.effects.case
     assert run.data.tags["popfair_version"]
     assert run.data.tags["case_name"] == experiment.case_name()
-    assert "CA/TX transported" in run.data.tags["population.source"]   # which population the run used
+    assert "CA/TX transported" in run.data.tags["population.source"]  # which population the run used
     assert run.data.tags["population.table3"].startswith("resampled to n=400")
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id)}
     assert {"config.yaml", "scored.parquet", "effects.csv", "pse_forest.png"} <= names
-    assert {"population_composition.csv", "population_age_vs_experience.png", "population_transport.csv",
-            "population_experience_race_gap.csv", "population_experience_fit_nlsy97.csv"} <= names  # Profiles.artifacts
-    local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="scored.parquet",
-                                                dst_path=str(tmp / "dl"))
+    assert {
+        "population_composition.csv",
+        "population_age_vs_experience.png",
+        "population_transport.csv",
+        "population_experience_race_gap.csv",
+        "population_experience_fit_nlsy97.csv",
+    } <= names  # Profiles.artifacts
+    local = mlflow.artifacts.download_artifacts(
+        run_id=result.run_id, artifact_path="scored.parquet", dst_path=str(tmp / "dl")
+    )
     back = pd.read_parquet(local)
     pd.testing.assert_series_equal(back["y"], result.scored["y"], check_names=False)
 
@@ -65,7 +72,9 @@ def test_different_seed_gives_different_applicants(small_run, tmp_path):
     cfg = compose_config(["population.n=400", "estimator.n_bootstrap=200", "seed=1"], tmp_path=tmp_path)
     other = Experiment.from_config(cfg).sample()  # the population stage alone: applicants are drawn there
     assert len(other.table) == len(first.scored) == 400
-    assert not first.scored["first_name"].reset_index(drop=True).equals(other.table["first_name"].reset_index(drop=True))
+    assert (
+        not first.scored["first_name"].reset_index(drop=True).equals(other.table["first_name"].reset_index(drop=True))
+    )
 
 
 def test_tfidf_scores_a_document_the_same_in_any_later_batch():
@@ -74,10 +83,17 @@ def test_tfidf_scores_a_document_the_same_in_any_later_batch():
     from popfair.screen.tfidf import TfidfScreener
     from popfair.types import Document, Job
 
-    job = Job(job_id="j", title="Nurse", description="registered nurse acute care patient assessment "
-                                                      "medication administration electronic health record")
-    texts = ["registered nurse with acute care experience", "medication administration and patient care",
-             "software engineer python cloud", "electronic health record documentation nurse"]
+    job = Job(
+        job_id="j",
+        title="Nurse",
+        description="registered nurse acute care patient assessment medication administration electronic health record",
+    )
+    texts = [
+        "registered nurse with acute care experience",
+        "medication administration and patient care",
+        "software engineer python cloud",
+        "electronic health record documentation nurse",
+    ]
     docs = [Document(applicant_id=str(i), job_id="j", kind="text", text=t) for i, t in enumerate(texts)]
     screener = TfidfScreener()
     first = [r.value for r in screener.screen({"j": job}, docs, "score")]
@@ -95,6 +111,5 @@ def test_tfidf_counts_words_unseen_when_it_was_fit():
     base = [Document(applicant_id="a", job_id="j", kind="text", text="registered nurse acute care")]
     screener = TfidfScreener()
     plain = screener.screen({"j": job}, base, "score")[0].value
-    padded = Document(applicant_id="b", job_id="j", kind="text",
-                      text="registered nurse acute care zyxwvut qwertyuiop")
+    padded = Document(applicant_id="b", job_id="j", kind="text", text="registered nurse acute care zyxwvut qwertyuiop")
     assert screener.screen({"j": job}, [padded], "score")[0].value < plain

@@ -1,5 +1,6 @@
 """LL144 / four-fifths impact ratios: hand-computed tables, scipy tests, bootstrap behaviour, the
 estimator and the hook that logs the table for every case."""
+
 from __future__ import annotations
 
 import math
@@ -33,9 +34,17 @@ def cells(spec: list[tuple]) -> pd.DataFrame:
 
 
 # 53 applicants: one Hispanic applicant (1/53 < 2%), one of unknown sex, one of unknown race
-CALLBACKS = cells([("female", "black", 10, 2), ("female", "white", 10, 5), ("male", "black", 10, 4),
-                   ("male", "white", 20, 12), ("male", "hispanic", 1, 1), (None, "white", 1, 1),
-                   ("male", "unknown", 1, 0)])
+CALLBACKS = cells(
+    [
+        ("female", "black", 10, 2),
+        ("female", "white", 10, 5),
+        ("male", "black", 10, 4),
+        ("male", "white", 20, 12),
+        ("male", "hispanic", 1, 1),
+        (None, "white", 1, 1),
+        ("male", "unknown", 1, 0),
+    ]
+)
 
 
 def row(result, metric: str, dimension: str, category: str) -> pd.Series:
@@ -63,8 +72,7 @@ def test_selection_rates_and_ratios_match_hand_computation(callback_result):
     white = row(r, "selection", "race", "white")
     assert (white["n_applicants"], white["n_selected"]) == (31, 18)
     assert black["impact_ratio"] == pytest.approx(0.3 / (18 / 31))
-    expected = {"female-black": 0.2 / 0.6, "female-white": 0.5 / 0.6, "male-black": 0.4 / 0.6,
-                "male-white": 1.0}
+    expected = {"female-black": 0.2 / 0.6, "female-white": 0.5 / 0.6, "male-black": 0.4 / 0.6, "male-white": 1.0}
     for category, ratio in expected.items():
         assert row(r, "selection", "sex_race", category)["impact_ratio"] == pytest.approx(ratio)
     assert row(r, "selection", "sex_race", "male-white")["share"] == pytest.approx(20 / 53)
@@ -81,8 +89,9 @@ def test_small_categories_are_reported_but_excluded_from_ratios(callback_result)
     assert hispanic["status"] == "included" and hispanic["is_reference"] and hispanic["small"]
     assert row(kept, "selection", "race", "black")["impact_ratio"] == pytest.approx(0.3)
     summary = callback_result.summary()
-    note = summary.loc[(summary["dimension"] == "Race/Ethnicity")
-                       & (summary["category"] == "Hispanic or Latino"), "note"].item()
+    note = summary.loc[
+        (summary["dimension"] == "Race/Ethnicity") & (summary["category"] == "Hispanic or Latino"), "note"
+    ].item()
     assert note.startswith("excluded: 1.89% of sample")
 
 
@@ -101,8 +110,9 @@ def test_unknown_categories_are_counted_not_rated(callback_result):
 
 
 def test_scoring_rate_uses_strictly_above_the_overall_median():
-    data = pd.DataFrame({"gender": ["female"] * 4 + ["male"] * 4, "race": "white",
-                         "y": [10.0, 20, 30, 40, 30, 50, 60, 70]})
+    data = pd.DataFrame(
+        {"gender": ["female"] * 4 + ["male"] * 4, "race": "white", "y": [10.0, 20, 30, 40, 30, 50, 60, 70]}
+    )
     result = impact_ratios(data, settings=ImpactRatioSettings(top_share=None, **FAST))
     assert result.outcome == "score" and result.thresholds == {"scoring_median": 35.0}
     assert row(result, "scoring_median", "sex", "female")["rate"] == 0.25
@@ -118,8 +128,9 @@ def test_scoring_rate_uses_strictly_above_the_overall_median():
 
 
 def test_top_share_and_min_score_thresholds():
-    data = pd.DataFrame({"gender": ["female"] * 4 + ["male"] * 4, "race": "white",
-                         "y": [10.0, 20, 30, 60, 30, 50, 60, 70]})
+    data = pd.DataFrame(
+        {"gender": ["female"] * 4 + ["male"] * 4, "race": "white", "y": [10.0, 20, 30, 60, 30, 50, 60, 70]}
+    )
     result = impact_ratios(data, settings=ImpactRatioSettings(top_share=0.25, min_score=50, **FAST))
     assert list(result.thresholds) == ["scoring_median", "top_25pct", "score_ge_50"]
     assert result.thresholds["top_25pct"] == 60.0  # 2nd best of 8; the tie at 60 is in
@@ -150,10 +161,15 @@ def test_tests_match_scipy_and_the_yates_formula(callback_result):
 
 def simulated_scores(n: int, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    data = pd.DataFrame({"gender": rng.choice(["female", "male"], n),
-                         "race": rng.choice(["black", "white", "hispanic", "api"], n, p=[.2, .5, .2, .1])})
-    data["y"] = np.round(np.clip(60 + 4 * (data["gender"] == "male") + 3 * (data["race"] == "white")
-                                 + rng.normal(0, 12, n), 0, 100))
+    data = pd.DataFrame(
+        {
+            "gender": rng.choice(["female", "male"], n),
+            "race": rng.choice(["black", "white", "hispanic", "api"], n, p=[0.2, 0.5, 0.2, 0.1]),
+        }
+    )
+    data["y"] = np.round(
+        np.clip(60 + 4 * (data["gender"] == "male") + 3 * (data["race"] == "white") + rng.normal(0, 12, n), 0, 100)
+    )
     return data
 
 
@@ -166,8 +182,7 @@ def test_bootstrap_cis_contain_the_estimates_and_match_binomial_se():
     assert (inc["ci_low"] <= inc["impact_ratio"]).all() and (inc["impact_ratio"] <= inc["ci_high"]).all()
     assert (inc["ci_high"] <= 1).all()
     # a fixed-threshold rate under the iid bootstrap: SE close to the binomial sqrt(p(1-p)/n)
-    fixed = impact_ratios(data, settings=ImpactRatioSettings(top_share=None, min_score=65,
-                                                             n_bootstrap=2000, seed=3))
+    fixed = impact_ratios(data, settings=ImpactRatioSettings(top_share=None, min_score=65, n_bootstrap=2000, seed=3))
     female = row(fixed, "score_ge_65", "sex", "female")
     binomial = math.sqrt(female["rate"] * (1 - female["rate"]) / female["n_applicants"])
     width = female["rate_ci_high"] - female["rate_ci_low"]
@@ -176,19 +191,20 @@ def test_bootstrap_cis_contain_the_estimates_and_match_binomial_se():
     pd.testing.assert_frame_equal(result.table, again.table)  # same seed, same CIs
 
 
-def clustered_callbacks(n_postings: int, per_posting: int, spread: float, seed: int,
-                        paired: bool = True) -> pd.DataFrame:
+def clustered_callbacks(
+    n_postings: int, per_posting: int, spread: float, seed: int, paired: bool = True
+) -> pd.DataFrame:
     """Callbacks with a posting effect shared by the posting's rows. Paired: every posting sees both
     races (the correspondence design); otherwise each posting sees one race only."""
     rng = np.random.default_rng(seed)
     posting = np.repeat(np.arange(n_postings), per_posting)
-    race = np.tile(["black", "white"], len(posting) // 2) if paired else \
-        np.where(posting % 2 == 0, "black", "white")
+    race = np.tile(["black", "white"], len(posting) // 2) if paired else np.where(posting % 2 == 0, "black", "white")
     gender = np.tile(np.repeat(["female", "male"], 2), len(posting) // 4)
     logit = -1.0 + rng.normal(0, spread, n_postings)[posting] + 0.3 * (race == "white")
     y = (rng.random(len(posting)) < 1 / (1 + np.exp(-logit))).astype(int)
-    return pd.DataFrame({"posting_id": [f"p{p:04d}" for p in posting], "pair_id": posting % 4,
-                         "gender": gender, "race": race, "y": y})
+    return pd.DataFrame(
+        {"posting_id": [f"p{p:04d}" for p in posting], "pair_id": posting % 4, "gender": gender, "race": race, "y": y}
+    )
 
 
 def ci_width(result, dimension: str, category: str, ratio: bool = False) -> float:
@@ -208,8 +224,15 @@ def test_clustered_bootstrap_is_wider_than_iid_when_postings_are_correlated():
     assert ci_width(clustered, "race", "black", ratio=True) < 0.95 * ci_width(iid, "race", "black", ratio=True)
     # postings nested in race: the posting effect no longer cancels and the ratio CI widens too
     nested = clustered_callbacks(300, 16, spread=1.5, seed=2, paired=False)
-    widths = [ci_width(impact_ratios(nested, settings=ImpactRatioSettings(n_bootstrap=1000, seed=1, cluster=cl)),
-                       "race", "black", ratio=True) for cl in ("posting_id", "none")]
+    widths = [
+        ci_width(
+            impact_ratios(nested, settings=ImpactRatioSettings(n_bootstrap=1000, seed=1, cluster=cl)),
+            "race",
+            "black",
+            ratio=True,
+        )
+        for cl in ("posting_id", "none")
+    ]
     assert widths[0] > 1.3 * widths[1]
     # the clustered SE of a rate agrees with the linearised cluster-robust (ratio-estimator) SE
     black = data[data["race"] == "black"].groupby("posting_id")["y"].agg(["sum", "size"])
@@ -219,8 +242,12 @@ def test_clustered_bootstrap_is_wider_than_iid_when_postings_are_correlated():
     assert ci_width(clustered, "race", "black") == pytest.approx(2 * 1.96 * robust, rel=0.15)
     # without posting effects the two agree
     flat = clustered_callbacks(300, 16, spread=0.0, seed=2)
-    widths = [ci_width(impact_ratios(flat, settings=ImpactRatioSettings(n_bootstrap=1000, seed=1, cluster=cl)),
-                       "race", "black") for cl in ("posting_id", "none")]
+    widths = [
+        ci_width(
+            impact_ratios(flat, settings=ImpactRatioSettings(n_bootstrap=1000, seed=1, cluster=cl)), "race", "black"
+        )
+        for cl in ("posting_id", "none")
+    ]
     assert widths[0] == pytest.approx(widths[1], rel=0.2)
 
 
@@ -239,10 +266,21 @@ def test_bad_inputs_fail_with_clear_messages():
         impact_ratios(CALLBACKS.iloc[:0])
 
 
-@pytest.mark.parametrize("key,value", [("outcome", "ranking"), ("top_share", 1.5), ("min_score", "high"),
-                                        ("min_category_share", 0.6), ("flag_below", 0), ("n_bootstrap", 10),
-                                        ("alpha", 0.7), ("exclude_small", "yes"), ("cluster", ""),
-                                        ("unknown_labels", "unknown")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("outcome", "ranking"),
+        ("top_share", 1.5),
+        ("min_score", "high"),
+        ("min_category_share", 0.6),
+        ("flag_below", 0),
+        ("n_bootstrap", 10),
+        ("alpha", 0.7),
+        ("exclude_small", "yes"),
+        ("cluster", ""),
+        ("unknown_labels", "unknown"),
+    ],
+)
 def test_bad_settings_name_the_config_key(key, value):
     with pytest.raises(ConfigError, match=rf"^{key}: "):
         ImpactRatio(**{key: value})
@@ -265,11 +303,25 @@ def test_estimator_returns_effects_rows_summary_and_chart():
     assert "selection/race/black" in effects.table.index and "selection/sex_race/male-white" in effects.table.index
     black = effects.table.loc["selection/race/black"]
     assert black["estimate"] == pytest.approx(black["rate"] / effects.table.loc["selection/race/white", "rate"])
-    assert set(effects.artifacts) == {"impact_ratios/summary.csv", "impact_ratios/summary.md",
-                                      "impact_ratios/table.csv", "impact_ratios/impact_ratios.png"}
+    assert set(effects.artifacts) == {
+        "impact_ratios/summary.csv",
+        "impact_ratios/summary.md",
+        "impact_ratios/table.csv",
+        "impact_ratios/impact_ratios.png",
+    }
     summary = effects.artifacts["impact_ratios/summary.csv"].reset_index()
-    assert list(summary.columns) == ["metric", "dimension", "category", "n_applicants", "n_selected", "rate",
-                                     "impact_ratio", "ci_95", "flag_below_0.8", "note"]
+    assert list(summary.columns) == [
+        "metric",
+        "dimension",
+        "category",
+        "n_applicants",
+        "n_selected",
+        "rate",
+        "impact_ratio",
+        "ci_95",
+        "flag_below_0.8",
+        "note",
+    ]
     assert hasattr(draw(effects.artifacts["impact_ratios/impact_ratios.png"]), "savefig")
     assert effects.metrics["ll144.selection.race.black.ratio"] == pytest.approx(black["estimate"])
     flagged = effects.table[effects.table["flag"]]
@@ -277,8 +329,9 @@ def test_estimator_returns_effects_rows_summary_and_chart():
 
 
 def test_every_case_logs_the_impact_ratio_table(tmp_path):
-    cfg = compose_config(["population.n=300", "estimator.n_bootstrap=200", "outcome_audit.n_bootstrap=200"],
-                         tmp_path=tmp_path)
+    cfg = compose_config(
+        ["population.n=300", "estimator.n_bootstrap=200", "outcome_audit.n_bootstrap=200"], tmp_path=tmp_path
+    )
     experiment = Experiment.from_config(cfg)
     assert isinstance(experiment.outcome_audit, ImpactRatio)
     result = experiment.run()
@@ -289,8 +342,12 @@ def test_every_case_logs_the_impact_ratio_table(tmp_path):
     assert run.data.metrics["ll144.scoring_median.sex.female.ratio"] == pytest.approx(ratio)
     assert run.data.metrics["ll144.sex.n_unknown"] == 0
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id, "impact_ratios")}
-    assert names == {"impact_ratios/summary.csv", "impact_ratios/summary.md", "impact_ratios/table.csv",
-                     "impact_ratios/impact_ratios.png"}
+    assert names == {
+        "impact_ratios/summary.csv",
+        "impact_ratios/summary.md",
+        "impact_ratios/table.csv",
+        "impact_ratios/impact_ratios.png",
+    }
     assert Experiment.from_config(compose_config(["outcome_audit=null"], tmp_path=tmp_path)).outcome_audit is None
     with pytest.raises(ConfigError, match="outcome_audit.flag_below"):
         Experiment.from_config(compose_config(["outcome_audit.flag_below=2"], tmp_path=tmp_path))
@@ -299,11 +356,25 @@ def test_every_case_logs_the_impact_ratio_table(tmp_path):
 def test_ll144_race_scheme_reports_nhpi_and_two_or_more_separately():
     """race_scheme=ll144 recodes from the raw ACS RAC1P code: NHPI (7) and two or more races (9) are
     their own categories, Hispanic (from `race`) comes first; `five` keeps the merged API/other."""
-    spec = [("hispanic", 6, 40), ("white", 1, 400), ("black", 2, 200), ("api", 6, 120), ("api", 7, 60),
-            ("other", 9, 80), ("other", 3, 50), ("other", 8, 50)]
+    spec = [
+        ("hispanic", 6, 40),
+        ("white", 1, 400),
+        ("black", 2, 200),
+        ("api", 6, 120),
+        ("api", 7, 60),
+        ("other", 9, 80),
+        ("other", 3, 50),
+        ("other", 8, 50),
+    ]
     rng = np.random.default_rng(3)
-    data = pd.DataFrame([{"race": race, "rac1p": code, "gender": g, "y": float(rng.random() < 0.4)}
-                         for race, code, n in spec for g in ("female", "male") for _ in range(n // 2)])
+    data = pd.DataFrame(
+        [
+            {"race": race, "rac1p": code, "gender": g, "y": float(rng.random() < 0.4)}
+            for race, code, n in spec
+            for g in ("female", "male")
+            for _ in range(n // 2)
+        ]
+    )
     five = ImpactRatio(n_bootstrap=100).compute(data)
     ll144 = ImpactRatio(n_bootstrap=100, race_scheme="ll144").compute(data)
     cats = lambda result: set(result.table.loc[result.table["dimension"] == "race", "category"]) - {"unknown"}  # noqa: E731

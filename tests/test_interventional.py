@@ -1,5 +1,6 @@
 """Interventional path-specific effects and estimator=both: paired inference against scipy, coverage
 of the simulated screener's true effects, agreement with DML-UCA, MLflow logging, dry-run cost."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,16 +27,24 @@ from tests.conftest import compose_config
 # are their noise draws) has a zero-width CI at the per-applicant value; its expectation differs
 # from it only through the rare clipping at 0 or 100 (about 2e-4 points here).
 CLIP_TOLERANCE = 1e-3
-FAST_DML = ["estimator.observational.n_bootstrap=200",
-            "estimator.observational.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}"]
+FAST_DML = [
+    "estimator.observational.n_bootstrap=200",
+    "estimator.observational.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}",
+]
 
 
 @pytest.fixture(scope="module", params=["gender", "race"])
 def simulated_both(request, tmp_path_factory):
     """One `estimator=both` case per protected attribute on 5,000 nurses with the simulated screener."""
     tmp = tmp_path_factory.mktemp(f"both_{request.param}")
-    overrides = ["screener=simulated", "estimator=both", f"protected_attr={request.param}",
-                 "population.n=5000", "population.diagnostics=false", *FAST_DML]
+    overrides = [
+        "screener=simulated",
+        "estimator=both",
+        f"protected_attr={request.param}",
+        "population.n=5000",
+        "population.diagnostics=false",
+        *FAST_DML,
+    ]
     experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
     result = experiment.run()
     # the truth over every x0/x1 applicant (the finite population the estimate samples), same seed
@@ -106,8 +115,7 @@ def test_both_gives_its_observational_part_only_the_factual_rows():
             raise EstimationError("recorded")
 
     both = SideBySide(Recording(), Interventional(n=10))
-    data = pd.DataFrame({"gender": ["female", "male"] * 2, "y": 1.0,
-                         WORLD: [FACTUAL, FACTUAL, "E[Y_x0]", "E[Y_x1]"]})
+    data = pd.DataFrame({"gender": ["female", "male"] * 2, "y": 1.0, WORLD: [FACTUAL, FACTUAL, "E[Y_x0]", "E[Y_x1]"]})
     with pytest.raises(EstimationError, match="recorded"):
         both.estimate(data, Roles(x="gender", x0="female", x1="male", z=(), b=(), r=()))
     assert len(seen["data"]) == 2 and WORLD not in seen["data"].columns
@@ -124,10 +132,17 @@ def test_both_is_logged_to_mlflow_with_table_and_plot(simulated_both):
     assert metrics["compare.ci_overlap_count"] == table["ci_overlap"].sum()
     assert run.data.tags["estimator"] == "both"
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id)}
-    assert {"side_by_side.csv", "side_by_side_forest.png", "interventional_means.csv",
-            "interventional_outcomes.parquet", "pse_forest.png", "interventional_case.txt"} <= names
-    local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="side_by_side.csv",
-                                                dst_path=str(tmp / "dl"))
+    assert {
+        "side_by_side.csv",
+        "side_by_side_forest.png",
+        "interventional_means.csv",
+        "interventional_outcomes.parquet",
+        "pse_forest.png",
+        "interventional_case.txt",
+    } <= names
+    local = mlflow.artifacts.download_artifacts(
+        run_id=result.run_id, artifact_path="side_by_side.csv", dst_path=str(tmp / "dl")
+    )
     back = pd.read_csv(local, index_col="effect")
     assert list(back.index) == list(EFFECTS)
     np.testing.assert_allclose(back["intv_estimate"], table["intv_estimate"])
@@ -161,21 +176,30 @@ def test_bootstrap_interval_is_close_to_the_t_interval():
     assert ((boot["ci_high"] - t_table["ci_high"]).abs() < 0.1 * width).all()
 
 
-@pytest.mark.parametrize("outcomes, message", [
-    (np.ones((10, 4)), "applicants x 5"),
-    (np.array([[1.0, 2, 3, 4, np.nan], [1, 2, 3, 4, 5]]), "missing"),
-    (np.ones((1, 5)), "at least 2"),
-])
+@pytest.mark.parametrize(
+    "outcomes, message",
+    [
+        (np.ones((10, 4)), "applicants x 5"),
+        (np.array([[1.0, 2, 3, 4, np.nan], [1, 2, 3, 4, 5]]), "missing"),
+        (np.ones((1, 5)), "at least 2"),
+    ],
+)
 def test_paired_effects_rejects_bad_outcomes(outcomes, message):
     with pytest.raises(EstimationError, match=message):
         paired_effects(outcomes)
 
 
-@pytest.mark.parametrize("kwargs, key", [
-    ({"n": 1}, "estimator.n"), ({"n": 2.5}, "estimator.n"), ({"ci": "wald"}, "estimator.ci"),
-    ({"n_bootstrap": 10}, "estimator.n_bootstrap"), ({"alpha": 0.7}, "estimator.alpha"),
-    ({"seed": "x"}, "estimator.seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"n": 1}, "estimator.n"),
+        ({"n": 2.5}, "estimator.n"),
+        ({"ci": "wald"}, "estimator.ci"),
+        ({"n_bootstrap": 10}, "estimator.n_bootstrap"),
+        ({"alpha": 0.7}, "estimator.alpha"),
+        ({"seed": "x"}, "estimator.seed"),
+    ],
+)
 def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=rf"^{key.removeprefix('estimator.')}: "):
         Interventional(**kwargs)
@@ -200,8 +224,7 @@ def test_both_needs_the_pse_estimator_as_observational_part():
 
 
 def test_population_without_counterfactuals_fails_before_any_work():
-    cfg = compose_config(["experiment=paired_race", "estimator=interventional",
-                          "tracking=none"])
+    cfg = compose_config(["experiment=paired_race", "estimator=interventional", "tracking=none"])
     with pytest.raises(ConfigError, match="population=popresume"):
         Experiment.from_config(cfg)
 
@@ -217,12 +240,24 @@ def test_estimate_needs_the_world_rows_of_the_scored_table():
 
 
 def test_compare_flags_overlap_and_conclusions():
-    observed = pd.DataFrame({"estimate": [1.0, 0.1, 0.0, 2.0, -1.0], "se": 0.1,
-                             "ci_low": [0.5, -0.2, -0.1, 1.5, -1.5], "ci_high": [1.5, 0.4, 0.1, 2.5, -0.5]},
-                            index=list(EFFECTS))
-    measured = pd.DataFrame({"estimate": [1.2, 1.0, 0.0, 0.0, -1.2], "se": 0.1,
-                             "ci_low": [1.1, 0.8, -0.2, -0.1, -1.4], "ci_high": [1.3, 1.2, 0.2, 0.1, -1.0]},
-                            index=list(EFFECTS))
+    observed = pd.DataFrame(
+        {
+            "estimate": [1.0, 0.1, 0.0, 2.0, -1.0],
+            "se": 0.1,
+            "ci_low": [0.5, -0.2, -0.1, 1.5, -1.5],
+            "ci_high": [1.5, 0.4, 0.1, 2.5, -0.5],
+        },
+        index=list(EFFECTS),
+    )
+    measured = pd.DataFrame(
+        {
+            "estimate": [1.2, 1.0, 0.0, 0.0, -1.2],
+            "se": 0.1,
+            "ci_low": [1.1, 0.8, -0.2, -0.1, -1.4],
+            "ci_high": [1.3, 1.2, 0.2, 0.1, -1.0],
+        },
+        index=list(EFFECTS),
+    )
     table = compare(observed, measured)
     assert table["ci_overlap"].tolist() == [True, False, True, False, True]
     assert table["same_conclusion"].tolist() == [True, False, True, False, True]
@@ -232,9 +267,17 @@ def test_compare_flags_overlap_and_conclusions():
 
 
 def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_once():
-    experiment = Experiment.from_config(compose_config(
-        ["estimator=interventional", "estimator.n=300", "population.n=1000", "population.diagnostics=false",
-         "tracking=none"]))
+    experiment = Experiment.from_config(
+        compose_config(
+            [
+                "estimator=interventional",
+                "estimator.n=300",
+                "population.n=1000",
+                "population.diagnostics=false",
+                "tracking=none",
+            ]
+        )
+    )
     design = experiment.estimator.design
     profiles = experiment.sample()
     worlds = profiles.worlds
@@ -242,8 +285,10 @@ def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_
     # worlds sharing (x_b, x_r) share one draw: identical to asking the population for each
     sampled = sample_applicants(profiles, design)
     drawn = worlds[worlds[WORLD] == "E[Y_x1,W_x0]"].drop(columns=WORLD).reset_index(drop=True)
-    pd.testing.assert_frame_equal(drawn, experiment.population.counterfactual(
-        sampled, "male", "female", "female", design.seed).reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        drawn,
+        experiment.population.counterfactual(sampled, "male", "female", "female", design.seed).reset_index(drop=True),
+    )
     assert (worlds.loc[worlds[WORLD] == "E[Y_x0]", "gender"] == "female").all()
     assert (worlds.loc[worlds[WORLD] == "E[Y_x1]", "gender"] == "male").all()
     # one render pass over factual and world rows: rows identical to an earlier one are rendered once,
@@ -251,8 +296,9 @@ def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_
     rows = profiles.rows().drop(columns=WORLD)
     documents = render_all(experiment.renderer, rows, profiles.jobs, progress=False)
     naive = [experiment.renderer.render(row, profiles.jobs[row["job_id"]]) for row in rows.to_dict("records")]
-    assert [(d.applicant_id, d.text, dict(d.profile)) for d in documents] == \
-        [(d.applicant_id, d.text, dict(d.profile)) for d in naive]
+    assert [(d.applicant_id, d.text, dict(d.profile)) for d in documents] == [
+        (d.applicant_id, d.text, dict(d.profile)) for d in naive
+    ]
     factual = {(d.job_id, d.text) for d in documents[:1000]}
     counterfactual = {(d.job_id, d.text) for d in documents[1000:]}
     # about 5 new documents per applicant at most; own-world documents are factual ones, and the
@@ -268,8 +314,16 @@ def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeyp
     from tests.llm_stub import StubServer
     from tests.screen_helpers import make_screener
 
-    cfg = compose_config(["estimator=interventional", "estimator.n=40", "population.n=150",
-                          "population.diagnostics=false", "outcome_audit=null", "tracking=none"])
+    cfg = compose_config(
+        [
+            "estimator=interventional",
+            "estimator.n=40",
+            "population.n=150",
+            "population.diagnostics=false",
+            "outcome_audit=null",
+            "tracking=none",
+        ]
+    )
     base = Experiment.from_config(cfg)
     with StubServer() as stub:
         screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
@@ -296,11 +350,18 @@ def test_dry_run_plans_the_counterfactual_documents(monkeypatch, tmp_path):
     from popfair.sweep.plan import plan_case
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    common = ["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache", "population.n=300",
-              "population.diagnostics=false", "tracking=none"]
+    common = [
+        "screener=gpt4o_mini",
+        "screener.route=openai",
+        f"cache_dir={tmp_path}/cache",
+        "population.n=300",
+        "population.diagnostics=false",
+        "tracking=none",
+    ]
     plain = plan_case(Experiment.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
-    audit = plan_case(Experiment.from_config(
-        compose_config(common + ["estimator=interventional", "estimator.n=50"]), dry_run=True))
+    audit = plan_case(
+        Experiment.from_config(compose_config(common + ["estimator=interventional", "estimator.n=50"]), dry_run=True)
+    )
     assert plain.estimator_documents == 0 and audit.estimator_documents == 5 * 50
     assert audit.documents == plain.documents + 5 * 50
     extra_calls = audit.calls - plain.calls

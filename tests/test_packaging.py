@@ -1,5 +1,6 @@
 """Packaging: the config folder an install reads, and extras any pip can install. (.ci/run builds
 the wheel, installs it in a clean virtualenv and runs a case from an empty folder.)"""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Paired audit design: postings, exact pair counts, identical pair members, name draws, JSON documents."""
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,8 @@ def test_design_counts_match_the_paper(race_sample, gender_sample):
         assert sides.nunique() == 1 and len(sides.iloc[0]) == 2
     # gender axis: four conditions per posting x pair_id, two gender pairs (one per race)
     conditions = gender.groupby(["posting_id", "pair_id"])[["race", "gender"]].apply(
-        lambda g: len(set(zip(g["race"], g["gender"]))))
+        lambda g: len(set(zip(g["race"], g["gender"])))
+    )
     assert conditions.eq(4).all()
     assert race_sample.outcome == gender_sample.outcome == "callback"
     assert race_sample.roles.x == "race" and gender_sample.roles.x == "gender"
@@ -91,8 +93,9 @@ def test_gender_conditions_share_one_profile_per_posting_pair(gender_sample):
 def test_names_come_uniformly_from_their_race_gender_cell(gender_sample):
     table = gender_sample.table
     first_pools, last_pools = load_name_pools(["bertrand_mullainathan_2004", "kline_rose_walters_2022"])
-    assert {k: len(v) for k, v in first_pools.items()} == {f"{r}|{g}": 19 for r in ("black", "white")
-                                                          for g in ("female", "male")}
+    assert {k: len(v) for k, v in first_pools.items()} == {
+        f"{r}|{g}": 19 for r in ("black", "white") for g in ("female", "male")
+    }
     cell = table["race"] + "|" + table["gender"]
     for key, pool in first_pools.items():
         names = table.loc[cell == key, "first_name"]
@@ -112,20 +115,26 @@ def test_bertrand_mullainathan_only_restricts_first_names(postings):
 
 
 def test_profiles_are_plausible_for_posting(race_sample, postings):
-    table = race_sample.table.merge(postings.postings[["posting_id", "state", "firm", "industry", "post_date"]],
-                                    on="posting_id", suffixes=("", "_posting"))
+    table = race_sample.table.merge(
+        postings.postings[["posting_id", "state", "firm", "industry", "post_date"]],
+        on="posting_id",
+        suffixes=("", "_posting"),
+    )
     assert (table["state"] == table["state_posting"]).all()
     assert (table["emp1_employer"] != table["firm"]).all()  # never the employer one applies to
     firms = pd.read_csv("popfair/data/audit/firms.csv")
     peer = table["emp1_employer"].map(dict(zip(firms["firm_name"], firms["industry_name"])))
     assert (peer == table["industry"]).all()
     from popfair.population.profile_bank import NATIONAL_ONLINE_UNIVERSITIES
+
     los_angeles = table[table["metro"].str.startswith("Los Angeles") & (table["edu_level"] == "bachelor")]
     assert set(los_angeles["school"]) == {"California State University, Los Angeles", *NATIONAL_ONLINE_UNIVERSITIES}
     associate = table[table["edu_level"] == "associate"]
     assert (associate["school"] == associate["metro"].str.split("[-,]", regex=True).str[0] + " Community College").all()
     assert table["gpa"].between(3.0, 3.9).all() and table["age"].between(20, 27).all()
-    assert (table["emp2_end"] <= table["emp1_start"]).all() and (table["emp1_start"] <= table["post_date"].str[:7]).all()
+    assert (table["emp2_end"] <= table["emp1_start"]).all() and (
+        table["emp1_start"] <= table["post_date"].str[:7]
+    ).all()
     assert (table["graduation_year"] <= pd.to_datetime(table["post_date"]).dt.year).all()
 
 
@@ -139,12 +148,20 @@ def test_same_seed_same_sample_and_seed_changes_draws():
 
 def test_postings_csv_drops_and_counts_incomplete_rows(tmp_path):
     path = tmp_path / "postings.csv"
-    pd.DataFrame({"firm": ["Kroger", "Acme Corp", "Avis-Budget", None],
-                  "title": ["Sales Associate", "Data Analyst", "", "Coordinator"],
-                  "metro": ["Dallas-Fort Worth-Arlington, TX", "Chicago-Naperville-Elgin, IL-IN",
-                            "Miami-Fort Lauderdale-West Palm Beach, FL", "Austin-Round Rock-San Marcos, TX"],
-                  "state": ["TX", "IL", "FL", "TX"],
-                  "post_date": ["2025-02-03", "2025-03-04", "2025-04-05", "2025-05-06"]}).to_csv(path, index=False)
+    pd.DataFrame(
+        {
+            "firm": ["Kroger", "Acme Corp", "Avis-Budget", None],
+            "title": ["Sales Associate", "Data Analyst", "", "Coordinator"],
+            "metro": [
+                "Dallas-Fort Worth-Arlington, TX",
+                "Chicago-Naperville-Elgin, IL-IN",
+                "Miami-Fort Lauderdale-West Palm Beach, FL",
+                "Austin-Round Rock-San Marcos, TX",
+            ],
+            "state": ["TX", "IL", "FL", "TX"],
+            "post_date": ["2025-02-03", "2025-03-04", "2025-04-05", "2025-05-06"],
+        }
+    ).to_csv(path, index=False)
     postings = EntryLevelPostings(postings_csv=str(path))
     assert len(postings.postings) == 2 and postings.n_excluded == 2
     assert "excluded 2 of 4" in postings.notes[0]
@@ -208,22 +225,28 @@ def test_json_documents_of_a_pair_differ_only_in_the_name(race_sample):
         assert a.kind == "json" and pa["name"] != pb["name"]
         assert {**pa, "name": ""} == {**pb, "name": ""}
     # no group words outside firm names (a real KRW firm is "Stanley Black & Decker")
-    words = " ".join(json.dumps({**p, "employment_history": [h["title"] for h in p["employment_history"]]}).lower()
-                     for p in parsed)
+    words = " ".join(
+        json.dumps({**p, "employment_history": [h["title"] for h in p["employment_history"]]}).lower() for p in parsed
+    )
     assert not any(w in words.replace('"', " ").split() for w in ("black", "white", "male", "female"))
     with pytest.raises(DataError, match="renderer=json: profile lacks fields"):
         renderer.render({"applicant_id": "a", "first_name": "x"}, race_sample.jobs[table["job_id"].iloc[0]])
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["population=paired_race"], "occupation=entry_level_postings.*experiment=paired_race"),
-    (["experiment=paired_race", "occupation=nurse"], "occupation=entry_level_postings"),
-    (["experiment=paired_race", "population=paired_race", "protected_attr=gender"],
-     "set protected_attr=race.*experiment=paired_race"),
-    (["experiment=paired_gender", "occupation.n_postings=-1"],
-     "occupation.n_postings"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["population=paired_race"], "occupation=entry_level_postings.*experiment=paired_race"),
+        (["experiment=paired_race", "occupation=nurse"], "occupation=entry_level_postings"),
+        (
+            ["experiment=paired_race", "population=paired_race", "protected_attr=gender"],
+            "set protected_attr=race.*experiment=paired_race",
+        ),
+        (["experiment=paired_gender", "occupation.n_postings=-1"], "occupation.n_postings"),
+    ],
+)
 def test_bad_paired_case_fails_when_the_experiment_is_built(overrides, message, tmp_path):
     from popfair import Experiment
+
     with pytest.raises(ConfigError, match=message):
         Experiment.from_config(compose_config(overrides, tmp_path=tmp_path))

@@ -1,4 +1,5 @@
 """The paired callback audit as one case: postings -> pairs -> JSON -> tfidf -> paired_gap -> MLflow."""
+
 from __future__ import annotations
 
 import mlflow

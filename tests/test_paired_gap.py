@@ -1,5 +1,6 @@
 """paired_gap statistics: the paper's arithmetic, agreement with statsmodels/scipy, bootstrap
 behaviour and coverage on simulated clustered pairs, failures, and the Estimator's pivot."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,8 @@ def pairs_with_counts(n_postings: int, per_posting: int, b: int, c: int, both_ye
     order = np.random.default_rng(seed).permutation(n)
     adv, other = np.zeros(n), np.zeros(n)
     adv[order[:b]] = 1
-    other[order[b:b + c]] = 1
-    adv[order[b + c:b + c + both_yes]] = other[order[b + c:b + c + both_yes]] = 1
+    other[order[b : b + c]] = 1
+    adv[order[b + c : b + c + both_yes]] = other[order[b + c : b + c + both_yes]] = 1
     return pd.DataFrame({"y_white": adv, "y_black": other, "posting": np.repeat(np.arange(n_postings), per_posting)})
 
 
@@ -68,7 +69,7 @@ def test_mcnemar_equals_statsmodels(b, c):
 def test_cluster_t_equals_one_sample_t_test_on_posting_means():
     data = simulate_clustered(500, 0.02, seed=4)
     data = data.drop(index=np.arange(0, 2000, 7))  # unequal cluster sizes
-    data.loc[data.index[::31], "o"] = np.nan        # failures drop their pairs
+    data.loc[data.index[::31], "o"] = np.nan  # failures drop their pairs
     r = paired_gap(data, y_adv="a", y_other="o", cluster="g", n_bootstrap=200)
     ok = data.dropna()
     means = (ok["a"] - ok["o"]).groupby(ok["g"]).mean()
@@ -109,15 +110,19 @@ def test_bootstrap_ci_covers_the_true_gap():
     true_gap = 100 * (truth_sims["a"] - truth_sims["o"]).mean()
     hits = []
     for seed in range(200):
-        r = paired_gap(simulate_clustered(400, 0.03, seed=seed), y_adv="a", y_other="o", cluster="g",
-                       n_bootstrap=500, seed=seed)
+        r = paired_gap(
+            simulate_clustered(400, 0.03, seed=seed), y_adv="a", y_other="o", cluster="g", n_bootstrap=500, seed=seed
+        )
         hits.append(r.ci_low <= true_gap <= r.ci_high)
     assert 0.90 <= np.mean(hits) <= 0.99
 
 
 def test_null_gap_is_rarely_significant():
-    rejections = [paired_gap(simulate_clustered(300, 0.0, seed=s), y_adv="a", y_other="o", cluster="g",
-                             n_bootstrap=100).cluster_p < 0.05 for s in range(200)]
+    rejections = [
+        paired_gap(simulate_clustered(300, 0.0, seed=s), y_adv="a", y_other="o", cluster="g", n_bootstrap=100).cluster_p
+        < 0.05
+        for s in range(200)
+    ]
     assert np.mean(rejections) < 0.09
 
 

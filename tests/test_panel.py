@@ -1,4 +1,5 @@
 """Model-panel report: per-axis tables with Bonferroni across models, chart, race-gender correlation."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,21 +14,33 @@ from popfair.report.panel import format_panel_table, panel_report, panel_row, pa
 from tests.test_paired_gap import pairs_with_counts
 
 # (model, release date, race b, race c, gender b, gender c): counts chosen to span the significance levels
-PANEL = [("gpt-3.5-turbo", "2023-05-01", 953, 443, 1750, 827),
-         ("claude-3-haiku", "2024-03-07", 700, 730, 900, 3600),
-         ("gpt-4o-mini", "2024-07-18", 500, 646, 700, 1500),
-         ("gemini-2.5-flash", "2025-06-17", 600, 650, 800, 815),
-         ("llama-3.1-8b", "2024-07-23", 1460, 2183, 1500, 2300)]
+PANEL = [
+    ("gpt-3.5-turbo", "2023-05-01", 953, 443, 1750, 827),
+    ("claude-3-haiku", "2024-03-07", 700, 730, 900, 3600),
+    ("gpt-4o-mini", "2024-07-18", 500, 646, 700, 1500),
+    ("gemini-2.5-flash", "2025-06-17", 600, 650, 800, 815),
+    ("llama-3.1-8b", "2024-07-23", 1460, 2183, 1500, 2300),
+]
 
 
 @pytest.fixture(scope="module")
 def results() -> pd.DataFrame:
     rows = []
     for i, (model, date, rb, rc, gb, gc) in enumerate(PANEL):
-        race = paired_gap(pairs_with_counts(6006, 4, rb, rc, 8000, seed=i), y_adv="y_white", y_other="y_black",
-                          cluster="posting", n_bootstrap=300)
-        gender = paired_gap(pairs_with_counts(6006, 8, gb, gc, 16000, seed=i), y_adv="y_white",
-                            y_other="y_black", cluster="posting", n_bootstrap=300)
+        race = paired_gap(
+            pairs_with_counts(6006, 4, rb, rc, 8000, seed=i),
+            y_adv="y_white",
+            y_other="y_black",
+            cluster="posting",
+            n_bootstrap=300,
+        )
+        gender = paired_gap(
+            pairs_with_counts(6006, 8, gb, gc, 16000, seed=i),
+            y_adv="y_white",
+            y_other="y_black",
+            cluster="posting",
+            n_bootstrap=300,
+        )
         rows += [panel_row(model, "race", date, race), panel_row(model, "gender", date, gender)]
     return pd.DataFrame(rows)
 
@@ -42,8 +55,11 @@ def test_tables_per_axis_with_paper_columns_and_bonferroni(results):
     assert first["discordant_share"] == pytest.approx(1396 / 24024) and first["stars"] == "***"
     assert (race["bonferroni_alpha"] == 0.05 / 5).all()
     assert (race["significant_bonferroni"] == (race["cluster_p"] < 0.01)).all()
-    expected_stars = np.where(race["mcnemar_p"] < .001, "***", np.where(race["mcnemar_p"] < .01, "**",
-                                                                        np.where(race["mcnemar_p"] < .05, "*", "")))
+    expected_stars = np.where(
+        race["mcnemar_p"] < 0.001,
+        "***",
+        np.where(race["mcnemar_p"] < 0.01, "**", np.where(race["mcnemar_p"] < 0.05, "*", "")),
+    )
     assert (race["stars"] == expected_stars).all()
     gemini = race.set_index("model").loc["gemini-2.5-flash"]
     assert not gemini["significant_bonferroni"]  # 600 vs 650: not significant after correction

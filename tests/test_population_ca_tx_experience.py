@@ -1,5 +1,6 @@
 """California and Texas transport (OEWS shares, composition moved the right way, checked against an
 independent density-ratio computation) and experience by race fitted on NLSY97 microdata."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,11 +15,15 @@ from popfair.population.protected import ProtectedAttribute
 from popfair.population.transport import CELLS_FILE, OEWS_FILE, donor_states
 
 RACE = ProtectedAttribute("race", "black", "white")
-FIVE = {"nurse": 3255, "teacher": 2310, "software_developer": 1021, "accountant": 800,
-        "construction_laborer": 6260}
+FIVE = {"nurse": 3255, "teacher": 2310, "software_developer": 1021, "accountant": 800, "construction_laborer": 6260}
 # OEWS May 2025 employment read by hand from file 4 (state, SOC): the shares the transport must hit.
-SOC = {3255: ["29-1141"], 2310: ["25-2021", "25-2022", "25-2023"], 1021: ["15-1252"], 800: ["13-2011"],
-       6260: ["47-2061"]}
+SOC = {
+    3255: ["29-1141"],
+    2310: ["25-2021", "25-2022", "25-2023"],
+    1021: ["15-1252"],
+    800: ["13-2011"],
+    6260: ["47-2061"],
+}
 
 
 def occupation(key: str) -> Occupation:
@@ -33,10 +38,13 @@ def population() -> PopResumePopulation:
 def oews_shares(occp: int) -> dict[str, float]:
     table = pd.read_csv(data_file(*OEWS_FILE), dtype=str)
     table["employment"] = pd.to_numeric(table["employment"], errors="coerce")
-    national = table[(table["state_fips"] == "00") & (table["soc_code"] == ("25-2020" if occp == 2310
-                                                                            else SOC[occp][0]))]["employment"].iloc[0]
-    return {usps: table[(table["state_fips"] == fips) & table["soc_code"].isin(SOC[occp])]["employment"].sum()
-            / national for usps, fips in (("CA", "06"), ("TX", "48"))}
+    national = table[
+        (table["state_fips"] == "00") & (table["soc_code"] == ("25-2020" if occp == 2310 else SOC[occp][0]))
+    ]["employment"].iloc[0]
+    return {
+        usps: table[(table["state_fips"] == fips) & table["soc_code"].isin(SOC[occp])]["employment"].sum() / national
+        for usps, fips in (("CA", "06"), ("TX", "48"))
+    }
 
 
 @pytest.mark.parametrize("key", list(FIVE))
@@ -56,7 +64,7 @@ def test_default_nurse_case_has_ca_tx_applicants_moved_toward_their_demographics
     moved = table[table["transported"]]
     assert set(moved["state"]) == {"CA", "TX"} and set(moved["region"]) == {"West", "South"}
     assert (moved["donor_state"] != "").all() and (table.loc[~table["transported"], "donor_state"] == "").all()
-    assert table["rac1p"].between(1, 9).all()       # the raw race code travels with every row
+    assert table["rac1p"].between(1, 9).all()  # the raw race code travels with every row
     for usps in ("CA", "TX"):
         rows = moved[moved["state"] == usps]
         donors = table[~table["transported"] & table["state"].isin(donor_states(usps, "all", set(table["state"])))]
@@ -73,13 +81,39 @@ def test_transported_composition_equals_an_independent_density_ratio_reweighting
     records = population.model(3255).records
     cells = pd.read_csv(data_file(*CELLS_FILE))
     cells = cells[cells["SCHL"] >= 16]
-    race = np.where(cells["HISPANIC"] == 1, "hispanic", np.where(cells["RAC1P"] == 1, "white", np.where(
-        cells["RAC1P"] == 2, "black", np.where(cells["RAC1P"].isin([6, 7]), "api", "other"))))
-    edu = cells["SCHL"].map({16: "hs_ged", 17: "hs_ged", 18: "some_college", 19: "some_college", 20: "associate",
-                             21: "bachelor", 22: "master", 23: "professional", 24: "doctorate"})
+    race = np.where(
+        cells["HISPANIC"] == 1,
+        "hispanic",
+        np.where(
+            cells["RAC1P"] == 1,
+            "white",
+            np.where(cells["RAC1P"] == 2, "black", np.where(cells["RAC1P"].isin([6, 7]), "api", "other")),
+        ),
+    )
+    edu = cells["SCHL"].map(
+        {
+            16: "hs_ged",
+            17: "hs_ged",
+            18: "some_college",
+            19: "some_college",
+            20: "associate",
+            21: "bachelor",
+            22: "master",
+            23: "professional",
+            24: "doctorate",
+        }
+    )
     band = pd.cut(cells["AGEP"], [17, 24, 29, 34, 39, 44], labels=["18-24", "25-29", "30-34", "35-39", "40-44"])
-    frame = pd.DataFrame({"ST": cells["ST"], "gender": np.where(cells["SEX"] == 1, "male", "female"),
-                          "age_group": band.astype(str), "race": race, "edu_level": edu, "w": cells["weight"]})
+    frame = pd.DataFrame(
+        {
+            "ST": cells["ST"],
+            "gender": np.where(cells["SEX"] == 1, "male", "female"),
+            "age_group": band.astype(str),
+            "race": race,
+            "edu_level": edu,
+            "w": cells["weight"],
+        }
+    )
     states = pd.read_csv(data_file("audit", "us_states.csv"))
     donors_usps = dict(zip(states["fips"], states["usps"]))
     donors_usps = {fips: usps for fips, usps in donors_usps.items() if usps not in ("CA", "TX")}
@@ -105,8 +139,15 @@ def test_ca_tx_omit_and_national_file_do_not_transport():
 def test_nlsy_reference_cells_reproduce_the_files_own_cell_table():
     """Cells computed here from the person-years equal nlsy97_experience_cells.csv (made by the data's script)."""
     published = pd.read_csv(data_file("population", "nlsy97", "nlsy97_experience_cells.csv"))
-    published = published.rename(columns={"RACE": "race_nlsy", "SEX": "sex", "AGE_BAND": "age_group",
-                                          "EDUC": "educ", "n_persons": "published_persons"})
+    published = published.rename(
+        columns={
+            "RACE": "race_nlsy",
+            "SEX": "sex",
+            "AGE_BAND": "age_group",
+            "EDUC": "educ",
+            "n_persons": "published_persons",
+        }
+    )
     published = published.set_index(["race_nlsy", "sex", "age_group", "educ"])
     fte = nlsy_reference_cells("EXP_FTE")
     joined = fte.join(published, how="inner")
@@ -125,7 +166,7 @@ def test_black_white_experience_gap_by_sex_agrees_with_nlsy97(population):
     print(gap.to_string())
     assert set(gap["sex"]) == {"female", "male"}
     for row in gap.to_dict("records"):
-        assert abs(row["gap_nlsy97"]) > 2 * row["se_nlsy97"]            # NLSY97 itself says there is a gap
+        assert abs(row["gap_nlsy97"]) > 2 * row["se_nlsy97"]  # NLSY97 itself says there is a gap
         assert np.sign(row["gap_generated"]) == np.sign(row["gap_nlsy97"])
         assert abs(row["gap_generated"] - row["gap_nlsy97"]) < 3 * row["se_nlsy97"]
 

@@ -1,6 +1,7 @@
 """`popfair-data pums` end to end against Census-layout zips served from 127.0.0.1: filtering checked
 against an independent filter, rerun from the manifest, resume after a killed download, and the
 errors (404, corrupt zip, layout change, no space)."""
+
 from __future__ import annotations
 
 import io
@@ -24,19 +25,33 @@ from popfair.population.pums import load_pums
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def census_csv(fips: int, year: int, rows: int, seed: int, state_column: str = "ST",
-               drop: tuple[str, ...] = ()) -> pd.DataFrame:
+def census_csv(
+    fips: int, year: int, rows: int, seed: int, state_column: str = "ST", drop: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """A person file in the Census layout (more columns than popfair keeps; OCCP blank when not working)."""
     rng = np.random.default_rng(seed)
     esr = rng.choice([1, 2, 3, 6, np.nan], rows, p=[0.55, 0.05, 0.05, 0.25, 0.10])
-    frame = pd.DataFrame({
-        "RT": "P", "SERIALNO": [f"{year}HU{i:07d}" for i in range(rows)], "DIVISION": 9, "SPORDER": 1,
-        "PUMA": 100 + rng.integers(0, 50, rows), "REGION": 4, state_column: fips, "ADJINC": 1019518,
-        "PWGTP": rng.integers(1, 300, rows), "AGEP": rng.integers(0, 95, rows), "SEX": rng.integers(1, 3, rows),
-        "RAC1P": rng.integers(1, 10, rows), "HISP": rng.choice([1, 1, 1, 2, 3, 24], rows),
-        "SCHL": rng.integers(1, 25, rows), "ESR": esr,
-        "OCCP": np.where(np.isin(esr, [1, 2, 3]), rng.choice([3255, 2310, 1021, 800, 6260, 4760], rows), np.nan),
-        "WKHP": rng.integers(1, 60, rows)})
+    frame = pd.DataFrame(
+        {
+            "RT": "P",
+            "SERIALNO": [f"{year}HU{i:07d}" for i in range(rows)],
+            "DIVISION": 9,
+            "SPORDER": 1,
+            "PUMA": 100 + rng.integers(0, 50, rows),
+            "REGION": 4,
+            state_column: fips,
+            "ADJINC": 1019518,
+            "PWGTP": rng.integers(1, 300, rows),
+            "AGEP": rng.integers(0, 95, rows),
+            "SEX": rng.integers(1, 3, rows),
+            "RAC1P": rng.integers(1, 10, rows),
+            "HISP": rng.choice([1, 1, 1, 2, 3, 24], rows),
+            "SCHL": rng.integers(1, 25, rows),
+            "ESR": esr,
+            "OCCP": np.where(np.isin(esr, [1, 2, 3]), rng.choice([3255, 2310, 1021, 800, 6260, 4760], rows), np.nan),
+            "WKHP": rng.integers(1, 60, rows),
+        }
+    )
     return frame.drop(columns=list(drop))
 
 
@@ -84,7 +99,7 @@ class Server:
                 self.end_headers()
                 for offset in range(start, len(body), 16384):
                     try:
-                        self.wfile.write(body[offset:offset + 16384])
+                        self.wfile.write(body[offset : offset + 16384])
                     except (BrokenPipeError, ConnectionResetError):
                         return
                     if server.throttle:
@@ -121,16 +136,16 @@ def test_fetch_filters_verifies_writes_a_pums_path_file_and_reruns_from_cache(se
     assert len(written) == len(truth) and written["PWGTP"].sum() == truth["PWGTP"].sum()
     assert sorted(written["SERIALNO"]) == sorted(truth["SERIALNO"]) and (written["YEAR"] == 2023).all()
     err = capsys.readouterr().err
-    assert "csv_pca.zip" in err and "B/s" in err            # progress: bytes and rate (tqdm shows the ETA)
-    assert not list((tmp_path / "2023").glob("*.zip"))       # zips removed once filtered
+    assert "csv_pca.zip" in err and "B/s" in err  # progress: bytes and rate (tqdm shows the ETA)
+    assert not list((tmp_path / "2023").glob("*.zip"))  # zips removed once filtered
     manifest = (tmp_path / "2023" / "manifest.json").read_text()
     assert '"rows_read": 4000' in manifest and "zip_sha256" in manifest
 
-    records, year = load_pums(str(output))                   # what population.pums_path reads
+    records, year = load_pums(str(output))  # what population.pums_path reads
     assert year == 2023 and len(records) == len(truth)
 
     seen = len(server.requests)
-    assert run(server, tmp_path, "--states", "CA,TX") == 0   # a rerun reuses the manifest: no download
+    assert run(server, tmp_path, "--states", "CA,TX") == 0  # a rerun reuses the manifest: no download
     assert len(server.requests) == seen and "done before" in capsys.readouterr().out
 
 
@@ -138,18 +153,30 @@ def test_a_kept_zip_that_changed_on_disk_is_downloaded_again(server, tmp_path, c
     server.files["/2023/1-Year/csv_pca.zip"] = census_zip(census_csv(6, 2023, 800, 7), 6)
     assert run(server, tmp_path, "--states", "CA", "--keep-zips") == 0
     kept = tmp_path / "2023" / "csv_pca.zip"
-    kept.write_bytes(kept.read_bytes()[:-10] + b"0123456789")   # damaged after the download
-    assert run(server, tmp_path, "--states", "CA", "--keep-zips", "--occp", "3255") == 0   # new filter: refilter
+    kept.write_bytes(kept.read_bytes()[:-10] + b"0123456789")  # damaged after the download
+    assert run(server, tmp_path, "--states", "CA", "--keep-zips", "--occp", "3255") == 0  # new filter: refilter
     assert "sha256 differs" in capsys.readouterr().out and server.requests[-1][1] is None
 
 
 def test_a_killed_download_resumes_with_a_range_request(server, tmp_path):
     frame = census_csv(6, 2023, 30_000, 3)
-    body = census_zip(frame, 6, stored=True)                 # ~1.9 MB: throttled, it takes seconds
+    body = census_zip(frame, 6, stored=True)  # ~1.9 MB: throttled, it takes seconds
     server.files["/2023/1-Year/csv_pca.zip"] = body
     server.throttle = True
-    command = [sys.executable, "-m", "popfair.population.fetch", "pums", "--year", "2023", "--states", "CA",
-               "--base-url", server.url, "--out", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "popfair.population.fetch",
+        "pums",
+        "--year",
+        "2023",
+        "--states",
+        "CA",
+        "--base-url",
+        server.url,
+        "--out",
+        str(tmp_path),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     part = tmp_path / "2023" / "csv_pca.zip.part"
@@ -175,11 +202,11 @@ def test_404_names_the_file_and_the_likely_cause(server, tmp_path, capsys):
 
 def test_corrupt_zip_is_deleted_and_reported(server, tmp_path, capsys):
     body = bytearray(census_zip(census_csv(6, 2023, 2000, 4), 6, stored=True))
-    body[len(body) // 2] ^= 0xFF                             # one flipped byte: CRC mismatch
+    body[len(body) // 2] ^= 0xFF  # one flipped byte: CRC mismatch
     server.files["/2023/1-Year/csv_pca.zip"] = bytes(body)
     assert run(server, tmp_path, "--states", "CA") == 2
     assert "corrupt zip" in capsys.readouterr().err and not (tmp_path / "2023" / "csv_pca.zip").exists()
-    server.files["/2023/1-Year/csv_pca.zip"] = b"<html>maintenance</html>"   # not a zip at all
+    server.files["/2023/1-Year/csv_pca.zip"] = b"<html>maintenance</html>"  # not a zip at all
     assert run(server, tmp_path, "--states", "CA") == 2
     assert "not a valid zip" in capsys.readouterr().err
 
@@ -220,14 +247,19 @@ def test_replication_preset_reads_the_fetched_file_without_transport(server, tmp
         server.files[f"/2023/1-Year/csv_p{usps}.zip"] = census_zip(census_csv(fips, 2023, 3000, fips), fips)
     assert run(server, tmp_path, "--states", "CA,TX,NY", "--occp", "3255") == 0
     (tmp_path / "pums_2023_1yr_persons_employed_age18_44_ca_ny_tx.csv.gz").rename(
-        tmp_path / fetch.output_name(2023, fetch.all_states()))
+        tmp_path / fetch.output_name(2023, fetch.all_states())
+    )
     monkeypatch.setenv("POPFAIR_PUMS_DIR", str(tmp_path))
     config = compose_config(["population=popresume_2023", "population.diagnostics=false"])
     assert config.population.pums_path == "fetched:2023"
-    nurse = Occupation(key="nurse", title="Nurse", occp=3255, soc="29-1141", description="A nurse job description. " * 4)
+    nurse = Occupation(
+        key="nurse", title="Nurse", occp=3255, soc="29-1141", description="A nurse job description. " * 4
+    )
     profiles = instantiate(config.population).sample(nurse, ProtectedAttribute("gender", "female", "male"), 0)
     table = profiles.table
     assert set(table["state"]) == {"CA", "TX", "NY"} and not table["transported"].any()
-    assert profiles.tags["population.source"].startswith("ACS PUMS 2023") and "3 states" in profiles.tags[
-        "population.source"]
+    assert (
+        profiles.tags["population.source"].startswith("ACS PUMS 2023")
+        and "3 states" in profiles.tags["population.source"]
+    )
     assert profiles.tags["population.table3"].startswith("does not match")

@@ -1,5 +1,6 @@
 """PopResume population: real PUMS composition, names, experience, groupings, counterfactual draws,
 determinism and bad input. Statistics are checked against the raw files read independently here."""
+
 from __future__ import annotations
 
 import gzip
@@ -24,8 +25,7 @@ from tests.conftest import compose_config
 
 GENDER = ProtectedAttribute("gender", "female", "male")
 RACE = ProtectedAttribute("race", "black", "white")
-FIVE = {"nurse": 3255, "teacher": 2310, "software_developer": 1021, "accountant": 800,
-        "construction_laborer": 6260}
+FIVE = {"nurse": 3255, "teacher": 2310, "software_developer": 1021, "accountant": 800, "construction_laborer": 6260}
 DESCRIPTION = "A real job description long enough to pass validation for this occupation test."
 
 
@@ -39,12 +39,37 @@ def raw_pums() -> pd.DataFrame:
     with gzip.open(data_file(*BUNDLED_PUMS), "rt") as handle:
         raw = pd.read_csv(handle)
     raw = raw[raw["SCHL"] >= 16]  # default policy: below high school dropped
-    race = np.where(raw["HISP"] > 1, "hispanic", np.where(raw["RAC1P"] == 1, "white", np.where(
-        raw["RAC1P"] == 2, "black", np.where(raw["RAC1P"].isin([6, 7]), "api", "other"))))
-    edu = raw["SCHL"].map({16: "hs_ged", 17: "hs_ged", 18: "some_college", 19: "some_college", 20: "associate",
-                           21: "bachelor", 22: "master", 23: "professional", 24: "doctorate"})
-    return pd.DataFrame({"OCCP": raw["OCCP"], "gender": np.where(raw["SEX"] == 2, "female", "male"),
-                         "race": race, "edu_level": edu, "weight": raw["PWGTP"]})
+    race = np.where(
+        raw["HISP"] > 1,
+        "hispanic",
+        np.where(
+            raw["RAC1P"] == 1,
+            "white",
+            np.where(raw["RAC1P"] == 2, "black", np.where(raw["RAC1P"].isin([6, 7]), "api", "other")),
+        ),
+    )
+    edu = raw["SCHL"].map(
+        {
+            16: "hs_ged",
+            17: "hs_ged",
+            18: "some_college",
+            19: "some_college",
+            20: "associate",
+            21: "bachelor",
+            22: "master",
+            23: "professional",
+            24: "doctorate",
+        }
+    )
+    return pd.DataFrame(
+        {
+            "OCCP": raw["OCCP"],
+            "gender": np.where(raw["SEX"] == 2, "female", "male"),
+            "race": race,
+            "edu_level": edu,
+            "weight": raw["PWGTP"],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +86,13 @@ def shares(frame: pd.DataFrame, column: str) -> pd.Series:
 def test_full_population_reproduces_pums_weighted_shares_exactly(nurses, raw_pums):
     _, profiles = nurses
     truth = raw_pums[raw_pums["OCCP"] == 3255]
-    surveyed = profiles.table[~profiles.table["transported"]]   # CA/TX transported rows are added after these
-    assert len(surveyed) == len(truth) and set(profiles.table.loc[profiles.table["transported"], "state"]) == {"CA", "TX"}
+    surveyed = profiles.table[~profiles.table["transported"]]  # CA/TX transported rows are added after these
+    assert len(surveyed) == len(truth) and set(profiles.table.loc[profiles.table["transported"], "state"]) == {
+        "CA",
+        "TX",
+    }
     for column in ("gender", "race", "edu_level"):
-        pd.testing.assert_series_equal(shares(surveyed, column), shares(truth, column),
-                                       check_names=False, atol=1e-12)
+        pd.testing.assert_series_equal(shares(surveyed, column), shares(truth, column), check_names=False, atol=1e-12)
 
 
 @pytest.mark.parametrize("key", list(FIVE))
@@ -85,8 +112,9 @@ def test_names_agree_with_sex_and_race(nurses):
     _, profiles = nurses
     table = profiles.table
     ssa = ssa_first_names(1980, 2006)
-    by_cell = ssa.pivot_table(index=["name", "year"], columns="sex", values="n", aggfunc="sum",
-                              fill_value=0, observed=True)
+    by_cell = ssa.pivot_table(
+        index=["name", "year"], columns="sex", values="n", aggfunc="sum", fill_value=0, observed=True
+    )
     female_share = (by_cell["F"] / by_cell.sum(axis=1)).rename("female_share")
     looked_up = female_share.reindex(pd.MultiIndex.from_arrays([table["first_name"], table["birth_year"]]))
     assert looked_up.notna().all()
@@ -129,7 +157,7 @@ def test_experience_is_bounded_rises_with_age_and_tracks_nlsy97_and_psid(nurses)
     # Within an age band applicants are older than NLSY97 respondents (its 40-44 band stops at 42), so
     # generated band means sit a little above the NLSY97 band means.
     assert nlsy["nlsy97_mae_years"] < 1.0 and nlsy["nlsy97_corr"] > 0.95
-    assert nlsy["nlsy97_age_mae_years"] < 0.3 and nlsy["nlsy97_age_share"] > 0.85   # same ages: close
+    assert nlsy["nlsy97_age_mae_years"] < 0.3 and nlsy["nlsy97_age_share"] > 0.85  # same ages: close
     assert fit["psid_mae_years"] < 1.2 and fit["psid_corr"] > 0.95  # other surveys, other years: checks
     assert fit["pdii_corr"] > 0.85
 
@@ -137,10 +165,18 @@ def test_experience_is_bounded_rises_with_age_and_tracks_nlsy97_and_psid(nurses)
 def test_abducted_noise_is_uniform(nurses):
     population, profiles = nurses
     model = population.model(3255)
-    factual = profiles.table.assign(age_group=pd.cut(profiles.table["age"], [18, 25, 30, 35, 40, 45], right=False,
-                                                     labels=["18-24", "25-29", "30-34", "35-39", "40-44"]).astype(str))
-    for u in (model.education.abduct(factual, keyed_uniforms(factual["applicant_id"], 3, "t")),
-              model.state.abduct(factual, keyed_uniforms(factual["applicant_id"], 4, "t"))):
+    factual = profiles.table.assign(
+        age_group=pd.cut(
+            profiles.table["age"],
+            [18, 25, 30, 35, 40, 45],
+            right=False,
+            labels=["18-24", "25-29", "30-34", "35-39", "40-44"],
+        ).astype(str)
+    )
+    for u in (
+        model.education.abduct(factual, keyed_uniforms(factual["applicant_id"], 3, "t")),
+        model.state.abduct(factual, keyed_uniforms(factual["applicant_id"], 4, "t")),
+    ):
         assert stats.kstest(u, "uniform").pvalue > 1e-3
 
 
@@ -184,8 +220,12 @@ def test_counterfactual_education_follows_the_intervened_conditional(nurses):
     table = profiles.table
     women = table[table["gender"] == "female"]
     world = population.counterfactual(profiles, "male", "male", "female", seed=9).loc[women.index]
-    frame = women.assign(gender="male", age_group=pd.cut(women["age"], [18, 25, 30, 35, 40, 45], right=False,
-                                                         labels=["18-24", "25-29", "30-34", "35-39", "40-44"]).astype(str))
+    frame = women.assign(
+        gender="male",
+        age_group=pd.cut(
+            women["age"], [18, 25, 30, 35, 40, 45], right=False, labels=["18-24", "25-29", "30-34", "35-39", "40-44"]
+        ).astype(str),
+    )
     expected = pd.Series(model.education.probabilities(frame).mean(axis=0), index=model.education.levels)
     observed = world["edu_level"].value_counts(normalize=True).reindex(expected.index, fill_value=0.0)
     n = len(women)
@@ -214,8 +254,13 @@ def test_roles_use_grouped_columns():
 
 def test_diagnostics_artifacts(nurses):
     artifacts = nurses[1].artifacts
-    assert {"population_composition.csv", "population_age_vs_experience.png", "population_experience_qq.png",
-            "population_experience_fit_psid.csv", "population_summary.yaml"} <= set(artifacts)
+    assert {
+        "population_composition.csv",
+        "population_age_vs_experience.png",
+        "population_experience_qq.png",
+        "population_experience_fit_psid.csv",
+        "population_summary.yaml",
+    } <= set(artifacts)
     comp = artifacts["population_composition.csv"]
     gender = comp[comp["attribute"] == "gender"].set_index("level")
     assert gender["share_profiles"].sum() == pytest.approx(1.0)
@@ -224,10 +269,12 @@ def test_diagnostics_artifacts(nurses):
 
 
 def test_below_hs_policy(raw_pums):
-    drop = PopResumePopulation(n=None, diagnostics=False, ca_tx="omit").sample(occupation("construction_laborer"),
-                                                                               GENDER, 0)
+    drop = PopResumePopulation(n=None, diagnostics=False, ca_tx="omit").sample(
+        occupation("construction_laborer"), GENDER, 0
+    )
     keep = PopResumePopulation(below_hs="hs_ged", diagnostics=False, ca_tx="omit").sample(
-        occupation("construction_laborer"), GENDER, 0)
+        occupation("construction_laborer"), GENDER, 0
+    )
     dropped = len(keep.table) - len(drop.table)
     assert dropped > 1000 and len(drop.table) == int((raw_pums["OCCP"] == 6260).sum())
     assert any(f"{dropped} PUMS records" in note for note in drop.notes)
@@ -238,15 +285,15 @@ def test_national_style_csv_is_filtered_like_the_extract(tmp_path):
     with gzip.open(data_file(*BUNDLED_PUMS), "rt") as handle:
         raw = pd.read_csv(handle)
     sample = raw[raw["OCCP"] == 800].head(1500).rename(columns={"ST": "STATE"}).drop(columns=["YEAR", "SOURCE"])
-    extra = sample.head(200).assign(ESR=6)                       # not employed: filtered out
-    older = sample.head(100).assign(AGEP=50)                     # outside 18-44: filtered out
+    extra = sample.head(200).assign(ESR=6)  # not employed: filtered out
+    older = sample.head(100).assign(AGEP=50)  # outside 18-44: filtered out
     national = pd.concat([sample, extra, older]).assign(SERIALNO="2024HU0001234")
     path = tmp_path / "psam_p.csv"
     national.to_csv(path, index=False)
     profiles = PopResumePopulation(pums_path=str(path), diagnostics=False).sample(occupation("accountant"), RACE, 1)
     assert len(profiles.table) == int((sample["SCHL"] >= 16).sum())
     assert not any("California" in note for note in profiles.notes)
-    assert not profiles.table["transported"].any()              # a user's file is never transported
+    assert not profiles.table["transported"].any()  # a user's file is never transported
     assert "population.pums_path" in profiles.tags["population.source"]
 
 
@@ -262,8 +309,19 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     with pytest.raises(DataError, match=r"bad.csv lacks required columns \['RAC1P', 'HISP', 'SCHL', 'PWGTP'\]"):
         PopResumePopulation(pums_path=str(bad)).sample(occupation("accountant"), GENDER, 0)
     rico = tmp_path / "pr.csv"
-    pd.DataFrame({"ST": [72, 1], "OCCP": [800, 800], "SEX": [1, 2], "AGEP": [30, 31], "RAC1P": [1, 1], "HISP": [2, 1],
-                  "SCHL": [21, 21], "PWGTP": [10, 10], "YEAR": [2024, 2024]}).to_csv(rico, index=False)
+    pd.DataFrame(
+        {
+            "ST": [72, 1],
+            "OCCP": [800, 800],
+            "SEX": [1, 2],
+            "AGEP": [30, 31],
+            "RAC1P": [1, 1],
+            "HISP": [2, 1],
+            "SCHL": [21, 21],
+            "PWGTP": [10, 10],
+            "YEAR": [2024, 2024],
+        }
+    ).to_csv(rico, index=False)
     with pytest.raises(DataError, match=r"1 records from Puerto Rico \(ST 72\)"):
         PopResumePopulation(pums_path=str(rico)).sample(occupation("accountant"), GENDER, 0)
     with pytest.raises(DataError, match="file not found"):

@@ -1,5 +1,6 @@
 """Providers come from a registry filled by `@register_provider`; batch support is a capability of
 the adapter class; no SDK is imported until a client is opened."""
+
 from __future__ import annotations
 
 import subprocess
@@ -33,12 +34,20 @@ def test_a_registered_provider_is_a_screener_option_and_batch_mode_follows_its_c
             return Completion(text="50", input_tokens=1, output_tokens=1)
 
     try:
-        screener = make_screener("openai", "http://127.0.0.1:9", tmp_path, monkeypatch, provider="echo_test",
-                                 api_key_env=None)
+        screener = make_screener(
+            "openai", "http://127.0.0.1:9", tmp_path, monkeypatch, provider="echo_test", api_key_env=None
+        )
         assert screener.provider.kind == "echo_test" and isinstance(screener.provider, Echo)
         with pytest.raises(ConfigError, match="batch mode needs provider openai or anthropic"):
-            make_screener("openai", "http://127.0.0.1:9", tmp_path, monkeypatch, provider="echo_test",
-                          api_key_env=None, mode="batch")
+            make_screener(
+                "openai",
+                "http://127.0.0.1:9",
+                tmp_path,
+                monkeypatch,
+                provider="echo_test",
+                api_key_env=None,
+                mode="batch",
+            )
         with pytest.raises(ValueError, match="registered twice"):
             register_provider("openai")(Echo)
     finally:
@@ -46,7 +55,9 @@ def test_a_registered_provider_is_a_screener_option_and_batch_mode_follows_its_c
 
 
 def test_choosing_providers_imports_no_sdk():
-    code = ("import sys; from popfair.screen.providers import make_provider; from popfair.screen.llm import LLMScreener; "
-            "print([m for m in ('openai', 'anthropic', 'boto3') if m in sys.modules])")
+    code = (
+        "import sys; from popfair.screen.providers import make_provider; from popfair.screen.llm import LLMScreener; "
+        "print([m for m in ('openai', 'anthropic', 'boto3') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

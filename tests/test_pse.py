@@ -1,4 +1,5 @@
 """DML-UCA path-specific effects against the known truth of simulated structural causal models."""
+
 from __future__ import annotations
 
 import warnings
@@ -34,8 +35,9 @@ def run(sim: SimulatedSFM, data: pd.DataFrame, swapped: bool = False, **kwargs) 
     options = {**FAST, **kwargs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PseOverlapWarning)
-        return estimate_pse(data, x="gender", x0=x0, x1=x1, z=sim.roles["z"], b=sim.roles["b"],
-                            r=sim.roles["r"], y="y", **options)
+        return estimate_pse(
+            data, x="gender", x0=x0, x1=x1, z=sim.roles["z"], b=sim.roles["b"], r=sim.roles["r"], y="y", **options
+        )
 
 
 def assert_covers(table: pd.DataFrame, truth: pd.Series) -> None:
@@ -115,8 +117,10 @@ def test_case_labels_follow_section_5_2():
         return pd.DataFrame({"estimate": est, "significant": sig}).loc[list(EFFECTS)]
 
     zero = dict.fromkeys(EFFECTS, 0.0)
-    masked = table({"TE": False, "NDE": True, "NIE": True, "BIE": True, "RIE": False},
-                   {**zero, "NDE": 2.0, "NIE": -2.0, "BIE": -2.0})
+    masked = table(
+        {"TE": False, "NDE": True, "NIE": True, "BIE": True, "RIE": False},
+        {**zero, "NDE": 2.0, "NIE": -2.0, "BIE": -2.0},
+    )
     assert [label[:6] for label in case_labels(masked)] == ["Case 1", "Case 2"]
     qualif = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": False}, {**zero, "BIE": 1.0})
     assert [label[:6] for label in case_labels(qualif)] == ["Case 3"]
@@ -124,8 +128,9 @@ def test_case_labels_follow_section_5_2():
     assert [label[:6] for label in case_labels(proxies)] == ["Case 4"]
     mixed = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": True}, {**zero, "RIE": 1.0})
     assert [label[:6] for label in case_labels(mixed)] == ["Case 5"]
-    same_sign = table({"TE": False, "NDE": True, "NIE": True, "BIE": False, "RIE": False},
-                      {**zero, "NDE": 1.0, "NIE": 1.0})
+    same_sign = table(
+        {"TE": False, "NDE": True, "NIE": True, "BIE": False, "RIE": False}, {**zero, "NDE": 1.0, "NIE": 1.0}
+    )
     assert [label[:6] for label in case_labels(same_sign)] == ["Case 1"]
     assert case_labels(table(dict.fromkeys(EFFECTS, False), zero)) == []
 
@@ -152,16 +157,24 @@ def test_tree_count_search_matches_separately_trained_models():
     rng = np.random.default_rng(0)
     features = rng.normal(size=(600, 3)).astype(np.float32)
     target = features[:, 0] - features[:, 1] ** 2 + rng.normal(size=600)
-    settings = dml.PseSettings(n_bootstrap=100, grid=dml.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3),
-                                                                    reg_lambda=(1.0, 5.0)))
+    settings = dml.PseSettings(
+        n_bootstrap=100, grid=dml.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0))
+    )
     train, valid = np.arange(480), np.arange(480, 600)
     best, _ = dml._search(features, target, "regressor", train, valid, settings)
     losses = {}
     for depth in (1, 3):
         for lam in (1.0, 5.0):
             for trees in (5, 20, 50):
-                model = xgb.XGBRegressor(n_estimators=trees, max_depth=depth, reg_lambda=lam, tree_method="hist",
-                                         max_bin=64, n_jobs=1, random_state=0)
+                model = xgb.XGBRegressor(
+                    n_estimators=trees,
+                    max_depth=depth,
+                    reg_lambda=lam,
+                    tree_method="hist",
+                    max_bin=64,
+                    n_jobs=1,
+                    random_state=0,
+                )
                 model.fit(features[train], target[train])
                 losses[(depth, lam, trees)] = np.mean((model.predict(features[valid]) - target[valid]) ** 2)
     chosen = min(losses, key=losses.get)
@@ -207,21 +220,36 @@ def test_string_columns_are_encoded_and_high_cardinality_pooled():
     sim = SimulatedSFM()
     data = sim.sample(1500, seed=9)
     data["surname"] = [f"name{i % 200}" for i in range(len(data))]
-    result = estimate_pse(data, x="gender", x0="female", x1="male", z=["race", "age"], b=["edu_group", "exp_year"],
-                          r=["surname", "region"], y="y", max_categories=10, **FAST)
+    result = estimate_pse(
+        data,
+        x="gender",
+        x0="female",
+        x1="male",
+        z=["race", "age"],
+        b=["edu_group", "exp_year"],
+        r=["surname", "region"],
+        y="y",
+        max_categories=10,
+        **FAST,
+    )
     assert any("surname: 200 levels" in note for note in result.notes)
     assert np.isfinite(result.table[["estimate", "se", "ci_low", "ci_high"]].to_numpy()).all()
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.drop(columns="region"), r"lacks columns \['region'\]"),
-    (lambda d: d.assign(gender="female"), r"no rows with level 'male'"),
-    (lambda d: d.assign(y=50.0), r"outcome 'y' is constant"),
-    (lambda d: d.assign(y="high"), r"non-numeric"),
-    (lambda d: d.assign(age=d["age"].where(d.index > 3)), r"missing values \{'age': 4\}"),
-    (lambda d: pd.concat([d[d.gender == "female"], d[d.gender == "male"].head(3)]),
-     r"folds \[.*\] of 5 have no rows with gender='male' \(only 3 such rows\)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.drop(columns="region"), r"lacks columns \['region'\]"),
+        (lambda d: d.assign(gender="female"), r"no rows with level 'male'"),
+        (lambda d: d.assign(y=50.0), r"outcome 'y' is constant"),
+        (lambda d: d.assign(y="high"), r"non-numeric"),
+        (lambda d: d.assign(age=d["age"].where(d.index > 3)), r"missing values \{'age': 4\}"),
+        (
+            lambda d: pd.concat([d[d.gender == "female"], d[d.gender == "male"].head(3)]),
+            r"folds \[.*\] of 5 have no rows with gender='male' \(only 3 such rows\)",
+        ),
+    ],
+)
 def test_bad_inputs_raise_clear_errors(change, message):
     sim = SimulatedSFM()
     data = change(sim.sample(400, seed=0))
@@ -261,8 +289,18 @@ def test_poor_overlap_is_reported_and_warned():
     sim = SimulatedSFM(x_to_r=2.4)  # name typicality nearly determines gender
     data = sim.sample(3000, seed=2)
     with pytest.warns(PseOverlapWarning, match="poor overlap"):
-        result = estimate_pse(data, x="gender", x0="female", x1="male", z=sim.roles["z"], b=sim.roles["b"],
-                              r=sim.roles["r"], y="y", clip=0.05, **FAST)
+        result = estimate_pse(
+            data,
+            x="gender",
+            x0="female",
+            x1="male",
+            z=sim.roles["z"],
+            b=sim.roles["b"],
+            r=sim.roles["r"],
+            y="y",
+            clip=0.05,
+            **FAST,
+        )
     props = result.overlap[result.overlap["kind"] == "propensity"]
     assert props.loc["p_rz", "share_clipped"] > 0.01
     assert np.isfinite(result.table["estimate"]).all()

@@ -1,5 +1,6 @@
 """Repeated cross-fitting (n_splits): the split spread enters the SE and the bootstrap CI, and one
 split reproduces the single-split inference exactly."""
+
 from __future__ import annotations
 
 import warnings
@@ -18,8 +19,7 @@ SMALL_GRID = {"n_estimators": [10], "max_depth": [2], "reg_lambda": [1.0]}
 def test_one_split_is_the_single_split_inference():
     scores = np.random.default_rng(0).normal(size=(500, 3))
     flat, _ = mean_inference(scores, list("abc"), alpha=0.05, n_bootstrap=300, rng=np.random.default_rng(1))
-    stacked, _ = mean_inference(scores[None], list("abc"), alpha=0.05, n_bootstrap=300,
-                                rng=np.random.default_rng(1))
+    stacked, _ = mean_inference(scores[None], list("abc"), alpha=0.05, n_bootstrap=300, rng=np.random.default_rng(1))
     assert flat.equals(stacked)
 
 
@@ -30,7 +30,7 @@ def test_split_spread_is_added_to_the_se_and_carried_by_the_bootstrap():
     scores = common[None] + shifts[:, None, None]
     table, _ = mean_inference(scores, ["m"], alpha=0.05, n_bootstrap=4000, rng=np.random.default_rng(3))
     se_bar = common.std(ddof=1) / np.sqrt(len(common))
-    expected = np.sqrt(se_bar ** 2 + shifts.var(ddof=1) / len(shifts))
+    expected = np.sqrt(se_bar**2 + shifts.var(ddof=1) / len(shifts))
     assert table.loc["m", "estimate"] == pytest.approx(common.mean() + shifts.mean())
     assert table.loc["m", "se"] == pytest.approx(expected)
     width = table.loc["m", "ci_high"] - table.loc["m", "ci_low"]
@@ -43,9 +43,20 @@ def test_estimates_average_the_splits(outcome, splits):
     data = sim.sample(400, seed=4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PseOverlapWarning)
-        result = estimate_pse(data, x="gender", x0=sim.x0, x1=sim.x1, z=sim.roles["z"], b=sim.roles["b"],
-                              r=sim.roles["r"], y="y", folds=2, n_bootstrap=100, grid=SMALL_GRID,
-                              n_splits=splits)
+        result = estimate_pse(
+            data,
+            x="gender",
+            x0=sim.x0,
+            x1=sim.x1,
+            z=sim.roles["z"],
+            b=sim.roles["b"],
+            r=sim.roles["r"],
+            y="y",
+            folds=2,
+            n_bootstrap=100,
+            grid=SMALL_GRID,
+            n_splits=splits,
+        )
     assert result.n_splits == splits
     table = result.table
     assert ((table["ci_low"] <= table["estimate"]) & (table["estimate"] <= table["ci_high"])).all()

@@ -1,5 +1,6 @@
 """The public API: every documented name imports from `popfair` and its stage packages, lazily
 (`import popfair` loads none of pandas, matplotlib, MLflow or a provider SDK)."""
+
 from __future__ import annotations
 
 import importlib
@@ -10,8 +11,14 @@ import pytest
 
 import popfair
 
-STAGES = ["popfair.estimate", "popfair.population", "popfair.render", "popfair.screen", "popfair.track",
-          "popfair.report"]
+STAGES = [
+    "popfair.estimate",
+    "popfair.population",
+    "popfair.render",
+    "popfair.screen",
+    "popfair.track",
+    "popfair.report",
+]
 DOCUMENTED = ["Experiment", "RunResult", "estimate_pse", "paired_gap", "impact_ratios", "panel_report"]
 
 
@@ -38,8 +45,10 @@ def test_documented_names_are_the_defining_objects_with_numpydoc_sections():
 
 def test_import_popfair_loads_no_heavy_dependency():
     heavy = ["pandas", "matplotlib", "mlflow", "openai", "anthropic", "boto3", "xgboost", "hydra"]
-    code = ("import sys, popfair, popfair.estimate, popfair.screen, popfair.report; "
-            f"print([m for m in {heavy!r} if m in sys.modules])")
+    code = (
+        "import sys, popfair, popfair.estimate, popfair.screen, popfair.report; "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 

@@ -1,5 +1,6 @@
 """Image resumes: PNG of the configured size, deterministic bytes, the photo slot filled only by
 image_photo (and differently per photo cell), manifest errors, and samples logged to MLflow."""
+
 from __future__ import annotations
 
 import io
@@ -17,6 +18,8 @@ from tests.conftest import PHOTO_CELL_COLOURS, compose_config, synthetic_photos_
 from tests.test_render_text import JOB, PROFILE, pools
 
 SMALL = {"width": 640, "height": 900, "margin": 32, "font_size": 12, "photo_width": 120}
+
+
 @pytest.fixture
 def photos_dir(tmp_path):
     return synthetic_photos_dir(tmp_path / "photos")
@@ -40,7 +43,7 @@ def test_image_is_a_png_of_the_configured_size_with_the_resume_text():
     assert doc.text.startswith("Keisha Washington\n") and doc.profile is PROFILE
     ink = (pixels(doc.image_png) < 128).any(axis=2)
     assert 0.01 < ink.mean() < 0.2  # text drawn, page mostly white
-    assert ink[: SMALL["margin"]].sum() == 0 and ink[:, -SMALL["margin"] + 2:].sum() == 0  # margins kept
+    assert ink[: SMALL["margin"]].sum() == 0 and ink[:, -SMALL["margin"] + 2 :].sum() == 0  # margins kept
 
 
 def test_image_bytes_are_deterministic_and_change_with_the_profile():
@@ -64,17 +67,23 @@ def test_photo_slot_differs_between_cells_and_is_blank_without_photos(photos_dir
     f_slot, m_slot = region(pixels(female.image_png), box), region(pixels(male.image_png), box)
     assert (region(pixels(without.image_png), box) == 255).all()  # no photo: the slot is blank
     assert np.abs(f_slot - m_slot).mean() > 50  # a different cell's photo fills the slot
-    assert np.allclose(f_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], PHOTO_CELL_COLOURS[("female", "black", "30-44")], atol=3)
-    assert np.allclose(m_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], PHOTO_CELL_COLOURS[("male", "white", "30-44")], atol=3)
+    assert np.allclose(
+        f_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], PHOTO_CELL_COLOURS[("female", "black", "30-44")], atol=3
+    )
+    assert np.allclose(
+        m_slot[box[3] - box[1] - 2, box[2] - box[0] - 2], PHOTO_CELL_COLOURS[("male", "white", "30-44")], atol=3
+    )
     # outside the slot (and its 1px frame) the two formats are pixel-identical
     outside = pixels(without.image_png)
     with_photo = pixels(female.image_png)
     left, top, right, bottom = box
-    with_photo[top - 1:bottom + 1, left - 1:right + 1] = outside[top - 1:bottom + 1, left - 1:right + 1]
+    with_photo[top - 1 : bottom + 1, left - 1 : right + 1] = outside[top - 1 : bottom + 1, left - 1 : right + 1]
     assert (with_photo == outside).all()
     # age band decides the cell too
     younger = photo.render({**PROFILE, "age": 25, "birth_year": 1999}, JOB)
-    assert np.allclose(region(pixels(younger.image_png), box)[5, 5], PHOTO_CELL_COLOURS[("female", "black", "18-29")], atol=3)
+    assert np.allclose(
+        region(pixels(younger.image_png), box)[5, 5], PHOTO_CELL_COLOURS[("female", "black", "18-29")], atol=3
+    )
 
 
 def test_missing_photo_cell_is_reported_before_rendering(photos_dir):
@@ -110,13 +119,17 @@ def test_photos_dir_errors_name_the_problem(tmp_path, photos_dir):
     with pytest.raises(DataError, match="photo file 'a.png' not found"):
         ImagePhotoRenderer(photos_dir=str(empty), **kwargs)
     with pytest.raises(ConfigError, match="renderer.age_bands: bands 18-29 and 25-44 overlap"):
-        ImagePhotoRenderer(photos_dir=str(photos_dir), age_bands={"18-29": [18, 29], "25-44": [25, 44]},
-                           **kwargs)
+        ImagePhotoRenderer(photos_dir=str(photos_dir), age_bands={"18-29": [18, 29], "25-44": [25, 44]}, **kwargs)
 
 
-@pytest.mark.parametrize("override, key", [("renderer.width=100", "renderer.width"),
-                                           ("renderer.font_path=/no/such.ttf", "renderer.font_path"),
-                                           ("renderer.font_size=3", "renderer.font_size")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("renderer.width=100", "renderer.width"),
+        ("renderer.font_path=/no/such.ttf", "renderer.font_path"),
+        ("renderer.font_size=3", "renderer.font_size"),
+    ],
+)
 def test_bad_image_options_fail_at_composition(override, key):
     with pytest.raises(ConfigError, match=key):
         build(compose_config(["renderer=image", override]).renderer, "renderer")
@@ -125,14 +138,14 @@ def test_bad_image_options_fail_at_composition(override, key):
 def test_image_photo_config_composes_and_requires_photos_dir(photos_dir):
     with pytest.raises(ConfigError, match="renderer.photos_dir"):
         build(compose_config(["renderer=image_photo"]).renderer, "renderer")
-    renderer = build(compose_config(["renderer=image_photo", f"renderer.photos_dir={photos_dir}"]).renderer,
-                     "renderer")
+    renderer = build(compose_config(["renderer=image_photo", f"renderer.photos_dir={photos_dir}"]).renderer, "renderer")
     assert isinstance(renderer, ImagePhotoRenderer) and renderer.width == 850 and renderer.height == 1100
 
 
 def test_image_run_logs_sample_text_and_png_artifacts(tmp_path):
-    cfg = compose_config(["renderer=image", "population.n=60", "estimator=outcome_gap", "estimator.n_bootstrap=100"],
-                         tmp_path=tmp_path)
+    cfg = compose_config(
+        ["renderer=image", "population.n=60", "estimator=outcome_gap", "estimator.n_bootstrap=100"], tmp_path=tmp_path
+    )
     experiment = Experiment.from_config(cfg)
     result = experiment.run()
     assert experiment.case_name().split("-")[2] == "image"
@@ -140,6 +153,5 @@ def test_image_run_logs_sample_text_and_png_artifacts(tmp_path):
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(result.run_id, "samples")}
     assert len(names) == 6 and sum(n.endswith(".png") for n in names) == 3
     png = next(n for n in sorted(names) if n.endswith(".png"))
-    local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path=png,
-                                                dst_path=str(tmp_path / "dl"))
+    local = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path=png, dst_path=str(tmp_path / "dl"))
     assert Image.open(local).size == (850, 1100)

@@ -1,5 +1,6 @@
 """Rule-based text resumes: golden text, determinism, seed scope, instantiation rules, and no
 demographic words over real PopResume profiles of all five occupations."""
+
 from __future__ import annotations
 
 import re
@@ -26,9 +27,21 @@ def pools(occupation: str = "nurse") -> dict:
     return yaml.safe_load((ROOT / "conf" / "occupation" / f"{occupation}.yaml").read_text())["pools"]
 
 
-PROFILE = {"applicant_id": "nurse-000042", "job_id": "nurse", "gender": "female", "race": "black",
-           "age": 34, "birth_year": 1990, "state": "OH", "region": "Midwest", "edu_level": "master",
-           "exp_year": 12, "first_name": "Keisha", "surname": "Washington", "weight": 57}
+PROFILE = {
+    "applicant_id": "nurse-000042",
+    "job_id": "nurse",
+    "gender": "female",
+    "race": "black",
+    "age": 34,
+    "birth_year": 1990,
+    "state": "OH",
+    "region": "Midwest",
+    "edu_level": "master",
+    "exp_year": 12,
+    "first_name": "Keisha",
+    "surname": "Washington",
+    "weight": 57,
+}
 
 GOLDEN = """\
 Keisha Washington
@@ -88,8 +101,9 @@ def test_same_profile_renders_byte_identically_with_fresh_renderers():
 def test_a_different_seed_changes_only_seeded_content():
     a, b = (TextRenderer(pools=pools(), seed=s).builder for s in (0, 1))
     changed = 0
-    for i, (edu, exp) in enumerate([("hs_ged", 1), ("associate", 5), ("bachelor", 9), ("master", 12),
-                                    ("professional", 15), ("doctorate", 20)] * 4):
+    for i, (edu, exp) in enumerate(
+        [("hs_ged", 1), ("associate", 5), ("bachelor", 9), ("master", 12), ("professional", 15), ("doctorate", 20)] * 4
+    ):
         profile = {**PROFILE, "applicant_id": f"nurse-{i:06d}", "edu_level": edu, "exp_year": exp}
         ra, rb = a.build(profile), b.build(profile)
         # fixed by the profile: name, state, role count, seniority slots, periods, degree years
@@ -108,8 +122,12 @@ def test_counterfactual_copies_share_their_draws():
     builder = TextRenderer(pools=pools(), seed=0).builder
     factual = builder.build(PROFILE)
     other = builder.build({**PROFILE, "edu_level": "bachelor", "exp_year": 12})
-    assert (factual.location, factual.phone, factual.email, factual.skills) == \
-        (other.location, other.phone, other.email, other.skills)
+    assert (factual.location, factual.phone, factual.email, factual.skills) == (
+        other.location,
+        other.phone,
+        other.email,
+        other.skills,
+    )
     same_draws = [(r.title, r.employer, r.bullets) for r in factual.roles]
     assert same_draws == [(r.title, r.employer, r.bullets) for r in other.roles]
     assert [e.credential for e in other.education] == ["Bachelor of Science in Nursing"]
@@ -125,12 +143,15 @@ def test_number_of_roles_follows_the_piecewise_rule(exp, roles):
     assert ends == [start for start, _ in periods[1:]]  # contiguous, oldest first
 
 
-@pytest.mark.parametrize("exp, education_end, expected", [
-    (12, 2014, [(2012, 2016), (2016, 2018), (2018, 2021), (2021, None)]),  # pre-degree years: first role
-    (12, 2010, [(2012, 2015), (2015, 2018), (2018, 2021), (2021, None)]),  # degree first: even split
-    (8, 2023, [(2016, 2022), (2022, 2023), (2023, None)]),  # short span: a year per later role
-    (1, 2024, [(2023, None)]),
-])
+@pytest.mark.parametrize(
+    "exp, education_end, expected",
+    [
+        (12, 2014, [(2012, 2016), (2016, 2018), (2018, 2021), (2021, None)]),  # pre-degree years: first role
+        (12, 2010, [(2012, 2015), (2015, 2018), (2018, 2021), (2021, None)]),  # degree first: even split
+        (8, 2023, [(2016, 2022), (2022, 2023), (2023, None)]),  # short span: a year per later role
+        (1, 2024, [(2023, None)]),
+    ],
+)
 def test_roles_after_the_first_start_once_education_ends(exp, education_end, expected):
     assert role_periods(exp, survey_year=2024, education_end=education_end) == expected
 
@@ -186,7 +207,7 @@ def test_real_resumes_are_consistent_with_their_profile(real_documents):
             starts = [int(h.rsplit(" | ", 1)[1].split(" - ")[0]) for h in headings][::-1]  # oldest first
             survey_year = row.birth_year + row.age
             assert starts[0] == survey_year - row.exp_year  # the history shows exactly exp_year years
-            education = lines[lines.index("EDUCATION") + 1:]
+            education = lines[lines.index("EDUCATION") + 1 :]
             assert len(education) == (2 if row.edu_level in ("master", "professional", "doctorate") else 1)
             graduation = int(education[0].rsplit(" | ", 1)[1])
             assert graduation <= survey_year
@@ -208,13 +229,16 @@ def test_pools_with_demographic_words_are_rejected_at_construction():
         TextRenderer(pools=bad, seed=0)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda p: p.pop("employers"), r"missing \['employers'\]"),
-    (lambda p: p["titles"].pop("senior"), r"titles: missing keys \['senior'\]"),
-    (lambda p: p.update(skills=["Python"]), r"skills: needs at least 8"),
-    (lambda p: p["bullets"].update(junior=["One bullet", "Two"]), r"bullets.junior: needs at least 6"),
-    (lambda p: p["credentials"].update(postdoc=["X"]), r"credentials: unknown keys \['postdoc'\]"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda p: p.pop("employers"), r"missing \['employers'\]"),
+        (lambda p: p["titles"].pop("senior"), r"titles: missing keys \['senior'\]"),
+        (lambda p: p.update(skills=["Python"]), r"skills: needs at least 8"),
+        (lambda p: p["bullets"].update(junior=["One bullet", "Two"]), r"bullets.junior: needs at least 6"),
+        (lambda p: p["credentials"].update(postdoc=["X"]), r"credentials: unknown keys \['postdoc'\]"),
+    ],
+)
 def test_malformed_pools_name_the_key(mutate, message):
     broken = pools()
     mutate(broken)
@@ -227,9 +251,14 @@ def test_occupation_without_pools_is_a_clear_config_error():
         TextRenderer(pools=None, seed=0)
 
 
-@pytest.mark.parametrize("override, key", [("renderer.n_skills=0", "renderer.n_skills"),
-                                           ("renderer.email_domain=nodot", "renderer.email_domain"),
-                                           ("renderer.bullets_per_role=9", "renderer.bullets_per_role")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("renderer.n_skills=0", "renderer.n_skills"),
+        ("renderer.email_domain=nodot", "renderer.email_domain"),
+        ("renderer.bullets_per_role=9", "renderer.bullets_per_role"),
+    ],
+)
 def test_bad_renderer_options_fail_at_composition(override, key):
     with pytest.raises(ConfigError, match=key):
         build(compose_config([override]).renderer, "renderer")

@@ -1,6 +1,7 @@
 """The sweep report on a synthetic MLflow store with known numbers: effects and significance per
 case, the pattern tally, photo vs no-photo pairs, the callback panel with Bonferroni (checked
 against statsmodels) and the race-gender correlation (against scipy)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,23 +46,58 @@ def store(tmp_path_factory):
             metrics = {}
             for effect, value in zip(PSE, estimates):
                 low, high = (value - 0.5, value + 0.5) if effect != "RIE" else (-1.0, 1.0)
-                metrics.update({f"{effect}.estimate": value, f"{effect}.ci_low": low, f"{effect}.ci_high": high,
-                                f"{effect}.se": 0.25})
+                metrics.update(
+                    {
+                        f"{effect}.estimate": value,
+                        f"{effect}.ci_low": low,
+                        f"{effect}.ci_high": high,
+                        f"{effect}.se": 0.25,
+                    }
+                )
             name = f"nurse-{attr}-{fmt}-vlm"
             truth[name] = estimates
-            _log(tracker, parent, name, {"occupation": "nurse", "protected_attr": attr, "renderer": "image",
-                                         "choice.renderer": fmt, "screener": "vlm", "estimator": "pse_dml",
-                                         "case": pattern}, {}, metrics)
+            _log(
+                tracker,
+                parent,
+                name,
+                {
+                    "occupation": "nurse",
+                    "protected_attr": attr,
+                    "renderer": "image",
+                    "choice.renderer": fmt,
+                    "screener": "vlm",
+                    "estimator": "pse_dml",
+                    "case": pattern,
+                },
+                {},
+                metrics,
+            )
     for model, (released, race_gap, gender_gap, p_race, p_gender) in PANEL.items():
         for attr, gap, p in (("race", race_gap, p_race), ("gender", gender_gap, p_gender)):
-            metrics = {"gap.estimate": gap, "gap.ci_low": gap - 0.3, "gap.ci_high": gap + 0.3, "gap.se": 0.15,
-                       "gap.b": 900, "gap.c": 450, "gap.n_pairs": 24024, "gap.mcnemar_chi2": 140.0,
-                       "gap.mcnemar_p": p / 2, "gap.cluster_p": p, "gap.p_value": p}
-            _log(tracker, parent, f"panel-{attr}-{model}", {"protected_attr": attr, "screener": model,
-                                                           "estimator": "paired_gap", "renderer": "json"},
-                 {"screener.release_date": released}, metrics)
-    tracker.record_failure("nurse-race-text-broken", {"protected_attr": "race"}, {}, "RuntimeError: boom",
-                           "Traceback ...", parent)
+            metrics = {
+                "gap.estimate": gap,
+                "gap.ci_low": gap - 0.3,
+                "gap.ci_high": gap + 0.3,
+                "gap.se": 0.15,
+                "gap.b": 900,
+                "gap.c": 450,
+                "gap.n_pairs": 24024,
+                "gap.mcnemar_chi2": 140.0,
+                "gap.mcnemar_p": p / 2,
+                "gap.cluster_p": p,
+                "gap.p_value": p,
+            }
+            _log(
+                tracker,
+                parent,
+                f"panel-{attr}-{model}",
+                {"protected_attr": attr, "screener": model, "estimator": "paired_gap", "renderer": "json"},
+                {"screener.release_date": released},
+                metrics,
+            )
+    tracker.record_failure(
+        "nurse-race-text-broken", {"protected_attr": "race"}, {}, "RuntimeError: boom", "Traceback ...", parent
+    )
     return tracker, parent, truth
 
 
@@ -139,12 +175,17 @@ def test_an_estimators_own_significance_flag_wins():
     from popfair.report.runs import CASE_COLUMNS
 
     base = dict.fromkeys(CASE_COLUMNS) | {"status": "FINISHED", "estimator": "pse_dml"}
-    runs = pd.DataFrame([
-        base | {"run_id": "a", "metrics": {"TE.estimate": 1.0, "TE.ci_low": -0.1, "TE.ci_high": 2.0,
-                                           "TE.significant": 1.0}},
-        base | {"run_id": "b", "metrics": {"TE.estimate": 1.0, "TE.ci_low": 0.5, "TE.ci_high": 2.0}},
-        base | {"run_id": "c", "metrics": {"TE.estimate": 1.0, "TE.ci_low": 0.5, "TE.ci_high": 2.0,
-                                           "TE.p_value": 0.2}},
-    ])
+    runs = pd.DataFrame(
+        [
+            base
+            | {
+                "run_id": "a",
+                "metrics": {"TE.estimate": 1.0, "TE.ci_low": -0.1, "TE.ci_high": 2.0, "TE.significant": 1.0},
+            },
+            base | {"run_id": "b", "metrics": {"TE.estimate": 1.0, "TE.ci_low": 0.5, "TE.ci_high": 2.0}},
+            base
+            | {"run_id": "c", "metrics": {"TE.estimate": 1.0, "TE.ci_low": 0.5, "TE.ci_high": 2.0, "TE.p_value": 0.2}},
+        ]
+    )
     flags = effects_long(runs).set_index("run_id")["significant"]
     assert flags.to_dict() == {"a": True, "b": True, "c": False}

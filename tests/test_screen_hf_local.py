@@ -1,6 +1,7 @@
 """hf_local with tiny models built from configs (no download): every document ends as a parsed
 value or a recorded failure with its raw text; known answers flow through prompt -> greedy
 generation -> parsing."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,12 +19,33 @@ transformers = pytest.importorskip("transformers", reason="needs the hflocal ext
 tokenizers = pytest.importorskip("tokenizers", reason="needs the hflocal extra")
 
 SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
-WORDS = SPECIAL + ["yes", "no", "maybe", "the", "a", "score", "is", "candidate", "job", "nurse",
-                   "care", "patients", "years", "experience"] + [str(i) for i in range(0, 151)]
-CHAT = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-NO_SYSTEM_CHAT = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
-                  "{% endif %}" + CHAT)
+WORDS = (
+    SPECIAL
+    + [
+        "yes",
+        "no",
+        "maybe",
+        "the",
+        "a",
+        "score",
+        "is",
+        "candidate",
+        "job",
+        "nurse",
+        "care",
+        "patients",
+        "years",
+        "experience",
+    ]
+    + [str(i) for i in range(0, 151)]
+)
+CHAT = (
+    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+NO_SYSTEM_CHAT = (
+    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}" + CHAT
+)
 JOBS = {"nurse": Job(job_id="nurse", title="nurse", description="care for patients")}
 
 
@@ -36,8 +58,9 @@ def save_tokenizer(path: Path, chat_template: str | None = CHAT) -> None:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens(SPECIAL)
     tok.decoder = decoders.WordPiece()  # joins words with spaces
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
     if chat_template:
         fast.chat_template = chat_template
     fast.save_pretrained(path)
@@ -46,10 +69,18 @@ def save_tokenizer(path: Path, chat_template: str | None = CHAT) -> None:
 def random_llama(path: Path, context: int = 256, chat_template: str | None = CHAT) -> Path:
     """A randomly initialised 2-layer Llama (seeded)."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                      max_position_embeddings=context, pad_token_id=0, bos_token_id=1,
-                                      eos_token_id=2)
+    config = transformers.LlamaConfig(
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     transformers.LlamaForCausalLM(config).save_pretrained(path)
     save_tokenizer(path, chat_template)
     return path
@@ -59,8 +90,16 @@ def rigged_gpt2(path: Path, answer: str) -> Path:
     """A random GPT-2 whose final layer norm emits a constant vector aligned with the embedding of
     `answer`, so greedy decoding says `answer` at every step, whatever the prompt."""
     torch.manual_seed(1)
-    config = transformers.GPT2Config(vocab_size=len(WORDS), n_embd=32, n_layer=1, n_head=2, n_positions=512,
-                                     pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.GPT2Config(
+        vocab_size=len(WORDS),
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        n_positions=512,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = transformers.GPT2LMHeadModel(config)
     target = WORDS.index(answer)
     with torch.no_grad():
@@ -75,16 +114,31 @@ def rigged_gpt2(path: Path, answer: str) -> Path:
 
 
 def screener(model_path: Path, *overrides: str):
-    cfg = compose_config(["screener=hf_local", f"screener.model_path={model_path}", "screener.device=cpu",
-                          "screener.max_new_tokens=5", "screener.batch_size=4", *overrides])
+    cfg = compose_config(
+        [
+            "screener=hf_local",
+            f"screener.model_path={model_path}",
+            "screener.device=cpu",
+            "screener.max_new_tokens=5",
+            "screener.batch_size=4",
+            *overrides,
+        ]
+    )
     return build(cfg.screener, "screener")
 
 
 def documents(n: int) -> list[Document]:
     rng = np.random.default_rng(0)
     words = ["nurse", "care", "patients", "years", "experience", "candidate", "yes", "no", "42", "7"]
-    return [Document(applicant_id=f"a{i}", job_id="nurse", kind="text",
-                     text=" ".join(rng.choice(words, size=rng.integers(3, 30)))) for i in range(n)]
+    return [
+        Document(
+            applicant_id=f"a{i}",
+            job_id="nurse",
+            kind="text",
+            text=" ".join(rng.choice(words, size=rng.integers(3, 30))),
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -112,18 +166,29 @@ def test_batched_generation_matches_one_prompt_at_a_time(llama_dir):
     assert [r.raw for r in batched] == [r.raw for r in single]  # left padding changes nothing
 
 
-@pytest.mark.parametrize("answer,outcome,value", [
-    ("yes", "callback", 1.0), ("no", "callback", 0.0), ("73", "score", 73.0), ("0", "score", 0.0),
-])
+@pytest.mark.parametrize(
+    "answer,outcome,value",
+    [
+        ("yes", "callback", 1.0),
+        ("no", "callback", 0.0),
+        ("73", "score", 73.0),
+        ("0", "score", 0.0),
+    ],
+)
 def test_known_answer_is_parsed_for_every_document(tmp_path, answer, outcome, value):
     results = screener(rigged_gpt2(tmp_path, answer)).screen(JOBS, documents(6), outcome)
     assert [r.value for r in results] == [value] * 6
     assert all(r.error is None and r.raw.split()[0] == answer for r in results)
 
 
-@pytest.mark.parametrize("answer,outcome,reason", [
-    ("maybe", "callback", "no 'yes' or 'no'"), ("maybe", "score", "no integer"), ("150", "score", "outside"),
-])
+@pytest.mark.parametrize(
+    "answer,outcome,reason",
+    [
+        ("maybe", "callback", "no 'yes' or 'no'"),
+        ("maybe", "score", "no integer"),
+        ("150", "score", "outside"),
+    ],
+)
 def test_unusable_answers_are_failures_that_keep_the_raw_text(tmp_path, answer, outcome, reason):
     results = screener(rigged_gpt2(tmp_path, answer)).screen(JOBS, documents(5), outcome)
     assert len(results) == 5
@@ -164,10 +229,15 @@ def test_tokenizer_without_chat_template_is_refused(tmp_path):
         screener(path)
 
 
-@pytest.mark.parametrize("override,key", [("screener.max_new_tokens=0", "screener.max_new_tokens"),
-                                          ("screener.dtype=int8", "screener.dtype"),
-                                          ("screener.device=tpu", "screener.device"),
-                                          ("screener.prompts.score_user=no_such_prompt.txt", "screener.prompts.score_user")])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("screener.max_new_tokens=0", "screener.max_new_tokens"),
+        ("screener.dtype=int8", "screener.dtype"),
+        ("screener.device=tpu", "screener.device"),
+        ("screener.prompts.score_user=no_such_prompt.txt", "screener.prompts.score_user"),
+    ],
+)
 def test_bad_values_name_the_key(llama_dir, override, key):
     with pytest.raises(ConfigError, match=key):
         screener(llama_dir, override)

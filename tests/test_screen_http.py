@@ -1,5 +1,6 @@
 """screener=http against a vendor stub on 127.0.0.1: faults lose no row, reruns ask nothing twice,
 secrets stay in the environment, and the paired audit recovers the stub's known bias."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,16 @@ from popfair.types import Document, Job
 from tests import vendor_stub
 from tests.conftest import compose_config
 
-FAST = dict(concurrency=8, timeout_s=0.3, max_attempts=8, backoff_initial_s=0.005, backoff_max_s=0.02,
-            backoff_jitter_s=0.005, retry_after_max_s=0.05, progress=False)
+FAST = dict(
+    concurrency=8,
+    timeout_s=0.3,
+    max_attempts=8,
+    backoff_initial_s=0.005,
+    backoff_max_s=0.02,
+    backoff_jitter_s=0.005,
+    retry_after_max_s=0.05,
+    progress=False,
+)
 FAULTS = dict(rate_limit=0.05, server_error=0.05, timeout=0.03, malformed=0.05, hang_s=0.5)  # 18% of attempts
 JOBS = {"j": Job("j", "Registered Nurse", "Care for patients.")}
 DECISIONS = {"labels": {"advance": 1, "reject": 0}}
@@ -36,8 +45,7 @@ def docs(n: int) -> list[Document]:
 
 
 def screener(url: str, cache_dir, **kwargs) -> HttpScreener:
-    settings = dict(url=url, response_path="$.result.decision", values=DECISIONS, cache_dir=str(cache_dir),
-                    engine=FAST)
+    settings = dict(url=url, response_path="$.result.decision", values=DECISIONS, cache_dir=str(cache_dir), engine=FAST)
     return HttpScreener(**{**settings, **kwargs})
 
 
@@ -78,11 +86,17 @@ def test_unparseable_answers_keep_the_raw_body_and_a_new_mapping_asks_nothing(ve
 def test_get_requests_carry_the_document_in_the_query_string(vendor, tmp_path):
     state, url = vendor
     state.rate_limit = state.server_error = state.timeout = state.malformed = 0.0
-    getter = screener(url, tmp_path, method="GET", params={"document_id": "{document_id}", "text": "{document_text}"},
-                      response_path="$.result.score")
+    getter = screener(
+        url,
+        tmp_path,
+        method="GET",
+        params={"document_id": "{document_id}", "text": "{document_text}"},
+        response_path="$.result.score",
+    )
     documents = docs(6)
     assert [r.value for r in getter.screen(JOBS, documents, "score")] == [
-        float(vendor_stub.decide(d.text)["score"]) for d in documents]
+        float(vendor_stub.decide(d.text)["score"]) for d in documents
+    ]
 
 
 def test_call_and_dollar_budgets_stop_sending_and_a_rerun_completes(vendor, tmp_path):
@@ -93,8 +107,7 @@ def test_call_and_dollar_budgets_stop_sending_and_a_rerun_completes(vendor, tmp_
     assert capped.plan(JOBS, documents, "callback").cost_usd == pytest.approx(0.2)
     results = capped.screen(JOBS, documents, "callback")
     assert sum(r.error is None for r in results) == 10
-    assert {r.error for r in results if r.error} == {
-        "call budget exhausted: max_calls=10 reached; not sent"}
+    assert {r.error for r in results if r.error} == {"call budget exhausted: max_calls=10 reached; not sent"}
     assert capped.metrics()["screen.cost_usd"] == pytest.approx(0.2)
     dollars = screener(url, tmp_path, price_per_call_usd=0.02, max_cost_usd=0.1)
     partial = dollars.screen(JOBS, documents, "callback")
@@ -123,15 +136,18 @@ def test_secret_headers_come_from_the_environment_only(vendor, tmp_path, monkeyp
     assert SENTINEL.encode() not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("settings, key", [
-    (dict(body={"x": "{applicant_id}"}), "screener.body: unknown placeholders"),
-    (dict(response_path="$.result[?"), "screener.response_path"),
-    (dict(method="GET", body={"id": "{document_id}"}), "screener.body: must be null for GET"),
-    (dict(url="ftp://vendor"), "screener.url"),
-    (dict(values={"range": [100, 0]}), "screener.values.range"),
-    (dict(secret_headers={"Authorization": "not a name"}), "screener.secret_headers.Authorization"),
-    (dict(max_calls=0), "screener.max_calls"),
-])
+@pytest.mark.parametrize(
+    "settings, key",
+    [
+        (dict(body={"x": "{applicant_id}"}), "screener.body: unknown placeholders"),
+        (dict(response_path="$.result[?"), "screener.response_path"),
+        (dict(method="GET", body={"id": "{document_id}"}), "screener.body: must be null for GET"),
+        (dict(url="ftp://vendor"), "screener.url"),
+        (dict(values={"range": [100, 0]}), "screener.values.range"),
+        (dict(secret_headers={"Authorization": "not a name"}), "screener.secret_headers.Authorization"),
+        (dict(max_calls=0), "screener.max_calls"),
+    ],
+)
 def test_bad_settings_name_their_key(tmp_path, settings, key):
     with pytest.raises(ConfigError, match=key):
         screener(**{"url": "http://127.0.0.1:9/score", "cache_dir": tmp_path, **settings})
@@ -150,11 +166,17 @@ def test_the_document_id_reveals_nothing_beyond_the_document():
     assert document_id(a) != document_id(Document("x", "j", "text", "another resume"))
 
 
-PAIRED = ["experiment=paired_race", "screener=http", "screener.response_path=$.result.decision",
-          "screener.values.labels={advance: 1, reject: 0}", "occupation.n_postings=100",
-          "tracking.enabled=false",
-          "estimator.n_bootstrap=500", "outcome_audit.n_bootstrap=200",
-          *[f"screener.engine.{k}={v}" for k, v in FAST.items()]]
+PAIRED = [
+    "experiment=paired_race",
+    "screener=http",
+    "screener.response_path=$.result.decision",
+    "screener.values.labels={advance: 1, reject: 0}",
+    "occupation.n_postings=100",
+    "tracking.enabled=false",
+    "estimator.n_bootstrap=500",
+    "outcome_audit.n_bootstrap=200",
+    *[f"screener.engine.{k}={v}" for k, v in FAST.items()],
+]
 
 
 def test_paired_audit_of_the_endpoint_recovers_its_known_bias(vendor, tmp_path):
@@ -164,7 +186,8 @@ def test_paired_audit_of_the_endpoint_recovers_its_known_bias(vendor, tmp_path):
     scored = result.scored
     assert scored["error"].isna().all() and len(scored) == 100 * 4 * 2  # faults lost no row
     wide = scored.assign(p=[vendor_stub.callback_probability(t) for t in scored["document"]]).pivot(
-        index="pair_key", columns="race", values="p")
+        index="pair_key", columns="race", values="p"
+    )
     truth = 100 * float(np.mean(wide["white"] - wide["black"]))  # the stub's exact expected gap
     assert truth > 20
     gap = result.effects.table.loc["gap"]
@@ -186,9 +209,18 @@ def test_a_dry_run_plans_requests_and_dollars_without_the_secret(tmp_path, monke
     from popfair.sweep.plan import plan_case
 
     monkeypatch.delenv("VENDOR_API_KEY", raising=False)
-    cfg = compose_config(["population.n=12", "renderer=image", "screener=http", "screener.url=http://127.0.0.1:9/x",
-                          "screener.body={id: '{document_id}', png: '{document_base64}'}",
-                          "screener.secret_headers={Authorization: VENDOR_API_KEY}",
-                          "screener.price_per_call_usd=0.5", "tracking=none"], tmp_path=tmp_path)
+    cfg = compose_config(
+        [
+            "population.n=12",
+            "renderer=image",
+            "screener=http",
+            "screener.url=http://127.0.0.1:9/x",
+            "screener.body={id: '{document_id}', png: '{document_base64}'}",
+            "screener.secret_headers={Authorization: VENDOR_API_KEY}",
+            "screener.price_per_call_usd=0.5",
+            "tracking=none",
+        ],
+        tmp_path=tmp_path,
+    )
     plan = plan_case(Experiment.from_config(cfg, dry_run=True))  # real PNG pages: keys need their bytes
     assert (plan.calls, plan.cost_usd, plan.image_estimated_from_text) == (12, 6.0, False)

@@ -1,5 +1,6 @@
 """Answer parsing shared by model screeners (callback: first yes/no word; score: first number,
 which must be an integer in 0..100) and the prompt files every model screener reads."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,11 +12,21 @@ from popfair.types import Document, Job
 from tests.conftest import compose_config
 
 
-@pytest.mark.parametrize("text,value", [
-    ("yes", 1.0), ("no", 0.0), ("Yes.", 1.0), ("NO", 0.0), ("  yes\n", 1.0),
-    ("Answer: no, not a fit", 0.0), ("I would say yes; no doubt", 1.0), ("no - yes", 0.0),
-    ("'yes'", 1.0), ("yes/no: no", 1.0),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("yes", 1.0),
+        ("no", 0.0),
+        ("Yes.", 1.0),
+        ("NO", 0.0),
+        ("  yes\n", 1.0),
+        ("Answer: no, not a fit", 0.0),
+        ("I would say yes; no doubt", 1.0),
+        ("no - yes", 0.0),
+        ("'yes'", 1.0),
+        ("yes/no: no", 1.0),
+    ],
+)
 def test_callback_is_the_first_yes_or_no_word(text, value):
     assert parse_answer(text, "callback") == (value, None)
 
@@ -26,18 +37,32 @@ def test_callback_without_a_yes_or_no_word_is_a_failure(text):
     assert value is None and "'yes' or 'no'" in error
 
 
-@pytest.mark.parametrize("text,value", [
-    ("85", 85.0), ("Score: 72/100", 72.0), ("0", 0.0), ("100", 100.0), ("I rate this 9 of 10", 9.0),
-    ("Suitability - 40", 40.0),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("85", 85.0),
+        ("Score: 72/100", 72.0),
+        ("0", 0.0),
+        ("100", 100.0),
+        ("I rate this 9 of 10", 9.0),
+        ("Suitability - 40", 40.0),
+    ],
+)
 def test_score_is_the_first_integer(text, value):
     assert parse_answer(text, "score") == (value, None)
 
 
-@pytest.mark.parametrize("text,reason", [
-    ("", "no integer"), ("high", "no integer"), ("150", "150 is outside"), ("-5", "-5 is not an integer"),
-    ("85.5", "85.5 is not an integer"), ("1000 points", "outside"),
-])
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("", "no integer"),
+        ("high", "no integer"),
+        ("150", "150 is outside"),
+        ("-5", "-5 is not an integer"),
+        ("85.5", "85.5 is not an integer"),
+        ("1000 points", "outside"),
+    ],
+)
 def test_score_without_an_integer_in_range_is_a_failure(text, reason):
     value, error = parse_answer(text, "score")
     assert value is None and reason in error

@@ -1,5 +1,6 @@
 """Pricing and planning arithmetic, cache keys, config validation, log redaction.
 (Answer parsing and prompt files: test_screen_parse.py.)"""
+
 from __future__ import annotations
 
 import logging
@@ -27,9 +28,14 @@ def test_price_arithmetic_and_batch_discount():
     assert price.cost(2_000, 500, batch=True) == pytest.approx(0.5 * price.cost(2_000, 500))
 
 
-@pytest.mark.parametrize("config,key", [({"input_per_mtok": -1}, "screener.price"),
-                                        ({"batch_discount": 0}, "batch_discount"),
-                                        ({"per_call": 1}, "per_call")])
+@pytest.mark.parametrize(
+    "config,key",
+    [
+        ({"input_per_mtok": -1}, "screener.price"),
+        ({"batch_discount": 0}, "batch_discount"),
+        ({"per_call": 1}, "per_call"),
+    ],
+)
 def test_bad_price_names_the_key(config, key):
     with pytest.raises(ConfigError, match=key):
         Price.from_config(config)
@@ -37,17 +43,18 @@ def test_bad_price_names_the_key(config, key):
 
 def test_image_token_estimates_follow_the_providers_published_formulas():
     square = png(1, (1024, 1024))
-    assert image_tokens(square, "openai") == 85 + 170 * 4          # 768x768 -> 2x2 tiles = 765
+    assert image_tokens(square, "openai") == 85 + 170 * 4  # 768x768 -> 2x2 tiles = 765
     assert image_tokens(png(1, (1000, 1000)), "anthropic") == math.ceil(1000 * 1000 / 750)
-    assert image_tokens(png(1, (512, 512)), "openai") == 85 + 170      # small images are not upscaled
+    assert image_tokens(png(1, (512, 512)), "openai") == 85 + 170  # small images are not upscaled
     assert estimate_input_tokens("ab" * 10, "c" * 20, None, "openai") == 10 + MESSAGE_OVERHEAD_TOKENS
 
 
 def test_plan_counts_distinct_uncached_prompts_and_prices_them(tmp_path, monkeypatch):
     docs = documents(30, duplicates=10)
     with StubServer() as stub:
-        screener = make_screener("openai", stub.url, tmp_path, monkeypatch,
-                                 price={"input_per_mtok": 2.0, "output_per_mtok": 8.0})
+        screener = make_screener(
+            "openai", stub.url, tmp_path, monkeypatch, price={"input_per_mtok": 2.0, "output_per_mtok": 8.0}
+        )
         plan = screener.plan(JOBS, docs, "score")
         prompts = [screener.prompts.build("score", JOBS[d.job_id], d) for d in docs[:30]]
         expected_in = sum(math.ceil((len(p.system) + len(p.user)) / 4) + MESSAGE_OVERHEAD_TOKENS for p in prompts)
@@ -63,6 +70,7 @@ def test_plan_counts_distinct_uncached_prompts_and_prices_them(tmp_path, monkeyp
 def test_cache_key_covers_model_params_endpoint_and_prompt(tmp_path, monkeypatch):
     docs = documents(2)
     with StubServer() as stub:
+
         def key(**overrides):
             screener = make_screener("openai", stub.url, tmp_path, monkeypatch, **overrides)
             return screener.provider.cache_key(screener.prompts.build("score", JOBS[docs[0].job_id], docs[0]))
@@ -87,16 +95,23 @@ def test_cache_survives_reopening_and_ignores_missing_keys(tmp_path):
     assert again._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-@pytest.mark.parametrize("override,key", [
-    ({"provider": "azure"}, "screener.provider"), ({"base_url": "ftp://x"}, "screener.base_url"),
-    ({"mode": "offline"}, "screener.mode"), ({"max_cost_usd": -1}, "max_cost_usd"),
-    ({"engine": {"concurrency": 0}}, "engine.concurrency"),
-    ({"engine": {"threads": 4}}, "engine: unknown keys"), ({"generation": {"max_tokens": 0}}, "max_tokens"),
-    ({"generation": {"top_k": 3}}, "screener.generation"), ({"release_date": "May 2023"}, "release_date"),
-    ({"prompts": {"score_user": "/nonexistent/prompt.txt"}}, "/nonexistent/prompt.txt"),
-    ({"api_key_env": "sk-live-abc123!"}, "screener.api_key_env"),
-    ({"batch": {"poll_interval_s": 0}}, "poll_interval_s"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ({"provider": "azure"}, "screener.provider"),
+        ({"base_url": "ftp://x"}, "screener.base_url"),
+        ({"mode": "offline"}, "screener.mode"),
+        ({"max_cost_usd": -1}, "max_cost_usd"),
+        ({"engine": {"concurrency": 0}}, "engine.concurrency"),
+        ({"engine": {"threads": 4}}, "engine: unknown keys"),
+        ({"generation": {"max_tokens": 0}}, "max_tokens"),
+        ({"generation": {"top_k": 3}}, "screener.generation"),
+        ({"release_date": "May 2023"}, "release_date"),
+        ({"prompts": {"score_user": "/nonexistent/prompt.txt"}}, "/nonexistent/prompt.txt"),
+        ({"api_key_env": "sk-live-abc123!"}, "screener.api_key_env"),
+        ({"batch": {"poll_interval_s": 0}}, "poll_interval_s"),
+    ],
+)
 def test_bad_screener_settings_fail_at_construction_naming_the_key(override, key, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         make_screener("openai", "http://127.0.0.1:9", tmp_path, monkeypatch, **override)
@@ -106,8 +121,7 @@ def test_prompt_template_without_document_placeholder_is_rejected(tmp_path, monk
     template = tmp_path / "bad.txt"
     template.write_text("Rate the applicant.")
     with pytest.raises(ConfigError, match="{document}"):
-        make_screener("openai", "http://127.0.0.1:9", tmp_path, monkeypatch,
-                      prompts={"score_user": str(template)})
+        make_screener("openai", "http://127.0.0.1:9", tmp_path, monkeypatch, prompts={"score_user": str(template)})
 
 
 def test_log_records_with_a_secret_are_redacted(caplog):

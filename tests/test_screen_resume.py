@@ -1,6 +1,7 @@
 """Crash safety on both cache backends: a screening process killed with SIGKILL halfway loses nothing
 already answered; the rerun asks only what is missing and takes the dead process's claims over once
 their lease runs out, so every row ends scored and no prompt is answered twice."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,13 @@ N_DOCS, KILL_AFTER, LEASE_S = 150, 70, 4.0
 
 def start_worker(url: str, cache: str, out: Path, n: int = N_DOCS, lease_s: float = LEASE_S) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key-kill-0123456789"}
-    return subprocess.Popen([sys.executable, "-m", "tests.screen_worker", url, cache, str(out), str(n),
-                             str(lease_s)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.screen_worker", url, cache, str(out), str(n), str(lease_s)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def cached_rows(location: str) -> int:

@@ -1,5 +1,6 @@
 """API keys live only in the environment: a planted sentinel key never reaches config dumps, logs,
 MLflow or artifacts, and a missing key stops the CLI before any work, naming the variable."""
+
 from __future__ import annotations
 
 import os
@@ -16,15 +17,28 @@ SENTINEL = "sk-SENTINEL-7f3a9c1e5b2d4f6a8c0e"
 
 
 def popfair(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "popfair", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**env, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "popfair", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
     env = {**os.environ, "OPENAI_API_KEY": SENTINEL}
     with StubServer() as stub:
-        out = popfair("screener=gpt4o_mini", "screener.route=openai", f"screener.base_url={stub.url}/v1", "population.n=150",
-                      "screener.engine.progress=false", cwd=tmp_path, env=env)
+        out = popfair(
+            "screener=gpt4o_mini",
+            "screener.route=openai",
+            f"screener.base_url={stub.url}/v1",
+            "population.n=150",
+            "screener.engine.progress=false",
+            cwd=tmp_path,
+            env=env,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         assert stub.state.requests >= 150  # the case really called the (stub) API with the key
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
@@ -34,8 +48,9 @@ def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
     assert "popfair's assignment" in run["tags.popfair_choice.route"]
     assert "PopResume prints no prompt" in run["tags.popfair_choice.prompt_score"]
     assert run["metrics.screen.rows"] == 150
-    files = [p for folder in ("outputs", "mlruns", ".popfair_cache") for p in (tmp_path / folder).rglob("*")
-             if p.is_file()]
+    files = [
+        p for folder in ("outputs", "mlruns", ".popfair_cache") for p in (tmp_path / folder).rglob("*") if p.is_file()
+    ]
     assert any(p.name == "config.yaml" for p in files) and any(p.suffix == ".log" for p in files)
     leaks = [str(p) for p in files if SENTINEL.encode() in p.read_bytes()]
     assert leaks == []

@@ -1,5 +1,6 @@
 """The simulated structural screener: effects recovered by regression, exact expected values,
 deterministic noise, validation errors that name the key or column."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,55 +22,80 @@ JOBS = {"nurse": Job(job_id="nurse", title="Registered nurse", description="Care
 def profile_table(n: int, seed: int = 0) -> pd.DataFrame:
     """Synthetic profiles with the agreed PopResume columns (grouped ones included)."""
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "applicant_id": [f"a{i:06d}" for i in range(n)],
-        "job_id": "nurse",
-        "gender": rng.choice(["female", "male"], n),
-        "race": rng.choice(["black", "white", "hispanic", "api", "other"], n),
-        "edu_group": rng.choice(["low", "medium", "high"], n),
-        "exp_year": rng.integers(0, 20, n),
-        "surname_race_typicality": rng.choice(["asian", "black", "white", "neutral"], n),
-        "name_gender_typicality": rng.choice(["male", "female", "neutral"], n),
-    })
+    return pd.DataFrame(
+        {
+            "applicant_id": [f"a{i:06d}" for i in range(n)],
+            "job_id": "nurse",
+            "gender": rng.choice(["female", "male"], n),
+            "race": rng.choice(["black", "white", "hispanic", "api", "other"], n),
+            "edu_group": rng.choice(["low", "medium", "high"], n),
+            "exp_year": rng.integers(0, 20, n),
+            "surname_race_typicality": rng.choice(["asian", "black", "white", "neutral"], n),
+            "name_gender_typicality": rng.choice(["male", "female", "neutral"], n),
+        }
+    )
 
 
 def documents(table: pd.DataFrame) -> list[Document]:
-    return [Document(applicant_id=row["applicant_id"], job_id=row["job_id"], kind="text",
-                     text=f"Resume of {row['applicant_id']}", profile=row)
-            for row in table.to_dict("records")]
+    return [
+        Document(
+            applicant_id=row["applicant_id"],
+            job_id=row["job_id"],
+            kind="text",
+            text=f"Resume of {row['applicant_id']}",
+            profile=row,
+        )
+        for row in table.to_dict("records")
+    ]
 
 
-COEFS = {"gender": {"male": 3.0}, "race": {"white": 2.0, "hispanic": -1.0},
-         "surname_race_typicality": {"black": -4.0}, "edu_group": {"medium": 5.0, "high": 10.0},
-         "exp_year": 0.5}
+COEFS = {
+    "gender": {"male": 3.0},
+    "race": {"white": 2.0, "hispanic": -1.0},
+    "surname_race_typicality": {"black": -4.0},
+    "edu_group": {"medium": 5.0, "high": 10.0},
+    "exp_year": 0.5,
+}
 
 
 def test_regression_recovers_every_configured_coefficient():
     table = profile_table(20_000)
     screener = SimulatedScreener(intercept=50.0, coefficients=COEFS, noise_sd=5.0, seed=1)
     table["y"] = [r.value for r in screener.screen(JOBS, documents(table), "score")]
-    fit = smf.ols("y ~ C(gender, Treatment('female')) + C(race, Treatment('black'))"
-                  " + C(surname_race_typicality, Treatment('neutral')) + C(edu_group, Treatment('low'))"
-                  " + exp_year + C(name_gender_typicality)", data=table).fit()
-    truth = {"Intercept": 50.0, "C(gender, Treatment('female'))[T.male]": 3.0,
-             "C(race, Treatment('black'))[T.white]": 2.0, "C(race, Treatment('black'))[T.hispanic]": -1.0,
-             "C(race, Treatment('black'))[T.api]": 0.0,
-             "C(surname_race_typicality, Treatment('neutral'))[T.black]": -4.0,
-             "C(surname_race_typicality, Treatment('neutral'))[T.white]": 0.0,
-             "C(edu_group, Treatment('low'))[T.medium]": 5.0, "C(edu_group, Treatment('low'))[T.high]": 10.0,
-             "exp_year": 0.5, "C(name_gender_typicality)[T.male]": 0.0}
+    fit = smf.ols(
+        "y ~ C(gender, Treatment('female')) + C(race, Treatment('black'))"
+        " + C(surname_race_typicality, Treatment('neutral')) + C(edu_group, Treatment('low'))"
+        " + exp_year + C(name_gender_typicality)",
+        data=table,
+    ).fit()
+    truth = {
+        "Intercept": 50.0,
+        "C(gender, Treatment('female'))[T.male]": 3.0,
+        "C(race, Treatment('black'))[T.white]": 2.0,
+        "C(race, Treatment('black'))[T.hispanic]": -1.0,
+        "C(race, Treatment('black'))[T.api]": 0.0,
+        "C(surname_race_typicality, Treatment('neutral'))[T.black]": -4.0,
+        "C(surname_race_typicality, Treatment('neutral'))[T.white]": 0.0,
+        "C(edu_group, Treatment('low'))[T.medium]": 5.0,
+        "C(edu_group, Treatment('low'))[T.high]": 10.0,
+        "exp_year": 0.5,
+        "C(name_gender_typicality)[T.male]": 0.0,
+    }
     for term, value in truth.items():
         assert abs(fit.params[term] - value) < 4 * fit.bse[term], term
     assert np.sqrt(fit.scale) == pytest.approx(5.0, rel=0.03)  # residual sd = noise_sd
 
 
 def test_expected_score_is_the_exact_mean_of_the_clipped_score():
-    screener = SimulatedScreener(intercept=92.0, coefficients={"edu_group": {"high": 10.0, "low": -95.0}},
-                                 noise_sd=8.0, seed=3)
+    screener = SimulatedScreener(
+        intercept=92.0, coefficients={"edu_group": {"high": 10.0, "low": -95.0}}, noise_sd=8.0, seed=3
+    )
     table = profile_table(30_000, seed=2)
     expected = screener.expected(table)
     for level, index in {"high": 102.0, "medium": 92.0, "low": -3.0}.items():
-        numeric, _ = integrate.quad(lambda e, index=index: np.clip(index + e, 0, 100) * stats.norm.pdf(e, 0, 8.0), -80, 80)
+        numeric, _ = integrate.quad(
+            lambda e, index=index: np.clip(index + e, 0, 100) * stats.norm.pdf(e, 0, 8.0), -80, 80
+        )
         assert expected[(table["edu_group"] == level).to_numpy()] == pytest.approx(numeric, abs=1e-6)
     y = np.array([r.value for r in screener.screen(JOBS, documents(table), "score")])
     assert y.min() == 0.0 and y.max() == 100.0  # clipping is in play
@@ -89,8 +115,9 @@ def test_noise_free_expected_score_is_the_clipped_index():
 
 def test_callbacks_follow_the_logistic_link():
     table = profile_table(40_000, seed=5)
-    screener = SimulatedScreener(intercept=50.0, coefficients=COEFS, callback_threshold=58.0,
-                                 callback_scale=4.0, seed=2)
+    screener = SimulatedScreener(
+        intercept=50.0, coefficients=COEFS, callback_threshold=58.0, callback_scale=4.0, seed=2
+    )
     table["callback"] = [r.value for r in screener.screen(JOBS, documents(table), "callback")]
     assert set(table["callback"].unique()) == {0.0, 1.0}
     p = screener.expected(table, "callback")
@@ -99,11 +126,16 @@ def test_callbacks_follow_the_logistic_link():
         group = (table["gender"] == gender).to_numpy()
         se = np.sqrt(p[group].mean() * (1 - p[group].mean()) / group.sum())
         assert abs(table["callback"][group].mean() - p[group].mean()) < 4 * se
-    fit = smf.logit("callback ~ C(gender, Treatment('female')) + C(edu_group, Treatment('low')) + exp_year"
-                    " + C(race, Treatment('black')) + C(surname_race_typicality, Treatment('neutral'))",
-                    data=table).fit(disp=0)
-    for term, slope in {"C(gender, Treatment('female'))[T.male]": 3.0, "exp_year": 0.5,
-                        "C(edu_group, Treatment('low'))[T.high]": 10.0}.items():
+    fit = smf.logit(
+        "callback ~ C(gender, Treatment('female')) + C(edu_group, Treatment('low')) + exp_year"
+        " + C(race, Treatment('black')) + C(surname_race_typicality, Treatment('neutral'))",
+        data=table,
+    ).fit(disp=0)
+    for term, slope in {
+        "C(gender, Treatment('female'))[T.male]": 3.0,
+        "exp_year": 0.5,
+        "C(edu_group, Treatment('low'))[T.high]": 10.0,
+    }.items():
         assert abs(fit.params[term] - slope / 4.0) < 4 * fit.bse[term], term
 
 
@@ -117,8 +149,10 @@ def test_noise_is_a_deterministic_function_of_job_text_and_seed():
     np.testing.assert_array_equal(np.array(first)[shuffled], again)  # per document, not per position
     other_seed = [r.value for r in SimulatedScreener(coefficients=COEFS, seed=8).screen(JOBS, docs, "score")]
     assert np.mean(np.array(first) == np.array(other_seed)) < 0.01
-    renamed = [Document(applicant_id=f"x{i}", job_id=d.job_id, kind="text", text=d.text, profile=d.profile)
-               for i, d in enumerate(docs[:50])]
+    renamed = [
+        Document(applicant_id=f"x{i}", job_id=d.job_id, kind="text", text=d.text, profile=d.profile)
+        for i, d in enumerate(docs[:50])
+    ]
     assert [r.value for r in screener.screen(JOBS, renamed, "score")] == first[:50]
     u = screener.uniforms(pd.Series([d.text for d in docs]), "score")
     assert stats.kstest(u, "uniform").pvalue > 1e-3 and 0 < u.min() and u.max() < 1
@@ -138,18 +172,21 @@ def test_plan_makes_no_calls():
     assert SimulatedScreener().plan(JOBS, documents(table), "score").calls == 0
 
 
-@pytest.mark.parametrize("kwargs,key", [
-    ({"noise_sd": -1.0}, "screener.noise_sd"),
-    ({"callback_scale": 0.0}, "screener.callback_scale"),
-    ({"intercept": float("nan")}, "screener.intercept"),
-    ({"seed": "abc"}, "screener.seed"),
-    ({"coefficients": {"gender": {"male": "big"}}}, "screener.coefficients.gender.male"),
-    ({"coefficients": {"gender": {"man": 1.0}}}, "screener.coefficients.gender"),
-    ({"coefficients": {"race": {"White": 1.0}}}, "screener.coefficients.race"),
-    ({"coefficients": {"exp_year": [1, 2]}}, "screener.coefficients.exp_year"),
-    ({"coefficients": {"edu_group": {}}}, "screener.coefficients.edu_group"),
-    ({"coefficients": ["gender"]}, "screener.coefficients"),
-])
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        ({"noise_sd": -1.0}, "screener.noise_sd"),
+        ({"callback_scale": 0.0}, "screener.callback_scale"),
+        ({"intercept": float("nan")}, "screener.intercept"),
+        ({"seed": "abc"}, "screener.seed"),
+        ({"coefficients": {"gender": {"male": "big"}}}, "screener.coefficients.gender.male"),
+        ({"coefficients": {"gender": {"man": 1.0}}}, "screener.coefficients.gender"),
+        ({"coefficients": {"race": {"White": 1.0}}}, "screener.coefficients.race"),
+        ({"coefficients": {"exp_year": [1, 2]}}, "screener.coefficients.exp_year"),
+        ({"coefficients": {"edu_group": {}}}, "screener.coefficients.edu_group"),
+        ({"coefficients": ["gender"]}, "screener.coefficients"),
+    ],
+)
 def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError) as info:
         SimulatedScreener(**kwargs)
@@ -188,8 +225,13 @@ def test_documents_without_profiles_are_refused():
 
 def test_default_config_has_direct_proxy_and_qualification_effects():
     screener = build(compose_config(["screener=simulated"]).screener, "screener")
-    assert set(screener.categorical) >= {"gender", "race", "surname_race_typicality",
-                                         "name_gender_typicality", "edu_group"}
+    assert set(screener.categorical) >= {
+        "gender",
+        "race",
+        "surname_race_typicality",
+        "name_gender_typicality",
+        "edu_group",
+    }
     assert "exp_year" in screener.numeric
     table = profile_table(10)
     assert np.all(np.isfinite(screener.expected(table)))
@@ -198,10 +240,19 @@ def test_default_config_has_direct_proxy_and_qualification_effects():
 def test_case_with_simulated_screener_estimates_the_true_gap(tmp_path):
     """End to end on the bundled population: the outcome gap matches the gap implied by the
     screener's own expected scores (its truth), within 4 standard errors."""
-    cfg = compose_config(["population.n=3000", "estimator=outcome_gap", "estimator.n_bootstrap=200", "screener=simulated",
-                          "~screener.coefficients", "+screener.coefficients={gender: {male: 4.0}, exp_year: 0.5}",
-                          "screener.noise_sd=6.0",
-                          "tracking=none"], tmp_path=tmp_path)
+    cfg = compose_config(
+        [
+            "population.n=3000",
+            "estimator=outcome_gap",
+            "estimator.n_bootstrap=200",
+            "screener=simulated",
+            "~screener.coefficients",
+            "+screener.coefficients={gender: {male: 4.0}, exp_year: 0.5}",
+            "screener.noise_sd=6.0",
+            "tracking=none",
+        ],
+        tmp_path=tmp_path,
+    )
     experiment = Experiment.from_config(cfg)
     result = experiment.run()
     scored = result.scored
@@ -217,12 +268,17 @@ def test_case_with_simulated_screener_estimates_the_true_gap(tmp_path):
 def test_default_config_on_the_population_gives_known_path_effects(tmp_path):
     """The default screener runs on the real PopResume population, and its expected scores over the
     population's counterfactual tables (issue 9's recipe) give the configured direct effect exactly."""
-    cfg = compose_config(["population.n=1500", "screener=simulated", "estimator.n_bootstrap=200",
-                          "tracking=none"], tmp_path=tmp_path)
+    cfg = compose_config(
+        ["population.n=1500", "screener=simulated", "estimator.n_bootstrap=200", "tracking=none"], tmp_path=tmp_path
+    )
     experiment = Experiment.from_config(cfg)
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, seed=0)
-    documents_ = [Document(applicant_id=r["applicant_id"], job_id=r["job_id"], kind="text",
-                           text=str(r["applicant_id"]), profile=r) for r in profiles.table.to_dict("records")]
+    documents_ = [
+        Document(
+            applicant_id=r["applicant_id"], job_id=r["job_id"], kind="text", text=str(r["applicant_id"]), profile=r
+        )
+        for r in profiles.table.to_dict("records")
+    ]
     results = experiment.screener.screen(profiles.jobs, documents_, "score")
     assert all(r.error is None and 0 <= r.value <= 100 for r in results)
 
@@ -237,8 +293,16 @@ def test_default_config_on_the_population_gives_known_path_effects(tmp_path):
 def test_paired_preset_callback_gap_matches_its_truth(tmp_path):
     """simulated_paired on the paired race audit: the estimated callback gap (pp) agrees with the
     gap implied by the screener's callback probabilities."""
-    cfg = compose_config(["experiment=paired_race", "screener=simulated_paired", "occupation.n_postings=600", "estimator.n_bootstrap=200",
-                          "tracking=none"], tmp_path=tmp_path)
+    cfg = compose_config(
+        [
+            "experiment=paired_race",
+            "screener=simulated_paired",
+            "occupation.n_postings=600",
+            "estimator.n_bootstrap=200",
+            "tracking=none",
+        ],
+        tmp_path=tmp_path,
+    )
     experiment = Experiment.from_config(cfg)
     result = experiment.run()
     scored = result.scored

@@ -1,5 +1,6 @@
 """Sweeps end to end: one MLflow parent run per sweep with a child run per case, failures recorded
 without aborting, the comparison report, launchers, dry-run plans, and reading through mlflow server."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,15 @@ def failing_sweep(tmp_path_factory):
     """2 occupations x (tfidf, a screener that raises mid-case): jobs 1 and 3 fail, 0 and 2 finish.
     Run by the joblib launcher: the cases live in worker processes, the parent run in this one."""
     cwd = tmp_path_factory.mktemp("sweep")
-    out = popfair("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "occupation=nurse,teacher",
-                  f"screener._target_={TFIDF},{EXPLODING}", *SMALL, cwd=cwd)
+    out = popfair(
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "occupation=nurse,teacher",
+        f"screener._target_={TFIDF},{EXPLODING}",
+        *SMALL,
+        cwd=cwd,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return cwd, out
 
@@ -86,8 +94,15 @@ def test_a_case_that_raises_is_recorded_failed_and_the_others_finish(failing_swe
 def test_sweep_report_files_and_plots(failing_sweep):
     cwd, _ = failing_sweep
     report = sweep_dir(cwd) / "report"
-    for name in ("report.html", "report.md", "runs.csv", "effects.csv", "popresume_cases.csv",
-                 "pattern_tally.csv", "summary.csv"):
+    for name in (
+        "report.html",
+        "report.md",
+        "runs.csv",
+        "effects.csv",
+        "popresume_cases.csv",
+        "pattern_tally.csv",
+        "summary.csv",
+    ):
         assert (report / name).is_file(), name
     forests = sorted(p.name for p in (report / "plots" / "forest").glob("*.png"))
     assert forests == ["nurse-gender-text-tfidf.png", "teacher-gender-text-tfidf.png"]
@@ -107,8 +122,16 @@ def test_sweep_report_files_and_plots(failing_sweep):
 
 def test_report_cli_rebuilds_the_report_from_mlflow(failing_sweep, tmp_path):
     cwd, _ = failing_sweep
-    code = report_main(["--latest-sweep", "--no-log", "--tracking-uri", f"sqlite:///{cwd}/mlruns/mlflow.db",
-                        "--out", str(tmp_path / "r")])
+    code = report_main(
+        [
+            "--latest-sweep",
+            "--no-log",
+            "--tracking-uri",
+            f"sqlite:///{cwd}/mlruns/mlflow.db",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     assert code == 0
     effects = pd.read_csv(tmp_path / "r" / "effects.csv")
     assert len(effects) == 2 and set(effects["effect"]) == {"gap"}
@@ -128,27 +151,38 @@ def test_mlflow_server_serves_the_sweep_over_rest(failing_sweep):
     """`mlflow server` on the project's sqlite store; the sweep's children found through the REST API."""
     cwd, _ = failing_sweep
     with mlflow_server(cwd / "mlruns") as base:
+
         def post(path: str, body: dict) -> dict:
-            request = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(
+                f"{base}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(request, timeout=30) as response:
                 return json.loads(response.read())
 
-        experiment = json.loads(urllib.request.urlopen(
-            f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=popfair", timeout=30).read())
+        experiment = json.loads(
+            urllib.request.urlopen(
+                f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=popfair", timeout=30
+            ).read()
+        )
         experiment_id = experiment["experiment"]["experiment_id"]
-        parents = post("/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment_id],
-                                                       "filter": "tags.`popfair.sweep` = 'parent'"})["runs"]
+        parents = post(
+            "/api/2.0/mlflow/runs/search",
+            {"experiment_ids": [experiment_id], "filter": "tags.`popfair.sweep` = 'parent'"},
+        )["runs"]
         assert len(parents) == 1
         parent_id = parents[0]["info"]["run_id"]
-        children = post("/api/2.0/mlflow/runs/search", {
-            "experiment_ids": [experiment_id], "filter": f"tags.mlflow.parentRunId = '{parent_id}'"})["runs"]
+        children = post(
+            "/api/2.0/mlflow/runs/search",
+            {"experiment_ids": [experiment_id], "filter": f"tags.mlflow.parentRunId = '{parent_id}'"},
+        )["runs"]
         assert sorted(r["info"]["status"] for r in children) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
         local = runs_of(cwd)
         assert {r["info"]["run_id"] for r in children} == set(
-            local.loc[local["tags.mlflow.parentRunId"] == parent_id, "run_id"])
+            local.loc[local["tags.mlflow.parentRunId"] == parent_id, "run_id"]
+        )
         # the report reads the same sweep through the server
         from popfair.report.runs import load_runs
+
         served = load_runs(base, parent_run_id=parent_id)
         assert sorted(served["status"]) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
 
@@ -157,11 +191,24 @@ def test_dry_run_plans_every_case_and_calls_nothing(tmp_path):
     """A priced screener whose key is unset and whose screen() would fail: the dry run still plans
     every case (built keyless), prints per-case plans and per-model totals."""
     env_free = {k: v for k, v in os.environ.items() if k != "POPFAIR_TEST_KEY"}
-    out = subprocess.run([sys.executable, "-m", "popfair", "-m", "dry_run=true",
-                          "occupation=nurse", "protected_attr=gender,race", "population.n=200",
-                          "screener._target_=tests.sweep_support.CountingScreener"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**env_free, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "popfair",
+            "-m",
+            "dry_run=true",
+            "occupation=nurse",
+            "protected_attr=gender,race",
+            "population.n=200",
+            "screener._target_=tests.sweep_support.CountingScreener",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env_free, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("\nplan ") + out.stdout.startswith("plan ") == 2
     assert "dry run: 2 cases planned, nothing called" in out.stdout
@@ -174,8 +221,10 @@ def test_dry_run_plans_every_case_and_calls_nothing(tmp_path):
     assert totals.loc["TOTAL", "cost_usd"] == pytest.approx(plans["cost_usd"].sum())
     # a document planned in an earlier case counts as a cache hit later on
     assert (plans["new_calls"] <= plans["calls"]).all()
-    assert plans.loc[plans["case_name"].str.startswith("nurse-gender"), "new_calls"].item() == \
-        plans.loc[plans["case_name"].str.startswith("nurse-gender"), "calls"].item()
+    assert (
+        plans.loc[plans["case_name"].str.startswith("nurse-gender"), "new_calls"].item()
+        == plans.loc[plans["case_name"].str.startswith("nurse-gender"), "calls"].item()
+    )
 
 
 def test_a_missing_key_fails_naming_the_variable_unless_dry_run(monkeypatch, tmp_path):
@@ -189,10 +238,14 @@ def test_a_missing_key_fails_naming_the_variable_unless_dry_run(monkeypatch, tmp
     assert Experiment.from_config(cfg, dry_run=True).screener.name == "exploding"
 
 
-@pytest.mark.parametrize("experiment,cases", [("popresume_grid", 120), ("callback_panel", 27),
-                                              ("popresume_grid_offline", 40), ("callback_panel_offline", 6)])
+@pytest.mark.parametrize(
+    "experiment,cases",
+    [("popresume_grid", 120), ("callback_panel", 27), ("popresume_grid_offline", 40), ("callback_panel_offline", 6)],
+)
 def test_experiment_grids_have_the_papers_case_counts(experiment, cases):
-    params = yaml.safe_load((Path(CONF_DIR) / "experiment" / f"{experiment}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    params = yaml.safe_load((Path(CONF_DIR) / "experiment" / f"{experiment}.yaml").read_text())["hydra"]["sweeper"][
+        "params"
+    ]
     varying, count = sweep_grid([f"experiment={experiment}"], params)
     assert count == cases
     for group in ("format_model", "panel_cell"):
@@ -200,10 +253,17 @@ def test_experiment_grids_have_the_papers_case_counts(experiment, cases):
             assert (Path(CONF_DIR) / group / f"{option}.yaml").is_file(), option
 
 
-@pytest.mark.parametrize("launcher,target", [
-    ("basic", "BasicLauncher"), ("joblib", "JoblibLauncher"),
-    ("submitit_slurm", "SlurmLauncher"), ("submitit_local", "LocalLauncher"),
-    ("slurm", "SlurmLauncher"), ("slurm_local", "LocalLauncher")])
+@pytest.mark.parametrize(
+    "launcher,target",
+    [
+        ("basic", "BasicLauncher"),
+        ("joblib", "JoblibLauncher"),
+        ("submitit_slurm", "SlurmLauncher"),
+        ("submitit_local", "LocalLauncher"),
+        ("slurm", "SlurmLauncher"),
+        ("slurm_local", "LocalLauncher"),
+    ],
+)
 def test_launchers_are_installed_and_compose(launcher, target):
     from hydra import compose, initialize_config_dir
 
@@ -216,8 +276,14 @@ def test_launchers_are_installed_and_compose(launcher, target):
 def _dry_sweep(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
     """A dry-run sweep with every API key variable removed from the environment."""
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_")}
-    out = subprocess.run([sys.executable, "-m", "popfair", "dry_run=true", *args], cwd=cwd,
-                         capture_output=True, text=True, timeout=600, env={**env, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-m", "popfair", "dry_run=true", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out, pd.read_csv(sweep_dir(cwd) / "plan.csv")
 
@@ -237,7 +303,9 @@ def test_callback_panel_dry_run_plans_27_cases_without_keys(tmp_path):
 
 def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkeypatch, tmp_path):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    cfg = compose_config(["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache"], tmp_path=tmp_path)
+    cfg = compose_config(
+        ["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache"], tmp_path=tmp_path
+    )
     with pytest.raises(MissingSecretError, match="OPENAI_API_KEY"):
         Experiment.from_config(cfg)
     screener = Experiment.from_config(cfg, dry_run=True).screener
@@ -248,11 +316,14 @@ def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkey
 def test_popresume_grid_sweeps_120_cases():
     """The full grid's composition, counted without building it (the dry run below plans one
     occupation's 24 cases; the other four occupations differ only in their config file)."""
-    params = yaml.safe_load((Path(CONF_DIR) / "experiment" / "popresume_grid.yaml").read_text())["hydra"]["sweeper"]["params"]
+    params = yaml.safe_load((Path(CONF_DIR) / "experiment" / "popresume_grid.yaml").read_text())["hydra"]["sweeper"][
+        "params"
+    ]
     varying, count = sweep_grid(["experiment=popresume_grid"], params)
     assert count == 120 and len(varying["format_model"]) == 12
-    assert sorted(varying["occupation"]) == sorted(["nurse", "teacher", "software_developer", "accountant",
-                                                    "construction_laborer"])
+    assert sorted(varying["occupation"]) == sorted(
+        ["nurse", "teacher", "software_developer", "accountant", "construction_laborer"]
+    )
     assert sorted(varying["protected_attr"]) == ["gender", "race"]
     for occupation in varying["occupation"]:
         assert compose_config([f"occupation={occupation}"]).occupation.key == occupation
@@ -278,8 +349,14 @@ def test_popresume_grid_dry_run_plans_its_cases_without_keys_or_photos(tmp_path)
 def test_offline_callback_panel_sweep_reports_the_panel(tmp_path):
     """The offline twin of the panel, narrowed to two local screeners on 40 postings: child runs
     under one parent, the panel tables per axis with Bonferroni over 2 models, and the charts."""
-    out = popfair("-m", "experiment=callback_panel_offline", "screener=tfidf,simulated_paired",
-                  "occupation.n_postings=40", "estimator.n_bootstrap=200", cwd=tmp_path)
+    out = popfair(
+        "-m",
+        "experiment=callback_panel_offline",
+        "screener=tfidf,simulated_paired",
+        "occupation.n_postings=40",
+        "estimator.n_bootstrap=200",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     runs = runs_of(tmp_path)
     parent_id = runs.loc[runs["tags.popfair.sweep"] == "parent", "run_id"].item()
@@ -293,7 +370,8 @@ def test_offline_callback_panel_sweep_reports_the_panel(tmp_path):
         assert (table["bonferroni_alpha"] == 0.025).all()
         run = children[(children["tags.protected_attr"] == axis) & (children["tags.screener"] == "tfidf")]
         assert table.loc[table["model"] == "tfidf", "gap_pp"].item() == pytest.approx(
-            run["metrics.gap.estimate"].item())
+            run["metrics.gap.estimate"].item()
+        )
     assert (report / "plots" / "panel_gaps.png").is_file() and (report / "plots" / "race_vs_gender.png").is_file()
 
 
@@ -306,8 +384,11 @@ def headshots(tmp_path) -> Path:
     folder.mkdir()
     rows = []
     for i, (gender, race, band) in enumerate(
-            (g, r, b) for g in ("female", "male") for r in ("black", "white", "hispanic", "api", "other")
-            for b in ("18-29", "30-44")):
+        (g, r, b)
+        for g in ("female", "male")
+        for r in ("black", "white", "hispanic", "api", "other")
+        for b in ("18-29", "30-44")
+    ):
         name = f"{gender}_{race}_{band}.png"
         Image.new("RGB", (60, 72), (40 + 10 * i, 90, 160)).save(folder / name)
         rows.append({"gender": gender, "race": race, "age_band": band, "file": name})
@@ -318,9 +399,16 @@ def headshots(tmp_path) -> Path:
 def test_offline_popresume_grid_image_cells_report_photo_vs_no_photo(tmp_path, headshots):
     """The offline PopResume twin narrowed to one occupation, gender and the two image cells: PSE
     effects per case, forest plots, the pattern tally, and the photo vs no-photo NDE pair."""
-    out = popfair("-m", "experiment=popresume_grid_offline", "occupation=nurse", "protected_attr=gender",
-                  "format_model=image-simulated,image_photo-simulated", f"photos_dir={headshots}",
-                  "population.n=300", cwd=tmp_path)
+    out = popfair(
+        "-m",
+        "experiment=popresume_grid_offline",
+        "occupation=nurse",
+        "protected_attr=gender",
+        "format_model=image-simulated,image_photo-simulated",
+        f"photos_dir={headshots}",
+        "population.n=300",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     runs = runs_of(tmp_path)
     children = runs.dropna(subset=["tags.mlflow.parentRunId"])

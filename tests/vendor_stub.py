@@ -8,6 +8,7 @@
 Both decide with `decide(text)`: a callback with probability P_WHITE, or P_BLACK when the applicant's
 surname is on Kline, Rose & Walters' list of distinctively Black surnames, drawn deterministically
 from the document's content. Tests compute the exact expected gap from `callback_probability`."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ BLACK_SURNAMES = frozenset(pd.read_csv(_SURNAMES).query("race == 'black'")["last
 
 def unit(*parts: object) -> float:
     digest = hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
-    return int(digest[:12], 16) / 16 ** 12
+    return int(digest[:12], 16) / 16**12
 
 
 def applicant_name(text: str) -> str:
@@ -71,13 +72,13 @@ def pdf_text(data: bytes) -> str:
 
 @dataclass
 class VendorState:
-    rate_limit: float = 0.0     # per-attempt fault shares, decided from (document, attempt)
+    rate_limit: float = 0.0  # per-attempt fault shares, decided from (document, attempt)
     server_error: float = 0.0
     timeout: float = 0.0
     malformed: float = 0.0
     retry_after: str = "0.01"
     hang_s: float = 1.0
-    latency_s: float = 0.0      # every answer waits this long (benchmarks)
+    latency_s: float = 0.0  # every answer waits this long (benchmarks)
     answered: Counter = field(default_factory=Counter)  # document_id -> successful answers
     attempts: Counter = field(default_factory=Counter)
     faults: Counter = field(default_factory=Counter)
@@ -127,8 +128,12 @@ class Handler(BaseHTTPRequestHandler):
             attempt = state.attempts[doc]
             state.headers_seen.append(dict(self.headers))
         u = unit("fault", doc, attempt)
-        edges = [("rate_limit", state.rate_limit), ("server_error", state.server_error),
-                 ("timeout", state.timeout), ("malformed", state.malformed)]
+        edges = [
+            ("rate_limit", state.rate_limit),
+            ("server_error", state.server_error),
+            ("timeout", state.timeout),
+            ("malformed", state.malformed),
+        ]
         fault, low = None, 0.0
         for name, share in edges:
             if low <= u < low + share:
@@ -177,8 +182,13 @@ def score_files(folder: Path, out: Path) -> None:
         data = (folder / record.file).read_bytes()
         text = pdf_text(data) if record.file.endswith(".pdf") else data.decode("utf-8")
         verdict = decide(text)
-        rows.append({"Candidate ID": record.document_id, "Fit score": verdict["score"],
-                     "Recommendation": verdict["decision"].upper()})
+        rows.append(
+            {
+                "Candidate ID": record.document_id,
+                "Fit score": verdict["score"],
+                "Recommendation": verdict["decision"].upper(),
+            }
+        )
     sheet = pd.DataFrame(rows)
     if out.suffix == ".xlsx":
         sheet.to_excel(out, index=False)

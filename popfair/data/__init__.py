@@ -1,4 +1,5 @@
 """Bundled public data (see SOURCES.md in each folder) and the one way to locate it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,6 @@ def data_file(*parts: str) -> Path:
     path = DATA_DIR.joinpath(*parts)
     if not path.exists():
         raise DataError(
-            f"bundled data file missing: {path}. Reinstall popfair (pip install -e .) "
-            "so its data files are present."
+            f"bundled data file missing: {path}. Reinstall popfair (pip install -e .) so its data files are present."
         )
     return path

@@ -1,6 +1,7 @@
 """The estimate stage: estimators are functions of the scored table and the SFM roles.
 
 Public names are imported on first use (`popfair._lazy`)."""
+
 from __future__ import annotations
 
 from popfair._lazy import lazy_exports

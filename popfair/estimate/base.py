@@ -1,4 +1,5 @@
 """Estimate stage interface: scored table + SFM roles -> effects table with inference."""
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -44,5 +45,6 @@ def contrast_rows(data: pd.DataFrame, roles: Roles, y: str) -> pd.DataFrame:
         if counts.get(level, 0) < 2:
             raise EstimationError(
                 f"{roles.x}={level!r} has {counts.get(level, 0)} scored rows; need at least 2 "
-                "for a contrast (is the sample too small or the level misspelled?)")
+                "for a contrast (is the sample too small or the level misspelled?)"
+            )
     return rows

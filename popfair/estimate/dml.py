@@ -21,6 +21,7 @@ clipped predictions and the largest weights pi1, pi2, pi3 are reported (`overlap
 `PseOverlapWarning` is issued when clipping touches more than 1% of rows or a weight exceeds
 `1 / clip ** 2`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,7 +52,7 @@ log = logging.getLogger("popfair.pse")
 # Feature blocks of each nuisance (b, r, x, z); "x" is the 0/1 indicator of X = x1.
 FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "rz", "p_brz": "brz"}
 PROPENSITIES = ("p_z", "p_rz", "p_brz")
-MU2_KEYS = (0, 1)                   # x_y
+MU2_KEYS = (0, 1)  # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
 CACHE_VERSION = "pse-tuning-v1"
 _MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
@@ -81,9 +82,11 @@ class TuningGrid:
             return grid
         GridRule().check("grid", grid)
         values = {name: tuple(grid.get(name, getattr(cls(), name))) for name in GRID_KEYS}
-        return cls(n_estimators=tuple(sorted(set(values["n_estimators"]))),
-                   max_depth=tuple(sorted(set(values["max_depth"]))),
-                   reg_lambda=tuple(sorted({float(v) for v in values["reg_lambda"]})))
+        return cls(
+            n_estimators=tuple(sorted(set(values["n_estimators"]))),
+            max_depth=tuple(sorted(set(values["max_depth"]))),
+            reg_lambda=tuple(sorted({float(v) for v in values["reg_lambda"]})),
+        )
 
 
 GRID_KEYS = ("n_estimators", "max_depth", "reg_lambda")
@@ -93,9 +96,11 @@ class GridRule(Constraint):
     """null, a TuningGrid, or a mapping of some of n_estimators, max_depth (non-empty lists of
     integers >= 1) and reg_lambda (non-empty list of numbers >= 0); errors name the sub-key."""
 
-    ITEMS = {"n_estimators": ListOf(Interval(int, 1, None), "integers >= 1", non_empty=True),
-             "max_depth": ListOf(Interval(int, 1, None), "integers >= 1", non_empty=True),
-             "reg_lambda": ListOf(Interval(float, 0, None), "numbers >= 0", non_empty=True)}
+    ITEMS = {
+        "n_estimators": ListOf(Interval(int, 1, None), "integers >= 1", non_empty=True),
+        "max_depth": ListOf(Interval(int, 1, None), "integers >= 1", non_empty=True),
+        "reg_lambda": ListOf(Interval(float, 0, None), "numbers >= 0", non_empty=True),
+    }
 
     def is_satisfied_by(self, value: Any) -> bool:
         try:
@@ -125,23 +130,23 @@ class PseSettings:
     """Every setting of a DML-UCA estimate, written once: `estimate_pse(**settings)` and the
     `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
 
-    folds: int = 5                       # cross-fitting folds L
+    folds: int = 5  # cross-fitting folds L
     # Fold assignments cross-fit and averaged, their spread added to SE and CI (1: the paper's single
     # split). More splits make the estimate independent of the random fold assignment (for 0/1 outcomes
     # NIE/BIE move by 0.2-0.55 SE between assignments); they narrow but do not close the callback
     # under-coverage of NIE/BIE at n=3000 (benchmarks/coverage_pse.py: SE/SD 0.92-0.95 and coverage 0.92
     # with 5 splits over 200 replications, vs 0.87-0.88 and 0.85-0.88 with one over 40).
     n_splits: int = 1
-    n_bootstrap: int = 500               # bootstrap resamples of the score rows (or clusters)
+    n_bootstrap: int = 500  # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
-    alpha: float = 0.05                  # 1 - CI level
-    clip: float = 0.01                   # propensities clipped to [clip, 1 - clip]
+    alpha: float = 0.05  # 1 - CI level
+    clip: float = 0.01  # propensities clipped to [clip, 1 - clip]
     grid: TuningGrid = field(default_factory=TuningGrid)  # XGBoost hyperparameter grid (paper's C.5)
-    validation_fraction: float = 0.2     # tuning split
-    max_categories: int = 32             # one-hot levels kept per categorical column
-    max_bin: int = 64                    # XGBoost histogram bins
-    n_jobs: int | None = 1               # threads for independent XGBoost fits (None: every CPU this process may use)
-    cluster: str | None = None           # column whose values are resampled whole (cluster-robust SEs)
+    validation_fraction: float = 0.2  # tuning split
+    max_categories: int = 32  # one-hot levels kept per categorical column
+    max_bin: int = 64  # XGBoost histogram bins
+    n_jobs: int | None = 1  # threads for independent XGBoost fits (None: every CPU this process may use)
+    cluster: str | None = None  # column whose values are resampled whole (cluster-robust SEs)
     cache_dir: str | Path | None = None  # on-disk cache of tuned hyperparameters (None: memory only)
 
     @classmethod
@@ -156,11 +161,18 @@ class PseSettings:
 
 
 PSE_CONSTRAINTS: Rules = {
-    "folds": Interval(int, 2, None), "n_splits": Interval(int, 1, 50), "n_bootstrap": N_BOOTSTRAP,
-    "seed": SEED, "alpha": ALPHA,
-    "clip": Interval(float, 0, 0.1, closed="neither"), "grid": GridRule(),
-    "validation_fraction": Interval(float, 0.05, 0.5), "max_categories": Interval(int, 2, None),
-    "max_bin": Interval(int, 2, 1024), "n_jobs": [None, Interval(int, 1, None)], "cluster": [None, Text()],
+    "folds": Interval(int, 2, None),
+    "n_splits": Interval(int, 1, 50),
+    "n_bootstrap": N_BOOTSTRAP,
+    "seed": SEED,
+    "alpha": ALPHA,
+    "clip": Interval(float, 0, 0.1, closed="neither"),
+    "grid": GridRule(),
+    "validation_fraction": Interval(float, 0.05, 0.5),
+    "max_categories": Interval(int, 2, None),
+    "max_bin": Interval(int, 2, 1024),
+    "n_jobs": [None, Interval(int, 1, None)],
+    "cluster": [None, Text()],
     "cache_dir": [None, PathRule()],
 }
 
@@ -169,13 +181,13 @@ PSE_CONSTRAINTS: Rules = {
 class DmlScores:
     """Cross-fitted doubly robust scores: one row per estimation row, one column per TARGETS mean."""
 
-    phi_splits: np.ndarray          # n_splits x n x len(TARGETS): one cross-fit per fold assignment
-    cluster: np.ndarray | None      # cluster code per row (0..G-1) when settings.cluster is set
-    overlap: pd.DataFrame           # propensity ranges, clipped shares and largest weights
-    tuning: pd.DataFrame            # chosen hyperparameters per nuisance, with `from_cache`
+    phi_splits: np.ndarray  # n_splits x n x len(TARGETS): one cross-fit per fold assignment
+    cluster: np.ndarray | None  # cluster code per row (0..G-1) when settings.cluster is set
+    overlap: pd.DataFrame  # propensity ranges, clipped shares and largest weights
+    tuning: pd.DataFrame  # chosen hyperparameters per nuisance, with `from_cache`
     timings: dict[str, float]
-    n_excluded: int                 # rows whose X is neither x0 nor x1 or whose Y is missing
-    notes: list[str]                # encoding caveats (pooled levels)
+    n_excluded: int  # rows whose X is neither x0 nor x1 or whose Y is missing
+    notes: list[str]  # encoding caveats (pooled levels)
 
     @property
     def phi(self) -> np.ndarray:
@@ -183,16 +195,28 @@ class DmlScores:
         return self.phi_splits.mean(axis=0)
 
 
-def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
-               r: Sequence[str], y: str, settings: PseSettings) -> DmlScores:
+def dml_scores(
+    data: pd.DataFrame,
+    *,
+    x: str,
+    x0: str,
+    x1: str,
+    z: Sequence[str],
+    b: Sequence[str],
+    r: Sequence[str],
+    y: str,
+    settings: PseSettings,
+) -> DmlScores:
     """Encode the roles, assign folds, tune (or reuse cached) nuisances and cross-fit the scores."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    design, n_excluded, notes = _Design.from_frame(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y,
-                                                   cluster=settings.cluster,
-                                                   max_categories=settings.max_categories)
-    fold_of = [_assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
-               for s in range(settings.n_splits)]
+    design, n_excluded, notes = _Design.from_frame(
+        data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, cluster=settings.cluster, max_categories=settings.max_categories
+    )
+    fold_of = [
+        _assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
+        for s in range(settings.n_splits)
+    ]
     timings["encode"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -210,8 +234,15 @@ def dml_scores(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str]
     timings["cross_fit"] = time.perf_counter() - clock
     tuning = pd.DataFrame.from_dict(params, orient="index").rename_axis("nuisance")
     tuning["from_cache"] = from_cache
-    return DmlScores(phi_splits=phi_splits, cluster=design.cluster, overlap=_overlap_table(overlap, settings.clip, settings.folds),
-                     tuning=tuning, timings=timings, n_excluded=n_excluded, notes=notes)
+    return DmlScores(
+        phi_splits=phi_splits,
+        cluster=design.cluster,
+        overlap=_overlap_table(overlap, settings.clip, settings.folds),
+        tuning=tuning,
+        timings=timings,
+        n_excluded=n_excluded,
+        notes=notes,
+    )
 
 
 @dataclass
@@ -225,9 +256,20 @@ class _Design:
     _factual: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_frame(cls, data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
-                   r: Sequence[str], y: str, cluster: str | None,
-                   max_categories: int) -> tuple[_Design, int, list[str]]:
+    def from_frame(
+        cls,
+        data: pd.DataFrame,
+        *,
+        x: str,
+        x0: str,
+        x1: str,
+        z: Sequence[str],
+        b: Sequence[str],
+        r: Sequence[str],
+        y: str,
+        cluster: str | None,
+        max_categories: int,
+    ) -> tuple[_Design, int, list[str]]:
         if not isinstance(data, pd.DataFrame):
             raise EstimationError(f"data must be a pandas DataFrame, got {type(data).__name__}")
         roles = {"z": list(z), "b": list(b), "r": list(r)}
@@ -242,8 +284,9 @@ class _Design:
         for role, cols in [("x", [x]), ("y", [y])] + list(roles.items()):
             for col in cols:
                 if col in seen:
-                    raise EstimationError(f"column {col!r} is given both as {seen[col]} and as {role}; "
-                                          "each column plays one role")
+                    raise EstimationError(
+                        f"column {col!r} is given both as {seen[col]} and as {role}; each column plays one role"
+                    )
                 seen[col] = role
         if x0 == x1:
             raise EstimationError(f"x0 and x1 must differ, both are {x0!r}")
@@ -251,8 +294,10 @@ class _Design:
         levels = sorted(map(str, present.dropna().unique()))
         for level in (x0, x1):
             if not (present == level).any():
-                raise EstimationError(f"{x} has no rows with level {level!r} (levels present: {levels}); "
-                                      "both contrasted levels are needed")
+                raise EstimationError(
+                    f"{x} has no rows with level {level!r} (levels present: {levels}); "
+                    "both contrasted levels are needed"
+                )
         outcome = pd.to_numeric(data[y], errors="coerce") if data[y].dtype != bool else data[y].astype(float)
         if data[y].notna().sum() != outcome.notna().sum():
             raise EstimationError(f"outcome {y!r} has non-numeric values; expected a 0-100 score or a 0/1 callback")
@@ -263,8 +308,10 @@ class _Design:
         if not np.isfinite(yv).all():
             raise EstimationError(f"outcome {y!r} has infinite values")
         if len(yv) == 0 or np.ptp(yv) == 0:
-            raise EstimationError(f"outcome {y!r} is constant ({yv[0] if len(yv) else 'no rows'}) over the "
-                                  f"{len(yv)} rows with {x} in ({x0!r}, {x1!r}); there is no effect to decompose")
+            raise EstimationError(
+                f"outcome {y!r} is constant ({yv[0] if len(yv) else 'no rows'}) over the "
+                f"{len(yv)} rows with {x} in ({x0!r}, {x1!r}); there is no effect to decompose"
+            )
         role_cols = roles["z"] + roles["b"] + roles["r"] + ([cluster] if cluster else [])
         nan_cols = [c for c in role_cols if rows[c].isna().any()]
         if nan_cols:
@@ -274,8 +321,9 @@ class _Design:
         blocks = {}
         for role, cols in roles.items():
             parts = [_encode_column(rows[c], max_categories, notes) for c in cols]
-            blocks[role] = (np.column_stack(parts).astype(np.float32) if parts
-                            else np.zeros((len(rows), 1), np.float32))  # empty Z: intercept-only models
+            blocks[role] = (
+                np.column_stack(parts).astype(np.float32) if parts else np.zeros((len(rows), 1), np.float32)
+            )  # empty Z: intercept-only models
         a = (present[keep] == x1).to_numpy(dtype=np.float32)
         blocks["x"] = a[:, None]
         clusters = pd.factorize(rows[cluster])[0] if cluster else None
@@ -313,9 +361,11 @@ def _encode_column(column: pd.Series, max_categories: int, notes: list[str]) -> 
     levels = sorted(counts.index)
     if len(levels) > max_categories:
         kept = set(counts.sort_values(ascending=False, kind="stable").index[: max_categories - 1])
-        notes.append(f"{column.name}: {len(levels)} levels; kept the {max_categories - 1} most frequent and "
-                     f"pooled the other {len(levels) - len(kept)} as 'other' (group high-cardinality columns "
-                     "first, as the paper's C.4 does)")
+        notes.append(
+            f"{column.name}: {len(levels)} levels; kept the {max_categories - 1} most frequent and "
+            f"pooled the other {len(levels) - len(kept)} as 'other' (group high-cardinality columns "
+            "first, as the paper's C.4 does)"
+        )
         levels = sorted(kept)
         text = text.where(text.isin(kept), "\x00other")
         levels.append("\x00other")
@@ -323,8 +373,9 @@ def _encode_column(column: pd.Series, max_categories: int, notes: list[str]) -> 
     return (codes[:, None] == np.arange(len(levels))[None, :]).astype(np.float32)
 
 
-def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str],
-                  split: int = 0) -> np.ndarray:
+def _assign_folds(
+    a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str], split: int = 0
+) -> np.ndarray:
     """Fold id per row, stratified by X so every fold holds both levels when that is possible;
     `split` numbers the fold assignments of repeated cross-fitting (0: the single-split one)."""
     rng = np.random.default_rng([seed, 1] if split == 0 else [seed, 1, split])
@@ -338,10 +389,9 @@ def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple
             empty = np.flatnonzero(present == 0).tolist()
             raise EstimationError(
                 f"cross-fitting folds {empty} of {folds} have no rows with {x}={level!r} (only "
-                f"{int((a == value).sum())} such rows); every fold needs both levels: lower `folds` or add data")
+                f"{int((a == value).sum())} such rows); every fold needs both levels: lower `folds` or add data"
+            )
     return fold_of
-
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -350,9 +400,16 @@ def _assign_folds(a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple
 
 def _xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
     # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
-    return {"objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
-            "max_depth": int(depth), "reg_lambda": float(lam), "tree_method": "hist",
-            "max_bin": settings.max_bin, "nthread": 1, "seed": settings.seed, "verbosity": 0}
+    return {
+        "objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
+        "max_depth": int(depth),
+        "reg_lambda": float(lam),
+        "tree_method": "hist",
+        "max_bin": settings.max_bin,
+        "nthread": 1,
+        "seed": settings.seed,
+        "verbosity": 0,
+    }
 
 
 def _kind(name: str) -> str:
@@ -391,31 +448,55 @@ class _Runner:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _matrix(features: np.ndarray, target: np.ndarray, settings: PseSettings,
-            ref: xgb.QuantileDMatrix | None = None) -> xgb.QuantileDMatrix:
+def _matrix(
+    features: np.ndarray, target: np.ndarray, settings: PseSettings, ref: xgb.QuantileDMatrix | None = None
+) -> xgb.QuantileDMatrix:
     """Training matrix. `ref` (a matrix built from the same features) lends its histogram cuts,
     which skips sketching and gives the same cuts, hence the same trees."""
     return xgb.QuantileDMatrix(features, target, max_bin=settings.max_bin, nthread=1, ref=ref)
 
 
-def _fit(features: np.ndarray, target: np.ndarray, kind: str, params: Mapping[str, float],
-         settings: PseSettings, ref: xgb.QuantileDMatrix | None = None) -> tuple[_Fit, xgb.QuantileDMatrix]:
+def _fit(
+    features: np.ndarray,
+    target: np.ndarray,
+    kind: str,
+    params: Mapping[str, float],
+    settings: PseSettings,
+    ref: xgb.QuantileDMatrix | None = None,
+) -> tuple[_Fit, xgb.QuantileDMatrix]:
     dtrain = _matrix(features, target, settings, ref)
-    booster = xgb.train(_xgb_params(kind, int(params["max_depth"]), params["reg_lambda"], settings), dtrain,
-                        num_boost_round=int(params["n_estimators"]))
+    booster = xgb.train(
+        _xgb_params(kind, int(params["max_depth"]), params["reg_lambda"], settings),
+        dtrain,
+        num_boost_round=int(params["n_estimators"]),
+    )
     return _Fit(booster, int(params["n_estimators"])), dtrain
 
 
-def _search(features: np.ndarray, target: np.ndarray, kind: str, train: np.ndarray, valid: np.ndarray,
-            settings: PseSettings, runner: _Runner | None = None,
-            ref: xgb.QuantileDMatrix | None = None) -> tuple[dict[str, float], _Fit]:
+def _search(
+    features: np.ndarray,
+    target: np.ndarray,
+    kind: str,
+    train: np.ndarray,
+    valid: np.ndarray,
+    settings: PseSettings,
+    runner: _Runner | None = None,
+    ref: xgb.QuantileDMatrix | None = None,
+) -> tuple[dict[str, float], _Fit]:
     """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model."""
     return _start_search(features, target, kind, train, valid, settings, runner or _Runner(1), ref)[0]()
 
 
-def _start_search(features: np.ndarray, target: np.ndarray, kind: str, train: np.ndarray, valid: np.ndarray,
-                  settings: PseSettings, runner: _Runner, ref: xgb.QuantileDMatrix | None = None,
-                  ) -> tuple[Callable[[], tuple[dict[str, float], _Fit]], xgb.QuantileDMatrix]:
+def _start_search(
+    features: np.ndarray,
+    target: np.ndarray,
+    kind: str,
+    train: np.ndarray,
+    valid: np.ndarray,
+    settings: PseSettings,
+    runner: _Runner,
+    ref: xgb.QuantileDMatrix | None = None,
+) -> tuple[Callable[[], tuple[dict[str, float], _Fit]], xgb.QuantileDMatrix]:
     """Submit one fit per (max_depth, reg_lambda) to `runner`; returns a function that waits for
     them and picks the best grid point exactly as a serial loop over the grid would, and the
     training matrix (a `ref` for searches on the same features)."""
@@ -425,8 +506,10 @@ def _start_search(features: np.ndarray, target: np.ndarray, kind: str, train: np
 
     def fit(depth: int, lam: float) -> tuple[xgb.Booster, list[float]]:
         booster = xgb.train(_xgb_params(kind, depth, lam, settings), dtrain, num_boost_round=max(grid.n_estimators))
-        losses = [float(np.mean((booster.inplace_predict(x_valid, iteration_range=(0, n_trees)) - y_valid) ** 2))
-                  for n_trees in grid.n_estimators]
+        losses = [
+            float(np.mean((booster.inplace_predict(x_valid, iteration_range=(0, n_trees)) - y_valid) ** 2))
+            for n_trees in grid.n_estimators
+        ]
         return booster, losses
 
     pending = [(depth, lam, runner.submit(fit, depth, lam)) for depth in grid.max_depth for lam in grid.reg_lambda]
@@ -437,8 +520,11 @@ def _start_search(features: np.ndarray, target: np.ndarray, kind: str, train: np
             booster, losses = future.result()
             for n_trees, loss in zip(grid.n_estimators, losses):
                 if chosen is None or loss < chosen[0] - 1e-12:
-                    chosen = (loss, {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
-                              _Fit(booster, n_trees))
+                    chosen = (
+                        loss,
+                        {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
+                        _Fit(booster, n_trees),
+                    )
         assert chosen is not None
         loss, params, model = chosen
         return {**params, "loss": loss}, model
@@ -462,6 +548,7 @@ def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, flo
     lo, hi = design.y.min(), design.y.max()
 
     with closing(_Runner(settings.n_jobs)) as runner:
+
         def start(name: str, target: np.ndarray, ref: xgb.QuantileDMatrix | None = None):
             return _start_search(design.features(name), target, _kind(name), train, valid, settings, runner, ref)
 
@@ -487,22 +574,33 @@ def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, flo
 
 
 def _nuisance_names() -> list[str]:
-    return (["mu3"] + [f"mu2[x_y={v}]" for v in MU2_KEYS]
-            + [f"mu1[x_y={v},x_b={w}]" for v, w in MU1_KEYS] + list(PROPENSITIES))
+    return (
+        ["mu3"]
+        + [f"mu2[x_y={v}]" for v in MU2_KEYS]
+        + [f"mu1[x_y={v},x_b={w}]" for v, w in MU1_KEYS]
+        + list(PROPENSITIES)
+    )
 
 
-def _cross_fit(design: _Design, fold_of: np.ndarray, params: Mapping[str, Mapping[str, float]],
-               settings: PseSettings) -> tuple[np.ndarray, list[dict[str, Any]]]:
+def _cross_fit(
+    design: _Design, fold_of: np.ndarray, params: Mapping[str, Mapping[str, float]], settings: PseSettings
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Per-row scores phi (n x 5 targets), each row scored by nuisances fit without its fold.
     Per fold, the outcome chain is one task and each propensity model another, all on one pool."""
     n = len(design.y)
     phi = np.empty((n, len(TARGETS)))
     overlap: list[dict[str, Any]] = []
     with closing(_Runner(settings.n_jobs)) as runner:
-        tasks = [(runner.submit(_fold_outcomes, design, fold_of, fold, params, settings),
-                  [runner.submit(_fold_propensity, design, fold_of, fold, name, params, settings)
-                   for name in PROPENSITIES])
-                 for fold in range(settings.folds)]
+        tasks = [
+            (
+                runner.submit(_fold_outcomes, design, fold_of, fold, params, settings),
+                [
+                    runner.submit(_fold_propensity, design, fold_of, fold, name, params, settings)
+                    for name in PROPENSITIES
+                ],
+            )
+            for fold in range(settings.folds)
+        ]
         for fold, (outcomes, propensities) in enumerate(tasks):
             prob1, diagnostics = {}, []
             for name, future in zip(PROPENSITIES, propensities):
@@ -514,8 +612,9 @@ def _cross_fit(design: _Design, fold_of: np.ndarray, params: Mapping[str, Mappin
     return phi, overlap
 
 
-def _fold_outcomes(design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]],
-                   settings: PseSettings) -> tuple[dict, dict, dict]:
+def _fold_outcomes(
+    design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]], settings: PseSettings
+) -> tuple[dict, dict, dict]:
     """The fold's outcome chain: mu3 at x_y, mu2 at (x_y, x_b) on every row, mu1 at (x_y, x_b, x_r)
     on the held-out rows, each nested model fit on the training rows' pseudo-outcomes."""
     train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
@@ -543,22 +642,34 @@ def _fold_outcomes(design: _Design, fold_of: np.ndarray, fold: int, params: Mapp
     return mu3_at, mu2_at, mu1_at
 
 
-def _fold_propensity(design: _Design, fold_of: np.ndarray, fold: int, name: str,
-                     params: Mapping[str, Mapping[str, float]], settings: PseSettings,
-                     ) -> tuple[np.ndarray, dict[str, Any]]:
+def _fold_propensity(
+    design: _Design,
+    fold_of: np.ndarray,
+    fold: int,
+    name: str,
+    params: Mapping[str, Mapping[str, float]],
+    settings: PseSettings,
+) -> tuple[np.ndarray, dict[str, Any]]:
     """P(X = x1 | .) of one propensity model on the fold's held-out rows, clipped, and its range."""
     train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
     features = design.features(name)
     model, _ = _fit(features[train], design.a[train].astype(np.float32), "classifier", params[name], settings)
     raw = model.predict(features[held])
     clipped = (raw < settings.clip) | (raw > 1 - settings.clip)
-    diagnostics = {"kind": "propensity", "name": name, "min": float(raw.min()), "max": float(raw.max()),
-                   "n_clipped": int(clipped.sum()), "n": len(held)}
+    diagnostics = {
+        "kind": "propensity",
+        "name": name,
+        "min": float(raw.min()),
+        "max": float(raw.max()),
+        "n_clipped": int(clipped.sum()),
+        "n": len(held),
+    }
     return np.clip(raw, settings.clip, 1 - settings.clip), diagnostics
 
 
-def _fold_scores(design: _Design, fold_of: np.ndarray, fold: int, outcomes: tuple[dict, dict, dict],
-                 prob1: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+def _fold_scores(
+    design: _Design, fold_of: np.ndarray, fold: int, outcomes: tuple[dict, dict, dict], prob1: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
     """The held-out rows' doubly robust scores from the fold's nuisances, and the weights' ranges."""
     held = np.flatnonzero(fold_of == fold)
     mu3_at, mu2_at, mu1_at = outcomes
@@ -577,8 +688,16 @@ def _fold_scores(design: _Design, fold_of: np.ndarray, fold: int, outcomes: tupl
         m3, m2, m1 = mu3_at[v][held], mu2_at[(v, w)][held], mu1_at[(v, w, u)]
         scores[:, j] = pi3 * (y_h - m3) + pi2 * (m3 - m2) + pi1 * (m2 - m1) + m1
         for term, weight in (("pi1", pi1), ("pi2", pi2), ("pi3", pi3)):
-            diagnostics.append({"kind": "weight", "name": f"{term} {target}", "min": float(weight.min()),
-                                "max": float(weight.max()), "n_clipped": 0, "n": len(held)})
+            diagnostics.append(
+                {
+                    "kind": "weight",
+                    "name": f"{term} {target}",
+                    "min": float(weight.min()),
+                    "max": float(weight.max()),
+                    "n_clipped": 0,
+                    "n": len(held),
+                }
+            )
     return held, scores, diagnostics
 
 
@@ -586,25 +705,31 @@ def _overlap_table(rows: list[dict[str, Any]], clip: float, folds: int) -> pd.Da
     """Across folds: propensity ranges and clipped shares, largest weights; warn when overlap is poor."""
     frame = pd.DataFrame(rows)
     table = frame.groupby(["kind", "name"], sort=False).agg(
-        min=("min", "min"), max=("max", "max"), n_clipped=("n_clipped", "sum"), n=("n", "sum"))
+        min=("min", "min"), max=("max", "max"), n_clipped=("n_clipped", "sum"), n=("n", "sum")
+    )
     table["share_clipped"] = table["n_clipped"] / table["n"]
     table = table.reset_index().set_index("name")
     problems = []
     props = table[table["kind"] == "propensity"]
     if (props["share_clipped"] > 0.01).any():
         worst = props["share_clipped"].idxmax()
-        problems.append(f"{props.loc[worst, 'share_clipped']:.1%} of held-out propensities of {worst} were "
-                        f"clipped to [{clip}, {1 - clip}]")
+        problems.append(
+            f"{props.loc[worst, 'share_clipped']:.1%} of held-out propensities of {worst} were "
+            f"clipped to [{clip}, {1 - clip}]"
+        )
     weights = table[table["kind"] == "weight"]
-    if (weights["max"] > 1 / clip ** 2).any():
+    if (weights["max"] > 1 / clip**2).any():
         worst = weights["max"].idxmax()
         problems.append(f"largest weight {weights.loc[worst, 'max']:.0f} ({worst})")
     if problems:
-        warnings.warn("poor overlap between x0 and x1 given the covariates: " + "; ".join(problems)
-                      + "; estimates may be unstable (see PseResult.overlap)", PseOverlapWarning, stacklevel=5)
+        warnings.warn(
+            "poor overlap between x0 and x1 given the covariates: "
+            + "; ".join(problems)
+            + "; estimates may be unstable (see PseResult.overlap)",
+            PseOverlapWarning,
+            stacklevel=5,
+        )
     return table
-
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -618,9 +743,18 @@ def _cache_key(design: _Design, settings: PseSettings) -> str:
         digest.update(f"{name}{block.shape}".encode())
         digest.update(block.tobytes())
     digest.update(np.ascontiguousarray(design.y).tobytes())
-    digest.update(json.dumps({"grid": asdict(settings.grid), "seed": settings.seed, "max_bin": settings.max_bin,
-                              "validation_fraction": settings.validation_fraction,
-                              "xgboost": xgb.__version__}, sort_keys=True).encode())
+    digest.update(
+        json.dumps(
+            {
+                "grid": asdict(settings.grid),
+                "seed": settings.seed,
+                "max_bin": settings.max_bin,
+                "validation_fraction": settings.validation_fraction,
+                "xgboost": xgb.__version__,
+            },
+            sort_keys=True,
+        ).encode()
+    )
     return digest.hexdigest()[:32]
 
 

@@ -17,6 +17,7 @@ median or top-k cutoff and which category is highest, so the CIs carry all the s
 Fisher exact and chi-square tests compare each category with the top one (they assume independent
 applicants; with postings the bootstrap CI is the honest statement).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,22 +44,30 @@ UNKNOWN = "unknown"
 OUTCOMES = ("auto", "score", "callback")
 DEFAULT_CLUSTER = "posting_id"
 # Display labels for the published-summary layout; other values are shown as they are.
-DISPLAY = {"female": "Female", "male": "Male", "black": "Black or African American", "white": "White",
-           "hispanic": "Hispanic or Latino", "api": "Asian or Pacific Islander",
-           "other": "Other race", UNKNOWN: "Unknown", **LL144_DISPLAY}
+DISPLAY = {
+    "female": "Female",
+    "male": "Male",
+    "black": "Black or African American",
+    "white": "White",
+    "hispanic": "Hispanic or Latino",
+    "api": "Asian or Pacific Islander",
+    "other": "Other race",
+    UNKNOWN: "Unknown",
+    **LL144_DISPLAY,
+}
 
 
 @dataclass(frozen=True)
 class ImpactRatioSettings:
     """What to compute and how (`check` validates against IMPACT_RATIO_CONSTRAINTS)."""
 
-    outcome: str = "auto"            # auto (0/1 values = callback), score or callback
-    top_share: float | None = 0.2    # scores: also the rate of landing in the top share (None = off)
-    min_score: float | None = None   # scores: also the rate of scoring >= this value (None = off)
+    outcome: str = "auto"  # auto (0/1 values = callback), score or callback
+    top_share: float | None = 0.2  # scores: also the rate of landing in the top share (None = off)
+    min_score: float | None = None  # scores: also the rate of scoring >= this value (None = off)
     min_category_share: float = 0.02  # LL144: categories under this share of the sample are small
-    exclude_small: bool = True       # leave small categories out of the ratios (still reported)
-    flag_below: float = 0.8          # four-fifths rule
-    cluster: str = "auto"            # auto (posting_id when present), none, or a column name
+    exclude_small: bool = True  # leave small categories out of the ratios (still reported)
+    flag_below: float = 0.8  # four-fifths rule
+    cluster: str = "auto"  # auto (posting_id when present), none, or a column name
     unknown_labels: tuple[str, ...] = (UNKNOWN, "")  # category values meaning "unknown" (and NaN)
     n_bootstrap: int = 2000
     alpha: float = 0.05
@@ -78,7 +87,9 @@ IMPACT_RATIO_CONSTRAINTS: Rules = {
     "flag_below": Interval(float, 0, 1, closed="right"),  # the four-fifths rule uses 0.8
     "cluster": Text(),  # auto, none or a column name
     "unknown_labels": ListOf(str, "strings"),
-    "n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "seed": SEED,
+    "n_bootstrap": N_BOOTSTRAP,
+    "alpha": ALPHA,
+    "seed": SEED,
 }
 
 
@@ -131,51 +142,75 @@ class ImpactRatios:
         """The layout of published LL144 audit summaries, one block per metric and dimension."""
         t = self.table
         selected_header = "n_selected" if self.outcome == "callback" else "n_above_threshold"
-        ci = [f"{lo:.3f} - {hi:.3f}" if np.isfinite(lo) and np.isfinite(hi) else ""
-              for lo, hi in zip(t["ci_low"], t["ci_high"])]
+        ci = [
+            f"{lo:.3f} - {hi:.3f}" if np.isfinite(lo) and np.isfinite(hi) else ""
+            for lo, hi in zip(t["ci_low"], t["ci_high"])
+        ]
         share_pct = (t["share"] * 100).round(2)
         notes = np.select(
             [t["status"] == "unknown", t["status"] == "excluded", t["is_reference"], t["small"]],
-            ["unknown category: not in the ratios",
-             [f"excluded: {s}% of sample (< {self.settings.min_category_share * 100:g}%)"
-              for s in share_pct],
-             "reference (highest rate)",
-             [f"small: {s}% of sample, kept" for s in share_pct]], default="")
-        out = pd.DataFrame({
-            "metric": t["metric"], "dimension": t["dimension"].map(DIMENSION_TITLES),
-            "category": [_display(c) for c in t["category"]],
-            "n_applicants": t["n_applicants"].astype(int), selected_header: t["n_selected"].astype(int),
-            "rate": t["rate"].round(4), "impact_ratio": t["impact_ratio"].round(3),
-            f"ci_{round((1 - self.settings.alpha) * 100):d}": ci,
-            f"flag_below_{self.settings.flag_below:g}": np.where(t["flag"], "yes", ""),
-            "note": notes})
+            [
+                "unknown category: not in the ratios",
+                [f"excluded: {s}% of sample (< {self.settings.min_category_share * 100:g}%)" for s in share_pct],
+                "reference (highest rate)",
+                [f"small: {s}% of sample, kept" for s in share_pct],
+            ],
+            default="",
+        )
+        out = pd.DataFrame(
+            {
+                "metric": t["metric"],
+                "dimension": t["dimension"].map(DIMENSION_TITLES),
+                "category": [_display(c) for c in t["category"]],
+                "n_applicants": t["n_applicants"].astype(int),
+                selected_header: t["n_selected"].astype(int),
+                "rate": t["rate"].round(4),
+                "impact_ratio": t["impact_ratio"].round(3),
+                f"ci_{round((1 - self.settings.alpha) * 100):d}": ci,
+                f"flag_below_{self.settings.flag_below:g}": np.where(t["flag"], "yes", ""),
+                "note": notes,
+            }
+        )
         return out.reset_index(drop=True)
 
     def markdown(self) -> str:
         """The summary as Markdown: one table per metric x dimension, as audits publish it."""
         summary = self.summary()
-        lines = ["# Impact ratios (NYC Local Law 144 / four-fifths rule)", "",
-                 f"Applicants: {self.n}; outcome: {self.outcome}; "
-                 + (f"bootstrap clustered by {self.cluster} ({self.n_clusters} clusters)"
-                    if self.cluster else "bootstrap over applicants")
-                 + f", {self.settings.n_bootstrap} resamples."]
+        lines = [
+            "# Impact ratios (NYC Local Law 144 / four-fifths rule)",
+            "",
+            f"Applicants: {self.n}; outcome: {self.outcome}; "
+            + (
+                f"bootstrap clustered by {self.cluster} ({self.n_clusters} clusters)"
+                if self.cluster
+                else "bootstrap over applicants"
+            )
+            + f", {self.settings.n_bootstrap} resamples.",
+        ]
         for metric, cutoff in self.thresholds.items():
-            lines.append(f"- `{metric}`: {_metric_description(metric)}"
-                         + (f" (cutoff on this sample: {cutoff:g})" if np.isfinite(cutoff) else ""))
+            lines.append(
+                f"- `{metric}`: {_metric_description(metric)}"
+                + (f" (cutoff on this sample: {cutoff:g})" if np.isfinite(cutoff) else "")
+            )
         for dimension, count in self.n_unknown().items():
             lines.append(f"- Applicants with unknown {DIMENSION_TITLES[dimension].lower()} category: {count}")
         lines.extend(f"- Note: {note}" for note in self.notes)
         for (metric, dimension), block in summary.groupby(["metric", "dimension"], sort=False):
-            lines += ["", f"## {metric}: {dimension}", "",
-                      _markdown_table(block.drop(columns=["metric", "dimension"]))]
+            lines += ["", f"## {metric}: {dimension}", "", _markdown_table(block.drop(columns=["metric", "dimension"]))]
         return "\n".join(lines) + "\n"
 
     def plot(self) -> Plot:
         """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line
         (`popfair.report.figures.draw` makes the Figure)."""
-        return Plot("impact_ratio", self.table, options={"dimensions": DIMENSION_TITLES,
-                                                         "flag_below": self.settings.flag_below,
-                                                         "alpha": self.settings.alpha})
+        return Plot(
+            "impact_ratio",
+            self.table,
+            options={
+                "dimensions": DIMENSION_TITLES,
+                "flag_below": self.settings.flag_below,
+                "alpha": self.settings.alpha,
+            },
+        )
 
     def metrics(self) -> dict[str, float]:
         """Key ratios for MLflow: per included category ratio + CI, per block min ratio and flags."""
@@ -201,10 +236,12 @@ class ImpactRatios:
             compared, flagged = block[~block["is_reference"]], block[block["flag"]]
             if len(flagged):
                 worst = flagged.loc[flagged["impact_ratio"].idxmin()]
-                labels.append(f"impact ratio < {self.settings.flag_below:g} ({metric}): {len(flagged)} of "
-                              f"{len(compared)} categories compared, lowest {worst['dimension']}="
-                              f"{worst['category']} {worst['impact_ratio']:.2f} "
-                              f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]")
+                labels.append(
+                    f"impact ratio < {self.settings.flag_below:g} ({metric}): {len(flagged)} of "
+                    f"{len(compared)} categories compared, lowest {worst['dimension']}="
+                    f"{worst['category']} {worst['impact_ratio']:.2f} "
+                    f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]"
+                )
         return labels
 
     def effects(self) -> Effects:
@@ -212,19 +249,28 @@ class ImpactRatios:
         impact ratio; the LL144 summary (CSV + Markdown), the full table and the chart as artifacts."""
         known = self.table[self.table["status"] != "unknown"]
         table = known.assign(estimate=known["impact_ratio"], se=known["ratio_se"])
-        table.index = pd.Index([f"{m}/{d}/{c}" for m, d, c in
-                                zip(table["metric"], table["dimension"], table["category"])], name="effect")
+        table.index = pd.Index(
+            [f"{m}/{d}/{c}" for m, d, c in zip(table["metric"], table["dimension"], table["category"])], name="effect"
+        )
         table = table.drop(columns=["impact_ratio", "ratio_se"])
         table = table[EFFECT_COLUMNS + [c for c in table.columns if c not in EFFECT_COLUMNS]]
-        artifacts = {"impact_ratios/summary.csv": self.summary().set_index(["metric", "dimension"]),
-                     "impact_ratios/summary.md": self.markdown(),
-                     "impact_ratios/table.csv": self.table.set_index(["metric", "dimension", "category"]),
-                     "impact_ratios/impact_ratios.png": self.plot()}
+        artifacts = {
+            "impact_ratios/summary.csv": self.summary().set_index(["metric", "dimension"]),
+            "impact_ratios/summary.md": self.markdown(),
+            "impact_ratios/table.csv": self.table.set_index(["metric", "dimension", "category"]),
+            "impact_ratios/impact_ratios.png": self.plot(),
+        }
         return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts)
 
 
-def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race: str = "race",
-                  settings: ImpactRatioSettings | None = None) -> ImpactRatios:
+def impact_ratios(
+    data: pd.DataFrame,
+    *,
+    y: str = "y",
+    sex: str = "gender",
+    race: str = "race",
+    settings: ImpactRatioSettings | None = None,
+) -> ImpactRatios:
     """The NYC Local Law 144 impact-ratio table (and four-fifths flags) of a scored table.
 
     Parameters
@@ -262,8 +308,10 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     settings.check()
     missing = [c for c in (y, sex, race) if c not in data.columns]
     if missing:
-        raise DataError(f"scored table lacks columns {missing} needed for impact ratios "
-                        f"(outcome {y!r}, sex {sex!r}, race {race!r}); it has {sorted(map(str, data.columns))}")
+        raise DataError(
+            f"scored table lacks columns {missing} needed for impact ratios "
+            f"(outcome {y!r}, sex {sex!r}, race {race!r}); it has {sorted(map(str, data.columns))}"
+        )
     if data.empty:
         raise EstimationError("impact ratios: the scored table has no rows")
     values = _outcome_values(data[y], y)
@@ -272,8 +320,9 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     sex_codes, sex_levels = _category_codes(data[sex], settings.unknown_labels)
     race_codes, race_levels = _category_codes(data[race], settings.unknown_labels)
     n_race = len(race_levels) + 1  # last slot = unknown
-    cells = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + \
-        np.where(race_codes < 0, len(race_levels), race_codes)
+    cells = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + np.where(
+        race_codes < 0, len(race_levels), race_codes
+    )
     n_cells = (len(sex_levels) + 1) * n_race
     dimensions = _dimension_maps(sex_levels, race_levels)
 
@@ -295,15 +344,21 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
     if cluster is not None:
         cluster_codes, cluster_index = pd.factorize(data[cluster], sort=True)
         if (cluster_codes < 0).any():
-            raise DataError(f"{cluster}: {(cluster_codes < 0).sum()} rows have no {cluster}; "
-                            "every row of a clustered design needs one (or set cluster: none)")
+            raise DataError(
+                f"{cluster}: {(cluster_codes < 0).sum()} rows have no {cluster}; "
+                "every row of a clustered design needs one (or set cluster: none)"
+            )
         n_clusters = len(cluster_index)
         # resample whole clusters; a replicate's atom counts are its cluster counts mapped to atoms
-        atoms_of_cluster = sparse.csr_matrix((np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)),
-                                             shape=(len(atoms), n_clusters))
-        resample: Iterator[np.ndarray] = (np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T)).T)
-                    for times in bootstrap_counts(rng, np.arange(n_clusters), n_clusters, settings.n_bootstrap,
-                                                  width=len(atoms)))
+        atoms_of_cluster = sparse.csr_matrix(
+            (np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)), shape=(len(atoms), n_clusters)
+        )
+        resample: Iterator[np.ndarray] = (
+            np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T)).T)
+            for times in bootstrap_counts(
+                rng, np.arange(n_clusters), n_clusters, settings.n_bootstrap, width=len(atoms)
+            )
+        )
     else:  # resample applicants: each atom is a class of identical applicants
         resample = bootstrap_counts(rng, atom_of_row, len(atoms), settings.n_bootstrap)
     for weights in resample:
@@ -320,19 +375,35 @@ def impact_ratios(data: pd.DataFrame, *, y: str = "y", sex: str = "gender", race
         cutoff, chosen_cells = point[metric.name]
         thresholds[metric.name] = math.nan if metric.rule == "selected" else float(cutoff[0])
         for dim, mapping in dimensions.items():
-            block, note = _block(metric.name, dim, mapping, (point_totals @ mapping.matrix)[0],
-                                 (chosen_cells @ mapping.matrix)[0], np.vstack(boot_rates[(metric.name, dim)]),
-                                 n, thresholds[metric.name], settings)
+            block, note = _block(
+                metric.name,
+                dim,
+                mapping,
+                (point_totals @ mapping.matrix)[0],
+                (chosen_cells @ mapping.matrix)[0],
+                np.vstack(boot_rates[(metric.name, dim)]),
+                n,
+                thresholds[metric.name],
+                settings,
+            )
             blocks.append(block)
             notes += [note] if note else []
-    return ImpactRatios(table=pd.concat(blocks, ignore_index=True), outcome=outcome, n=n, thresholds=thresholds,
-                        cluster=cluster, n_clusters=n_clusters, settings=settings, notes=notes)
+    return ImpactRatios(
+        table=pd.concat(blocks, ignore_index=True),
+        outcome=outcome,
+        n=n,
+        thresholds=thresholds,
+        cluster=cluster,
+        n_clusters=n_clusters,
+        settings=settings,
+        notes=notes,
+    )
 
 
 @dataclass(frozen=True)
 class _Dimension:
     categories: list[str]  # known categories, then UNKNOWN last
-    matrix: np.ndarray     # cells x categories, 0/1
+    matrix: np.ndarray  # cells x categories, 0/1
 
 
 def _dimension_maps(sex_levels: list[str], race_levels: list[str]) -> dict[str, _Dimension]:
@@ -340,10 +411,14 @@ def _dimension_maps(sex_levels: list[str], race_levels: list[str]) -> dict[str, 
     n_sex, n_race = len(sex_levels), len(race_levels)
     s, r = np.divmod(np.arange((n_sex + 1) * (n_race + 1)), n_race + 1)
     known = (s < n_sex) & (r < n_race)
-    columns = {"sex": (sex_levels, s),
-               "race": (race_levels, r),
-               "sex_race": ([f"{a}-{b}" for a in sex_levels for b in race_levels],
-                            np.where(known, s * n_race + r, n_sex * n_race))}
+    columns = {
+        "sex": (sex_levels, s),
+        "race": (race_levels, r),
+        "sex_race": (
+            [f"{a}-{b}" for a in sex_levels for b in race_levels],
+            np.where(known, s * n_race + r, n_sex * n_race),
+        ),
+    }
     out = {}
     for dim, (levels, column) in columns.items():
         matrix = np.zeros((len(s), len(levels) + 1))
@@ -352,8 +427,17 @@ def _dimension_maps(sex_levels: list[str], race_levels: list[str]) -> dict[str, 
     return out
 
 
-def _block(metric: str, dim: str, mapping: _Dimension, n_cat: np.ndarray, e_cat: np.ndarray,
-           boot: np.ndarray, n: int, cutoff: float, s: ImpactRatioSettings) -> tuple[pd.DataFrame, str]:
+def _block(
+    metric: str,
+    dim: str,
+    mapping: _Dimension,
+    n_cat: np.ndarray,
+    e_cat: np.ndarray,
+    boot: np.ndarray,
+    n: int,
+    cutoff: float,
+    s: ImpactRatioSettings,
+) -> tuple[pd.DataFrame, str]:
     """Rates, ratios, CIs and tests for one metric x dimension."""
     is_unknown = np.arange(len(mapping.categories)) == len(mapping.categories) - 1
     share = n_cat / n
@@ -379,17 +463,32 @@ def _block(metric: str, dim: str, mapping: _Dimension, n_cat: np.ndarray, e_cat:
             if k != reference:
                 fisher_p[k], chi2[k], chi2_p[k] = _tests(e_cat[k], n_cat[k], e_cat[reference], n_cat[reference])
     flag = included & (ratio < s.flag_below)
-    block = pd.DataFrame({
-        "metric": metric, "dimension": dim, "category": mapping.categories,
-        "status": np.where(is_unknown, "unknown", np.where(included, "included", "excluded")),
-        "small": small, "is_reference": np.arange(len(rate)) == reference,
-        "n_applicants": n_cat.round().astype(np.int64), "share": share,
-        "n_selected": e_cat.round().astype(np.int64), "rate": rate,
-        "rate_ci_low": rate_ci[0], "rate_ci_high": rate_ci[1],
-        "impact_ratio": ratio, "ratio_se": bootstrap_se(boot_ratio),
-        "ci_low": ratio_ci[0], "ci_high": ratio_ci[1],
-        "flag": flag, "flag_ci": flag & (ratio_ci[1] < s.flag_below),
-        "fisher_p": fisher_p, "chi2": chi2, "chi2_p": chi2_p, "threshold": cutoff})
+    block = pd.DataFrame(
+        {
+            "metric": metric,
+            "dimension": dim,
+            "category": mapping.categories,
+            "status": np.where(is_unknown, "unknown", np.where(included, "included", "excluded")),
+            "small": small,
+            "is_reference": np.arange(len(rate)) == reference,
+            "n_applicants": n_cat.round().astype(np.int64),
+            "share": share,
+            "n_selected": e_cat.round().astype(np.int64),
+            "rate": rate,
+            "rate_ci_low": rate_ci[0],
+            "rate_ci_high": rate_ci[1],
+            "impact_ratio": ratio,
+            "ratio_se": bootstrap_se(boot_ratio),
+            "ci_low": ratio_ci[0],
+            "ci_high": ratio_ci[1],
+            "flag": flag,
+            "flag_ci": flag & (ratio_ci[1] < s.flag_below),
+            "fisher_p": fisher_p,
+            "chi2": chi2,
+            "chi2_p": chi2_p,
+            "threshold": cutoff,
+        }
+    )
     # categories never seen in the data (possible only for intersections) carry no information
     block = block[(block["n_applicants"] > 0) | (block["status"] == "unknown")]
     return block, note
@@ -419,16 +518,20 @@ class _Atoms:
         self.by_value = np.argsort(value, kind="stable")
         self.sorted_value = value[self.by_value]
 
-    def counts(self, weights: np.ndarray, metrics: list[_Metric]
-               ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    def counts(
+        self, weights: np.ndarray, metrics: list[_Metric]
+    ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
         """(replicates x cells totals, {metric: (cutoff per replicate, selected per cell)})."""
         size = len(weights)
         within = np.zeros((size, self.n_atoms + 1))
         np.cumsum(weights, axis=1, out=within[:, 1:])
         totals = within[:, self.end] - within[:, self.start]
         # np.take keeps rows contiguous (fancy indexing here would return a column-major copy)
-        ordered = np.cumsum(np.take(weights, self.by_value, axis=1), axis=1) if any(
-            m.rule in ("above_median", "top_share") for m in metrics) else None
+        ordered = (
+            np.cumsum(np.take(weights, self.by_value, axis=1), axis=1)
+            if any(m.rule in ("above_median", "top_share") for m in metrics)
+            else None
+        )
         rows = np.arange(size)
         out = {}
         for metric in metrics:
@@ -440,8 +543,7 @@ class _Atoms:
             out[metric.name] = (cutoff, totals - below)
         return totals, out
 
-    def _cutoff(self, metric: _Metric, ordered: np.ndarray | None, total: np.ndarray
-                ) -> tuple[np.ndarray, bool]:
+    def _cutoff(self, metric: _Metric, ordered: np.ndarray | None, total: np.ndarray) -> tuple[np.ndarray, bool]:
         """Per replicate: the score a rule selects from, and whether it must be exceeded strictly."""
         if metric.rule == "selected":
             return np.ones(len(total)), False
@@ -471,8 +573,10 @@ def _outcome_values(column: pd.Series, y: str) -> np.ndarray:
     bad = ~np.isfinite(values)
     if bad.any():
         example = column[bad].iloc[0]
-        raise EstimationError(f"{y}: {int(bad.sum())} of {len(values)} rows have no finite numeric "
-                              f"outcome (e.g. {example!r}); drop failed screens before impact ratios")
+        raise EstimationError(
+            f"{y}: {int(bad.sum())} of {len(values)} rows have no finite numeric "
+            f"outcome (e.g. {example!r}); drop failed screens before impact ratios"
+        )
     return values
 
 
@@ -480,8 +584,9 @@ def _resolve_outcome(values: np.ndarray, outcome: str, y: str) -> str:
     binary = bool(np.isin(values, (0.0, 1.0)).all())
     if outcome == "callback" and not binary:
         odd = np.unique(values[~np.isin(values, (0.0, 1.0))])[:5]
-        raise EstimationError(f"{y}: outcome=callback needs 0/1 values, found {odd.tolist()} "
-                              "(use outcome: score for numeric scores)")
+        raise EstimationError(
+            f"{y}: outcome=callback needs 0/1 values, found {odd.tolist()} (use outcome: score for numeric scores)"
+        )
     if outcome == "auto":
         return "callback" if binary else "score"
     return outcome
@@ -493,8 +598,10 @@ def _resolve_cluster(data: pd.DataFrame, cluster: str) -> str | None:
     if cluster == "auto":
         return DEFAULT_CLUSTER if DEFAULT_CLUSTER in data.columns else None
     if cluster not in data.columns:
-        raise DataError(f"cluster column {cluster!r} is not in the scored table "
-                        f"(set cluster: auto or none, or one of {sorted(map(str, data.columns))})")
+        raise DataError(
+            f"cluster column {cluster!r} is not in the scored table "
+            f"(set cluster: auto or none, or one of {sorted(map(str, data.columns))})"
+        )
     return cluster
 
 
@@ -535,8 +642,10 @@ def _metric_description(metric: str) -> str:
 def _markdown_table(frame: pd.DataFrame) -> str:
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join("" if (isinstance(v, float) and not np.isfinite(v)) else str(v) for v in row)
-            + " |" for row in frame.itertuples(index=False)]
+    body = [
+        "| " + " | ".join("" if (isinstance(v, float) and not np.isfinite(v)) else str(v) for v in row) + " |"
+        for row in frame.itertuples(index=False)
+    ]
     return "\n".join([header, rule, *body])
 
 
@@ -547,25 +656,62 @@ class ImpactRatio:
 
     name = "impact_ratio"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
-    parameter_constraints: ClassVar[Rules] = {**IMPACT_RATIO_CONSTRAINTS, "sex_column": Text(), "race_column": Text(),
-                                              "race_scheme": Options(RACE_SCHEMES)}
+    parameter_constraints: ClassVar[Rules] = {
+        **IMPACT_RATIO_CONSTRAINTS,
+        "sex_column": Text(),
+        "race_column": Text(),
+        "race_scheme": Options(RACE_SCHEMES),
+    }
 
-    def __init__(self, outcome: str = "auto", top_share: float | None = 0.2, min_score: float | None = None,
-                 min_category_share: float = 0.02, exclude_small: bool = True, flag_below: float = 0.8,
-                 cluster: str = "auto", unknown_labels: list[str] | tuple[str, ...] = (UNKNOWN, ""),
-                 sex_column: str = "gender", race_column: str = "race", race_scheme: str = "five",
-                 n_bootstrap: int = 2000, alpha: float = 0.05, seed: int = 0) -> None:
-        validate(self.parameter_constraints, {
-            "outcome": outcome, "top_share": top_share, "min_score": min_score,
-            "min_category_share": min_category_share, "exclude_small": exclude_small, "flag_below": flag_below,
-            "cluster": cluster, "unknown_labels": unknown_labels, "sex_column": sex_column,
-            "race_column": race_column, "race_scheme": race_scheme, "n_bootstrap": n_bootstrap, "alpha": alpha,
-            "seed": seed})
+    def __init__(
+        self,
+        outcome: str = "auto",
+        top_share: float | None = 0.2,
+        min_score: float | None = None,
+        min_category_share: float = 0.02,
+        exclude_small: bool = True,
+        flag_below: float = 0.8,
+        cluster: str = "auto",
+        unknown_labels: list[str] | tuple[str, ...] = (UNKNOWN, ""),
+        sex_column: str = "gender",
+        race_column: str = "race",
+        race_scheme: str = "five",
+        n_bootstrap: int = 2000,
+        alpha: float = 0.05,
+        seed: int = 0,
+    ) -> None:
+        validate(
+            self.parameter_constraints,
+            {
+                "outcome": outcome,
+                "top_share": top_share,
+                "min_score": min_score,
+                "min_category_share": min_category_share,
+                "exclude_small": exclude_small,
+                "flag_below": flag_below,
+                "cluster": cluster,
+                "unknown_labels": unknown_labels,
+                "sex_column": sex_column,
+                "race_column": race_column,
+                "race_scheme": race_scheme,
+                "n_bootstrap": n_bootstrap,
+                "alpha": alpha,
+                "seed": seed,
+            },
+        )
         self.settings = ImpactRatioSettings(
-            outcome=outcome, top_share=top_share, min_score=min_score,
-            min_category_share=min_category_share, exclude_small=exclude_small, flag_below=flag_below,
-            cluster=cluster, unknown_labels=tuple(unknown_labels), n_bootstrap=n_bootstrap, alpha=alpha,
-            seed=seed)
+            outcome=outcome,
+            top_share=top_share,
+            min_score=min_score,
+            min_category_share=min_category_share,
+            exclude_small=exclude_small,
+            flag_below=flag_below,
+            cluster=cluster,
+            unknown_labels=tuple(unknown_labels),
+            n_bootstrap=n_bootstrap,
+            alpha=alpha,
+            seed=seed,
+        )
         self.sex_column, self.race_column, self.race_scheme = sex_column, race_column, race_scheme
 
     def compute(self, data: pd.DataFrame, y: str = "y") -> ImpactRatios:

@@ -9,6 +9,7 @@ instead of O(units) when outcomes are discrete (0/1 callbacks, integer scores, 4
 posting): Multinomial(N, class shares) counts have exactly the distribution of N draws with
 replacement. PSE (`dml`), interventional, outcome gap, paired gap and impact ratios all use it.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -29,8 +30,9 @@ ALPHA = Interval(float, 0, 0.5, closed="neither")
 SEED = Interval(int, None, None)
 
 
-def bootstrap_counts(rng: np.random.Generator, unit_class: np.ndarray, n_classes: int, n_bootstrap: int,
-                     *, width: int = 0) -> Iterator[np.ndarray]:
+def bootstrap_counts(
+    rng: np.random.Generator, unit_class: np.ndarray, n_classes: int, n_bootstrap: int, *, width: int = 0
+) -> Iterator[np.ndarray]:
     """Bootstrap replicates, in chunks, as (replicates x n_classes) float counts of draws per class.
 
     Each replicate draws len(unit_class) units with replacement; `unit_class[i]` is the class of
@@ -51,14 +53,15 @@ def bootstrap_counts(rng: np.random.Generator, unit_class: np.ndarray, n_classes
             yield np.bincount(rows.ravel(), minlength=size * n_classes).reshape(size, n_classes).astype(float)
 
 
-def bootstrap_means(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int,
-                    rng: np.random.Generator) -> np.ndarray:
+def bootstrap_means(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
     """Bootstrap means (n_bootstrap x columns) resampling units with replacement: rows (sizes all 1)
     or clusters (`sums` = per-cluster column sums, `sizes` = rows per cluster)."""
     sums = np.asarray(sums, dtype=float).reshape(len(sizes), -1)
     values, unit_class = np.unique(np.column_stack([sums, sizes]), axis=0, return_inverse=True)
-    out = [counts @ values[:, :-1] / (counts @ values[:, -1])[:, None]
-           for counts in bootstrap_counts(rng, unit_class.ravel(), len(values), n_bootstrap)]
+    out = [
+        counts @ values[:, :-1] / (counts @ values[:, -1])[:, None]
+        for counts in bootstrap_counts(rng, unit_class.ravel(), len(values), n_bootstrap)
+    ]
     return np.vstack(out) if out else np.empty((0, sums.shape[1]))
 
 
@@ -83,8 +86,7 @@ def bootstrap_se(boot: np.ndarray) -> np.ndarray:
         return np.nanstd(boot, axis=0, ddof=1)
 
 
-def _unit_sums(scores: np.ndarray,
-               cluster: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _unit_sums(scores: np.ndarray, cluster: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Column means, influence-function (or cluster-robust) SEs, and the per-unit sums and sizes the
     bootstrap resamples (rows, or whole clusters)."""
     n = len(scores)
@@ -96,12 +98,20 @@ def _unit_sums(scores: np.ndarray,
     np.add.at(sums, cluster, scores)
     sizes = np.bincount(cluster, minlength=n_clusters).astype(float)
     resid = sums - sizes[:, None] * estimate[None, :]
-    return estimate, np.sqrt((resid ** 2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n, sums, sizes
+    return estimate, np.sqrt((resid**2).sum(axis=0) * n_clusters / (n_clusters - 1)) / n, sums, sizes
 
 
-def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_bootstrap: int,
-                   rng: np.random.Generator, cluster: np.ndarray | None = None, ci: str = "bootstrap",
-                   reference: str = "normal") -> tuple[pd.DataFrame, int | None]:
+def mean_inference(
+    scores: np.ndarray,
+    index: Sequence[str],
+    *,
+    alpha: float,
+    n_bootstrap: int,
+    rng: np.random.Generator,
+    cluster: np.ndarray | None = None,
+    ci: str = "bootstrap",
+    reference: str = "normal",
+) -> tuple[pd.DataFrame, int | None]:
     """Estimates, standard errors, CIs and p-values of the column means of per-unit `scores`.
 
     Standard errors are influence-function ones: sd / sqrt(n), or cluster-robust with `cluster`
@@ -124,7 +134,7 @@ def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_
     estimate, se, sums, sizes = _unit_sums(by_split.mean(axis=0), cluster)
     deviation = thetas - estimate
     if n_splits > 1:
-        se = np.sqrt(se ** 2 + deviation.var(axis=0, ddof=1) / n_splits)
+        se = np.sqrt(se**2 + deviation.var(axis=0, ddof=1) / n_splits)
     df = (n_clusters or n) - 1
     if ci == "bootstrap":
         boot = bootstrap_means(sums, sizes, n_bootstrap, rng)
@@ -139,8 +149,17 @@ def mean_inference(scores: np.ndarray, index: Sequence[str], *, alpha: float, n_
     with np.errstate(divide="ignore", invalid="ignore"):
         stat = np.where(se > 0, estimate / np.where(se > 0, se, 1.0), np.where(estimate == 0, 0.0, np.inf))
     p_value = 2 * (stats.t.sf(np.abs(stat), df=df) if reference == "t" else stats.norm.sf(np.abs(stat)))
-    frame = pd.DataFrame({"estimate": estimate, "se": se, "ci_low": lo, "ci_high": hi, "p_value": p_value,
-                          "significant": (lo > 0) | (hi < 0)}, index=pd.Index(list(index), name="effect"))
+    frame = pd.DataFrame(
+        {
+            "estimate": estimate,
+            "se": se,
+            "ci_low": lo,
+            "ci_high": hi,
+            "p_value": p_value,
+            "significant": (lo > 0) | (hi < 0),
+        },
+        index=pd.Index(list(index), name="effect"),
+    )
     return frame, n_clusters
 
 

@@ -22,6 +22,7 @@ Target population: the applicants whose X is x0 or x1, unweighted, as the observ
 uses. With `n` smaller than that, a seeded sample without replacement is drawn, and the CIs (which
 ignore the finite-population correction) are slightly conservative for it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,13 +52,20 @@ class Interventional:
     applicants). n_bootstrap: resamples for ci="bootstrap". alpha: 1 - CI level."""
 
     name = "interventional"
-    parameter_constraints: ClassVar[Rules] = {"n": [None, Interval(int, 2, MAX_N)], "ci": Options(CI_METHODS),
-                             "n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "seed": SEED}
+    parameter_constraints: ClassVar[Rules] = {
+        "n": [None, Interval(int, 2, MAX_N)],
+        "ci": Options(CI_METHODS),
+        "n_bootstrap": N_BOOTSTRAP,
+        "alpha": ALPHA,
+        "seed": SEED,
+    }
 
-    def __init__(self, n: int | None = 2000, ci: str = "t", n_bootstrap: int = 2000, alpha: float = 0.05,
-                 seed: int = 0) -> None:
-        validate(self.parameter_constraints, {"n": n, "ci": ci, "n_bootstrap": n_bootstrap, "alpha": alpha,
-                                              "seed": seed})
+    def __init__(
+        self, n: int | None = 2000, ci: str = "t", n_bootstrap: int = 2000, alpha: float = 0.05, seed: int = 0
+    ) -> None:
+        validate(
+            self.parameter_constraints, {"n": n, "ci": ci, "n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed}
+        )
         self.n, self.ci, self.n_bootstrap, self.alpha, self.seed = n, ci, n_bootstrap, alpha, seed
         self.design = WorldDesign(worlds=TARGETS, n=n, seed=seed)
 
@@ -69,12 +77,16 @@ class Interventional:
             raise EstimationError(
                 "interventional estimator: the scored table has no counterfactual world rows (column "
                 f"{WORLD!r}); run it through Experiment, whose population draws the worlds it declares "
-                "(population=popresume)")
+                "(population=popresume)"
+            )
         factual = data[data[WORLD] == FACTUAL]
         worlds = data[data[WORLD].isin(list(TARGETS))]
         rows = contrast_rows(factual, roles, y)
-        outcomes = worlds.pivot(index="applicant_id", columns=WORLD, values=y).reindex(
-            index=pd.unique(worlds["applicant_id"]), columns=list(TARGETS)).astype(float)
+        outcomes = (
+            worlds.pivot(index="applicant_id", columns=WORLD, values=y)
+            .reindex(index=pd.unique(worlds["applicant_id"]), columns=list(TARGETS))
+            .astype(float)
+        )
         outcomes.index.name = "applicant_id"
         n = len(outcomes)
         values = outcomes.to_numpy()
@@ -83,12 +95,15 @@ class Interventional:
         if complete.sum() < 2:
             raise EstimationError(
                 f"interventional estimator: {int(complete.sum())} of {n} sampled applicants have all five "
-                f"counterfactual documents scored (failures: {failed} of {values.size}); need at least 2")
-        table, means = paired_effects(values[complete], alpha=self.alpha, ci=self.ci,
-                                      n_bootstrap=self.n_bootstrap, seed=self.seed)
+                f"counterfactual documents scored (failures: {failed} of {values.size}); need at least 2"
+            )
+        table, means = paired_effects(
+            values[complete], alpha=self.alpha, ci=self.ci, n_bootstrap=self.n_bootstrap, seed=self.seed
+        )
         labels = case_labels(table)
         metrics: dict[str, float] = {
-            f"{METRIC_PREFIX}.n": float(complete.sum()), f"{METRIC_PREFIX}.n_sampled": float(n),
+            f"{METRIC_PREFIX}.n": float(complete.sum()),
+            f"{METRIC_PREFIX}.n_sampled": float(n),
             f"{METRIC_PREFIX}.n_eligible": float(len(rows)),
             f"{METRIC_PREFIX}.n_incomplete": float((~complete).sum()),
             f"{METRIC_PREFIX}.documents": float(len(worlds)),
@@ -99,9 +114,11 @@ class Interventional:
             consistency = _consistency(rows, worlds, roles)
             metrics[f"{METRIC_PREFIX}.consistency"] = consistency
             if consistency < 1.0:
-                log.warning("interventional: %.1f%% of applicants' own-world documents differ from their "
-                            "factual documents (renderer or counterfactual draws not consistent)",
-                            100 * (1 - consistency))
+                log.warning(
+                    "interventional: %.1f%% of applicants' own-world documents differ from their "
+                    "factual documents (renderer or counterfactual draws not consistent)",
+                    100 * (1 - consistency),
+                )
         title = f"{roles.x}: {roles.x1} vs {roles.x0}, interventional (n={int(complete.sum())})"
         artifacts: dict[str, Any] = {
             "interventional_means.csv": means,
@@ -122,8 +139,9 @@ def expected_effects(worlds: pd.DataFrame, expected: np.ndarray) -> pd.Series:
     return pd.Series(CONTRASTS @ means.reindex(list(TARGETS)).to_numpy(), index=list(EFFECTS))
 
 
-def paired_effects(outcomes: np.ndarray, *, alpha: float = 0.05, ci: str = "t", n_bootstrap: int = 2000,
-                   seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def paired_effects(
+    outcomes: np.ndarray, *, alpha: float = 0.05, ci: str = "t", n_bootstrap: int = 2000, seed: int = 0
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Effects and counterfactual means from an applicants x 5 matrix of outcomes (TARGETS order).
 
     Each applicant's contrast vector is `outcomes @ CONTRASTS.T`; estimates are its column means,
@@ -140,13 +158,17 @@ def paired_effects(outcomes: np.ndarray, *, alpha: float = 0.05, ci: str = "t", 
         raise EstimationError(f"need at least 2 applicants for a paired CI, got {n}")
     if ci not in CI_METHODS:
         raise EstimationError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
-    frame, _ = mean_inference(np.hstack([outcomes, outcomes @ CONTRASTS.T]), list(TARGETS) + list(EFFECTS),
-                              alpha=alpha, n_bootstrap=n_bootstrap, rng=np.random.default_rng([seed, 10]),
-                              ci=ci, reference="t")
+    frame, _ = mean_inference(
+        np.hstack([outcomes, outcomes @ CONTRASTS.T]),
+        list(TARGETS) + list(EFFECTS),
+        alpha=alpha,
+        n_bootstrap=n_bootstrap,
+        rng=np.random.default_rng([seed, 10]),
+        ci=ci,
+        reference="t",
+    )
     frame["n"] = n
-    return frame.iloc[len(TARGETS):].copy(), frame.iloc[:len(TARGETS)].copy()
-
-
+    return frame.iloc[len(TARGETS) :].copy(), frame.iloc[: len(TARGETS)].copy()
 
 
 def _consistency(factual: pd.DataFrame, worlds: pd.DataFrame, roles: Roles) -> float:
@@ -154,14 +176,16 @@ def _consistency(factual: pd.DataFrame, worlds: pd.DataFrame, roles: Roles) -> f
     (x_y = x_b = x_r = their X) equals the factual document they were scored on."""
     own_world = {roles.x0: "E[Y_x0]", roles.x1: "E[Y_x1]"}
     own = factual[["applicant_id", roles.x, "document"]].assign(**{WORLD: factual[roles.x].map(own_world)})
-    matched = own.merge(worlds[["applicant_id", WORLD, "document"]], on=["applicant_id", WORLD],
-                        suffixes=("", "_world"))
+    matched = own.merge(
+        worlds[["applicant_id", WORLD, "document"]], on=["applicant_id", WORLD], suffixes=("", "_world")
+    )
     return float((matched["document"] == matched["document_world"]).mean()) if len(matched) else 1.0
 
 
 def _example(worlds: pd.DataFrame) -> str:
     """The first sampled applicant's five counterfactual documents, for a reader of the run."""
     first = worlds[worlds["applicant_id"] == worlds["applicant_id"].iloc[0]]
-    return "\n".join(f"===== {row[WORLD]} (applicant {row['applicant_id']}) =====\n{row['document']}\n"
-                     for _, row in first.iterrows())
-
+    return "\n".join(
+        f"===== {row[WORLD]} (applicant {row['applicant_id']}) =====\n{row['document']}\n"
+        for _, row in first.iterrows()
+    )

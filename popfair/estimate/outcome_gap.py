@@ -1,4 +1,5 @@
 """Outcome-level disparity: mean outcome of x1 minus x0, with a stratified bootstrap CI."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,11 +35,19 @@ class OutcomeGap:
         lo, hi = np.quantile(boot, [self.alpha / 2, 1 - self.alpha / 2])
         test = stats.ttest_ind(y1, y0, equal_var=False)
         table = pd.DataFrame(
-            {"estimate": [gap], "se": [boot.std(ddof=1)], "ci_low": [lo], "ci_high": [hi],
-             "p_value": [test.pvalue], "n_x0": [len(y0)], "n_x1": [len(y1)],
-             "mean_x0": [y0.mean()], "mean_x1": [y1.mean()]},
-            index=pd.Index(["gap"], name="effect"))
+            {
+                "estimate": [gap],
+                "se": [boot.std(ddof=1)],
+                "ci_low": [lo],
+                "ci_high": [hi],
+                "p_value": [test.pvalue],
+                "n_x0": [len(y0)],
+                "n_x1": [len(y1)],
+                "mean_x0": [y0.mean()],
+                "mean_x1": [y1.mean()],
+            },
+            index=pd.Index(["gap"], name="effect"),
+        )
         significant = bool(lo > 0 or hi < 0)
         labels = [f"outcome gap favouring {roles.x1 if gap > 0 else roles.x0}"] if significant else []
-        return Effects(table=table[EFFECT_COLUMNS + [c for c in table if c not in EFFECT_COLUMNS]],
-                       labels=labels)
+        return Effects(table=table[EFFECT_COLUMNS + [c for c in table if c not in EFFECT_COLUMNS]], labels=labels)

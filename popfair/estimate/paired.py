@@ -9,6 +9,7 @@ On one row per pair with the 0/1 decisions of the advantaged-group (x1) and othe
 - a cluster-robust t: each cluster's mean within-pair difference is one observation, t with G-1 df.
 Pairs missing either decision (a failed screen) are dropped and counted.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -31,19 +32,19 @@ class PairedGapResult:
     gap_pp: float
     ci_low: float
     ci_high: float
-    se: float               # bootstrap standard error of gap_pp
+    se: float  # bootstrap standard error of gap_pp
     b: int
     c: int
     n_pairs: int
     n_clusters: int
-    n_dropped: int          # pairs dropped because a side had no yes/no decision
-    rate_adv: float         # callback rate of the x1 profiles, in [0, 1]
+    n_dropped: int  # pairs dropped because a side had no yes/no decision
+    rate_adv: float  # callback rate of the x1 profiles, in [0, 1]
     rate_other: float
     mcnemar_chi2: float
     mcnemar_p: float
     cluster_t: float
     cluster_p: float
-    cluster_se: float       # pp: sd of cluster mean differences / sqrt(G)
+    cluster_se: float  # pp: sd of cluster mean differences / sqrt(G)
 
     @property
     def bc_ratio(self) -> float:
@@ -60,8 +61,16 @@ class PairedGapResult:
         return self.as_dict()[key]
 
 
-def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
-               n_bootstrap: int = 2000, seed: int = 0, alpha: float = 0.05) -> PairedGapResult:
+def paired_gap(
+    pairs: pd.DataFrame,
+    *,
+    y_adv: str,
+    y_other: str,
+    cluster: str,
+    n_bootstrap: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> PairedGapResult:
     """Paired callback gap of `y_adv` over `y_other`, clustered by posting.
 
     Parameters
@@ -100,8 +109,7 @@ def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
     """
     missing = [col for col in (y_adv, y_other, cluster) if col not in pairs.columns]
     if missing:
-        raise EstimationError(f"paired_gap: pairs table lacks columns {missing}; "
-                              f"has {list(pairs.columns)}")
+        raise EstimationError(f"paired_gap: pairs table lacks columns {missing}; has {list(pairs.columns)}")
     validate(PairedGap.parameter_constraints, {"n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed})
     adv = pd.to_numeric(pairs[y_adv], errors="coerce").to_numpy(dtype=float)
     other = pd.to_numeric(pairs[y_other], errors="coerce").to_numpy(dtype=float)
@@ -109,17 +117,23 @@ def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
     n_dropped = int((~complete).sum())
     adv, other = adv[complete], other[complete]
     if len(adv) == 0:
-        raise EstimationError(f"paired_gap: none of {len(pairs)} pairs has both decisions "
-                              f"({y_adv}, {y_other}); every pair is missing a side")
+        raise EstimationError(
+            f"paired_gap: none of {len(pairs)} pairs has both decisions "
+            f"({y_adv}, {y_other}); every pair is missing a side"
+        )
     not_binary = ~np.isin(adv, (0.0, 1.0)) | ~np.isin(other, (0.0, 1.0))
     if not_binary.any():
-        raise EstimationError(f"paired_gap: decisions must be 0/1 callbacks; found values "
-                              f"{sorted(set(np.r_[adv, other][np.r_[not_binary, not_binary]]))[:5]}")
+        raise EstimationError(
+            f"paired_gap: decisions must be 0/1 callbacks; found values "
+            f"{sorted(set(np.r_[adv, other][np.r_[not_binary, not_binary]]))[:5]}"
+        )
     codes, _ = pd.factorize(pairs.loc[complete, cluster])
     n_clusters = int(codes.max()) + 1
     if n_clusters < 2:
-        raise EstimationError(f"paired_gap: the {len(adv)} complete pairs lie in {n_clusters} "
-                              f"{cluster} cluster; clustered inference needs at least 2")
+        raise EstimationError(
+            f"paired_gap: the {len(adv)} complete pairs lie in {n_clusters} "
+            f"{cluster} cluster; clustered inference needs at least 2"
+        )
     diff = adv - other
     b, c = int((diff > 0).sum()), int((diff < 0).sum())
     chi2, p_mcnemar = mcnemar_cc(b, c)
@@ -132,32 +146,49 @@ def paired_gap(pairs: pd.DataFrame, *, y_adv: str, y_other: str, cluster: str,
     boot = 100.0 * bootstrap_means(sums, sizes, n_bootstrap, np.random.default_rng(seed))[:, 0]
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     return PairedGapResult(
-        gap_pp=float(100.0 * diff.mean()), ci_low=float(low), ci_high=float(high),
-        se=float(boot.std(ddof=1)), b=b, c=c, n_pairs=len(diff), n_clusters=n_clusters,
-        n_dropped=n_dropped, rate_adv=float(adv.mean()), rate_other=float(other.mean()),
-        mcnemar_chi2=chi2, mcnemar_p=p_mcnemar, cluster_t=float(t), cluster_p=p_cluster,
-        cluster_se=100.0 * cluster_se)
+        gap_pp=float(100.0 * diff.mean()),
+        ci_low=float(low),
+        ci_high=float(high),
+        se=float(boot.std(ddof=1)),
+        b=b,
+        c=c,
+        n_pairs=len(diff),
+        n_clusters=n_clusters,
+        n_dropped=n_dropped,
+        rate_adv=float(adv.mean()),
+        rate_other=float(other.mean()),
+        mcnemar_chi2=chi2,
+        mcnemar_p=p_mcnemar,
+        cluster_t=float(t),
+        cluster_p=p_cluster,
+        cluster_se=100.0 * cluster_se,
+    )
 
 
-def pair_decisions(data: pd.DataFrame, roles: Roles, y: str, pair_key: str = "pair_key",
-                   cluster: str = "posting_id") -> pd.DataFrame:
+def pair_decisions(
+    data: pd.DataFrame, roles: Roles, y: str, pair_key: str = "pair_key", cluster: str = "posting_id"
+) -> pd.DataFrame:
     """Pivot a scored table (one row per candidate) to one row per pair_key with the x1 and x0
     decisions (NaN where that side is absent, e.g. its screen failed) and the cluster."""
     missing = [col for col in (pair_key, cluster, roles.x, y) if col not in data.columns]
     if missing:
-        raise EstimationError(f"paired_gap: scored table lacks columns {missing} "
-                              "(use experiment=paired_race or paired_gender)")
+        raise EstimationError(
+            f"paired_gap: scored table lacks columns {missing} (use experiment=paired_race or paired_gender)"
+        )
     rows = data.loc[data[roles.x].isin([roles.x0, roles.x1]), [pair_key, cluster, roles.x, y]]
     duplicated = rows.duplicated([pair_key, roles.x])
     if duplicated.any():
         examples = rows.loc[duplicated, pair_key].head(3).tolist()
-        raise EstimationError(f"paired_gap: {int(duplicated.sum())} pairs have two rows for the same "
-                              f"{roles.x} level (e.g. pair_key {examples}); each pair needs one "
-                              f"{roles.x1} and one {roles.x0} row")
+        raise EstimationError(
+            f"paired_gap: {int(duplicated.sum())} pairs have two rows for the same "
+            f"{roles.x} level (e.g. pair_key {examples}); each pair needs one "
+            f"{roles.x1} and one {roles.x0} row"
+        )
     clusters = rows.groupby(pair_key, sort=False)[cluster].agg(["first", "nunique"])
     if (clusters["nunique"] > 1).any():
-        raise EstimationError(f"paired_gap: some pairs span several {cluster} values; "
-                              "a pair must lie within one cluster")
+        raise EstimationError(
+            f"paired_gap: some pairs span several {cluster} values; a pair must lie within one cluster"
+        )
     wide = rows.pivot(index=pair_key, columns=roles.x, values=y)
     wide = wide.reindex(columns=[roles.x1, roles.x0])
     wide[cluster] = clusters["first"].reindex(wide.index)
@@ -169,20 +200,45 @@ class PairedGap:
 
     name = "paired_gap"
     design = None  # a function of the factual scored table alone: no counterfactual worlds
-    parameter_constraints = {"n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "cluster": Text(), "pair_key": Text(),
-                             "seed": SEED}
+    parameter_constraints = {
+        "n_bootstrap": N_BOOTSTRAP,
+        "alpha": ALPHA,
+        "cluster": Text(),
+        "pair_key": Text(),
+        "seed": SEED,
+    }
 
-    def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, cluster: str = "posting_id",
-                 pair_key: str = "pair_key", seed: int = 0) -> None:
-        validate(self.parameter_constraints, {"n_bootstrap": n_bootstrap, "alpha": alpha, "cluster": cluster,
-                                              "pair_key": pair_key, "seed": seed})
+    def __init__(
+        self,
+        n_bootstrap: int = 2000,
+        alpha: float = 0.05,
+        cluster: str = "posting_id",
+        pair_key: str = "pair_key",
+        seed: int = 0,
+    ) -> None:
+        validate(
+            self.parameter_constraints,
+            {"n_bootstrap": n_bootstrap, "alpha": alpha, "cluster": cluster, "pair_key": pair_key, "seed": seed},
+        )
         self.n_bootstrap, self.alpha, self.cluster, self.pair_key, self.seed = (
-            n_bootstrap, alpha, cluster, pair_key, seed)
+            n_bootstrap,
+            alpha,
+            cluster,
+            pair_key,
+            seed,
+        )
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         wide = pair_decisions(data, roles, y, self.pair_key, self.cluster)
-        result = paired_gap(wide, y_adv=roles.x1, y_other=roles.x0, cluster=self.cluster,
-                            n_bootstrap=self.n_bootstrap, seed=self.seed, alpha=self.alpha)
+        result = paired_gap(
+            wide,
+            y_adv=roles.x1,
+            y_other=roles.x0,
+            cluster=self.cluster,
+            n_bootstrap=self.n_bootstrap,
+            seed=self.seed,
+            alpha=self.alpha,
+        )
         values: dict[str, Any] = result.as_dict()
         values["estimate"] = values.pop("gap_pp")
         values[f"rate_{roles.x1}"] = values.pop("rate_adv")
@@ -193,5 +249,8 @@ class PairedGap:
         if result.mcnemar_p < self.alpha:
             favoured = roles.x1 if result.gap_pp > 0 else roles.x0
             labels.append(f"callback gap favouring {favoured} (McNemar p={result.mcnemar_p:.2g})")
-        return Effects(table=table, labels=labels,
-                       metrics={"pairs_dropped_share": result.n_dropped / (result.n_dropped + result.n_pairs)})
+        return Effects(
+            table=table,
+            labels=labels,
+            metrics={"pairs_dropped_share": result.n_dropped / (result.n_dropped + result.n_pairs)},
+        )

@@ -17,6 +17,7 @@ paper's section 5.2 case labels (`popfair.estimate.sfm.case_labels`).
 
 This module is the entry point (`estimate_pse`) and the `estimator=pse_dml` adapter.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,8 +43,15 @@ from popfair.estimate.inference import mean_inference
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
 from popfair.types import Effects, Plot, Roles
 
-__all__ = ["PseDml", "PseOverlapWarning", "PseResult", "PseSettings", "TuningGrid", "clear_tuning_cache",
-           "estimate_pse"]
+__all__ = [
+    "PseDml",
+    "PseOverlapWarning",
+    "PseResult",
+    "PseSettings",
+    "TuningGrid",
+    "clear_tuning_cache",
+    "estimate_pse",
+]
 
 
 @dataclass
@@ -69,7 +77,7 @@ class PseResult:
     n_excluded: int
     n_clusters: int | None = None
     notes: list[str] = field(default_factory=list)
-    n_splits: int = 1               # cross-fitting fold assignments averaged (repeated cross-fitting)
+    n_splits: int = 1  # cross-fitting fold assignments averaged (repeated cross-fitting)
 
     @property
     def case(self) -> str:
@@ -84,8 +92,18 @@ class PseResult:
 # Public entry point
 
 
-def estimate_pse(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
-                 r: Sequence[str], y: str, **settings: Any) -> PseResult:
+def estimate_pse(
+    data: pd.DataFrame,
+    *,
+    x: str,
+    x0: str,
+    x1: str,
+    z: Sequence[str],
+    b: Sequence[str],
+    r: Sequence[str],
+    y: str,
+    **settings: Any,
+) -> PseResult:
     """Estimate TE, NDE, NIE, BIE, RIE of X on Y (positive favours x1) with DML-UCA.
 
     Parameters
@@ -136,22 +154,46 @@ def estimate_pse(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[st
     return _estimate(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, settings=checked)
 
 
-def _estimate(data: pd.DataFrame, *, x: str, x0: str, x1: str, z: Sequence[str], b: Sequence[str],
-              r: Sequence[str], y: str, settings: PseSettings) -> PseResult:
+def _estimate(
+    data: pd.DataFrame,
+    *,
+    x: str,
+    x0: str,
+    x1: str,
+    z: Sequence[str],
+    b: Sequence[str],
+    r: Sequence[str],
+    y: str,
+    settings: PseSettings,
+) -> PseResult:
     scores = dml_scores(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, settings=settings)
     clock = time.perf_counter()
-    both, n_clusters = mean_inference(np.concatenate([scores.phi_splits, scores.phi_splits @ CONTRASTS.T], axis=2),
-                                      list(TARGETS) + list(EFFECTS), alpha=settings.alpha,
-                                      n_bootstrap=settings.n_bootstrap, cluster=scores.cluster,
-                                      rng=np.random.default_rng([settings.seed, 3]))
-    means, table = both.iloc[: len(TARGETS)].copy(), both.iloc[len(TARGETS):].copy()
+    both, n_clusters = mean_inference(
+        np.concatenate([scores.phi_splits, scores.phi_splits @ CONTRASTS.T], axis=2),
+        list(TARGETS) + list(EFFECTS),
+        alpha=settings.alpha,
+        n_bootstrap=settings.n_bootstrap,
+        cluster=scores.cluster,
+        rng=np.random.default_rng([settings.seed, 3]),
+    )
+    means, table = both.iloc[: len(TARGETS)].copy(), both.iloc[len(TARGETS) :].copy()
     timings = {**scores.timings, "bootstrap": time.perf_counter() - clock}
     labels = case_labels(table)
     table["case"] = "; ".join(labels) if labels else "none"
-    return PseResult(table=table, means=means, labels=labels, overlap=scores.overlap, tuning=scores.tuning,
-                     scores=pd.DataFrame(scores.phi, columns=list(TARGETS)), timings=timings,
-                     n=len(scores.phi), n_excluded=scores.n_excluded, n_clusters=n_clusters, notes=scores.notes,
-                     n_splits=len(scores.phi_splits))
+    return PseResult(
+        table=table,
+        means=means,
+        labels=labels,
+        overlap=scores.overlap,
+        tuning=scores.tuning,
+        scores=pd.DataFrame(scores.phi, columns=list(TARGETS)),
+        timings=timings,
+        n=len(scores.phi),
+        n_excluded=scores.n_excluded,
+        n_clusters=n_clusters,
+        notes=scores.notes,
+        n_splits=len(scores.phi_splits),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,21 +212,28 @@ class PseDml:
         self.settings = PseSettings.build(settings)
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
-        result = _estimate(data, x=roles.x, x0=roles.x0, x1=roles.x1, z=roles.z, b=roles.b, r=roles.r, y=y,
-                           settings=self.settings)
-        metrics = {"pse.n": float(result.n), "pse.n_excluded": float(result.n_excluded),
-                   "pse.n_splits": float(result.n_splits)}
+        result = _estimate(
+            data, x=roles.x, x0=roles.x0, x1=roles.x1, z=roles.z, b=roles.b, r=roles.r, y=y, settings=self.settings
+        )
+        metrics = {
+            "pse.n": float(result.n),
+            "pse.n_excluded": float(result.n_excluded),
+            "pse.n_splits": float(result.n_splits),
+        }
         metrics.update({f"time.pse_{k}_s": v for k, v in result.timings.items()})
         weights = result.overlap[result.overlap["kind"] == "weight"]
         metrics["pse.max_weight"] = float(weights["max"].max())
-        metrics["pse.share_clipped"] = float(result.overlap.loc[result.overlap["kind"] == "propensity",
-                                                                "share_clipped"].max())
+        metrics["pse.share_clipped"] = float(
+            result.overlap.loc[result.overlap["kind"] == "propensity", "share_clipped"].max()
+        )
         title = f"{roles.x}: {roles.x1} vs {roles.x0} (positive favours {roles.x1})"
-        artifacts: dict[str, Any] = {"pse_forest.png": result.plot(title),
-                                     "pse_means.csv": result.means, "pse_overlap.csv": result.overlap,
-                                     "pse_tuning.csv": result.tuning}
+        artifacts: dict[str, Any] = {
+            "pse_forest.png": result.plot(title),
+            "pse_means.csv": result.means,
+            "pse_overlap.csv": result.overlap,
+            "pse_tuning.csv": result.tuning,
+        }
         if result.notes:
             artifacts["pse_notes.txt"] = "\n".join(result.notes)
         table = result.table[EFFECT_COLUMNS + [c for c in result.table if c not in EFFECT_COLUMNS]]
         return Effects(table=table, labels=result.labels, metrics=metrics, artifacts=artifacts)
-

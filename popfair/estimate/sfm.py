@@ -3,6 +3,7 @@ contrast, and the discrimination patterns (PopResume, arXiv 2603.22714, Table 1 
 
 Shared by the observational (DML-UCA), interventional and simulated-SFM code, so all three speak of
 the same five means and contrasts."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,13 +20,15 @@ TARGETS: dict[str, tuple[int, int, int]] = {
     "E[Y_x1,B_x1R_x0,R_x0]": (1, 1, 0),
 }
 # Rows: effects; columns: TARGETS in order. TE = NDE + NIE and NIE = BIE + RIE hold exactly.
-CONTRASTS = np.array([
-    [-1.0, 1.0, 0.0, 0.0, 0.0],     # TE  = E[Y_x1] - E[Y_x0]
-    [-1.0, 0.0, 1.0, 0.0, 0.0],     # NDE = E[Y_x1,W_x0] - E[Y_x0]
-    [0.0, 1.0, -1.0, 0.0, 0.0],     # NIE = E[Y_x1] - E[Y_x1,W_x0]
-    [0.0, 0.5, -0.5, -0.5, 0.5],    # BIE = 1/2[(E[Y_x1] - psi(x1,x0,x1)) + (psi(x1,x1,x0) - E[Y_x1,W_x0])]
-    [0.0, 0.5, -0.5, 0.5, -0.5],    # RIE = 1/2[(E[Y_x1] - psi(x1,x1,x0)) + (psi(x1,x0,x1) - E[Y_x1,W_x0])]
-])
+CONTRASTS = np.array(
+    [
+        [-1.0, 1.0, 0.0, 0.0, 0.0],  # TE  = E[Y_x1] - E[Y_x0]
+        [-1.0, 0.0, 1.0, 0.0, 0.0],  # NDE = E[Y_x1,W_x0] - E[Y_x0]
+        [0.0, 1.0, -1.0, 0.0, 0.0],  # NIE = E[Y_x1] - E[Y_x1,W_x0]
+        [0.0, 0.5, -0.5, -0.5, 0.5],  # BIE = 1/2[(E[Y_x1] - psi(x1,x0,x1)) + (psi(x1,x1,x0) - E[Y_x1,W_x0])]
+        [0.0, 0.5, -0.5, 0.5, -0.5],  # RIE = 1/2[(E[Y_x1] - psi(x1,x1,x0)) + (psi(x1,x0,x1) - E[Y_x1,W_x0])]
+    ]
+)
 CASE_LABELS = {
     1: "Case 1: direct discrimination without explicit demographics",
     2: "Case 2: discrimination masked by cancellation",

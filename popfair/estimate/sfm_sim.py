@@ -6,6 +6,7 @@ name_age_typicality, surname_race_typicality, region). Every variable is a deter
 of its parents and its own noise, so counterfactuals Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}} are computed
 exactly by re-evaluating the structural equations with the same noise (common random numbers).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,12 @@ class SimulatedSFM:
     x0: str = "female"
     x1: str = "male"
 
-    roles = {"x": "gender", "z": ("race", "age"), "b": ("edu_group", "exp_year"),
-             "r": ("name_gender_typicality", "name_age_typicality", "surname_race_typicality", "region")}
+    roles = {
+        "x": "gender",
+        "z": ("race", "age"),
+        "b": ("edu_group", "exp_year"),
+        "r": ("name_gender_typicality", "name_age_typicality", "surname_race_typicality", "region"),
+    }
 
     def sample(self, n: int, seed: int) -> pd.DataFrame:
         """n factual applicants: raw columns as PopResume stores them (strings and integers), y."""
@@ -53,13 +58,21 @@ class SimulatedSFM:
         r = self._r(x, noise)
         b = self._b(x, r, noise)
         y = self._y(x, b, r, noise, draw=True)
-        frame = pd.DataFrame({"applicant_id": np.arange(n), "gender": np.where(x == 1, self.x1, self.x0),
-                              "race": RACES[noise["race"]], "age": noise["age"],
-                              "edu_group": EDU[b["edu"]], "exp_year": b["exp"],
-                              "name_gender_typicality": GENDER_TYPICALITY[r["ngt"]],
-                              "name_age_typicality": AGE_TYPICALITY[r["nat"]],
-                              "surname_race_typicality": SURNAME_RACE[r["srt"]],
-                              "region": REGIONS[r["region"]], "y": y})
+        frame = pd.DataFrame(
+            {
+                "applicant_id": np.arange(n),
+                "gender": np.where(x == 1, self.x1, self.x0),
+                "race": RACES[noise["race"]],
+                "age": noise["age"],
+                "edu_group": EDU[b["edu"]],
+                "exp_year": b["exp"],
+                "name_gender_typicality": GENDER_TYPICALITY[r["ngt"]],
+                "name_age_typicality": AGE_TYPICALITY[r["nat"]],
+                "surname_race_typicality": SURNAME_RACE[r["srt"]],
+                "region": REGIONS[r["region"]],
+                "y": y,
+            }
+        )
         return frame
 
     def truth(self, n: int = 400_000, seed: int = 12345, swapped: bool = False) -> pd.Series:
@@ -79,9 +92,13 @@ class SimulatedSFM:
     @staticmethod
     def _noise(n: int, seed: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
-        return {"race": rng.choice(len(RACES), size=n, p=RACE_SHARES), "age": rng.integers(18, 45, size=n),
-                **{k: rng.random(n) for k in ("x", "ngt", "nat", "srt", "region", "edu", "y_cb")},
-                "exp": rng.normal(size=n), "y": rng.normal(size=n)}
+        return {
+            "race": rng.choice(len(RACES), size=n, p=RACE_SHARES),
+            "age": rng.integers(18, 45, size=n),
+            **{k: rng.random(n) for k in ("x", "ngt", "nat", "srt", "region", "edu", "y_cb")},
+            "exp": rng.normal(size=n),
+            "y": rng.normal(size=n),
+        }
 
     @staticmethod
     def _x(noise: dict[str, np.ndarray]) -> np.ndarray:
@@ -98,35 +115,60 @@ class SimulatedSFM:
         ngt = _categorical(noise["ngt"], np.column_stack([p_female, 1 - p_male - p_female, p_male]))
         young = np.clip(0.2 + 0.02 * (30 - age), 0.05, 0.6)
         old = np.clip(0.2 - 0.02 * (30 - age), 0.05, 0.6)
-        nat = _categorical(noise["nat"], np.column_stack([young, np.full_like(young, 0.3), old,
-                                                          1 - young - old - 0.3]))
+        nat = _categorical(noise["nat"], np.column_stack([young, np.full_like(young, 0.3), old, 1 - young - old - 0.3]))
         p_black = np.where(race == 0, 0.45, 0.03)
         p_white = np.where(race == 1, 0.55, 0.15)
         p_asian = np.where(race == 3, 0.5, 0.02)
         srt = _categorical(noise["srt"], np.column_stack([p_black, p_white, p_asian, 1 - p_black - p_white - p_asian]))
         south = 0.3 + 0.1 * (race == 0) + 0.1 * s * (x - 0.5)
         black = 0.05 * (race == 0)
-        region = _categorical(noise["region"], np.column_stack([np.full_like(south, 0.2), 0.65 - south - black,
-                                                                south, 0.15 + black]))
+        region = _categorical(
+            noise["region"], np.column_stack([np.full_like(south, 0.2), 0.65 - south - black, south, 0.15 + black])
+        )
         return {"ngt": ngt, "nat": nat, "srt": srt, "region": region}
 
     def _b(self, x: np.ndarray, r: dict[str, np.ndarray], noise: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         race, age = noise["race"], noise["age"]
-        latent = (-0.4 * self.x_to_b * x + 0.3 * (race == 3) - 0.2 * (race == 0) + 0.02 * (age - 30)
-                  + 0.25 * (r["region"] == 0) - 0.15 * (r["region"] == 2))
+        latent = (
+            -0.4 * self.x_to_b * x
+            + 0.3 * (race == 3)
+            - 0.2 * (race == 0)
+            + 0.02 * (age - 30)
+            + 0.25 * (r["region"] == 0)
+            - 0.15 * (r["region"] == 2)
+        )
         u = np.log(noise["edu"] / (1 - noise["edu"]))  # logistic noise
         edu = np.digitize(latent + u, [-0.8, 1.2])
-        exp = np.clip(np.round(0.45 * (age - 22) - 0.6 * edu + 2.0 * self.x_to_b * x + 1.5 * noise["exp"]),
-                      0, None).astype(int)
+        exp = np.clip(
+            np.round(0.45 * (age - 22) - 0.6 * edu + 2.0 * self.x_to_b * x + 1.5 * noise["exp"]), 0, None
+        ).astype(int)
         return {"edu": edu, "exp": exp}
 
-    def _y(self, x: np.ndarray, b: dict[str, np.ndarray], r: dict[str, np.ndarray], noise: dict[str, np.ndarray],
-           draw: bool) -> np.ndarray:
+    def _y(
+        self,
+        x: np.ndarray,
+        b: dict[str, np.ndarray],
+        r: dict[str, np.ndarray],
+        noise: dict[str, np.ndarray],
+        draw: bool,
+    ) -> np.ndarray:
         race, age = noise["race"], noise["age"]
-        index = (48 + self.direct * x + self.b_to_y * (6.0 * b["edu"] + 0.9 * b["exp"])
-                 + self.r_to_y * (3.0 * (r["ngt"] == 2) - 2.0 * (r["ngt"] == 0) - 2.5 * (r["srt"] == 0)
-                                  + 2.0 * (r["region"] == 0) - 1.5 * (r["region"] == 2) - 1.0 * (r["nat"] == 2))
-                 + 1.5 * (race == 1) - 0.1 * (age - 30))
+        index = (
+            48
+            + self.direct * x
+            + self.b_to_y * (6.0 * b["edu"] + 0.9 * b["exp"])
+            + self.r_to_y
+            * (
+                3.0 * (r["ngt"] == 2)
+                - 2.0 * (r["ngt"] == 0)
+                - 2.5 * (r["srt"] == 0)
+                + 2.0 * (r["region"] == 0)
+                - 1.5 * (r["region"] == 2)
+                - 1.0 * (r["nat"] == 2)
+            )
+            + 1.5 * (race == 1)
+            - 0.1 * (age - 30)
+        )
         if self.outcome == "score":
             return np.clip(np.round(index + self.noise_sd * noise["y"], 1), 0, 100)
         p = 1 / (1 + np.exp(-(index - 60) / 10))

@@ -5,6 +5,7 @@ hidden confounding, overlap, good nuisances); the interventional one scores coun
 of the same case. Putting them in one table, with their difference and whether their CIs overlap
 and reach the same conclusion, checks the observational estimate on a case where the truth can
 be measured."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,11 +38,16 @@ class SideBySide:
     def __init__(self, observational: Estimator, interventional: Interventional) -> None:
         name = getattr(observational, "name", type(observational).__name__)
         if name != "pse_dml" or not callable(getattr(observational, "estimate", None)):
-            raise ParameterError("observational", "must be the pse_dml estimator (the same five path-specific "
-                                 f"effects; conf/estimator/pse_dml.yaml), got {name!r}")
+            raise ParameterError(
+                "observational",
+                "must be the pse_dml estimator (the same five path-specific "
+                f"effects; conf/estimator/pse_dml.yaml), got {name!r}",
+            )
         if not isinstance(interventional, Interventional):
-            raise ParameterError("interventional", "must be popfair.estimate.interventional.Interventional, "
-                                 f"got {type(interventional).__name__}")
+            raise ParameterError(
+                "interventional",
+                f"must be popfair.estimate.interventional.Interventional, got {type(interventional).__name__}",
+            )
         self.observational, self.interventional = observational, interventional
         self.design = interventional.design  # the interventional part's worlds
 
@@ -51,15 +57,21 @@ class SideBySide:
         table = compare(observed.table, measured.table)
         agree = table["ci_overlap"].to_numpy(bool)
         same = table["same_conclusion"].to_numpy(bool)
-        metrics = {**observed.metrics, **measured.metrics,
-                   "compare.ci_overlap_count": float(agree.sum()),
-                   "compare.same_conclusion_count": float(same.sum()),
-                   "compare.max_abs_difference": float(np.abs(table["difference"]).max())}
+        metrics = {
+            **observed.metrics,
+            **measured.metrics,
+            "compare.ci_overlap_count": float(agree.sum()),
+            "compare.same_conclusion_count": float(same.sum()),
+            "compare.max_abs_difference": float(np.abs(table["difference"]).max()),
+        }
         title = f"{roles.x}: {roles.x1} vs {roles.x0} (positive favours {roles.x1})"
-        artifacts: dict[str, Any] = {**observed.artifacts, **measured.artifacts,
-                                     "side_by_side.csv": table,
-                                     "side_by_side_forest.png": side_by_side_plot(table, title),
-                                     "interventional_case.txt": measured.case}
+        artifacts: dict[str, Any] = {
+            **observed.artifacts,
+            **measured.artifacts,
+            "side_by_side.csv": table,
+            "side_by_side_forest.png": side_by_side_plot(table, title),
+            "interventional_case.txt": measured.case,
+        }
         return Effects(table=table, labels=observed.labels, metrics=metrics, artifacts=artifacts)
 
 
@@ -70,8 +82,10 @@ def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
         missing = [e for e in EFFECTS if e not in table.index]
         lacking = [c for c in EFFECT_COLUMNS if c not in table.columns]
         if missing or lacking:
-            raise EstimationError(f"estimator=both: the {name} effects table lacks effects {missing} or "
-                                  f"columns {lacking}; the observational estimator must be pse_dml")
+            raise EstimationError(
+                f"estimator=both: the {name} effects table lacks effects {missing} or "
+                f"columns {lacking}; the observational estimator must be pse_dml"
+            )
     obs = observed.loc[list(EFFECTS), EFFECT_COLUMNS].astype(float)
     intv = measured.loc[list(EFFECTS), EFFECT_COLUMNS].astype(float)
     table = obs.assign(significant=_direction(obs) != 0)
@@ -92,5 +106,9 @@ def _direction(table: pd.DataFrame) -> np.ndarray:
 
 def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interventional") -> Plot:
     """Forest plot: each effect's observational (DML-UCA) and interventional estimate with CIs."""
-    return Plot("forest", table, title, {"series": (("", "observational (DML-UCA)", "C0"),
-                                                    (INTERVENTIONAL_PREFIX, "interventional", "C3"))})
+    return Plot(
+        "forest",
+        table,
+        title,
+        {"series": (("", "observational (DML-UCA)", "C0"), (INTERVENTIONAL_PREFIX, "interventional", "C3"))},
+    )

@@ -1,6 +1,7 @@
 """The population stage: who the applicants are, and the counterfactual worlds an estimator declares.
 
 Public names are imported on first use (`popfair._lazy`)."""
+
 from __future__ import annotations
 
 from popfair._lazy import lazy_exports

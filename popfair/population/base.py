@@ -1,4 +1,5 @@
 """Population stage interface: who the applicants are."""
+
 from __future__ import annotations
 
 from typing import Protocol

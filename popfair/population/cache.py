@@ -3,6 +3,7 @@
 An entry's key hashes its inputs: the data files' fingerprints, the arguments, and the source code
 of the modules that build it, so editing the code or the data invalidates it. Location:
 $POPFAIR_CACHE_DIR, else ~/.cache/popfair; POPFAIR_CACHE_DIR=off disables the disk cache."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,7 @@ def file_fingerprint(path: str | Path) -> str:
     """Content hash for files up to 64 MB, else size + modification time (national PUMS is GBs)."""
     path = Path(path)
     stat = path.stat()
-    if stat.st_size <= 64 * 2 ** 20:
+    if stat.st_size <= 64 * 2**20:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 

@@ -2,6 +2,7 @@
 age vs experience (Fig. 7 d), the experience model's Q-Q plot (Fig. 6), its fit to the NLSY97 cells
 and (as checks) to PSID and PDII, the Black - White experience gap within sex x age x education, and
 the CA/TX transport summary."""
+
 from __future__ import annotations
 
 import sys
@@ -43,13 +44,21 @@ def weighted_shares(table: pd.DataFrame, column: str, weight: str = "weight") ->
 def composition(table: pd.DataFrame, records: pd.DataFrame, occupation: str) -> pd.DataFrame:
     """Weighted shares of each attribute level: generated profiles vs the PUMS records they come from."""
     from popfair.population.pums import EDU_GROUP
+
     records = records.assign(edu_group=records["edu_level"].map(EDU_GROUP))
     rows = []
     for attribute in COMPOSITION_ATTRIBUTES:
         generated, pums = weighted_shares(table, attribute), weighted_shares(records, attribute)
         for level in sorted(set(generated.index) | set(pums.index)):
-            rows.append({"occupation": occupation, "attribute": attribute, "level": level,
-                         "share_profiles": float(generated.get(level, 0.0)), "share_pums": float(pums.get(level, 0.0))})
+            rows.append(
+                {
+                    "occupation": occupation,
+                    "attribute": attribute,
+                    "level": level,
+                    "share_profiles": float(generated.get(level, 0.0)),
+                    "share_pums": float(pums.get(level, 0.0)),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -62,8 +71,9 @@ def _weighted_mean(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def experience_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
     """Generated exp_year cell means vs PSID 1999 (sex x age group x PSID edu) and vs PDII 2008
     (sex x age group x seven levels), with n-weighted mean absolute error and correlation."""
-    frame = table[["gender", "age", "edu_level", "exp_year", "weight"]].assign(   # only what is used: no copy
-        sex=table["gender"], age_group=age_group(table["age"]), edu=table["edu_level"].map(EDU_TO_PSID))
+    frame = table[["gender", "age", "edu_level", "exp_year", "weight"]].assign(  # only what is used: no copy
+        sex=table["gender"], age_group=age_group(table["age"]), edu=table["edu_level"].map(EDU_TO_PSID)
+    )
     cells, _ = psid_cells()
     psid = cells[cells["year"] == 1999].set_index(["sex", "age_group", "edu"])[["n", "mean"]]
     psid = psid.rename(columns={"n": "psid_n", "mean": "psid_mean"})
@@ -77,7 +87,9 @@ def experience_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dic
         summary[f"{name}_cells"] = float(len(fit))
         summary[f"{name}_mae_years"] = float(np.average(diff.abs(), weights=w)) if len(fit) else float("nan")
         summary[f"{name}_bias_years"] = float(np.average(diff, weights=w)) if len(fit) else float("nan")
-        summary[f"{name}_corr"] = float(np.corrcoef(fit["profiles_mean"], fit[ref])[0, 1]) if len(fit) > 2 else float("nan")
+        summary[f"{name}_corr"] = (
+            float(np.corrcoef(fit["profiles_mean"], fit[ref])[0, 1]) if len(fit) > 2 else float("nan")
+        )
     return fit_psid, fit_pdii, summary
 
 
@@ -89,27 +101,43 @@ def nlsy_reference_cells(measure: str = "EXP_YEARS", age: str = "age_group") -> 
     """NLSY97 cells by race x sex x age band (`age="age"`: single year) x education straight from the
     person-years (not the model): persons, mean and SD of `measure`. With EXP_FTE and age bands these are
     the file's own nlsy97_experience_cells.csv. Cached on disk: a warm run does not read the person-years."""
-    return disk_cached(f"nlsy97_reference_{measure}_{age}", [file_digest(NLSY_FILE)], [sys.modules[__name__]],
-                       lambda: _nlsy_reference_cells(measure, age))
+    return disk_cached(
+        f"nlsy97_reference_{measure}_{age}",
+        [file_digest(NLSY_FILE)],
+        [sys.modules[__name__]],
+        lambda: _nlsy_reference_cells(measure, age),
+    )
 
 
 def _nlsy_reference_cells(measure: str, age: str) -> pd.DataFrame:
     years = nlsy_person_years()
-    frame = pd.DataFrame({"race_nlsy": years["RACE"], "sex": years["SEX"],
-                          age: age_group(years["AGE"]) if age == "age_group" else years["AGE"],
-                          "educ": years["EDUC"], "person": years["PUBID"], "value": years[measure]})
+    frame = pd.DataFrame(
+        {
+            "race_nlsy": years["RACE"],
+            "sex": years["SEX"],
+            age: age_group(years["AGE"]) if age == "age_group" else years["AGE"],
+            "educ": years["EDUC"],
+            "person": years["PUBID"],
+            "value": years[measure],
+        }
+    )
     grouped = frame.groupby(["race_nlsy", "sex", age, "educ"])
-    return pd.DataFrame({"n_persons": grouped["person"].nunique(), "mean": grouped["value"].mean(),
-                         "sd": grouped["value"].std()})
+    return pd.DataFrame(
+        {"n_persons": grouped["person"].nunique(), "mean": grouped["value"].mean(), "sd": grouped["value"].std()}
+    )
 
 
 def nlsy_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The applicants' columns in NLSY97 coding (race group, education) next to sex and age band."""
     if "race_nlsy" in table:
         return table
-    slim = table[["gender", "race", "age", "edu_level", "exp_year", "weight"]]   # only what is used: no copy
-    return slim.assign(sex=table["gender"], age_group=age_group(table["age"]),
-                       race_nlsy=table["race"].map(RACE_TO_NLSY), educ=table["edu_level"].map(EDU_TO_NLSY))
+    slim = table[["gender", "race", "age", "edu_level", "exp_year", "weight"]]  # only what is used: no copy
+    return slim.assign(
+        sex=table["gender"],
+        age_group=age_group(table["age"]),
+        race_nlsy=table["race"].map(RACE_TO_NLSY),
+        educ=table["edu_level"].map(EDU_TO_NLSY),
+    )
 
 
 def nlsy_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
@@ -120,20 +148,24 @@ def nlsy_fit(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
     frame = nlsy_frame(table)
     cells = nlsy_reference_cells().rename(columns={"mean": "nlsy97_mean", "sd": "nlsy97_sd"})
     fit = _weighted_mean(frame, NLSY_KEYS).join(cells, how="inner").reset_index()
-    by_age = _weighted_mean(frame, ["race_nlsy", "sex", "age", "educ"]).join(nlsy_reference_cells(age="age"),
-                                                                           how="inner")
+    by_age = _weighted_mean(frame, ["race_nlsy", "sex", "age", "educ"]).join(
+        nlsy_reference_cells(age="age"), how="inner"
+    )
     age_w = by_age["n_profiles"].to_numpy(float)
     age_diff = by_age["profiles_mean"] - by_age["mean"]
     w = fit["n_profiles"].to_numpy(float)
     diff = fit["profiles_mean"] - fit["nlsy97_mean"]
-    summary = {"nlsy97_cells": float(len(fit)),
-               "nlsy97_mae_years": float(np.average(diff.abs(), weights=w)) if len(fit) else float("nan"),
-               "nlsy97_bias_years": float(np.average(diff, weights=w)) if len(fit) else float("nan"),
-               "nlsy97_corr": float(np.corrcoef(fit["profiles_mean"], fit["nlsy97_mean"])[0, 1])
-               if len(fit) > 2 else float("nan"),
-               "nlsy97_age_mae_years": float(np.average(age_diff.abs(), weights=age_w)) if len(by_age) else float("nan"),
-               "nlsy97_age_bias_years": float(np.average(age_diff, weights=age_w)) if len(by_age) else float("nan"),
-               "nlsy97_age_share": float(age_w.sum() / max(len(frame), 1))}
+    summary = {
+        "nlsy97_cells": float(len(fit)),
+        "nlsy97_mae_years": float(np.average(diff.abs(), weights=w)) if len(fit) else float("nan"),
+        "nlsy97_bias_years": float(np.average(diff, weights=w)) if len(fit) else float("nan"),
+        "nlsy97_corr": float(np.corrcoef(fit["profiles_mean"], fit["nlsy97_mean"])[0, 1])
+        if len(fit) > 2
+        else float("nan"),
+        "nlsy97_age_mae_years": float(np.average(age_diff.abs(), weights=age_w)) if len(by_age) else float("nan"),
+        "nlsy97_age_bias_years": float(np.average(age_diff, weights=age_w)) if len(by_age) else float("nan"),
+        "nlsy97_age_share": float(age_w.sum() / max(len(frame), 1)),
+    }
     return fit, summary
 
 
@@ -148,17 +180,31 @@ def race_gap(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     counts = frame[frame["race"] == "black"].groupby(keys).size().rename("n_black")
     nlsy = nlsy_reference_cells()
     black, white = nlsy.loc["black"], nlsy.loc["nonblack_nonhisp"]
-    cells = pd.DataFrame({"gap_generated": generated.get("black") - generated.get("white"),
-                          "gap_nlsy97": black["mean"] - white["mean"],
-                          "var_nlsy97": black["sd"] ** 2 / black["n_persons"]
-                          + white["sd"] ** 2 / white["n_persons"]}).join(counts, how="inner").dropna()
+    cells = (
+        pd.DataFrame(
+            {
+                "gap_generated": generated.get("black") - generated.get("white"),
+                "gap_nlsy97": black["mean"] - white["mean"],
+                "var_nlsy97": black["sd"] ** 2 / black["n_persons"] + white["sd"] ** 2 / white["n_persons"],
+            }
+        )
+        .join(counts, how="inner")
+        .dropna()
+    )
     cells = cells.reset_index()
     rows = []
     for sex, group in cells.groupby("sex"):
         w = group["n_black"].to_numpy(float) / group["n_black"].sum()
-        rows.append({"sex": sex, "cells": len(group), "black_applicants": int(group["n_black"].sum()),
-                     "gap_generated": float(w @ group["gap_generated"]), "gap_nlsy97": float(w @ group["gap_nlsy97"]),
-                     "se_nlsy97": float(np.sqrt((w ** 2) @ group["var_nlsy97"]))})
+        rows.append(
+            {
+                "sex": sex,
+                "cells": len(group),
+                "black_applicants": int(group["n_black"].sum()),
+                "gap_generated": float(w @ group["gap_generated"]),
+                "gap_nlsy97": float(w @ group["gap_nlsy97"]),
+                "se_nlsy97": float(np.sqrt((w**2) @ group["var_nlsy97"])),
+            }
+        )
     return pd.DataFrame(rows), cells
 
 
@@ -181,16 +227,19 @@ def qq_points(model: ExperienceModel) -> pd.DataFrame:
     by the model's f and sigma vs the normal's. PSID: cell quartiles standardised by cell mean and SD."""
     if model.source == "nlsy97":
         years, race, edu = _qq_sample()
-        z = (years["EXP_YEARS"] - model.mean(years["SEX"].to_numpy(), race.to_numpy(), years["AGE"].to_numpy(),
-                                           edu.to_numpy())) / model.scale(years["SEX"].to_numpy(), years["AGE"].to_numpy())
+        z = (
+            years["EXP_YEARS"]
+            - model.mean(years["SEX"].to_numpy(), race.to_numpy(), years["AGE"].to_numpy(), edu.to_numpy())
+        ) / model.scale(years["SEX"].to_numpy(), years["AGE"].to_numpy())
         probs = np.arange(1, 100) / 100
         return pd.DataFrame({"theoretical": norm.ppf(probs), "empirical": np.quantile(z, probs), "weight": 1.0})
     model_training = model.training
     rows = []
     for column, prob in (("p25", 0.25), ("p50", 0.5), ("p75", 0.75)):
         empirical = (model_training[column] - model_training["mean"]) / model_training["sd"]
-        rows.append(pd.DataFrame({"theoretical": norm.ppf(prob), "empirical": empirical,
-                                  "weight": model_training["weight"]}))
+        rows.append(
+            pd.DataFrame({"theoretical": norm.ppf(prob), "empirical": empirical, "weight": model_training["weight"]})
+        )
     return pd.concat(rows, ignore_index=True).dropna()
 
 
@@ -198,8 +247,12 @@ def qq_figure(points: pd.DataFrame, title: str) -> Figure:
     fig = Figure(figsize=(4.5, 4.5))
     ax = fig.subplots()
     jitter = np.random.default_rng(0).normal(0, 0.02, len(points))
-    ax.scatter(points["theoretical"] + jitter, points["empirical"], s=8 + 40 * points["weight"] / points["weight"].max(),
-               alpha=0.5)
+    ax.scatter(
+        points["theoretical"] + jitter,
+        points["empirical"],
+        s=8 + 40 * points["weight"] / points["weight"].max(),
+        alpha=0.5,
+    )
     lim = [-2.5, 2.5]
     ax.plot(lim, lim, color="k", lw=1)
     ax.set(xlabel="normal quantile", ylabel="empirical quantile, standardised", title=title, xlim=lim, ylim=lim)
@@ -228,20 +281,29 @@ def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation
     coded = nlsy_frame(table)
     fit_nlsy, summary_nlsy = nlsy_fit(coded)
     gap, gap_cells = race_gap(coded)
-    source = {"nlsy97": "NLSY97 person-years 1998-2022 by sex, race, age, education (fit); PSID 1999 and "
-                        "PDII 2008 cells used only as checks",
-              "psid_cells": "PSID (Blau & Kahn) cells by sex, age, education, no race (fit); NLSY97 and PDII "
-                            "2008 used only as checks"}[model.experience.source]
-    summary_doc = {"occupation": occupation.key, "occp": occupation.occp, "survey_year": model.survey_year,
-                   "source": model.source, "profiles": len(table), "pums_records": len(model.records),
-                   "transported_rows": int(model.records["transported"].sum()),
-                   "dropped_below_hs": model.dropped_below_hs,
-                   "experience_source": source,
-                   "experience_sigma": {f"{s} {a}": round(v, 3) for (s, a), v in model.experience.sigma.items()},
-                   "experience_fit": {k: round(v, 4) for k, v in {**summary_nlsy, **summary}.items()},
-                   "experience_black_minus_white": {row["sex"]: {k: round(row[k], 3) for k in
-                                                                 ("gap_generated", "gap_nlsy97", "se_nlsy97")}
-                                                    for row in gap.to_dict("records")}}
+    source = {
+        "nlsy97": "NLSY97 person-years 1998-2022 by sex, race, age, education (fit); PSID 1999 and "
+        "PDII 2008 cells used only as checks",
+        "psid_cells": "PSID (Blau & Kahn) cells by sex, age, education, no race (fit); NLSY97 and PDII "
+        "2008 used only as checks",
+    }[model.experience.source]
+    summary_doc = {
+        "occupation": occupation.key,
+        "occp": occupation.occp,
+        "survey_year": model.survey_year,
+        "source": model.source,
+        "profiles": len(table),
+        "pums_records": len(model.records),
+        "transported_rows": int(model.records["transported"].sum()),
+        "dropped_below_hs": model.dropped_below_hs,
+        "experience_source": source,
+        "experience_sigma": {f"{s} {a}": round(v, 3) for (s, a), v in model.experience.sigma.items()},
+        "experience_fit": {k: round(v, 4) for k, v in {**summary_nlsy, **summary}.items()},
+        "experience_black_minus_white": {
+            row["sex"]: {k: round(row[k], 3) for k in ("gap_generated", "gap_nlsy97", "se_nlsy97")}
+            for row in gap.to_dict("records")
+        },
+    }
     artifacts: dict[str, Any] = {
         "population_composition.csv": composition(table, model.records, occupation.key),
         "population_experience_fit_nlsy97.csv": fit_nlsy,
@@ -250,8 +312,9 @@ def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation
         "population_experience_race_gap.csv": gap_cells,
         "population_summary.yaml": yaml.safe_dump(summary_doc, sort_keys=False),
         "population_age_vs_experience.png": age_experience_figure(table, f"{occupation.title}: age vs experience"),
-        "population_experience_qq.png": qq_figure(qq_points(model.experience),
-                                                  f"Q-Q: {model.experience.source} experience vs normal"),
+        "population_experience_qq.png": qq_figure(
+            qq_points(model.experience), f"Q-Q: {model.experience.source} experience vs normal"
+        ),
     }
     if model.transport is not None:
         artifacts["population_transport.csv"] = model.transport

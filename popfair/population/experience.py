@@ -32,6 +32,7 @@ sex x age group, each level shrunk toward its parent with KAPPA pseudo-observati
 Draws. T ~ N(loc, sigma) truncated to [0, age - 18] with loc chosen so that E[T] = f;
 exp_year = round(T). The integer pmf is computed in closed form, so draws are inverse-CDF (and
 invertible: see popfair.population.scm)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -53,26 +54,56 @@ PDII_FILE = ("population", "pdii2008_actual_experience_by_sex_age_educ.csv")
 AGE_GROUPS = ("18-24", "25-29", "30-34", "35-39", "40-44")
 _AGE_EDGES = [18, 25, 30, 35, 40, 45]
 _AGE_WIDTH = {"18-24": 7.0, "25-29": 5.0, "30-34": 5.0, "35-39": 5.0, "40-44": 5.0}
-PSID_EDU = {"1_less_than_12_years": 1, "2_12_years_hs": 2, "3_13plus_years_no_ba": 3,
-            "4_bachelors": 4, "5_advanced_degree": 5}
-EDU_TO_PSID = {"hs_ged": 2, "some_college": 3, "associate": 3, "bachelor": 4,
-               "master": 5, "professional": 5, "doctorate": 5}
-PDII_EDU = {"02_hs_graduate": "hs_ged", "03_some_college": "some_college", "05_associate": "associate",
-            "06_bachelors": "bachelor", "07_masters": "master", "08_professional": "professional",
-            "09_doctorate": "doctorate"}
-PREDICT_WAVE = 1999   # the latest PSID wave with actual experience
+PSID_EDU = {
+    "1_less_than_12_years": 1,
+    "2_12_years_hs": 2,
+    "3_13plus_years_no_ba": 3,
+    "4_bachelors": 4,
+    "5_advanced_degree": 5,
+}
+EDU_TO_PSID = {
+    "hs_ged": 2,
+    "some_college": 3,
+    "associate": 3,
+    "bachelor": 4,
+    "master": 5,
+    "professional": 5,
+    "doctorate": 5,
+}
+PDII_EDU = {
+    "02_hs_graduate": "hs_ged",
+    "03_some_college": "some_college",
+    "05_associate": "associate",
+    "06_bachelors": "bachelor",
+    "07_masters": "master",
+    "08_professional": "professional",
+    "09_doctorate": "doctorate",
+}
+PREDICT_WAVE = 1999  # the latest PSID wave with actual experience
 NLSY_FILE = ("population", "nlsy97", "nlsy97_person_years.csv.gz")
 NLSY_CELLS_FILE = ("population", "nlsy97", "nlsy97_experience_cells.csv")
 # Applicant race -> NLSY97 KEY_RACE_ETHNICITY group (see the module docstring for why).
-RACE_TO_NLSY = {"black": "black", "hispanic": "hispanic", "white": "nonblack_nonhisp",
-                "api": "nonblack_nonhisp", "other": "mixed_nonhisp"}
+RACE_TO_NLSY = {
+    "black": "black",
+    "hispanic": "hispanic",
+    "white": "nonblack_nonhisp",
+    "api": "nonblack_nonhisp",
+    "other": "mixed_nonhisp",
+}
 NLSY_EDU = ("lt_hs", "hs", "some_college", "ba", "grad")
-EDU_TO_NLSY = {"hs_ged": "hs", "some_college": "some_college", "associate": "some_college", "bachelor": "ba",
-               "master": "grad", "professional": "grad", "doctorate": "grad"}
+EDU_TO_NLSY = {
+    "hs_ged": "hs",
+    "some_college": "some_college",
+    "associate": "some_college",
+    "bachelor": "ba",
+    "master": "grad",
+    "professional": "grad",
+    "doctorate": "grad",
+}
 EXPERIENCE_SOURCES = ("nlsy97", "psid_cells")
 MAX_EXP = _AGE_EDGES[-1] - 1 - 18
 _AGES = np.arange(AGE_RANGE[0], AGE_RANGE[1] + 1)
-KAPPA = 50.0          # pseudo-observations pulling a sigma cell toward its parent level
+KAPPA = 50.0  # pseudo-observations pulling a sigma cell toward its parent level
 MIN_SIGMA = 0.5
 
 
@@ -85,15 +116,28 @@ def psid_cells() -> tuple[pd.DataFrame, str]:
     """(PSID currently-employed cells by wave x sex x age group x edu, sha256 of the file)."""
     path = data_file(*PSID_FILE)
     table = pd.read_csv(path)
-    table = table[(table["sample"] == "currently_employed") & (table["age_group"] != "ALL")
-                  & (table["educ_group"] != "ALL") & table["exp_total_mean"].notna()]
-    cells = pd.DataFrame({
-        "year": table["year"].astype(int), "sex": table["sex"], "age_group": table["age_group"],
-        "edu": table["educ_group"].map(PSID_EDU).astype(int), "n": table["n_unweighted"].astype(float),
-        "w": table["sum_weight"].astype(float), "mean": table["exp_total_mean"].astype(float),
-        "sd": table["exp_total_sd"].fillna(table["exp_total_sd"].median()).astype(float),
-        "p25": table["exp_total_p25"], "p50": table["exp_total_p50"], "p75": table["exp_total_p75"],
-        "potential": table["potential_exp_age_minus_18_mean"].astype(float)}).reset_index(drop=True)
+    table = table[
+        (table["sample"] == "currently_employed")
+        & (table["age_group"] != "ALL")
+        & (table["educ_group"] != "ALL")
+        & table["exp_total_mean"].notna()
+    ]
+    cells = pd.DataFrame(
+        {
+            "year": table["year"].astype(int),
+            "sex": table["sex"],
+            "age_group": table["age_group"],
+            "edu": table["educ_group"].map(PSID_EDU).astype(int),
+            "n": table["n_unweighted"].astype(float),
+            "w": table["sum_weight"].astype(float),
+            "mean": table["exp_total_mean"].astype(float),
+            "sd": table["exp_total_sd"].fillna(table["exp_total_sd"].median()).astype(float),
+            "p25": table["exp_total_p25"],
+            "p50": table["exp_total_p50"],
+            "p75": table["exp_total_p75"],
+            "potential": table["potential_exp_age_minus_18_mean"].astype(float),
+        }
+    ).reset_index(drop=True)
     cells["age"] = cells["potential"] + 18
     cells["ratio"] = (cells["mean"] / cells["potential"].clip(lower=0.5)).clip(0, 1)
     return cells, hashlib.sha256(path.read_bytes()).hexdigest()
@@ -103,11 +147,21 @@ def psid_cells() -> tuple[pd.DataFrame, str]:
 def pdii_cells() -> pd.DataFrame:
     """PDII 2008 currently-working cells (sex x age group x the seven resume education levels)."""
     table = pd.read_csv(data_file(*PDII_FILE))
-    table = table[(table["sample"] == "currently_working") & table["sex"].isin(["female", "male"])
-                  & table["age_group"].isin(AGE_GROUPS) & table["educ_group"].isin(list(PDII_EDU))]
-    return pd.DataFrame({"sex": table["sex"], "age_group": table["age_group"],
-                         "edu_level": table["educ_group"].map(PDII_EDU), "pdii_n": table["n_unweighted"],
-                         "pdii_mean": table["years_worked_mean"]}).reset_index(drop=True)
+    table = table[
+        (table["sample"] == "currently_working")
+        & table["sex"].isin(["female", "male"])
+        & table["age_group"].isin(AGE_GROUPS)
+        & table["educ_group"].isin(list(PDII_EDU))
+    ]
+    return pd.DataFrame(
+        {
+            "sex": table["sex"],
+            "age_group": table["age_group"],
+            "edu_level": table["educ_group"].map(PDII_EDU),
+            "pdii_n": table["n_unweighted"],
+            "pdii_mean": table["years_worked_mean"],
+        }
+    ).reset_index(drop=True)
 
 
 def file_digest(parts: tuple[str, ...]) -> str:
@@ -118,9 +172,21 @@ def file_digest(parts: tuple[str, ...]) -> str:
 def nlsy_person_years() -> pd.DataFrame:
     """NLSY97 person-years with a complete work history, some work in the year and a known education (the
     sample of the file's own cell table), with EXP_YEARS = years with any work since 18."""
-    years = pd.read_csv(data_file(*NLSY_FILE), usecols=["PUBID", "SEX", "RACE", "EDUC", "AGE", "EXP_FTE",
-                                                        "EXP_FT_YEARS", "EXP_PT_YEARS", "HIST_COMPLETE",
-                                                        "HOURS_THIS_YEAR"])
+    years = pd.read_csv(
+        data_file(*NLSY_FILE),
+        usecols=[
+            "PUBID",
+            "SEX",
+            "RACE",
+            "EDUC",
+            "AGE",
+            "EXP_FTE",
+            "EXP_FT_YEARS",
+            "EXP_PT_YEARS",
+            "HIST_COMPLETE",
+            "HOURS_THIS_YEAR",
+        ],
+    )
     keep = years["HIST_COMPLETE"].astype(bool) & (years["HOURS_THIS_YEAR"] > 0) & years["EDUC"].isin(NLSY_EDU)
     years = years[keep].reset_index(drop=True)
     return years.assign(EXP_YEARS=years["EXP_FT_YEARS"] + years["EXP_PT_YEARS"])
@@ -133,18 +199,28 @@ def nlsy_cells() -> pd.DataFrame:
     years = nlsy_person_years()
     grouped = years[years["AGE"] > 18].groupby(["SEX", "RACE", "AGE", "EDUC"])["EXP_YEARS"]
     cells = pd.DataFrame({"n": grouped.size(), "mean": grouped.mean(), "var": grouped.var(ddof=0)}).reset_index()
-    return pd.DataFrame({"sex": cells["SEX"], "race": cells["RACE"], "age": cells["AGE"].astype(float),
-                         "age_group": age_group(cells["AGE"]), "edu": cells["EDUC"], "n": cells["n"].astype(float),
-                         "mean": cells["mean"], "var": cells["var"], "potential": cells["AGE"] - 18.0})
+    return pd.DataFrame(
+        {
+            "sex": cells["SEX"],
+            "race": cells["RACE"],
+            "age": cells["AGE"].astype(float),
+            "age_group": age_group(cells["AGE"]),
+            "edu": cells["EDUC"],
+            "n": cells["n"].astype(float),
+            "mean": cells["mean"],
+            "var": cells["var"],
+            "potential": cells["AGE"] - 18.0,
+        }
+    )
 
 
-def applicant_cells(source: str, gender: pd.Series, race: pd.Series, age: pd.Series, edu_level: pd.Series,
-                    weight: pd.Series) -> tuple[tuple[tuple[str, ...], float], ...]:
+def applicant_cells(
+    source: str, gender: pd.Series, race: pd.Series, age: pd.Series, edu_level: pd.Series, weight: pd.Series
+) -> tuple[tuple[tuple[str, ...], float], ...]:
     """Weighted composition of applicants over the source's cells, hashable (an lru_cache key).
     nlsy97: (sex, NLSY race, age group, NLSY edu); psid_cells: (sex, age group, PSID edu)."""
     edu = pd.Series(np.asarray(edu_level, dtype=object))
-    frame = pd.DataFrame({"sex": np.asarray(gender), "age_group": age_group(age),
-                          "w": np.asarray(weight, dtype=float)})
+    frame = pd.DataFrame({"sex": np.asarray(gender), "age_group": age_group(age), "w": np.asarray(weight, dtype=float)})
     if source == "nlsy97":
         frame["race"] = pd.Series(np.asarray(race, dtype=object)).map(RACE_TO_NLSY).to_numpy()
         frame["edu"] = edu.map(EDU_TO_NLSY).to_numpy()
@@ -157,8 +233,14 @@ def applicant_cells(source: str, gender: pd.Series, race: pd.Series, age: pd.Ser
     return tuple((tuple(str(k) for k in key), float(p)) for key, p in shares.items())
 
 
-def _features(source: str, sex: np.ndarray, race: np.ndarray | None, age: np.ndarray, edu: np.ndarray,
-              year: np.ndarray | None = None) -> np.ndarray:
+def _features(
+    source: str,
+    sex: np.ndarray,
+    race: np.ndarray | None,
+    age: np.ndarray,
+    edu: np.ndarray,
+    year: np.ndarray | None = None,
+) -> np.ndarray:
     """Model inputs. `race` and `edu` are in the source's coding (NLSY group / NLSY edu; PSID edu 1-5)."""
     male = (np.asarray(sex) == "male").astype(float)
     if source == "psid_cells":
@@ -166,18 +248,19 @@ def _features(source: str, sex: np.ndarray, race: np.ndarray | None, age: np.nda
         return np.column_stack([male, np.asarray(age, float), np.asarray(edu, float), np.asarray(wave, float)])
     race = np.asarray(race, dtype=object)
     edu_rank = pd.Series(np.asarray(edu, dtype=object)).map({e: i for i, e in enumerate(NLSY_EDU)}).to_numpy(float)
-    return np.column_stack([male, np.asarray(age, float), edu_rank, race == "black", race == "hispanic",
-                            race == "mixed_nonhisp"]).astype(float)
+    return np.column_stack(
+        [male, np.asarray(age, float), edu_rank, race == "black", race == "hispanic", race == "mixed_nonhisp"]
+    ).astype(float)
 
 
 @dataclass(frozen=True)
 class ExperienceModel:
     """f and sigma fitted for one applicant composition; draws and inverts exp_year."""
 
-    source: str               # one of EXPERIENCE_SOURCES
+    source: str  # one of EXPERIENCE_SOURCES
     booster: xgb.Booster
-    sigma: pd.Series          # index (sex, age group) -> sigma in years
-    training: pd.DataFrame    # training cells with density-ratio weight and fitted mean
+    sigma: pd.Series  # index (sex, age group) -> sigma in years
+    training: pd.DataFrame  # training cells with density-ratio weight and fitted mean
 
     def mean(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
         """Conditional mean f = r(sex, [race,] age, edu) * (age - 18) (PSID: at the 1999 wave)."""
@@ -211,29 +294,49 @@ class ExperienceModel:
     @cached_property
     def cdf_table(self) -> np.ndarray:
         """The CDF of every (gender, race, age, edu_level) cell, built once (and pickled with the model)."""
-        g, r, a, e = (axis.ravel() for axis in np.meshgrid(np.array(GENDERS, dtype=object), np.array(RACES, dtype=object),
-                                                           _AGES, np.array(EDU_LEVELS, dtype=object), indexing="ij"))
+        g, r, a, e = (
+            axis.ravel()
+            for axis in np.meshgrid(
+                np.array(GENDERS, dtype=object),
+                np.array(RACES, dtype=object),
+                _AGES,
+                np.array(EDU_LEVELS, dtype=object),
+                indexing="ij",
+            )
+        )
         return self._cell_cdfs(g, r, a, e)
 
     def cdf(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
         """Per-row CDF over exp_year = 0..MAX_EXP, looked up in cdf_table."""
-        codes = [pd.Categorical(np.asarray(values, dtype=object), categories=levels).codes.astype(np.int64)
-                 for values, levels in ((gender, GENDERS), (race, RACES), (edu_level, EDU_LEVELS))]
+        codes = [
+            pd.Categorical(np.asarray(values, dtype=object), categories=levels).codes.astype(np.int64)
+            for values, levels in ((gender, GENDERS), (race, RACES), (edu_level, EDU_LEVELS))
+        ]
         ages = np.asarray(age, dtype=np.int64) - _AGES[0]
         bad = (np.min(codes, axis=0) < 0) | (ages < 0) | (ages >= len(_AGES))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise DataError(f"experience: no model cell for gender={np.asarray(gender)[i]!r}, race="
-                            f"{np.asarray(race)[i]!r}, age={np.asarray(age)[i]!r}, edu_level={np.asarray(edu_level)[i]!r}")
+            raise DataError(
+                f"experience: no model cell for gender={np.asarray(gender)[i]!r}, race="
+                f"{np.asarray(race)[i]!r}, age={np.asarray(age)[i]!r}, edu_level={np.asarray(edu_level)[i]!r}"
+            )
         index = ((codes[0] * len(RACES) + codes[1]) * len(_AGES) + ages) * len(EDU_LEVELS) + codes[2]
         return self.cdf_table[index]
 
-    def draw(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray,
-             u: np.ndarray) -> np.ndarray:
+    def draw(
+        self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray, u: np.ndarray
+    ) -> np.ndarray:
         return draw_from_cdf(self.cdf(gender, race, age, edu_level), u).astype(np.int64)
 
-    def abduct(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray,
-               exp_year: np.ndarray, v: np.ndarray) -> np.ndarray:
+    def abduct(
+        self,
+        gender: np.ndarray,
+        race: np.ndarray,
+        age: np.ndarray,
+        edu_level: np.ndarray,
+        exp_year: np.ndarray,
+        v: np.ndarray,
+    ) -> np.ndarray:
         return abduct_from_cdf(self.cdf(gender, race, age, edu_level), np.asarray(exp_year, dtype=np.int64), v)
 
     def expected(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
@@ -253,7 +356,7 @@ def _truncated_mean(loc: np.ndarray, sd: np.ndarray, upper: np.ndarray) -> np.nd
     flip = a > 0  # mirror so the interval is never entirely in the far upper tail
     a, b = np.where(flip, -b, a), np.where(flip, -a, b)
     log_mass = log_ndtr(b) + np.log1p(-np.exp(np.minimum(log_ndtr(a) - log_ndtr(b), -1e-300)))
-    log_phi = lambda z: -0.5 * z ** 2 - 0.5 * np.log(2 * np.pi)
+    log_phi = lambda z: -0.5 * z**2 - 0.5 * np.log(2 * np.pi)
     shift = np.exp(log_phi(a) - log_mass) - np.exp(log_phi(b) - log_mass)
     return loc + sd * np.where(flip, -shift, shift)
 
@@ -273,6 +376,7 @@ def truncated_location(target_mean: np.ndarray, sd: np.ndarray, upper: np.ndarra
 def _hierarchical_sigma(cells: pd.DataFrame) -> pd.Series:
     """sqrt of the residual variance pooled over the occupation, then sex, then sex x age group, each
     level shrunk toward its parent with KAPPA pseudo-observations (weights: density-ratio weights)."""
+
     def pooled(frame: pd.DataFrame) -> tuple[float, float]:
         return float(np.average(frame["resid_var"], weights=frame["weight"])), float(frame["n"].sum())
 
@@ -290,29 +394,38 @@ def _hierarchical_sigma(cells: pd.DataFrame) -> pd.Series:
             if len(cell):
                 var, n = pooled(cell)
                 var_cell = (n * var + KAPPA * sex_var) / (n + KAPPA)
-            sigma[(sex, group)] = float(np.sqrt(max(var_cell, MIN_SIGMA ** 2)))
+            sigma[(sex, group)] = float(np.sqrt(max(var_cell, MIN_SIGMA**2)))
     return pd.Series(sigma)
 
 
-def _density_ratio_weights(cells: pd.DataFrame, keys: list[str], composition: tuple, source_weight: pd.Series,
-                           by: str | None = None) -> pd.Series:
+def _density_ratio_weights(
+    cells: pd.DataFrame, keys: list[str], composition: tuple, source_weight: pd.Series, by: str | None = None
+) -> pd.Series:
     """Training weight = source weight x p_applicants(cell) / p_source(cell), normalised to mean 1 over the
     positive weights. A cell is `keys` (within each `by` group, e.g. a PSID wave, when given)."""
     target = pd.Series(dict(composition))
     groups = [cells[k].astype(str) for k in keys] + ([cells[by]] if by else [])
     cell_total = source_weight.groupby(groups).transform("sum")
     total = source_weight.groupby(cells[by]).transform("sum") if by else source_weight.sum()
-    ratio = target.reindex(pd.MultiIndex.from_arrays(groups[:len(keys)])).fillna(0.0).to_numpy() / (cell_total / total)
+    ratio = target.reindex(pd.MultiIndex.from_arrays(groups[: len(keys)])).fillna(0.0).to_numpy() / (cell_total / total)
     weight = source_weight * ratio
     return weight / weight[weight > 0].mean()
 
 
-def _booster(features: np.ndarray, target: pd.Series, weight: pd.Series, max_depth: int,
-             n_trees: int = 300) -> xgb.Booster:
+def _booster(
+    features: np.ndarray, target: pd.Series, weight: pd.Series, max_depth: int, n_trees: int = 300
+) -> xgb.Booster:
     """Weighted squared-error XGBoost; n_trees x learning rate is held at 15 (300 trees at 0.05)."""
-    regressor = xgb.XGBRegressor(n_estimators=n_trees, max_depth=max_depth, learning_rate=15 / n_trees,
-                                 min_child_weight=0.5,
-                                 reg_lambda=1.0, n_jobs=1, random_state=0, tree_method="exact")
+    regressor = xgb.XGBRegressor(
+        n_estimators=n_trees,
+        max_depth=max_depth,
+        learning_rate=15 / n_trees,
+        min_child_weight=0.5,
+        reg_lambda=1.0,
+        n_jobs=1,
+        random_state=0,
+        tree_method="exact",
+    )
     regressor.fit(features, target, sample_weight=weight)
     return regressor.get_booster()
 
@@ -325,11 +438,12 @@ def fit_nlsy_model(composition: tuple, nlsy_digest: str) -> ExperienceModel:
     cells = nlsy_cells().copy()
     cells["weight"] = _density_ratio_weights(cells, ["sex", "race", "age_group", "edu"], composition, cells["n"])
     cells = cells[cells["weight"] > 0].reset_index(drop=True)
-    features = _features("nlsy97", cells["sex"].to_numpy(), cells["race"].to_numpy(), cells["age"],
-                         cells["edu"].to_numpy())
+    features = _features(
+        "nlsy97", cells["sex"].to_numpy(), cells["race"].to_numpy(), cells["age"], cells["edu"].to_numpy()
+    )
     booster = _booster(features, cells["mean"] / cells["potential"], cells["weight"], max_depth=4, n_trees=150)
     cells["fitted"] = np.clip(booster.inplace_predict(features), 0, 1) * cells["potential"]
-    cells["resid_var"] = np.maximum(cells["var"] + (cells["mean"] - cells["fitted"]) ** 2, MIN_SIGMA ** 2)
+    cells["resid_var"] = np.maximum(cells["var"] + (cells["mean"] - cells["fitted"]) ** 2, MIN_SIGMA**2)
     return _with_table(ExperienceModel("nlsy97", booster, _hierarchical_sigma(cells), cells))
 
 
@@ -339,16 +453,18 @@ def fit_psid_model(composition: tuple, psid_digest: str) -> ExperienceModel:
     cells, digest = psid_cells()
     if digest != psid_digest:
         raise DataError("the PSID experience table changed during the session; restart to refit")
-    cells = cells.assign(weight=_density_ratio_weights(cells, ["sex", "age_group", "edu"], composition,
-                                                       cells["w"], by="year"))
+    cells = cells.assign(
+        weight=_density_ratio_weights(cells, ["sex", "age_group", "edu"], composition, cells["w"], by="year")
+    )
     cells = cells[cells["weight"] > 0].reset_index(drop=True)
     features = _features("psid_cells", cells["sex"].to_numpy(), None, cells["age"], cells["edu"], cells["year"])
     booster = _booster(features, cells["ratio"], cells["weight"], max_depth=3)
     ratio_hat = np.clip(booster.inplace_predict(features), 0, 1)
     cells["fitted"] = ratio_hat * cells["potential"]
     within_age = (ratio_hat * cells["age_group"].map(_AGE_WIDTH)) ** 2 / 12
-    cells["resid_var"] = np.maximum(cells["sd"] ** 2 + (cells["mean"] - cells["fitted"]) ** 2 - within_age,
-                                    MIN_SIGMA ** 2)
+    cells["resid_var"] = np.maximum(
+        cells["sd"] ** 2 + (cells["mean"] - cells["fitted"]) ** 2 - within_age, MIN_SIGMA**2
+    )
     return _with_table(ExperienceModel("psid_cells", booster, _hierarchical_sigma(cells), cells))
 
 
@@ -362,8 +478,9 @@ def source_digest(source: str) -> str:
     return file_digest(NLSY_FILE) if source == "nlsy97" else psid_cells()[1]
 
 
-def experience_model_for(source: str, gender: pd.Series, race: pd.Series, age: pd.Series, edu_level: pd.Series,
-                         weight: pd.Series) -> ExperienceModel:
+def experience_model_for(
+    source: str, gender: pd.Series, race: pd.Series, age: pd.Series, edu_level: pd.Series, weight: pd.Series
+) -> ExperienceModel:
     """The (cached) experience model of `source` reweighted to these applicants."""
     composition = applicant_cells(source, gender, race, age, edu_level, weight)
     fit = fit_nlsy_model if source == "nlsy97" else fit_psid_model

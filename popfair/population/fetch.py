@@ -12,6 +12,7 @@ one gzip CSV; `population.pums_path` takes its path, or `fetched:<year>` for the
 Layout: <out>/<year>/{csv_p<st>.zip[.part], p_<st>.csv.gz, manifest.json} and
 <out>/pums_<year>_1yr_persons_employed_age18_44_<states>.csv.gz. <out> defaults to
 $POPFAIR_PUMS_DIR, else <popfair cache dir>/pums."""
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,8 @@ CENSUS_PUMS = "https://www2.census.gov/programs-surveys/acs/data/pums"
 KEEP = ("SERIALNO", "ST", "OCCP", "ESR", "SEX", "AGEP", "RAC1P", "HISP", "SCHL", "PWGTP")
 CHUNK_ROWS = 200_000
 DOWNLOAD_BLOCK = 1 << 16
-SPACE_MARGIN = 64 << 20       # keep this much free beyond what a download needs
-FILTER_VERSION = 1            # bump when the filter changes, so cached state files are rebuilt
+SPACE_MARGIN = 64 << 20  # keep this much free beyond what a download needs
+FILTER_VERSION = 1  # bump when the filter changes, so cached state files are rebuilt
 
 
 class FetchError(DataError):
@@ -68,10 +69,10 @@ class _Corrupt(Exception):
 @dataclass(frozen=True)
 class Request:
     year: int
-    states: tuple[str, ...]           # USPS codes
+    states: tuple[str, ...]  # USPS codes
     out: Path
     base_url: str = CENSUS_PUMS
-    occp: tuple[int, ...] = ()        # empty: every occupation
+    occp: tuple[int, ...] = ()  # empty: every occupation
     keep_zips: bool = False
 
     @property
@@ -110,23 +111,32 @@ def resolve_pums_path(spec: str) -> str:
         raise FetchError(f"population.pums_path={spec!r}: expected fetched:<year>, e.g. fetched:2023")
     path = pums_dir() / output_name(int(year), all_states())
     if not path.exists():
-        raise FetchError(f"population.pums_path={spec}: no fetched file at {path}. Run `popfair-data pums "
-                         f"--year {year}` first (or set POPFAIR_PUMS_DIR to where you fetched it).")
+        raise FetchError(
+            f"population.pums_path={spec}: no fetched file at {path}. Run `popfair-data pums "
+            f"--year {year}` first (or set POPFAIR_PUMS_DIR to where you fetched it)."
+        )
     return str(path)
 
 
 # ---------------------------------------------------------------- download
 
+
 def _check_space(folder: Path, needed: int) -> None:
     free = shutil.disk_usage(folder).free
     if free < needed + SPACE_MARGIN:
-        raise FetchError(f"no space: {folder} has {free / 2**20:.0f} MiB free, the download needs "
-                         f"{(needed + SPACE_MARGIN) / 2**20:.0f} MiB (with a {SPACE_MARGIN >> 20} MiB margin); "
-                         "free some space or pass --out on another disk")
+        raise FetchError(
+            f"no space: {folder} has {free / 2**20:.0f} MiB free, the download needs "
+            f"{(needed + SPACE_MARGIN) / 2**20:.0f} MiB (with a {SPACE_MARGIN >> 20} MiB margin); "
+            "free some space or pass --out on another disk"
+        )
 
 
-@retry(retry=retry_if_exception_type(_Transient), stop=stop_after_attempt(4),
-       wait=wait_exponential(multiplier=0.5, max=8), reraise=True)
+@retry(
+    retry=retry_if_exception_type(_Transient),
+    stop=stop_after_attempt(4),
+    wait=wait_exponential(multiplier=0.5, max=8),
+    reraise=True,
+)
 def _open(url: str, offset: int) -> requests.Response:
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     try:
@@ -151,24 +161,36 @@ def download(url: str, target: Path, year: int, usps: str) -> Path:
         raise FetchError(f"download failed after retries: {exc}") from exc
     with response:
         if response.status_code == 404:
-            raise FetchError(f"{url}: HTTP 404 Not Found. There is no ACS {year} 1-year PUMS person file for {usps} "
-                             "at this address: the year may not be released yet (1-year files appear each autumn; "
-                             "2020 has no standard 1-year release) or --base-url is wrong.")
-        if response.status_code == 416 and offset:            # the part file is already complete
+            raise FetchError(
+                f"{url}: HTTP 404 Not Found. There is no ACS {year} 1-year PUMS person file for {usps} "
+                "at this address: the year may not be released yet (1-year files appear each autumn; "
+                "2020 has no standard 1-year release) or --base-url is wrong."
+            )
+        if response.status_code == 416 and offset:  # the part file is already complete
             part.replace(target)
             return target
         if response.status_code not in (200, 206):
             raise FetchError(f"{url}: HTTP {response.status_code} {response.reason}")
         if response.status_code == 200:
-            offset = 0                                          # server ignored the Range: start over
+            offset = 0  # server ignored the Range: start over
         size = int(response.headers.get("Content-Length", 0))
         total = offset + size if size else None
         _check_space(target.parent, size)
         mode = "ab" if offset else "wb"
         try:
-            with part.open(mode) as handle, tqdm(total=total, initial=offset, unit="B", unit_scale=True,
-                                                 unit_divisor=1024, desc=target.name, file=sys.stderr,
-                                                 mininterval=0.5) as bar:
+            with (
+                part.open(mode) as handle,
+                tqdm(
+                    total=total,
+                    initial=offset,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=target.name,
+                    file=sys.stderr,
+                    mininterval=0.5,
+                ) as bar,
+            ):
                 for block in response.iter_content(DOWNLOAD_BLOCK):
                     handle.write(block)
                     bar.update(len(block))
@@ -176,8 +198,10 @@ def download(url: str, target: Path, year: int, usps: str) -> Path:
             raise FetchError(f"{url}: connection lost at {part.stat().st_size} bytes ({exc}); rerun to resume") from exc
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise FetchError(f"no space left on device writing {part}; free some space and rerun "
-                                 "(the download resumes where it stopped)") from exc
+                raise FetchError(
+                    f"no space left on device writing {part}; free some space and rerun "
+                    "(the download resumes where it stopped)"
+                ) from exc
             raise
     if total is not None and part.stat().st_size != total:
         raise FetchError(f"{url}: got {part.stat().st_size} of {total} bytes; rerun to resume")
@@ -187,11 +211,13 @@ def download(url: str, target: Path, year: int, usps: str) -> Path:
 
 # ---------------------------------------------------------------- verify and filter
 
+
 def _member(archive: zipfile.ZipFile, zip_path: Path) -> str:
     names = [n for n in archive.namelist() if n.lower().startswith("psam_p") and n.lower().endswith(".csv")]
     if len(names) != 1:
-        raise FetchError(f"layout change: {zip_path} should hold one psam_p<fips>.csv person file, "
-                         f"it holds {archive.namelist()}")
+        raise FetchError(
+            f"layout change: {zip_path} should hold one psam_p<fips>.csv person file, it holds {archive.namelist()}"
+        )
     return names[0]
 
 
@@ -211,11 +237,14 @@ def _chunks(zip_path: Path, occp: tuple[int, ...]) -> Iterator[tuple[pd.DataFram
                 columns["ST"] = columns["STATE"]
             missing = [c for c in KEEP if c not in columns]
             if missing:
-                raise FetchError(f"layout change: {zip_path}:{member} lacks columns {missing} (has "
-                                 f"{len(header)} columns); popfair needs {list(KEEP)}")
+                raise FetchError(
+                    f"layout change: {zip_path}:{member} lacks columns {missing} (has "
+                    f"{len(header)} columns); popfair needs {list(KEEP)}"
+                )
             with archive.open(member) as handle:
-                reader = pd.read_csv(handle, usecols=[columns[c] for c in KEEP], chunksize=CHUNK_ROWS,
-                                     dtype={columns["SERIALNO"]: str})
+                reader = pd.read_csv(
+                    handle, usecols=[columns[c] for c in KEEP], chunksize=CHUNK_ROWS, dtype={columns["SERIALNO"]: str}
+                )
                 for chunk in reader:
                     chunk.columns = [c.upper() for c in chunk.columns]
                     chunk = chunk.rename(columns={"STATE": "ST"})
@@ -239,8 +268,10 @@ def filter_state(request: Request, usps: str, zip_path: Path) -> dict[str, Any]:
             if len(chunk):
                 wrong = chunk.loc[chunk["ST"] != fips, "ST"].unique()
                 if len(wrong):
-                    raise FetchError(f"{zip_path}: rows of state FIPS {sorted(wrong.tolist())[:5]} in the file "
-                                     f"for {usps} ({fips}); the file is not what its name says")
+                    raise FetchError(
+                        f"{zip_path}: rows of state FIPS {sorted(wrong.tolist())[:5]} in the file "
+                        f"for {usps} ({fips}); the file is not what its name says"
+                    )
                 years |= set(chunk["SERIALNO"].str[:4])
             parts.append(chunk)
     except _Corrupt as exc:
@@ -253,9 +284,16 @@ def filter_state(request: Request, usps: str, zip_path: Path) -> dict[str, Any]:
     kept = pd.concat(parts, ignore_index=True)
     kept.insert(0, "YEAR", request.year)
     _atomic_csv(kept, target)
-    return {"usps": usps, "zip_bytes": zip_path.stat().st_size, "zip_sha256": _sha256(zip_path),
-            "rows_read": rows_read, "rows_kept": len(kept), "weight_kept": int(kept["PWGTP"].sum()),
-            "file": target.name, **request.signature}
+    return {
+        "usps": usps,
+        "zip_bytes": zip_path.stat().st_size,
+        "zip_sha256": _sha256(zip_path),
+        "rows_read": rows_read,
+        "rows_kept": len(kept),
+        "weight_kept": int(kept["PWGTP"].sum()),
+        "file": target.name,
+        **request.signature,
+    }
 
 
 def _sha256(path: Path) -> str:
@@ -280,6 +318,7 @@ def _atomic_csv(frame: pd.DataFrame, target: Path) -> None:
 
 
 # ---------------------------------------------------------------- the command
+
 
 def _manifest(request: Request) -> dict[str, Any]:
     path = request.year_dir / "manifest.json"
@@ -309,25 +348,31 @@ def fetch(request: Request, log: Any = print) -> Path:
         if kept.exists() and entry and entry.get("zip_sha256") and _sha256(kept) != entry["zip_sha256"]:
             log(f"{kept}: sha256 differs from the one recorded when it was downloaded; downloading it again")
             kept.unlink()
-        zip_path = download(f"{request.base_url.rstrip('/')}/{request.year}/1-Year/{name}",
-                            request.year_dir / name, request.year, usps)
+        zip_path = download(
+            f"{request.base_url.rstrip('/')}/{request.year}/1-Year/{name}", request.year_dir / name, request.year, usps
+        )
         manifest[usps] = filter_state(request, usps, zip_path)
         _save_manifest(request, manifest)
         if not request.keep_zips:
             zip_path.unlink(missing_ok=True)
-        log(f"[{i}/{len(request.states)}] {usps}: {manifest[usps]['rows_kept']} of {manifest[usps]['rows_read']} "
-            f"person rows kept ({time.perf_counter() - start:.0f} s so far)")
+        log(
+            f"[{i}/{len(request.states)}] {usps}: {manifest[usps]['rows_kept']} of {manifest[usps]['rows_read']} "
+            f"person rows kept ({time.perf_counter() - start:.0f} s so far)"
+        )
     frames = [pd.read_csv(request.year_dir / manifest[s]["file"], dtype={"SERIALNO": str}) for s in request.states]
     combined = pd.concat(frames, ignore_index=True)
     expected = sum(manifest[s]["rows_kept"] for s in request.states)
     if len(combined) != expected:
-        raise FetchError(f"state files hold {len(combined)} rows, the manifest says {expected}; delete "
-                         f"{request.year_dir} and rerun")
+        raise FetchError(
+            f"state files hold {len(combined)} rows, the manifest says {expected}; delete {request.year_dir} and rerun"
+        )
     target = request.out / output_name(request.year, request.states)
     _atomic_csv(combined, target)
-    log(f"wrote {target}: {len(combined)} employed persons aged 18-44 in {len(request.states)} states "
+    log(
+        f"wrote {target}: {len(combined)} employed persons aged 18-44 in {len(request.states)} states "
         f"(weights {combined['PWGTP'].sum():,}); use population.pums_path={target}"
-        + (f" or population.pums_path=fetched:{request.year}" if set(request.states) == set(all_states()) else ""))
+        + (f" or population.pums_path=fetched:{request.year}" if set(request.states) == set(all_states()) else "")
+    )
     return target
 
 
@@ -337,23 +382,36 @@ def _states(text: str) -> tuple[str, ...]:
     wanted = tuple(s.strip().upper() for s in text.split(",") if s.strip())
     unknown = [s for s in wanted if s not in all_states()]
     if unknown:
-        raise FetchError(f"--states: unknown USPS codes {unknown}; use two-letter codes of the 50 states and DC "
-                         "such as CA,TX, or 'all' (Puerto Rico's PRCS file is not supported)")
+        raise FetchError(
+            f"--states: unknown USPS codes {unknown}; use two-letter codes of the 50 states and DC "
+            "such as CA,TX, or 'all' (Puerto Rico's PRCS file is not supported)"
+        )
     return wanted
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="popfair-data", description="Fetch public data for popfair populations.")
     commands = parser.add_subparsers(dest="command", required=True)
-    pums = commands.add_parser("pums", help="ACS 1-year PUMS person files -> a file for population.pums_path",
-                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    pums = commands.add_parser(
+        "pums",
+        help="ACS 1-year PUMS person files -> a file for population.pums_path",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     pums.add_argument("--year", type=int, required=True, help="ACS survey year, e.g. 2023 (the paper's)")
     pums.add_argument("--states", default="all", help="comma-separated USPS codes, or 'all' (50 states + DC)")
     pums.add_argument("--occp", default="", help="comma-separated OCCP codes to keep (default: every occupation)")
-    pums.add_argument("--out", type=Path, default=None, help="output and cache folder (default: $POPFAIR_PUMS_DIR "
-                                                                "or <cache dir>/pums)")
-    pums.add_argument("--base-url", default=os.environ.get("POPFAIR_PUMS_BASE_URL", CENSUS_PUMS),
-                      help="where the Census PUMS tree lives (env POPFAIR_PUMS_BASE_URL)")
+    pums.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output and cache folder (default: $POPFAIR_PUMS_DIR or <cache dir>/pums)",
+    )
+    pums.add_argument(
+        "--base-url",
+        default=os.environ.get("POPFAIR_PUMS_BASE_URL", CENSUS_PUMS),
+        help="where the Census PUMS tree lives (env POPFAIR_PUMS_BASE_URL)",
+    )
     pums.add_argument("--keep-zips", action="store_true", help="keep the downloaded zips after filtering")
     args = parser.parse_args(argv)
     try:
@@ -361,8 +419,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--occp: expected comma-separated integer OCCP codes, got {args.occp!r}")
     try:
-        request = Request(year=args.year, states=_states(args.states), out=args.out or pums_dir(),
-                          base_url=args.base_url, occp=occp, keep_zips=args.keep_zips)
+        request = Request(
+            year=args.year,
+            states=_states(args.states),
+            out=args.out or pums_dir(),
+            base_url=args.base_url,
+            occp=occp,
+            keep_zips=args.keep_zips,
+        )
         fetch(request)
     except FetchError as exc:
         print(f"popfair-data: error: {exc}", file=sys.stderr)

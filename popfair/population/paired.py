@@ -16,6 +16,7 @@ Names: first names uniform within the race x gender cell of the union of the con
 (Bertrand & Mullainathan 2004; Kline, Rose & Walters 2022, from their replication data, see
 data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M published none).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -31,18 +32,23 @@ from popfair.population.profile_bank import PROFILE_FIELDS, build_profiles, pick
 from popfair.population.protected import ProtectedAttribute
 from popfair.types import Profiles, Roles
 
-NAME_LISTS = {"bertrand_mullainathan_2004": "names_bertrand_mullainathan_2004.csv",
-              "kline_rose_walters_2022": "names_kline_rose_walters_2022.csv"}
+NAME_LISTS = {
+    "bertrand_mullainathan_2004": "names_bertrand_mullainathan_2004.csv",
+    "kline_rose_walters_2022": "names_kline_rose_walters_2022.csv",
+}
 AXES = {"race": ("black", "white"), "gender": ("female", "male")}
 NAME_FIELDS = ("first_name", "surname")
 
 
 def load_name_pools(lists: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """First names keyed 'race|gender' (union of the lists, deduplicated) and surnames keyed by race."""
-    first = pd.concat([pd.read_csv(audit_data_path(NAME_LISTS[name]))[["first_name", "race", "gender"]]
-                       for name in lists]).drop_duplicates()
-    first_pools = {f"{race}|{gender}": np.sort(group["first_name"].to_numpy(dtype=object))
-                   for (race, gender), group in first.groupby(["race", "gender"])}
+    first = pd.concat(
+        [pd.read_csv(audit_data_path(NAME_LISTS[name]))[["first_name", "race", "gender"]] for name in lists]
+    ).drop_duplicates()
+    first_pools = {
+        f"{race}|{gender}": np.sort(group["first_name"].to_numpy(dtype=object))
+        for (race, gender), group in first.groupby(["race", "gender"])
+    }
     last = pd.read_csv(audit_data_path("surnames_kline_rose_walters_2022.csv"))
     last_pools = {race: np.sort(group["last_name"].to_numpy(dtype=object)) for race, group in last.groupby("race")}
     return first_pools, last_pools
@@ -52,14 +58,22 @@ class PairedAuditPopulation:
     """Identical-profile pairs for the paired callback audit on one axis (race or gender)."""
 
     parameter_constraints: ClassVar[Rules] = {
-        "axis": Options(sorted(AXES)), "pairs_per_posting": Interval(int, 1, None),
-        "name_lists": ListOf(Options(sorted(NAME_LISTS)), f"names of lists ({', '.join(sorted(NAME_LISTS))})",
-                             non_empty=True)}
+        "axis": Options(sorted(AXES)),
+        "pairs_per_posting": Interval(int, 1, None),
+        "name_lists": ListOf(
+            Options(sorted(NAME_LISTS)), f"names of lists ({', '.join(sorted(NAME_LISTS))})", non_empty=True
+        ),
+    }
 
-    def __init__(self, axis: str = "race", pairs_per_posting: int = 4,
-                 name_lists: Sequence[str] = ("bertrand_mullainathan_2004", "kline_rose_walters_2022")) -> None:
-        validate(self.parameter_constraints, {"axis": axis, "pairs_per_posting": pairs_per_posting,
-                                              "name_lists": name_lists})
+    def __init__(
+        self,
+        axis: str = "race",
+        pairs_per_posting: int = 4,
+        name_lists: Sequence[str] = ("bertrand_mullainathan_2004", "kline_rose_walters_2022"),
+    ) -> None:
+        validate(
+            self.parameter_constraints, {"axis": axis, "pairs_per_posting": pairs_per_posting, "name_lists": name_lists}
+        )
         name_lists = list(name_lists)
         self.axis, self.pairs_per_posting, self.name_lists = axis, pairs_per_posting, name_lists
         self.first_pools, self.last_pools = load_name_pools(name_lists)
@@ -67,15 +81,19 @@ class PairedAuditPopulation:
     def validate_case(self, occupation: Any, protected: ProtectedAttribute) -> None:
         """The paired design needs a set of postings and the protected attribute of its own axis."""
         if not isinstance(occupation, EntryLevelPostings):
-            raise ConfigError(f"population: the paired audit needs occupation=entry_level_postings "
-                              f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}; "
-                              f"experiment=paired_{self.axis} sets the whole design")
+            raise ConfigError(
+                f"population: the paired audit needs occupation=entry_level_postings "
+                f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}; "
+                f"experiment=paired_{self.axis} sets the whole design"
+            )
         x0, x1 = AXES[self.axis]
         if (protected.name, protected.x0, protected.x1) != (self.axis, x0, x1):
-            raise ConfigError(f"protected_attr: population=paired_{self.axis} contrasts {self.axis} "
-                              f"(x0={x0}, x1={x1}); set protected_attr={self.axis}, got "
-                              f"{protected.name} (x0={protected.x0}, x1={protected.x1}); experiment=paired_{self.axis} "
-                              "sets the whole design")
+            raise ConfigError(
+                f"protected_attr: population=paired_{self.axis} contrasts {self.axis} "
+                f"(x0={x0}, x1={x1}); set protected_attr={self.axis}, got "
+                f"{protected.name} (x0={protected.x0}, x1={protected.x1}); experiment=paired_{self.axis} "
+                "sets the whole design"
+            )
 
     def sample(self, occupation: Any, protected: ProtectedAttribute, seed: int) -> Profiles:
         """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""
@@ -95,14 +113,20 @@ class PairedAuditPopulation:
         else:
             conditions = [(r, g) for r in ("black", "white") for g in ("male", "female")]
         table = self._cross(base, conditions, rng)
-        roles = Roles(x=self.axis, x0=x0, x1=x1,
-                      z=("gender",) if self.axis == "race" else ("race",),
-                      b=("edu_level", "exp_year"), r=NAME_FIELDS)
+        roles = Roles(
+            x=self.axis,
+            x0=x0,
+            x1=x1,
+            z=("gender",) if self.axis == "race" else ("race",),
+            b=("edu_level", "exp_year"),
+            r=NAME_FIELDS,
+        )
         notes = list(occupation.notes)
         return Profiles(table=table, roles=roles, jobs=occupation.jobs, outcome="callback", notes=notes)
 
-    def _cross(self, base: pd.DataFrame, conditions: list[tuple[str, str | None]],
-               rng: np.random.Generator) -> pd.DataFrame:
+    def _cross(
+        self, base: pd.DataFrame, conditions: list[tuple[str, str | None]], rng: np.random.Generator
+    ) -> pd.DataFrame:
         """Stack one copy of the base profiles per (race, gender) condition and draw the names.
 
         gender None = the pair's own gender (race axis: both members share it)."""
@@ -113,8 +137,7 @@ class PairedAuditPopulation:
         table["gender"] = np.where(gender == "", table["pair_gender"].to_numpy(dtype=object), gender)
         cell = (table["race"] + "|" + table["gender"]).to_numpy(dtype=object)
         table["first_name"] = pick_by_group(cell, self.first_pools, rng.random(len(table)))
-        table["surname"] = pick_by_group(table["race"].to_numpy(dtype=object), self.last_pools,
-                                         rng.random(len(table)))
+        table["surname"] = pick_by_group(table["race"].to_numpy(dtype=object), self.last_pools, rng.random(len(table)))
         # Order rows posting, pair_id, condition so the members of a pair sit next to each other.
         table["_condition"] = np.repeat(np.arange(m), n)
         table = table.sort_values(["posting_id", "pair_id", "_condition"], kind="stable").reset_index(drop=True)
@@ -122,6 +145,5 @@ class PairedAuditPopulation:
         table["pair_key"] = pair if self.axis == "race" else pair + ":" + table["race"]
         table["applicant_id"] = pair + ":" + table["race"] + ":" + table["gender"]
         table["job_id"] = table["posting_id"]
-        front = ["applicant_id", "job_id", "posting_id", "pair_id", "pair_key", "race", "gender",
-                 *NAME_FIELDS]
+        front = ["applicant_id", "job_id", "posting_id", "pair_id", "pair_key", "race", "gender", *NAME_FIELDS]
         return table[front + list(PROFILE_FIELDS)]

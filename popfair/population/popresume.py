@@ -29,6 +29,7 @@ PSID cell tables without race (`psid_cells`); see popfair.population.experience.
 
 Every run says which population it used (tag `population.source`) and whether its applicant count
 matches the paper's Table 3 (tag `population.table3`); the bundled data do not reproduce Table 3."""
+
 from __future__ import annotations
 
 import sys
@@ -79,9 +80,9 @@ from popfair.population.pums import (
 from popfair.population.scm import DiscreteConditional, keyed_uniforms
 from popfair.types import Profiles, Roles
 
-MAX_N = 1_000_000          # beyond this a resample is a typo, not a study
-MAX_RESAMPLE_FACTOR = 20   # n above this many times the occupation's records only duplicates records
-SMOOTHING = 10.0           # pseudo-records pulling a sparse conditional cell toward its coarser parent
+MAX_N = 1_000_000  # beyond this a resample is a typo, not a study
+MAX_RESAMPLE_FACTOR = 20  # n above this many times the occupation's records only duplicates records
+SMOOTHING = 10.0  # pseudo-records pulling a sparse conditional cell toward its coarser parent
 REGIONS = ("Northeast", "Midwest", "South", "West")
 # Paper Table 3: structured profiles per occupation (ACS PUMS 2023, national).
 TABLE3 = {3255: 17_632, 2310: 16_188, 1021: 13_370, 800: 7_784, 6260: 5_910}
@@ -91,36 +92,54 @@ TABLE3 = {3255: 17_632, 2310: 16_188, 1021: 13_370, 800: 7_784, 6260: 5_910}
 class OccupationModel:
     """Everything the SCM needs for one occupation: its records and fitted conditionals."""
 
-    records: pd.DataFrame          # decoded PUMS records (after the below-HS policy), CA/TX transported rows last
+    records: pd.DataFrame  # decoded PUMS records (after the below-HS policy), CA/TX transported rows last
     survey_year: int
     dropped_below_hs: int
     state: DiscreteConditional
     education: DiscreteConditional
     experience: ExperienceModel
-    source: str                    # which population this is (logged as population.source)
+    source: str  # which population this is (logged as population.source)
     transport: pd.DataFrame | None  # one row per transported state (None: no transport)
 
 
 @lru_cache(maxsize=32)
-def occupation_model(pums_path: str | None, occp: int, below_hs: str, ca_tx: str = "transport",
-                     transport_donors: str = "all", experience_source: str = "nlsy97") -> OccupationModel:
+def occupation_model(
+    pums_path: str | None,
+    occp: int,
+    below_hs: str,
+    ca_tx: str = "transport",
+    transport_donors: str = "all",
+    experience_source: str = "nlsy97",
+) -> OccupationModel:
     """Decode one occupation's PUMS records, put CA/TX back (bundled extract only) and fit its conditionals.
     Cached in-process and on disk, keyed by every input file's fingerprint, the arguments and this code."""
     source = Path(pums_path) if pums_path else data_file(*BUNDLED_PUMS)
     if not source.exists():
         raise DataError(f"population.pums_path: file not found: {source}")
-    ca_tx = "omit" if pums_path else ca_tx   # a user's file is used as is: never transported
-    parts: list[Any] = [file_fingerprint(source), occp, below_hs, ca_tx, transport_donors, experience_source,
-                        source_digest(experience_source)]
+    ca_tx = "omit" if pums_path else ca_tx  # a user's file is used as is: never transported
+    parts: list[Any] = [
+        file_fingerprint(source),
+        occp,
+        below_hs,
+        ca_tx,
+        transport_donors,
+        experience_source,
+        source_digest(experience_source),
+    ]
     if ca_tx == "transport":
         parts += [file_fingerprint(data_file(*transport.CELLS_FILE)), file_fingerprint(data_file(*transport.OEWS_FILE))]
     modules = [sys.modules[__name__], pums, scm, experience, transport]
-    return disk_cached(f"occupation_{occp}", parts, modules,
-                       lambda: _fit_occupation(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source))
+    return disk_cached(
+        f"occupation_{occp}",
+        parts,
+        modules,
+        lambda: _fit_occupation(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source),
+    )
 
 
-def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str, transport_donors: str,
-                    experience_source: str) -> OccupationModel:
+def _fit_occupation(
+    pums_path: str | None, occp: int, below_hs: str, ca_tx: str, transport_donors: str, experience_source: str
+) -> OccupationModel:
     pums, survey_year = load_pums(pums_path)
     raw = occupation_records(pums, occp)
     edu = decode_education(raw["SCHL"], below_hs)
@@ -128,15 +147,25 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str,
     if states["usps"].isna().any():
         bad = sorted(raw.loc[states["usps"].isna().to_numpy(), "ST"].unique().tolist())
         raise DataError(f"PUMS records with unknown state FIPS codes {bad[:5]}")
-    if states["census_region"].isna().any():   # Puerto Rico: its own survey, no Census region (an R variable)
-        raise DataError(f"population.pums_path: {int(states['census_region'].isna().sum())} records from Puerto Rico "
-                        "(ST 72) have no Census region; keep the 50 states + DC (as `popfair-data pums` does)")
-    records = pd.DataFrame({
-        "gender": decode_sex(raw["SEX"]), "race": decode_race(raw["RAC1P"], raw["HISP"]),
-        "age": raw["AGEP"].to_numpy(), "state": states["usps"].to_numpy(dtype=object),
-        "region": states["census_region"].to_numpy(dtype=object), "edu_level": edu.to_numpy(dtype=object),
-        "weight": raw["PWGTP"].to_numpy(), "rac1p": raw["RAC1P"].to_numpy(), "transported": False,
-        "donor_state": ""})
+    if states["census_region"].isna().any():  # Puerto Rico: its own survey, no Census region (an R variable)
+        raise DataError(
+            f"population.pums_path: {int(states['census_region'].isna().sum())} records from Puerto Rico "
+            "(ST 72) have no Census region; keep the 50 states + DC (as `popfair-data pums` does)"
+        )
+    records = pd.DataFrame(
+        {
+            "gender": decode_sex(raw["SEX"]),
+            "race": decode_race(raw["RAC1P"], raw["HISP"]),
+            "age": raw["AGEP"].to_numpy(),
+            "state": states["usps"].to_numpy(dtype=object),
+            "region": states["census_region"].to_numpy(dtype=object),
+            "edu_level": edu.to_numpy(dtype=object),
+            "weight": raw["PWGTP"].to_numpy(),
+            "rac1p": raw["RAC1P"].to_numpy(),
+            "transported": False,
+            "donor_state": "",
+        }
+    )
     keep = edu.notna().to_numpy()
     dropped = int((~keep).sum())
     records = records[keep].reset_index(drop=True)
@@ -147,25 +176,43 @@ def _fit_occupation(pums_path: str | None, occp: int, below_hs: str, ca_tx: str,
     if ca_tx == "transport":
         moved = transport.transport_ca_tx(records, occp, below_hs, transport_donors)
         records = pd.concat([records, moved.rows], ignore_index=True)
-    source = (f"ACS PUMS {survey_year} 1-year bundled extract (48 states + DC)"
-              + (f" + CA/TX transported from {transport_donors} donors (density ratio, OEWS May 2025 shares)"
-                 if moved is not None else ", CA and TX omitted") if pums_path is None
-              else f"ACS PUMS {survey_year} from population.pums_path={pums_path} "
-                   f"({records['state'].nunique()} states)")
+    source = (
+        f"ACS PUMS {survey_year} 1-year bundled extract (48 states + DC)"
+        + (
+            f" + CA/TX transported from {transport_donors} donors (density ratio, OEWS May 2025 shares)"
+            if moved is not None
+            else ", CA and TX omitted"
+        )
+        if pums_path is None
+        else f"ACS PUMS {survey_year} from population.pums_path={pums_path} ({records['state'].nunique()} states)"
+    )
     levels: dict[str, Sequence[str]] = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
     state_levels = tuple(sorted(records["state"].unique()))
     weight = records["weight"].to_numpy(float)
-    state = DiscreteConditional.fit(records, "state", state_levels,
-                                    [("gender", "race", "age_group"), ("gender", "race"), ("race",)],
-                                    levels, weight, SMOOTHING)
-    education = DiscreteConditional.fit(records, "edu_level", EDU_LEVELS,
-                                        [("gender", "race", "age_group", "region"),
-                                         ("gender", "race", "age_group"), ("gender", "race"), ("gender",)],
-                                        levels, weight, SMOOTHING)
-    experience = experience_model_for(experience_source, records["gender"], records["race"], records["age"],
-                                      records["edu_level"], records["weight"])
-    return OccupationModel(records, survey_year, dropped, state, education, experience, source,
-                           None if moved is None else moved.summary)
+    state = DiscreteConditional.fit(
+        records,
+        "state",
+        state_levels,
+        [("gender", "race", "age_group"), ("gender", "race"), ("race",)],
+        levels,
+        weight,
+        SMOOTHING,
+    )
+    education = DiscreteConditional.fit(
+        records,
+        "edu_level",
+        EDU_LEVELS,
+        [("gender", "race", "age_group", "region"), ("gender", "race", "age_group"), ("gender", "race"), ("gender",)],
+        levels,
+        weight,
+        SMOOTHING,
+    )
+    experience = experience_model_for(
+        experience_source, records["gender"], records["race"], records["age"], records["edu_level"], records["weight"]
+    )
+    return OccupationModel(
+        records, survey_year, dropped, state, education, experience, source, None if moved is None else moved.summary
+    )
 
 
 def add_groupings(table: pd.DataFrame, survey_year: int) -> pd.DataFrame:
@@ -180,16 +227,36 @@ class PopResumePopulation:
 
     parameter_constraints: ClassVar[Rules] = {
         "n": [None, Interval(int, 1, MAX_N)],  # null: every record
-        "pums_path": [None, FilePath()], "below_hs": Options(BELOW_HS_POLICIES), "diagnostics": Boolean(),
-        "ca_tx": Options(transport.CA_TX_POLICIES), "transport_donors": Options(transport.DONOR_POLICIES),
-        "experience_source": Options(EXPERIENCE_SOURCES)}
+        "pums_path": [None, FilePath()],
+        "below_hs": Options(BELOW_HS_POLICIES),
+        "diagnostics": Boolean(),
+        "ca_tx": Options(transport.CA_TX_POLICIES),
+        "transport_donors": Options(transport.DONOR_POLICIES),
+        "experience_source": Options(EXPERIENCE_SOURCES),
+    }
 
-    def __init__(self, n: int | None = None, pums_path: str | None = None, below_hs: str = "drop",
-                 diagnostics: bool = True, ca_tx: str = "transport", transport_donors: str = "all",
-                 experience_source: str = "nlsy97") -> None:
-        validate(self.parameter_constraints, {
-            "n": n, "pums_path": pums_path, "below_hs": below_hs, "diagnostics": diagnostics, "ca_tx": ca_tx,
-            "transport_donors": transport_donors, "experience_source": experience_source})
+    def __init__(
+        self,
+        n: int | None = None,
+        pums_path: str | None = None,
+        below_hs: str = "drop",
+        diagnostics: bool = True,
+        ca_tx: str = "transport",
+        transport_donors: str = "all",
+        experience_source: str = "nlsy97",
+    ) -> None:
+        validate(
+            self.parameter_constraints,
+            {
+                "n": n,
+                "pums_path": pums_path,
+                "below_hs": below_hs,
+                "diagnostics": diagnostics,
+                "ca_tx": ca_tx,
+                "transport_donors": transport_donors,
+                "experience_source": experience_source,
+            },
+        )
         self.n = n
         self.pums_path = pums_path
         self.ca_tx = ca_tx
@@ -197,12 +264,13 @@ class PopResumePopulation:
         self.experience_source = experience_source
         self.below_hs = below_hs
         self.diagnostics = diagnostics
-        self.timings: dict[str, float] = {}   # seconds per stage of the last sample()
+        self.timings: dict[str, float] = {}  # seconds per stage of the last sample()
 
     def model(self, occp: int) -> OccupationModel:
         pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
-        return occupation_model(pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors,
-                                self.experience_source)
+        return occupation_model(
+            pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors, self.experience_source
+        )
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         clock = _Clock()
@@ -212,26 +280,41 @@ class PopResumePopulation:
         if self.n is not None:
             limit = MAX_RESAMPLE_FACTOR * len(records)
             if self.n > limit:
-                raise ConfigError(f"population.n: {self.n} is more than {MAX_RESAMPLE_FACTOR}x the "
-                                  f"{len(records)} PUMS records of OCCP {occupation.occp}; a resample that "
-                                  f"large only repeats records. Use at most {limit} or null for all records.")
+                raise ConfigError(
+                    f"population.n: {self.n} is more than {MAX_RESAMPLE_FACTOR}x the "
+                    f"{len(records)} PUMS records of OCCP {occupation.occp}; a resample that "
+                    f"large only repeats records. Use at most {limit} or null for all records."
+                )
             rng = np.random.default_rng([seed, 1])
             weights = records["weight"].to_numpy(dtype=float)
             pick = rng.choice(len(records), size=self.n, replace=True, p=weights / weights.sum())
             records = records.iloc[np.sort(pick)].reset_index(drop=True).assign(weight=1)  # self-weighting
         ids = pd.Series([f"{occupation.key}-{i:06d}" for i in range(len(records))], dtype=object)
-        table = pd.DataFrame({
-            "applicant_id": ids, "job_id": occupation.key, "gender": records["gender"],
-            "race": records["race"], "age": records["age"], "birth_year": model.survey_year - records["age"],
-            "state": records["state"], "region": records["region"], "edu_level": records["edu_level"],
-            "weight": records["weight"], "rac1p": records["rac1p"], "transported": records["transported"],
-            "donor_state": records["donor_state"]})
+        table = pd.DataFrame(
+            {
+                "applicant_id": ids,
+                "job_id": occupation.key,
+                "gender": records["gender"],
+                "race": records["race"],
+                "age": records["age"],
+                "birth_year": model.survey_year - records["age"],
+                "state": records["state"],
+                "region": records["region"],
+                "edu_level": records["edu_level"],
+                "weight": records["weight"],
+                "rac1p": records["rac1p"],
+                "transported": records["transported"],
+                "donor_state": records["donor_state"],
+            }
+        )
         clock.lap("records")
-        table["exp_year"] = model.experience.draw(table["gender"], table["race"], table["age"], table["edu_level"],
-                                                  keyed_uniforms(ids, seed, "exp_year"))
+        table["exp_year"] = model.experience.draw(
+            table["gender"], table["race"], table["age"], table["edu_level"], keyed_uniforms(ids, seed, "exp_year")
+        )
         clock.lap("experience")
-        table["first_name"] = first_names(model.survey_year).draw(table["gender"], table["birth_year"],
-                                                                  keyed_uniforms(ids, seed, "first_name"))
+        table["first_name"] = first_names(model.survey_year).draw(
+            table["gender"], table["birth_year"], keyed_uniforms(ids, seed, "first_name")
+        )
         table["surname"] = surnames().draw(table["race"], keyed_uniforms(ids, seed, "surname"))
         clock.lap("names")
         table = add_groupings(table, model.survey_year)
@@ -244,17 +327,25 @@ class PopResumePopulation:
         table3 = table3_label(occupation.occp, len(table), model.survey_year, self.n)
         notes.append(f"population.table3: {table3}")
         if model.dropped_below_hs:
-            notes.append(f"{model.dropped_below_hs} PUMS records of OCCP {occupation.occp} below high school "
-                         "dropped (population.below_hs=drop: not one of the seven resume education levels)")
+            notes.append(
+                f"{model.dropped_below_hs} PUMS records of OCCP {occupation.occp} below high school "
+                "dropped (population.below_hs=drop: not one of the seven resume education levels)"
+            )
         artifacts: dict[str, Any] = {}
         if self.diagnostics:
             from popfair.population.diagnostics import population_artifacts
+
             artifacts = population_artifacts(table, model, occupation)
         clock.lap("diagnostics")
         self.timings = clock.laps
-        return Profiles(table=table, roles=roles_for(protected), jobs={occupation.key: occupation.job},
-                        notes=notes, artifacts=artifacts,
-                        tags={"population.source": model.source, "population.table3": table3})
+        return Profiles(
+            table=table,
+            roles=roles_for(protected),
+            jobs={occupation.key: occupation.job},
+            notes=notes,
+            artifacts=artifacts,
+            tags={"population.source": model.source, "population.table3": table3},
+        )
 
     def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame:
         """The same applicants under interventions on X (common random numbers).
@@ -266,11 +357,29 @@ class PopResumePopulation:
         x = profiles.roles.x
         require(x in LEVELS, "counterfactual.x", f"protected attribute {x!r} is not one of {sorted(LEVELS)}")
         for name, level in (("x_y", x_y), ("x_b", x_b), ("x_r", x_r)):
-            require(level in LEVELS[x], f"counterfactual.{name}",
-                    f"{level!r} is not a level of {x}; choose one of {list(LEVELS[x])}")
+            require(
+                level in LEVELS[x],
+                f"counterfactual.{name}",
+                f"{level!r} is not a level of {x}; choose one of {list(LEVELS[x])}",
+            )
         table = profiles.table
-        missing = [c for c in ("applicant_id", "job_id", "gender", "race", "age", "birth_year", "state",
-                               "edu_level", "exp_year", "first_name", "surname") if c not in table.columns]
+        missing = [
+            c
+            for c in (
+                "applicant_id",
+                "job_id",
+                "gender",
+                "race",
+                "age",
+                "birth_year",
+                "state",
+                "edu_level",
+                "exp_year",
+                "first_name",
+                "surname",
+            )
+            if c not in table.columns
+        ]
         if missing:
             raise DataError(f"counterfactual: profile table lacks columns {missing}")
         parts = []
@@ -278,30 +387,42 @@ class PopResumePopulation:
             job = profiles.jobs.get(job_id)
             if job is None or "occp" not in job.attributes:
                 raise DataError(f"counterfactual: job {job_id!r} has no OCCP code in profiles.jobs")
-            parts.append(self._counterfactual_rows(rows, self.model(int(job.attributes["occp"])),
-                                                   x, x_y, x_b, x_r, seed))
+            parts.append(
+                self._counterfactual_rows(rows, self.model(int(job.attributes["occp"])), x, x_y, x_b, x_r, seed)
+            )
         return pd.concat(parts).loc[table.index]
 
     @staticmethod
-    def _counterfactual_rows(rows: pd.DataFrame, model: OccupationModel, x: str, x_y: str, x_b: str,
-                             x_r: str, seed: int) -> pd.DataFrame:
+    def _counterfactual_rows(
+        rows: pd.DataFrame, model: OccupationModel, x: str, x_y: str, x_b: str, x_r: str, seed: int
+    ) -> pd.DataFrame:
         ids = rows["applicant_id"]
         factual = rows.assign(age_group=age_group(rows["age"]), region=region_of(rows["state"]))
         first, last = first_names(model.survey_year), surnames()
         # abduction: the noise of every endogenous variable, consistent with the factual row
         u_state = model.state.abduct(factual, keyed_uniforms(ids, seed, "cf_state"))
         u_edu = model.education.abduct(factual, keyed_uniforms(ids, seed, "cf_edu_level"))
-        u_exp = model.experience.abduct(factual["gender"], factual["race"], factual["age"], factual["edu_level"],
-                                        factual["exp_year"], keyed_uniforms(ids, seed, "cf_exp_year"))
-        u_first = first.abduct(factual["gender"], factual["birth_year"], factual["first_name"],
-                               keyed_uniforms(ids, seed, "cf_first_name"))
+        u_exp = model.experience.abduct(
+            factual["gender"],
+            factual["race"],
+            factual["age"],
+            factual["edu_level"],
+            factual["exp_year"],
+            keyed_uniforms(ids, seed, "cf_exp_year"),
+        )
+        u_first = first.abduct(
+            factual["gender"], factual["birth_year"], factual["first_name"], keyed_uniforms(ids, seed, "cf_first_name")
+        )
         u_last = last.abduct(factual["race"], factual["surname"], keyed_uniforms(ids, seed, "cf_surname"))
         # R under X = x_r
         world_r = factual.assign(**{x: x_r})
         state = model.state.draw(world_r, u_state)
-        out = rows.assign(state=state, region=region_of(state),
-                          first_name=first.draw(world_r["gender"], world_r["birth_year"], u_first),
-                          surname=last.draw(world_r["race"], u_last))
+        out = rows.assign(
+            state=state,
+            region=region_of(state),
+            first_name=first.draw(world_r["gender"], world_r["birth_year"], u_first),
+            surname=last.draw(world_r["race"], u_last),
+        )
         # B under X = x_b and R = R_{x_r}
         world_b = factual.assign(**{x: x_b}, state=out["state"], region=out["region"])
         edu = model.education.draw(world_b, u_edu)
@@ -315,13 +436,15 @@ class PopResumePopulation:
 
 
 def transport_note(row: dict[str, Any]) -> str:
-    return (f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
-            f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
-            f"drawn from {row['donor_records']} records of {row['donor_policy']} donor states [{row['donor_states']}] "
-            f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
-            f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
-            f"-> {100 * row['hispanic_share_transported']:.1f}% transported; donors chosen by a held-out-state check, "
-            "benchmarks/transport_validation.py)")
+    return (
+        f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
+        f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
+        f"drawn from {row['donor_records']} records of {row['donor_policy']} donor states [{row['donor_states']}] "
+        f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
+        f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
+        f"-> {100 * row['hispanic_share_transported']:.1f}% transported; donors chosen by a held-out-state check, "
+        "benchmarks/transport_validation.py)"
+    )
 
 
 def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:
@@ -338,9 +461,14 @@ def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:
 def roles_for(protected: ProtectedAttribute) -> Roles:
     """SFM roles on the grouped columns (paper C.4): the other demographic attribute and age are Z."""
     other = "race" if protected.name == "gender" else "gender"
-    return Roles(x=protected.name, x0=protected.x0, x1=protected.x1, z=(other, "age"),
-                 b=("edu_group", "exp_year"),
-                 r=("name_gender_typicality", "name_age_typicality", "surname_race_typicality", "region"))
+    return Roles(
+        x=protected.name,
+        x0=protected.x0,
+        x1=protected.x1,
+        z=(other, "age"),
+        b=("edu_group", "exp_year"),
+        r=("name_gender_typicality", "name_age_typicality", "surname_race_typicality", "region"),
+    )
 
 
 class _Clock:

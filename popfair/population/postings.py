@@ -12,6 +12,7 @@ population, titles uniformly from the entry-level titles written below for the f
 title carries one of the paper's entry-level keywords: analyst, associate, coordinator, assistant,
 representative, specialist, trainee), post dates uniformly between ``date_start`` and ``date_end``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,49 +30,139 @@ POSTING_COLUMNS = ("firm", "title", "metro", "state", "post_date")
 
 # Entry-level titles by KRW industry (AER 2024 Table F3 groups), written for this project.
 ENTRY_LEVEL_TITLES: dict[str, tuple[str, ...]] = {
-    "Food products": ("Production Associate", "Quality Assurance Assistant", "Supply Chain Analyst",
-                      "Sales Representative", "Logistics Coordinator"),
-    "Manufacturing": ("Production Associate", "Quality Control Assistant", "Procurement Analyst",
-                      "Manufacturing Associate", "Materials Coordinator"),
-    "Freight / transport": ("Logistics Coordinator", "Operations Associate", "Dispatch Assistant",
-                            "Customer Service Representative", "Freight Analyst"),
-    "Communications": ("Customer Service Representative", "Retail Sales Associate",
-                       "Technical Support Specialist", "Marketing Coordinator", "Business Analyst"),
-    "Electric / gas": ("Customer Service Representative", "Field Operations Assistant",
-                       "Billing Analyst", "Administrative Assistant", "Engineering Associate"),
-    "Wholesale trade": ("Inside Sales Representative", "Warehouse Associate", "Purchasing Assistant",
-                        "Account Coordinator", "Inventory Analyst"),
-    "Building materials": ("Sales Associate", "Customer Service Associate", "Merchandising Assistant",
-                           "Inventory Coordinator", "Pro Desk Associate"),
-    "General merchandise": ("Sales Associate", "Cashier Associate", "Merchandising Associate",
-                            "Management Trainee", "Store Operations Coordinator"),
-    "Food stores": ("Customer Service Associate", "Pharmacy Assistant", "Grocery Associate",
-                    "Management Trainee", "Store Operations Coordinator"),
-    "Auto dealers / services / parts": ("Sales Associate", "Service Advisor Assistant",
-                                        "Parts Associate", "Finance Coordinator",
-                                        "Customer Service Representative"),
-    "Apparel stores": ("Sales Associate", "Visual Merchandising Assistant", "Stock Associate",
-                       "Assistant Store Manager Trainee", "Customer Experience Associate"),
-    "Home furnishing stores": ("Sales Associate", "Design Consultant Assistant",
-                               "Customer Service Representative", "Warehouse Associate",
-                               "Delivery Coordinator"),
-    "Eating / drinking": ("Crew Associate", "Shift Coordinator", "Management Trainee",
-                          "Guest Services Associate", "Restaurant Operations Analyst"),
-    "Other retail": ("Sales Associate", "Pharmacy Technician Trainee", "Customer Service Associate",
-                     "Inventory Specialist", "Store Operations Coordinator"),
-    "Banks / securities": ("Client Service Associate", "Financial Analyst", "Operations Analyst",
-                           "Branch Banking Associate", "Compliance Assistant"),
-    "Accommodation / real estate": ("Guest Services Associate", "Leasing Associate",
-                                    "Front Desk Representative", "Property Management Assistant",
-                                    "Reservations Coordinator"),
-    "Personal / business services": ("Customer Service Representative", "Rental Associate",
-                                     "Account Coordinator", "Operations Analyst",
-                                     "Administrative Assistant"),
-    "Repair services": ("Service Associate", "Customer Service Representative", "Rental Associate",
-                        "Branch Operations Assistant", "Scheduling Coordinator"),
-    "Health and engineering services": ("Patient Services Representative", "Medical Office Assistant",
-                                        "Research Assistant", "Project Coordinator",
-                                        "Data Analyst"),
+    "Food products": (
+        "Production Associate",
+        "Quality Assurance Assistant",
+        "Supply Chain Analyst",
+        "Sales Representative",
+        "Logistics Coordinator",
+    ),
+    "Manufacturing": (
+        "Production Associate",
+        "Quality Control Assistant",
+        "Procurement Analyst",
+        "Manufacturing Associate",
+        "Materials Coordinator",
+    ),
+    "Freight / transport": (
+        "Logistics Coordinator",
+        "Operations Associate",
+        "Dispatch Assistant",
+        "Customer Service Representative",
+        "Freight Analyst",
+    ),
+    "Communications": (
+        "Customer Service Representative",
+        "Retail Sales Associate",
+        "Technical Support Specialist",
+        "Marketing Coordinator",
+        "Business Analyst",
+    ),
+    "Electric / gas": (
+        "Customer Service Representative",
+        "Field Operations Assistant",
+        "Billing Analyst",
+        "Administrative Assistant",
+        "Engineering Associate",
+    ),
+    "Wholesale trade": (
+        "Inside Sales Representative",
+        "Warehouse Associate",
+        "Purchasing Assistant",
+        "Account Coordinator",
+        "Inventory Analyst",
+    ),
+    "Building materials": (
+        "Sales Associate",
+        "Customer Service Associate",
+        "Merchandising Assistant",
+        "Inventory Coordinator",
+        "Pro Desk Associate",
+    ),
+    "General merchandise": (
+        "Sales Associate",
+        "Cashier Associate",
+        "Merchandising Associate",
+        "Management Trainee",
+        "Store Operations Coordinator",
+    ),
+    "Food stores": (
+        "Customer Service Associate",
+        "Pharmacy Assistant",
+        "Grocery Associate",
+        "Management Trainee",
+        "Store Operations Coordinator",
+    ),
+    "Auto dealers / services / parts": (
+        "Sales Associate",
+        "Service Advisor Assistant",
+        "Parts Associate",
+        "Finance Coordinator",
+        "Customer Service Representative",
+    ),
+    "Apparel stores": (
+        "Sales Associate",
+        "Visual Merchandising Assistant",
+        "Stock Associate",
+        "Assistant Store Manager Trainee",
+        "Customer Experience Associate",
+    ),
+    "Home furnishing stores": (
+        "Sales Associate",
+        "Design Consultant Assistant",
+        "Customer Service Representative",
+        "Warehouse Associate",
+        "Delivery Coordinator",
+    ),
+    "Eating / drinking": (
+        "Crew Associate",
+        "Shift Coordinator",
+        "Management Trainee",
+        "Guest Services Associate",
+        "Restaurant Operations Analyst",
+    ),
+    "Other retail": (
+        "Sales Associate",
+        "Pharmacy Technician Trainee",
+        "Customer Service Associate",
+        "Inventory Specialist",
+        "Store Operations Coordinator",
+    ),
+    "Banks / securities": (
+        "Client Service Associate",
+        "Financial Analyst",
+        "Operations Analyst",
+        "Branch Banking Associate",
+        "Compliance Assistant",
+    ),
+    "Accommodation / real estate": (
+        "Guest Services Associate",
+        "Leasing Associate",
+        "Front Desk Representative",
+        "Property Management Assistant",
+        "Reservations Coordinator",
+    ),
+    "Personal / business services": (
+        "Customer Service Representative",
+        "Rental Associate",
+        "Account Coordinator",
+        "Operations Analyst",
+        "Administrative Assistant",
+    ),
+    "Repair services": (
+        "Service Associate",
+        "Customer Service Representative",
+        "Rental Associate",
+        "Branch Operations Assistant",
+        "Scheduling Coordinator",
+    ),
+    "Health and engineering services": (
+        "Patient Services Representative",
+        "Medical Office Assistant",
+        "Research Assistant",
+        "Project Coordinator",
+        "Data Analyst",
+    ),
 }
 
 
@@ -105,16 +196,20 @@ class EntryLevelPostings:
 
     def __post_init__(self) -> None:
         require(bool(self.key), "occupation.key", "must be a non-empty name")
-        require(isinstance(self.n_postings, int) and self.n_postings >= 1, "occupation.n_postings",
-                f"must be a positive integer, got {self.n_postings!r}")
+        require(
+            isinstance(self.n_postings, int) and self.n_postings >= 1,
+            "occupation.n_postings",
+            f"must be a positive integer, got {self.n_postings!r}",
+        )
         try:
             start, end = pd.Timestamp(self.date_start), pd.Timestamp(self.date_end)
         except ValueError as exc:
             raise DataError(f"occupation.date_start/date_end: not dates ({exc})") from None
         require(start <= end, "occupation.date_start", f"{self.date_start} is after date_end {self.date_end}")
         if self.postings_csv is not None:
-            require(Path(self.postings_csv).is_file(), "occupation.postings_csv",
-                    f"file not found: {self.postings_csv}")
+            require(
+                Path(self.postings_csv).is_file(), "occupation.postings_csv", f"file not found: {self.postings_csv}"
+            )
 
     @cached_property
     def postings(self) -> pd.DataFrame:
@@ -135,12 +230,23 @@ class EntryLevelPostings:
         table = self.postings
         # Only the five fields "Can LLMs Hire Fairly?" says a posting record holds (firm name, job
         # title, metropolitan area, state, post date); the line layout is popfair's (docs/replication.md).
-        text = ("Company: " + table["firm"] + "\nJob title: " + table["title"]
-                + "\nMetropolitan area: " + table["metro"] + "\nState: " + table["state"]
-                + "\nPost date: " + table["post_date"])
+        text = (
+            "Company: "
+            + table["firm"]
+            + "\nJob title: "
+            + table["title"]
+            + "\nMetropolitan area: "
+            + table["metro"]
+            + "\nState: "
+            + table["state"]
+            + "\nPost date: "
+            + table["post_date"]
+        )
         attrs = table.drop(columns=["posting_id"]).to_dict("records")
-        return {pid: Job(job_id=pid, title=title, description=desc, attributes=attr)
-                for pid, title, desc, attr in zip(table["posting_id"], table["title"], text, attrs)}
+        return {
+            pid: Job(job_id=pid, title=title, description=desc, attributes=attr)
+            for pid, title, desc, attr in zip(table["posting_id"], table["title"], text, attrs)
+        }
 
     def _generate(self) -> pd.DataFrame:
         self._n_excluded = 0
@@ -149,8 +255,7 @@ class EntryLevelPostings:
         metros = pd.read_csv(audit_data_path("metros.csv"))
         n = self.n_postings
         firm_idx = rng.choice(len(firms), size=n, p=firms["n_jobs"] / firms["n_jobs"].sum())
-        metro_idx = rng.choice(len(metros), size=n,
-                               p=metros["population_2023"] / metros["population_2023"].sum())
+        metro_idx = rng.choice(len(metros), size=n, p=metros["population_2023"] / metros["population_2023"].sum())
         industry = firms["industry_name"].to_numpy()[firm_idx]
         # Title: uniform within the industry's pool, drawn for all postings at once.
         pools = {k: np.array(v, dtype=object) for k, v in ENTRY_LEVEL_TITLES.items()}
@@ -166,15 +271,17 @@ class EntryLevelPostings:
         days = rng.integers(0, (end - start).days + 1, size=n)
         post_date = (start + pd.to_timedelta(days, unit="D")).strftime("%Y-%m-%d")
         chosen = metros.iloc[metro_idx]
-        return pd.DataFrame({
-            "firm": firms["firm_name"].to_numpy()[firm_idx],
-            "industry": industry,
-            "title": title,
-            "metro": chosen["cbsa_title"].to_numpy(),
-            "metro_city": principal_city(chosen["cbsa_title"]).to_numpy(),
-            "state": chosen["first_title_state"].to_numpy(),
-            "post_date": np.asarray(post_date),
-        })
+        return pd.DataFrame(
+            {
+                "firm": firms["firm_name"].to_numpy()[firm_idx],
+                "industry": industry,
+                "title": title,
+                "metro": chosen["cbsa_title"].to_numpy(),
+                "metro_city": principal_city(chosen["cbsa_title"]).to_numpy(),
+                "state": chosen["first_title_state"].to_numpy(),
+                "post_date": np.asarray(post_date),
+            }
+        )
 
     def _read_csv(self) -> pd.DataFrame:
         path = self.postings_csv
@@ -184,14 +291,17 @@ class EntryLevelPostings:
             raise DataError(f"{path}: cannot read postings CSV ({exc})") from None
         missing = [c for c in POSTING_COLUMNS if c not in table.columns]
         if missing:
-            raise DataError(f"{path}: postings CSV lacks columns {missing}; "
-                            f"required columns are {list(POSTING_COLUMNS)}")
+            raise DataError(
+                f"{path}: postings CSV lacks columns {missing}; required columns are {list(POSTING_COLUMNS)}"
+            )
         core = table[list(POSTING_COLUMNS)].apply(lambda col: col.str.strip())
         complete = core.notna().all(axis=1) & (core != "").all(axis=1)
         self._n_excluded = int((~complete).sum())
         if self._n_excluded:
-            self.notes.append(f"{path}: excluded {self._n_excluded} of {len(table)} postings "
-                              f"with a missing field among {list(POSTING_COLUMNS)}")
+            self.notes.append(
+                f"{path}: excluded {self._n_excluded} of {len(table)} postings "
+                f"with a missing field among {list(POSTING_COLUMNS)}"
+            )
         table = table.loc[complete].copy()
         table[list(POSTING_COLUMNS)] = core.loc[complete]
         if table.empty:

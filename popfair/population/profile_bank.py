@@ -15,6 +15,7 @@ Pools and where they come from:
 - Majors: a short list of common majors, written for this project.
 Every draw is vectorised over all profiles.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,83 +24,191 @@ import pandas as pd
 from popfair.population.postings import ENTRY_LEVEL_TITLES, audit_data_path
 
 FLAGSHIP_UNIVERSITY = {
-    "AL": "University of Alabama", "AK": "University of Alaska Anchorage", "AZ": "Arizona State University",
-    "AR": "University of Arkansas", "CA": "University of California, Davis",
-    "CO": "University of Colorado Boulder", "CT": "University of Connecticut",
-    "DE": "University of Delaware", "DC": "University of the District of Columbia",
-    "FL": "University of Central Florida", "GA": "Georgia State University", "HI": "University of Hawaii at Manoa",
-    "ID": "Boise State University", "IL": "University of Illinois Chicago", "IN": "Indiana University",
-    "IA": "University of Iowa", "KS": "University of Kansas", "KY": "University of Kentucky",
-    "LA": "Louisiana State University", "ME": "University of Maine", "MD": "University of Maryland",
-    "MA": "University of Massachusetts Boston", "MI": "Wayne State University",
-    "MN": "University of Minnesota", "MS": "University of Mississippi", "MO": "University of Missouri",
-    "MT": "University of Montana", "NE": "University of Nebraska Omaha", "NV": "University of Nevada, Las Vegas",
-    "NH": "University of New Hampshire", "NJ": "Rutgers University", "NM": "University of New Mexico",
-    "NY": "City University of New York", "NC": "University of North Carolina at Charlotte",
-    "ND": "University of North Dakota", "OH": "Ohio State University", "OK": "University of Oklahoma",
-    "OR": "Portland State University", "PA": "Temple University", "RI": "University of Rhode Island",
-    "SC": "University of South Carolina", "SD": "University of South Dakota",
-    "TN": "University of Tennessee", "TX": "University of Texas at Austin", "UT": "University of Utah",
-    "VT": "University of Vermont", "VA": "Virginia Commonwealth University",
-    "WA": "University of Washington", "WV": "West Virginia University",
-    "WI": "University of Wisconsin-Milwaukee", "WY": "University of Wyoming",
+    "AL": "University of Alabama",
+    "AK": "University of Alaska Anchorage",
+    "AZ": "Arizona State University",
+    "AR": "University of Arkansas",
+    "CA": "University of California, Davis",
+    "CO": "University of Colorado Boulder",
+    "CT": "University of Connecticut",
+    "DE": "University of Delaware",
+    "DC": "University of the District of Columbia",
+    "FL": "University of Central Florida",
+    "GA": "Georgia State University",
+    "HI": "University of Hawaii at Manoa",
+    "ID": "Boise State University",
+    "IL": "University of Illinois Chicago",
+    "IN": "Indiana University",
+    "IA": "University of Iowa",
+    "KS": "University of Kansas",
+    "KY": "University of Kentucky",
+    "LA": "Louisiana State University",
+    "ME": "University of Maine",
+    "MD": "University of Maryland",
+    "MA": "University of Massachusetts Boston",
+    "MI": "Wayne State University",
+    "MN": "University of Minnesota",
+    "MS": "University of Mississippi",
+    "MO": "University of Missouri",
+    "MT": "University of Montana",
+    "NE": "University of Nebraska Omaha",
+    "NV": "University of Nevada, Las Vegas",
+    "NH": "University of New Hampshire",
+    "NJ": "Rutgers University",
+    "NM": "University of New Mexico",
+    "NY": "City University of New York",
+    "NC": "University of North Carolina at Charlotte",
+    "ND": "University of North Dakota",
+    "OH": "Ohio State University",
+    "OK": "University of Oklahoma",
+    "OR": "Portland State University",
+    "PA": "Temple University",
+    "RI": "University of Rhode Island",
+    "SC": "University of South Carolina",
+    "SD": "University of South Dakota",
+    "TN": "University of Tennessee",
+    "TX": "University of Texas at Austin",
+    "UT": "University of Utah",
+    "VT": "University of Vermont",
+    "VA": "Virginia Commonwealth University",
+    "WA": "University of Washington",
+    "WV": "West Virginia University",
+    "WI": "University of Wisconsin-Milwaukee",
+    "WY": "University of Wyoming",
 }
 # Public university in or near the principal city, for states with several of the 100 largest metros.
 METRO_UNIVERSITY = {
-    "Little Rock": "University of Arkansas at Little Rock", "Fayetteville": "University of Arkansas",
-    "Phoenix": "Arizona State University", "Tucson": "University of Arizona",
-    "Los Angeles": "California State University, Los Angeles", "Riverside": "University of California, Riverside",
-    "San Francisco": "San Francisco State University", "San Diego": "San Diego State University",
-    "Sacramento": "California State University, Sacramento", "San Jose": "San Jose State University",
-    "Fresno": "California State University, Fresno", "Bakersfield": "California State University, Bakersfield",
-    "Oxnard": "California State University Channel Islands", "Stockton": "California State University, Stanislaus",
-    "Denver": "Metropolitan State University of Denver", "Colorado Springs": "University of Colorado Colorado Springs",
-    "Hartford": "Central Connecticut State University", "Bridgeport": "Southern Connecticut State University",
-    "Miami": "Florida International University", "Tampa": "University of South Florida",
-    "Orlando": "University of Central Florida", "Jacksonville": "University of North Florida",
-    "North Port": "University of South Florida Sarasota-Manatee", "Cape Coral": "Florida Gulf Coast University",
-    "Lakeland": "Florida Polytechnic University", "Deltona": "University of Central Florida",
-    "Palm Bay": "University of Central Florida", "Atlanta": "Georgia State University",
-    "Augusta": "Augusta University", "New Orleans": "University of New Orleans",
-    "Baton Rouge": "Louisiana State University", "Boston": "University of Massachusetts Boston",
-    "Worcester": "Worcester State University", "Detroit": "Wayne State University",
-    "Grand Rapids": "Grand Valley State University", "St. Louis": "University of Missouri-St. Louis",
-    "Kansas City": "University of Missouri-Kansas City", "Charlotte": "University of North Carolina at Charlotte",
-    "Raleigh": "North Carolina State University", "Greensboro": "University of North Carolina at Greensboro",
-    "Winston": "Winston-Salem State University", "Durham": "North Carolina Central University",
-    "New York": "City University of New York", "Buffalo": "University at Buffalo",
-    "Rochester": "SUNY Brockport", "Albany": "University at Albany", "Kiryas Joel": "SUNY New Paltz",
-    "Syracuse": "SUNY Oswego", "Cincinnati": "University of Cincinnati", "Columbus": "Ohio State University",
-    "Cleveland": "Cleveland State University", "Dayton": "Wright State University",
-    "Akron": "University of Akron", "Toledo": "University of Toledo",
-    "Oklahoma City": "University of Central Oklahoma", "Tulsa": "Oklahoma State University-Tulsa",
-    "Philadelphia": "Temple University", "Pittsburgh": "University of Pittsburgh",
-    "Allentown": "Kutztown University", "Harrisburg": "Penn State Harrisburg",
-    "Scranton": "Penn State Scranton", "Greenville": "Clemson University",
-    "Columbia": "University of South Carolina", "Charleston": "College of Charleston",
-    "Nashville": "Tennessee State University", "Memphis": "University of Memphis",
-    "Knoxville": "University of Tennessee", "Chattanooga": "University of Tennessee at Chattanooga",
-    "Dallas": "University of Texas at Dallas", "Houston": "University of Houston",
-    "San Antonio": "University of Texas at San Antonio", "Austin": "Texas State University",
-    "McAllen": "University of Texas Rio Grande Valley", "El Paso": "University of Texas at El Paso",
-    "Salt Lake City": "University of Utah", "Provo": "Utah Valley University", "Ogden": "Weber State University",
-    "Virginia Beach": "Old Dominion University", "Richmond": "Virginia Commonwealth University",
-    "Seattle": "University of Washington", "Spokane": "Eastern Washington University",
-    "Milwaukee": "University of Wisconsin-Milwaukee", "Madison": "University of Wisconsin-Madison",
+    "Little Rock": "University of Arkansas at Little Rock",
+    "Fayetteville": "University of Arkansas",
+    "Phoenix": "Arizona State University",
+    "Tucson": "University of Arizona",
+    "Los Angeles": "California State University, Los Angeles",
+    "Riverside": "University of California, Riverside",
+    "San Francisco": "San Francisco State University",
+    "San Diego": "San Diego State University",
+    "Sacramento": "California State University, Sacramento",
+    "San Jose": "San Jose State University",
+    "Fresno": "California State University, Fresno",
+    "Bakersfield": "California State University, Bakersfield",
+    "Oxnard": "California State University Channel Islands",
+    "Stockton": "California State University, Stanislaus",
+    "Denver": "Metropolitan State University of Denver",
+    "Colorado Springs": "University of Colorado Colorado Springs",
+    "Hartford": "Central Connecticut State University",
+    "Bridgeport": "Southern Connecticut State University",
+    "Miami": "Florida International University",
+    "Tampa": "University of South Florida",
+    "Orlando": "University of Central Florida",
+    "Jacksonville": "University of North Florida",
+    "North Port": "University of South Florida Sarasota-Manatee",
+    "Cape Coral": "Florida Gulf Coast University",
+    "Lakeland": "Florida Polytechnic University",
+    "Deltona": "University of Central Florida",
+    "Palm Bay": "University of Central Florida",
+    "Atlanta": "Georgia State University",
+    "Augusta": "Augusta University",
+    "New Orleans": "University of New Orleans",
+    "Baton Rouge": "Louisiana State University",
+    "Boston": "University of Massachusetts Boston",
+    "Worcester": "Worcester State University",
+    "Detroit": "Wayne State University",
+    "Grand Rapids": "Grand Valley State University",
+    "St. Louis": "University of Missouri-St. Louis",
+    "Kansas City": "University of Missouri-Kansas City",
+    "Charlotte": "University of North Carolina at Charlotte",
+    "Raleigh": "North Carolina State University",
+    "Greensboro": "University of North Carolina at Greensboro",
+    "Winston": "Winston-Salem State University",
+    "Durham": "North Carolina Central University",
+    "New York": "City University of New York",
+    "Buffalo": "University at Buffalo",
+    "Rochester": "SUNY Brockport",
+    "Albany": "University at Albany",
+    "Kiryas Joel": "SUNY New Paltz",
+    "Syracuse": "SUNY Oswego",
+    "Cincinnati": "University of Cincinnati",
+    "Columbus": "Ohio State University",
+    "Cleveland": "Cleveland State University",
+    "Dayton": "Wright State University",
+    "Akron": "University of Akron",
+    "Toledo": "University of Toledo",
+    "Oklahoma City": "University of Central Oklahoma",
+    "Tulsa": "Oklahoma State University-Tulsa",
+    "Philadelphia": "Temple University",
+    "Pittsburgh": "University of Pittsburgh",
+    "Allentown": "Kutztown University",
+    "Harrisburg": "Penn State Harrisburg",
+    "Scranton": "Penn State Scranton",
+    "Greenville": "Clemson University",
+    "Columbia": "University of South Carolina",
+    "Charleston": "College of Charleston",
+    "Nashville": "Tennessee State University",
+    "Memphis": "University of Memphis",
+    "Knoxville": "University of Tennessee",
+    "Chattanooga": "University of Tennessee at Chattanooga",
+    "Dallas": "University of Texas at Dallas",
+    "Houston": "University of Houston",
+    "San Antonio": "University of Texas at San Antonio",
+    "Austin": "Texas State University",
+    "McAllen": "University of Texas Rio Grande Valley",
+    "El Paso": "University of Texas at El Paso",
+    "Salt Lake City": "University of Utah",
+    "Provo": "Utah Valley University",
+    "Ogden": "Weber State University",
+    "Virginia Beach": "Old Dominion University",
+    "Richmond": "Virginia Commonwealth University",
+    "Seattle": "University of Washington",
+    "Spokane": "Eastern Washington University",
+    "Milwaukee": "University of Wisconsin-Milwaukee",
+    "Madison": "University of Wisconsin-Madison",
 }
-NATIONAL_ONLINE_UNIVERSITIES = ("Western Governors University", "Southern New Hampshire University",
-                                "Arizona State University Online")
-MAJORS = (("Business Administration", "Bachelor of Business Administration"),
-          ("Finance", "Bachelor of Science"), ("Marketing", "Bachelor of Science"),
-          ("Communications", "Bachelor of Arts"), ("Economics", "Bachelor of Arts"),
-          ("Psychology", "Bachelor of Arts"), ("Information Technology", "Bachelor of Science"),
-          ("Accounting", "Bachelor of Science"), ("Sociology", "Bachelor of Arts"),
-          ("Supply Chain Management", "Bachelor of Science"))
-ASSOCIATE_MAJORS = ("Business Administration", "General Studies", "Accounting", "Information Technology",
-                    "Marketing", "Office Administration")
-PROFILE_FIELDS = ("age", "birth_year", "metro", "state", "region", "edu_level", "school", "degree", "major",
-                  "gpa", "graduation_year", "emp1_employer", "emp1_title", "emp1_start", "emp1_end",
-                  "emp2_employer", "emp2_title", "emp2_start", "emp2_end", "exp_year")
+NATIONAL_ONLINE_UNIVERSITIES = (
+    "Western Governors University",
+    "Southern New Hampshire University",
+    "Arizona State University Online",
+)
+MAJORS = (
+    ("Business Administration", "Bachelor of Business Administration"),
+    ("Finance", "Bachelor of Science"),
+    ("Marketing", "Bachelor of Science"),
+    ("Communications", "Bachelor of Arts"),
+    ("Economics", "Bachelor of Arts"),
+    ("Psychology", "Bachelor of Arts"),
+    ("Information Technology", "Bachelor of Science"),
+    ("Accounting", "Bachelor of Science"),
+    ("Sociology", "Bachelor of Arts"),
+    ("Supply Chain Management", "Bachelor of Science"),
+)
+ASSOCIATE_MAJORS = (
+    "Business Administration",
+    "General Studies",
+    "Accounting",
+    "Information Technology",
+    "Marketing",
+    "Office Administration",
+)
+PROFILE_FIELDS = (
+    "age",
+    "birth_year",
+    "metro",
+    "state",
+    "region",
+    "edu_level",
+    "school",
+    "degree",
+    "major",
+    "gpa",
+    "graduation_year",
+    "emp1_employer",
+    "emp1_title",
+    "emp1_start",
+    "emp1_end",
+    "emp2_employer",
+    "emp2_title",
+    "emp2_start",
+    "emp2_end",
+    "exp_year",
+)
 
 
 def pick(pool: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -138,11 +247,13 @@ def build_profiles(slots: pd.DataFrame, rng: np.random.Generator) -> pd.DataFram
     # associate degree at the metro's community college.
     bachelor = u[0] < 0.65
     online = u[1] < 0.2
-    flagship = slots["metro_city"].map(METRO_UNIVERSITY).fillna(pd.Series(state, index=slots.index)
-                                                                .map(FLAGSHIP_UNIVERSITY))
+    flagship = (
+        slots["metro_city"].map(METRO_UNIVERSITY).fillna(pd.Series(state, index=slots.index).map(FLAGSHIP_UNIVERSITY))
+    )
     online_school = pick(np.array(NATIONAL_ONLINE_UNIVERSITIES, dtype=object), u[2])
-    school_bachelor = np.where(online | flagship.isna().to_numpy(), online_school,
-                               flagship.fillna("").to_numpy(dtype=object))
+    school_bachelor = np.where(
+        online | flagship.isna().to_numpy(), online_school, flagship.fillna("").to_numpy(dtype=object)
+    )
     school_associate = (slots["metro_city"].astype(str) + " Community College").to_numpy(dtype=object)
     major_index = np.minimum((u[3] * len(MAJORS)).astype(int), len(MAJORS) - 1)
     bachelor_major = np.array([m for m, _ in MAJORS], dtype=object)[major_index]
@@ -157,15 +268,15 @@ def build_profiles(slots: pd.DataFrame, rng: np.random.Generator) -> pd.DataFram
     # Employment: most recent job at a peer firm in the posting's industry (current, tenure 6-36
     # months); before it a 6-24 month job at any KRW firm, ending 0-3 months before the next started.
     industry = slots["industry"].to_numpy(dtype=object)
-    by_industry = {name: group["firm_name"].to_numpy(dtype=object)
-                   for name, group in firms.groupby("industry_name")}
+    by_industry = {name: group["firm_name"].to_numpy(dtype=object) for name, group in firms.groupby("industry_name")}
     all_firms = firms["firm_name"].to_numpy(dtype=object)
     peer_pools = {k: by_industry.get(k, all_firms) for k in pd.unique(industry)}
     emp1 = pick_by_group(industry, peer_pools, u[7])
     same = emp1 == slots["firm"].to_numpy(dtype=object)  # never the posting firm itself
     if same.any():
-        emp1[same] = _other_firm(slots["firm"].to_numpy(dtype=object)[same], peer_pools,
-                                 industry[same], all_firms, u[8][same])
+        emp1[same] = _other_firm(
+            slots["firm"].to_numpy(dtype=object)[same], peer_pools, industry[same], all_firms, u[8][same]
+        )
     firm_industry = dict(zip(firms["firm_name"], firms["industry_name"]))
     title_pools = {k: np.array(v, dtype=object) for k, v in ENTRY_LEVEL_TITLES.items()}
     title_pools["Other"] = np.array(sorted({t for v in ENTRY_LEVEL_TITLES.values() for t in v}), dtype=object)
@@ -182,32 +293,39 @@ def build_profiles(slots: pd.DataFrame, rng: np.random.Generator) -> pd.DataFram
     emp2_start = emp2_end - tenure2
 
     region = pd.Series(state).map(dict(zip(states["usps"], states["census_region"])))
-    return pd.DataFrame({
-        "age": age.astype(int),
-        "birth_year": (post.dt.year.to_numpy() - age).astype(int),
-        "metro": slots["metro"].to_numpy(dtype=object),
-        "state": state,
-        "region": region.fillna("Unknown").to_numpy(dtype=object),
-        "edu_level": np.where(bachelor, "bachelor", "associate"),
-        "school": np.where(bachelor, school_bachelor, school_associate),
-        "degree": np.where(bachelor, bachelor_degree, "Associate of Applied Science"),
-        "major": np.where(bachelor, bachelor_major, associate_major),
-        "gpa": gpa,
-        "graduation_year": graduation_year.astype(int),
-        "emp1_employer": emp1,
-        "emp1_title": emp1_title,
-        "emp1_start": _month(emp1_start),
-        "emp1_end": "Present",
-        "emp2_employer": emp2,
-        "emp2_title": emp2_title,
-        "emp2_start": _month(emp2_start),
-        "emp2_end": _month(emp2_end),
-        "exp_year": ((post_month - emp2_start) // 12).astype(int),
-    })
+    return pd.DataFrame(
+        {
+            "age": age.astype(int),
+            "birth_year": (post.dt.year.to_numpy() - age).astype(int),
+            "metro": slots["metro"].to_numpy(dtype=object),
+            "state": state,
+            "region": region.fillna("Unknown").to_numpy(dtype=object),
+            "edu_level": np.where(bachelor, "bachelor", "associate"),
+            "school": np.where(bachelor, school_bachelor, school_associate),
+            "degree": np.where(bachelor, bachelor_degree, "Associate of Applied Science"),
+            "major": np.where(bachelor, bachelor_major, associate_major),
+            "gpa": gpa,
+            "graduation_year": graduation_year.astype(int),
+            "emp1_employer": emp1,
+            "emp1_title": emp1_title,
+            "emp1_start": _month(emp1_start),
+            "emp1_end": "Present",
+            "emp2_employer": emp2,
+            "emp2_title": emp2_title,
+            "emp2_start": _month(emp2_start),
+            "emp2_end": _month(emp2_end),
+            "exp_year": ((post_month - emp2_start) // 12).astype(int),
+        }
+    )
 
 
-def _other_firm(posting_firm: np.ndarray, peer_pools: dict[str, np.ndarray],
-                industry: np.ndarray, all_firms: np.ndarray, u: np.ndarray) -> np.ndarray:
+def _other_firm(
+    posting_firm: np.ndarray,
+    peer_pools: dict[str, np.ndarray],
+    industry: np.ndarray,
+    all_firms: np.ndarray,
+    u: np.ndarray,
+) -> np.ndarray:
     """Draw employers from the industry's firms other than the posting firm."""
     out = np.empty(len(posting_firm), dtype=object)
     for group in pd.unique(industry):

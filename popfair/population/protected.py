@@ -1,4 +1,5 @@
 """The protected attribute X and its two contrasted levels (config group `protected_attr`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,10 +20,16 @@ class ProtectedAttribute:
     x1: str
 
     def __post_init__(self) -> None:
-        require(self.name in LEVELS, "protected_attr.name",
-                f"unknown attribute {self.name!r}; choose one of {sorted(LEVELS)}")
+        require(
+            self.name in LEVELS,
+            "protected_attr.name",
+            f"unknown attribute {self.name!r}; choose one of {sorted(LEVELS)}",
+        )
         allowed = LEVELS[self.name]
         for key, level in (("x0", self.x0), ("x1", self.x1)):
-            require(level in allowed, f"protected_attr.{key}",
-                    f"{level!r} is not a level of {self.name}; choose one of {list(allowed)}")
+            require(
+                level in allowed,
+                f"protected_attr.{key}",
+                f"{level!r} is not a level of {self.name}; choose one of {list(allowed)}",
+            )
         require(self.x0 != self.x1, "protected_attr", "x0 and x1 must differ")

@@ -3,6 +3,7 @@
 The bundled extract is ACS 2024 1-year, civilian employed (ESR 1/2), age 18-44, the 20 largest
 occupations, 48 states + DC: California and Texas are missing at the source (see SOURCES.md).
 A national person CSV given as `population.pums_path` is filtered the same way."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -15,21 +16,39 @@ from popfair.data import data_file
 from popfair.errors import ConfigError, DataError
 
 BUNDLED_PUMS = ("population", "acs_pums_2024_1yr_employed_age18_44_top20occ_48states_dc.csv.gz")
-BUNDLED_NOTE = ("ACS PUMS 2024 bundled extract covers 48 states + DC: California and Texas are "
-                "missing at the source (about 18-26% of these occupations' workers). "
-                "Set population.pums_path to the full national PUMS person CSV to include them.")
+BUNDLED_NOTE = (
+    "ACS PUMS 2024 bundled extract covers 48 states + DC: California and Texas are "
+    "missing at the source (about 18-26% of these occupations' workers). "
+    "Set population.pums_path to the full national PUMS person CSV to include them."
+)
 REQUIRED_COLUMNS = ("ST", "OCCP", "SEX", "AGEP", "RAC1P", "HISP", "SCHL", "PWGTP")
 AGE_RANGE = (18, 44)  # early and mid career, as the paper
 
 # SCHL -> the paper's seven education levels (ordered). SCHL 1-15 (below high school) has no
 # resume level of its own; BELOW_HS_POLICIES says what happens to those records.
 EDU_LEVELS = ("hs_ged", "some_college", "associate", "bachelor", "master", "professional", "doctorate")
-_SCHL_TO_EDU = {16: "hs_ged", 17: "hs_ged", 18: "some_college", 19: "some_college",
-                20: "associate", 21: "bachelor", 22: "master", 23: "professional", 24: "doctorate"}
+_SCHL_TO_EDU = {
+    16: "hs_ged",
+    17: "hs_ged",
+    18: "some_college",
+    19: "some_college",
+    20: "associate",
+    21: "bachelor",
+    22: "master",
+    23: "professional",
+    24: "doctorate",
+}
 BELOW_HS_POLICIES = ("drop", "hs_ged")
 # Paper C.4: seven levels -> three groups.
-EDU_GROUP = {"hs_ged": "low", "some_college": "low", "associate": "medium", "bachelor": "medium",
-             "master": "high", "professional": "high", "doctorate": "high"}
+EDU_GROUP = {
+    "hs_ged": "low",
+    "some_college": "low",
+    "associate": "medium",
+    "bachelor": "medium",
+    "master": "high",
+    "professional": "high",
+    "doctorate": "high",
+}
 RACES = ("black", "white", "hispanic", "api", "other")
 GENDERS = ("female", "male")
 
@@ -55,8 +74,10 @@ def load_pums(path: str | None = None) -> tuple[pd.DataFrame, int]:
     year_column = next((c for c in ("YEAR", "SERIALNO") if c in columns), None)
     if missing or year_column is None:
         missing += [] if year_column else ["YEAR or SERIALNO"]
-        raise DataError(f"PUMS file {source} lacks required columns {missing}; it needs "
-                        f"{list(REQUIRED_COLUMNS)} plus YEAR or SERIALNO (ESR optional)")
+        raise DataError(
+            f"PUMS file {source} lacks required columns {missing}; it needs "
+            f"{list(REQUIRED_COLUMNS)} plus YEAR or SERIALNO (ESR optional)"
+        )
     use = [columns[c] for c in REQUIRED_COLUMNS] + [columns[year_column]]
     use += [columns["ESR"]] if "ESR" in columns else []
     table = pd.read_csv(source, usecols=use, dtype={columns[year_column]: str})
@@ -64,8 +85,9 @@ def load_pums(path: str | None = None) -> tuple[pd.DataFrame, int]:
     table = table.rename(columns={"STATE": "ST"})
     years = pd.to_numeric(table[year_column].str[:4], errors="coerce").dropna().unique()
     if len(years) != 1:
-        raise DataError(f"PUMS file {source}: column {year_column} must name one survey year, "
-                        f"found {sorted(years.tolist())[:5]}")
+        raise DataError(
+            f"PUMS file {source}: column {year_column} must name one survey year, found {sorted(years.tolist())[:5]}"
+        )
     for column in REQUIRED_COLUMNS + (("ESR",) if "ESR" in table else ()):
         if not pd.api.types.is_numeric_dtype(table[column]):
             table[column] = pd.to_numeric(table[column], errors="coerce")
@@ -105,9 +127,10 @@ def decode_race(rac1p: pd.Series, hisp: pd.Series) -> np.ndarray:
     no categories: this coding is popfair's (docs/replication.md R1; the LL144 table can use finer
     ones, popfair.race_coding)."""
     race = np.select(
-        [hisp.to_numpy() != 1, rac1p.to_numpy() == 1, rac1p.to_numpy() == 2,
-         np.isin(rac1p.to_numpy(), [6, 7])],
-        ["hispanic", "white", "black", "api"], default="other")
+        [hisp.to_numpy() != 1, rac1p.to_numpy() == 1, rac1p.to_numpy() == 2, np.isin(rac1p.to_numpy(), [6, 7])],
+        ["hispanic", "white", "black", "api"],
+        default="other",
+    )
     return race.astype(object)
 
 

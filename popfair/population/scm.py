@@ -4,6 +4,7 @@ discrete conditionals drawn by inverse CDF (forward) or inverted to their noise 
 Every endogenous variable V = F^-1(U | parents) with U ~ Uniform(0, 1) per applicant. Given a factual
 value v, the noise consistent with it is uniform on [F(v-), F(v)) ("abduction"); redrawing with that
 noise under changed parents is the counterfactual, and under unchanged parents returns v exactly."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ def keyed_uniforms(ids: pd.Series | np.ndarray, seed: int, variable: str) -> np.
     the same noise for the same applicant (common random numbers across counterfactual worlds)."""
     keys = pd.Series(np.asarray(ids, dtype=object)).astype(str) + f"|{variable}|{int(seed)}"
     hashed = pd.util.hash_array(keys.to_numpy(dtype=object), hash_key=_HASH_KEY)
-    return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+    return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
 
 
 def interior(v: np.ndarray) -> np.ndarray:
@@ -83,9 +84,16 @@ class DiscreteConditional:
     cdf: np.ndarray  # (product of parent level counts, len(levels))
 
     @classmethod
-    def fit(cls, data: pd.DataFrame, child: str, levels: Sequence[str],
-            backoff: Sequence[Sequence[str]], parent_levels: dict[str, Sequence[str]],
-            weight: np.ndarray, alpha: float = 10.0) -> DiscreteConditional:
+    def fit(
+        cls,
+        data: pd.DataFrame,
+        child: str,
+        levels: Sequence[str],
+        backoff: Sequence[Sequence[str]],
+        parent_levels: dict[str, Sequence[str]],
+        weight: np.ndarray,
+        alpha: float = 10.0,
+    ) -> DiscreteConditional:
         """backoff: parent sets from finest (the conditioning set) to coarsest, each a subset of
         the one before; the empty set is appended."""
         parents = tuple(backoff[0])
@@ -102,21 +110,29 @@ class DiscreteConditional:
                 continue
             sub_sizes = [len(parent_levels[p]) for p in subset]
             cell_of_row = np.ravel_multi_index([row_codes[p] for p in subset], sub_sizes)
-            counts = np.bincount(cell_of_row * n_levels + child_codes, weights=weight,
-                                 minlength=int(np.prod(sub_sizes)) * n_levels).reshape(-1, n_levels)
+            counts = np.bincount(
+                cell_of_row * n_levels + child_codes, weights=weight, minlength=int(np.prod(sub_sizes)) * n_levels
+            ).reshape(-1, n_levels)
             cell_of_grid = np.ravel_multi_index([grid[:, parents.index(p)] for p in subset], sub_sizes)
             prior = probs if probs.shape[0] == n_cells else np.broadcast_to(probs, (n_cells, n_levels))
             local = counts[cell_of_grid]
             probs = (local + alpha * prior) / (local.sum(axis=1, keepdims=True) + alpha)
         probs = np.broadcast_to(probs, (n_cells, n_levels)).copy()
-        return cls(child=child, levels=tuple(levels), parents=parents,
-                   parent_levels=tuple(tuple(parent_levels[p]) for p in parents), cdf=cdf_rows(probs))
+        return cls(
+            child=child,
+            levels=tuple(levels),
+            parents=parents,
+            parent_levels=tuple(tuple(parent_levels[p]) for p in parents),
+            cdf=cdf_rows(probs),
+        )
 
     def _cells(self, frame: pd.DataFrame) -> np.ndarray:
         if not self.parents:
             return np.zeros(len(frame), dtype=np.int64)
-        return np.ravel_multi_index([codes(frame[p], lv, p) for p, lv in zip(self.parents, self.parent_levels)],
-                                    [len(lv) for lv in self.parent_levels])
+        return np.ravel_multi_index(
+            [codes(frame[p], lv, p) for p, lv in zip(self.parents, self.parent_levels)],
+            [len(lv) for lv in self.parent_levels],
+        )
 
     def probabilities(self, frame: pd.DataFrame) -> np.ndarray:
         """P(child = level | parents of each row), shape (rows, levels)."""

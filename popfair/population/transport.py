@@ -24,6 +24,7 @@ For a target state T (CA, TX) and one occupation:
 
 Only an approximation of the real CA/TX records (the national PUMS file, `popfair-data pums`, has
 them): labelled as such in the run notes and in `population_transport.csv`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,15 +48,20 @@ OEWS_FILE = ("population", "bls_oews_may2025_state_employment_target_soc.csv")
 TARGETS = ("CA", "TX")
 CA_TX_POLICIES = ("transport", "omit")
 DONOR_POLICIES = ("region", "all")
-KAPPA = 20.0            # pseudo-records pulling a sparse cell's ratio toward its parent cell's
+KAPPA = 20.0  # pseudo-records pulling a sparse cell's ratio toward its parent cell's
 CELL = ["gender", "age_group", "race", "edu_level"]
 PARENT = ["gender", "age_group", "race"]
 AGE_GROUP_START = (18, 25, 30, 35, 40)  # the experience module's AGE_GROUPS
 # OCCP -> the OEWS SOC series whose state employment gives the occupation's state shares. Teachers:
 # BLS publishes no state series for 25-2020, so its detailed codes are summed (25-2023, middle-school
 # career/technical, is not released for CA: 0.8% of the national 25-2020 total).
-OCCP_SOC = {3255: ("29-1141",), 2310: ("25-2021", "25-2022", "25-2023"), 1021: ("15-1252",),
-            800: ("13-2011",), 6260: ("47-2061",)}
+OCCP_SOC = {
+    3255: ("29-1141",),
+    2310: ("25-2021", "25-2022", "25-2023"),
+    1021: ("15-1252",),
+    800: ("13-2011",),
+    6260: ("47-2061",),
+}
 NATIONAL_SOC = {2310: "25-2020"}
 
 
@@ -78,8 +84,10 @@ def oews_employment() -> pd.DataFrame:
 def oews_share(occp: int, usps: str) -> float:
     """State `usps`'s share of national OEWS employment in the occupation's SOC."""
     if occp not in OCCP_SOC:
-        raise DataError(f"population.ca_tx=transport: OCCP {occp} has no OEWS series to calibrate CA/TX to "
-                        f"(available for {sorted(OCCP_SOC)}); set population.ca_tx=omit for this occupation")
+        raise DataError(
+            f"population.ca_tx=transport: OCCP {occp} has no OEWS series to calibrate CA/TX to "
+            f"(available for {sorted(OCCP_SOC)}); set population.ca_tx=omit for this occupation"
+        )
     fips = f"{int(state_table().reset_index().set_index('usps').loc[usps, 'fips']):02d}"
     table = oews_employment()
     state = table[(table["state_fips"] == fips) & table["soc_code"].isin(OCCP_SOC[occp])]["employment"].sum()
@@ -91,19 +99,26 @@ def oews_share(occp: int, usps: str) -> float:
 @lru_cache(maxsize=4)
 def population_cells(below_hs: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every state's 18-44 persons as (weight, records) tables: rows CELL, columns USPS state codes."""
-    raw = pd.read_csv(data_file(*CELLS_FILE), usecols=["ST", "SEX", "AGEP", "RAC1P", "HISPANIC", "SCHL",
-                                                       "n_records", "weight"])
+    raw = pd.read_csv(
+        data_file(*CELLS_FILE), usecols=["ST", "SEX", "AGEP", "RAC1P", "HISPANIC", "SCHL", "n_records", "weight"]
+    )
     # aggregate on the numeric codes first (single-year ages -> bands), then decode the ~10x fewer rows
     raw["AGEP"] = np.asarray(AGE_GROUP_START)[np.digitize(raw["AGEP"], AGE_GROUP_START) - 1]
     raw = raw.groupby(["ST", "SEX", "AGEP", "RAC1P", "HISPANIC", "SCHL"], as_index=False)[["n_records", "weight"]].sum()
-    edu = decode_education(raw["SCHL"], below_hs)   # SCHL 15 stands for 1-15 (below high school)
+    edu = decode_education(raw["SCHL"], below_hs)  # SCHL 15 stands for 1-15 (below high school)
     raw = raw[edu.notna().to_numpy()]
     edu = edu.dropna()
-    cells = pd.DataFrame({
-        "usps": state_table()["usps"].reindex(raw["ST"]).to_numpy(dtype=object),
-        "gender": decode_sex(raw["SEX"]), "age_group": age_group(raw["AGEP"]),
-        "race": decode_race(raw["RAC1P"], raw["HISPANIC"] + 1), "edu_level": edu.to_numpy(dtype=object),
-        "n": raw["n_records"].to_numpy(float), "weight": raw["weight"].to_numpy(float)})
+    cells = pd.DataFrame(
+        {
+            "usps": state_table()["usps"].reindex(raw["ST"]).to_numpy(dtype=object),
+            "gender": decode_sex(raw["SEX"]),
+            "age_group": age_group(raw["AGEP"]),
+            "race": decode_race(raw["RAC1P"], raw["HISPANIC"] + 1),
+            "edu_level": edu.to_numpy(dtype=object),
+            "n": raw["n_records"].to_numpy(float),
+            "weight": raw["weight"].to_numpy(float),
+        }
+    )
     wide = cells.pivot_table(index=CELL, columns="usps", values=["weight", "n"], aggfunc="sum", fill_value=0.0)
     return wide["weight"], wide["n"]
 
@@ -112,15 +127,18 @@ def donor_states(target: str, policy: str, present: set[str]) -> list[str]:
     """Donor states for `target`: its Census region without it (policy 'region') or every other state
     (never CA or TX, which have no occupation records in the bundled extract)."""
     states = state_table().set_index("usps")
-    pool = states.index if policy == "all" else states.index[states["census_region"] == states.loc[target,
-                                                                                                 "census_region"]]
+    pool = (
+        states.index
+        if policy == "all"
+        else states.index[states["census_region"] == states.loc[target, "census_region"]]
+    )
     return sorted(s for s in pool if s in present and s not in TARGETS and s != target)
 
 
 def density_ratio(weight: pd.DataFrame, records: pd.DataFrame, target: str, donors: list[str]) -> pd.Series:
     """r(d) = p_target(d) / p_donors(d) over CELL, shrunk toward the PARENT cell's ratio (population_cells)."""
     don_present = weight[donors].sum(axis=1) > 0
-    weight, records = weight[don_present], records[don_present]   # cells no donor person is in: no ratio
+    weight, records = weight[don_present], records[don_present]  # cells no donor person is in: no ratio
     tgt, don = weight[target], weight[donors].sum(axis=1)
     n_donor = records[donors].sum(axis=1)
     fine = (tgt / tgt.sum()) / (don / don.sum())
@@ -139,11 +157,12 @@ def systematic_sample(probabilities: np.ndarray, n: int, rng: np.random.Generato
 
 def ess(weights: np.ndarray) -> float:
     """Kish effective sample size of weighted donor records."""
-    return float(weights.sum() ** 2 / (weights ** 2).sum())
+    return float(weights.sum() ** 2 / (weights**2).sum())
 
 
-def transport_state(records: pd.DataFrame, target: str, pool_states: list[str], n_target: int,
-                    below_hs: str, seed: list[int]) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
+def transport_state(
+    records: pd.DataFrame, target: str, pool_states: list[str], n_target: int, below_hs: str, seed: list[int]
+) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
     """(n_target donor rows drawn for `target`, the donor pool's transport weights, the pool).
 
     The rows keep their donor state; the caller relabels them. Used for CA/TX and, in
@@ -151,7 +170,9 @@ def transport_state(records: pd.DataFrame, target: str, pool_states: list[str], 
     weight_cells, record_cells = population_cells(below_hs)
     pool = records[records["state"].isin(pool_states)].sort_values(CELL + ["age"], kind="stable")
     ratio = density_ratio(weight_cells, record_cells, target, pool_states)
-    weights = pool["weight"].to_numpy(float) * ratio.reindex(pd.MultiIndex.from_frame(pool[CELL])).fillna(0.0).to_numpy()
+    weights = (
+        pool["weight"].to_numpy(float) * ratio.reindex(pd.MultiIndex.from_frame(pool[CELL])).fillna(0.0).to_numpy()
+    )
     if weights.sum() <= 0:
         raise DataError(f"transport to {target}: no donor records with a positive density ratio")
     pick = systematic_sample(weights, n_target, np.random.default_rng(seed))
@@ -162,8 +183,10 @@ def transport_ca_tx(records: pd.DataFrame, occp: int, below_hs: str, donors: str
     """CA and TX rows for one occupation (columns of `records`, plus transported and donor_state)."""
     present = set(records["state"].unique())
     if present & set(TARGETS):
-        raise DataError("population.ca_tx=transport: the PUMS records already contain CA or TX; transport is "
-                        "only for the bundled 48-state extract")
+        raise DataError(
+            "population.ca_tx=transport: the PUMS records already contain CA or TX; transport is "
+            "only for the bundled 48-state extract"
+        )
     shares = {t: oews_share(occp, t) for t in TARGETS}
     total = len(records) / (1 - sum(shares.values()))
     total_weight = records["weight"].sum() / (1 - sum(shares.values()))
@@ -173,13 +196,27 @@ def transport_ca_tx(records: pd.DataFrame, occp: int, below_hs: str, donors: str
         pool_states = donor_states(target, donors, present)
         n_target = round(shares[target] * total)
         rows, weights, pool = transport_state(records, target, pool_states, n_target, below_hs, [occp, i, 13])
-        rows = rows.assign(donor_state=rows["state"], state=target, region=regions[target],
-                           weight=shares[target] * total_weight / n_target, transported=True)
+        rows = rows.assign(
+            donor_state=rows["state"],
+            state=target,
+            region=regions[target],
+            weight=shares[target] * total_weight / n_target,
+            transported=True,
+        )
         parts.append(rows)
         hisp = lambda frame, w: float(np.average(frame["race"] == "hispanic", weights=w))
-        summary.append({"target": target, "oews_share": shares[target], "rows": n_target,
-                        "row_share": n_target / total, "donor_policy": donors, "donor_states": " ".join(pool_states),
-                        "donor_records": len(pool), "donor_ess": ess(weights),
-                        "hispanic_share_donors": hisp(pool, pool["weight"]),
-                        "hispanic_share_transported": hisp(rows, rows["weight"])})
+        summary.append(
+            {
+                "target": target,
+                "oews_share": shares[target],
+                "rows": n_target,
+                "row_share": n_target / total,
+                "donor_policy": donors,
+                "donor_states": " ".join(pool_states),
+                "donor_records": len(pool),
+                "donor_ess": ess(weights),
+                "hispanic_share_donors": hisp(pool, pool["weight"]),
+                "hispanic_share_transported": hisp(rows, rows["weight"]),
+            }
+        )
     return Transported(rows=pd.concat(parts, ignore_index=True), summary=pd.DataFrame(summary))

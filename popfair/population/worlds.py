@@ -4,6 +4,7 @@ applicants (one plan, one response cache) and estimators stay functions of the s
 
 A population supports worlds by redrawing its applicants under interventions on X
 (`CounterfactualPopulation.counterfactual`, PopResume's SCM with common random numbers)."""
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
@@ -31,13 +32,20 @@ class CounterfactualPopulation(Protocol):
 def check_design(population: Population, design: WorldDesign | None, key: str = "estimator") -> None:
     """ConfigError before any work when the estimator declares worlds the population cannot draw."""
     if design is not None and not isinstance(population, CounterfactualPopulation):
-        raise ConfigError(f"{key}: needs counterfactual worlds (the interventional estimator), which only a "
-                          f"population with counterfactual draws provides (population=popresume); "
-                          f"{type(population).__name__} has none")
+        raise ConfigError(
+            f"{key}: needs counterfactual worlds (the interventional estimator), which only a "
+            f"population with counterfactual draws provides (population=popresume); "
+            f"{type(population).__name__} has none"
+        )
 
 
-def sample(population: Population, occupation: Occupation, protected: ProtectedAttribute, seed: int,
-           design: WorldDesign | None = None) -> Profiles:
+def sample(
+    population: Population,
+    occupation: Occupation,
+    protected: ProtectedAttribute,
+    seed: int,
+    design: WorldDesign | None = None,
+) -> Profiles:
     """The population stage: applicants, plus the worlds `design` asks for (in `Profiles.worlds`)."""
     profiles = population.sample(occupation, protected, seed)
     if design is not None:
@@ -69,7 +77,6 @@ def draw_worlds(population: CounterfactualPopulation, profiles: Profiles, design
     tables = []
     for name, (x_y, x_b, x_r) in design.worlds.items():
         if (x_b, x_r) not in drawn:
-            drawn[(x_b, x_r)] = population.counterfactual(sampled, levels[x_y], levels[x_b], levels[x_r],
-                                                          design.seed)
+            drawn[(x_b, x_r)] = population.counterfactual(sampled, levels[x_y], levels[x_b], levels[x_r], design.seed)
         tables.append(drawn[(x_b, x_r)].assign(**{roles.x: levels[x_y], WORLD: name}))
     return pd.concat(tables, ignore_index=True)

@@ -1,6 +1,7 @@
 """The render stage: one applicant profile -> the document a screener sees.
 
 Public names are imported on first use (`popfair._lazy`)."""
+
 from __future__ import annotations
 
 from popfair._lazy import lazy_exports

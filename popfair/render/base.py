@@ -1,4 +1,5 @@
 """Render stage interface: turn one applicant profile into the document a screener sees."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -23,8 +24,13 @@ class Renderer(Protocol):
         ...
 
 
-def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
-               progress: bool = True, processes: int | None = None) -> list[Document]:
+def render_all(
+    renderer: Renderer,
+    table: pd.DataFrame,
+    jobs: Mapping[str, Job],
+    progress: bool = True,
+    processes: int | None = None,
+) -> list[Document]:
     """Render every row of a profile table, in order, with a progress bar. A renderer may define
     `check_profiles(table)` to reject the table before any document is rendered.
 
@@ -48,8 +54,9 @@ def render_all(renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job],
     return _render_records(renderer, profile_records(table), jobs, progress, processes)
 
 
-def _render_records(renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool,
-                    processes: int | None) -> list[Document]:
+def _render_records(
+    renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool, processes: int | None
+) -> list[Document]:
     chunk = getattr(renderer, "rows_per_process", None)
     with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:
         if chunk is None:

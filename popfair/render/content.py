@@ -11,6 +11,7 @@ Pools come from the occupation config (`occupation.pools`, wired into renderers 
     credentials: {some_college, associate, bachelor, master, professional, doctorate: [...]}
                  (hs_ged optional; defaults to "High School Diploma")
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,21 +38,85 @@ DEFAULT_HS_CREDENTIALS = ("High School Diploma",)
 # against this list when a renderer is built. "Senior" is a job-seniority word, not an age word.
 DEMOGRAPHIC_WORDS = (
     # gender
-    "male", "female", "man", "men", "woman", "women", "he", "she", "him", "his", "her", "hers",
-    "himself", "herself", "boy", "girl", "gentleman", "lady", "ladies",
-    "mother", "father", "maternal", "paternal", "maternity", "wife", "husband", "gender", "sex",
-    "fraternity", "sorority",
+    "male",
+    "female",
+    "man",
+    "men",
+    "woman",
+    "women",
+    "he",
+    "she",
+    "him",
+    "his",
+    "her",
+    "hers",
+    "himself",
+    "herself",
+    "boy",
+    "girl",
+    "gentleman",
+    "lady",
+    "ladies",
+    "mother",
+    "father",
+    "maternal",
+    "paternal",
+    "maternity",
+    "wife",
+    "husband",
+    "gender",
+    "sex",
+    "fraternity",
+    "sorority",
     # race / ethnicity
-    "black", "white", "african", "caucasian", "hispanic", "latino", "latina", "latinx", "asian",
-    "pacific", "islander", "native", "indigenous", "race", "racial", "ethnic", "ethnicity",
+    "black",
+    "white",
+    "african",
+    "caucasian",
+    "hispanic",
+    "latino",
+    "latina",
+    "latinx",
+    "asian",
+    "pacific",
+    "islander",
+    "native",
+    "indigenous",
+    "race",
+    "racial",
+    "ethnic",
+    "ethnicity",
     # age
-    "age", "aged", "ages", "old", "older", "elderly", "young", "younger", "youth", "youthful",
-    "born", "birth", "birthday", "retired", "retiree", "millennial", "boomer", "year-old", "years-old",
+    "age",
+    "aged",
+    "ages",
+    "old",
+    "older",
+    "elderly",
+    "young",
+    "younger",
+    "youth",
+    "youthful",
+    "born",
+    "birth",
+    "birthday",
+    "retired",
+    "retiree",
+    "millennial",
+    "boomer",
+    "year-old",
+    "years-old",
 )
 # Plurals and possessives count too (mothers, girl's). Honorifics count only with their period ("Ms. Lee"): bare "MS" is Mississippi's USPS code.
 HONORIFICS = ("mr", "mrs", "ms", "miss")
-DEMOGRAPHIC_PATTERN = re.compile(r"\b(?:(?:" + "|".join(re.escape(w) for w in DEMOGRAPHIC_WORDS)
-                                 + r"|years old)(?:'?s)?\b|(?:" + "|".join(HONORIFICS) + r")\.)", re.IGNORECASE)
+DEMOGRAPHIC_PATTERN = re.compile(
+    r"\b(?:(?:"
+    + "|".join(re.escape(w) for w in DEMOGRAPHIC_WORDS)
+    + r"|years old)(?:'?s)?\b|(?:"
+    + "|".join(HONORIFICS)
+    + r")\.)",
+    re.IGNORECASE,
+)
 
 
 def demographic_words_in(text: str) -> list[str]:
@@ -78,8 +143,13 @@ def _string_list(value: Any, key: str, minimum: int = 1) -> tuple[str, ...]:
     return tuple(v.strip() for v in value)
 
 
-def _by_level(value: Any, key: str, levels: tuple[str, ...], minimum: int = 1,
-              optional: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, tuple[str, ...]]:
+def _by_level(
+    value: Any,
+    key: str,
+    levels: tuple[str, ...],
+    minimum: int = 1,
+    optional: Mapping[str, tuple[str, ...]] | None = None,
+) -> dict[str, tuple[str, ...]]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{key}: must be a mapping with keys {list(levels)}, got {type(value).__name__}")
     optional = dict(optional or {})
@@ -106,27 +176,33 @@ class ResumePools:
     credentials: Mapping[str, tuple[str, ...]]
 
     @classmethod
-    def from_config(cls, pools: Mapping[str, Any] | None, *, n_skills: int, bullets_per_role: int,
-                    key: str = "renderer.pools") -> ResumePools:
+    def from_config(
+        cls, pools: Mapping[str, Any] | None, *, n_skills: int, bullets_per_role: int, key: str = "renderer.pools"
+    ) -> ResumePools:
         if not pools:
-            raise ConfigError(f"{key}: resume renderers (text, image, image_photo) need content pools and "
-                              "the chosen occupation has none (occupation.pools). Use occupation=nurse|teacher|"
-                              "software_developer|accountant|construction_laborer, add a `pools:` block to "
-                              "your occupation, or use renderer=json (e.g. with entry_level_postings).")
+            raise ConfigError(
+                f"{key}: resume renderers (text, image, image_photo) need content pools and "
+                "the chosen occupation has none (occupation.pools). Use occupation=nurse|teacher|"
+                "software_developer|accountant|construction_laborer, add a `pools:` block to "
+                "your occupation, or use renderer=json (e.g. with entry_level_postings)."
+            )
         if not isinstance(pools, Mapping):
             raise ConfigError(f"{key}: must be a mapping, got {type(pools).__name__}")
         expected = {"skills", "employers", "titles", "bullets", "credentials"}
         if set(pools) != expected:
-            raise ConfigError(f"{key}: keys must be {sorted(expected)}; missing "
-                              f"{sorted(expected - set(pools))}, unknown {sorted(set(pools) - expected)}")
+            raise ConfigError(
+                f"{key}: keys must be {sorted(expected)}; missing "
+                f"{sorted(expected - set(pools))}, unknown {sorted(set(pools) - expected)}"
+            )
         return cls(
             skills=_string_list(pools["skills"], f"{key}.skills", n_skills),
             employers=_string_list(pools["employers"], f"{key}.employers", MAX_ROLES),
             titles=_by_level(pools["titles"], f"{key}.titles", SENIORITY),
             # the two senior roles of a four-role history must not repeat a bullet
             bullets=_by_level(pools["bullets"], f"{key}.bullets", SENIORITY, 2 * bullets_per_role),
-            credentials=_by_level(pools["credentials"], f"{key}.credentials", EDU_LEVELS[1:],
-                                  optional={"hs_ged": DEFAULT_HS_CREDENTIALS}),
+            credentials=_by_level(
+                pools["credentials"], f"{key}.credentials", EDU_LEVELS[1:], optional={"hs_ged": DEFAULT_HS_CREDENTIALS}
+            ),
         )
 
 
@@ -138,8 +214,7 @@ def cities_by_state() -> dict[str, tuple[tuple[str, str], ...]]:
     missing = {"usps", "city", "area_code"} - set(table.columns)
     if missing:
         raise DataError(f"{path}: missing columns {sorted(missing)}")
-    return {state: tuple(zip(group["city"], group["area_code"]))
-            for state, group in table.groupby("usps", sort=True)}
+    return {state: tuple(zip(group["city"], group["area_code"])) for state, group in table.groupby("usps", sort=True)}
 
 
 @lru_cache(maxsize=1)

@@ -5,6 +5,7 @@ reveals nothing the document does not: applicant ids carry race and gender in th
 (`<pair>:black:female`) and must never reach a vendor. The same document always gets the same id,
 so an export, the tool's results file and a later import agree without a key file; two identical
 documents share one id (and one answer, as they share one cached call)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +13,12 @@ from dataclasses import dataclass
 
 from popfair.types import Document
 
-MEDIA_TYPES = {"text": ("txt", "text/plain"), "json": ("json", "application/json"),
-               "image": ("png", "image/png"), "pdf": ("pdf", "application/pdf")}
+MEDIA_TYPES = {
+    "text": ("txt", "text/plain"),
+    "json": ("json", "application/json"),
+    "image": ("png", "image/png"),
+    "pdf": ("pdf", "application/pdf"),
+}
 
 
 @dataclass(frozen=True)

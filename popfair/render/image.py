@@ -6,6 +6,7 @@ top right, then skills (two columns), work history and education. `image` leaves
 `image_photo` fills it with a photo of the applicant's (gender, race, age band) cell, so the two
 formats differ only inside the slot. Documents keep the resume text for logging and cache keys.
 """
+
 from __future__ import annotations
 
 import io
@@ -45,8 +46,9 @@ def _fontconfig_font(pattern: str) -> Path | None:
     if shutil.which("fc-match") is None:
         return None
     try:
-        out = subprocess.run(["fc-match", "-f", "%{file}", pattern], capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
+        out = subprocess.run(
+            ["fc-match", "-f", "%{file}", pattern], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return Path(out) if out.lower().endswith((".ttf", ".otf")) and Path(out).is_file() else None
@@ -59,12 +61,16 @@ def locate_font(path: str | None, bold: bool) -> Path:
         given = Path(path).expanduser()
         require(given.is_file(), key, f"font file {given} does not exist")
         return given
-    found = (_matplotlib_font("DejaVuSans-Bold.ttf" if bold else "DejaVuSans.ttf")
-             or _fontconfig_font("DejaVu Sans:bold" if bold else "DejaVu Sans")
-             or _fontconfig_font("sans-serif:bold" if bold else "sans-serif"))
+    found = (
+        _matplotlib_font("DejaVuSans-Bold.ttf" if bold else "DejaVuSans.ttf")
+        or _fontconfig_font("DejaVu Sans:bold" if bold else "DejaVu Sans")
+        or _fontconfig_font("sans-serif:bold" if bold else "sans-serif")
+    )
     if found is None:
-        raise ConfigError(f"{key}: no TrueType font found (looked for DejaVu Sans in matplotlib's "
-                          "mpl-data and via fc-match); set it to a .ttf file")
+        raise ConfigError(
+            f"{key}: no TrueType font found (looked for DejaVu Sans in matplotlib's "
+            "mpl-data and via fc-match); set it to a .ttf file"
+        )
     return found
 
 
@@ -154,31 +160,59 @@ class ImageRenderer:
     with_photo = False
     rows_per_process = 32  # render_all forks workers for 64 pages or more (about 0.3 s of work each)
 
-    def __init__(self, pools: Mapping[str, Any] | None = None, seed: int = 0, n_skills: int = 8,
-                 bullets_per_role: int = 3, email_domain: str = "example.com", width: int = 850,
-                 height: int = 1100, margin: int = 48, font_size: int = 15, font_path: str | None = None,
-                 bold_font_path: str | None = None, photo_width: int = 150,
-                 photos_dir: str | None = None, age_bands: Mapping[str, Any] | None = None,
-                 require_photos: bool = True) -> None:
+    def __init__(
+        self,
+        pools: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        n_skills: int = 8,
+        bullets_per_role: int = 3,
+        email_domain: str = "example.com",
+        width: int = 850,
+        height: int = 1100,
+        margin: int = 48,
+        font_size: int = 15,
+        font_path: str | None = None,
+        bold_font_path: str | None = None,
+        photo_width: int = 150,
+        photos_dir: str | None = None,
+        age_bands: Mapping[str, Any] | None = None,
+        require_photos: bool = True,
+    ) -> None:
         validate_layout_options(n_skills, bullets_per_role, email_domain, seed)
-        for key, value, low, high in (("width", width, 300, 4000), ("height", height, 300, 6000),
-                                      ("margin", margin, 0, 400), ("font_size", font_size, MIN_FONT_SIZE, 60),
-                                      ("photo_width", photo_width, 40, 1000)):
-            require(isinstance(value, int) and low <= value <= high, f"renderer.{key}",
-                    f"must be an integer in {low}..{high}, got {value!r}")
+        for key, value, low, high in (
+            ("width", width, 300, 4000),
+            ("height", height, 300, 6000),
+            ("margin", margin, 0, 400),
+            ("font_size", font_size, MIN_FONT_SIZE, 60),
+            ("photo_width", photo_width, 40, 1000),
+        ):
+            require(
+                isinstance(value, int) and low <= value <= high,
+                f"renderer.{key}",
+                f"must be an integer in {low}..{high}, got {value!r}",
+            )
         self.slot = (photo_width, round(photo_width * 1.2))
-        require(width - 2 * margin - self.slot[0] >= 200, "renderer.width",
-                f"page {width}px leaves under 200px beside the photo slot; raise width or lower margin/photo_width")
+        require(
+            width - 2 * margin - self.slot[0] >= 200,
+            "renderer.width",
+            f"page {width}px leaves under 200px beside the photo slot; raise width or lower margin/photo_width",
+        )
         self.width, self.height, self.margin, self.font_size = width, height, margin, font_size
         self.regular, self.bold = locate_font(font_path, bold=False), locate_font(bold_font_path, bold=True)
         self.builder = ResumeBuilder(
             ResumePools.from_config(pools, n_skills=n_skills, bullets_per_role=bullets_per_role),
-            seed=seed, n_skills=n_skills, bullets_per_role=bullets_per_role, email_domain=email_domain)
+            seed=seed,
+            n_skills=n_skills,
+            bullets_per_role=bullets_per_role,
+            email_domain=email_domain,
+        )
         # require_photos=False (dry runs): without photos_dir the page is laid out with an empty slot,
         # the same size as with a photo, which is all a cost plan needs
-        self.photos = (PhotoLibrary(photos_dir, age_bands if age_bands is not None else DEFAULT_AGE_BANDS,
-                                    seed, self.slot)
-                       if self.with_photo and (require_photos or photos_dir) else None)
+        self.photos = (
+            PhotoLibrary(photos_dir, age_bands if age_bands is not None else DEFAULT_AGE_BANDS, seed, self.slot)
+            if self.with_photo and (require_photos or photos_dir)
+            else None
+        )
 
     @property
     def slot_box(self) -> tuple[int, int, int, int]:
@@ -196,8 +230,14 @@ class ImageRenderer:
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:
         resume = self.builder.build(profile)
         photo = self.photos.photo(profile) if self.photos is not None else None
-        return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="image",
-                        text=resume.to_text(), image_png=self.draw(resume, photo), profile=profile)
+        return Document(
+            applicant_id=str(profile["applicant_id"]),
+            job_id=job.job_id,
+            kind="image",
+            text=resume.to_text(),
+            image_png=self.draw(resume, photo),
+            profile=profile,
+        )
 
     def fit(self, resume: Resume) -> tuple[_Fonts, list[_Op], list[tuple[float, float, float]]]:
         """The page layout (fonts, text runs, rules), shrinking the font a point at a time until the
@@ -207,8 +247,10 @@ class ImageRenderer:
             ops, rules, bottom = self._layout(resume, fonts)
             if bottom <= self.height - self.margin:
                 return fonts, ops, rules
-        raise DataError(f"resume of {resume.name!r} does not fit a {self.width}x{self.height} page even "
-                        f"at {MIN_FONT_SIZE}px; raise renderer.height or lower renderer.bullets_per_role")
+        raise DataError(
+            f"resume of {resume.name!r} does not fit a {self.width}x{self.height} page even "
+            f"at {MIN_FONT_SIZE}px; raise renderer.height or lower renderer.bullets_per_role"
+        )
 
     def draw(self, resume: Resume, photo: Image.Image | None = None) -> bytes:
         """Lay out and rasterise."""

@@ -7,6 +7,7 @@ written by reportlab with `invariant=1` (no creation date or random id), so the 
 the same bytes, and the same cache key and document id, on every run. The headshot slot stays
 blank: there is no PDF-with-photo format. `Document.text` is the plain resume text (what the PDF's
 text layer says), which text-only screeners read."""
+
 from __future__ import annotations
 
 import io
@@ -52,8 +53,14 @@ class PdfRenderer(ImageRenderer):
 
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:
         resume = self.builder.build(profile)
-        return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="pdf",
-                        text=resume.to_text(), pdf=self.typeset(resume), profile=profile)
+        return Document(
+            applicant_id=str(profile["applicant_id"]),
+            job_id=job.job_id,
+            kind="pdf",
+            text=resume.to_text(),
+            pdf=self.typeset(resume),
+            profile=profile,
+        )
 
     def typeset(self, resume: Resume) -> bytes:
         """The laid-out page as PDF bytes: every text run placed at its layout position (baseline =
@@ -62,8 +69,12 @@ class PdfRenderer(ImageRenderer):
 
         _, ops, rules = self.fit(resume)
         buffer = io.BytesIO()
-        page = canvas.Canvas(buffer, pagesize=(self.width * POINTS_PER_PIXEL, self.height * POINTS_PER_PIXEL),
-                             invariant=1, pageCompression=1)
+        page = canvas.Canvas(
+            buffer,
+            pagesize=(self.width * POINTS_PER_PIXEL, self.height * POINTS_PER_PIXEL),
+            invariant=1,
+            pageCompression=1,
+        )
         page.setTitle(resume.name)
         page.scale(POINTS_PER_PIXEL, POINTS_PER_PIXEL)
         for op in ops:

@@ -11,6 +11,7 @@ user in `renderer.photos_dir`, which must hold `manifest.csv` with columns
 One or more photos per cell; an applicant gets one photo of their cell, chosen by a hash of
 (seed, applicant_id) so the choice is stable. Cells the population never needs may be absent.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,13 +34,21 @@ Cell = tuple[str, str, str]
 
 def parse_age_bands(bands: Any) -> list[tuple[str, int, int]]:
     """`age_bands` config: a mapping label -> [min_age, max_age] (inclusive), non-overlapping."""
-    require(isinstance(bands, Mapping) and len(bands) > 0, "renderer.age_bands",
-            f"must be a mapping such as {{'18-29': [18, 29], '30-44': [30, 44]}}, got {bands!r}")
+    require(
+        isinstance(bands, Mapping) and len(bands) > 0,
+        "renderer.age_bands",
+        f"must be a mapping such as {{'18-29': [18, 29], '30-44': [30, 44]}}, got {bands!r}",
+    )
     parsed = []
     for label, span in bands.items():
-        require(isinstance(span, (list, tuple)) and len(span) == 2
-                and all(isinstance(v, int) for v in span) and span[0] <= span[1],
-                f"renderer.age_bands.{label}", f"must be [min_age, max_age] integers, got {span!r}")
+        require(
+            isinstance(span, (list, tuple))
+            and len(span) == 2
+            and all(isinstance(v, int) for v in span)
+            and span[0] <= span[1],
+            f"renderer.age_bands.{label}",
+            f"must be [min_age, max_age] integers, got {span!r}",
+        )
         parsed.append((str(label), int(span[0]), int(span[1])))
     parsed.sort(key=lambda band: band[1])
     for (a, _, a_hi), (b, b_lo, _) in zip(parsed, parsed[1:]):
@@ -50,12 +59,15 @@ def parse_age_bands(bands: Any) -> list[tuple[str, int, int]]:
 class PhotoLibrary:
     """The manifest of `photos_dir`, validated on construction; photos decoded once and cached."""
 
-    def __init__(self, photos_dir: str | None, age_bands: Mapping[str, Sequence[int]], seed: int,
-                 size: tuple[int, int]) -> None:
+    def __init__(
+        self, photos_dir: str | None, age_bands: Mapping[str, Sequence[int]], seed: int, size: tuple[int, int]
+    ) -> None:
         if not photos_dir:
-            raise ConfigError("renderer.photos_dir: renderer=image_photo needs a folder of headshots "
-                              f"with {MANIFEST_NAME} (columns {', '.join(MANIFEST_COLUMNS)}); "
-                              "set renderer.photos_dir=/path/to/photos")
+            raise ConfigError(
+                "renderer.photos_dir: renderer=image_photo needs a folder of headshots "
+                f"with {MANIFEST_NAME} (columns {', '.join(MANIFEST_COLUMNS)}); "
+                "set renderer.photos_dir=/path/to/photos"
+            )
         self.dir = Path(photos_dir).expanduser()
         if not self.dir.is_dir():
             raise ConfigError(f"renderer.photos_dir: {self.dir} is not a directory")
@@ -97,16 +109,17 @@ class PhotoLibrary:
         """Raise a DataError naming every needed cell the manifest lacks."""
         absent = sorted(cells - set(self.cells))
         if absent:
-            raise DataError(f"{self.dir / MANIFEST_NAME}: no photo for (gender, race, age_band) cells "
-                            f"{absent}; cells present: {sorted(self.cells)}")
+            raise DataError(
+                f"{self.dir / MANIFEST_NAME}: no photo for (gender, race, age_band) cells "
+                f"{absent}; cells present: {sorted(self.cells)}"
+            )
 
     def photo(self, profile: Mapping[str, Any]) -> Image.Image:
         """The applicant's headshot, centre-cropped and resized to the slot (RGB)."""
         cell = self.cell(profile)
         self.check({cell})
         options = self.cells[cell]
-        digest = hashlib.blake2b(f"{self.seed}\x1f{profile['applicant_id']}\x1fphoto".encode(),
-                                 digest_size=8).digest()
+        digest = hashlib.blake2b(f"{self.seed}\x1f{profile['applicant_id']}\x1fphoto".encode(), digest_size=8).digest()
         path = options[int.from_bytes(digest, "little") % len(options)]
         if path not in self._cache:
             self._cache[path] = self._load(path)
@@ -120,7 +133,8 @@ class PhotoLibrary:
             raise DataError(f"{path}: not a readable image ({exc})") from None
         width, height = self.size
         scale = max(width / image.width, height / image.height)  # cover the slot, then crop centre
-        resized = image.resize((max(width, round(image.width * scale)), max(height, round(image.height * scale))),
-                               Image.Resampling.LANCZOS)
+        resized = image.resize(
+            (max(width, round(image.width * scale)), max(height, round(image.height * scale))), Image.Resampling.LANCZOS
+        )
         left, top = (resized.width - width) // 2, (resized.height - height) // 2
         return resized.crop((left, top, left + width, top + height))

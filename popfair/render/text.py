@@ -10,6 +10,7 @@ What a seed may change: city within the state, phone digits, email pattern, whic
 employers, titles, bullets, schools and credentials are drawn. What it may not: the name, the
 state, the number of roles and education entries, their seniority, years and degree levels.
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -27,16 +28,33 @@ from popfair.types import Document, Job
 # population dates birth years from its PUMS file's survey year).
 DEFAULT_SURVEY_YEAR = 2024
 # Age at which each level is typically completed (some_college: last year attended).
-COMPLETION_AGE = {"hs_ged": 18, "some_college": 20, "associate": 20, "bachelor": 22,
-                  "master": 24, "professional": 25, "doctorate": 27}
+COMPLETION_AGE = {
+    "hs_ged": 18,
+    "some_college": 20,
+    "associate": 20,
+    "bachelor": 22,
+    "master": 24,
+    "professional": 25,
+    "doctorate": 27,
+}
 GRADUATE_LEVELS = ("master", "professional", "doctorate")
 BACHELOR_MIN_AGE = 20  # a bachelor's before a graduate degree is never dated before this age
 SCHOOL_KINDS = ("high_school", "community_college", "university", "graduate")  # one school draw each, in this order
-SCHOOL_LEVEL = {"hs_ged": "high_school", "some_college": "community_college",
-                "associate": "community_college", "bachelor": "university", "master": "graduate",
-                "professional": "graduate", "doctorate": "graduate"}
-SENIORITY_BY_ROLES = {1: ("junior",), 2: ("junior", "mid"), 3: ("junior", "mid", "senior"),
-                      4: ("junior", "mid", "senior", "senior")}
+SCHOOL_LEVEL = {
+    "hs_ged": "high_school",
+    "some_college": "community_college",
+    "associate": "community_college",
+    "bachelor": "university",
+    "master": "graduate",
+    "professional": "graduate",
+    "doctorate": "graduate",
+}
+SENIORITY_BY_ROLES = {
+    1: ("junior",),
+    2: ("junior", "mid"),
+    3: ("junior", "mid", "senior"),
+    4: ("junior", "mid", "senior", "senior"),
+}
 EMAIL_PATTERNS = ("{first}.{last}", "{first}{last}", "{f}{last}", "{first}_{last}")
 SECTION_TITLES = ("SKILLS", "WORK HISTORY", "EDUCATION")
 
@@ -52,8 +70,9 @@ def number_of_roles(exp_year: int) -> int:
     return 4
 
 
-def role_periods(exp_year: int, survey_year: int = DEFAULT_SURVEY_YEAR,
-                 education_end: int | None = None) -> list[tuple[int, int | None]]:
+def role_periods(
+    exp_year: int, survey_year: int = DEFAULT_SURVEY_YEAR, education_end: int | None = None
+) -> list[tuple[int, int | None]]:
     """(start, end) years of each role, oldest first; the last role is current (end None) and the
     first starts exp_year years before the survey year, so the history shows exactly exp_year years.
 
@@ -171,8 +190,7 @@ class ResumeBuilder:
     draw is made in a fixed order whatever the profile, so two profiles of the same applicant that
     differ in, say, education share their employers and bullets (common random numbers)."""
 
-    def __init__(self, pools: ResumePools, seed: int, n_skills: int, bullets_per_role: int,
-                 email_domain: str) -> None:
+    def __init__(self, pools: ResumePools, seed: int, n_skills: int, bullets_per_role: int, email_domain: str) -> None:
         self.pools, self.seed = pools, seed
         self.n_skills, self.bullets_per_role, self.email_domain = n_skills, bullets_per_role, email_domain
         self.cities = cities_by_state()
@@ -186,13 +204,17 @@ class ResumeBuilder:
             age, exp_year = int(profile["age"]), int(profile["exp_year"])
             birth_year = int(profile.get("birth_year", DEFAULT_SURVEY_YEAR - age))
         except KeyError as exc:
-            raise DataError(f"profile row is missing column {exc.args[0]!r}; the text renderer needs "
-                            "applicant_id, first_name, surname, state, age, edu_level, exp_year") from None
+            raise DataError(
+                f"profile row is missing column {exc.args[0]!r}; the text renderer needs "
+                "applicant_id, first_name, surname, state, age, edu_level, exp_year"
+            ) from None
         if edu_level not in COMPLETION_AGE:
             raise DataError(f"profile {applicant_id}: edu_level {edu_level!r} is not one of {list(EDU_LEVELS)}")
         if state not in self.cities:
-            raise DataError(f"profile {applicant_id}: state {state!r} is not a USPS code in "
-                            f"data/resume/cities.csv ({sorted(self.cities)})")
+            raise DataError(
+                f"profile {applicant_id}: state {state!r} is not a USPS code in "
+                f"data/resume/cities.csv ({sorted(self.cities)})"
+            )
         uniform = applicant_stream(applicant_id, self.seed).random
         pools, per_role = self.pools, self.bullets_per_role
 
@@ -220,20 +242,36 @@ class ResumeBuilder:
         for i, ((start, end), level) in enumerate(zip(periods, seniorities)):
             k = i - seniorities.index(level)  # earlier roles at this level (levels are contiguous)
             level_titles = titles[level]
-            roles.append(Role(title=level_titles[k % len(level_titles)], employer=employers[i], start=start, end=end,
-                              bullets=tuple(bullets[level][k * per_role:(k + 1) * per_role])))
+            roles.append(
+                Role(
+                    title=level_titles[k % len(level_titles)],
+                    employer=employers[i],
+                    start=start,
+                    end=end,
+                    bullets=tuple(bullets[level][k * per_role : (k + 1) * per_role]),
+                )
+            )
 
         education = []
         for level, year in schooling:
             school_pool = self.schools[SCHOOL_LEVEL[level]]
             credential_pool = pools.credentials[level]
-            education.append(EducationEntry(
-                credential=credential_pool[int(credential_draw[level] * len(credential_pool))],
-                school=school_pool[int(school_draw[SCHOOL_LEVEL[level]] * len(school_pool))],
-                year=year))
-        return Resume(name=f"{first} {last}", location=location, phone=phone, email=email,
-                      skills=tuple(skills), roles=tuple(reversed(roles)),
-                      education=tuple(reversed(education)))
+            education.append(
+                EducationEntry(
+                    credential=credential_pool[int(credential_draw[level] * len(credential_pool))],
+                    school=school_pool[int(school_draw[SCHOOL_LEVEL[level]] * len(school_pool))],
+                    year=year,
+                )
+            )
+        return Resume(
+            name=f"{first} {last}",
+            location=location,
+            phone=phone,
+            email=email,
+            skills=tuple(skills),
+            roles=tuple(reversed(roles)),
+            education=tuple(reversed(education)),
+        )
 
 
 class EmailDomain(Constraint):
@@ -245,14 +283,20 @@ class EmailDomain(Constraint):
 
 
 # The layout settings shared by the text and image renderers.
-LAYOUT_CONSTRAINTS = {"seed": Interval(int, None, None), "n_skills": Interval(int, 1, 20),
-                      "bullets_per_role": Interval(int, 1, 6), "email_domain": EmailDomain()}
+LAYOUT_CONSTRAINTS = {
+    "seed": Interval(int, None, None),
+    "n_skills": Interval(int, 1, 20),
+    "bullets_per_role": Interval(int, 1, 6),
+    "email_domain": EmailDomain(),
+}
 
 
 def validate_layout_options(n_skills: Any, bullets_per_role: Any, email_domain: Any, seed: Any) -> None:
     """Construction-time checks shared by the text and image renderers (ParameterError naming the key)."""
-    validate(LAYOUT_CONSTRAINTS, {"seed": seed, "n_skills": n_skills, "bullets_per_role": bullets_per_role,
-                                  "email_domain": email_domain})
+    validate(
+        LAYOUT_CONSTRAINTS,
+        {"seed": seed, "n_skills": n_skills, "bullets_per_role": bullets_per_role, "email_domain": email_domain},
+    )
 
 
 class TextRenderer:
@@ -263,15 +307,29 @@ class TextRenderer:
     parameter_constraints = LAYOUT_CONSTRAINTS
     rows_per_process = 5_000  # render_all forks workers for tables of twice this (about 0.25 s of work each)
 
-    def __init__(self, pools: Mapping[str, Any] | None = None, seed: int = 0, n_skills: int = 8,
-                 bullets_per_role: int = 3, email_domain: str = "example.com") -> None:
+    def __init__(
+        self,
+        pools: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        n_skills: int = 8,
+        bullets_per_role: int = 3,
+        email_domain: str = "example.com",
+    ) -> None:
         validate_layout_options(n_skills, bullets_per_role, email_domain, seed)
         self.builder = ResumeBuilder(
             ResumePools.from_config(pools, n_skills=n_skills, bullets_per_role=bullets_per_role),
-            seed=seed, n_skills=n_skills, bullets_per_role=bullets_per_role, email_domain=email_domain)
+            seed=seed,
+            n_skills=n_skills,
+            bullets_per_role=bullets_per_role,
+            email_domain=email_domain,
+        )
 
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:
         resume = self.builder.build(profile)
-        return Document(applicant_id=str(profile["applicant_id"]), job_id=job.job_id, kind="text",
-                        text=resume.to_text(), profile=profile)
-
+        return Document(
+            applicant_id=str(profile["applicant_id"]),
+            job_id=job.job_id,
+            kind="text",
+            text=resume.to_text(),
+            profile=profile,
+        )

@@ -1,6 +1,7 @@
 """Reports and figures: the model-panel tables, the sweep report, the figures of one case.
 
 Public names are imported on first use (`popfair._lazy`)."""
+
 from __future__ import annotations
 
 from popfair._lazy import lazy_exports

@@ -1,10 +1,11 @@
 """`python -m popfair.report` / `popfair-report`: the comparison report of a sweep or experiment.
 
-    popfair-report --parent <sweep parent run id>            # one sweep
-    popfair-report --experiment popfair --out reports/all    # every case run of an experiment
-    popfair-report --latest-sweep                             # the most recent sweep
-    popfair-report --audit <run id> --out audit/             # one case's auditor's report (HTML, Markdown)
+popfair-report --parent <sweep parent run id>            # one sweep
+popfair-report --experiment popfair --out reports/all    # every case run of an experiment
+popfair-report --latest-sweep                             # the most recent sweep
+popfair-report --audit <run id> --out audit/             # one case's auditor's report (HTML, Markdown)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,29 +26,40 @@ def latest_sweep(tracking_uri: str, experiment_name: str) -> str:
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         raise DataError(f"no MLflow experiment {experiment_name!r} at {tracking_uri}")
-    runs = client.search_runs([experiment.experiment_id], f"tags.`{PARENT_TAG}` = 'parent'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        f"tags.`{PARENT_TAG}` = 'parent'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not runs:
         raise DataError(f"no sweep parent run in experiment {experiment_name!r} at {tracking_uri}")
     return runs[0].info.run_id
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="popfair-report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tracking-uri", default="sqlite:///mlruns/mlflow.db",
-                        help="MLflow tracking URI (sqlite store or http://host:port of mlflow server)")
+    parser = argparse.ArgumentParser(
+        prog="popfair-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        default="sqlite:///mlruns/mlflow.db",
+        help="MLflow tracking URI (sqlite store or http://host:port of mlflow server)",
+    )
     parser.add_argument("--experiment", default="popfair", help="MLflow experiment name")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--parent", help="sweep parent run id: report that sweep's cases only")
     which.add_argument("--latest-sweep", action="store_true", help="report the newest sweep")
-    which.add_argument("--audit", metavar="RUN_ID",
-                       help="fetch one case's auditor's report (written for screener=http|file or audit_report=true)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default reports/<parent run id or experiment>)")
+    which.add_argument(
+        "--audit",
+        metavar="RUN_ID",
+        help="fetch one case's auditor's report (written for screener=http|file or audit_report=true)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default reports/<parent run id or experiment>)"
+    )
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    parser.add_argument("--no-log", action="store_true",
-                        help="do not log the report to the sweep's parent run")
+    parser.add_argument("--no-log", action="store_true", help="do not log the report to the sweep's parent run")
     args = parser.parse_args(argv)
     from popfair.estimate.inference import ALPHA
 
@@ -60,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         from popfair.report.audit import fetch_audit_report
 
         try:
-            report = fetch_audit_report(args.tracking_uri, args.audit, args.out or Path("reports") / f"audit-{args.audit}")
+            report = fetch_audit_report(
+                args.tracking_uri, args.audit, args.out or Path("reports") / f"audit-{args.audit}"
+            )
         except PopfairError as exc:
             print(f"popfair-report: {exc}", file=sys.stderr)
             return 2

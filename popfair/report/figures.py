@@ -3,6 +3,7 @@ effects forest plot (one estimate or observational vs interventional side by sid
 ratio chart. Estimators ask for them as data (`popfair.types.Plot` artifacts) and `draw` renders
 them when the run is logged; the sweep report reuses `forest_plot` so a report and a run's
 artifact look alike. matplotlib is imported when drawing, which keeps `import popfair` light."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -19,8 +20,9 @@ if TYPE_CHECKING:
 Series = tuple[tuple[str, str, str], ...]
 
 
-def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects",
-                series: Series = (("", "", "C0"),)) -> Figure:
+def forest_plot(
+    table: pd.DataFrame, title: str = "Path-specific effects", series: Series = (("", "", "C0"),)
+) -> Figure:
     """Forest plot of effect estimates with CI whiskers. `series` lists (column prefix, legend
     label, colour) per estimate drawn side by side (e.g. observational and interventional). With
     one series, effects whose `significant` flag is set are drawn filled, the others hollow."""
@@ -40,8 +42,7 @@ def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects",
         if len(series) > 1:
             ax.scatter(est, y, color=colour, zorder=3, label=label)
             continue
-        sig = (table.loc[rows, "significant"].to_numpy(bool) if "significant" in table
-               else np.zeros(len(rows), bool))
+        sig = table.loc[rows, "significant"].to_numpy(bool) if "significant" in table else np.zeros(len(rows), bool)
         ax.scatter(est[sig], y[sig], color="C3", zorder=3, label="CI excludes 0")
         ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=colour, zorder=3, label="CI covers 0")
     ax.axvline(0.0, color="0.5", lw=1, ls="--")
@@ -53,8 +54,9 @@ def forest_plot(table: pd.DataFrame, title: str = "Path-specific effects",
     return fig
 
 
-def impact_ratio_figure(table: pd.DataFrame, title: str = "", *, dimensions: Mapping[str, str],
-                        flag_below: float, alpha: float) -> Figure:
+def impact_ratio_figure(
+    table: pd.DataFrame, title: str = "", *, dimensions: Mapping[str, str], flag_below: float, alpha: float
+) -> Figure:
     """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, and the
     four-fifths line. `table` holds every row (metric, dimension, category, status, impact_ratio,
     ci_low, ci_high, flag); `dimensions` maps each dimension to its title, in panel order."""
@@ -81,8 +83,12 @@ def impact_ratio_figure(table: pd.DataFrame, title: str = "", *, dimensions: Map
             ax.set_title(f"{metric}: {dimension_title}", fontsize=9)
             if i == len(metrics) - 1:
                 ax.set_xlabel("impact ratio (rate / highest rate)")
-    fig.suptitle(title or f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
-                 f"dashed line: {flag_below:g} (four-fifths rule)", fontsize=10)
+    fig.suptitle(
+        title
+        or f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
+        f"dashed line: {flag_below:g} (four-fifths rule)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 

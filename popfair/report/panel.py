@@ -6,6 +6,7 @@ ci_high, b, c, n_pairs, mcnemar_chi2, mcnemar_p, cluster_p) plus model, axis and
 `panel_row` builds such a row from a `PairedGapResult` or from a paired_gap Effects table row, so a
 sweep (one MLflow run per model x axis) can assemble the panel.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -24,8 +25,20 @@ from scipy import stats  # noqa: E402
 from popfair.errors import DataError, EstimationError, require  # noqa: E402
 from popfair.estimate.paired import PairedGapResult  # noqa: E402
 
-PANEL_INPUT_COLUMNS = ("model", "axis", "release_date", "gap_pp", "ci_low", "ci_high", "b", "c", "n_pairs",
-                       "mcnemar_chi2", "mcnemar_p", "cluster_p")
+PANEL_INPUT_COLUMNS = (
+    "model",
+    "axis",
+    "release_date",
+    "gap_pp",
+    "ci_low",
+    "ci_high",
+    "b",
+    "c",
+    "n_pairs",
+    "mcnemar_chi2",
+    "mcnemar_p",
+    "cluster_p",
+)
 BONFERRONI_P = ("cluster_p", "mcnemar_p")
 # "Can LLMs Hire Fairly?" tests 14 models on race and 13 on gender and prints per-model thresholds
 # p < 0.0036 (0.05/14 = 0.00357) and p < 0.005 for gender: a slip for 0.05/13 = 0.00385. popfair
@@ -40,8 +53,9 @@ def bonferroni_note(axis: str, m: int, alpha: float = 0.05) -> str:
     printed = PAPER_PRINTED_THRESHOLD.get(axis)
     if printed is not None and m == PAPER_PANEL_SIZE[axis] and alpha == 0.05:
         exact = alpha / m
-        note += (f" (the paper prints {printed:g}" + (", a slip for 0.05/13" if abs(printed - exact) > 5e-4 else "")
-                 + ")")
+        note += (
+            f" (the paper prints {printed:g}" + (", a slip for 0.05/13" if abs(printed - exact) > 5e-4 else "") + ")"
+        )
     return note
 
 
@@ -63,22 +77,28 @@ def significance_stars(p: pd.Series) -> pd.Series:
 def _validated(results: pd.DataFrame) -> pd.DataFrame:
     missing = [col for col in PANEL_INPUT_COLUMNS if col not in results.columns]
     if missing:
-        raise DataError(f"panel results lack columns {missing}; one row per model x axis needs "
-                        f"{list(PANEL_INPUT_COLUMNS)} (panel_row builds them)")
+        raise DataError(
+            f"panel results lack columns {missing}; one row per model x axis needs "
+            f"{list(PANEL_INPUT_COLUMNS)} (panel_row builds them)"
+        )
     duplicated = results.duplicated(["model", "axis"])
     if duplicated.any():
-        raise DataError(f"panel results repeat model x axis rows: "
-                        f"{results.loc[duplicated, ['model', 'axis']].values.tolist()[:3]}")
+        raise DataError(
+            f"panel results repeat model x axis rows: {results.loc[duplicated, ['model', 'axis']].values.tolist()[:3]}"
+        )
     out = results.copy()
     out["release_date"] = pd.to_datetime(out["release_date"], errors="coerce")
     if out["release_date"].isna().any():
-        raise DataError("panel results: release_date must be a date for every model; missing or bad for "
-                        f"{results.loc[out['release_date'].isna(), 'model'].tolist()}")
+        raise DataError(
+            "panel results: release_date must be a date for every model; missing or bad for "
+            f"{results.loc[out['release_date'].isna(), 'model'].tolist()}"
+        )
     return out
 
 
-def panel_tables(results: pd.DataFrame, *, alpha: float = 0.05,
-                 bonferroni_on: str = "cluster_p") -> dict[str, pd.DataFrame]:
+def panel_tables(
+    results: pd.DataFrame, *, alpha: float = 0.05, bonferroni_on: str = "cluster_p"
+) -> dict[str, pd.DataFrame]:
     """The paper's table per axis, models ordered by release date.
 
     Bonferroni: a model's gap is significant when its `bonferroni_on` p-value (cluster-robust by
@@ -91,8 +111,10 @@ def panel_tables(results: pd.DataFrame, *, alpha: float = 0.05,
     for axis, group in data.groupby("axis", sort=True):
         m = group["model"].nunique()
         if m < 2:
-            raise EstimationError(f"panel axis {axis!r} has one model ({group['model'].iloc[0]}); "
-                                  "Bonferroni across the panel needs a family of at least 2 models")
+            raise EstimationError(
+                f"panel axis {axis!r} has one model ({group['model'].iloc[0]}); "
+                "Bonferroni across the panel needs a family of at least 2 models"
+            )
         g = group.sort_values(["release_date", "model"]).reset_index(drop=True)
         table = g[["model", "release_date", "gap_pp", "ci_low", "ci_high", "b", "c"]].copy()
         table["release_date"] = g["release_date"].dt.strftime("%Y-%m-%d")
@@ -110,18 +132,23 @@ def panel_tables(results: pd.DataFrame, *, alpha: float = 0.05,
 
 def format_panel_table(table: pd.DataFrame) -> str:
     """The table as the paper prints it: +2.12, [+1.82, +2.43], 953:443 (2.15:1), 5.8%, ..."""
-    shown = pd.DataFrame({
-        "model": table["model"], "released": table["release_date"],
-        "gap (pp)": table["gap_pp"].map("{:+.2f}".format) + table["stars"],
-        "95% CI": "[" + table["ci_low"].map("{:+.2f}".format) + ", " + table["ci_high"].map("{:+.2f}".format) + "]",
-        "b:c": table["b"].astype(int).astype(str) + ":" + table["c"].astype(int).astype(str),
-        "ratio": table["bc_ratio"].map("{:.2f}".format),
-        "discordant": (100 * table["discordant_share"]).map("{:.1f}%".format),
-        "McNemar chi2": table["mcnemar_chi2"].map("{:.1f}".format),
-        "p": table["mcnemar_p"].map("{:.2g}".format),
-        "cluster p": table["cluster_p"].map("{:.2g}".format),
-        f"Bonferroni (p<{table['bonferroni_alpha'].iloc[0]:.2g})": np.where(table["significant_bonferroni"], "yes", "no"),
-    })
+    shown = pd.DataFrame(
+        {
+            "model": table["model"],
+            "released": table["release_date"],
+            "gap (pp)": table["gap_pp"].map("{:+.2f}".format) + table["stars"],
+            "95% CI": "[" + table["ci_low"].map("{:+.2f}".format) + ", " + table["ci_high"].map("{:+.2f}".format) + "]",
+            "b:c": table["b"].astype(int).astype(str) + ":" + table["c"].astype(int).astype(str),
+            "ratio": table["bc_ratio"].map("{:.2f}".format),
+            "discordant": (100 * table["discordant_share"]).map("{:.1f}%".format),
+            "McNemar chi2": table["mcnemar_chi2"].map("{:.1f}".format),
+            "p": table["mcnemar_p"].map("{:.2g}".format),
+            "cluster p": table["cluster_p"].map("{:.2g}".format),
+            f"Bonferroni (p<{table['bonferroni_alpha'].iloc[0]:.2g})": np.where(
+                table["significant_bonferroni"], "yes", "no"
+            ),
+        }
+    )
     return shown.to_string(index=False)
 
 
@@ -135,8 +162,13 @@ def gap_chart(results: pd.DataFrame) -> Figure:
         err = np.vstack([g["gap_pp"] - g["ci_low"], g["ci_high"] - g["gap_pp"]])
         ax.errorbar(g["release_date"], g["gap_pp"], yerr=err, fmt="o", capsize=3)
         for _, row in g.iterrows():  # one label per model (a dozen points)
-            ax.annotate(row["model"], (row["release_date"], row["gap_pp"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+            ax.annotate(
+                row["model"],
+                (row["release_date"], row["gap_pp"]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_title(f"{axis} callback gap by model release date")
         ax.set_xlabel("release date")
@@ -155,13 +187,20 @@ def race_gender_correlation(results: pd.DataFrame, axes: tuple[str, str] = ("rac
         raise DataError(f"panel results have no rows for axis {missing}; axes present: {sorted(wide.columns)}")
     both = wide[list(axes)].dropna()
     if len(both) < 3:
-        raise EstimationError(f"a correlation of {axes[0]} and {axes[1]} gaps needs at least 3 models "
-                              f"with both axes, got {len(both)}")
+        raise EstimationError(
+            f"a correlation of {axes[0]} and {axes[1]} gaps needs at least 3 models with both axes, got {len(both)}"
+        )
     pearson = stats.pearsonr(both[axes[0]], both[axes[1]])
     spearman = stats.spearmanr(both[axes[0]], both[axes[1]])
-    return pd.Series({"n_models": len(both), "pearson_r": float(pearson.statistic),
-                      "pearson_p": float(pearson.pvalue), "spearman_rho": float(spearman.statistic),
-                      "spearman_p": float(spearman.pvalue)})
+    return pd.Series(
+        {
+            "n_models": len(both),
+            "pearson_r": float(pearson.statistic),
+            "pearson_p": float(pearson.pvalue),
+            "spearman_rho": float(spearman.statistic),
+            "spearman_p": float(spearman.pvalue),
+        }
+    )
 
 
 @dataclass
@@ -173,12 +212,17 @@ class PanelReport:
     def to_text(self) -> str:
         parts = []
         for axis, table in self.tables.items():
-            parts += [f"== {axis} axis ({bonferroni_note(axis, len(table), table['bonferroni_alpha'].iloc[0] * len(table))})",
-                      format_panel_table(table), ""]
+            parts += [
+                f"== {axis} axis ({bonferroni_note(axis, len(table), table['bonferroni_alpha'].iloc[0] * len(table))})",
+                format_panel_table(table),
+                "",
+            ]
         if self.correlation is not None:
             c = self.correlation
-            parts.append(f"race vs gender gap across {int(c['n_models'])} models: Pearson r={c['pearson_r']:+.2f} "
-                         f"(p={c['pearson_p']:.2g}), Spearman rho={c['spearman_rho']:+.2f} (p={c['spearman_p']:.2g})")
+            parts.append(
+                f"race vs gender gap across {int(c['n_models'])} models: Pearson r={c['pearson_r']:+.2f} "
+                f"(p={c['pearson_p']:.2g}), Spearman rho={c['spearman_rho']:+.2f} (p={c['spearman_p']:.2g})"
+            )
         return "\n".join(parts)
 
 

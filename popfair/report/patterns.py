@@ -13,6 +13,7 @@ the resume format, which only the case (run tags) and the report know:
   the without-photo estimate. Its 20 pairs are 4 VLMs x 5 occupations, i.e. one protected attribute
   (gender, the main text's), so the report gives the count per attribute.
 """
+
 from __future__ import annotations
 
 import re
@@ -80,15 +81,25 @@ def pattern_tally(cases: pd.DataFrame) -> pd.DataFrame:
         label = names.get(number, CASE_LABELS[number])
         denominator = n_plain if number == CASE_1 else n_all
         paper_k, paper_n = PAPER_TALLY[number]
-        rows.append({"pattern": label, "cases": counts.pop(label, 0), "denominator": denominator,
-                     "counted_over": ("cases without explicit demographics (text, image)" if number == CASE_1
-                                      else "all cases"),
-                     "paper": f"{paper_k}/{paper_n}"})
-    rows += [{"pattern": label, "cases": k, "denominator": n_all, "counted_over": "all cases", "paper": ""}
-             for label, k in sorted(counts.items())]
+        rows.append(
+            {
+                "pattern": label,
+                "cases": counts.pop(label, 0),
+                "denominator": denominator,
+                "counted_over": (
+                    "cases without explicit demographics (text, image)" if number == CASE_1 else "all cases"
+                ),
+                "paper": f"{paper_k}/{paper_n}",
+            }
+        )
+    rows += [
+        {"pattern": label, "cases": k, "denominator": n_all, "counted_over": "all cases", "paper": ""}
+        for label, k in sorted(counts.items())
+    ]
     unlabelled = sum(not applicable_labels(p, f) for p, f in zip(cases["pattern"], cases["format"]))
-    rows.append({"pattern": "none", "cases": unlabelled, "denominator": n_all, "counted_over": "all cases",
-                 "paper": ""})
+    rows.append(
+        {"pattern": "none", "cases": unlabelled, "denominator": n_all, "counted_over": "all cases", "paper": ""}
+    )
     tally = pd.DataFrame(rows)
     tally["share"] = tally["cases"] / tally["denominator"].where(tally["denominator"] > 0)
     return tally[["pattern", "cases", "denominator", "share", "counted_over", "paper"]]
@@ -103,8 +114,7 @@ def photo_comparison(pairs: pd.DataFrame) -> pd.DataFrame:
         return pairs
     out = pairs.copy()
     out["abs_change"] = out["estimate_image_photo"].abs() - out["estimate_image"].abs()
-    outside = ((out["estimate_image"] < out["ci_low_image_photo"])
-               | (out["estimate_image"] > out["ci_high_image_photo"]))
+    outside = (out["estimate_image"] < out["ci_low_image_photo"]) | (out["estimate_image"] > out["ci_high_image_photo"])
     out["nde_increases"] = (out["abs_change"] > 0) & outside
     return out
 
@@ -114,9 +124,21 @@ def photo_summary(compared: pd.DataFrame) -> pd.DataFrame:
     if compared.empty:
         return pd.DataFrame(columns=["protected_attr", "pairs_increasing", "pairs", "paper"])
     per = compared.groupby("protected_attr")["nde_increases"].agg(["sum", "size"]).reset_index()
-    rows = [{"protected_attr": r["protected_attr"], "pairs_increasing": int(r["sum"]), "pairs": int(r["size"]),
-             "paper": f"{PAPER_PHOTO_PAIRS[0]}/{PAPER_PHOTO_PAIRS[1]}" if r["protected_attr"] == "gender" else ""}
-            for _, r in per.iterrows()]
-    rows.append({"protected_attr": "all", "pairs_increasing": int(compared["nde_increases"].sum()),
-                 "pairs": len(compared), "paper": ""})
+    rows = [
+        {
+            "protected_attr": r["protected_attr"],
+            "pairs_increasing": int(r["sum"]),
+            "pairs": int(r["size"]),
+            "paper": f"{PAPER_PHOTO_PAIRS[0]}/{PAPER_PHOTO_PAIRS[1]}" if r["protected_attr"] == "gender" else "",
+        }
+        for _, r in per.iterrows()
+    ]
+    rows.append(
+        {
+            "protected_attr": "all",
+            "pairs_increasing": int(compared["nde_increases"].sum()),
+            "pairs": len(compared),
+            "paper": "",
+        }
+    )
     return pd.DataFrame(rows)

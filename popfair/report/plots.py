@@ -1,6 +1,7 @@
 """Comparison figures of a sweep (matplotlib, headless): forest plots per case, the panel's gaps
 when models have no release date, race vs gender gaps across models, and with-photo vs
 without-photo NDE per VLM."""
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,9 @@ def panel_gaps_by_model(panel: pd.DataFrame) -> Figure:
 
 def race_vs_gender(panel: pd.DataFrame) -> Figure | None:
     """Each model's race gap against its gender gap, with CIs and the Pearson correlation."""
-    wide = panel.pivot_table(index="model", columns="protected_attr",
-                             values=["estimate", "ci_low", "ci_high"], aggfunc="first")
+    wide = panel.pivot_table(
+        index="model", columns="protected_attr", values=["estimate", "ci_low", "ci_high"], aggfunc="first"
+    )
     if "race" not in wide["estimate"] or "gender" not in wide["estimate"]:
         return None
     wide = wide.dropna()
@@ -61,16 +63,24 @@ def race_vs_gender(panel: pd.DataFrame) -> Figure | None:
     race = pd.DataFrame({c: wide[(c, "race")] for c in ("estimate", "ci_low", "ci_high")})
     gender = pd.DataFrame({c: wide[(c, "gender")] for c in ("estimate", "ci_low", "ci_high")})
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    ax.errorbar(race["estimate"], gender["estimate"], xerr=_errors(race), yerr=_errors(gender),
-                fmt="o", capsize=2)
+    ax.errorbar(race["estimate"], gender["estimate"], xerr=_errors(race), yerr=_errors(gender), fmt="o", capsize=2)
     for model in wide.index:
-        ax.annotate(model, (race.loc[model, "estimate"], gender.loc[model, "estimate"]), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            model,
+            (race.loc[model, "estimate"], gender.loc[model, "estimate"]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     ax.axhline(0, color="grey", lw=0.8, ls="--")
     ax.axvline(0, color="grey", lw=0.8, ls="--")
     r = race["estimate"].corr(gender["estimate"]) if len(wide) >= 3 else math.nan
-    ax.set_title(f"Race vs gender gap across models (Pearson r = {r:.2f}, n = {len(wide)})"
-                 if math.isfinite(r) else f"Race vs gender gap across models (n = {len(wide)})", fontsize=9)
+    ax.set_title(
+        f"Race vs gender gap across models (Pearson r = {r:.2f}, n = {len(wide)})"
+        if math.isfinite(r)
+        else f"Race vs gender gap across models (n = {len(wide)})",
+        fontsize=9,
+    )
     ax.set_xlabel("race gap, pp (White minus Black)")
     ax.set_ylabel("gender gap, pp (male minus female)")
     fig.tight_layout()
@@ -83,13 +93,27 @@ def photo_vs_no_photo(pairs: pd.DataFrame) -> Figure | None:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for model, rows in pairs.groupby("model"):
-        ax.errorbar(rows["estimate_image"], rows["estimate_image_photo"],
-                    xerr=_errors(rows.rename(columns={"estimate_image": "estimate", "ci_low_image": "ci_low",
-                                                      "ci_high_image": "ci_high"})),
-                    yerr=_errors(rows.rename(columns={"estimate_image_photo": "estimate",
-                                                      "ci_low_image_photo": "ci_low",
-                                                      "ci_high_image_photo": "ci_high"})),
-                    fmt="o", capsize=2, label=model)
+        ax.errorbar(
+            rows["estimate_image"],
+            rows["estimate_image_photo"],
+            xerr=_errors(
+                rows.rename(
+                    columns={"estimate_image": "estimate", "ci_low_image": "ci_low", "ci_high_image": "ci_high"}
+                )
+            ),
+            yerr=_errors(
+                rows.rename(
+                    columns={
+                        "estimate_image_photo": "estimate",
+                        "ci_low_image_photo": "ci_low",
+                        "ci_high_image_photo": "ci_high",
+                    }
+                )
+            ),
+            fmt="o",
+            capsize=2,
+            label=model,
+        )
     values = pairs[["estimate_image", "estimate_image_photo"]].to_numpy(float)
     lo, hi = np.nanmin(values), np.nanmax(values)
     pad = 0.05 * (hi - lo or 1)

@@ -2,6 +2,7 @@
 
 One row per case run (`load_runs`) and one row per case x effect (`effects_long`): the report's
 raw material. Works against any tracking URI (sqlite store or a running `mlflow server`)."""
+
 from __future__ import annotations
 
 import math
@@ -11,24 +12,34 @@ import pandas as pd
 
 from popfair.errors import DataError
 
-PARENT_TAG = "popfair.sweep"      # set to "parent" on a sweep's parent run
-CASE_COLUMNS = ["run_id", "status", "case_name", "occupation", "protected_attr", "format", "model",
-                "screener", "estimator", "pattern", "release_date", "error"]
+PARENT_TAG = "popfair.sweep"  # set to "parent" on a sweep's parent run
+CASE_COLUMNS = [
+    "run_id",
+    "status",
+    "case_name",
+    "occupation",
+    "protected_attr",
+    "format",
+    "model",
+    "screener",
+    "estimator",
+    "pattern",
+    "release_date",
+    "error",
+]
 
 
 def _all_runs(client, experiment_ids: list[str], filter_string: str) -> list[Any]:
     runs, token = [], None
     while True:
-        page = client.search_runs(experiment_ids, filter_string=filter_string, max_results=1000,
-                                  page_token=token)
+        page = client.search_runs(experiment_ids, filter_string=filter_string, max_results=1000, page_token=token)
         runs.extend(page)
         token = page.token
         if not token:
             return runs
 
 
-def load_runs(tracking_uri: str, experiment_name: str | None = None,
-              parent_run_id: str | None = None) -> pd.DataFrame:
+def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_id: str | None = None) -> pd.DataFrame:
     """Case runs of a sweep (children of `parent_run_id`) or of an experiment (all but parents).
 
     Columns: CASE_COLUMNS plus `metrics` (dict) for each run."""
@@ -41,30 +52,32 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None,
             parent = client.get_run(parent_run_id)
         except MlflowException as exc:
             raise DataError(f"no MLflow run {parent_run_id!r} at {tracking_uri}: {exc.message}") from None
-        runs = _all_runs(client, [parent.info.experiment_id],
-                         f"tags.mlflow.parentRunId = '{parent_run_id}'")
+        runs = _all_runs(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
     else:
         experiment = client.get_experiment_by_name(experiment_name or "popfair")
         if experiment is None:
             raise DataError(f"no MLflow experiment {experiment_name!r} at {tracking_uri}")
-        runs = [r for r in _all_runs(client, [experiment.experiment_id], "")
-                if r.data.tags.get(PARENT_TAG) != "parent"]
+        runs = [r for r in _all_runs(client, [experiment.experiment_id], "") if r.data.tags.get(PARENT_TAG) != "parent"]
     rows = []
     for run in runs:
         tags, params = run.data.tags, run.data.params
-        rows.append({
-            "run_id": run.info.run_id, "status": run.info.status,
-            "case_name": tags.get("case_name", run.info.run_name),
-            "occupation": tags.get("occupation", params.get("occupation.key")),
-            "protected_attr": tags.get("protected_attr", params.get("protected_attr.name")),
-            "format": tags.get("choice.renderer", tags.get("renderer")),
-            "model": tags.get("screener", params.get("screener.name")),
-            "screener": tags.get("choice.screener", tags.get("screener")),
-            "estimator": tags.get("estimator"),
-            "pattern": tags.get("case"),
-            "release_date": params.get("screener.release_date"),
-            "error": tags.get("error"),
-            "metrics": dict(run.data.metrics)})
+        rows.append(
+            {
+                "run_id": run.info.run_id,
+                "status": run.info.status,
+                "case_name": tags.get("case_name", run.info.run_name),
+                "occupation": tags.get("occupation", params.get("occupation.key")),
+                "protected_attr": tags.get("protected_attr", params.get("protected_attr.name")),
+                "format": tags.get("choice.renderer", tags.get("renderer")),
+                "model": tags.get("screener", params.get("screener.name")),
+                "screener": tags.get("choice.screener", tags.get("screener")),
+                "estimator": tags.get("estimator"),
+                "pattern": tags.get("case"),
+                "release_date": params.get("screener.release_date"),
+                "error": tags.get("error"),
+                "metrics": dict(run.data.metrics),
+            }
+        )
     return pd.DataFrame(rows, columns=CASE_COLUMNS + ["metrics"])
 
 
@@ -78,7 +91,7 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         metrics: dict[str, float] = run.metrics
         effects = [k[: -len(".estimate")] for k in metrics if k.endswith(".estimate")]
         for effect in effects:
-            values = {k[len(effect) + 1:]: v for k, v in metrics.items() if k.startswith(effect + ".")}
+            values = {k[len(effect) + 1 :]: v for k, v in metrics.items() if k.startswith(effect + ".")}
             row = {c: getattr(run, c) for c in CASE_COLUMNS if c not in ("status", "error")}
             row.update(effect=effect, **values)
             rows.append(row)

@@ -5,6 +5,7 @@ PopResume cases: effects with CIs and significance per case, the discrimination-
 the number of cases per pattern (the paper's section 5.2 tally). Callback panel (estimator
 paired_gap): the paper's table per axis with Bonferroni across the models of that axis. Figures:
 forest plots per case, panel gaps by release date, race vs gender gaps, photo vs no-photo NDE."""
+
 from __future__ import annotations
 
 import base64
@@ -40,11 +41,27 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
     if effects.empty:
         return effects
     rows = effects[~effects["estimator"].isin(PAIRED_ESTIMATORS)]
-    keep = CASE_KEYS + ["estimator", "effect", "estimate", "se", "ci_low", "ci_high", "p_value",
-                        "significant", "pattern", "case_name", "run_id"]
+    keep = CASE_KEYS + [
+        "estimator",
+        "effect",
+        "estimate",
+        "se",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "significant",
+        "pattern",
+        "case_name",
+        "run_id",
+    ]
     order = {e: i for i, e in enumerate(plots.PSE_ORDER)}
-    return (rows[keep].assign(_o=rows["effect"].map(order).fillna(99))
-            .sort_values(CASE_KEYS + ["_o"]).drop(columns="_o").reset_index(drop=True))
+    return (
+        rows[keep]
+        .assign(_o=rows["effect"].map(order).fillna(99))
+        .sort_values(CASE_KEYS + ["_o"])
+        .drop(columns="_o")
+        .reset_index(drop=True)
+    )
 
 
 def case_table(pse: pd.DataFrame) -> pd.DataFrame:
@@ -52,12 +69,16 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
     patterns that apply to the case's format (no Case 1 where the resume shows a photo)."""
     if pse.empty:
         return pse
-    pse = pse.assign(pattern=[("; ".join(patterns.applicable_labels(p, f)) or "none")
-                              for p, f in zip(pse["pattern"], pse["format"])])
-    cell = pse.apply(lambda r: f"{r['estimate']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
-                     + ("*" if r["significant"] else ""), axis=1)
-    wide = pse.assign(cell=cell).pivot_table(index=CASE_KEYS + ["pattern"], columns="effect",
-                                             values="cell", aggfunc="first", dropna=False)
+    pse = pse.assign(
+        pattern=[("; ".join(patterns.applicable_labels(p, f)) or "none") for p, f in zip(pse["pattern"], pse["format"])]
+    )
+    cell = pse.apply(
+        lambda r: f"{r['estimate']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]" + ("*" if r["significant"] else ""),
+        axis=1,
+    )
+    wide = pse.assign(cell=cell).pivot_table(
+        index=CASE_KEYS + ["pattern"], columns="effect", values="cell", aggfunc="first", dropna=False
+    )
     columns = [e for e in plots.PSE_ORDER if e in wide.columns] + sorted(set(wide.columns) - set(plots.PSE_ORDER))
     return wide[columns].reset_index().dropna(subset=columns, how="all")
 
@@ -69,12 +90,17 @@ def panel_results(effects: pd.DataFrame) -> pd.DataFrame:
     """One panel input row (popfair.report.panel) per model x axis of the paired_gap cases."""
     rows = effects[effects["estimator"].isin(PAIRED_ESTIMATORS)]
     rows = rows.drop_duplicates(["model", "protected_attr"], keep="last")
-    return pd.DataFrame([{**panel.panel_row(r["model"], r["protected_attr"], r["release_date"], r.to_dict()),
-                          "run_id": r["run_id"]} for _, r in rows.iterrows()])
+    return pd.DataFrame(
+        [
+            {**panel.panel_row(r["model"], r["protected_attr"], r["release_date"], r.to_dict()), "run_id": r["run_id"]}
+            for _, r in rows.iterrows()
+        ]
+    )
 
 
-def panel_blocks(effects: pd.DataFrame, out: Path, alpha: float,
-                 csv: Callable[[str, pd.DataFrame], None]) -> list[Block]:
+def panel_blocks(
+    effects: pd.DataFrame, out: Path, alpha: float, csv: Callable[[str, pd.DataFrame], None]
+) -> list[Block]:
     """The callback panel: the paper's table per axis (Bonferroni across that axis's models), gaps
     by release date, and race vs gender gaps with their correlation."""
     results = panel_results(effects)
@@ -84,9 +110,14 @@ def panel_blocks(effects: pd.DataFrame, out: Path, alpha: float,
     filled = results.assign(release_date=results["release_date"].where(dated, UNDATED))
     blocks = [Block("h2", "Callback panel")]
     if not dated.all():
-        blocks.append(Block("text", "No release date in the screener config of: "
-                            + ", ".join(sorted(set(results.loc[~dated, "model"])))
-                            + " (ordered by name, release date left blank)."))
+        blocks.append(
+            Block(
+                "text",
+                "No release date in the screener config of: "
+                + ", ".join(sorted(set(results.loc[~dated, "model"])))
+                + " (ordered by name, release date left blank).",
+            )
+        )
     for axis, group in filled.groupby("axis", sort=True):
         try:
             table = panel.panel_tables(group, alpha=alpha)[str(axis)]
@@ -106,8 +137,10 @@ def panel_blocks(effects: pd.DataFrame, out: Path, alpha: float,
         blocks.append(Block("figure", _save(scatter, out / "plots" / "race_vs_gender.png")))
         try:
             correlation = panel.race_gender_correlation(filled)
-            blocks += [Block("h3", "Race vs gender gaps across models"),
-                       Block("table", correlation.to_frame("value").reset_index(names="statistic"))]
+            blocks += [
+                Block("h3", "Race vs gender gaps across models"),
+                Block("table", correlation.to_frame("value").reset_index(names="statistic")),
+            ]
         except PopfairError as exc:
             blocks.append(Block("text", f"Race-gender correlation not computed: {exc}"))
     return blocks
@@ -119,8 +152,12 @@ def photo_pairs(pse: pd.DataFrame) -> pd.DataFrame:
     nde = pse[(pse["effect"] == "NDE") & pse["format"].isin(["image", "image_photo"])]
     if nde.empty:
         return nde
-    wide = nde.pivot_table(index=["model", "occupation", "protected_attr"], columns="format",
-                           values=["estimate", "ci_low", "ci_high"], aggfunc="first")
+    wide = nde.pivot_table(
+        index=["model", "occupation", "protected_attr"],
+        columns="format",
+        values=["estimate", "ci_low", "ci_high"],
+        aggfunc="first",
+    )
     wide.columns = [f"{value}_{fmt}" for value, fmt in wide.columns]
     needed = ["estimate_image", "estimate_image_photo"]
     if not set(needed) <= set(wide.columns):
@@ -139,8 +176,14 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def write_report(tracking_uri: str, experiment_name: str | None, out_dir: str | Path, *,
-                 parent_run_id: str | None = None, alpha: float = 0.05) -> dict[str, Path]:
+def write_report(
+    tracking_uri: str,
+    experiment_name: str | None,
+    out_dir: str | Path,
+    *,
+    parent_run_id: str | None = None,
+    alpha: float = 0.05,
+) -> dict[str, Path]:
     """Read the runs, write CSV tables, plots/*.png, report.md and report.html into out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -159,12 +202,16 @@ def write_report(tracking_uri: str, experiment_name: str | None, out_dir: str | 
     csv("effects.csv", effects)
     finished = int((runs["status"] == "FINISHED").sum())
     failed = runs[runs["status"] != "FINISHED"]
-    blocks = [Block("text", f"Source: {source} at `{tracking_uri}`. {len(runs)} cases: {finished} finished, "
-                            f"{len(failed)} not finished. Significance: p < {alpha} where the estimator "
-                            f"reports a p-value, else the {100 * (1 - alpha):.0f}% CI excludes 0 (*).")]
+    blocks = [
+        Block(
+            "text",
+            f"Source: {source} at `{tracking_uri}`. {len(runs)} cases: {finished} finished, "
+            f"{len(failed)} not finished. Significance: p < {alpha} where the estimator "
+            f"reports a p-value, else the {100 * (1 - alpha):.0f}% CI excludes 0 (*).",
+        )
+    ]
     if len(failed):
-        blocks += [Block("h2", "Failed cases"),
-                   Block("table", failed[["case_name", "status", "error", "run_id"]])]
+        blocks += [Block("h2", "Failed cases"), Block("table", failed[["case_name", "status", "error", "run_id"]])]
 
     pse = popresume_effects(effects)
     if not pse.empty:
@@ -172,12 +219,18 @@ def write_report(tracking_uri: str, experiment_name: str | None, out_dir: str | 
         csv("popresume_effects.csv", pse)
         csv("popresume_cases.csv", cases)
         csv("pattern_tally.csv", tally)
-        blocks += [Block("h2", "Effects per case"), Block("table", cases),
-                   Block("h3", "Cases per discrimination pattern"),
-                   Block("text", "As PopResume section 5.2 counts them: Case 1 (NDE != 0 without explicit "
-                                 "demographics) over the text and image cases only, Cases 2-5 over all "
-                                 "cases; `paper` is the paper's count on its 120-case grid."),
-                   Block("table", tally)]
+        blocks += [
+            Block("h2", "Effects per case"),
+            Block("table", cases),
+            Block("h3", "Cases per discrimination pattern"),
+            Block(
+                "text",
+                "As PopResume section 5.2 counts them: Case 1 (NDE != 0 without explicit "
+                "demographics) over the text and image cases only, Cases 2-5 over all "
+                "cases; `paper` is the paper's count on its 120-case grid.",
+            ),
+            Block("table", tally),
+        ]
         pairs = photo_pairs(pse)
         fig = plots.photo_vs_no_photo(pairs)
         if fig is not None:
@@ -185,16 +238,24 @@ def write_report(tracking_uri: str, experiment_name: str | None, out_dir: str | 
             csv("photo_vs_no_photo_nde.csv", pairs)
             csv("photo_vs_no_photo_summary.csv", summary)
             files["photo_vs_no_photo.png"] = _save(fig, out / "plots" / "photo_vs_no_photo.png")
-            blocks += [Block("h3", "With-photo vs without-photo NDE"),
-                       Block("text", "Section 5.3: pairs (VLM x occupation x attribute) whose |NDE| grows "
-                                     "with the photo and whose with-photo CI excludes the no-photo NDE "
-                                     "(popfair's reading of 'increases noticeably'; the paper: 8 of its 20 "
-                                     "gender pairs)."),
-                       Block("table", summary), Block("figure", files["photo_vs_no_photo.png"])]
+            blocks += [
+                Block("h3", "With-photo vs without-photo NDE"),
+                Block(
+                    "text",
+                    "Section 5.3: pairs (VLM x occupation x attribute) whose |NDE| grows "
+                    "with the photo and whose with-photo CI excludes the no-photo NDE "
+                    "(popfair's reading of 'increases noticeably'; the paper: 8 of its 20 "
+                    "gender pairs).",
+                ),
+                Block("table", summary),
+                Block("figure", files["photo_vs_no_photo.png"]),
+            ]
         blocks.append(Block("h3", "Forest plots per case"))
-        for (keys, case) in pse.groupby(CASE_KEYS, dropna=False, sort=True):
+        for keys, case in pse.groupby(CASE_KEYS, dropna=False, sort=True):
             title = " / ".join(str(k) for k in keys)
-            path = _save(plots.forest_plot(case, title), out / "plots" / "forest" / f"{_slug('-'.join(map(str, keys)))}.png")
+            path = _save(
+                plots.forest_plot(case, title), out / "plots" / "forest" / f"{_slug('-'.join(map(str, keys)))}.png"
+            )
             files[f"forest/{path.name}"] = path
             blocks.append(Block("figure", path))
 
@@ -218,8 +279,10 @@ def _cell(value: Any) -> str:
 def markdown_table(table: pd.DataFrame) -> str:
     header = "| " + " | ".join(map(str, table.columns)) + " |"
     rule = "| " + " | ".join("---" for _ in table.columns) + " |"
-    body = ["| " + " | ".join(_cell(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |"
-            for row in table.itertuples(index=False)]
+    body = [
+        "| " + " | ".join(_cell(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |"
+        for row in table.itertuples(index=False)
+    ]
     return "\n".join([header, rule, *body])
 
 
@@ -237,15 +300,19 @@ def to_markdown(title: str, blocks: list[Block], out: Path) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
-         "font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}th{background:#eee}"
-         "img{max-width:100%;margin:4px}")
+STYLE = (
+    "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+    "font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}th{background:#eee}"
+    "img{max-width:100%;margin:4px}"
+)
 
 
 def to_html(title: str, blocks: list[Block]) -> str:
     """One self-contained page: tables inline, figures as base64 data URIs."""
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+    ]
     for block in blocks:
         if block.kind in ("h2", "h3"):
             parts.append(f"<{block.kind}>{html.escape(block.content)}</{block.kind}>")

@@ -1,6 +1,7 @@
 """The screen stage: a screener reads (job, document) and answers a score or a callback.
 
 Public names are imported on first use (`popfair._lazy`)."""
+
 from __future__ import annotations
 
 from popfair._lazy import lazy_exports

@@ -1,4 +1,5 @@
 """Screen stage interface: a screener reads (job, document) and answers a score or a callback."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -10,13 +11,11 @@ from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 class Screener(Protocol):
     name: str
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-               outcome: Outcome) -> list[ScreenResult]:
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         """One result per document, in order. `outcome` says what to answer: "score" (0-100)
         or "callback" (1 yes / 0 no). Failures are results with `error` set, never dropped."""
         ...
 
-    def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-             outcome: Outcome) -> CallPlan:
+    def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Calls, tokens and dollars `screen` would spend (for dry runs and budgets); no calls made."""
         ...

@@ -4,6 +4,7 @@ submit -> poll -> collect. Batch ids (with the cache keys they answer) are store
 moment a batch is accepted, so an interrupted run resumes: the rerun polls and collects the batches
 already submitted and submits only prompts that no batch covers. Results are committed to the cache
 one by one; failed or expired entries are recorded as failures (not cached) and are asked again next run."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,14 +31,17 @@ SUBMIT_LEASE_S = 600.0  # claims last while a batch is being uploaded; a recorde
 class BatchSettings:
     """Keys under `screener.batch`."""
 
-    poll_interval_s: float = 30.0      # seconds between status checks
-    max_wait_s: float | None = None    # stop waiting after this long (batches keep running; rerun collects)
-    max_requests: int = 50_000         # requests per submitted batch (OpenAI's cap)
-    completion_window: str = "24h"     # OpenAI batch completion window
+    poll_interval_s: float = 30.0  # seconds between status checks
+    max_wait_s: float | None = None  # stop waiting after this long (batches keep running; rerun collects)
+    max_requests: int = 50_000  # requests per submitted batch (OpenAI's cap)
+    completion_window: str = "24h"  # OpenAI batch completion window
 
     parameter_constraints: ClassVar[dict[str, Any]] = {
-        "poll_interval_s": POSITIVE, "max_wait_s": [None, POSITIVE],  # null: wait until done
-        "max_requests": Interval(int, 1, None), "completion_window": Text()}
+        "poll_interval_s": POSITIVE,
+        "max_wait_s": [None, POSITIVE],  # null: wait until done
+        "max_requests": Interval(int, 1, None),
+        "completion_window": Text(),
+    }
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> BatchSettings:
@@ -46,8 +50,16 @@ class BatchSettings:
 
 
 class BatchRunner:
-    def __init__(self, settings: BatchSettings, provider: Provider, cache: ResponseCache, price: Price,
-                 outcome: Outcome, stats: EngineStats, budget_usd: float | None = None) -> None:
+    def __init__(
+        self,
+        settings: BatchSettings,
+        provider: Provider,
+        cache: ResponseCache,
+        price: Price,
+        outcome: Outcome,
+        stats: EngineStats,
+        budget_usd: float | None = None,
+    ) -> None:
         self.settings, self.provider, self.cache, self.price = settings, provider, cache, price
         self.outcome, self.stats, self.budget_usd = outcome, stats, budget_usd
         if provider.batch_api is None:
@@ -63,8 +75,9 @@ class BatchRunner:
         p = self.provider
         await p.start()
         try:
-            open_batches = [b for b in self.cache.open_batches(p.kind, p.endpoint, p.model)
-                            if set(b.keys) & set(wanted)]
+            open_batches = [
+                b for b in self.cache.open_batches(p.kind, p.endpoint, p.model) if set(b.keys) & set(wanted)
+            ]
             covered = {k for b in open_batches for k in b.keys}
             batch_ids = [b.batch_id for b in open_batches]
             if batch_ids:
@@ -80,11 +93,10 @@ class BatchRunner:
                 answers[call.key] = Answer(None, None, f"budget exhausted: max_cost_usd={self.budget_usd}; not sent")
             try:
                 for start in range(0, len(fresh), self.settings.max_requests):
-                    chunk = fresh[start:start + self.settings.max_requests]
+                    chunk = fresh[start : start + self.settings.max_requests]
                     lines = [(c.key, p.request_body(c.prompt)) for c in chunk]
                     batch_id = await self.api.submit(lines, self.settings.completion_window)
-                    self.cache.add_batch(batch_id, p.kind, p.endpoint, p.model, self.outcome,
-                                         [c.key for c in chunk])
+                    self.cache.add_batch(batch_id, p.kind, p.endpoint, p.model, self.outcome, [c.key for c in chunk])
                     self.stats.requests += 1
                     log.info("submitted batch %s with %d requests", batch_id, len(chunk))
                     batch_ids.append(batch_id)
@@ -115,8 +127,9 @@ class BatchRunner:
                 answers[call.key] = Answer.from_cache(found[call.key])
                 self.stats.waited += 1
             else:
-                answers[call.key] = Answer(None, None, "another process is submitting this prompt in a batch; "
-                                                       "rerun to collect its answer")
+                answers[call.key] = Answer(
+                    None, None, "another process is submitting this prompt in a batch; rerun to collect its answer"
+                )
 
     def _within_budget(self, calls: list[Call]) -> tuple[list[Call], list[Call]]:
         if self.budget_usd is None:
@@ -128,7 +141,7 @@ class BatchRunner:
                 break
             total += worst
             fits.append(call)
-        return fits, calls[len(fits):]
+        return fits, calls[len(fits) :]
 
     async def _wait(self, batch_id: str, deadline: float | None) -> str | None:
         while True:
@@ -136,8 +149,9 @@ class BatchRunner:
             if done:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
-                log.warning("batch %s still %s after screener.batch.max_wait_s; rerun later to collect",
-                            batch_id, status)
+                log.warning(
+                    "batch %s still %s after screener.batch.max_wait_s; rerun later to collect", batch_id, status
+                )
                 return None
             await asyncio.sleep(self.settings.poll_interval_s)
 
@@ -148,9 +162,16 @@ class BatchRunner:
             return
         cost = self.price.cost(result.input_tokens, result.output_tokens, batch=True)
         value, parse_error = parse_answer(result.text, self.outcome)
-        stored = CachedAnswer(raw=result.text, value=value, parse_error=parse_error,
-                              input_tokens=result.input_tokens, output_tokens=result.output_tokens,
-                              cost_usd=cost, latency_s=0.0, created_at=time.time())
+        stored = CachedAnswer(
+            raw=result.text,
+            value=value,
+            parse_error=parse_error,
+            input_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
+            cost_usd=cost,
+            latency_s=0.0,
+            created_at=time.time(),
+        )
         self.cache.put(key, self.provider.kind, self.provider.model, stored)
         st = self.stats
         st.answered += 1

@@ -8,6 +8,7 @@ released (not cached), so another worker or a rerun asks it again.
 
 All database work runs on one thread of its own, off the event loop, so a server round trip never
 stalls requests in flight (and a SQLite connection is only ever used by one thread at a time)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -80,15 +81,16 @@ class ClaimBroker(Generic[C]):
     """Hands out, one at a time, the calls this worker may send (claimed) and the calls another
     worker answered while this one waited. `key(call)` gives a call's cache key."""
 
-    def __init__(self, db: CacheThread, calls: Sequence[C], key: Callable[[C], str], *, lease_s: float,
-                 poll_s: float, chunk: int) -> None:
+    def __init__(
+        self, db: CacheThread, calls: Sequence[C], key: Callable[[C], str], *, lease_s: float, poll_s: float, chunk: int
+    ) -> None:
         self.db, self.key = db, key
         self.lease_s, self.poll_s, self.chunk = lease_s, poll_s, max(1, chunk)
         self.owner = new_owner()
         self.pending: deque[C] = deque(calls)
-        self.ready: deque[C] = deque()                       # claimed by us, not yet handed out
+        self.ready: deque[C] = deque()  # claimed by us, not yet handed out
         self.resolved: deque[tuple[C, CachedAnswer]] = deque()  # answered by another worker
-        self.waiting: dict[str, C] = {}                      # held by another worker
+        self.waiting: dict[str, C] = {}  # held by another worker
         self.waited = self.taken_over = 0
         self._lock = asyncio.Lock()
         self._last_poll = time.monotonic()
@@ -135,8 +137,7 @@ class ClaimBroker(Generic[C]):
         await self.db(self.db.cache.release, self.owner, [self.key(call)])
 
     async def _claim(self, calls: list[C]) -> None:
-        mine, taken_over = await self.db(self.db.cache.claim, [self.key(c) for c in calls], self.owner,
-                                         self.lease_s)
+        mine, taken_over = await self.db(self.db.cache.claim, [self.key(c) for c in calls], self.owner, self.lease_s)
         if taken_over:
             log.warning("took over %d call(s) whose claim had expired (a worker died?)", taken_over)
         self.taken_over += taken_over

@@ -5,6 +5,7 @@ a fully cached rerun of 60,000 rows; about 7% of the client CPU per live request
 makes a few hundred objects per request). Settings are process-wide, so nested or concurrent users
 (engines on several threads) share them: the first to enter changes them, the last to leave
 restores them."""
+
 from __future__ import annotations
 
 import contextlib

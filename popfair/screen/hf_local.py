@@ -3,6 +3,7 @@
 Same prompt files (conf/prompts/, popfair.screen.prompts) and parsing (popfair.screen.parse) as
 the API screeners; greedy
 decoding (the papers' temperature 0). Needs the optional extra: pip install 'popfair[hflocal]'."""
+
 from __future__ import annotations
 
 import os
@@ -31,19 +32,39 @@ class HFLocalScreener:
     failure that keeps the raw text and the reason. Models whose chat template rejects a system
     message (Gemma, Mistral-Instruct v0.2) get the system text prepended to the user message."""
 
-    def __init__(self, model_path: str | None = None, prompts: Mapping[str, str] | None = None,
-                 name: str = "hf_local", max_new_tokens: int = 200, batch_size: int = 8,
-                 device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False) -> None:
-        require(isinstance(model_path, str) and model_path.strip() != "", "screener.model_path",
-                "set it to a local directory holding a transformers chat model "
-                "(config.json, weights, tokenizer), e.g. screener.model_path=/models/Llama-3.1-8B-Instruct")
+    def __init__(
+        self,
+        model_path: str | None = None,
+        prompts: Mapping[str, str] | None = None,
+        name: str = "hf_local",
+        max_new_tokens: int = 200,
+        batch_size: int = 8,
+        device: str = "auto",
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+    ) -> None:
+        require(
+            isinstance(model_path, str) and model_path.strip() != "",
+            "screener.model_path",
+            "set it to a local directory holding a transformers chat model "
+            "(config.json, weights, tokenizer), e.g. screener.model_path=/models/Llama-3.1-8B-Instruct",
+        )
         model_path = str(model_path)  # a non-empty string, checked above
-        require(Path(model_path, "config.json").is_file(), "screener.model_path",
-                f"{model_path!r} has no config.json; point it at a saved transformers model directory")
-        require(isinstance(max_new_tokens, int) and 1 <= max_new_tokens <= 4096, "screener.max_new_tokens",
-                f"must be an integer in 1..4096, got {max_new_tokens!r}")
-        require(isinstance(batch_size, int) and batch_size >= 1, "screener.batch_size",
-                f"must be an integer >= 1, got {batch_size!r}")
+        require(
+            Path(model_path, "config.json").is_file(),
+            "screener.model_path",
+            f"{model_path!r} has no config.json; point it at a saved transformers model directory",
+        )
+        require(
+            isinstance(max_new_tokens, int) and 1 <= max_new_tokens <= 4096,
+            "screener.max_new_tokens",
+            f"must be an integer in 1..4096, got {max_new_tokens!r}",
+        )
+        require(
+            isinstance(batch_size, int) and batch_size >= 1,
+            "screener.batch_size",
+            f"must be an integer >= 1, got {batch_size!r}",
+        )
         require(dtype in DTYPES, "screener.dtype", f"must be one of {list(DTYPES)}, got {dtype!r}")
         self.prompts = PromptSet(prompts)
         require_extra("hflocal", EXTRA_MODULES, name)
@@ -56,11 +77,15 @@ class HFLocalScreener:
         self.trust_remote_code = trust_remote_code
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoTokenizer
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True,
-                                                       trust_remote_code=trust_remote_code)
-        require(bool(getattr(self.tokenizer, "chat_template", None)), "screener.model_path",
-                f"the tokenizer in {model_path!r} has no chat_template; hf_local needs a chat "
-                "(instruction-tuned) model")
+
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            model_path, local_files_only=True, trust_remote_code=trust_remote_code
+        )
+        require(
+            bool(getattr(self.tokenizer, "chat_template", None)),
+            "screener.model_path",
+            f"the tokenizer in {model_path!r} has no chat_template; hf_local needs a chat (instruction-tuned) model",
+        )
         self.tokenizer.padding_side = "left"  # generation continues from the right edge
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -76,9 +101,11 @@ class HFLocalScreener:
         if self._model is None:
             import torch
             from transformers import AutoModelForCausalLM
+
             dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
-            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, local_files_only=True,
-                                                         trust_remote_code=self.trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(
+                self.model_path, dtype=dtype, local_files_only=True, trust_remote_code=self.trust_remote_code
+            )
             self._model = model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' stub of .to
         return self._model
 
@@ -91,12 +118,13 @@ class HFLocalScreener:
             messages = [{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}]
         return cast(str, self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-               outcome: Outcome) -> list[ScreenResult]:
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         images = [d.applicant_id for d in documents if d.kind == "image"]
         if images:
-            raise ConfigError(f"screener {self.name} reads text only, but the renderer produced image "
-                              f"documents (e.g. {images[0]!r}); use renderer=text or a VLM screener")
+            raise ConfigError(
+                f"screener {self.name} reads text only, but the renderer produced image "
+                f"documents (e.g. {images[0]!r}); use renderer=text or a VLM screener"
+            )
         if not documents:
             return []
         import torch
@@ -108,34 +136,51 @@ class HFLocalScreener:
         too_long = (lengths + self.max_new_tokens > context) if context else np.zeros(len(ids), bool)
         results: list[ScreenResult | None] = [None] * len(documents)
         for i in map(int, np.flatnonzero(too_long)):
-            results[i] = ScreenResult(applicant_id=documents[i].applicant_id, raw=None, value=None,
-                                      error=f"prompt of {lengths[i]} tokens + max_new_tokens "
-                                            f"{self.max_new_tokens} exceeds the model context {context}",
-                                      input_tokens=int(lengths[i]))
+            results[i] = ScreenResult(
+                applicant_id=documents[i].applicant_id,
+                raw=None,
+                value=None,
+                error=f"prompt of {lengths[i]} tokens + max_new_tokens "
+                f"{self.max_new_tokens} exceeds the model context {context}",
+                input_tokens=int(lengths[i]),
+            )
         order = [int(i) for i in np.argsort(-lengths, kind="stable") if not too_long[i]]
-        batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
         end_ids = _end_token_ids(self.model, self.tokenizer)
         for batch in tqdm(batches, desc=f"screen {self.name}", unit="batch", leave=False):
             padded = self.tokenizer.pad({"input_ids": [ids[i] for i in batch]}, return_tensors="pt")
             encoded = {k: v.to(self.device) for k, v in padded.items()}
             with torch.inference_mode():
-                out = self.model.generate(**encoded, do_sample=False, max_new_tokens=self.max_new_tokens,
-                                          pad_token_id=self.tokenizer.pad_token_id, eos_token_id=end_ids)
-            generated = out[:, encoded["input_ids"].shape[1]:].cpu().numpy()
+                out = self.model.generate(
+                    **encoded,
+                    do_sample=False,
+                    max_new_tokens=self.max_new_tokens,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    eos_token_id=end_ids,
+                )
+            generated = out[:, encoded["input_ids"].shape[1] :].cpu().numpy()
             texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
             for i, tokens, text in zip(batch, generated, texts):
                 value, error = parse_answer(text, outcome)
-                results[i] = ScreenResult(applicant_id=documents[i].applicant_id, raw=text, value=value,
-                                          error=error, input_tokens=int(lengths[i]),
-                                          output_tokens=_answer_length(tokens, end_ids))
+                results[i] = ScreenResult(
+                    applicant_id=documents[i].applicant_id,
+                    raw=text,
+                    value=value,
+                    error=error,
+                    input_tokens=int(lengths[i]),
+                    output_tokens=_answer_length(tokens, end_ids),
+                )
         return cast("list[ScreenResult]", results)  # every index set: too long, or generated
 
 
 def _accepts_system_role(tokenizer: Any) -> bool:
     """Whether the chat template renders a system message (some raise on it)."""
     try:
-        tokenizer.apply_chat_template([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
-                                      tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
     except Exception:  # jinja2 TemplateError from the template's raise_exception
         return False
     return True

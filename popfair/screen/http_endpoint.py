@@ -10,6 +10,7 @@ same response cache, keyed by method, URL, the templates, the literal headers an
 request. Cached raw bodies are re-read with the current mapping, so changing labels or the range
 never asks the vendor again. Header values that are secrets come only from environment variables.
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,16 +42,20 @@ from popfair.types import CallPlan, Document, Job, Outcome
 METHODS = ("GET", "POST", "PUT")
 PLACEHOLDER_HELP = {
     "document_id": "opaque id derived from the document's content (never the applicant id)",
-    "job_id": "the job's id", "job_title": "the job title", "job_description": "the job description",
+    "job_id": "the job's id",
+    "job_title": "the job title",
+    "job_description": "the job description",
     "document_text": "resume text (JSON documents: the JSON string; PDF: its text layer)",
     "document_json": "the JSON profile as an object (renderer=json; the whole string must be the placeholder)",
     "document_base64": "the PNG or PDF file, base64 (renderer=image, image_photo or pdf)",
     "document_media_type": "text/plain, application/json, image/png or application/pdf",
     "outcome": "score or callback (what the case asks)",
 }
-DEFAULT_BODY = {"document_id": "{document_id}",
-                "job": {"id": "{job_id}", "title": "{job_title}", "description": "{job_description}"},
-                "resume": {"text": "{document_text}", "media_type": "{document_media_type}"}}
+DEFAULT_BODY = {
+    "document_id": "{document_id}",
+    "job": {"id": "{job_id}", "title": "{job_title}", "description": "{job_description}"},
+    "resume": {"text": "{document_text}", "media_type": "{document_media_type}"},
+}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -100,10 +105,15 @@ class HttpEndpoint(Provider):
 
     kind = "http"
 
-    def __init__(self, url: str, headers: Mapping[str, str], expects_json: bool, timeout_s: float,
-                 concurrency: int) -> None:
-        super().__init__(model=url, generation=Generation(temperature=None, max_tokens=1),
-                         timeout_s=timeout_s, concurrency=concurrency)
+    def __init__(
+        self, url: str, headers: Mapping[str, str], expects_json: bool, timeout_s: float, concurrency: int
+    ) -> None:
+        super().__init__(
+            model=url,
+            generation=Generation(temperature=None, max_tokens=1),
+            timeout_s=timeout_s,
+            concurrency=concurrency,
+        )
         self.url, self.headers, self.expects_json = url, dict(headers), expects_json
 
     @property
@@ -120,15 +130,16 @@ class HttpEndpoint(Provider):
         import aiohttp
 
         self._client = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.concurrency),
-            timeout=aiohttp.ClientTimeout(total=None))  # the engine enforces screener.engine.timeout_s
+            connector=aiohttp.TCPConnector(limit=self.concurrency), timeout=aiohttp.ClientTimeout(total=None)
+        )  # the engine enforces screener.engine.timeout_s
 
     async def send(self, body: dict[str, Any]) -> Completion:
         import aiohttp
 
         try:
-            async with self._client.request(body["method"], self.url, params=body.get("params") or None,
-                                            json=body.get("json"), headers=self.headers) as response:
+            async with self._client.request(
+                body["method"], self.url, params=body.get("params") or None, json=body.get("json"), headers=self.headers
+            ) as response:
                 text = await response.text(errors="replace")
                 status, headers = response.status, response.headers
         except aiohttp.ClientError as exc:
@@ -151,16 +162,32 @@ class HttpScreener(LLMScreener):
     audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
     plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
 
-    def __init__(self, url: str, name: str = "http", display_name: str | None = None, method: str = "POST",
-                 params: Mapping[str, Any] | None = None, body: Any = None,
-                 headers: Mapping[str, str] | None = None, secret_headers: Mapping[str, Any] | None = None,
-                 response_path: str | None = "$.score", values: Mapping[str, Any] | None = None,
-                 price_per_call_usd: float = 0.0, max_calls: int | None = None,
-                 engine: Mapping[str, Any] | None = None, cache_dir: str = ".popfair_cache", cache_url: str | None = None,
-                 max_cost_usd: float | None = None, require_key: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str = "http",
+        display_name: str | None = None,
+        method: str = "POST",
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        secret_headers: Mapping[str, Any] | None = None,
+        response_path: str | None = "$.score",
+        values: Mapping[str, Any] | None = None,
+        price_per_call_usd: float = 0.0,
+        max_calls: int | None = None,
+        engine: Mapping[str, Any] | None = None,
+        cache_dir: str = ".popfair_cache",
+        cache_url: str | None = None,
+        max_cost_usd: float | None = None,
+        require_key: bool = True,
+    ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
-        require(isinstance(url, str) and url.startswith(("http://", "https://")), "screener.url",
-                f"must be an http(s) URL, got {url!r}")
+        require(
+            isinstance(url, str) and url.startswith(("http://", "https://")),
+            "screener.url",
+            f"must be an http(s) URL, got {url!r}",
+        )
         method = str(method).upper()
         require(method in METHODS, "screener.method", f"must be one of {', '.join(METHODS)}, got {method!r}")
         require(method != "GET" or body is None, "screener.body", "must be null for GET (use screener.params)")
@@ -170,14 +197,27 @@ class HttpScreener(LLMScreener):
         for key, template in (("url", url), ("params", params), ("body", body)):
             for text in _strings(template):
                 unknown = sorted(set(_PLACEHOLDER.findall(text)) - set(PLACEHOLDER_HELP))
-                require(not unknown, f"screener.{key}", f"unknown placeholders {unknown} in {text!r}; "
-                        f"allowed: {', '.join('{' + p + '}' for p in PLACEHOLDER_HELP)}")
-        require(price_per_call_usd is not None and float(price_per_call_usd) >= 0, "screener.price_per_call_usd",
-                f"must be >= 0, got {price_per_call_usd!r}")
-        require(max_calls is None or (isinstance(max_calls, int) and max_calls >= 1), "screener.max_calls",
-                f"must be an integer >= 1 or null (no cap), got {max_calls!r}")
-        require(max_cost_usd is None or float(max_cost_usd) > 0, "max_cost_usd",
-                f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}")
+                require(
+                    not unknown,
+                    f"screener.{key}",
+                    f"unknown placeholders {unknown} in {text!r}; "
+                    f"allowed: {', '.join('{' + p + '}' for p in PLACEHOLDER_HELP)}",
+                )
+        require(
+            price_per_call_usd is not None and float(price_per_call_usd) >= 0,
+            "screener.price_per_call_usd",
+            f"must be >= 0, got {price_per_call_usd!r}",
+        )
+        require(
+            max_calls is None or (isinstance(max_calls, int) and max_calls >= 1),
+            "screener.max_calls",
+            f"must be an integer >= 1 or null (no cap), got {max_calls!r}",
+        )
+        require(
+            max_cost_usd is None or float(max_cost_usd) > 0,
+            "max_cost_usd",
+            f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}",
+        )
         self.response_expr = None
         if response_path is not None:
             from jsonpath_ng.ext import parse as parse_path
@@ -185,8 +225,10 @@ class HttpScreener(LLMScreener):
             try:
                 self.response_expr = parse_path(str(response_path))
             except Exception as exc:  # noqa: BLE001 - jsonpath-ng raises several types for bad syntax
-                raise ConfigError(f"screener.response_path: {response_path!r} is not a JSONPath "
-                                  f"expression ({exc}); e.g. $.result.score") from None
+                raise ConfigError(
+                    f"screener.response_path: {response_path!r} is not a JSONPath "
+                    f"expression ({exc}); e.g. $.result.score"
+                ) from None
         self.name, self.display_name = name, display_name or name
         self.url, self.method, self.response_path = url, method, response_path
         self.params_template = dict(params or {})
@@ -205,9 +247,11 @@ class HttpScreener(LLMScreener):
         for header, spec in (secret_headers or {}).items():
             spec = {"env": spec} if isinstance(spec, str) else dict(spec or {})
             variable, prefix = spec.get("env"), str(spec.get("prefix", ""))
-            require(set(spec) <= {"env", "prefix"} and isinstance(variable, str)
-                    and bool(_ENV_NAME.fullmatch(variable)), f"screener.secret_headers.{header}",
-                    f"must be the NAME of an environment variable, or {{env: NAME, prefix: 'Bearer '}}; got {spec!r}")
+            require(
+                set(spec) <= {"env", "prefix"} and isinstance(variable, str) and bool(_ENV_NAME.fullmatch(variable)),
+                f"screener.secret_headers.{header}",
+                f"must be the NAME of an environment variable, or {{env: NAME, prefix: 'Bearer '}}; got {spec!r}",
+            )
             assert isinstance(variable, str)
             self.secret_variables.append(variable)
             if require_key or os.environ.get(variable):
@@ -220,11 +264,27 @@ class HttpScreener(LLMScreener):
         self.api_key_env = ", ".join(self.secret_variables) or None
         # what identifies the endpoint's answers: secret values are left out (they must not enter a
         # key that is stored), their header names are in
-        self.identity = json.dumps({"kind": "http", "method": method, "url": url, "params": self.params_template,
-                                    "body": body, "headers": literal, "secret_headers": sorted(secret_headers or {})},
-                                   sort_keys=True, separators=(",", ":"), default=str)
-        self.provider = HttpEndpoint(url, resolved, expects_json=self.response_expr is not None,
-                                     timeout_s=self.settings.timeout_s, concurrency=self.settings.concurrency)
+        self.identity = json.dumps(
+            {
+                "kind": "http",
+                "method": method,
+                "url": url,
+                "params": self.params_template,
+                "body": body,
+                "headers": literal,
+                "secret_headers": sorted(secret_headers or {}),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+            default=str,
+        )
+        self.provider = HttpEndpoint(
+            url,
+            resolved,
+            expects_json=self.response_expr is not None,
+            timeout_s=self.settings.timeout_s,
+            concurrency=self.settings.concurrency,
+        )
         self.cache = open_cache(cache_url or cache_dir)
         self.last_stats: dict[str, float] = {}
 
@@ -233,25 +293,34 @@ class HttpScreener(LLMScreener):
 
     # --- requests and keys ----------------------------------------------------------------------
     def _values(self, job: Job, document: Document, identifier: str, outcome: Outcome) -> dict[str, Any]:
-        values: dict[str, Any] = {"document_id": identifier, "job_id": job.job_id,
-                                  "job_title": job.title, "job_description": job.description,
-                                  "document_text": document.text,
-                                  "document_media_type": MEDIA_TYPES[document.kind][1], "outcome": outcome}
+        values: dict[str, Any] = {
+            "document_id": identifier,
+            "job_id": job.job_id,
+            "job_title": job.title,
+            "job_description": job.description,
+            "document_text": document.text,
+            "document_media_type": MEDIA_TYPES[document.kind][1],
+            "outcome": outcome,
+        }
         if "document_base64" in self.placeholders:
             binary = document_binary(document)
             if binary is None:
-                raise ConfigError(f"screener.body: {{document_base64}} needs a file document (renderer=image, "
-                                  f"image_photo or pdf); renderer gave {document.kind} documents")
+                raise ConfigError(
+                    f"screener.body: {{document_base64}} needs a file document (renderer=image, "
+                    f"image_photo or pdf); renderer gave {document.kind} documents"
+                )
             values["document_base64"] = base64.b64encode(binary).decode("ascii")
         if "document_json" in self.placeholders:
             if document.kind != "json":
-                raise ConfigError(f"screener.body: {{document_json}} needs renderer=json; renderer gave "
-                                  f"{document.kind} documents")
+                raise ConfigError(
+                    f"screener.body: {{document_json}} needs renderer=json; renderer gave {document.kind} documents"
+                )
             values["document_json"] = json.loads(document.text)
         return values
 
-    def _keys(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-              outcome: Outcome) -> tuple[list[str], Callable[[str], Any]]:
+    def _keys(
+        self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome
+    ) -> tuple[list[str], Callable[[str], Any]]:
         """Cache key per document and the filled request of each distinct key."""
         require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
@@ -268,8 +337,11 @@ class HttpScreener(LLMScreener):
                 keys.append(known)
                 continue
             values = self._values(jobs[document.job_id], document, identifier, outcome)
-            request = {"method": self.method, "params": _fill(self.params_template, values),
-                       "json": _fill(self.body_template, values)}
+            request = {
+                "method": self.method,
+                "params": _fill(self.params_template, values),
+                "json": _fill(self.body_template, values),
+            }
             filled = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str).encode()
             digest = hashlib.sha256(identity)
             for part in (identifier.encode(), filled):  # the document itself, and the request
@@ -317,14 +389,23 @@ class HttpScreener(LLMScreener):
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome):
         if self._missing_key:
-            raise MissingSecretError(f"screener.secret_headers: {self.name} was built without its secrets (dry "
-                                     f"run); set environment variable(s) {self.api_key_env} to screen")
+            raise MissingSecretError(
+                f"screener.secret_headers: {self.name} was built without its secrets (dry "
+                f"run); set environment variable(s) {self.api_key_env} to screen"
+            )
         return super().screen(jobs, documents, outcome)
 
     def describe(self) -> dict[str, Any]:
         """What the report names as the audited tool (no header values)."""
-        return {"name": self.name, "display_name": self.display_name, "kind": "http endpoint",
-                "method": self.method, "url": self.url, "response_path": self.response_path,
-                "labels": dict(self.values.labels), "range": list(self.values.range),
-                "callback_threshold": self.values.callback_threshold,
-                "price_per_call_usd": self.call_price.per_call_usd}
+        return {
+            "name": self.name,
+            "display_name": self.display_name,
+            "kind": "http endpoint",
+            "method": self.method,
+            "url": self.url,
+            "response_path": self.response_path,
+            "labels": dict(self.values.labels),
+            "range": list(self.values.range),
+            "callback_threshold": self.values.callback_threshold,
+            "price_per_call_usd": self.call_price.per_call_usd,
+        }

@@ -1,6 +1,7 @@
 """LLMScreener: a chat model behind a provider API (OpenAI, Anthropic, Bedrock, OpenAI-compatible)
 screens each document: yes/no callback or a 0-100 score. Answers come from the response cache when
 present; only what is missing is asked, online (engine.py) or as a provider batch (batch.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -35,25 +36,37 @@ def _generation(config: Mapping[str, Any] | None) -> Generation:
     unknown = set(values) - allowed
     require(not unknown, "screener.generation", f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
     gen = Generation(**values)
-    require(isinstance(gen.max_tokens, int) and gen.max_tokens >= 1, "screener.generation.max_tokens",
-            f"must be an integer >= 1, got {gen.max_tokens!r}")
-    require(gen.temperature is None or 0 <= float(gen.temperature) <= 2, "screener.generation.temperature",
-            f"must be in [0, 2] or null, got {gen.temperature!r}")
+    require(
+        isinstance(gen.max_tokens, int) and gen.max_tokens >= 1,
+        "screener.generation.max_tokens",
+        f"must be an integer >= 1, got {gen.max_tokens!r}",
+    )
+    require(
+        gen.temperature is None or 0 <= float(gen.temperature) <= 2,
+        "screener.generation.temperature",
+        f"must be in [0, 2] or null, got {gen.temperature!r}",
+    )
     require(isinstance(gen.extra, Mapping), "screener.generation.extra", "must be a mapping of body fields")
-    return Generation(temperature=gen.temperature, max_tokens=gen.max_tokens,
-                      reasoning_effort=gen.reasoning_effort, extra=dict(gen.extra))
+    return Generation(
+        temperature=gen.temperature,
+        max_tokens=gen.max_tokens,
+        reasoning_effort=gen.reasoning_effort,
+        extra=dict(gen.extra),
+    )
 
 
-def _route_generation(generation: Mapping[str, Any] | None,
-                      from_route: Mapping[str, Any] | None) -> dict[str, Any]:
+def _route_generation(generation: Mapping[str, Any] | None, from_route: Mapping[str, Any] | None) -> dict[str, Any]:
     """The screener's generation settings with the route's own request fields (e.g. how thinking is
     switched off on that provider) filled in where the screener leaves them unset; explicit settings win."""
     merged = dict(generation or {})
     if not from_route:
         return merged
     unknown = set(from_route) - {"reasoning_effort", "extra"}
-    require(not unknown, "screener.routes.<route>.generation",
-            f"unknown keys {sorted(unknown)}; a route may set reasoning_effort and extra")
+    require(
+        not unknown,
+        "screener.routes.<route>.generation",
+        f"unknown keys {sorted(unknown)}; a route may set reasoning_effort and extra",
+    )
     if merged.get("reasoning_effort") is None and from_route.get("reasoning_effort") is not None:
         merged["reasoning_effort"] = from_route["reasoning_effort"]
     merged["extra"] = {**dict(from_route.get("extra") or {}), **dict(merged.get("extra") or {})}
@@ -66,9 +79,11 @@ def _check_aws_credentials(region: str | None) -> None:
 
     if boto3.Session(region_name=region).get_credentials() is None:
         from popfair.errors import MissingSecretError
+
         raise MissingSecretError(
             "screener.api_key_env: no AWS credentials found for Bedrock. Set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK).")
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK)."
+        )
 
 
 class LLMScreener:
@@ -77,44 +92,90 @@ class LLMScreener:
     `require_key=False` (dry runs) builds it without a key that is not set: it can `plan`, and
     `screen` then raises MissingSecretError instead of sending anything."""
 
-    def __init__(self, name: str, provider: str, model: str, api_key_env: str | None = None,
-                 base_url: str | None = None, region: str | None = None, display_name: str | None = None,
-                 release_date: str | None = None, reasoning: bool = False, vision: bool = False,
-                 generation: Mapping[str, Any] | None = None, price: Mapping[str, Any] | None = None,
-                 prompts: Mapping[str, str] | None = None, engine: Mapping[str, Any] | None = None,
-                 cache_dir: str = ".popfair_cache", cache_url: str | None = None, max_cost_usd: float | None = None,
-                 mode: str = "online", batch: Mapping[str, Any] | None = None,
-                 expected_output_tokens: int = 4, require_key: bool = True, route: str | None = None,
-                 routes: Mapping[str, Mapping[str, Any]] | None = None,
-                 popfair_choices: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        provider: str,
+        model: str,
+        api_key_env: str | None = None,
+        base_url: str | None = None,
+        region: str | None = None,
+        display_name: str | None = None,
+        release_date: str | None = None,
+        reasoning: bool = False,
+        vision: bool = False,
+        generation: Mapping[str, Any] | None = None,
+        price: Mapping[str, Any] | None = None,
+        prompts: Mapping[str, str] | None = None,
+        engine: Mapping[str, Any] | None = None,
+        cache_dir: str = ".popfair_cache",
+        cache_url: str | None = None,
+        max_cost_usd: float | None = None,
+        mode: str = "online",
+        batch: Mapping[str, Any] | None = None,
+        expected_output_tokens: int = 4,
+        require_key: bool = True,
+        route: str | None = None,
+        routes: Mapping[str, Mapping[str, Any]] | None = None,
+        popfair_choices: Mapping[str, str] | None = None,
+    ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
-        require(not routes or route in routes, "screener.route",
-                f"must name one of screener.routes ({', '.join(sorted(routes))}), got {route!r}")
+        require(
+            not routes or route in routes,
+            "screener.route",
+            f"must name one of screener.routes ({', '.join(sorted(routes))}), got {route!r}",
+        )
         generation = _route_generation(generation, routes.get(route, {}).get("generation") if route else None)
-        require(provider in PROVIDERS, "screener.provider",
-                f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
+        require(provider in PROVIDERS, "screener.provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
         require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
-        require(base_url is None or str(base_url).startswith(("http://", "https://")), "screener.base_url",
-                f"must be an http(s) URL or null, got {base_url!r}")
-        require(provider != "openai_compatible" or base_url is not None, "screener.base_url",
-                "is required for provider openai_compatible (the server's .../v1 URL)")
-        require(provider != "bedrock" or bool(region or base_url), "screener.region",
-                "is required for provider bedrock (e.g. us-east-1)")
-        require(release_date is None or bool(_DATE.match(str(release_date))), "screener.release_date",
-                f"must be YYYY-MM or YYYY-MM-DD, got {release_date!r}")
+        require(
+            base_url is None or str(base_url).startswith(("http://", "https://")),
+            "screener.base_url",
+            f"must be an http(s) URL or null, got {base_url!r}",
+        )
+        require(
+            provider != "openai_compatible" or base_url is not None,
+            "screener.base_url",
+            "is required for provider openai_compatible (the server's .../v1 URL)",
+        )
+        require(
+            provider != "bedrock" or bool(region or base_url),
+            "screener.region",
+            "is required for provider bedrock (e.g. us-east-1)",
+        )
+        require(
+            release_date is None or bool(_DATE.match(str(release_date))),
+            "screener.release_date",
+            f"must be YYYY-MM or YYYY-MM-DD, got {release_date!r}",
+        )
         require(mode in MODES, "screener.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
         batch_capable = [kind for kind, cls in PROVIDERS.items() if cls.batch_api is not None]
-        require(mode != "batch" or provider in batch_capable, "screener.mode",
-                f"batch mode needs provider {' or '.join(batch_capable)}, got {provider!r}")
-        require(max_cost_usd is None or float(max_cost_usd) > 0, "max_cost_usd",
-                f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}")
-        require(isinstance(expected_output_tokens, int) and expected_output_tokens >= 1,
-                "screener.expected_output_tokens", f"must be an integer >= 1, got {expected_output_tokens!r}")
-        require(api_key_env is None or bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(api_key_env))),
-                "screener.api_key_env", f"must be the NAME of an environment variable, got {api_key_env!r}")
-        require(provider not in ("openai", "anthropic") or api_key_env is not None, "screener.api_key_env",
-                f"provider {provider} needs the name of the environment variable holding the API key")
+        require(
+            mode != "batch" or provider in batch_capable,
+            "screener.mode",
+            f"batch mode needs provider {' or '.join(batch_capable)}, got {provider!r}",
+        )
+        require(
+            max_cost_usd is None or float(max_cost_usd) > 0,
+            "max_cost_usd",
+            f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}",
+        )
+        require(
+            isinstance(expected_output_tokens, int) and expected_output_tokens >= 1,
+            "screener.expected_output_tokens",
+            f"must be an integer >= 1, got {expected_output_tokens!r}",
+        )
+        require(
+            api_key_env is None or bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(api_key_env))),
+            "screener.api_key_env",
+            f"must be the NAME of an environment variable, got {api_key_env!r}",
+        )
+        require(
+            provider not in ("openai", "anthropic") or api_key_env is not None,
+            "screener.api_key_env",
+            f"provider {provider} needs the name of the environment variable holding the API key",
+        )
         self.name, self.display_name = name, display_name or name
         self.route = route
         self.popfair_choices = {str(k): str(v) for k, v in (popfair_choices or {}).items()}
@@ -126,6 +187,7 @@ class LLMScreener:
         self.settings = EngineSettings.from_config(engine)
         self.prompts = PromptSet(prompts)
         from popfair.screen.batch import BatchSettings
+
         self.batch_settings = BatchSettings.from_config(batch)
         install_log_redaction()
         for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
@@ -136,10 +198,17 @@ class LLMScreener:
         self._missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
         if provider == "bedrock" and api_key_env is None and require_key:
             _check_aws_credentials(region)
-        self.provider = make_provider(provider, model=model, generation=_generation(generation),
-                                      reasoning=self.reasoning, api_key=api_key, base_url=base_url,
-                                      region=region, timeout_s=self.settings.timeout_s,
-                                      concurrency=self.settings.concurrency)
+        self.provider = make_provider(
+            provider,
+            model=model,
+            generation=_generation(generation),
+            reasoning=self.reasoning,
+            api_key=api_key,
+            base_url=base_url,
+            region=region,
+            timeout_s=self.settings.timeout_s,
+            concurrency=self.settings.concurrency,
+        )
         self.cache = open_cache(cache_url or cache_dir)
         self.last_stats: dict[str, float] = {}
 
@@ -147,16 +216,19 @@ class LLMScreener:
         return f"LLMScreener(name={self.name!r}, provider={self.provider.kind!r}, model={self.provider.model!r})"
 
     # --- shared preparation ---------------------------------------------------------------------
-    def _keys(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-              outcome: Outcome) -> tuple[list[str], Callable[[str], Any]]:
+    def _keys(
+        self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome
+    ) -> tuple[list[str], Callable[[str], Any]]:
         """Cache key per document (built in bulk, no prompt objects), and a function giving the prompt
         of a key: only prompts missing from the cache are built (identical prompts: one call)."""
         require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
         images = [d.image_png if d.kind == "image" else None for d in documents]
         if not self.vision and any(image is not None for image in images):
-            raise ConfigError(f"screener={self.name}: model {self.provider.model} is text-only "
-                              "(vision: false) but the renderer produced images; pick a VLM screener "
-                              "or a text renderer")
+            raise ConfigError(
+                f"screener={self.name}: model {self.provider.model} is text-only "
+                "(vision: false) but the renderer produced images; pick a VLM screener "
+                "or a text renderer"
+            )
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
@@ -170,12 +242,16 @@ class LLMScreener:
                     first.setdefault(k, i)
             i = first[key]
             return ChatPrompt(system=system, user=users[i], image_png=images[i])
+
         return keys, prompt
 
     def _todo(self, keys: list[str], request: Callable[[str], Any], cached: Mapping[str, Any]) -> list[Call]:
         """One Call per distinct request missing from the cache, with the number of rows sharing it."""
-        return [Call(key, prompt := request(key), self._input_tokens(prompt), rows)
-                for key, rows in Counter(keys).items() if key not in cached]
+        return [
+            Call(key, prompt := request(key), self._input_tokens(prompt), rows)
+            for key, rows in Counter(keys).items()
+            if key not in cached
+        ]
 
     def _input_tokens(self, prompt: ChatPrompt) -> int:
         return estimate_input_tokens(prompt.system, prompt.user, prompt.image_png, self.provider.kind)
@@ -187,17 +263,23 @@ class LLMScreener:
         todo = self._todo(keys, request, self.cache.get_replies(keys))
         input_tokens = sum(call.input_tokens_estimate for call in todo)
         output_tokens = self.expected_output_tokens * len(todo)
-        return CallPlan(calls=len(todo), input_tokens=input_tokens, output_tokens=output_tokens,
-                        cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"))
+        return CallPlan(
+            calls=len(todo),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"),
+        )
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-               outcome: Outcome) -> list[ScreenResult]:
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         """One result per document, in order: parsed value, or a failure with the reason (and the raw
         text when the model answered something unparseable)."""
         if self._missing_key:
             from popfair.errors import MissingSecretError
-            raise MissingSecretError(f"screener.api_key_env: {self.name} was built without its key (dry run); "
-                                     f"set environment variable {self.api_key_env} to screen")
+
+            raise MissingSecretError(
+                f"screener.api_key_env: {self.name} was built without its key (dry run); "
+                f"set environment variable {self.api_key_env} to screen"
+            )
         keys, request = self._keys(jobs, documents, outcome)
         with collector.paused():  # tens of thousands of small tuples, no cycles: collections would only cost time
             answers = self._cached_answers(self.cache.get_replies(keys), outcome)
@@ -210,14 +292,30 @@ class LLMScreener:
             desc = f"screen {self.name}"
             if self.mode == "batch":
                 from popfair.screen.batch import BatchRunner
-                runner = BatchRunner(self.batch_settings, self.provider, self.cache, self.price, outcome,
-                                     stats, budget_usd=self.max_cost_usd)
+
+                runner = BatchRunner(
+                    self.batch_settings,
+                    self.provider,
+                    self.cache,
+                    self.price,
+                    outcome,
+                    stats,
+                    budget_usd=self.max_cost_usd,
+                )
                 answers.update(runner.run(todo))
             else:
-                engine = Engine(self.settings, self.provider, self.cache, self.price, outcome,
-                                budget_usd=self.max_cost_usd, stats=stats,
-                                key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials",
-                                max_calls=self.max_calls, parse=self.parse_answer)
+                engine = Engine(
+                    self.settings,
+                    self.provider,
+                    self.cache,
+                    self.price,
+                    outcome,
+                    budget_usd=self.max_cost_usd,
+                    stats=stats,
+                    key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials",
+                    max_calls=self.max_calls,
+                    parse=self.parse_answer,
+                )
                 answers.update(engine.run(todo, len(documents), cached_rows, desc))
         with collector.paused():
             results = _results(documents, keys, answers)
@@ -239,14 +337,29 @@ class LLMScreener:
         failed = sum(r.error is not None for r in results)
         unparseable = sum(r.error is not None and r.raw is not None for r in results)
         from_cache = sum(r.cached for r in results)
-        self.last_stats = {"screen.rows": n, "screen.rows_from_cache": from_cache,
-                           "screen.calls_needed": asked, "screen.failed_rows": failed,
-                           "screen.unparseable_rows": unparseable,
-                           "screen.failure_rate": failed / n if n else 0.0, **stats.as_metrics()}
-        log.info("screen %s: %d rows, %d from cache, %d distinct prompts asked, %d requests, %d failed "
-                 "(%.2f%%; %d unparseable), %d tokens, $%.4f", self.name, n, from_cache, asked,
-                 stats.requests, failed, 100 * failed / max(n, 1), unparseable,
-                 stats.input_tokens + stats.output_tokens, stats.cost_usd)
+        self.last_stats = {
+            "screen.rows": n,
+            "screen.rows_from_cache": from_cache,
+            "screen.calls_needed": asked,
+            "screen.failed_rows": failed,
+            "screen.unparseable_rows": unparseable,
+            "screen.failure_rate": failed / n if n else 0.0,
+            **stats.as_metrics(),
+        }
+        log.info(
+            "screen %s: %d rows, %d from cache, %d distinct prompts asked, %d requests, %d failed "
+            "(%.2f%%; %d unparseable), %d tokens, $%.4f",
+            self.name,
+            n,
+            from_cache,
+            asked,
+            stats.requests,
+            failed,
+            100 * failed / max(n, 1),
+            unparseable,
+            stats.input_tokens + stats.output_tokens,
+            stats.cost_usd,
+        )
 
     def metrics(self) -> dict[str, float]:
         """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars)."""
@@ -254,9 +367,17 @@ class LLMScreener:
 
     def describe(self) -> dict[str, Any]:
         """Model card fields for reports (no secrets)."""
-        return {"name": self.name, "display_name": self.display_name, "provider": self.provider.kind,
-                "model": self.provider.model, "route": self.route, "release_date": self.release_date,
-                "reasoning": self.reasoning, "vision": self.vision, "price": asdict(self.price)}
+        return {
+            "name": self.name,
+            "display_name": self.display_name,
+            "provider": self.provider.kind,
+            "model": self.provider.model,
+            "route": self.route,
+            "release_date": self.release_date,
+            "reasoning": self.reasoning,
+            "vision": self.vision,
+            "price": asdict(self.price),
+        }
 
 
 def _results(documents: Sequence[Document], keys: list[str], answers: Mapping[str, Answer]) -> list[ScreenResult]:
@@ -271,6 +392,19 @@ def _results(documents: Sequence[Document], keys: list[str], answers: Mapping[st
             append(new(ScreenResult, (document.applicant_id, a.raw, a.value, a.error, 0, 0, 0.0, True)))
         else:
             charged.add(key)
-            append(new(ScreenResult, (document.applicant_id, a.raw, a.value, a.error, a.input_tokens,
-                                      a.output_tokens, a.cost_usd, a.cached)))
+            append(
+                new(
+                    ScreenResult,
+                    (
+                        document.applicant_id,
+                        a.raw,
+                        a.value,
+                        a.error,
+                        a.input_tokens,
+                        a.output_tokens,
+                        a.cost_usd,
+                        a.cached,
+                    ),
+                )
+            )
     return results

@@ -2,6 +2,7 @@
 rule; popfair matches whole words in any case); score = first integer, 0-100 (popfair's rule).
 
 Anything else is a parse failure: the raw text is kept and the row is excluded from analysis."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Prices per model (from config) and token estimates for planning and budgets, without any call."""
+
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ from typing import Any
 
 from popfair.errors import require
 
-CHARS_PER_TOKEN = 4.0      # English text in BPE tokenizers: about 4 characters per token
+CHARS_PER_TOKEN = 4.0  # English text in BPE tokenizers: about 4 characters per token
 MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators per request
 
 
@@ -25,13 +26,20 @@ class Price:
     def from_config(cls, config: Mapping[str, Any] | None, key: str = "screener.price") -> Price:
         values = dict(config or {})
         unknown = set(values) - {"input_per_mtok", "output_per_mtok", "batch_discount"}
-        require(not unknown, key, f"unknown keys {sorted(unknown)}; allowed: input_per_mtok, "
-                "output_per_mtok, batch_discount")
+        require(
+            not unknown,
+            key,
+            f"unknown keys {sorted(unknown)}; allowed: input_per_mtok, output_per_mtok, batch_discount",
+        )
         price = cls(**{k: float(v) for k, v in values.items()})
-        require(price.input_per_mtok >= 0 and price.output_per_mtok >= 0, key,
-                f"prices must be >= 0 USD per million tokens, got {values}")
-        require(0 < price.batch_discount <= 1, f"{key}.batch_discount",
-                f"must be in (0, 1], got {price.batch_discount}")
+        require(
+            price.input_per_mtok >= 0 and price.output_per_mtok >= 0,
+            key,
+            f"prices must be >= 0 USD per million tokens, got {values}",
+        )
+        require(
+            0 < price.batch_discount <= 1, f"{key}.batch_discount", f"must be in (0, 1], got {price.batch_discount}"
+        )
         return price
 
     def cost(self, input_tokens: float, output_tokens: float, batch: bool = False) -> float:

@@ -3,6 +3,7 @@
 Each outcome has a system prompt and a user template. The user template may use the placeholders
 {job_title}, {job_description} and {document}; {document} is required. For image documents
 {document} becomes IMAGE_PLACEHOLDER and the PNG travels as an image part of the same message."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -15,8 +16,10 @@ from popfair.types import Document, Job, Outcome
 
 PROMPT_DIR = CONF_DIR / "prompts"
 DEFAULT_PROMPTS = {
-    "callback_system": "callback_system.txt", "callback_user": "callback_user.txt",
-    "score_system": "score_system.txt", "score_user": "score_user.txt",
+    "callback_system": "callback_system.txt",
+    "callback_user": "callback_user.txt",
+    "score_system": "score_system.txt",
+    "score_user": "score_user.txt",
 }
 IMAGE_PLACEHOLDER = "(The resume is attached as an image.)"
 
@@ -35,8 +38,9 @@ def _read(key: str, value: str) -> str:
     if not path.is_absolute():
         path = PROMPT_DIR / path
     if not path.is_file():
-        raise ConfigError(f"screener.prompts.{key}: prompt file {path} does not exist "
-                          f"(relative names are looked up in {PROMPT_DIR})")
+        raise ConfigError(
+            f"screener.prompts.{key}: prompt file {path} does not exist (relative names are looked up in {PROMPT_DIR})"
+        )
     text = path.read_text(encoding="utf-8").strip()
     require(bool(text), f"screener.prompts.{key}", f"prompt file {path} is empty")
     return text
@@ -48,19 +52,28 @@ class PromptSet:
     def __init__(self, files: Mapping[str, str] | None = None) -> None:
         chosen = {**DEFAULT_PROMPTS, **dict(files or {})}
         unknown = set(chosen) - set(DEFAULT_PROMPTS)
-        require(not unknown, "screener.prompts",
-                f"unknown prompt keys {sorted(unknown)}; allowed: {sorted(DEFAULT_PROMPTS)}")
+        require(
+            not unknown,
+            "screener.prompts",
+            f"unknown prompt keys {sorted(unknown)}; allowed: {sorted(DEFAULT_PROMPTS)}",
+        )
         self.texts = {key: _read(key, str(value)) for key, value in chosen.items()}
         for outcome in ("callback", "score"):
-            require(self.texts[f"{outcome}_user"].count("{document}") == 1, f"screener.prompts.{outcome}_user",
-                    "the user template must contain the {document} placeholder exactly once")
+            require(
+                self.texts[f"{outcome}_user"].count("{document}") == 1,
+                f"screener.prompts.{outcome}_user",
+                "the user template must contain the {document} placeholder exactly once",
+            )
         self._frames: dict[tuple[str, str, str, str], tuple[str, str]] = {}
 
     def build(self, outcome: Outcome, job: Job, document: Document) -> ChatPrompt:
         """The chat prompt for one document (placeholders replaced literally, no str.format)."""
         is_image = document.kind == "image"
-        return ChatPrompt(system=self.system(outcome), user=self.users(outcome, {job.job_id: job}, [document])[0],
-                          image_png=document.image_png if is_image else None)
+        return ChatPrompt(
+            system=self.system(outcome),
+            user=self.users(outcome, {job.job_id: job}, [document])[0],
+            image_png=document.image_png if is_image else None,
+        )
 
     def system(self, outcome: Outcome) -> str:
         return self.texts[f"{outcome}_system"]
@@ -81,8 +94,11 @@ class PromptSet:
         memo_key = (outcome, job.job_id, job.title, job.description)
         frame = self._frames.get(memo_key)
         if frame is None:
-            filled = (self.texts[f"{outcome}_user"].replace("{job_title}", job.title)
-                      .replace("{job_description}", job.description))
+            filled = (
+                self.texts[f"{outcome}_user"]
+                .replace("{job_title}", job.title)
+                .replace("{job_description}", job.description)
+            )
             head, _, tail = filled.partition("{document}")
             frame = self._frames[memo_key] = (head, tail)
         return frame

@@ -11,6 +11,7 @@ and `seed`: the same document for the same job always gets the same answer, as f
 model call.
 `expected()` gives E[Y | profile] exactly, so true causal effects can be computed by averaging it
 over counterfactual profile tables."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,7 +34,6 @@ SCORE_RANGE = (0.0, 100.0)
 
 
 NUMBER = Interval(float, None, None)  # a finite number
-
 
 
 class Coefficients(Constraint):
@@ -77,17 +77,36 @@ class SimulatedScreener:
     or {column: slope} for a numeric one; null switches a column's effect off. Columns are checked against each document's profile at
     screen time; levels of gender and race are checked against their known values at build time."""
 
-    parameter_constraints = {"intercept": NUMBER, "coefficients": Coefficients(),
-                             "noise_sd": Interval(float, 0, None), "callback_threshold": NUMBER,
-                             "callback_scale": Interval(float, 0, None, closed="neither"),
-                             "seed": Interval(int, None, None)}
+    parameter_constraints = {
+        "intercept": NUMBER,
+        "coefficients": Coefficients(),
+        "noise_sd": Interval(float, 0, None),
+        "callback_threshold": NUMBER,
+        "callback_scale": Interval(float, 0, None, closed="neither"),
+        "seed": Interval(int, None, None),
+    }
 
-    def __init__(self, name: str = "simulated", intercept: float = 50.0,
-                 coefficients: Mapping[str, Any] | None = None, noise_sd: float = 10.0,
-                 callback_threshold: float = 50.0, callback_scale: float = 5.0, seed: int = 0) -> None:
-        validate(self.parameter_constraints, {
-            "intercept": intercept, "coefficients": coefficients, "noise_sd": noise_sd,
-            "callback_threshold": callback_threshold, "callback_scale": callback_scale, "seed": seed})
+    def __init__(
+        self,
+        name: str = "simulated",
+        intercept: float = 50.0,
+        coefficients: Mapping[str, Any] | None = None,
+        noise_sd: float = 10.0,
+        callback_threshold: float = 50.0,
+        callback_scale: float = 5.0,
+        seed: int = 0,
+    ) -> None:
+        validate(
+            self.parameter_constraints,
+            {
+                "intercept": intercept,
+                "coefficients": coefficients,
+                "noise_sd": noise_sd,
+                "callback_threshold": callback_threshold,
+                "callback_scale": callback_scale,
+                "seed": seed,
+            },
+        )
         self.name = name
         self.intercept = float(intercept)
         self.noise_sd = float(noise_sd)
@@ -108,23 +127,32 @@ class SimulatedScreener:
         """intercept + categorical coefficients + numeric slopes, one value per row (no noise)."""
         missing = [c for c in self.columns if c not in table.columns]
         if missing:
-            raise DataError(f"screener {self.name}: profile has no column(s) {missing} named in "
-                            f"screener.coefficients; available columns: {sorted(map(str, table.columns))}")
+            raise DataError(
+                f"screener {self.name}: profile has no column(s) {missing} named in "
+                f"screener.coefficients; available columns: {sorted(map(str, table.columns))}"
+            )
         index = np.full(len(table), self.intercept)
         for column, levels in self.categorical.items():
             values = table[column].astype(str)
             absent = sorted(set(levels) - set(values.unique()))
             if absent:
-                log.warning("screener %s: level(s) %s of %r never occur in %d profiles (typo?)",
-                            self.name, absent, column, len(table))
+                log.warning(
+                    "screener %s: level(s) %s of %r never occur in %d profiles (typo?)",
+                    self.name,
+                    absent,
+                    column,
+                    len(table),
+                )
             index += values.map(levels).fillna(0.0).to_numpy(dtype=float)
         for column, slope in self.numeric.items():
             values = pd.to_numeric(table[column], errors="coerce")
             bad = table[column][values.isna()]
             if len(bad):
-                raise DataError(f"screener {self.name}: column {column!r} has a numeric slope in "
-                                f"screener.coefficients but non-numeric or missing values, e.g. "
-                                f"{bad.iloc[0]!r} ({len(bad)} rows); give it {{level: coef}} instead")
+                raise DataError(
+                    f"screener {self.name}: column {column!r} has a numeric slope in "
+                    f"screener.coefficients but non-numeric or missing values, e.g. "
+                    f"{bad.iloc[0]!r} ({len(bad)} rows); give it {{level: coef}} instead"
+                )
             index += slope * values.to_numpy(dtype=float)
         return index
 
@@ -143,11 +171,14 @@ class SimulatedScreener:
         a = (low - index) / self.noise_sd
         b = (high - index) / self.noise_sd
         inside = stats.norm.cdf(b) - stats.norm.cdf(a)
-        return (low * stats.norm.cdf(a) + high * stats.norm.sf(b) + index * inside
-                + self.noise_sd * (stats.norm.pdf(a) - stats.norm.pdf(b)))
+        return (
+            low * stats.norm.cdf(a)
+            + high * stats.norm.sf(b)
+            + index * inside
+            + self.noise_sd * (stats.norm.pdf(a) - stats.norm.pdf(b))
+        )
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document],
-               outcome: Outcome) -> list[ScreenResult]:
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         """Score or callback for each document from its profile. `raw` keeps the latent score
         before clipping (score) or the callback probability (callback)."""
         index = self.linear_index(profile_table(documents, self.columns, self.name))
@@ -158,40 +189,50 @@ class SimulatedScreener:
         else:
             latent = index + special.ndtri(self.uniforms(texts, "score")) * self.noise_sd
             values = np.clip(latent, *SCORE_RANGE)
-        return [ScreenResult(applicant_id=d.applicant_id, raw=f"{x:.6g}", value=float(v))
-                for d, x, v in zip(documents, latent, values)]
+        return [
+            ScreenResult(applicant_id=d.applicant_id, raw=f"{x:.6g}", value=float(v))
+            for d, x, v in zip(documents, latent, values)
+        ]
 
     def uniforms(self, texts: pd.Series, stream: str) -> np.ndarray:
         """U(0,1) draws that are a deterministic hash of each key text, the seed and the stream name
         (vectorised SipHash via pandas); never exactly 0 or 1."""
         key = hashlib.blake2b(f"popfair-simulated/{self.seed}/{stream}".encode(), digest_size=8).hexdigest()
         hashed = pd.util.hash_pandas_object(texts, index=False, hash_key=key).to_numpy(dtype=np.uint64)
-        return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) / float(2 ** 53)
+        return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) / float(2**53)
 
 
 def profile_table(documents: Sequence[Document], columns: Sequence[str], screener: str) -> pd.DataFrame:
     """The given columns of the documents' profile rows (structural screeners only)."""
     lacking = [d.applicant_id for d in documents if d.profile is None]
     if lacking:
-        raise DataError(f"screener {screener}: {len(lacking)} document(s) carry no profile "
-                        f"(e.g. applicant {lacking[0]!r}); a structural screener reads "
-                        "Document.profile, which the renderer must attach")
+        raise DataError(
+            f"screener {screener}: {len(lacking)} document(s) carry no profile "
+            f"(e.g. applicant {lacking[0]!r}); a structural screener reads "
+            "Document.profile, which the renderer must attach"
+        )
     table: dict[str, list[Any]] = {}
     for column in columns:
         try:
             table[column] = [d.profile[column] for d in documents]  # type: ignore[index]
         except KeyError:
             without = next(d for d in documents if column not in d.profile)  # type: ignore[operator]
-            raise DataError(f"screener {screener}: profile has no column {column!r} named in "
-                            f"screener.coefficients (e.g. applicant {without.applicant_id!r}); "
-                            f"available columns: {sorted(map(str, without.profile or {}))}") from None
+            raise DataError(
+                f"screener {screener}: profile has no column {column!r} named in "
+                f"screener.coefficients (e.g. applicant {without.applicant_id!r}); "
+                f"available columns: {sorted(map(str, without.profile or {}))}"
+            ) from None
     return pd.DataFrame(table, index=pd.RangeIndex(len(documents)))
 
 
 def _split_coefficients(coefficients: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Checked coefficients as categorical {column: {level: coef}} and numeric {column: slope} parts."""
-    categorical = {str(c): {str(level): float(coef) for level, coef in spec.items()}
-                   for c, spec in coefficients.items() if isinstance(spec, Mapping)}
-    numeric = {str(c): float(spec) for c, spec in coefficients.items()
-               if spec is not None and not isinstance(spec, Mapping)}
+    categorical = {
+        str(c): {str(level): float(coef) for level, coef in spec.items()}
+        for c, spec in coefficients.items()
+        if isinstance(spec, Mapping)
+    }
+    numeric = {
+        str(c): float(spec) for c, spec in coefficients.items() if spec is not None and not isinstance(spec, Mapping)
+    }
     return categorical, numeric

@@ -3,6 +3,7 @@
 Vendors answer in their own vocabulary: a score on their own scale, a label ("advance", "reject"),
 a boolean. `ValueMapping` is the one rule both the HTTP and the file screener apply, so the same
 tool answer gives the same y whichever way it reached popfair."""
+
 from __future__ import annotations
 
 import math
@@ -36,17 +37,32 @@ class ValueMapping:
         require(isinstance(labels, Mapping), f"{key}.labels", "must be a mapping label -> number")
         clean: dict[str, float] = {}
         for label, number in labels.items():
-            require(_is_number(number) and math.isfinite(number), f"{key}.labels.{label}",
-                    f"must be a number, got {number!r}")
+            require(
+                _is_number(number) and math.isfinite(number),
+                f"{key}.labels.{label}",
+                f"must be a number, got {number!r}",
+            )
             clean[str(label).strip().lower()] = float(number)
         bounds = values.get("range", [0, 100])
-        require(isinstance(bounds, (list, tuple)) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
-                and bounds[0] < bounds[1], f"{key}.range", f"must be [low, high] with low < high, got {bounds!r}")
+        require(
+            isinstance(bounds, (list, tuple))
+            and len(bounds) == 2
+            and all(_is_number(b) for b in bounds)
+            and bounds[0] < bounds[1],
+            f"{key}.range",
+            f"must be [low, high] with low < high, got {bounds!r}",
+        )
         threshold = values.get("callback_threshold")
-        require(threshold is None or _is_number(threshold), f"{key}.callback_threshold",
-                f"must be a number or null, got {threshold!r}")
-        return cls(labels=clean, range=(float(bounds[0]), float(bounds[1])),
-                   callback_threshold=None if threshold is None else float(threshold))
+        require(
+            threshold is None or _is_number(threshold),
+            f"{key}.callback_threshold",
+            f"must be a number or null, got {threshold!r}",
+        )
+        return cls(
+            labels=clean,
+            range=(float(bounds[0]), float(bounds[1])),
+            callback_threshold=None if threshold is None else float(threshold),
+        )
 
     def parse(self, answer: Any, outcome: Outcome) -> tuple[float | None, str | None]:
         """(value, None), or (None, reason naming the answer) when it cannot be read as y."""
@@ -61,8 +77,10 @@ class ValueMapping:
                     return None, f"value {answer!r} is outside the range [{low:g}, {high:g}]"
                 return (1.0 if number >= self.callback_threshold else 0.0), None
             if number not in (0.0, 1.0):
-                return None, (f"value {answer!r} is not a yes/no decision (0/1, true/false or a label in "
-                              f"{sorted(self.labels)}); set callback_threshold to read scores as decisions")
+                return None, (
+                    f"value {answer!r} is not a yes/no decision (0/1, true/false or a label in "
+                    f"{sorted(self.labels)}); set callback_threshold to read scores as decisions"
+                )
             return number, None
         if not low <= number <= high:
             return None, f"value {answer!r} is outside the range [{low:g}, {high:g}]"

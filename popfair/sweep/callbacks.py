@@ -4,6 +4,7 @@ on_multirun_start: one MLflow parent run for the sweep; the sweep info file and 
 variables that tell every case (in this process, joblib workers or SLURM jobs) its parent.
 on_multirun_end: the summary of every case (failed ones with their error), the dry-run totals,
 the comparison report logged to the parent run, and the parent run closed."""
+
 from __future__ import annotations
 
 import logging
@@ -33,18 +34,25 @@ def check_shared_services(config: DictConfig) -> None:
     launcher = str(config.hydra.launcher.get("_target_", ""))
     ray_address = OmegaConf.select(config, "hydra.launcher.ray.init.address")
     spread = launcher.endswith(("SlurmLauncher", "RayAWSLauncher")) or (
-        launcher.endswith("RayLauncher") and ray_address not in (None, "", "local"))
+        launcher.endswith("RayLauncher") and ray_address not in (None, "", "local")
+    )
     if not spread or config.get("dry_run", False):
         return
     name = launcher.rsplit(".", 1)[-1]
-    require(bool(config.get("cache_url")), "cache_url",
-            f"hydra/launcher runs cases on several machines ({name}): set cache_url="
-            "postgresql+psycopg://user@host:5432/db so that no answer is paid twice (a SQLite cache_dir "
-            "on a shared file system is unsafe)")
+    require(
+        bool(config.get("cache_url")),
+        "cache_url",
+        f"hydra/launcher runs cases on several machines ({name}): set cache_url="
+        "postgresql+psycopg://user@host:5432/db so that no answer is paid twice (a SQLite cache_dir "
+        "on a shared file system is unsafe)",
+    )
     tracking = config.get("tracking") or {}
-    require(not tracking.get("enabled", True) or str(tracking.get("uri", "")).startswith(("http://", "https://")),
-            "tracking.uri", f"hydra/launcher runs cases on several machines ({name}): point it at an "
-            "`mlflow server` (http://host:port) that every node can reach")
+    require(
+        not tracking.get("enabled", True) or str(tracking.get("uri", "")).startswith(("http://", "https://")),
+        "tracking.uri",
+        f"hydra/launcher runs cases on several machines ({name}): point it at an "
+        "`mlflow server` (http://host:port) that every node can reach",
+    )
 
 
 class SweepCallback(Callback):
@@ -72,18 +80,28 @@ class SweepCallback(Callback):
         if not dry_run:
             self.tracker = tracker = build(config.tracking, "tracking")
             changing = {k: v for k, v in varying.items() if len(v) > 1}
-            experiment = next((o.split("=", 1)[1] for o in config.hydra.overrides.task
-                               if o.startswith("experiment=")), None)
+            experiment = next(
+                (o.split("=", 1)[1] for o in config.hydra.overrides.task if o.startswith("experiment=")), None
+            )
             parent_run_id = tracker.start_parent(
                 f"sweep-{experiment or 'multirun'}-{Path(sweep_dir).name}",
-                {"popfair.sweep": "parent", "sweep_dir": sweep_dir,
-                 "sweep.experiment": experiment or "none",
-                 "sweep.varying": ",".join(changing) or "none",
-                 "sweep.cases_expected": count if basic else "unknown",
-                 "sweep.command_overrides": " ".join(config.hydra.overrides.task)})
-        self.info = SweepInfo(sweep_dir=sweep_dir, parent_run_id=parent_run_id,
-                              tracking_uri=self.tracker.uri if self.tracker else None,
-                              varying=varying, expected_cases=count if basic else None, dry_run=dry_run)
+                {
+                    "popfair.sweep": "parent",
+                    "sweep_dir": sweep_dir,
+                    "sweep.experiment": experiment or "none",
+                    "sweep.varying": ",".join(changing) or "none",
+                    "sweep.cases_expected": count if basic else "unknown",
+                    "sweep.command_overrides": " ".join(config.hydra.overrides.task),
+                },
+            )
+        self.info = SweepInfo(
+            sweep_dir=sweep_dir,
+            parent_run_id=parent_run_id,
+            tracking_uri=self.tracker.uri if self.tracker else None,
+            varying=varying,
+            expected_cases=count if basic else None,
+            dry_run=dry_run,
+        )
         self.info.write()
         os.environ[ENV_SWEEP_DIR] = sweep_dir
         if parent_run_id:
@@ -97,17 +115,33 @@ class SweepCallback(Callback):
             return
         sweep_dir = Path(self.info.sweep_dir)
         records = read_case_records(sweep_dir)
-        summary = pd.DataFrame([{"job": r.job, "status": r.status, "case": r.case_name,
-                                 "run_id": r.run_id, "seconds": round(r.seconds, 2),
-                                 "error": r.error, "overrides": " ".join(r.overrides)} for r in records])
+        summary = pd.DataFrame(
+            [
+                {
+                    "job": r.job,
+                    "status": r.status,
+                    "case": r.case_name,
+                    "run_id": r.run_id,
+                    "seconds": round(r.seconds, 2),
+                    "error": r.error,
+                    "overrides": " ".join(r.overrides),
+                }
+                for r in records
+            ]
+        )
         summary.to_csv(sweep_dir / "summary.csv", index=False)
         failed = [r for r in records if r.status == "failed"]
         missing = (self.info.expected_cases - len(records)) if self.info.expected_cases else 0
-        lines = [f"\n=== popfair sweep: {len(records)} cases reported"
-                 + (f" of {self.info.expected_cases}" if self.info.expected_cases else "")
-                 + f", {len(failed)} failed ===", f"sweep dir: {sweep_dir}"]
-        lines += [f"FAILED job {r.job} {r.case_name or ''} [{' '.join(r.overrides)}]: {r.error_type}: {r.error}"
-                  for r in failed]
+        lines = [
+            f"\n=== popfair sweep: {len(records)} cases reported"
+            + (f" of {self.info.expected_cases}" if self.info.expected_cases else "")
+            + f", {len(failed)} failed ===",
+            f"sweep dir: {sweep_dir}",
+        ]
+        lines += [
+            f"FAILED job {r.job} {r.case_name or ''} [{' '.join(r.overrides)}]: {r.error_type}: {r.error}"
+            for r in failed
+        ]
         if missing > 0:
             lines.append(f"{missing} cases never reported back (killed or lost by the launcher)")
         if self.info.dry_run:
@@ -126,8 +160,10 @@ class SweepCallback(Callback):
         pd.DataFrame(plans).to_csv(sweep_dir / "plan.csv", index=False)
         totals = plan_totals(plans)
         totals.to_csv(sweep_dir / "plan_totals.csv")
-        return (f"dry run: {len(plans)} cases planned, nothing called\n{format_totals(totals)}\n"
-                f"(new_* = calls not already bought by an earlier case of this sweep: the response cache)")
+        return (
+            f"dry run: {len(plans)} cases planned, nothing called\n{format_totals(totals)}\n"
+            f"(new_* = calls not already bought by an earlier case of this sweep: the response cache)"
+        )
 
     def _finish_parent(self, records: list, failed: list, missing: int, sweep_dir: Path) -> None:
         """Write the report (if any case finished), log it with the summary to the parent, close it."""
@@ -140,15 +176,25 @@ class SweepCallback(Callback):
             try:
                 from popfair.report.sweep import write_report
 
-                write_report(self.tracker.uri, self.tracker.experiment_name, report_dir,
-                             parent_run_id=self.info.parent_run_id)
+                write_report(
+                    self.tracker.uri, self.tracker.experiment_name, report_dir, parent_run_id=self.info.parent_run_id
+                )
                 print(f"report: {report_dir / 'report.html'}")
             except Exception as exc:  # noqa: BLE001 - the sweep's runs stay valid without a report
                 log.error("popfair: sweep report failed: %s", exc)
         self.tracker.finish_parent(
-            self.info.parent_run_id, status="FINISHED" if finished else "FAILED",
-            tags={"sweep.cases": len(records), "sweep.failed": len(failed),
-                  "sweep.failed_jobs": ",".join(str(r.job) for r in failed) or "none"},
-            metrics={"cases": len(records), "cases_finished": finished, "cases_failed": len(failed),
-                     "cases_missing": max(missing, 0)},
-            artifact_dir=report_dir)
+            self.info.parent_run_id,
+            status="FINISHED" if finished else "FAILED",
+            tags={
+                "sweep.cases": len(records),
+                "sweep.failed": len(failed),
+                "sweep.failed_jobs": ",".join(str(r.job) for r in failed) or "none",
+            },
+            metrics={
+                "cases": len(records),
+                "cases_finished": finished,
+                "cases_failed": len(failed),
+                "cases_missing": max(missing, 0),
+            },
+            artifact_dir=report_dir,
+        )

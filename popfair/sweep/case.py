@@ -3,6 +3,7 @@
 In a sweep a case never raises: whatever goes wrong is logged, recorded as a FAILED MLflow run
 tagged `error` under the sweep's parent run, and written to the sweep's case records, so the other
 cases finish and the sweep summary lists it."""
+
 from __future__ import annotations
 
 import logging
@@ -31,8 +32,13 @@ def current_sweep() -> SweepInfo | None:
     sweep_dir = os.environ.get(ENV_SWEEP_DIR) or str(Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir)
     info = SweepInfo.read(sweep_dir)
     if info is None and os.environ.get(ENV_PARENT_RUN_ID):
-        info = SweepInfo(sweep_dir=sweep_dir, parent_run_id=os.environ[ENV_PARENT_RUN_ID],
-                         tracking_uri=None, varying={}, expected_cases=None)
+        info = SweepInfo(
+            sweep_dir=sweep_dir,
+            parent_run_id=os.environ[ENV_PARENT_RUN_ID],
+            tracking_uri=None,
+            varying={},
+            expected_cases=None,
+        )
     return info
 
 
@@ -48,8 +54,11 @@ def run_case(cfg: DictConfig) -> float | None:
     overrides = list(hydra_cfg.overrides.task)
     job = int(hydra_cfg.job.num) if in_sweep else 0
     # the config options chosen per group: what the report groups by (renderer image vs image_photo)
-    tags = {f"choice.{group}": str(option) for group, option in hydra_cfg.runtime.choices.items()
-            if group in COMPONENT_GROUPS and option is not None}
+    tags = {
+        f"choice.{group}": str(option)
+        for group, option in hydra_cfg.runtime.choices.items()
+        if group in COMPONENT_GROUPS and option is not None
+    }
     tags.update(varying_tags(overrides, sweep.varying) if sweep else {})
     dry_run = bool(cfg.get("dry_run", False))
     start = time.perf_counter()
@@ -67,9 +76,18 @@ def run_case(cfg: DictConfig) -> float | None:
             experiment.parent_run_id = sweep.parent_run_id if sweep else None
             experiment.tags = tags
             result = experiment.run()
-            print(summary(experiment.case_name(), result.effects, result.run_id, len(result.scored),
-                          int(result.scored["error"].notna().sum()), experiment.tracker.uri,
-                          timings=result.timings, total=time.perf_counter() - start))
+            print(
+                summary(
+                    experiment.case_name(),
+                    result.effects,
+                    result.run_id,
+                    len(result.scored),
+                    int(result.scored["error"].notna().sum()),
+                    experiment.tracker.uri,
+                    timings=result.timings,
+                    total=time.perf_counter() - start,
+                )
+            )
             record.status, record.run_id = "finished", result.run_id
             value = float(result.effects.table["estimate"].iloc[0])
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
@@ -89,20 +107,29 @@ def run_case(cfg: DictConfig) -> float | None:
     return value
 
 
-def _record_failed_run(cfg: DictConfig, experiment, sweep: SweepInfo | None, tags: dict[str, str],
-                       trace: str, exc: Exception) -> str | None:
+def _record_failed_run(
+    cfg: DictConfig, experiment, sweep: SweepInfo | None, tags: dict[str, str], trace: str, exc: Exception
+) -> str | None:
     """A FAILED MLflow run for the case, under the sweep's parent; None if tracking is unusable."""
     from popfair.experiment import build
     from popfair.track.mlflow_tracker import flatten
 
     try:
         tracker = experiment.tracker if experiment is not None else build(cfg.tracking, "tracking")
-        name = (experiment.case_name() if experiment is not None
-                 else "failed-" + "-".join(v for k, v in tags.items() if k.startswith("sweep.")))
+        name = (
+            experiment.case_name()
+            if experiment is not None
+            else "failed-" + "-".join(v for k, v in tags.items() if k.startswith("sweep."))
+        )
         config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
-        return tracker.record_failure(name, {**tags, "error_type": type(exc).__name__, "case_name": name},
-                                      flatten(config), f"{type(exc).__name__}: {exc}", trace,
-                                      sweep.parent_run_id if sweep else None)
+        return tracker.record_failure(
+            name,
+            {**tags, "error_type": type(exc).__name__, "case_name": name},
+            flatten(config),
+            f"{type(exc).__name__}: {exc}",
+            trace,
+            sweep.parent_run_id if sweep else None,
+        )
     except Exception as tracking_exc:  # noqa: BLE001 - the case record still lists the failure
         log.error("popfair: could not record the failed case in MLflow: %s", tracking_exc)
         return None

@@ -7,6 +7,7 @@ call (tokens and dollars are linear in it), instead of rasterising thousands of 
 the documents are memoised across cases, and a document a screener was already planned for in this
 sweep counts as a cache hit (`new_*` figures): the second protected attribute of an occupation
 re-uses the first one's answers through the response cache."""
+
 from __future__ import annotations
 
 import hashlib
@@ -53,10 +54,12 @@ class CasePlan:
     def line(self) -> str:
         estimate = " (image tokens from the text layout)" if self.image_estimated_from_text else ""
         own = f" ({self.estimator_documents:,} for the estimator)" if self.estimator_documents else ""
-        return (f"plan {self.case_name}: {self.documents:,} documents{own}, {self.calls:,} calls "
-                f"({self.new_calls:,} not yet planned), {self.input_tokens:,} input + "
-                f"{self.output_tokens:,} output tokens, ${self.cost_usd:,.2f} "
-                f"(${self.new_cost_usd:,.2f} new){estimate}")
+        return (
+            f"plan {self.case_name}: {self.documents:,} documents{own}, {self.calls:,} calls "
+            f"({self.new_calls:,} not yet planned), {self.input_tokens:,} input + "
+            f"{self.output_tokens:,} output tokens, ${self.cost_usd:,.2f} "
+            f"(${self.new_cost_usd:,.2f} new){estimate}"
+        )
 
 
 def _key(obj: Any) -> str:
@@ -83,20 +86,32 @@ def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document]
 def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], list[tuple[str, str]], bool]:
     # screeners priced per call, not per token (http, file), plan the real pages: their cache keys
     # and file placeholders need the PNG itself
-    image = (str(experiment.renderer.kind).startswith("image")
-             and not getattr(experiment.screener, "plans_real_documents", False))
+    image = str(experiment.renderer.kind).startswith("image") and not getattr(
+        experiment.screener, "plans_real_documents", False
+    )
     config = experiment.config
-    sample_key = _key({"population": config.get("population"), "occupation": config.get("occupation"),
-                       "protected_attr": config.get("protected_attr"), "seed": experiment.seed,
-                       "design": repr(experiment.estimator.design)})
+    sample_key = _key(
+        {
+            "population": config.get("population"),
+            "occupation": config.get("occupation"),
+            "protected_attr": config.get("protected_attr"),
+            "seed": experiment.seed,
+            "design": repr(experiment.estimator.design),
+        }
+    )
     if sample_key not in _SAMPLES:
         _SAMPLES[sample_key] = experiment.sample()
     profiles = _SAMPLES[sample_key]
     rows = profiles.rows().drop(columns=WORLD)
     if image or type(experiment.renderer) is TextRenderer:  # the text layout: text and image formats agree
         renderer: Any = text_layout_renderer(config.get("renderer") or {})
-        identity: Any = {"text_layout": {k: v for k, v in (config.get("renderer") or {}).items()
-                                         if k in inspect.signature(TextRenderer).parameters}}
+        identity: Any = {
+            "text_layout": {
+                k: v
+                for k, v in (config.get("renderer") or {}).items()
+                if k in inspect.signature(TextRenderer).parameters
+            }
+        }
     else:
         renderer, identity = experiment.renderer, config.get("renderer")
     rows_digest = hashlib.sha256(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
@@ -120,13 +135,19 @@ def image_call_delta(experiment: Experiment, profiles: Profiles, text_document: 
     as_text = experiment.screener.plan(profiles.jobs, [text_document], profiles.outcome)
     if as_image.calls != 1 or as_text.calls != 1:
         return CallPlan(calls=0)
-    return CallPlan(calls=0, input_tokens=as_image.input_tokens - as_text.input_tokens,
-                    cost_usd=as_image.cost_usd - as_text.cost_usd)
+    return CallPlan(
+        calls=0,
+        input_tokens=as_image.input_tokens - as_text.input_tokens,
+        cost_usd=as_image.cost_usd - as_text.cost_usd,
+    )
 
 
 def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
-    return replace(plan, input_tokens=plan.input_tokens + plan.calls * delta.input_tokens,
-                   cost_usd=plan.cost_usd + plan.calls * delta.cost_usd)
+    return replace(
+        plan,
+        input_tokens=plan.input_tokens + plan.calls * delta.input_tokens,
+        cost_usd=plan.cost_usd + plan.calls * delta.cost_usd,
+    )
 
 
 def plan_case(experiment: Experiment) -> CasePlan:
@@ -143,17 +164,36 @@ def plan_case(experiment: Experiment) -> CasePlan:
     if image and documents:
         delta = image_call_delta(experiment, profiles, documents[0])
         total, new = _with_delta(total, delta), _with_delta(new, delta)
-    return CasePlan(case_name=experiment.case_name(), screener=screener.name,
-                    renderer=experiment.renderer.kind, documents=len(documents), calls=total.calls,
-                    input_tokens=total.input_tokens, output_tokens=total.output_tokens,
-                    cost_usd=total.cost_usd, new_calls=new.calls, new_input_tokens=new.input_tokens,
-                    new_output_tokens=new.output_tokens, new_cost_usd=new.cost_usd,
-                    image_estimated_from_text=image,
-                    estimator_documents=0 if profiles.worlds is None else len(profiles.worlds))
+    return CasePlan(
+        case_name=experiment.case_name(),
+        screener=screener.name,
+        renderer=experiment.renderer.kind,
+        documents=len(documents),
+        calls=total.calls,
+        input_tokens=total.input_tokens,
+        output_tokens=total.output_tokens,
+        cost_usd=total.cost_usd,
+        new_calls=new.calls,
+        new_input_tokens=new.input_tokens,
+        new_output_tokens=new.output_tokens,
+        new_cost_usd=new.cost_usd,
+        image_estimated_from_text=image,
+        estimator_documents=0 if profiles.worlds is None else len(profiles.worlds),
+    )
 
 
-PLAN_SUMS = ["cases", "documents", "calls", "input_tokens", "output_tokens", "cost_usd",
-             "new_calls", "new_input_tokens", "new_output_tokens", "new_cost_usd"]
+PLAN_SUMS = [
+    "cases",
+    "documents",
+    "calls",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "new_calls",
+    "new_input_tokens",
+    "new_output_tokens",
+    "new_cost_usd",
+]
 
 
 def plan_totals(plans: list[dict[str, Any]]) -> pd.DataFrame:

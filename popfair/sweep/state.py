@@ -1,4 +1,5 @@
 """The files a sweep and its cases share (see popfair.sweep): sweep info and per-case records."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from typing import Any
 
 SWEEP_FILE = "popfair_sweep.json"
 CASES_DIR = "cases"
-ENV_SWEEP_DIR = "POPFAIR_SWEEP_DIR"          # set by the sweep callback, inherited by local workers
+ENV_SWEEP_DIR = "POPFAIR_SWEEP_DIR"  # set by the sweep callback, inherited by local workers
 ENV_PARENT_RUN_ID = "POPFAIR_PARENT_RUN_ID"  # idem: the MLflow parent run of the sweep
 
 
@@ -22,8 +23,8 @@ class SweepInfo:
     sweep_dir: str
     parent_run_id: str | None
     tracking_uri: str | None
-    varying: dict[str, list[str]]          # override key -> the values it takes across the sweep
-    expected_cases: int | None             # None when the sweeper is not Hydra's basic grid sweeper
+    varying: dict[str, list[str]]  # override key -> the values it takes across the sweep
+    expected_cases: int | None  # None when the sweeper is not Hydra's basic grid sweeper
     dry_run: bool = False
 
     def write(self) -> Path:
@@ -102,4 +103,3 @@ def varying_tags(job_overrides: Iterable[str], varying: dict[str, list[str]]) ->
         if len(varying.get(key, [])) > 1:
             tags[f"sweep.{key.lstrip('+~')}"] = override.get_value_element_as_str()
     return tags
-

@@ -1,6 +1,7 @@
 """Tracking: every case is one MLflow run.
 
 Public names are imported on first use (`popfair._lazy`)."""
+
 from __future__ import annotations
 
 from popfair._lazy import lazy_exports

@@ -1,4 +1,5 @@
 """MLflow tracking: one run per case with params, metrics, artifacts and tags."""
+
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,14 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5, check=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -42,10 +49,18 @@ def git_commit() -> str:
 class MlflowTracker:
     """Logs to `uri` (default sqlite:///mlruns/mlflow.db) with artifacts under `artifact_root`."""
 
-    def __init__(self, uri: str = "sqlite:///mlruns/mlflow.db", experiment_name: str = "popfair",
-                 artifact_root: str = "mlruns", enabled: bool = True) -> None:
-        require(isinstance(uri, str) and "://" in uri, "tracking.uri",
-                f"must be an MLflow tracking URI such as sqlite:///mlruns/mlflow.db, got {uri!r}")
+    def __init__(
+        self,
+        uri: str = "sqlite:///mlruns/mlflow.db",
+        experiment_name: str = "popfair",
+        artifact_root: str = "mlruns",
+        enabled: bool = True,
+    ) -> None:
+        require(
+            isinstance(uri, str) and "://" in uri,
+            "tracking.uri",
+            f"must be an MLflow tracking URI such as sqlite:///mlruns/mlflow.db, got {uri!r}",
+        )
         require(bool(experiment_name), "tracking.experiment_name", "must be non-empty")
         self.uri, self.experiment_name, self.enabled = uri, experiment_name, enabled
         self.artifact_root = artifact_root
@@ -91,8 +106,9 @@ class MlflowTracker:
         return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
 
     @contextlib.contextmanager
-    def run(self, run_name: str | None, tags: Mapping[str, str] | None = None,
-            parent_run_id: str | None = None) -> Iterator[RunLogger]:
+    def run(
+        self, run_name: str | None, tags: Mapping[str, str] | None = None, parent_run_id: str | None = None
+    ) -> Iterator[RunLogger]:
         """Start a run (nested under `parent_run_id` if given); end it FAILED on an exception."""
         if not self.enabled:
             yield RunLogger(None)
@@ -106,7 +122,6 @@ class MlflowTracker:
         with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=all_tags) as active:
             yield RunLogger(active.info.run_id)
 
-
     def start_parent(self, run_name: str, tags: Mapping[str, Any]) -> str | None:
         """Create a sweep's parent run (not made active, so the sweep's cases can run in this
         process); returns its id, or None when tracking is disabled."""
@@ -115,12 +130,20 @@ class MlflowTracker:
         from mlflow import MlflowClient
 
         experiment_id = self._experiment_id()
-        run = MlflowClient(self.uri).create_run(experiment_id, run_name=run_name,
-                                                tags={k: str(v) for k, v in tags.items()})
+        run = MlflowClient(self.uri).create_run(
+            experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()}
+        )
         return run.info.run_id
 
-    def finish_parent(self, run_id: str, *, status: str, tags: Mapping[str, Any],
-                      metrics: Mapping[str, float], artifact_dir: str | Path | None = None) -> None:
+    def finish_parent(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        tags: Mapping[str, Any],
+        metrics: Mapping[str, float],
+        artifact_dir: str | Path | None = None,
+    ) -> None:
         """Tag, measure and close a parent run; `artifact_dir` is uploaded under `report/`."""
         from mlflow import MlflowClient
 
@@ -134,8 +157,15 @@ class MlflowTracker:
             client.log_artifacts(run_id, str(artifact_dir), artifact_path="report")
         client.set_terminated(run_id, status=status)
 
-    def record_failure(self, run_name: str, tags: Mapping[str, Any], params: Mapping[str, Any],
-                       error: str, traceback_text: str = "", parent_run_id: str | None = None) -> str | None:
+    def record_failure(
+        self,
+        run_name: str,
+        tags: Mapping[str, Any],
+        params: Mapping[str, Any],
+        error: str,
+        traceback_text: str = "",
+        parent_run_id: str | None = None,
+    ) -> str | None:
         """A FAILED run for a case that raised before it could log itself: tag `error` holds the
         message, artifact error.txt the message and traceback."""
         if not self.enabled:
@@ -167,7 +197,7 @@ class RunLogger:
             clean[key] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
         items = list(clean.items())
         for start in range(0, len(items), 100):  # MLflow caps params per batch call
-            mlflow.log_params(dict(items[start:start + 100]))
+            mlflow.log_params(dict(items[start : start + 100]))
 
     def metrics(self, metrics: Mapping[str, float]) -> None:
         if not self.run_id:

@@ -1,6 +1,7 @@
 """Response caches behind one interface (`ResponseCache`): SQLite in a folder for one machine (the
 default), a server database (PostgreSQL through SQLAlchemy) for sweeps spread over machines.
 `open_cache` picks the backend from where the cache lives."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,5 +31,6 @@ def open_cache(location: str | Path) -> ResponseCache:
     """Open the cache at `location`: a folder (SQLite file inside it) or a database URL."""
     if is_url(location):
         from popfair.screen.cache.server import ServerCache
+
         return ServerCache(str(location))
     return SqliteCache(location)

@@ -7,6 +7,7 @@ cluster sweep, and back:
 
 Answers and provider batch ids are copied; rows already in the target are kept (a copy can be rerun,
 or merge two caches). Passwords come from the environment (PGPASSWORD / ~/.pgpass), never the URL."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ def copy(source: str, target: str) -> dict[str, tuple[int, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m popfair.screen.cache", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m popfair.screen.cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     copy_cmd = commands.add_parser("copy", help="copy answers and batch ids from SOURCE into TARGET")
     copy_cmd.add_argument("source", help="cache folder (SQLite) or database URL")

@@ -10,6 +10,7 @@ of submitted provider batches, so a batch run resumes instead of paying twice.
 The schema is written once, as SQLAlchemy tables, and every backend creates exactly these tables
 (SQLite from the compiled DDL, a server database through SQLAlchemy), so a cache copies between
 backends row for row."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -23,30 +24,46 @@ _Cache = TypeVar("_Cache", bound="ResponseCache")
 METADATA = MetaData()
 
 RESPONSES = Table(
-    "responses", METADATA,
-    Column("key", Text, primary_key=True), Column("provider", Text, nullable=False),
-    Column("model", Text, nullable=False), Column("raw", Text, nullable=False), Column("value", Float),
-    Column("parse_error", Text), Column("input_tokens", Integer, nullable=False),
-    Column("output_tokens", Integer, nullable=False), Column("cost_usd", Float, nullable=False),
-    Column("latency_s", Float, nullable=False), Column("created_at", Float, nullable=False))
+    "responses",
+    METADATA,
+    Column("key", Text, primary_key=True),
+    Column("provider", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("raw", Text, nullable=False),
+    Column("value", Float),
+    Column("parse_error", Text),
+    Column("input_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("latency_s", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
 
 BATCHES = Table(
-    "batches", METADATA,
-    Column("batch_id", Text, primary_key=True), Column("provider", Text, nullable=False),
-    Column("endpoint", Text, nullable=False), Column("model", Text, nullable=False),
-    Column("outcome", Text, nullable=False), Column("status", Text, nullable=False),
-    Column("keys", Text, nullable=False), Column("submitted_at", Float, nullable=False),
-    Column("finished_at", Float))
+    "batches",
+    METADATA,
+    Column("batch_id", Text, primary_key=True),
+    Column("provider", Text, nullable=False),
+    Column("endpoint", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("keys", Text, nullable=False),
+    Column("submitted_at", Float, nullable=False),
+    Column("finished_at", Float),
+)
 
 # Claims: who is asking for a key right now, until when. Not copied between caches (they are live state).
 CLAIMS = Table(
-    "claims", METADATA,
-    Column("key", Text, primary_key=True), Column("owner", Text, nullable=False),
-    Column("expires_at", Float, nullable=False))
+    "claims",
+    METADATA,
+    Column("key", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
 
 TABLES = {table.name: table for table in (RESPONSES, BATCHES)}  # what a copy/migration carries
-ANSWER_COLUMNS = ("raw", "value", "parse_error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
-                  "created_at")
+ANSWER_COLUMNS = ("raw", "value", "parse_error", "input_tokens", "output_tokens", "cost_usd", "latency_s", "created_at")
 REPLY_COLUMNS = ANSWER_COLUMNS[:5]  # what a rerun reuses of a stored answer (StoredReply)
 
 
@@ -98,8 +115,10 @@ class ResponseCache(ABC):
     def get_replies(self, keys: Iterable[str]) -> dict[str, StoredReply]:
         """The reusable part of the cached answers for `keys`, in bulk (the fully cached rerun's read;
         backends override it with a narrower query)."""
-        return {key: StoredReply(a.raw, a.value, a.parse_error, a.input_tokens, a.output_tokens)
-                for key, a in self.get_many(keys).items()}
+        return {
+            key: StoredReply(a.raw, a.value, a.parse_error, a.input_tokens, a.output_tokens)
+            for key, a in self.get_many(keys).items()
+        }
 
     @abstractmethod
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
@@ -132,8 +151,7 @@ class ResponseCache(ABC):
 
     # --- provider batches -------------------------------------------------------------------
     @abstractmethod
-    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str,
-                  keys: list[str]) -> None:
+    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str, keys: list[str]) -> None:
         """Record a submitted provider batch (committed at once) so a rerun collects it."""
 
     @abstractmethod

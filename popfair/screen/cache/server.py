@@ -6,6 +6,7 @@ composed config, in MLflow params and in logs); libpq reads PGPASSWORD, PGPASSFI
 client certificate. The URL is only ever shown with the password hidden.
 Same tables as the SQLite cache (base.py). Claim expiry runs on the database server's clock, so
 machines whose clocks disagree still agree on when a lease has run out."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,6 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in _RETRY_STATES
 
 
-
-
 def safe_url(url: str) -> str:
     """The URL with any password hidden (for messages and logs)."""
     try:
@@ -65,15 +64,21 @@ class ServerCache(ResponseCache):
         try:
             parsed = make_url(url)
         except ArgumentError:
-            raise ConfigError(f"cache_url: not a database URL: {safe_url(url)!r} "
-                              "(expected postgresql+psycopg://user@host:5432/dbname)") from None
+            raise ConfigError(
+                f"cache_url: not a database URL: {safe_url(url)!r} "
+                "(expected postgresql+psycopg://user@host:5432/dbname)"
+            ) from None
         self.location = parsed.render_as_string(hide_password=True)
         if parsed.password is not None:
-            raise ConfigError(f"cache_url: {self.location} holds a password; remove it and set PGPASSWORD "
-                              "(or ~/.pgpass) in the environment instead, so it never reaches a config or log")
+            raise ConfigError(
+                f"cache_url: {self.location} holds a password; remove it and set PGPASSWORD "
+                "(or ~/.pgpass) in the environment instead, so it never reaches a config or log"
+            )
         if parsed.get_backend_name() != "postgresql":
-            raise ConfigError(f"cache_url: {self.location}: only postgresql URLs are supported for a server "
-                              "cache (for SQLite, set cache_dir to a local folder and cache_url=null)")
+            raise ConfigError(
+                f"cache_url: {self.location}: only postgresql URLs are supported for a server "
+                "cache (for SQLite, set cache_dir to a local folder and cache_url=null)"
+            )
         try:
             self._engine = create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
             with self._engine.begin() as conn:
@@ -82,17 +87,24 @@ class ServerCache(ResponseCache):
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
                 METADATA.create_all(conn, checkfirst=True)
         except (NoSuchModuleError, ModuleNotFoundError) as exc:
-            raise ConfigError(f"cache_url: no driver for {self.location} ({exc}); "
-                              "pip install 'popfair[postgres]'") from None
+            raise ConfigError(
+                f"cache_url: no driver for {self.location} ({exc}); pip install 'popfair[postgres]'"
+            ) from None
         except SQLAlchemyError as exc:
-            raise ConfigError(f"cache_url: cannot open the response cache at {self.location}: "
-                              f"{str(getattr(exc, 'orig', exc)).strip()}") from None
+            raise ConfigError(
+                f"cache_url: cannot open the response cache at {self.location}: "
+                f"{str(getattr(exc, 'orig', exc)).strip()}"
+            ) from None
         log.info("response cache: %s", self.location)
 
     def _write(self, work: Callable[[Connection], T]) -> T:
         """Run `work` in one transaction, committed on return (run again after a deadlock)."""
-        for attempt in Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
-                                wait=wait_random_exponential(0.01, 0.5), reraise=True):
+        for attempt in Retrying(
+            retry=retry_if_exception(_transient),
+            stop=stop_after_attempt(5),
+            wait=wait_random_exponential(0.01, 0.5),
+            reraise=True,
+        ):
             with attempt, self._engine.begin() as conn:
                 return work(conn)
         raise AssertionError("unreachable: tenacity reraises the last error")
@@ -118,7 +130,7 @@ class ServerCache(ResponseCache):
         rows: list[Any] = []
         with self._engine.connect() as conn:
             for start in range(0, len(unique), _CHUNK):
-                rows += conn.execute(sql, {"keys": unique[start:start + _CHUNK]}).all()
+                rows += conn.execute(sql, {"keys": unique[start : start + _CHUNK]}).all()
         return rows
 
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:
@@ -126,14 +138,22 @@ class ServerCache(ResponseCache):
 
     def put_many(self, items: Sequence[tuple[str, str, str, CachedAnswer]]) -> None:
         columns = ", ".join(f"{c} = EXCLUDED.{c}" for c in ("provider", "model", *ANSWER_COLUMNS))
-        rows = [{"key": key, "provider": provider, "model": model, **{c: getattr(a, c) for c in ANSWER_COLUMNS}}
-                for key, provider, model, a in sorted(items, key=lambda item: item[0])]  # one lock order
+        rows = [
+            {"key": key, "provider": provider, "model": model, **{c: getattr(a, c) for c in ANSWER_COLUMNS}}
+            for key, provider, model, a in sorted(items, key=lambda item: item[0])
+        ]  # one lock order
 
         def work(conn: Connection) -> None:
-            conn.execute(text("INSERT INTO responses VALUES (:key, :provider, :model, "
-                              f"{', '.join(':' + c for c in ANSWER_COLUMNS)}) "
-                              f"ON CONFLICT (key) DO UPDATE SET {columns}"), rows)
+            conn.execute(
+                text(
+                    "INSERT INTO responses VALUES (:key, :provider, :model, "
+                    f"{', '.join(':' + c for c in ANSWER_COLUMNS)}) "
+                    f"ON CONFLICT (key) DO UPDATE SET {columns}"
+                ),
+                rows,
+            )
             conn.execute(text("DELETE FROM claims WHERE key = ANY(:keys)"), {"keys": [r["key"] for r in rows]})
+
         self._write(work)
 
     def count(self) -> int:
@@ -144,85 +164,129 @@ class ServerCache(ResponseCache):
         mine: list[str] = []
         taken_over = 0
         for start in range(0, len(keys), _CHUNK):
-            chunk = sorted(set(keys[start:start + _CHUNK]))  # one lock order for all workers: no deadlocks
+            chunk = sorted(set(keys[start : start + _CHUNK]))  # one lock order for all workers: no deadlocks
 
             def work(conn: Connection, chunk: list[str] = chunk) -> tuple[list[str], int]:
                 params = {"keys": chunk, "owner": owner, "lease": lease_s}
-                expired = conn.execute(text(
-                    f"SELECT COUNT(*) FROM claims WHERE key = ANY(:keys) AND owner <> :owner AND expires_at < {_NOW}"),
-                    params).scalar_one()
-                held = [row[0] for row in conn.execute(text(
-                    "INSERT INTO claims (key, owner, expires_at) "
-                    f"SELECT k, :owner, {_NOW} + :lease FROM unnest(CAST(:keys AS text[])) AS k "
-                    "WHERE NOT EXISTS (SELECT 1 FROM responses r WHERE r.key = k) ORDER BY k "
-                    "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
-                    f"WHERE claims.expires_at < {_NOW} OR claims.owner = EXCLUDED.owner RETURNING key"), params)]
+                expired = conn.execute(
+                    text(
+                        f"SELECT COUNT(*) FROM claims WHERE key = ANY(:keys) AND owner <> :owner AND expires_at < {_NOW}"
+                    ),
+                    params,
+                ).scalar_one()
+                held = [
+                    row[0]
+                    for row in conn.execute(
+                        text(
+                            "INSERT INTO claims (key, owner, expires_at) "
+                            f"SELECT k, :owner, {_NOW} + :lease FROM unnest(CAST(:keys AS text[])) AS k "
+                            "WHERE NOT EXISTS (SELECT 1 FROM responses r WHERE r.key = k) ORDER BY k "
+                            "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
+                            f"WHERE claims.expires_at < {_NOW} OR claims.owner = EXCLUDED.owner RETURNING key"
+                        ),
+                        params,
+                    )
+                ]
                 # A worker that stored an answer after this statement's snapshot began has its claim row
                 # deleted, which the upsert then re-inserted: drop what is answered by now.
-                answered = {row[0] for row in conn.execute(text(
-                    "DELETE FROM claims c USING responses r WHERE c.key = r.key AND c.key = ANY(:held) "
-                    "AND c.owner = :owner RETURNING c.key"), {"held": held, "owner": owner})}
+                answered = {
+                    row[0]
+                    for row in conn.execute(
+                        text(
+                            "DELETE FROM claims c USING responses r WHERE c.key = r.key AND c.key = ANY(:held) "
+                            "AND c.owner = :owner RETURNING c.key"
+                        ),
+                        {"held": held, "owner": owner},
+                    )
+                }
                 return [k for k in held if k not in answered], int(expired)
+
             held, expired = self._write(work)
             mine += held
             taken_over += expired
         return mine, taken_over
 
     def renew(self, owner: str, lease_s: float) -> None:
-        self._write(lambda conn: conn.execute(text(
-            f"UPDATE claims SET expires_at = {_NOW} + :lease WHERE owner = :owner"),
-            {"lease": lease_s, "owner": owner}))
+        self._write(
+            lambda conn: conn.execute(
+                text(f"UPDATE claims SET expires_at = {_NOW} + :lease WHERE owner = :owner"),
+                {"lease": lease_s, "owner": owner},
+            )
+        )
 
     def release(self, owner: str, keys: Sequence[str] | None = None) -> None:
         if keys is None:
-            self._write(lambda conn: conn.execute(text("DELETE FROM claims WHERE owner = :owner"),
-                                                  {"owner": owner}))
+            self._write(lambda conn: conn.execute(text("DELETE FROM claims WHERE owner = :owner"), {"owner": owner}))
         else:
-            self._write(lambda conn: conn.execute(
-                text("DELETE FROM claims WHERE owner = :owner AND key = ANY(:keys)"),
-                {"owner": owner, "keys": list(keys)}))
+            self._write(
+                lambda conn: conn.execute(
+                    text("DELETE FROM claims WHERE owner = :owner AND key = ANY(:keys)"),
+                    {"owner": owner, "keys": list(keys)},
+                )
+            )
 
     # --- provider batches -------------------------------------------------------------------
-    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str,
-                  keys: list[str]) -> None:
-        params = {"batch_id": batch_id, "provider": provider, "endpoint": endpoint, "model": model,
-                  "outcome": outcome, "keys": json.dumps(keys), "now": time.time()}
-        self._write(lambda conn: conn.execute(text(
-            "INSERT INTO batches VALUES (:batch_id, :provider, :endpoint, :model, :outcome, 'submitted', :keys,"
-            " :now, NULL) ON CONFLICT (batch_id) DO UPDATE SET provider = EXCLUDED.provider,"
-            " endpoint = EXCLUDED.endpoint, model = EXCLUDED.model, outcome = EXCLUDED.outcome,"
-            " status = EXCLUDED.status, keys = EXCLUDED.keys, submitted_at = EXCLUDED.submitted_at,"
-            " finished_at = NULL"), params))
+    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str, keys: list[str]) -> None:
+        params = {
+            "batch_id": batch_id,
+            "provider": provider,
+            "endpoint": endpoint,
+            "model": model,
+            "outcome": outcome,
+            "keys": json.dumps(keys),
+            "now": time.time(),
+        }
+        self._write(
+            lambda conn: conn.execute(
+                text(
+                    "INSERT INTO batches VALUES (:batch_id, :provider, :endpoint, :model, :outcome, 'submitted', :keys,"
+                    " :now, NULL) ON CONFLICT (batch_id) DO UPDATE SET provider = EXCLUDED.provider,"
+                    " endpoint = EXCLUDED.endpoint, model = EXCLUDED.model, outcome = EXCLUDED.outcome,"
+                    " status = EXCLUDED.status, keys = EXCLUDED.keys, submitted_at = EXCLUDED.submitted_at,"
+                    " finished_at = NULL"
+                ),
+                params,
+            )
+        )
 
     def open_batches(self, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
         rows = self._read(
             "SELECT batch_id, provider, endpoint, model, outcome, status, keys FROM batches WHERE provider = :p"
             " AND endpoint = :e AND model = :m AND finished_at IS NULL ORDER BY submitted_at",
-            p=provider, e=endpoint, m=model)
-        return [BatchRecord(batch_id, provider, endpoint, model, outcome, status, json.loads(keys))
-                for batch_id, provider, endpoint, model, outcome, status, keys in rows]
+            p=provider,
+            e=endpoint,
+            m=model,
+        )
+        return [
+            BatchRecord(batch_id, provider, endpoint, model, outcome, status, json.loads(keys))
+            for batch_id, provider, endpoint, model, outcome, status, keys in rows
+        ]
 
     def finish_batch(self, batch_id: str, status: str) -> None:
-        self._write(lambda conn: conn.execute(text(
-            "UPDATE batches SET status = :status, finished_at = :now WHERE batch_id = :batch_id"),
-            {"status": status, "now": time.time(), "batch_id": batch_id}))
+        self._write(
+            lambda conn: conn.execute(
+                text("UPDATE batches SET status = :status, finished_at = :now WHERE batch_id = :batch_id"),
+                {"status": status, "now": time.time(), "batch_id": batch_id},
+            )
+        )
 
     # --- whole-table copy ---------------------------------------------------------------------
     def rows(self, table: str, chunk: int = 10_000) -> Iterator[list[tuple]]:
         with self._engine.connect() as conn:
             result = conn.execution_options(stream_results=True, yield_per=chunk).execute(
-                TABLES[table].select().order_by(*TABLES[table].primary_key.columns))
+                TABLES[table].select().order_by(*TABLES[table].primary_key.columns)
+            )
             for part in result.partitions(chunk):
                 yield [tuple(row) for row in part]
 
     def insert_rows(self, table: str, rows: Sequence[tuple]) -> int:
         schema = TABLES[table]
-        sql = (f"INSERT INTO {schema.name} VALUES ({', '.join(['%s'] * len(schema.columns))}) "
-               "ON CONFLICT DO NOTHING")
+        sql = f"INSERT INTO {schema.name} VALUES ({', '.join(['%s'] * len(schema.columns))}) ON CONFLICT DO NOTHING"
 
         def work(conn: Connection) -> int:
             count = f"SELECT COUNT(*) FROM {schema.name}"
             before = conn.exec_driver_sql(count).scalar_one()
             conn.exec_driver_sql(sql, list(rows))  # the driver pipelines the rows (no round trip each)
             return int(conn.exec_driver_sql(count).scalar_one() - before)
+
         return self._write(work) if rows else 0

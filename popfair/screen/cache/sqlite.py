@@ -2,6 +2,7 @@
 
 SQLite's WAL mode needs shared memory, so it does not work over a network file system: a sweep
 spread over machines uses a server cache (`cache_url`, see server.py) instead."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,10 @@ from popfair.screen.cache.base import (
 
 CACHE_FILE = "responses.sqlite"
 _CHUNK = 900  # stay under SQLite's bound-parameter limit
-_SCHEMA = ";\n".join(str(CreateTable(table, if_not_exists=True).compile(dialect=sqlite_dialect.dialect()))
-                     for table in METADATA.sorted_tables)
+_SCHEMA = ";\n".join(
+    str(CreateTable(table, if_not_exists=True).compile(dialect=sqlite_dialect.dialect()))
+    for table in METADATA.sorted_tables
+)
 _SELECT_ANSWERS = f"SELECT key, {', '.join(ANSWER_COLUMNS)} FROM responses WHERE key IN "
 _SELECT_REPLIES = f"SELECT key, {', '.join(REPLY_COLUMNS)} FROM responses WHERE key IN "
 
@@ -66,7 +69,7 @@ class SqliteCache(ResponseCache):
         unique = list(dict.fromkeys(keys))
         rows: list[tuple] = []
         for start in range(0, len(unique), _CHUNK):
-            chunk = unique[start:start + _CHUNK]
+            chunk = unique[start : start + _CHUNK]
             rows += self._db.execute(select + f"({','.join('?' * len(chunk))})", chunk).fetchall()
         return rows
 
@@ -77,8 +80,23 @@ class SqliteCache(ResponseCache):
         try:
             self._db.executemany(
                 "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [(key, provider, model, a.raw, a.value, a.parse_error, a.input_tokens, a.output_tokens,
-                  a.cost_usd, a.latency_s, a.created_at) for key, provider, model, a in items])
+                [
+                    (
+                        key,
+                        provider,
+                        model,
+                        a.raw,
+                        a.value,
+                        a.parse_error,
+                        a.input_tokens,
+                        a.output_tokens,
+                        a.cost_usd,
+                        a.latency_s,
+                        a.created_at,
+                    )
+                    for key, provider, model, a in items
+                ],
+            )
             self._db.executemany("DELETE FROM claims WHERE key=?", [(item[0],) for item in items])
             self._db.commit()
         except BaseException:
@@ -90,22 +108,28 @@ class SqliteCache(ResponseCache):
         mine: list[str] = []
         taken_over = 0
         for start in range(0, len(keys), _CHUNK):
-            chunk = sorted(set(keys[start:start + _CHUNK]))
+            chunk = sorted(set(keys[start : start + _CHUNK]))
             marks = ",".join("?" * len(chunk))
             self._db.execute("BEGIN IMMEDIATE")  # one writer at a time: read-then-claim is atomic
             try:
                 now = time.time()
                 taken_over += self._db.execute(
                     f"SELECT COUNT(*) FROM claims WHERE key IN ({marks}) AND owner<>? AND expires_at<?",
-                    [*chunk, owner, now]).fetchone()[0]
+                    [*chunk, owner, now],
+                ).fetchone()[0]
                 self._db.executemany(
                     "INSERT INTO claims (key, owner, expires_at) SELECT ?1, ?2, ?3"
                     " WHERE NOT EXISTS (SELECT 1 FROM responses WHERE key=?1)"
                     " ON CONFLICT(key) DO UPDATE SET owner=excluded.owner, expires_at=excluded.expires_at"
                     " WHERE claims.expires_at<?4 OR claims.owner=excluded.owner",
-                    [(key, owner, now + lease_s, now) for key in chunk])
-                mine += [row[0] for row in self._db.execute(
-                    f"SELECT key FROM claims WHERE key IN ({marks}) AND owner=?", [*chunk, owner])]
+                    [(key, owner, now + lease_s, now) for key in chunk],
+                )
+                mine += [
+                    row[0]
+                    for row in self._db.execute(
+                        f"SELECT key FROM claims WHERE key IN ({marks}) AND owner=?", [*chunk, owner]
+                    )
+                ]
                 self._db.commit()
             except BaseException:
                 self._db.rollback()
@@ -127,24 +151,26 @@ class SqliteCache(ResponseCache):
         return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 
     # --- provider batches -------------------------------------------------------------------
-    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str,
-                  keys: list[str]) -> None:
-        self._db.execute("INSERT OR REPLACE INTO batches VALUES (?,?,?,?,?,?,?,?,NULL)",
-                         (batch_id, provider, endpoint, model, outcome, "submitted", json.dumps(keys),
-                          time.time()))
+    def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str, keys: list[str]) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO batches VALUES (?,?,?,?,?,?,?,?,NULL)",
+            (batch_id, provider, endpoint, model, outcome, "submitted", json.dumps(keys), time.time()),
+        )
         self._db.commit()
 
     def open_batches(self, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
         rows = self._db.execute(
             "SELECT batch_id, provider, endpoint, model, outcome, status, keys FROM batches"
             " WHERE provider=? AND endpoint=? AND model=? AND finished_at IS NULL ORDER BY submitted_at",
-            (provider, endpoint, model)).fetchall()
-        return [BatchRecord(batch_id, provider, endpoint, model, outcome, status, json.loads(keys))
-                for batch_id, provider, endpoint, model, outcome, status, keys in rows]
+            (provider, endpoint, model),
+        ).fetchall()
+        return [
+            BatchRecord(batch_id, provider, endpoint, model, outcome, status, json.loads(keys))
+            for batch_id, provider, endpoint, model, outcome, status, keys in rows
+        ]
 
     def finish_batch(self, batch_id: str, status: str) -> None:
-        self._db.execute("UPDATE batches SET status=?, finished_at=? WHERE batch_id=?",
-                         (status, time.time(), batch_id))
+        self._db.execute("UPDATE batches SET status=?, finished_at=? WHERE batch_id=?", (status, time.time(), batch_id))
         self._db.commit()
 
     # --- whole-table copy ---------------------------------------------------------------------

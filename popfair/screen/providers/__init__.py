@@ -3,6 +3,7 @@
 Adapters register themselves with `@register_provider("<kind>")`; importing them costs nothing
 because each imports its SDK only when it opens a client. Batch support is a capability of the
 adapter class (`batch_api`)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,5 +29,14 @@ def make_provider(kind: str, **kwargs: Any) -> Provider:
     return PROVIDERS[kind](**kwargs)
 
 
-__all__ = ["PROVIDERS", "BatchApi", "Completion", "Generation",
-           "PermanentError", "Provider", "TransientError", "make_provider", "register_provider"]
+__all__ = [
+    "PROVIDERS",
+    "BatchApi",
+    "Completion",
+    "Generation",
+    "PermanentError",
+    "Provider",
+    "TransientError",
+    "make_provider",
+    "register_provider",
+]

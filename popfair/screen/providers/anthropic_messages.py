@@ -1,4 +1,5 @@
 """Anthropic Messages API through the official `anthropic` SDK (its own retries off)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +17,8 @@ class AnthropicBatches:
 
     async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
         batch = await self.provider.client.messages.batches.create(
-            requests=[{"custom_id": key, "params": body} for key, body in lines])
+            requests=[{"custom_id": key, "params": body} for key, body in lines]
+        )
         return batch.id
 
     async def status(self, batch_id: str) -> tuple[str, bool]:
@@ -45,11 +47,14 @@ class AnthropicMessages(Provider):
         gen = self.generation
         content: list[dict[str, Any]] = []
         if image is not None:
-            content.append({"type": "image",
-                            "source": {"type": "base64", "media_type": "image/png", "data": image}})
+            content.append({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": image}})
         content.append({"type": "text", "text": prompt.user})
-        body: dict[str, Any] = {"model": self.model, "max_tokens": gen.max_tokens, "system": prompt.system,
-                                "messages": [{"role": "user", "content": content}]}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": gen.max_tokens,
+            "system": prompt.system,
+            "messages": [{"role": "user", "content": content}],
+        }
         if gen.temperature is not None:
             body["temperature"] = gen.temperature
         body.update(gen.extra)
@@ -58,9 +63,13 @@ class AnthropicMessages(Provider):
     async def start(self) -> None:
         import anthropic
 
-        self._client = anthropic.AsyncAnthropic(api_key=self.api_key, base_url=self.base_url,
-                                                max_retries=0, timeout=self.timeout_s,
-                                                http_client=aiohttp_client(anthropic, self.timeout_s))
+        self._client = anthropic.AsyncAnthropic(
+            api_key=self.api_key,
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=self.timeout_s,
+            http_client=aiohttp_client(anthropic, self.timeout_s),
+        )
 
     async def send(self, body: dict[str, Any]) -> Completion:
         import anthropic
@@ -79,8 +88,8 @@ def completion_from_message(message: Any) -> Completion:
     blocks = message.get("content") if isinstance(message, dict) else None
     if not isinstance(blocks, list):
         raise TransientError("malformed response: message without a content list")
-    text = "".join(block.get("text", "") for block in blocks
-                   if isinstance(block, dict) and block.get("type") == "text")
+    text = "".join(block.get("text", "") for block in blocks if isinstance(block, dict) and block.get("type") == "text")
     usage = message.get("usage") or {}
-    return Completion(text=text, input_tokens=int(usage.get("input_tokens") or 0),
-                      output_tokens=int(usage.get("output_tokens") or 0))
+    return Completion(
+        text=text, input_tokens=int(usage.get("input_tokens") or 0), output_tokens=int(usage.get("output_tokens") or 0)
+    )

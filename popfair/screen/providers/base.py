@@ -1,4 +1,5 @@
 """What every provider adapter shares: generation settings, results, error classes, cache keys."""
+
 from __future__ import annotations
 
 import base64
@@ -21,12 +22,14 @@ PROVIDERS: dict[str, type[Provider]] = {}
 
 def register_provider(kind: str) -> Callable[[P], P]:
     """Class decorator: make an adapter available as `screener.provider=<kind>`."""
+
     def register(cls: P) -> P:
         if kind in PROVIDERS and PROVIDERS[kind] is not cls:
             raise ValueError(f"provider kind {kind!r} is registered twice ({PROVIDERS[kind].__name__}, {cls.__name__})")
         cls.kind = kind
         PROVIDERS[kind] = cls
         return cls
+
     return register
 
 
@@ -132,9 +135,17 @@ class Provider(ABC):
     # The batch endpoint this provider offers (a capability; None: online requests only).
     batch_api: ClassVar[type[BatchApi] | None] = None
 
-    def __init__(self, model: str, generation: Generation, reasoning: bool = False,
-                 api_key: str | None = None, base_url: str | None = None, region: str | None = None,
-                 timeout_s: float = 60.0, concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        model: str,
+        generation: Generation,
+        reasoning: bool = False,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        region: str | None = None,
+        timeout_s: float = 60.0,
+        concurrency: int = 8,
+    ) -> None:
         self.model, self.generation, self.reasoning = model, generation, reasoning
         self.api_key, self.base_url, self.region = api_key, base_url, region
         self.timeout_s, self.concurrency = timeout_s, concurrency
@@ -162,8 +173,7 @@ class Provider(ABC):
         """The response-cache key of one prompt (see cache_keys)."""
         return self.cache_keys(prompt.system, [prompt.user], [prompt.image_png])[0]
 
-    def cache_keys(self, system: str, users: Sequence[str],
-                   images: Sequence[bytes | None] | None = None) -> list[str]:
+    def cache_keys(self, system: str, users: Sequence[str], images: Sequence[bytes | None] | None = None) -> list[str]:
         """Keys of many prompts sharing one system text, in bulk: sha256 over the request body template
         (provider, endpoint, model, every generation parameter, message structure; serialised once per
         provider) followed by the length-prefixed system text, user text and image bytes. Same identity
@@ -185,8 +195,12 @@ class Provider(ABC):
         prefix = self._key_prefixes.get((has_image, system))
         if prefix is None:
             body = self.body(ChatPrompt(system="<system>", user="<user>"), "<image>" if has_image else None)
-            template = json.dumps({"provider": self.kind, "endpoint": self.endpoint, "body": body},
-                                  sort_keys=True, separators=(",", ":"), default=str).encode()
+            template = json.dumps(
+                {"provider": self.kind, "endpoint": self.endpoint, "body": body},
+                sort_keys=True,
+                separators=(",", ":"),
+                default=str,
+            ).encode()
             prefix = _keyed(hashlib.sha256(template), system.encode())
             if len(self._key_prefixes) > 64:  # a few prompt sets per provider; never grows without bound
                 self._key_prefixes.clear()

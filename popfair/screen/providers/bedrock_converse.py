@@ -2,6 +2,7 @@
 
 Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE,
 or a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK); none of them is ever written to config."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,14 +12,18 @@ from typing import Any
 from popfair.screen.prompts import ChatPrompt
 from popfair.screen.providers.base import Completion, Provider, TransientError, classify_status, register_provider
 
-TRANSIENT_CODES = {"ThrottlingException": 429, "ServiceUnavailableException": 503,
-                   "InternalServerException": 500, "ModelTimeoutException": 408,
-                   "ModelNotReadyException": 503, "TooManyRequestsException": 429}
+TRANSIENT_CODES = {
+    "ThrottlingException": 429,
+    "ServiceUnavailableException": 503,
+    "InternalServerException": 500,
+    "ModelTimeoutException": 408,
+    "ModelNotReadyException": 503,
+    "TooManyRequestsException": 429,
+}
 
 
 @register_provider("bedrock")
 class BedrockConverse(Provider):
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._pool: ThreadPoolExecutor | None = None
@@ -39,9 +44,12 @@ class BedrockConverse(Provider):
         inference: dict[str, Any] = {"maxTokens": gen.max_tokens}
         if gen.temperature is not None:
             inference["temperature"] = gen.temperature
-        body: dict[str, Any] = {"modelId": self.model, "system": [{"text": prompt.system}],
-                                "messages": [{"role": "user", "content": content}],
-                                "inferenceConfig": inference}
+        body: dict[str, Any] = {
+            "modelId": self.model,
+            "system": [{"text": prompt.system}],
+            "messages": [{"role": "user", "content": content}],
+            "inferenceConfig": inference,
+        }
         if gen.reasoning_effort is not None:
             body["additionalModelRequestFields"] = {"reasoning_effort": gen.reasoning_effort}
         body.update(gen.extra)
@@ -51,11 +59,15 @@ class BedrockConverse(Provider):
         import boto3
         from botocore.config import Config
 
-        config = Config(retries={"total_max_attempts": 1, "mode": "standard"},
-                        read_timeout=self.timeout_s, connect_timeout=min(10.0, self.timeout_s),
-                        max_pool_connections=max(10, self.concurrency))
-        self._client = boto3.client("bedrock-runtime", region_name=self.region,
-                                    endpoint_url=self.base_url, config=config)
+        config = Config(
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            read_timeout=self.timeout_s,
+            connect_timeout=min(10.0, self.timeout_s),
+            max_pool_connections=max(10, self.concurrency),
+        )
+        self._client = boto3.client(
+            "bedrock-runtime", region_name=self.region, endpoint_url=self.base_url, config=config
+        )
         self._pool = ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="bedrock")
 
     async def stop(self) -> None:
@@ -76,8 +88,9 @@ class BedrockConverse(Provider):
             meta = exc.response.get("ResponseMetadata", {})
             status = int(meta.get("HTTPStatusCode") or TRANSIENT_CODES.get(error.get("Code"), 400))
             status = TRANSIENT_CODES.get(error.get("Code"), status)
-            raise classify_status(status, meta.get("HTTPHeaders"),
-                                  f"{error.get('Code')}: {error.get('Message')}") from None
+            raise classify_status(
+                status, meta.get("HTTPHeaders"), f"{error.get('Code')}: {error.get('Message')}"
+            ) from None
         except BotoCoreError as exc:  # timeouts, connection errors, unparseable bodies
             raise TransientError(f"{type(exc).__name__}: {exc}"[:300]) from None
         except (KeyError, TypeError, IndexError, ValueError) as exc:
@@ -88,5 +101,6 @@ def completion_from_converse(response: dict[str, Any]) -> Completion:
     blocks = response["output"]["message"]["content"]
     text = "".join(block.get("text", "") for block in blocks)
     usage = response.get("usage") or {}
-    return Completion(text=text, input_tokens=int(usage.get("inputTokens", 0)),
-                      output_tokens=int(usage.get("outputTokens", 0)))
+    return Completion(
+        text=text, input_tokens=int(usage.get("inputTokens", 0)), output_tokens=int(usage.get("outputTokens", 0))
+    )

@@ -1,5 +1,6 @@
 """OpenAI chat completions, and every OpenAI-compatible endpoint by base_url (Together, OpenRouter,
 Google's OpenAI-compatible Gemini endpoint, xAI, local vLLM or Ollama servers)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,10 @@ def chat_messages(prompt: ChatPrompt, image_b64: str | None) -> list[dict[str, A
     if image_b64 is None:
         user: Any = prompt.user
     else:
-        user = [{"type": "text", "text": prompt.user},
-                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image_b64}"}}]
+        user = [
+            {"type": "text", "text": prompt.user},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image_b64}"}},
+        ]
     return [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
 
 
@@ -63,12 +66,15 @@ class OpenAIBatches:
         self.provider = provider
 
     async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
-        payload = "\n".join(json.dumps({"custom_id": key, "method": "POST", "url": "/v1/chat/completions",
-                                        "body": body}) for key, body in lines).encode()
+        payload = "\n".join(
+            json.dumps({"custom_id": key, "method": "POST", "url": "/v1/chat/completions", "body": body})
+            for key, body in lines
+        ).encode()
         client = self.provider.client
         upload = await client.files.create(file=("popfair-batch.jsonl", payload), purpose="batch")
-        batch = await client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
-                                            completion_window=window)
+        batch = await client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window=window
+        )
         return batch.id
 
     async def status(self, batch_id: str) -> tuple[str, bool]:
@@ -89,8 +95,10 @@ class OpenAIBatches:
                 entry = json.loads(line)
                 response, error = entry.get("response") or {}, entry.get("error")
                 if error or response.get("status_code") != 200:
-                    yield entry["custom_id"], str(error or f"HTTP {response.get('status_code')}: "
-                                                  f"{response.get('body')}")[:300]
+                    yield (
+                        entry["custom_id"],
+                        str(error or f"HTTP {response.get('status_code')}: {response.get('body')}")[:300],
+                    )
                     continue
                 try:
                     yield entry["custom_id"], completion_from_chat(response["body"])
@@ -121,9 +129,13 @@ class OpenAIChat(Provider):
     async def start(self) -> None:
         import openai
 
-        self._client = openai.AsyncOpenAI(api_key=self.api_key or "not-needed", base_url=self.base_url,
-                                          max_retries=0, timeout=self.timeout_s,
-                                          http_client=aiohttp_client(openai, self.timeout_s))
+        self._client = openai.AsyncOpenAI(
+            api_key=self.api_key or "not-needed",
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=self.timeout_s,
+            http_client=aiohttp_client(openai, self.timeout_s),
+        )
 
     async def send(self, body: dict[str, Any]) -> Completion:
         import openai
@@ -147,9 +159,11 @@ def completion_from_chat(data: Any) -> Completion:
     if not isinstance(message, dict):
         raise TransientError("malformed response: no choices[0].message")
     usage = data.get("usage") or {}
-    return Completion(text=message.get("content") or "",
-                      input_tokens=int(usage.get("prompt_tokens") or 0),
-                      output_tokens=int(usage.get("completion_tokens") or 0))
+    return Completion(
+        text=message.get("content") or "",
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+    )
 
 
 __all__ = ["OpenAIChat", "chat_messages", "completion_from_chat", "sdk_error", "PermanentError"]
