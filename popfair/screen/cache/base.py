@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
 
@@ -108,17 +108,19 @@ class ResponseCache(ABC):
     #: where the cache lives, safe to print (no password)
     location: str
 
-    @abstractmethod
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedAnswer]:
         """Cached answers for the given keys, in bulk (missing keys are absent from the result)."""
+        return {row[0]: CachedAnswer(*row[1:]) for row in self._select(ANSWER_COLUMNS, keys)}
 
     def get_replies(self, keys: Iterable[str]) -> dict[str, StoredReply]:
-        """The reusable part of the cached answers for `keys`, in bulk (the fully cached rerun's read;
-        backends override it with a narrower query)."""
-        return {
-            key: StoredReply(a.raw, a.value, a.parse_error, a.input_tokens, a.output_tokens)
-            for key, a in self.get_many(keys).items()
-        }
+        """The reusable part of the cached answers for `keys`, in bulk (the fully cached rerun's read:
+        a narrower query than get_many)."""
+        new = tuple.__new__  # StoredReply is a tuple: no per-row constructor call
+        return {row[0]: new(StoredReply, row[1:]) for row in self._select(REPLY_COLUMNS, keys)}
+
+    @abstractmethod
+    def _select(self, columns: Sequence[str], keys: Iterable[str]) -> list[Any]:
+        """Rows (key, *columns) of the distinct given keys that have an answer, in bulk."""
 
     @abstractmethod
     def put(self, key: str, provider: str, model: str, answer: CachedAnswer) -> None:

@@ -29,12 +29,10 @@ from popfair.errors import ConfigError
 from popfair.screen.cache.base import (
     ANSWER_COLUMNS,
     METADATA,
-    REPLY_COLUMNS,
     TABLES,
     BatchRecord,
     CachedAnswer,
     ResponseCache,
-    StoredReply,
 )
 
 log = logging.getLogger("popfair.screen")
@@ -115,13 +113,6 @@ class ServerCache(ResponseCache):
 
     def close(self) -> None:
         self._engine.dispose()
-
-    def get_many(self, keys: Iterable[str]) -> dict[str, CachedAnswer]:
-        return {row[0]: CachedAnswer(*row[1:]) for row in self._select(ANSWER_COLUMNS, keys)}
-
-    def get_replies(self, keys: Iterable[str]) -> dict[str, StoredReply]:
-        new = tuple.__new__  # StoredReply is a tuple: no per-row constructor call
-        return {row[0]: new(StoredReply, row[1:]) for row in self._select(REPLY_COLUMNS, keys)}
 
     def _select(self, columns: Sequence[str], keys: Iterable[str]) -> list[Any]:
         """Rows (key, *columns) of the distinct keys that have an answer, one `= ANY(array)` per chunk."""

@@ -10,20 +10,18 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.schema import CreateTable
 
 from popfair.errors import ConfigError
 from popfair.screen.cache.base import (
-    ANSWER_COLUMNS,
     METADATA,
-    REPLY_COLUMNS,
     TABLES,
     BatchRecord,
     CachedAnswer,
     ResponseCache,
-    StoredReply,
 )
 
 CACHE_FILE = "responses.sqlite"
@@ -32,8 +30,6 @@ _SCHEMA = ";\n".join(
     str(CreateTable(table, if_not_exists=True).compile(dialect=sqlite_dialect.dialect()))
     for table in METADATA.sorted_tables
 )
-_SELECT_ANSWERS = f"SELECT key, {', '.join(ANSWER_COLUMNS)} FROM responses WHERE key IN "
-_SELECT_REPLIES = f"SELECT key, {', '.join(REPLY_COLUMNS)} FROM responses WHERE key IN "
 
 
 class SqliteCache(ResponseCache):
@@ -56,18 +52,12 @@ class SqliteCache(ResponseCache):
     def close(self) -> None:
         self._db.close()
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, CachedAnswer]:
-        return {row[0]: CachedAnswer(*row[1:]) for row in self._select(_SELECT_ANSWERS, keys)}
-
-    def get_replies(self, keys: Iterable[str]) -> dict[str, StoredReply]:
-        new = tuple.__new__  # StoredReply is a tuple: no per-row constructor call
-        return {row[0]: new(StoredReply, row[1:]) for row in self._select(_SELECT_REPLIES, keys)}
-
-    def _select(self, select: str, keys: Iterable[str]) -> list[tuple]:
-        """Rows of `select ... WHERE key IN` for the distinct keys, in chunks of bound parameters
-        (measured faster than one json_each() parameter or a temporary table joined)."""
+    def _select(self, columns: Sequence[str], keys: Iterable[str]) -> list[Any]:
+        """`... WHERE key IN (...)` in chunks of bound parameters (measured faster than one json_each()
+        parameter or a temporary table joined)."""
+        select = f"SELECT key, {', '.join(columns)} FROM responses WHERE key IN "
         unique = list(dict.fromkeys(keys))
-        rows: list[tuple] = []
+        rows: list[Any] = []
         for start in range(0, len(unique), _CHUNK):
             chunk = unique[start : start + _CHUNK]
             rows += self._db.execute(select + f"({','.join('?' * len(chunk))})", chunk).fetchall()
