@@ -41,13 +41,7 @@ def main() -> None:
             warnings.simplefilter("always", PseOverlapWarning)
             result = estimate_pse(
                 data,
-                x="gender",
-                x0=sim.x0,
-                x1=sim.x1,
-                z=sim.roles["z"],
-                b=sim.roles["b"],
-                r=sim.roles["r"],
-                y="y",
+                **sim.role_kwargs,
                 folds=5,
                 n_bootstrap=500,
                 seed=0,

@@ -35,13 +35,7 @@ def one_replication(args: tuple[int, int, str, dict]) -> pd.DataFrame:
         warnings.simplefilter("ignore", PseOverlapWarning)
         result = estimate_pse(
             data,
-            x="gender",
-            x0=sim.x0,
-            x1=sim.x1,
-            z=sim.roles["z"],
-            b=sim.roles["b"],
-            r=sim.roles["r"],
-            y="y",
+            **sim.role_kwargs,
             folds=5,
             n_bootstrap=500,
             seed=rep,

@@ -291,13 +291,7 @@ def test_poor_overlap_is_reported_and_warned():
     with pytest.warns(PseOverlapWarning, match="poor overlap"):
         result = estimate_pse(
             data,
-            x="gender",
-            x0="female",
-            x1="male",
-            z=sim.roles["z"],
-            b=sim.roles["b"],
-            r=sim.roles["r"],
-            y="y",
+            **sim.role_kwargs,
             clip=0.05,
             **FAST,
         )

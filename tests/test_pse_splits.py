@@ -45,13 +45,7 @@ def test_estimates_average_the_splits(outcome, splits):
         warnings.simplefilter("ignore", PseOverlapWarning)
         result = estimate_pse(
             data,
-            x="gender",
-            x0=sim.x0,
-            x1=sim.x1,
-            z=sim.roles["z"],
-            b=sim.roles["b"],
-            r=sim.roles["r"],
-            y="y",
+            **sim.role_kwargs,
             folds=2,
             n_bootstrap=100,
             grid=SMALL_GRID,

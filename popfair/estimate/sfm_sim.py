@@ -51,6 +51,19 @@ class SimulatedSFM:
         "r": ("name_gender_typicality", "name_age_typicality", "surname_race_typicality", "region"),
     }
 
+    @property
+    def role_kwargs(self) -> dict[str, object]:
+        """The SFM roles as `estimate_pse` keyword arguments (x, x0, x1, z, b, r, y) for a `sample`."""
+        return {
+            "x": self.roles["x"],
+            "x0": self.x0,
+            "x1": self.x1,
+            "z": self.roles["z"],
+            "b": self.roles["b"],
+            "r": self.roles["r"],
+            "y": "y",
+        }
+
     def sample(self, n: int, seed: int) -> pd.DataFrame:
         """n factual applicants: raw columns as PopResume stores them (strings and integers), y."""
         noise = self._noise(n, seed)
