@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from popfair.errors import ConfigError
+from popfair.estimate.dml import BINARY_SPLITS
 from popfair.estimate.inference import mean_inference
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm_sim import SimulatedSFM
@@ -63,5 +64,14 @@ def test_estimates_average_the_splits(outcome, splits):
 
 
 def test_bad_n_splits_names_the_key():
-    with pytest.raises(ConfigError, match=r"^n_splits: must be an integer in \[1, 50\]"):
+    with pytest.raises(ConfigError, match=r"^n_splits: must be one of \['auto'\] or an integer in \[1, 50\], got 0"):
         PseDml(n_splits=0)
+
+
+@pytest.mark.parametrize("outcome,expected", [("callback", BINARY_SPLITS), ("score", 1)])
+def test_auto_splits_average_five_fold_assignments_for_callbacks_and_keep_one_for_scores(outcome, expected):
+    sim = SimulatedSFM(outcome=outcome)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PseOverlapWarning)
+        result = estimate_pse(sim.sample(400, seed=5), **sim.role_kwargs, folds=2, n_bootstrap=100, grid=SMALL_GRID)
+    assert result.n_splits == expected
