@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -65,6 +67,47 @@ class MlflowTracker:
         self.uri, self.experiment_name, self.enabled = uri, experiment_name, enabled
         self.artifact_root = artifact_root
         self._prepared: Future[str] | None = None
+        self._creating: subprocess.Popen | None = None  # child process creating a new SQLite store
+
+    def _sqlite_path(self) -> Path | None:
+        return Path(self.uri.removeprefix("sqlite:///")) if self.uri.startswith("sqlite:///") else None
+
+    def create_store(self) -> None:
+        """When the tracking store is a SQLite file that does not exist yet, start creating it now in
+        a child process (`create_sqlite_store`), so MLflow's schema migrations run beside the
+        pipeline's first stages instead of on its critical path. Nothing happens for an existing
+        file or another kind of store. Opening the store waits for the child; if it failed, the
+        store is created in this process as before (and a real error is raised there)."""
+        path = self._sqlite_path()
+        if not self.enabled or self._creating is not None or self._prepared is not None or path is None:
+            return
+        if path.exists():
+            return
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        try:
+            self._creating = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from popfair.track.mlflow_tracker import create_sqlite_store; "
+                    "create_sqlite_store(*sys.argv[1:])",
+                    self.uri,
+                    self.experiment_name,
+                    self.artifact_root,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError:  # no child: the store is created in this process when it is opened
+            self._creating = None
+
+    def _wait_for_store(self) -> None:
+        child, self._creating = self._creating, None
+        if child is not None:
+            child.wait()
 
     def prepare(self) -> None:
         """Import MLflow, open the tracking store (creating a new SQLite database runs MLflow's
@@ -93,17 +136,8 @@ class MlflowTracker:
         return self._open_experiment()
 
     def _open_experiment(self) -> str:
-        import mlflow
-
-        if self.uri.startswith("sqlite:///"):
-            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        mlflow.set_tracking_uri(self.uri)
-        found = mlflow.get_experiment_by_name(self.experiment_name)
-        if found is not None:
-            return found.experiment_id
-        location = Path(self.artifact_root).resolve()
-        location.mkdir(parents=True, exist_ok=True)
-        return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
+        self._wait_for_store()
+        return _open_experiment(self.uri, self.experiment_name, self.artifact_root)
 
     @contextlib.contextmanager
     def run(
@@ -178,6 +212,54 @@ class MlflowTracker:
             run_id = run.run_id
             mlflow.end_run(status="FAILED")
         return run_id
+
+
+def _open_experiment(uri: str, experiment_name: str, artifact_root: str) -> str:
+    """Point MLflow at `uri` (creating a SQLite store's folder) and return the experiment's id,
+    creating the experiment (artifacts under `artifact_root`) if it does not exist."""
+    import mlflow
+
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    found = mlflow.get_experiment_by_name(experiment_name)
+    if found is not None:
+        return found.experiment_id
+    location = Path(artifact_root).resolve()
+    location.mkdir(parents=True, exist_ok=True)
+    return mlflow.create_experiment(experiment_name, artifact_location=location.as_uri())
+
+
+def create_sqlite_store(uri: str, experiment_name: str, artifact_root: str) -> None:
+    """Create a new SQLite tracking store and its experiment (what `MlflowTracker.create_store`
+    runs in a child process). MLflow brings a new database to its schema with a few dozen
+    migrations, each committed and, by default, synced to disk: on this machine the syncs took
+    longer than the migrations (2-5 s against 1 s). Here SQLite skips the per-commit syncs
+    (PRAGMA synchronous=OFF, in this process only) and the finished file is synced once; a store
+    that already exists is only opened, with SQLite's defaults."""
+    path = Path(uri.removeprefix("sqlite:///"))
+    if path.exists():
+        _open_experiment(uri, experiment_name, artifact_root)
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def no_sync_per_commit(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA synchronous=OFF")
+        cursor.close()
+
+    event.listen(Engine, "connect", no_sync_per_commit)
+    _open_experiment(uri, experiment_name, artifact_root)
+    for synced in (path, path.parent):
+        try:
+            descriptor = os.open(synced, os.O_RDONLY)
+        except OSError:  # a folder cannot be opened on every platform
+            continue
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 class RunLogger:
