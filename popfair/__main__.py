@@ -43,9 +43,10 @@ def _register_sweeper() -> None:
     hydra/sweeper) explicitly, so a checkout, an editable install and a wheel behave alike."""
     from hydra.core.plugins import Plugins
 
+    plugins = Plugins.instance()  # the scan first: it re-executes Hydra's own plugin modules (BasicSweeper)
     from hydra_plugins.popfair_sweeper.popfair_sweeper import PopfairSweeper
 
-    Plugins.instance().register(PopfairSweeper)
+    plugins.register(PopfairSweeper)
 
 
 if __name__ == "__main__":
