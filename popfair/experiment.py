@@ -12,7 +12,7 @@ import pandas as pd
 import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 import popfair
@@ -75,21 +75,27 @@ def check_node(node: DictConfig, path: str) -> None:
     """Check a config node, and every nested component node, against the `parameter_constraints`
     its `_target_` declares, before anything is built; errors name the full config path."""
     try:
-        target = get_object(node["_target_"]) if "_target_" in node else None
-        values = OmegaConf.to_container(node, resolve=True)
-    except Exception:  # noqa: BLE001 - an unknown target or a broken interpolation: instantiate says why
+        values = OmegaConf.to_container(node, resolve=True)  # one resolved copy: checked as plain values
+    except Exception:  # noqa: BLE001 - a broken interpolation: instantiate says why
+        return
+    assert isinstance(values, dict)
+    _check_values(values, path)
+
+
+def _check_values(values: dict[Any, Any], path: str) -> None:
+    try:
+        target = get_object(values["_target_"]) if "_target_" in values else None
+    except Exception:  # noqa: BLE001 - an unknown target: instantiate says why
         return
     constraints = getattr(target, "parameter_constraints", {})
-    assert isinstance(values, dict)
-    for key in map(str, values):
-        if OmegaConf.is_missing(node, key):  # `???`: instantiate names it as required
+    for key, value in values.items():
+        if value == MISSING:  # `???`: instantiate names it as required
             continue
-        value = node[key]
-        if isinstance(value, DictConfig) and "_target_" in value:
-            check_node(value, f"{path}.{key}")
+        if isinstance(value, dict) and "_target_" in value:
+            _check_values(value, f"{path}.{key}")
         else:
             try:
-                validate(constraints, {key: values[key]})
+                validate(constraints, {str(key): value})
             except ParameterError as exc:
                 raise exc.at(path) from None
 
