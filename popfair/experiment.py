@@ -3,6 +3,7 @@ logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw c
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -71,15 +72,17 @@ class RunResult:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
 
 
-def check_node(node: DictConfig, path: str) -> None:
+def check_node(node: DictConfig, path: str) -> dict[Any, Any] | None:
     """Check a config node, and every nested component node, against the `parameter_constraints`
-    its `_target_` declares, before anything is built; errors name the full config path."""
+    its `_target_` declares, before anything is built; errors name the full config path. Returns
+    the node's resolved values (None when it does not resolve: instantiate then says why)."""
     try:
         values = OmegaConf.to_container(node, resolve=True)  # one resolved copy: checked as plain values
     except Exception:  # noqa: BLE001 - a broken interpolation: instantiate says why
-        return
+        return None
     assert isinstance(values, dict)
     _check_values(values, path)
+    return values
 
 
 def _check_values(values: dict[Any, Any], path: str) -> None:
@@ -100,12 +103,25 @@ def _check_values(values: dict[Any, Any], path: str) -> None:
                 raise exc.at(path) from None
 
 
+def _plain(value: Any) -> bool:
+    """Resolved values that read back the same as a new config: no `???` and no literal `${`."""
+    if isinstance(value, dict):
+        return all(_plain(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return not (isinstance(value, str) and (value == MISSING or "${" in value))
+
+
 def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
     """Instantiate one config group, after checking its settings against their declared constraints;
-    surface our own validation errors unwrapped, with the config path of the setting."""
-    check_node(node, group)
+    surface our own validation errors unwrapped, with the config path of the setting.
+
+    What is instantiated is the checked, resolved copy of the node when it has nothing left to
+    resolve: Hydra's instantiate deep-copies and re-resolves a config node, which cost most of a
+    sweep case's set-up (a node that still holds `???` goes as it is, so the error names its path)."""
+    values = check_node(node, group)
     try:
-        return instantiate(node, _convert_="all", **kwargs)
+        return instantiate(values if values is not None and _plain(values) else node, _convert_="all", **kwargs)
     except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
         raise ConfigError(f"{exc.full_key}: is required; set it on the command line ({exc.full_key}=...)") from None
     except InstantiationException as exc:
@@ -128,19 +144,21 @@ PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
 
 
 def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False) -> Any:
-    """Build a component; in a dry run, one that fails for want of an external resource (an API key,
-    a photo folder) is rebuilt with `<PLANNING_RELAXATIONS[group]>=False`: it can plan but not work.
-    If that does not help, the original error (naming the key or variable) is raised."""
+    """Build a component; in a dry run with `<PLANNING_RELAXATIONS[group]>=False` when its class takes
+    that keyword: it can plan without the external resource (an API key, a photo folder) and still
+    uses the resource when it is there."""
+    relax = PLANNING_RELAXATIONS.get(group)
+    if dry_run and relax is not None and relax in _keywords(node.get("_target_")):
+        return build(node, group, **{relax: False})
+    return build(node, group)
+
+
+def _keywords(target: Any) -> set[str]:
+    """The keyword parameters of a config's `_target_` (none when it cannot be resolved)."""
     try:
-        return build(node, group)
-    except ConfigError as missing:  # MissingSecretError is a ConfigError
-        relax = PLANNING_RELAXATIONS.get(group)
-        if not dry_run or relax is None:
-            raise
-        try:
-            return build(node, group, **{relax: False})
-        except ConfigError:
-            raise missing from None
+        return set(inspect.signature(get_object(str(target))).parameters)
+    except Exception:  # noqa: BLE001 - an unknown target: building it says why
+        return set()
 
 
 @dataclass
