@@ -33,7 +33,20 @@ def main() -> float | None:
         if text is not None:
             print(text)
             return None
+    _register_sweeper()
     return run()
+
+
+def _register_sweeper() -> None:
+    """Hydra finds plugins by walking the hydra_plugins namespace package, which an editable install
+    (setuptools >= 64) hides behind an import hook: register popfair's sweeper (the default
+    hydra/sweeper) explicitly, so a checkout, an editable install and a wheel behave alike."""
+    from hydra.core.plugins import Plugins
+
+    plugins = Plugins.instance()  # the scan first: it re-executes Hydra's own plugin modules (BasicSweeper)
+    from hydra_plugins.popfair_sweeper.popfair_sweeper import PopfairSweeper
+
+    plugins.register(PopfairSweeper)
 
 
 if __name__ == "__main__":

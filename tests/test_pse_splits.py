@@ -1,5 +1,6 @@
-"""Repeated cross-fitting (n_splits): the split spread enters the SE and the bootstrap CI, and one
-split reproduces the single-split inference exactly."""
+"""Repeated cross-fitting (n_splits): the variance is Chernozhukov et al.'s mean aggregation (each
+split's variance plus its squared deviation from the mean, averaged), the bootstrap carries the same
+mixture, and one split reproduces the single-split inference exactly."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from popfair.errors import ConfigError
+from popfair.estimate.dml import BINARY_SPLITS
 from popfair.estimate.inference import mean_inference
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm_sim import SimulatedSFM
@@ -27,11 +29,13 @@ def test_split_spread_is_added_to_the_se_and_carried_by_the_bootstrap():
     rng = np.random.default_rng(2)
     common = rng.normal(size=(4000, 1))
     shifts = np.array([-0.06, -0.02, 0.0, 0.03, 0.05])  # split-to-split spread of the estimates
-    scores = common[None] + shifts[:, None, None]
+    scale = np.array([1.0, 0.9, 1.1, 1.0, 1.2])  # and of each split's own variance
+    scores = common[None] * scale[:, None, None] + shifts[:, None, None]
     table, _ = mean_inference(scores, ["m"], alpha=0.05, n_bootstrap=4000, rng=np.random.default_rng(3))
-    se_bar = common.std(ddof=1) / np.sqrt(len(common))
-    expected = np.sqrt(se_bar**2 + shifts.var(ddof=1) / len(shifts))
-    assert table.loc["m", "estimate"] == pytest.approx(common.mean() + shifts.mean())
+    thetas = common.mean() * scale + shifts
+    ses = common.std(ddof=1) * scale / np.sqrt(len(common))
+    expected = np.sqrt(np.mean(ses**2 + (thetas - thetas.mean()) ** 2))  # Chernozhukov et al. (2018) 3.4
+    assert table.loc["m", "estimate"] == pytest.approx(thetas.mean())
     assert table.loc["m", "se"] == pytest.approx(expected)
     width = table.loc["m", "ci_high"] - table.loc["m", "ci_low"]
     assert width == pytest.approx(2 * 1.96 * expected, rel=0.08)  # the percentile CI has that spread
@@ -60,5 +64,14 @@ def test_estimates_average_the_splits(outcome, splits):
 
 
 def test_bad_n_splits_names_the_key():
-    with pytest.raises(ConfigError, match=r"^n_splits: must be an integer in \[1, 50\]"):
+    with pytest.raises(ConfigError, match=r"^n_splits: must be one of \['auto'\] or an integer in \[1, 50\], got 0"):
         PseDml(n_splits=0)
+
+
+@pytest.mark.parametrize("outcome,expected", [("callback", BINARY_SPLITS), ("score", 1)])
+def test_auto_splits_average_five_fold_assignments_for_callbacks_and_keep_one_for_scores(outcome, expected):
+    sim = SimulatedSFM(outcome=outcome)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PseOverlapWarning)
+        result = estimate_pse(sim.sample(400, seed=5), **sim.role_kwargs, folds=2, n_bootstrap=100, grid=SMALL_GRID)
+    assert result.n_splits == expected

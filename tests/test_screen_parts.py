@@ -17,6 +17,7 @@ from popfair.screen.pricing import (
     image_tokens,
 )
 from popfair.secrets import REDACTED, RedactSecrets, register_secret
+from popfair.types import Document
 from tests.llm_stub import StubServer
 from tests.screen_helpers import JOBS, documents, make_screener, png
 
@@ -65,6 +66,24 @@ def test_plan_counts_distinct_uncached_prompts_and_prices_them(tmp_path, monkeyp
         screener.screen(JOBS, docs[:12], "score")
         assert screener.plan(JOBS, docs, "score").calls == 18
         assert screener.plan(JOBS, docs, "callback").calls == 30  # another prompt: another answer
+
+
+def test_plan_prices_each_distinct_image_once_and_looks_up_only_models_the_cache_holds(tmp_path, monkeypatch):
+    pages = [png(seed, (800, 1000 + 100 * seed)) for seed in range(3)]  # three distinct page sizes
+    docs = [Document(f"a{i}", "nurse", "image", "", pages[i % 3]) for i in range(7)]  # 3 distinct prompts
+    with StubServer() as stub:
+        screener = make_screener("anthropic", stub.url, tmp_path, monkeypatch, vision=True)
+        plan = screener.plan(JOBS, docs, "score")
+        distinct = [screener.prompts.build("score", JOBS["nurse"], d) for d in docs[:3]]
+        expected = sum(estimate_input_tokens(p.system, p.user, p.image_png, "anthropic") for p in distinct)
+        assert (plan.calls, plan.input_tokens) == (3, expected)
+        assert not screener.cache.holds("anthropic", screener.provider.model)  # no key was even hashed
+        screener.screen(JOBS, docs[:1], "score")
+        assert screener.cache.holds("anthropic", screener.provider.model)
+        assert not screener.cache.holds("anthropic", "another-model")
+        assert screener.plan(JOBS, docs, "score").calls == 2  # the answered page's prompt is cached
+        other = make_screener("anthropic", stub.url, tmp_path, monkeypatch, vision=True, model="another-model")
+        assert other.plan(JOBS, docs, "score").calls == 3  # another model's answers are not this one's
 
 
 def test_cache_key_covers_model_params_endpoint_and_prompt(tmp_path, monkeypatch):

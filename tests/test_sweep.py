@@ -301,6 +301,26 @@ def test_callback_panel_dry_run_plans_27_cases_without_keys(tmp_path):
     assert not (tmp_path / "mlruns").exists()
 
 
+def test_the_popfair_sweeper_plans_what_hydras_basic_sweeper_plans(tmp_path):
+    """The default sweeper composes each case once and plans from memoised documents and prompt
+    tables; Hydra's basic sweeper (hydra/sweeper=basic) gives the same cases and the same figures."""
+    (tmp_path / "popfair").mkdir()
+    (tmp_path / "basic").mkdir()
+    grid = (
+        "experiment=callback_panel",
+        "occupation.n_postings=12",
+        "panel_cell=race-gpt4o_mini,gender-glm51,race-glm51",
+    )
+    _, ours = _dry_sweep(tmp_path / "popfair", *grid)
+    out, basic = _dry_sweep(tmp_path / "basic", *grid, "hydra/sweeper=basic")
+    assert "dry run: 3 cases planned" in out.stdout
+    columns = [c for c in basic.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(
+        ours[columns].sort_values("case_name").reset_index(drop=True),
+        basic[columns].sort_values("case_name").reset_index(drop=True),
+    )
+
+
 def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkeypatch, tmp_path):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = compose_config(

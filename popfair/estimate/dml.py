@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from popfair.constraints import Constraint, Interval, ListOf, ParameterError, Rules, Text, validate
+from popfair.constraints import Constraint, Interval, ListOf, Options, ParameterError, Rules, Text, validate
 from popfair.constraints import Path as PathRule
 from popfair.errors import EstimationError
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
@@ -55,6 +55,7 @@ PROPENSITIES = ("p_z", "p_rz", "p_brz")
 MU2_KEYS = (0, 1)  # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
 CACHE_VERSION = "pse-tuning-v1"
+BINARY_SPLITS = 5  # n_splits="auto" for a 0/1 outcome
 _MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
 
 
@@ -131,12 +132,11 @@ class PseSettings:
     `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
 
     folds: int = 5  # cross-fitting folds L
-    # Fold assignments cross-fit and averaged, their spread added to SE and CI (1: the paper's single
-    # split). More splits make the estimate independent of the random fold assignment (for 0/1 outcomes
-    # NIE/BIE move by 0.2-0.55 SE between assignments); they narrow but do not close the callback
-    # under-coverage of NIE/BIE at n=3000 (benchmarks/coverage_pse.py: SE/SD 0.92-0.95 and coverage 0.92
-    # with 5 splits over 200 replications, vs 0.87-0.88 and 0.85-0.88 with one over 40).
-    n_splits: int = 1
+    # Fold assignments cross-fit and averaged; the variance is Chernozhukov et al.'s (2018, 3.4) mean
+    # aggregation (each split's variance plus its squared deviation from the mean). "auto": 1 for scores
+    # (the paper's single split), BINARY_SPLITS for 0/1 outcomes, whose NIE/BIE depend on the fold
+    # assignment and under-cover with one split (benchmarks/coverage_pse.py, docs/replication.md P6b).
+    n_splits: int | str = "auto"
     n_bootstrap: int = 500  # bootstrap resamples of the score rows (or clusters)
     seed: int = 0
     alpha: float = 0.05  # 1 - CI level
@@ -162,7 +162,7 @@ class PseSettings:
 
 PSE_CONSTRAINTS: Rules = {
     "folds": Interval(int, 2, None),
-    "n_splits": Interval(int, 1, 50),
+    "n_splits": [Options(["auto"]), Interval(int, 1, 50)],
     "n_bootstrap": N_BOOTSTRAP,
     "seed": SEED,
     "alpha": ALPHA,
@@ -175,6 +175,13 @@ PSE_CONSTRAINTS: Rules = {
     "cluster": [None, Text()],
     "cache_dir": [None, PathRule()],
 }
+
+
+def resolve_splits(n_splits: int | str, y: np.ndarray) -> int:
+    """The number of fold assignments: as set, or for "auto" BINARY_SPLITS when Y is 0/1, else 1."""
+    if n_splits != "auto":
+        return int(n_splits)
+    return BINARY_SPLITS if np.isin(y, (0.0, 1.0)).all() else 1
 
 
 @dataclass
@@ -215,7 +222,7 @@ def dml_scores(
     )
     fold_of = [
         _assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
-        for s in range(settings.n_splits)
+        for s in range(resolve_splits(settings.n_splits, design.y))
     ]
     timings["encode"] = time.perf_counter() - clock
 

@@ -121,25 +121,28 @@ def mean_inference(
     table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None.
 
     Scores of several cross-fitting splits (a 3-D array, splits x units x columns) estimate the mean
-    over splits. Its variance is the influence-function part (from the split-averaged scores) plus
-    what is left of the split-to-split spread after averaging, var_s(theta_s) / S (repeated
-    cross-fitting as in Chernozhukov et al. 2018, section 3.4, which adds the whole spread to one
-    split's variance; the mean of S splits keeps 1/S of it). Bootstrap replicates carry that spread
-    too, each adding a randomly chosen split's deviation (theta_s - theta) / sqrt(S - 1)."""
+    over splits, with the variance of Chernozhukov et al. (2018, section 3.4, mean aggregation): the
+    mean over splits of each split's own variance plus its squared deviation from the mean,
+    sigma^2 = mean_s(sigma_s^2 + (theta_s - theta)^2). The bootstrap carries the same mixture: each
+    replicate resamples the rows (or clusters) of one split drawn at random."""
     scores = np.asarray(scores, dtype=float)
     by_split = scores if scores.ndim == 3 else scores[None]
     n_splits, n = by_split.shape[:2]
     n_clusters = None if cluster is None else int(cluster.max()) + 1
-    thetas = by_split.mean(axis=1)
-    estimate, se, sums, sizes = _unit_sums(by_split.mean(axis=0), cluster)
-    deviation = thetas - estimate
-    if n_splits > 1:
-        se = np.sqrt(se**2 + deviation.var(axis=0, ddof=1) / n_splits)
+    per_split = [_unit_sums(split, cluster) for split in by_split]
+    thetas = np.array([theta for theta, _, _, _ in per_split])
+    estimate = thetas.mean(axis=0)
+    se = np.sqrt(np.mean([se_s**2 + (theta_s - estimate) ** 2 for theta_s, se_s, _, _ in per_split], axis=0))
     df = (n_clusters or n) - 1
     if ci == "bootstrap":
-        boot = bootstrap_means(sums, sizes, n_bootstrap, rng)
-        if n_splits > 1:
-            boot += deviation[rng.integers(n_splits, size=len(boot))] / np.sqrt(n_splits - 1)
+        replicates = rng.multinomial(n_bootstrap, np.full(n_splits, 1 / n_splits)) if n_splits > 1 else [n_bootstrap]
+        boot = np.vstack(
+            [
+                bootstrap_means(sums, sizes, int(count), rng)
+                for (_, _, sums, sizes), count in zip(per_split, replicates)
+                if count
+            ]
+        )
         lo, hi = percentile_ci(boot, alpha)
     elif ci == "t":
         half = stats.t.ppf(1 - alpha / 2, df=df) * se

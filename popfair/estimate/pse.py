@@ -11,8 +11,9 @@ each estimated as the mean of a cross-fitted doubly robust score (`popfair.estim
 Inference (`popfair.estimate.inference.mean_inference`): influence-function standard errors (std of
 the per-row scores / sqrt(n), cluster-robust with `cluster`), and percentile CIs from bootstrap
 resamples of the cross-fitted score rows (or of whole clusters); the nuisances are not refit inside
-the bootstrap. `n_splits` > 1 repeats the cross-fitting on that many fold assignments, averages them
-and adds the split-to-split spread to the SE and the CI. An effect whose CI excludes 0 is significant; the significance pattern gives the
+the bootstrap. `n_splits` > 1 repeats the cross-fitting on that many fold assignments and averages
+them, with Chernozhukov et al.'s (2018) mean-aggregation variance; "auto" (the default) is 1 split
+for scores, as the paper, and 5 for 0/1 outcomes. An effect whose CI excludes 0 is significant; the significance pattern gives the
 paper's section 5.2 case labels (`popfair.estimate.sfm.case_labels`).
 
 This module is the entry point (`estimate_pse`) and the `estimator=pse_dml` adapter.
@@ -77,7 +78,7 @@ class PseResult:
     n_excluded: int
     n_clusters: int | None = None
     notes: list[str] = field(default_factory=list)
-    n_splits: int = 1  # cross-fitting fold assignments averaged (repeated cross-fitting)
+    n_splits: int = 1  # fold assignments cross-fit and averaged (n_splits="auto": 5 for 0/1 outcomes, else 1)
 
     @property
     def case(self) -> str:

@@ -12,13 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from popfair.errors import ConfigError, DataError, require
 from popfair.screen import collector
 from popfair.screen.cache import StoredReply, open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
 from popfair.screen.parse import parse_answer
-from popfair.screen.pricing import Price, estimate_input_tokens
-from popfair.screen.prompts import ChatPrompt, PromptSet
+from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
+from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, make_provider
 from popfair.secrets import install_log_redaction, read_secret
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
@@ -223,12 +225,7 @@ class LLMScreener:
         of a key: only prompts missing from the cache are built (identical prompts: one call)."""
         require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
         images = [d.image_png if d.kind == "image" else None for d in documents]
-        if not self.vision and any(image is not None for image in images):
-            raise ConfigError(
-                f"screener={self.name}: model {self.provider.model} is text-only "
-                "(vision: false) but the renderer produced images; pick a VLM screener "
-                "or a text renderer"
-            )
+        self._check_vision(any(image is not None for image in images))
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
@@ -245,6 +242,14 @@ class LLMScreener:
 
         return keys, prompt
 
+    def _check_vision(self, has_images: bool) -> None:
+        if has_images and not self.vision:
+            raise ConfigError(
+                f"screener={self.name}: model {self.provider.model} is text-only "
+                "(vision: false) but the renderer produced images; pick a VLM screener "
+                "or a text renderer"
+            )
+
     def _todo(self, keys: list[str], request: Callable[[str], Any], cached: Mapping[str, Any]) -> list[Call]:
         """One Call per distinct request missing from the cache, with the number of rows sharing it."""
         return [
@@ -258,13 +263,31 @@ class LLMScreener:
 
     # --- Screener protocol ----------------------------------------------------------------------
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
-        """Calls, tokens and dollars still to pay: distinct prompts not in the cache. Calls nothing."""
-        keys, request = self._keys(jobs, documents, outcome)
-        todo = self._todo(keys, request, self.cache.get_replies(keys))
-        input_tokens = sum(call.input_tokens_estimate for call in todo)
-        output_tokens = self.expected_output_tokens * len(todo)
+        """Calls, tokens and dollars still to pay: distinct prompts not in the cache. Calls nothing.
+
+        The distinct prompts of a document list are found once per process (`PromptTable`): the cases
+        of a sweep share one list of documents and differ in the model. Keys are hashed, and looked up,
+        only for the distinct prompts and only when the cache holds any answer of this model."""
+        require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
+        table = PromptTable.of(self.prompts, outcome, jobs, documents)
+        self._check_vision(table.has_images)
+        system = self.prompts.system(outcome)
+        todo = np.ones(len(table.users), bool)
+        if self.cache.holds(self.provider.kind, self.provider.model):
+            keys = self.provider.cache_keys(system, table.users, table.images)
+            cached = self.cache.get_replies(keys)
+            todo = np.array([key not in cached for key in keys], bool)
+        # estimate_input_tokens of every distinct prompt, vectorised
+        per_prompt = (
+            np.ceil((len(system) + table.user_chars) / CHARS_PER_TOKEN).astype(np.int64) + MESSAGE_OVERHEAD_TOKENS
+        )
+        if table.has_images:
+            per_prompt += [0 if png is None else image_tokens(png, self.provider.kind) for png in table.images]
+        calls = int(todo.sum())
+        input_tokens = int(per_prompt[todo].sum())
+        output_tokens = self.expected_output_tokens * calls
         return CallPlan(
-            calls=len(todo),
+            calls=calls,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"),

@@ -6,11 +6,15 @@ Each outcome has a system prompt and a user template. The user template may use 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from popfair.errors import ConfigError, require
+import numpy as np
+
+from popfair.errors import ConfigError, DataError, require
 from popfair.paths import CONF_DIR
 from popfair.types import Document, Job, Outcome
 
@@ -65,6 +69,7 @@ class PromptSet:
                 "the user template must contain the {document} placeholder exactly once",
             )
         self._frames: dict[tuple[str, str, str, str], tuple[str, str]] = {}
+        self.fingerprint = tuple(sorted(self.texts.items()))  # two sets with the same texts build the same prompts
 
     def build(self, outcome: Outcome, job: Job, document: Document) -> ChatPrompt:
         """The chat prompt for one document (placeholders replaced literally, no str.format)."""
@@ -102,3 +107,47 @@ class PromptSet:
             head, _, tail = filled.partition("{document}")
             frame = self._frames[memo_key] = (head, tail)
         return frame
+
+
+@dataclass(frozen=True)
+class PromptTable:
+    """The distinct prompts of one document list under one prompt set and outcome (identical
+    prompts are one call): their user texts, images and user-text lengths, for planning.
+
+    Built once per process for a given document list and job map, and memoised by their identity
+    (both held by the memo, so an identity is never reused while its entry lives): the cases of a
+    sweep plan the same documents for many models. Document lists are not mutated once rendered."""
+
+    users: list[str]
+    images: list[bytes | None]
+    user_chars: np.ndarray
+    has_images: bool
+
+    @classmethod
+    def of(
+        cls, prompts: PromptSet, outcome: Outcome, jobs: Mapping[str, Job], documents: Sequence[Document]
+    ) -> PromptTable:
+        key = (id(documents), id(jobs), outcome, prompts.fingerprint)
+        hit = _PROMPT_TABLES.get(key)
+        if hit is not None and hit[0] is documents and hit[1] is jobs:
+            _PROMPT_TABLES.move_to_end(key)
+            return hit[2]
+        missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
+        if missing_jobs:
+            raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
+        images = [d.image_png if d.kind == "image" else None for d in documents]
+        distinct = list(dict.fromkeys(zip(prompts.users(outcome, jobs, documents), images)))
+        table = cls(
+            users=[user for user, _ in distinct],
+            images=[image for _, image in distinct],
+            user_chars=np.fromiter((len(user) for user, _ in distinct), dtype=np.int64, count=len(distinct)),
+            has_images=any(image is not None for image in images),
+        )
+        _PROMPT_TABLES[key] = (documents, jobs, table)
+        while len(_PROMPT_TABLES) > _PROMPT_TABLE_MEMO:
+            _PROMPT_TABLES.popitem(last=False)
+        return table
+
+
+_PROMPT_TABLE_MEMO = 8  # document lists kept: a sweep plans a few document sets over many models
+_PROMPT_TABLES: OrderedDict[tuple[Any, ...], tuple[Sequence[Document], Mapping[str, Job], PromptTable]] = OrderedDict()

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("popfair")
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+# sweepers that expand the whole grid up front (so the case count is known)
+GRID_SWEEPERS = (
+    "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+    "hydra_plugins.popfair_sweeper.popfair_sweeper.PopfairSweeper",
+)
 
 
 def check_shared_services(config: DictConfig) -> None:
@@ -74,7 +78,7 @@ class SweepCallback(Callback):
         params_node = config.hydra.sweeper.get("params")
         params = cast(dict[str, Any], OmegaConf.to_container(params_node, resolve=False)) if params_node else {}
         varying, count = sweep_grid(config.hydra.overrides.task, params)
-        basic = config.hydra.sweeper.get("_target_") == BASIC_SWEEPER
+        basic = config.hydra.sweeper.get("_target_") in GRID_SWEEPERS
         dry_run = bool(config.get("dry_run", False))
         parent_run_id = None
         if not dry_run:

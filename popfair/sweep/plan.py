@@ -26,7 +26,8 @@ from popfair.types import WORLD, CallPlan, Document, Profiles
 _SAMPLES: dict[str, Profiles] = {}  # planning memo: population config -> profiles
 # planning memo: (renderer, profile rows) -> documents and each document's prompt identity
 _DOCUMENTS: dict[str, tuple[list[Document], list[tuple[str, str]]]] = {}
-_PLANNED: dict[str, set[tuple[str, str]]] = {}  # screener config -> documents already planned (job text, document)
+_PLANNED: dict[str, list[str]] = {}  # screener config and format -> document sets already planned
+_FRESH: dict[tuple[str, ...], list[Document]] = {}  # (document set, earlier sets) -> its documents not in those
 
 
 @dataclass
@@ -83,7 +84,7 @@ def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document]
     return profiles, documents, image
 
 
-def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], list[tuple[str, str]], bool]:
+def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], str, bool]:
     # screeners priced per call, not per token (http, file), plan the real pages: their cache keys
     # and file placeholders need the PNG itself
     image = str(experiment.renderer.kind).startswith("image") and not getattr(
@@ -122,8 +123,27 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         # what makes two documents the same prompt for one screener: the job text and the document
         identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         _DOCUMENTS[document_key] = (documents, identities)
-    documents, identities = _DOCUMENTS[document_key]
-    return profiles, documents, identities, image
+    return profiles, _DOCUMENTS[document_key][0], document_key, image
+
+
+def _unplanned(screener_key: str, document_key: str) -> list[Document]:
+    """The documents of a set that no earlier case of this sweep planned for the same screener and
+    format, and the set marked as planned. Memoised as lists, so the many models of a sweep share
+    each list (and the screener's per-list prompt table, `PromptTable`)."""
+    documents = _DOCUMENTS[document_key][0]
+    earlier = _PLANNED.setdefault(screener_key, [])
+    if document_key in earlier:
+        return []
+    memo = (document_key, *sorted(earlier))
+    if not earlier:
+        fresh = documents
+    elif memo in _FRESH:
+        fresh = _FRESH[memo]
+    else:
+        seen = {identity for key in earlier for identity in _DOCUMENTS[key][1]}
+        fresh = _FRESH[memo] = [d for d, i in zip(documents, _DOCUMENTS[document_key][1]) if i not in seen]
+    earlier.append(document_key)
+    return fresh
 
 
 def image_call_delta(experiment: Experiment, profiles: Profiles, text_document: Document) -> CallPlan:
@@ -152,15 +172,13 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
 
 def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
-    profiles, documents, identities, image = _planning_documents(experiment)
+    profiles, documents, document_key, image = _planning_documents(experiment)
     screener = experiment.screener
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
     # the image page of the same resume, so those two never share answers)
-    seen = _PLANNED.setdefault(_key([experiment.config.get("screener"), experiment.renderer.kind]), set())
-    fresh = [d for d, identity in zip(documents, identities) if identity not in seen]
-    new = total if len(fresh) == len(documents) else screener.plan(profiles.jobs, fresh, profiles.outcome)
-    seen.update(identities)
+    fresh = _unplanned(_key([experiment.config.get("screener"), experiment.renderer.kind]), document_key)
+    new = total if fresh is documents else screener.plan(profiles.jobs, fresh, profiles.outcome)
     if image and documents:
         delta = image_call_delta(experiment, profiles, documents[0])
         total, new = _with_delta(total, delta), _with_delta(new, delta)

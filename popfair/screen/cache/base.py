@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
+from sqlalchemy import Column, Float, Index, Integer, MetaData, Table, Text
 
 _Cache = TypeVar("_Cache", bound="ResponseCache")
 METADATA = MetaData()
@@ -38,6 +38,9 @@ RESPONSES = Table(
     Column("latency_s", Float, nullable=False),
     Column("created_at", Float, nullable=False),
 )
+
+# "does the cache hold any answer of this model?" (a dry run skips the key lookups when not)
+Index("responses_by_model", RESPONSES.c.provider, RESPONSES.c.model)
 
 BATCHES = Table(
     "batches",
@@ -135,6 +138,10 @@ class ResponseCache(ABC):
     @abstractmethod
     def count(self) -> int:
         """Number of stored answers."""
+
+    @abstractmethod
+    def holds(self, provider: str, model: str) -> bool:
+        """Whether any answer of this provider's model is stored (indexed: instant on a large cache)."""
 
     # --- claims: no answer paid twice across processes and machines ------------------------
     @abstractmethod

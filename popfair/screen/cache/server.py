@@ -150,6 +150,10 @@ class ServerCache(ResponseCache):
     def count(self) -> int:
         return int(self._read("SELECT COUNT(*) FROM responses")[0][0])
 
+    def holds(self, provider: str, model: str) -> bool:
+        sql = "SELECT 1 FROM responses WHERE provider = :provider AND model = :model LIMIT 1"
+        return bool(self._read(sql, provider=provider, model=model))
+
     # --- claims -------------------------------------------------------------------------------
     def claim(self, keys: Sequence[str], owner: str, lease_s: float) -> tuple[list[str], int]:
         mine: list[str] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.schema import CreateTable
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from popfair.errors import ConfigError
 from popfair.screen.cache.base import (
@@ -27,8 +27,15 @@ from popfair.screen.cache.base import (
 CACHE_FILE = "responses.sqlite"
 _CHUNK = 900  # stay under SQLite's bound-parameter limit
 _SCHEMA = ";\n".join(
-    str(CreateTable(table, if_not_exists=True).compile(dialect=sqlite_dialect.dialect()))
-    for table in METADATA.sorted_tables
+    [
+        str(CreateTable(table, if_not_exists=True).compile(dialect=sqlite_dialect.dialect()))
+        for table in METADATA.sorted_tables
+    ]
+    + [
+        str(CreateIndex(index, if_not_exists=True).compile(dialect=sqlite_dialect.dialect()))
+        for table in METADATA.sorted_tables
+        for index in table.indexes
+    ]
 )
 
 
@@ -139,6 +146,10 @@ class SqliteCache(ResponseCache):
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def holds(self, provider: str, model: str) -> bool:
+        sql = "SELECT 1 FROM responses WHERE provider=? AND model=? LIMIT 1"
+        return self._db.execute(sql, (provider, model)).fetchone() is not None
 
     # --- provider batches -------------------------------------------------------------------
     def add_batch(self, batch_id: str, provider: str, endpoint: str, model: str, outcome: str, keys: list[str]) -> None:

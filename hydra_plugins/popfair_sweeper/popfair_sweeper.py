@@ -1,0 +1,108 @@
+"""`hydra/sweeper=popfair` (the default in conf/config.yaml): Hydra's basic sweeper, composing each
+case once.
+
+BasicSweeper composes every case of a batch to validate it before launching any (a bad override
+fails the sweep before money is spent), then the launcher composes each case again to run it: on a
+120-case grid the second pass costs as much as the first. Here the validation pass keeps each
+composed config and the launcher, in this process, takes it instead of composing again. Grids,
+batches, `hydra.sweeper.params` and every launcher behave as with the basic sweeper; a launcher
+that composes in another process (joblib workers, SLURM jobs) composes there as before.
+
+Composing itself is mostly reading and parsing the same YAML files again for every case; the
+repository keeps each parsed file for the sweep and hands out copies (`MemoConfigRepository`)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_loader import ConfigLoader
+from hydra.core.object_type import ObjectType
+from hydra.plugins.config_source import ConfigResult
+from hydra.types import HydraContext, RunMode, TaskFunction
+from omegaconf import DictConfig
+
+_PARSED: dict[tuple[Any, ...], ConfigResult | None] = {}  # (config sources, config path) -> parsed file
+
+
+class MemoConfigRepository(ConfigRepository):
+    """Hydra's config repository, parsing each config file once per process. Every load hands out a
+    deep copy (a tenth of the cost of parsing): composition may modify what it is given."""
+
+    def load_config(self, config_path: str) -> ConfigResult | None:
+        key = (tuple((source.provider, source.path) for source in self.sources), config_path)
+        if key not in _PARSED:
+            _PARSED[key] = super().load_config(config_path)
+        return copy.deepcopy(_PARSED[key])
+
+
+class ComposeOnceLoader(ConfigLoader):
+    """Hydra's config loader, handing out each validated case's composed config once."""
+
+    def __init__(self, loader: ConfigLoader) -> None:
+        self.loader = loader
+        self.composed: dict[tuple[str, ...], DictConfig] = {}
+
+    def compose(self, master_config: DictConfig, overrides: Sequence[str]) -> None:
+        self.composed[tuple(overrides)] = self.loader.load_sweep_config(master_config, list(overrides))
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        ready = self.composed.pop(tuple(sweep_overrides), None)
+        return ready if ready is not None else self.loader.load_sweep_config(master_config, sweep_overrides)
+
+    def __getstate__(self) -> dict[str, Any]:  # a launcher pickled to workers composes there
+        return {"loader": self.loader, "composed": {}}
+
+    # the rest of the interface, delegated
+    def load_configuration(
+        self,
+        config_name: str | None,
+        overrides: list[str],
+        run_mode: RunMode,
+        from_shell: bool = True,
+        validate_sweep_overrides: bool = True,
+    ) -> DictConfig:
+        return self.loader.load_configuration(config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
+
+    def get_search_path(self) -> Any:
+        return self.loader.get_search_path()
+
+    def get_sources(self) -> Any:
+        return self.loader.get_sources()
+
+    def list_groups(self, parent_name: str) -> list[str]:
+        return self.loader.list_groups(parent_name)
+
+    def get_group_options(
+        self,
+        group_name: str,
+        results_filter: ObjectType | None = ObjectType.CONFIG,
+        config_name: str | None = None,
+        overrides: list[str] | None = None,
+    ) -> list[str]:
+        return self.loader.get_group_options(group_name, results_filter, config_name, overrides)
+
+    def compute_defaults_list(self, config_name: str | None, overrides: list[str], run_mode: RunMode) -> Any:
+        return self.loader.compute_defaults_list(config_name, overrides, run_mode)
+
+
+class PopfairSweeper(BasicSweeper):
+    """BasicSweeper whose validation pass composes each case for the launcher too."""
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        loader = hydra_context.config_loader
+        if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
+            loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path)
+        self.compose_once = ComposeOnceLoader(hydra_context.config_loader)
+        context = HydraContext(config_loader=self.compose_once, callbacks=hydra_context.callbacks)
+        super().setup(hydra_context=context, task_function=task_function, config=config)
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        assert self.config is not None
+        self.compose_once.composed.clear()  # a launcher composing elsewhere left the last batch's
+        for overrides in batch:
+            self.compose_once.compose(self.config, overrides)

@@ -1,0 +1,41 @@
+"""hydra/sweeper=popfair: the basic sweeper, composing each case once (the validation pass hands its
+composed configs to the launcher) and parsing each config file once per process."""
+
+from __future__ import annotations
+
+import pickle
+
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.popfair_sweeper.popfair_sweeper import ComposeOnceLoader, PopfairSweeper
+
+
+class CountingLoader:
+    def __init__(self) -> None:
+        self.composed: list[tuple[str, ...]] = []
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        self.composed.append(tuple(sweep_overrides))
+        return OmegaConf.create({"overrides": list(sweep_overrides)})
+
+
+def test_validation_composes_each_case_and_the_launcher_takes_it_without_composing_again():
+    counting = CountingLoader()
+    sweeper = PopfairSweeper(max_batch_size=None)
+    sweeper.compose_once = ComposeOnceLoader(counting)  # type: ignore[arg-type]
+    sweeper.config = OmegaConf.create()
+    batch = [["a=1", "b=x"], ["a=2", "b=x"]]
+    sweeper.validate_batch_is_legal(batch)
+    assert counting.composed == [("a=1", "b=x"), ("a=2", "b=x")]  # every case composed before any runs
+    for overrides in batch:  # what the launcher asks for
+        assert sweeper.compose_once.load_sweep_config(sweeper.config, overrides).overrides == overrides
+    assert len(counting.composed) == 2  # not composed again
+    sweeper.compose_once.load_sweep_config(sweeper.config, ["a=1", "b=x"])  # asked again: composed afresh
+    assert len(counting.composed) == 3
+
+
+def test_a_launcher_pickled_to_workers_carries_no_composed_configs():
+    loader = ComposeOnceLoader(CountingLoader())  # type: ignore[arg-type]
+    loader.compose(OmegaConf.create(), ["a=1"])
+    assert loader.composed
+    assert pickle.loads(pickle.dumps(loader)).composed == {}
