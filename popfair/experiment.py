@@ -267,9 +267,6 @@ class Experiment:
             log.info("stage %s done in %.2fs", name, timings[name])
             return out
 
-        create_store = getattr(self.tracker, "create_store", None)
-        if create_store is not None:  # a new tracking store is created beside the first stages
-            create_store()
         profiles: Profiles = stage("population", self.population.sample, self.occupation, self.protected, self.seed)
         if self.estimator.design is not None:
             profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, self.estimator.design)

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -85,9 +86,14 @@ class GroupedCdf:
     entry_of: pd.Index  # group * len(vocabulary) + code -> entry position
 
     @classmethod
-    def build(cls, group: np.ndarray, names: np.ndarray | pd.Categorical, counts: np.ndarray) -> GroupedCdf:
+    def build(
+        cls, group: np.ndarray, names: np.ndarray | pd.Categorical, counts: np.ndarray, vocabulary: Any = None
+    ) -> GroupedCdf:
+        """`names`: the names, a Categorical, or (with `vocabulary`, the distinct names) their codes."""
         if isinstance(names, pd.Categorical):
             name_codes, vocabulary = names.codes.astype(np.int64), names.categories.astype(object)
+        elif vocabulary is not None:
+            name_codes = np.asarray(names, dtype=np.int64)
         else:
             name_codes, vocabulary = pd.factorize(np.asarray(names, dtype=object))
         keep = np.asarray(counts) > 0
@@ -214,11 +220,13 @@ def _build_surnames() -> Surnames:
     share = pd.DataFrame(
         {race: table[cols].sum(axis=1).to_numpy() for race, cols in SURNAME_RACE_COLUMNS.items()}, index=table["name"]
     )
-    names = table["name"].to_numpy(dtype=object)
     counts = table["count"].to_numpy(float)
-    group = np.repeat(np.arange(len(RACES)), len(names))
+    group = np.repeat(np.arange(len(RACES)), len(table))
     weights = np.concatenate([counts * share[race].to_numpy() for race in RACES])
-    cdf = GroupedCdf.build(group, np.tile(names, len(RACES)), weights)
+    # the same name list once per race: factorise it once and repeat the codes (the vocabulary and
+    # codes of factorising the repeated list, without hashing 800,000 strings)
+    codes, vocabulary = pd.factorize(table["name"].to_numpy(dtype=object))
+    cdf = GroupedCdf.build(group, np.tile(codes, len(RACES)), weights, vocabulary=vocabulary)
     conditions = [share[race].to_numpy() > RACE_TYPICAL for race in SURNAME_TYPICAL]
     typ = pd.Series(np.select(conditions, list(SURNAME_TYPICAL.values()), "neutral"), index=share.index)
     return Surnames(cdf, typ, share)

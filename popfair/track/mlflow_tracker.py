@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
+import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -19,6 +20,8 @@ import pandas as pd
 from popfair.errors import require
 
 MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead
+
+log = logging.getLogger("popfair")
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -67,47 +70,6 @@ class MlflowTracker:
         self.uri, self.experiment_name, self.enabled = uri, experiment_name, enabled
         self.artifact_root = artifact_root
         self._prepared: Future[str] | None = None
-        self._creating: subprocess.Popen | None = None  # child process creating a new SQLite store
-
-    def _sqlite_path(self) -> Path | None:
-        return Path(self.uri.removeprefix("sqlite:///")) if self.uri.startswith("sqlite:///") else None
-
-    def create_store(self) -> None:
-        """When the tracking store is a SQLite file that does not exist yet, start creating it now in
-        a child process (`create_sqlite_store`), so MLflow's schema migrations run beside the
-        pipeline's first stages instead of on its critical path. Nothing happens for an existing
-        file or another kind of store. Opening the store waits for the child; if it failed, the
-        store is created in this process as before (and a real error is raised there)."""
-        path = self._sqlite_path()
-        if not self.enabled or self._creating is not None or self._prepared is not None or path is None:
-            return
-        if path.exists():
-            return
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-        try:
-            self._creating = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sys; from popfair.track.mlflow_tracker import create_sqlite_store; "
-                    "create_sqlite_store(*sys.argv[1:])",
-                    self.uri,
-                    self.experiment_name,
-                    self.artifact_root,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-            )
-        except OSError:  # no child: the store is created in this process when it is opened
-            self._creating = None
-
-    def _wait_for_store(self) -> None:
-        child, self._creating = self._creating, None
-        if child is not None:
-            child.wait()
 
     def prepare(self) -> None:
         """Import MLflow, open the tracking store (creating a new SQLite database runs MLflow's
@@ -136,8 +98,20 @@ class MlflowTracker:
         return self._open_experiment()
 
     def _open_experiment(self) -> str:
-        self._wait_for_store()
-        return _open_experiment(self.uri, self.experiment_name, self.artifact_root)
+        import mlflow
+
+        if self.uri.startswith("sqlite:///"):
+            path = Path(self.uri.removeprefix("sqlite:///"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                seed_sqlite_store(path)
+        mlflow.set_tracking_uri(self.uri)
+        found = mlflow.get_experiment_by_name(self.experiment_name)
+        if found is not None:
+            return found.experiment_id
+        location = Path(self.artifact_root).resolve()
+        location.mkdir(parents=True, exist_ok=True)
+        return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
 
     @contextlib.contextmanager
     def run(
@@ -214,52 +188,70 @@ class MlflowTracker:
         return run_id
 
 
-def _open_experiment(uri: str, experiment_name: str, artifact_root: str) -> str:
-    """Point MLflow at `uri` (creating a SQLite store's folder) and return the experiment's id,
-    creating the experiment (artifacts under `artifact_root`) if it does not exist."""
-    import mlflow
-
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
-    found = mlflow.get_experiment_by_name(experiment_name)
-    if found is not None:
-        return found.experiment_id
-    location = Path(artifact_root).resolve()
-    location.mkdir(parents=True, exist_ok=True)
-    return mlflow.create_experiment(experiment_name, artifact_location=location.as_uri())
+def _template_dir() -> Path | None:
+    """The folder of popfair's on-disk caches (as popfair.population.cache: $POPFAIR_CACHE_DIR,
+    else ~/.cache/popfair; POPFAIR_CACHE_DIR=off: none)."""
+    setting = os.environ.get("POPFAIR_CACHE_DIR", "")
+    if setting.lower() == "off":
+        return None
+    return Path(setting) if setting else Path.home() / ".cache" / "popfair"
 
 
-def create_sqlite_store(uri: str, experiment_name: str, artifact_root: str) -> None:
-    """Create a new SQLite tracking store and its experiment (what `MlflowTracker.create_store`
-    runs in a child process). MLflow brings a new database to its schema with a few dozen
-    migrations, each committed and, by default, synced to disk: on this machine the syncs took
-    longer than the migrations (2-5 s against 1 s). Here SQLite skips the per-commit syncs
-    (PRAGMA synchronous=OFF, in this process only) and the finished file is synced once; a store
-    that already exists is only opened, with SQLite's defaults."""
-    path = Path(uri.removeprefix("sqlite:///"))
-    if path.exists():
-        _open_experiment(uri, experiment_name, artifact_root)
-        return
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
+def seed_sqlite_store(path: Path) -> bool:
+    """Start a new SQLite tracking store at `path` as a copy of an empty store that this MLflow
+    version has already brought to its schema (kept in popfair's cache folder and built on first
+    use), so a new folder does not run MLflow's few dozen schema migrations again: about 3 CPU
+    seconds and, with every migration committed and synced to disk, 2-5 s of waiting on this
+    machine. MLflow then opens the copy as its own (the schema version matches) and adds its
+    Default experiment, as for a store it created. Never replaces an existing file; False (and
+    MLflow creates the store as usual) when there is no cache folder or anything fails."""
+    root = _template_dir()
+    if root is None or path.exists():
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        from importlib.metadata import version
+
+        template = root / f"mlflow-{version('mlflow')}-empty-store.db"
+        if not template.is_file():
+            _build_store_template(template)
+        shutil.copyfile(template, tmp)
+        os.link(tmp, path)  # fails if another process created the store meanwhile: theirs is kept
+        return True
+    except Exception as exc:  # noqa: BLE001 - MLflow creates the store itself, as before
+        log.debug("new MLflow store not seeded from a template: %s", exc)
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _build_store_template(template: Path) -> None:
+    """An empty SQLite store at MLflow's current schema: its own table creation and migrations
+    (mlflow.store.db.utils._initialize_tables), without a sync to disk after each migration's
+    commit (PRAGMA synchronous=OFF on this engine only); the finished file is synced once and
+    moved into place atomically."""
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+
+    template.parent.mkdir(parents=True, exist_ok=True)
+    building = template.with_name(f".{template.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    engine = sqlalchemy.create_engine(f"sqlite:///{building}")
 
     def no_sync_per_commit(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA synchronous=OFF")
         cursor.close()
 
-    event.listen(Engine, "connect", no_sync_per_commit)
-    _open_experiment(uri, experiment_name, artifact_root)
-    for synced in (path, path.parent):
-        try:
-            descriptor = os.open(synced, os.O_RDONLY)
-        except OSError:  # a folder cannot be opened on every platform
-            continue
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+    sqlalchemy.event.listen(engine, "connect", no_sync_per_commit)
+    try:
+        _initialize_tables(engine)
+        engine.dispose()
+        with building.open("rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(building, template)
+    finally:
+        engine.dispose()
+        building.unlink(missing_ok=True)
 
 
 class RunLogger:
