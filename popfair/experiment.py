@@ -72,17 +72,15 @@ class RunResult:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
 
 
-def check_node(node: DictConfig, path: str) -> dict[Any, Any] | None:
+def check_node(node: DictConfig, path: str) -> None:
     """Check a config node, and every nested component node, against the `parameter_constraints`
-    its `_target_` declares, before anything is built; errors name the full config path. Returns
-    the node's resolved values (None when it does not resolve: instantiate then says why)."""
+    its `_target_` declares, before anything is built; errors name the full config path."""
     try:
         values = OmegaConf.to_container(node, resolve=True)  # one resolved copy: checked as plain values
     except Exception:  # noqa: BLE001 - a broken interpolation: instantiate says why
-        return None
+        return
     assert isinstance(values, dict)
     _check_values(values, path)
-    return values
 
 
 def _check_values(values: dict[Any, Any], path: str) -> None:
@@ -103,25 +101,12 @@ def _check_values(values: dict[Any, Any], path: str) -> None:
                 raise exc.at(path) from None
 
 
-def _plain(value: Any) -> bool:
-    """Resolved values that read back the same as a new config: no `???` and no literal `${`."""
-    if isinstance(value, dict):
-        return all(_plain(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    return not (isinstance(value, str) and (value == MISSING or "${" in value))
-
-
 def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
     """Instantiate one config group, after checking its settings against their declared constraints;
-    surface our own validation errors unwrapped, with the config path of the setting.
-
-    What is instantiated is the checked, resolved copy of the node when it has nothing left to
-    resolve: Hydra's instantiate deep-copies and re-resolves a config node, which cost most of a
-    sweep case's set-up (a node that still holds `???` goes as it is, so the error names its path)."""
-    values = check_node(node, group)
+    surface our own validation errors unwrapped, with the config path of the setting."""
+    check_node(node, group)
     try:
-        return instantiate(values if values is not None and _plain(values) else node, _convert_="all", **kwargs)
+        return instantiate(node, _convert_="all", **kwargs)
     except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
         raise ConfigError(f"{exc.full_key}: is required; set it on the command line ({exc.full_key}=...)") from None
     except InstantiationException as exc:
