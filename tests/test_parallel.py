@@ -1,0 +1,50 @@
+"""popfair.parallel.forked_call: work in a forked process beside the caller, results and errors back."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from popfair import parallel
+from popfair.errors import ConfigError, EstimationError
+
+
+def _pid_and_frame(n: int) -> tuple[int, pd.DataFrame]:
+    return os.getpid(), pd.DataFrame({"x": range(n)})
+
+
+class _Unpicklable(Exception):
+    def __init__(self, a: int, b: int) -> None:  # pickles, but cannot be rebuilt from args
+        super().__init__(f"{a}+{b}")
+
+
+def _raise(kind: str) -> None:
+    if kind == "popfair":
+        raise EstimationError("no effect to decompose")
+    raise _Unpicklable(1, 2)
+
+
+def test_forked_call_runs_in_another_process_and_returns_the_result(monkeypatch):
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    wait = parallel.forked_call(_pid_and_frame, 3)
+    pid, frame = wait()
+    assert pid != os.getpid() and frame["x"].tolist() == [0, 1, 2]
+    assert parallel._CALL is None
+
+
+def test_forked_call_raises_the_workers_error_here(monkeypatch):
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    with pytest.raises(EstimationError, match="no effect"):
+        parallel.forked_call(_raise, "popfair")()
+    with pytest.raises(RuntimeError, match=r"_Unpicklable: 1\+2"):
+        parallel.forked_call(_raise, "other")()
+
+
+def test_forked_call_with_one_cpu_runs_here_when_asked(monkeypatch):
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 1)
+    wait = parallel.forked_call(_pid_and_frame, 1)
+    assert wait()[0] == os.getpid()
+    with pytest.raises(ConfigError):
+        parallel.forked_call(lambda: (_ for _ in ()).throw(ConfigError("x")))()
