@@ -3,6 +3,7 @@ logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw c
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ import pandas as pd
 import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 import popfair
@@ -83,21 +84,27 @@ def check_node(node: DictConfig, path: str) -> None:
     """Check a config node, and every nested component node, against the `parameter_constraints`
     its `_target_` declares, before anything is built; errors name the full config path."""
     try:
-        target = get_object(node["_target_"]) if "_target_" in node else None
-        values = OmegaConf.to_container(node, resolve=True)
-    except Exception:  # noqa: BLE001 - an unknown target or a broken interpolation: instantiate says why
+        values = OmegaConf.to_container(node, resolve=True)  # one resolved copy: checked as plain values
+    except Exception:  # noqa: BLE001 - a broken interpolation: instantiate says why
+        return
+    assert isinstance(values, dict)
+    _check_values(values, path)
+
+
+def _check_values(values: dict[Any, Any], path: str) -> None:
+    try:
+        target = get_object(values["_target_"]) if "_target_" in values else None
+    except Exception:  # noqa: BLE001 - an unknown target: instantiate says why
         return
     constraints = getattr(target, "parameter_constraints", {})
-    assert isinstance(values, dict)
-    for key in map(str, values):
-        if OmegaConf.is_missing(node, key):  # `???`: instantiate names it as required
+    for key, value in values.items():
+        if value == MISSING:  # `???`: instantiate names it as required
             continue
-        value = node[key]
-        if isinstance(value, DictConfig) and "_target_" in value:
-            check_node(value, f"{path}.{key}")
+        if isinstance(value, dict) and "_target_" in value:
+            _check_values(value, f"{path}.{key}")
         else:
             try:
-                validate(constraints, {key: values[key]})
+                validate(constraints, {str(key): value})
             except ParameterError as exc:
                 raise exc.at(path) from None
 
@@ -130,19 +137,21 @@ PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
 
 
 def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False) -> Any:
-    """Build a component; in a dry run, one that fails for want of an external resource (an API key,
-    a photo folder) is rebuilt with `<PLANNING_RELAXATIONS[group]>=False`: it can plan but not work.
-    If that does not help, the original error (naming the key or variable) is raised."""
+    """Build a component; in a dry run with `<PLANNING_RELAXATIONS[group]>=False` when its class takes
+    that keyword: it can plan without the external resource (an API key, a photo folder) and still
+    uses the resource when it is there."""
+    relax = PLANNING_RELAXATIONS.get(group)
+    if dry_run and relax is not None and relax in _keywords(node.get("_target_")):
+        return build(node, group, **{relax: False})
+    return build(node, group)
+
+
+def _keywords(target: Any) -> set[str]:
+    """The keyword parameters of a config's `_target_` (none when it cannot be resolved)."""
     try:
-        return build(node, group)
-    except ConfigError as missing:  # MissingSecretError is a ConfigError
-        relax = PLANNING_RELAXATIONS.get(group)
-        if not dry_run or relax is None:
-            raise
-        try:
-            return build(node, group, **{relax: False})
-        except ConfigError:
-            raise missing from None
+        return set(inspect.signature(get_object(str(target))).parameters)
+    except Exception:  # noqa: BLE001 - an unknown target: building it says why
+        return set()
 
 
 @dataclass

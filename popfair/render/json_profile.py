@@ -28,6 +28,7 @@ from popfair.types import Document, Job
 
 REQUIRED_FIELDS = ("first_name", "surname", "age", "state", "school", "degree", "major", "gpa", "graduation_year")
 EMPLOYMENT_SLOTS = ("emp1", "emp2")
+_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps(..., ensure_ascii=False) builds one per call
 
 
 class JsonRenderer:
@@ -74,6 +75,6 @@ class JsonRenderer:
             applicant_id=str(profile["applicant_id"]),
             job_id=job.job_id,
             kind="json",
-            text=json.dumps(document, ensure_ascii=False),
+            text=_ENCODER.encode(document),
             profile=profile,
         )
