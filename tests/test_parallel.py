@@ -48,3 +48,22 @@ def test_forked_call_with_one_cpu_runs_here_when_asked(monkeypatch):
     assert wait()[0] == os.getpid()
     with pytest.raises(ConfigError):
         parallel.forked_call(lambda: (_ for _ in ()).throw(ConfigError("x")))()
+
+
+def test_a_cold_surname_table_is_built_by_a_forked_worker(tmp_path, monkeypatch):
+    from popfair.population import names
+
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    names.surnames.cache_clear()
+    try:
+        wait = names.prefetch_surnames()
+        assert not names.surnames.cache_info().currsize  # built in the worker, not here
+        wait()
+        assert len(list(tmp_path.glob("surnames-*.pkl"))) == 1
+        assert names.surnames().draw(["white"], [0.5]).shape == (1,)  # loaded from the worker's file
+        names.prefetch_surnames()()  # loaded: nothing to do
+        names.surnames.cache_clear()
+        names.prefetch_surnames()()  # on disk: nothing to do
+    finally:
+        names.surnames.cache_clear()
