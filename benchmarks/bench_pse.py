@@ -6,7 +6,7 @@
 each of 9 nuisances) and 500 bootstrap resamples, cold (no tuning cache). The same case runs with
 n_jobs=1 and with n_jobs=2 (grid points of all searches and the cross-fitting folds spread over two
 threads); both must select the same hyperparameters and give the same table. Then a rerun with the
-tuned hyperparameters from the cache. Target: cold, 2 threads, at most 8 s on 2 cores. Wall and CPU
+tuned hyperparameters from the cache. Target (issue 18): cold, 2 threads, at most 8 s on 2 cores. Wall and CPU
 seconds are printed with the load average: on a shared machine wall time includes waiting for a core.
 
     python benchmarks/bench_pse.py [--n 17632] [--jobs 1 2]

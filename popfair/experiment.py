@@ -20,6 +20,7 @@ import popfair
 from popfair.constraints import ParameterError, validate
 from popfair.errors import ConfigError, PopfairError, require
 from popfair.estimate.base import Estimator
+from popfair.parallel import forked_call
 from popfair.population import worlds
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
@@ -70,6 +71,13 @@ class RunResult:
     @property
     def failure_rate(self) -> float:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
+
+
+def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    """fn(*args) and its wall seconds."""
+    start = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - start
 
 
 def check_node(node: DictConfig, path: str) -> None:
@@ -279,14 +287,21 @@ class Experiment:
             if scored_worlds is None
             else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds], ignore_index=True)
         )
+        audit_result = None
+        if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
+            # the impact ratios need only the factual scored rows: computed in a forked process
+            # beside the estimator (forked before any of its threads or the tracker's start)
+            log.info("stage outcome_audit ... (beside estimate)")
+            audit_result = forked_call(_timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
         prepare = getattr(self.tracker, "prepare", None)
         if prepare is not None:  # open the tracking store while the estimator computes
             prepare()
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         audit = None
-        if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
+        if audit_result is not None:
             try:
-                audit = stage("outcome_audit", self.outcome_audit.estimate, ok, profiles.roles, "y")
+                audit, timings["outcome_audit"] = audit_result()
+                log.info("stage outcome_audit done in %.2fs", timings["outcome_audit"])
             except PopfairError as exc:  # an add-on: report it, keep the case's own results
                 log.warning("outcome audit skipped: %s", exc)
                 profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
 _WORK: Callable[[int, int], Any] | None = None  # what forked workers run (set just before the fork)
+_CALL: tuple[Callable[..., Any], tuple[Any, ...]] | None = None  # what forked_call's worker runs
 
 
 def cpu_count() -> int:
@@ -50,3 +52,50 @@ def forked_spans(
     finally:
         gc.unfreeze()
         _WORK = None
+
+
+def _run_call() -> tuple[bool, Any]:
+    """In the forked worker: (True, result) or (False, the exception, or a RuntimeError naming it
+    when the exception itself would not survive the trip back)."""
+    assert _CALL is not None
+    fn, args = _CALL
+    try:
+        return True, fn(*args)
+    except Exception as exc:  # noqa: BLE001 - raised again in the parent
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:  # noqa: BLE001
+            return False, RuntimeError(f"{type(exc).__name__}: {exc}")
+        return False, exc
+
+
+def forked_call(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """Start `fn(*args)` now in one forked worker process (inherited through the fork, as
+    `forked_spans` does; only the result is pickled) and return a function that waits for it and
+    returns its result or raises its exception. With one CPU or without fork, `fn` runs in this
+    process when the returned function is called. For work beside a stage that keeps threads busy
+    outside the GIL: a thread would contend for the GIL and share process-wide state such as the
+    warning filters."""
+    global _CALL
+    if cpu_count() < 2 or "fork" not in mp.get_all_start_methods():
+        return lambda: fn(*args)
+    _CALL = (fn, args)
+    gc.freeze()
+    try:
+        pool = mp.get_context("fork").Pool(1)  # the worker is forked here
+    finally:
+        gc.unfreeze()
+        _CALL = None
+    pending = pool.apply_async(_run_call)
+    pool.close()
+
+    def wait() -> Any:
+        try:
+            ok, value = pending.get()
+        finally:
+            pool.join()
+        if not ok:
+            raise value
+        return value
+
+    return wait

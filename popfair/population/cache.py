@@ -34,17 +34,25 @@ def file_fingerprint(path: str | Path) -> str:
     return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], build: Callable[[], T]) -> T:
-    """build(), or its pickled result from an earlier call with the same parts and module sources."""
+def cached_path(name: str, parts: Iterable[Any], modules: Iterable[ModuleType]) -> Path | None:
+    """Where `disk_cached` keeps the entry for these parts and module sources (None: no disk cache)."""
     root = cache_dir()
     if root is None:
-        return build()
+        return None
     digest = hashlib.sha256()
     for part in parts:
         digest.update(repr(part).encode())
     for module in modules:
         digest.update(Path(str(module.__file__)).read_bytes())
-    path = root / f"{name}-{digest.hexdigest()[:24]}.pkl"
+    return root / f"{name}-{digest.hexdigest()[:24]}.pkl"
+
+
+def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], build: Callable[[], T]) -> T:
+    """build(), or its pickled result from an earlier call with the same parts and module sources."""
+    path = cached_path(name, parts, modules)
+    if path is None:
+        return build()
+    root = path.parent
     if path.exists():
         try:
             with path.open("rb") as handle:

@@ -58,7 +58,7 @@ from popfair.population.experience import (
     source_digest,
 )
 from popfair.population.fetch import resolve_pums_path
-from popfair.population.names import first_names, name_groupings, surnames
+from popfair.population.names import first_names, name_groupings, prefetch_surnames, surnames
 from popfair.population.occupation import Occupation
 from popfair.population.protected import LEVELS, ProtectedAttribute
 from popfair.population.pums import (
@@ -274,6 +274,7 @@ class PopResumePopulation:
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         clock = _Clock()
+        surnames_ready = prefetch_surnames()  # a cold surname table is built beside the model fit
         model = self.model(occupation.occp)
         clock.lap("pums_and_fit")
         records = model.records
@@ -315,6 +316,7 @@ class PopResumePopulation:
         table["first_name"] = first_names(model.survey_year).draw(
             table["gender"], table["birth_year"], keyed_uniforms(ids, seed, "first_name")
         )
+        surnames_ready()
         table["surname"] = surnames().draw(table["race"], keyed_uniforms(ids, seed, "surname"))
         clock.lap("names")
         table = add_groupings(table, model.survey_year)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import sparse
@@ -13,6 +14,30 @@ from popfair.parallel import forked_spans
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 ROWS_PER_PROCESS = 4_000  # documents counted per forked span (about 1 s of tokenising)
+
+
+class _WordHashing(HashingVectorizer):
+    """sklearn's HashingVectorizer with a quicker word analyzer for unigrams + bigrams: the same
+    preprocessing, tokenizer and stop words, and the same token list in the same order (unigrams,
+    then each adjacent pair joined by a space, as `_word_ngrams` builds them), with the pairs made
+    by one `map` over `zip` instead of a Python loop of slices (about a third of the counting time).
+    Any other setting uses sklearn's analyzer."""
+
+    def build_analyzer(self) -> Any:
+        analyzer = super().build_analyzer()  # sklearn's checks (stop-word consistency) still run
+        if self.analyzer != "word" or tuple(self.ngram_range) != (1, 2):
+            return analyzer
+        decode, preprocess, tokenize = self.decode, self.build_preprocessor(), self.build_tokenizer()
+        stop_words = self.get_stop_words()
+        join = " ".join
+
+        def analyze(doc: str) -> list[str]:
+            tokens = tokenize(preprocess(decode(doc)))
+            if stop_words is not None:
+                tokens = [w for w in tokens if w not in stop_words]
+            return tokens + list(map(join, zip(tokens, tokens[1:])))
+
+        return analyze
 
 
 class TfidfScreener:
@@ -37,7 +62,7 @@ class TfidfScreener:
         )
         self.name = name
         self.callback_threshold = callback_threshold
-        self.counts = HashingVectorizer(
+        self.counts = _WordHashing(
             n_features=2**20, alternate_sign=False, norm=None, ngram_range=(1, ngram_max), stop_words="english"
         )
         self.idf = TfidfTransformer(sublinear_tf=sublinear_tf)  # smooth IDF, rows L2-normalised

@@ -1,0 +1,69 @@
+"""popfair.parallel.forked_call: work in a forked process beside the caller, results and errors back."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from popfair import parallel
+from popfair.errors import ConfigError, EstimationError
+
+
+def _pid_and_frame(n: int) -> tuple[int, pd.DataFrame]:
+    return os.getpid(), pd.DataFrame({"x": range(n)})
+
+
+class _Unpicklable(Exception):
+    def __init__(self, a: int, b: int) -> None:  # pickles, but cannot be rebuilt from args
+        super().__init__(f"{a}+{b}")
+
+
+def _raise(kind: str) -> None:
+    if kind == "popfair":
+        raise EstimationError("no effect to decompose")
+    raise _Unpicklable(1, 2)
+
+
+def test_forked_call_runs_in_another_process_and_returns_the_result(monkeypatch):
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    wait = parallel.forked_call(_pid_and_frame, 3)
+    pid, frame = wait()
+    assert pid != os.getpid() and frame["x"].tolist() == [0, 1, 2]
+    assert parallel._CALL is None
+
+
+def test_forked_call_raises_the_workers_error_here(monkeypatch):
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    with pytest.raises(EstimationError, match="no effect"):
+        parallel.forked_call(_raise, "popfair")()
+    with pytest.raises(RuntimeError, match=r"_Unpicklable: 1\+2"):
+        parallel.forked_call(_raise, "other")()
+
+
+def test_forked_call_with_one_cpu_runs_here_when_asked(monkeypatch):
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 1)
+    wait = parallel.forked_call(_pid_and_frame, 1)
+    assert wait()[0] == os.getpid()
+    with pytest.raises(ConfigError):
+        parallel.forked_call(lambda: (_ for _ in ()).throw(ConfigError("x")))()
+
+
+def test_a_cold_surname_table_is_built_by_a_forked_worker(tmp_path, monkeypatch):
+    from popfair.population import names
+
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    names.surnames.cache_clear()
+    try:
+        wait = names.prefetch_surnames()
+        assert not names.surnames.cache_info().currsize  # built in the worker, not here
+        wait()
+        assert len(list(tmp_path.glob("surnames-*.pkl"))) == 1
+        assert names.surnames().draw(["white"], [0.5]).shape == (1,)  # loaded from the worker's file
+        names.prefetch_surnames()()  # loaded: nothing to do
+        names.surnames.cache_clear()
+        names.prefetch_surnames()()  # on disk: nothing to do
+    finally:
+        names.surnames.cache_clear()
