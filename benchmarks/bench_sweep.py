@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -48,10 +49,18 @@ PANEL = [
 ]
 
 
+DRY_RUN_TARGETS_S = {"popresume_grid": 30.0, "callback_panel": 10.0}  # issue 18, on 2 cores
+
+
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def dry_run(experiment: str, estimator: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), child_cpu()
         out = subprocess.run(
             [
                 sys.executable,
@@ -67,11 +76,16 @@ def dry_run(experiment: str, estimator: str) -> None:
             text=True,
             env={**env, "PYTHONPATH": str(ROOT)},
         )
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, child_cpu() - cpu
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     summary = out.stdout[out.stdout.index("=== popfair sweep") :]
-    print(f"\n--- dry run experiment={experiment}: {seconds:.0f} s wall\n{summary}")
+    target = DRY_RUN_TARGETS_S[experiment]
+    print(
+        f"\n--- dry run experiment={experiment}: {seconds:.1f} s wall, {cpu:.1f} CPU s (this process and its "
+        f"forked workers)  target <= {target:.0f} s: {'PASS' if seconds <= target else 'FAIL'}  "
+        f"(load {os.getloadavg()[0]:.2f})\n{summary}"
+    )
 
 
 def report_benchmark() -> None:

@@ -23,7 +23,8 @@ from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
 from popfair.types import WORLD, CallPlan, Document, Profiles
 
-_SAMPLES: dict[str, Profiles] = {}  # planning memo: population config -> profiles
+# planning memo: population config -> profiles, their rows and the rows' digest
+_SAMPLES: dict[str, tuple[Profiles, pd.DataFrame, str]] = {}
 # planning memo: (renderer, profile rows) -> documents and each document's prompt identity
 _DOCUMENTS: dict[str, tuple[list[Document], list[tuple[str, str]]]] = {}
 _PLANNED: dict[str, list[str]] = {}  # screener config and format -> document sets already planned
@@ -67,11 +68,13 @@ def _key(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_TEXT_PARAMETERS = set(inspect.signature(TextRenderer).parameters)
+
+
 def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
     """The text renderer with the image renderer's content settings (pools, seed, ...): the same
     resume as the image, as text."""
-    accepted = inspect.signature(TextRenderer).parameters
-    return TextRenderer(**{k: v for k, v in renderer_config.items() if k in accepted})
+    return TextRenderer(**{k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS})
 
 
 def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
@@ -101,24 +104,22 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         }
     )
     if sample_key not in _SAMPLES:
-        _SAMPLES[sample_key] = experiment.sample()
-    profiles = _SAMPLES[sample_key]
-    rows = profiles.rows().drop(columns=WORLD)
-    if image or type(experiment.renderer) is TextRenderer:  # the text layout: text and image formats agree
-        renderer: Any = text_layout_renderer(config.get("renderer") or {})
-        identity: Any = {
-            "text_layout": {
-                k: v
-                for k, v in (config.get("renderer") or {}).items()
-                if k in inspect.signature(TextRenderer).parameters
-            }
-        }
-    else:
-        renderer, identity = experiment.renderer, config.get("renderer")
-    rows_digest = hashlib.sha256(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
-    rows_digest.update(repr(list(rows.columns)).encode())
-    document_key = _key({"renderer": identity, "rows": rows_digest.hexdigest()})
+        profiles = experiment.sample()
+        rows = profiles.rows().drop(columns=WORLD)
+        digest = hashlib.sha256(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
+        digest.update(repr(list(rows.columns)).encode())
+        _SAMPLES[sample_key] = (profiles, rows, digest.hexdigest())
+    profiles, rows, rows_digest = _SAMPLES[sample_key]
+    renderer_config = config.get("renderer") or {}
+    text_layout = image or type(experiment.renderer) is TextRenderer  # text and image formats agree on it
+    identity: Any = (
+        {"text_layout": {k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS}}
+        if text_layout
+        else renderer_config
+    )
+    document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
+        renderer = text_layout_renderer(renderer_config) if text_layout else experiment.renderer
         documents = render_all(renderer, rows, profiles.jobs, progress=False)
         # what makes two documents the same prompt for one screener: the job text and the document
         identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
