@@ -50,20 +50,23 @@ def test_forked_call_with_one_cpu_runs_here_when_asked(monkeypatch):
         parallel.forked_call(lambda: (_ for _ in ()).throw(ConfigError("x")))()
 
 
-def test_a_cold_surname_table_is_built_by_a_forked_worker(tmp_path, monkeypatch):
+def test_cold_name_tables_are_built_by_a_forked_worker(tmp_path, monkeypatch):
     from popfair.population import names
 
     monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
     names.surnames.cache_clear()
+    names.first_names.cache_clear()
     try:
-        wait = names.prefetch_surnames()
+        wait = names.prefetch_names(2024)
         assert not names.surnames.cache_info().currsize  # built in the worker, not here
         wait()
-        assert len(list(tmp_path.glob("surnames-*.pkl"))) == 1
-        assert names.surnames().draw(["white"], [0.5]).shape == (1,)  # loaded from the worker's file
-        names.prefetch_surnames()()  # loaded: nothing to do
-        names.surnames.cache_clear()
-        names.prefetch_surnames()()  # on disk: nothing to do
+        assert len(list(tmp_path.glob("surnames-*.pkl"))) == len(list(tmp_path.glob("first_names-*.pkl"))) == 1
+        assert names.surnames().draw(["white"], [0.5]).shape == (1,)  # loaded from the worker's files
+        assert names.first_names(2024).draw(["female"], [1990], [0.5]).shape == (1,)
+        assert names.first_names.cache_info().misses == 1 and names.surnames.cache_info().misses == 1
+        names.prefetch_names(2024)()  # on disk: nothing to do
+        assert len(list(tmp_path.glob("*.pkl"))) == 2
     finally:
         names.surnames.cache_clear()
+        names.first_names.cache_clear()

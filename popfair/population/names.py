@@ -155,12 +155,11 @@ class FirstNames:
 def first_names(survey_year: int) -> FirstNames:
     """SSA tables for people aged 18-44 in survey_year (births after the SSA's last year use it).
     Cached in-process and on disk (popfair.population.cache)."""
-    return disk_cached(
-        "first_names",
-        [survey_year, file_fingerprint(ssa_path())],
-        [sys.modules[__name__], scm],
-        lambda: _build_first_names(survey_year),
-    )
+    return disk_cached("first_names", *_first_names_key(survey_year), lambda: _build_first_names(survey_year))
+
+
+def _first_names_key(survey_year: int) -> tuple[list[Any], list[Any]]:
+    return [survey_year, file_fingerprint(ssa_path())], [sys.modules[__name__], scm]
 
 
 def _build_first_names(survey_year: int) -> FirstNames:
@@ -220,30 +219,41 @@ def _surnames_key() -> tuple[list[Any], list[Any]]:
     return [file_fingerprint(data_file("names", "census_2010_surnames.parquet"))], [sys.modules[__name__], scm]
 
 
-def prefetch_surnames() -> Callable[[], None]:
-    """When the surname table is neither loaded nor on disk, start building it (and storing it on
-    disk) in a forked worker, beside the caller's own work (the occupation model, the first names:
-    about 0.3 s of a cold population on the other core); the returned function waits for it, after
-    which `surnames()` loads it from disk. Otherwise, or if the worker fails, it does nothing and
-    `surnames()` builds the table as usual."""
-    if surnames.cache_info().currsize:
+def prefetch_names(survey_year: int | None) -> Callable[[], None]:
+    """When the surname table, or (given `survey_year`) the first-name table, is not in the disk
+    cache, start building the missing ones (and storing them on disk) in a forked worker, beside
+    the caller's own work (the occupation model: about 0.6 s of a cold population on the other
+    core); the returned function waits for it, after which `surnames()` and `first_names()` load
+    them from disk. Otherwise, or if the worker fails, it does nothing and they are built as usual."""
+    wanted: list[tuple[str, Any]] = []
+    if not surnames.cache_info().currsize:
+        wanted.append(("surnames", _surnames_key()))
+    if survey_year is not None:
+        wanted.append(("first_names", _first_names_key(survey_year)))
+    missing = []
+    for name, key in wanted:
+        path = cached_path(name, *key)
+        if path is not None and not path.exists():
+            missing.append(name)
+    if not missing:
         return lambda: None
-    path = cached_path("surnames", *_surnames_key())
-    if path is None or path.exists():
-        return lambda: None
-    pending = forked_call(_store_surnames)
+    pending = forked_call(_store_names, missing, survey_year)
 
     def wait() -> None:
         try:
             pending()
-        except Exception:  # noqa: BLE001 - surnames() builds it here and raises any real error
+        except Exception:  # noqa: BLE001 - the tables are built here, where any real error is raised
             pass
 
     return wait
 
 
-def _store_surnames() -> None:
-    surnames()  # in the forked worker: builds the table and writes it to the disk cache
+def _store_names(missing: list[str], survey_year: int | None) -> None:
+    """In the forked worker: build the missing tables; disk_cached writes them to the disk cache."""
+    if "first_names" in missing and survey_year is not None:
+        first_names(survey_year)
+    if "surnames" in missing:
+        surnames()
 
 
 def _build_surnames() -> Surnames:

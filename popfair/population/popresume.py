@@ -58,7 +58,7 @@ from popfair.population.experience import (
     source_digest,
 )
 from popfair.population.fetch import resolve_pums_path
-from popfair.population.names import first_names, name_groupings, prefetch_surnames, surnames
+from popfair.population.names import first_names, name_groupings, prefetch_names, surnames
 from popfair.population.occupation import Occupation
 from popfair.population.protected import LEVELS, ProtectedAttribute
 from popfair.population.pums import (
@@ -69,6 +69,7 @@ from popfair.population.pums import (
     EDU_LEVELS,
     GENDERS,
     RACES,
+    bundled_survey_year,
     decode_education,
     decode_race,
     decode_sex,
@@ -274,7 +275,8 @@ class PopResumePopulation:
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         clock = _Clock()
-        surnames_ready = prefetch_surnames()  # a cold surname table is built beside the model fit
+        # cold name tables are built by a forked worker beside the occupation model's fit
+        names_ready = prefetch_names(None if self.pums_path else bundled_survey_year())
         model = self.model(occupation.occp)
         clock.lap("pums_and_fit")
         records = model.records
@@ -313,10 +315,10 @@ class PopResumePopulation:
             table["gender"], table["race"], table["age"], table["edu_level"], keyed_uniforms(ids, seed, "exp_year")
         )
         clock.lap("experience")
+        names_ready()
         table["first_name"] = first_names(model.survey_year).draw(
             table["gender"], table["birth_year"], keyed_uniforms(ids, seed, "first_name")
         )
-        surnames_ready()
         table["surname"] = surnames().draw(table["race"], keyed_uniforms(ids, seed, "surname"))
         clock.lap("names")
         table = add_groupings(table, model.survey_year)

@@ -53,6 +53,17 @@ RACES = ("black", "white", "hispanic", "api", "other")
 GENDERS = ("female", "male")
 
 
+@lru_cache(maxsize=1)
+def bundled_survey_year() -> int | None:
+    """The bundled extract's survey year from its first record (a hint for work started before
+    `load_pums` reads the whole file; None if it cannot be read)."""
+    try:
+        first = pd.read_csv(data_file(*BUNDLED_PUMS), nrows=1, usecols=["YEAR"])
+        return int(first["YEAR"].iloc[0])
+    except Exception:  # noqa: BLE001 - only a hint
+        return None
+
+
 @lru_cache(maxsize=4)
 def load_pums(path: str | None = None) -> tuple[pd.DataFrame, int]:
     """(records, survey year): PUMS person records, employed, age 18-44. `path` None = bundled extract.
