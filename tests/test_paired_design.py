@@ -233,6 +233,37 @@ def test_json_documents_of_a_pair_differ_only_in_the_name(race_sample):
         renderer.render({"applicant_id": "a", "first_name": "x"}, race_sample.jobs[table["job_id"].iloc[0]])
 
 
+def test_json_text_is_what_json_dumps_writes_for_the_profile(race_sample):
+    """The renderer assembles its text from encoded values; it must equal json.dumps of the documented
+    schema, for real profiles and for awkward values (quotes, non-ASCII, no employer, a missing title)."""
+
+    def reference(row: dict) -> str:
+        metro = row.get("metro")
+        city = str(metro).split(",")[0].split("-")[0].strip() if isinstance(metro, str) and metro else None
+        history = [
+            {k: row[f"{slot}_{k}"] for k in ("employer", "title", "start", "end")}
+            for slot in ("emp1", "emp2")
+            if isinstance(row.get(f"{slot}_employer"), str) and row[f"{slot}_employer"]
+        ]
+        education = {k: row[k] for k in ("school", "degree", "major")}
+        education |= {"gpa": round(float(row["gpa"]), 2), "graduation_year": int(row["graduation_year"])}
+        document = {
+            "name": f"{row['first_name']} {row['surname']}",
+            "age": int(row["age"]),
+            "location": f"{city}, {row['state']}" if city else str(row["state"]),
+            "education": education,
+            "employment_history": history,
+        }
+        return json.dumps(document, ensure_ascii=False)
+
+    rows = race_sample.table.head(300).to_dict("records")
+    odd = {**rows[0], "first_name": 'Zoë "Jo"', "surname": "Nguyễn\\", "metro": None, "emp2_employer": ""}
+    rows += [odd, {**rows[1], "emp1_title": None, "school": "Université de Montréal\t", "gpa": 3.0}]
+    renderer = JsonRenderer()
+    for row in rows:
+        assert renderer.render(row, race_sample.jobs[row["job_id"]]).text == reference(row)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 from typing import Any
 
 from popfair.errors import DataError
@@ -29,6 +30,11 @@ from popfair.types import Document, Job
 REQUIRED_FIELDS = ("first_name", "surname", "age", "state", "school", "degree", "major", "gpa", "graduation_year")
 EMPLOYMENT_SLOTS = ("emp1", "emp2")
 _ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps(..., ensure_ascii=False) builds one per call
+
+
+def _json(value: Any) -> str:
+    """One value as json.dumps(..., ensure_ascii=False) writes it."""
+    return encode_basestring(value) if type(value) is str else _ENCODER.encode(value)
 
 
 class JsonRenderer:
@@ -46,35 +52,27 @@ class JsonRenderer:
             )
         metro = profile.get("metro")
         city = str(metro).split(",")[0].split("-")[0].strip() if isinstance(metro, str) and metro else None
-        history = []
-        for slot in EMPLOYMENT_SLOTS:
-            employer = profile.get(f"{slot}_employer")
-            if isinstance(employer, str) and employer:
-                history.append(
-                    {
-                        "employer": employer,
-                        "title": profile[f"{slot}_title"],
-                        "start": profile[f"{slot}_start"],
-                        "end": profile[f"{slot}_end"],
-                    }
-                )
-        document = {
-            "name": f"{profile['first_name']} {profile['surname']}",
-            "age": int(profile["age"]),
-            "location": f"{city}, {profile['state']}" if city else str(profile["state"]),
-            "education": {
-                "school": profile["school"],
-                "degree": profile["degree"],
-                "major": profile["major"],
-                "gpa": round(float(profile["gpa"]), 2),
-                "graduation_year": int(profile["graduation_year"]),
-            },
-            "employment_history": history,
-        }
+        # The JSON text is assembled from encoded values: what json.dumps(document, ensure_ascii=False)
+        # writes for this schema (tests pin it), at a third of the cost (96,096 documents a panel case)
+        history = [
+            f'{{"employer": {_json(employer)}, "title": {_json(profile[f"{slot}_title"])}, '
+            f'"start": {_json(profile[f"{slot}_start"])}, "end": {_json(profile[f"{slot}_end"])}}}'
+            for slot in EMPLOYMENT_SLOTS
+            if isinstance(employer := profile.get(f"{slot}_employer"), str) and employer
+        ]
+        location = f"{city}, {profile['state']}" if city else str(profile["state"])
+        name = f"{profile['first_name']} {profile['surname']}"
+        text = (
+            f'{{"name": {_json(name)}, "age": {int(profile["age"])!r}, '
+            f'"location": {_json(location)}, "education": {{"school": {_json(profile["school"])}, '
+            f'"degree": {_json(profile["degree"])}, "major": {_json(profile["major"])}, '
+            f'"gpa": {_json(round(float(profile["gpa"]), 2))}, '
+            f'"graduation_year": {int(profile["graduation_year"])!r}}}, "employment_history": [{", ".join(history)}]}}'
+        )
         return Document(
             applicant_id=str(profile["applicant_id"]),
             job_id=job.job_id,
             kind="json",
-            text=_ENCODER.encode(document),
+            text=text,
             profile=profile,
         )
