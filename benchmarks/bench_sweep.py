@@ -3,7 +3,7 @@ callback panel (every PUMS record, 6,006 postings; no keys, nothing called) in o
 (2) the comparison report of a paper-sized sweep (120 PopResume cases + 28 panel cases) read back
 from a sqlite MLflow store: CSV, Markdown, HTML with 120 forest plots and the panel charts.
 
-Run from the repository root: python benchmarks/bench_sweep.py [--skip-dry-runs] [--estimator pse_dml]"""
+Run from the repository root: python benchmarks/bench_sweep.py [--skip-dry-runs] [--skip-report] [--estimator pse_dml]"""
 
 from __future__ import annotations
 
@@ -154,12 +154,14 @@ def report_benchmark() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-dry-runs", action="store_true", help="only the report benchmark")
+    parser.add_argument("--skip-report", action="store_true", help="only the dry runs")
     parser.add_argument("--estimator", default="pse_dml", help="estimator for the grid dry run")
     args = parser.parse_args()
     if not args.skip_dry_runs:
         dry_run("popresume_grid", args.estimator)
         dry_run("callback_panel", args.estimator)
-    report_benchmark()
+    if not args.skip_report:
+        report_benchmark()
 
 
 if __name__ == "__main__":
