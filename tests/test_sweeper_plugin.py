@@ -3,11 +3,21 @@ composed configs to the launcher) and parsing each config file once per process.
 
 from __future__ import annotations
 
+import importlib
 import pickle
+from types import ModuleType
 
+import pytest
+from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.popfair_sweeper.popfair_sweeper import ComposeOnceLoader, PopfairSweeper
+
+@pytest.fixture
+def plugin() -> ModuleType:
+    """The plugin module as Hydra runs it: Hydra's plugin scan (once per process) re-executes the
+    modules of hydra_plugins and its own core plugins, so the classes are imported after it."""
+    Plugins.instance()
+    return importlib.import_module("hydra_plugins.popfair_sweeper.popfair_sweeper")
 
 
 class CountingLoader:
@@ -19,10 +29,10 @@ class CountingLoader:
         return OmegaConf.create({"overrides": list(sweep_overrides)})
 
 
-def test_validation_composes_each_case_and_the_launcher_takes_it_without_composing_again():
+def test_validation_composes_each_case_and_the_launcher_takes_it_without_composing_again(plugin):
     counting = CountingLoader()
-    sweeper = PopfairSweeper(max_batch_size=None)
-    sweeper.compose_once = ComposeOnceLoader(counting)  # type: ignore[arg-type]
+    sweeper = plugin.PopfairSweeper(max_batch_size=None)
+    sweeper.compose_once = plugin.ComposeOnceLoader(counting)
     sweeper.config = OmegaConf.create()
     batch = [["a=1", "b=x"], ["a=2", "b=x"]]
     sweeper.validate_batch_is_legal(batch)
@@ -34,8 +44,8 @@ def test_validation_composes_each_case_and_the_launcher_takes_it_without_composi
     assert len(counting.composed) == 3
 
 
-def test_a_launcher_pickled_to_workers_carries_no_composed_configs():
-    loader = ComposeOnceLoader(CountingLoader())  # type: ignore[arg-type]
+def test_a_launcher_pickled_to_workers_carries_no_composed_configs(plugin):
+    loader = plugin.ComposeOnceLoader(CountingLoader())
     loader.compose(OmegaConf.create(), ["a=1"])
     assert loader.composed
     assert pickle.loads(pickle.dumps(loader)).composed == {}
