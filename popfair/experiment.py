@@ -20,7 +20,7 @@ import popfair
 from popfair.constraints import ParameterError, validate
 from popfair.errors import ConfigError, PopfairError, require
 from popfair.estimate.base import Estimator
-from popfair.parallel import forked_call
+from popfair.parallel import forked_call, frozen_heap
 from popfair.population import worlds
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
@@ -250,6 +250,10 @@ class Experiment:
         return worlds.sample(self.population, self.occupation, self.protected, self.seed, self.estimator.design)
 
     def run(self) -> RunResult:
+        with frozen_heap():  # what exists before the run is left out of its garbage collections
+            return self._run()
+
+    def _run(self) -> RunResult:
         timings: dict[str, float] = {}
 
         def stage(name: str, fn, *args):

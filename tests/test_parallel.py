@@ -70,3 +70,19 @@ def test_cold_name_tables_are_built_by_a_forked_worker(tmp_path, monkeypatch):
     finally:
         names.surnames.cache_clear()
         names.first_names.cache_clear()
+
+
+def test_frozen_heap_nests_and_survives_forks(monkeypatch):
+    import gc
+
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    assert gc.get_freeze_count() == 0
+    with parallel.frozen_heap():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with parallel.frozen_heap():
+            assert gc.get_freeze_count() == frozen
+        assert parallel.forked_call(_pid_and_frame, 1)()[0] != os.getpid()
+        assert [start for start, _ in parallel.forked_spans(lambda a, b: b - a, 10, 2)] == [0, 2, 4, 6, 8]
+        assert gc.get_freeze_count() >= frozen  # the forks kept the outer freeze
+    assert gc.get_freeze_count() == 0
