@@ -46,6 +46,7 @@ from popfair.constraints import Path as PathRule
 from popfair.errors import EstimationError
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
 from popfair.estimate.sfm import TARGETS
+from popfair.types import Roles
 
 log = logging.getLogger("popfair.pse")
 
@@ -202,26 +203,15 @@ class DmlScores:
         return self.phi_splits.mean(axis=0)
 
 
-def dml_scores(
-    data: pd.DataFrame,
-    *,
-    x: str,
-    x0: str,
-    x1: str,
-    z: Sequence[str],
-    b: Sequence[str],
-    r: Sequence[str],
-    y: str,
-    settings: PseSettings,
-) -> DmlScores:
+def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) -> DmlScores:
     """Encode the roles, assign folds, tune (or reuse cached) nuisances and cross-fit the scores."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     design, n_excluded, notes = _Design.from_frame(
-        data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, cluster=settings.cluster, max_categories=settings.max_categories
+        data, roles, y, cluster=settings.cluster, max_categories=settings.max_categories
     )
     fold_of = [
-        _assign_folds(design.a, settings.folds, settings.seed, x=x, levels=(x0, x1), split=s)
+        _assign_folds(design.a, settings.folds, settings.seed, x=roles.x, levels=(roles.x0, roles.x1), split=s)
         for s in range(resolve_splits(settings.n_splits, design.y))
     ]
     timings["encode"] = time.perf_counter() - clock
@@ -264,22 +254,12 @@ class _Design:
 
     @classmethod
     def from_frame(
-        cls,
-        data: pd.DataFrame,
-        *,
-        x: str,
-        x0: str,
-        x1: str,
-        z: Sequence[str],
-        b: Sequence[str],
-        r: Sequence[str],
-        y: str,
-        cluster: str | None,
-        max_categories: int,
+        cls, data: pd.DataFrame, sfm: Roles, y: str, *, cluster: str | None, max_categories: int
     ) -> tuple[_Design, int, list[str]]:
         if not isinstance(data, pd.DataFrame):
             raise EstimationError(f"data must be a pandas DataFrame, got {type(data).__name__}")
-        roles = {"z": list(z), "b": list(b), "r": list(r)}
+        x, x0, x1 = sfm.x, sfm.x0, sfm.x1
+        roles = {"z": list(sfm.z), "b": list(sfm.b), "r": list(sfm.r)}
         for role in ("b", "r"):
             if not roles[role]:
                 raise EstimationError(f"role {role} is empty; the B/R decomposition needs at least one column each")

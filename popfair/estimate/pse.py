@@ -152,22 +152,11 @@ def estimate_pse(
         checked = PseSettings.build(settings)
     except ParameterError as exc:  # a bad argument of this function, not of a config
         raise EstimationError(str(exc)) from None
-    return _estimate(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, settings=checked)
+    return _estimate(data, Roles(x=x, x0=x0, x1=x1, z=tuple(z), b=tuple(b), r=tuple(r)), y, checked)
 
 
-def _estimate(
-    data: pd.DataFrame,
-    *,
-    x: str,
-    x0: str,
-    x1: str,
-    z: Sequence[str],
-    b: Sequence[str],
-    r: Sequence[str],
-    y: str,
-    settings: PseSettings,
-) -> PseResult:
-    scores = dml_scores(data, x=x, x0=x0, x1=x1, z=z, b=b, r=r, y=y, settings=settings)
+def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) -> PseResult:
+    scores = dml_scores(data, roles, y, settings)
     clock = time.perf_counter()
     both, n_clusters = mean_inference(
         np.concatenate([scores.phi_splits, scores.phi_splits @ CONTRASTS.T], axis=2),
@@ -213,9 +202,7 @@ class PseDml:
         self.settings = PseSettings.build(settings)
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
-        result = _estimate(
-            data, x=roles.x, x0=roles.x0, x1=roles.x1, z=roles.z, b=roles.b, r=roles.r, y=y, settings=self.settings
-        )
+        result = _estimate(data, roles, y, self.settings)
         metrics = {
             "pse.n": float(result.n),
             "pse.n_excluded": float(result.n_excluded),
