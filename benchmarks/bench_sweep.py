@@ -1,6 +1,6 @@
-"""Sweep-level figures: (1) the dry-run plan of the full 120-case PopResume grid and the 28-case
+"""Sweep-level figures: (1) the dry-run plan of the full 120-case PopResume grid and the 27-case
 callback panel (every PUMS record, 6,006 postings; no keys, nothing called) in one process each,
-(2) the comparison report of a paper-sized sweep (120 PopResume cases + 28 panel cases) read back
+(2) the comparison report of a paper-sized sweep (120 PopResume cases + 27 panel cases) read back
 from a sqlite MLflow store: CSV, Markdown, HTML with 120 forest plots and the panel charts.
 
 Run from the repository root: python benchmarks/bench_sweep.py [--skip-dry-runs] [--skip-report] [--estimator pse_dml]"""
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -25,28 +26,17 @@ from popfair.report.sweep import write_report  # noqa: E402
 from popfair.track.mlflow_tracker import MlflowTracker  # noqa: E402
 
 PSE = ["TE", "NDE", "NIE", "BIE", "RIE"]
-FORMATS = {
-    "text": ["llama31_8b", "mistral_7b_v02", "gpt4o_mini", "gemini25_flash_lite"],
-    "image": ["qwen25_vl_7b", "internvl2_8b", "gpt4o", "gemini25_flash_lite"],
-    "image_photo": ["qwen25_vl_7b", "internvl2_8b", "gpt4o", "gemini25_flash_lite"],
-}
-OCCUPATIONS = ["nurse", "teacher", "software_developer", "accountant", "construction_laborer"]
-PANEL = [
-    "gpt35_turbo",
-    "gpt4o_mini",
-    "gpt54_mini",
-    "claude3_haiku",
-    "claude_haiku_4_5",
-    "llama31_8b",
-    "llama33_70b",
-    "gemma4_31b",
-    "gemini25_flash",
-    "grok41_fast",
-    "deepseek_v31",
-    "qwen35_397b",
-    "glm51",
-    "gpt_oss_120b",
-]
+
+
+def _sweep_param(experiment: str, key: str) -> list[str]:
+    """One sweep parameter of a grid preset, as its list of values (the cases the paper ran)."""
+    params = yaml.safe_load((ROOT / "conf" / "experiment" / f"{experiment}.yaml").read_text())["hydra"]["sweeper"]
+    return [value.strip() for value in params["params"][key].split(",")]
+
+
+CELLS = [cell.split("-", 1) for cell in _sweep_param("popresume_grid", "format_model")]  # (format, model)
+OCCUPATIONS = _sweep_param("popresume_grid", "occupation")
+PANEL_CELLS = [cell.split("-", 1) for cell in _sweep_param("callback_panel", "panel_cell")]  # (axis, model)
 
 
 DRY_RUN_TARGETS_S = {"popresume_grid": 30.0, "callback_panel": 10.0}  # issue 18, on 2 cores
@@ -94,59 +84,59 @@ def report_benchmark() -> None:
         tracker = MlflowTracker(uri=f"sqlite:///{tmp}/mlflow.db", artifact_root=f"{tmp}/artifacts")
         parent = tracker.start_parent("bench", {"popfair.sweep": "parent"})
         start = time.perf_counter()
-        for fmt, models in FORMATS.items():
-            for model in models:
-                for occupation in OCCUPATIONS:
-                    for attr in ("gender", "race"):
-                        est = rng.normal(0, 1, 5)
-                        metrics = {
-                            f"{e}.{k}": v
-                            for e, x in zip(PSE, est)
-                            for k, v in (("estimate", x), ("ci_low", x - 0.6), ("ci_high", x + 0.6))
-                        }
-                        with tracker.run(
-                            f"{occupation}-{attr}-{fmt}-{model}",
-                            {
-                                "occupation": occupation,
-                                "protected_attr": attr,
-                                "renderer": fmt,
-                                "choice.renderer": fmt,
-                                "screener": model,
-                                "estimator": "pse_dml",
-                                "case": "direct discrimination" if abs(est[1]) > 0.6 else "none",
-                            },
-                            parent,
-                        ) as run:
-                            run.metrics(metrics)
-        for i, model in enumerate(PANEL):
-            for attr in ("race", "gender"):
-                gap = rng.normal(0, 1.5)
-                with tracker.run(
-                    f"panel-{attr}-{model}",
-                    {"protected_attr": attr, "screener": model, "estimator": "paired_gap"},
-                    parent,
-                ) as run:
-                    run.params({"screener.release_date": f"{2023 + i // 5}-{1 + i % 12:02d}-01"})
-                    run.metrics(
+        for fmt, model in CELLS:
+            for occupation in OCCUPATIONS:
+                for attr in ("gender", "race"):
+                    est = rng.normal(0, 1, 5)
+                    metrics = {
+                        f"{e}.{k}": v
+                        for e, x in zip(PSE, est)
+                        for k, v in (("estimate", x), ("ci_low", x - 0.6), ("ci_high", x + 0.6))
+                    }
+                    with tracker.run(
+                        f"{occupation}-{attr}-{fmt}-{model}",
                         {
-                            "gap.estimate": gap,
-                            "gap.ci_low": gap - 0.3,
-                            "gap.ci_high": gap + 0.3,
-                            "gap.b": 900,
-                            "gap.c": 450,
-                            "gap.n_pairs": 24024,
-                            "gap.mcnemar_chi2": 140.0,
-                            "gap.mcnemar_p": float(rng.uniform(0, 0.1)),
-                            "gap.cluster_p": float(rng.uniform(0, 0.1)),
-                        }
-                    )
+                            "occupation": occupation,
+                            "protected_attr": attr,
+                            "renderer": fmt,
+                            "choice.renderer": fmt,
+                            "screener": model,
+                            "estimator": "pse_dml",
+                            "case": "direct discrimination" if abs(est[1]) > 0.6 else "none",
+                        },
+                        parent,
+                    ) as run:
+                        run.metrics(metrics)
+        release = {model: i for i, model in enumerate(dict.fromkeys(model for _, model in PANEL_CELLS))}
+        for attr, model in PANEL_CELLS:
+            i = release[model]
+            gap = rng.normal(0, 1.5)
+            with tracker.run(
+                f"panel-{attr}-{model}",
+                {"protected_attr": attr, "screener": model, "estimator": "paired_gap"},
+                parent,
+            ) as run:
+                run.params({"screener.release_date": f"{2023 + i // 5}-{1 + i % 12:02d}-01"})
+                run.metrics(
+                    {
+                        "gap.estimate": gap,
+                        "gap.ci_low": gap - 0.3,
+                        "gap.ci_high": gap + 0.3,
+                        "gap.b": 900,
+                        "gap.c": 450,
+                        "gap.n_pairs": 24024,
+                        "gap.mcnemar_chi2": 140.0,
+                        "gap.mcnemar_p": float(rng.uniform(0, 0.1)),
+                        "gap.cluster_p": float(rng.uniform(0, 0.1)),
+                    }
+                )
         logged = time.perf_counter() - start
         start = time.perf_counter()
         files = write_report(tracker.uri, None, Path(tmp) / "report", parent_run_id=parent)
         seconds = time.perf_counter() - start
         size = files["report.html"].stat().st_size / 1e6
         print(
-            f"\n--- report of 120 PopResume + 28 panel cases: {seconds:.1f} s "
+            f"\n--- report of 120 PopResume + 27 panel cases: {seconds:.1f} s "
             f"({len(files)} files, report.html {size:.1f} MB self-contained); logging them took {logged:.1f} s"
         )
 
