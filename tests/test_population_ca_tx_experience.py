@@ -13,6 +13,7 @@ from popfair.population.occupation import Occupation
 from popfair.population.popresume import PopResumePopulation
 from popfair.population.protected import ProtectedAttribute
 from popfair.population.transport import CELLS_FILE, OEWS_FILE, donor_states
+from tests import population_reference as reference
 
 RACE = ProtectedAttribute("race", "black", "white")
 FIVE = {"nurse": 3255, "teacher": 2310, "software_developer": 1021, "accountant": 800, "construction_laborer": 6260}
@@ -81,28 +82,8 @@ def test_transported_composition_equals_an_independent_density_ratio_reweighting
     records = population.model(3255).records
     cells = pd.read_csv(data_file(*CELLS_FILE))
     cells = cells[cells["SCHL"] >= 16]
-    race = np.where(
-        cells["HISPANIC"] == 1,
-        "hispanic",
-        np.where(
-            cells["RAC1P"] == 1,
-            "white",
-            np.where(cells["RAC1P"] == 2, "black", np.where(cells["RAC1P"].isin([6, 7]), "api", "other")),
-        ),
-    )
-    edu = cells["SCHL"].map(
-        {
-            16: "hs_ged",
-            17: "hs_ged",
-            18: "some_college",
-            19: "some_college",
-            20: "associate",
-            21: "bachelor",
-            22: "master",
-            23: "professional",
-            24: "doctorate",
-        }
-    )
+    race = reference.race(cells["HISPANIC"] == 1, cells["RAC1P"])
+    edu = reference.edu_level(cells["SCHL"])
     band = pd.cut(cells["AGEP"], [17, 24, 29, 34, 39, 44], labels=["18-24", "25-29", "30-34", "35-39", "40-44"])
     frame = pd.DataFrame(
         {

@@ -21,6 +21,7 @@ from popfair.population.popresume import PopResumePopulation, roles_for
 from popfair.population.protected import ProtectedAttribute
 from popfair.population.pums import BUNDLED_PUMS
 from popfair.population.scm import keyed_uniforms
+from tests import population_reference as reference
 from tests.conftest import compose_config
 
 GENDER = ProtectedAttribute("gender", "female", "male")
@@ -39,28 +40,8 @@ def raw_pums() -> pd.DataFrame:
     with gzip.open(data_file(*BUNDLED_PUMS), "rt") as handle:
         raw = pd.read_csv(handle)
     raw = raw[raw["SCHL"] >= 16]  # default policy: below high school dropped
-    race = np.where(
-        raw["HISP"] > 1,
-        "hispanic",
-        np.where(
-            raw["RAC1P"] == 1,
-            "white",
-            np.where(raw["RAC1P"] == 2, "black", np.where(raw["RAC1P"].isin([6, 7]), "api", "other")),
-        ),
-    )
-    edu = raw["SCHL"].map(
-        {
-            16: "hs_ged",
-            17: "hs_ged",
-            18: "some_college",
-            19: "some_college",
-            20: "associate",
-            21: "bachelor",
-            22: "master",
-            23: "professional",
-            24: "doctorate",
-        }
-    )
+    race = reference.race(raw["HISP"] > 1, raw["RAC1P"])
+    edu = reference.edu_level(raw["SCHL"])
     return pd.DataFrame(
         {
             "OCCP": raw["OCCP"],
