@@ -4,6 +4,7 @@ logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw c
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -80,15 +81,24 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
-def check_node(node: DictConfig, path: str) -> None:
-    """Check a config node, and every nested component node, against the `parameter_constraints`
-    its `_target_` declares, before anything is built; errors name the full config path."""
+def resolved(node: DictConfig) -> dict[Any, Any] | None:
+    """A config node's values, interpolations resolved, as plain values; None when an interpolation
+    is broken (building the node then says which)."""
     try:
-        values = OmegaConf.to_container(node, resolve=True)  # one resolved copy: checked as plain values
+        values = OmegaConf.to_container(node, resolve=True)
     except Exception:  # noqa: BLE001 - a broken interpolation: instantiate says why
-        return
+        return None
     assert isinstance(values, dict)
-    _check_values(values, path)
+    return values
+
+
+def check_node(node: DictConfig, path: str, values: dict[Any, Any] | None = None) -> None:
+    """Check a config node, and every nested component node, against the `parameter_constraints`
+    its `_target_` declares, before anything is built; errors name the full config path. `values`:
+    the node already resolved (one resolved copy is checked as plain values)."""
+    values = values if values is not None else resolved(node)
+    if values is not None:
+        _check_values(values, path)
 
 
 def _check_values(values: dict[Any, Any], path: str) -> None:
@@ -109,10 +119,11 @@ def _check_values(values: dict[Any, Any], path: str) -> None:
                 raise exc.at(path) from None
 
 
-def build(node: DictConfig, group: str, **kwargs: Any) -> Any:
+def build(node: DictConfig, group: str, values: dict[Any, Any] | None = None, **kwargs: Any) -> Any:
     """Instantiate one config group, after checking its settings against their declared constraints;
-    surface our own validation errors unwrapped, with the config path of the setting."""
-    check_node(node, group)
+    surface our own validation errors unwrapped, with the config path of the setting. `values`: the
+    node already resolved, when the caller has it."""
+    check_node(node, group, values)
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
@@ -136,14 +147,28 @@ def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
 PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
 
 
-def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False) -> Any:
+def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Any:
     """Build a component; in a dry run with `<PLANNING_RELAXATIONS[group]>=False` when its class takes
     that keyword: it can plan without the external resource (an API key, a photo folder) and still
-    uses the resource when it is there."""
+    uses the resource when it is there.
+
+    A dry run builds each distinct component once per process: the cases of a sweep share most of
+    their components (one estimator, a few renderers and populations, a dozen screeners), and
+    planning only reads them. `values`: the node already resolved, when the caller has it."""
+    if not dry_run:
+        return build(node, group, values)
     relax = PLANNING_RELAXATIONS.get(group)
-    if dry_run and relax is not None and relax in _keywords(node.get("_target_")):
-        return build(node, group, **{relax: False})
-    return build(node, group)
+    kwargs = {relax: False} if relax is not None and relax in _keywords(node.get("_target_")) else {}
+    values = values if values is not None else resolved(node)
+    if values is None:  # a broken interpolation: building says which
+        return build(node, group, **kwargs)
+    key = json.dumps([group, values, kwargs], sort_keys=True, default=repr)
+    if key not in _PLANNING_PARTS:
+        _PLANNING_PARTS[key] = build(node, group, values, **kwargs)
+    return _PLANNING_PARTS[key]
+
+
+_PLANNING_PARTS: dict[str, Any] = {}  # dry runs: (group, resolved settings, relaxation) -> built component
 
 
 def _keywords(target: Any) -> set[str]:
@@ -217,7 +242,11 @@ class Experiment:
                 f"missing config group; pick an option, e.g. {group}=<option>",
             )
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
-        parts = {group: build_for_plan(cfg[group], group, dry_run=dry_run) for group in COMPONENT_GROUPS}
+        values = resolved(cfg)  # one resolved copy: checked per group, logged, and a dry run's memo key
+        parts = {
+            group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
+            for group in COMPONENT_GROUPS
+        }
         validate_case = getattr(parts["population"], "validate_case", None)
         if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
             validate_case(parts["occupation"], parts["protected_attr"])
@@ -228,11 +257,17 @@ class Experiment:
             screener=parts["screener"],
             estimator=parts["estimator"],
             protected=parts["protected_attr"],
-            tracker=build(cfg.tracking, "tracking"),
+            tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values and values["tracking"]),
             seed=int(cfg.seed),
             run_name=cfg.get("run_name"),
-            outcome_audit=(build(cfg.outcome_audit, "outcome_audit") if cfg.get("outcome_audit") is not None else None),
-            config=cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
+            outcome_audit=(
+                build_for_plan(
+                    cfg.outcome_audit, "outcome_audit", dry_run=dry_run, values=values and values["outcome_audit"]
+                )
+                if cfg.get("outcome_audit") is not None
+                else None
+            ),
+            config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
             audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
         )
 

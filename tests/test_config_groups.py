@@ -80,3 +80,16 @@ def test_bad_value_fails_before_any_work_naming_the_key(override, key):
     with pytest.raises(ConfigError) as info:
         Experiment.from_config(cfg)
     assert key in str(info.value)
+
+
+def test_a_dry_run_builds_each_distinct_component_once(tmp_path):
+    """The cases of a sweep's dry run share their equal components (planning only reads them); a
+    changed setting builds a new one, and a real run always builds its own."""
+    first = Experiment.from_config(compose_config(tmp_path=tmp_path), dry_run=True)
+    race = Experiment.from_config(compose_config(["protected_attr=race"], tmp_path=tmp_path), dry_run=True)
+    assert race.screener is first.screener and race.renderer is first.renderer
+    assert race.protected is not first.protected and race.protected.name == "race"
+    wider = Experiment.from_config(compose_config(["renderer.n_skills=6"], tmp_path=tmp_path), dry_run=True)
+    assert wider.renderer is not first.renderer and wider.screener is first.screener
+    real = Experiment.from_config(compose_config(tmp_path=tmp_path))
+    assert real.screener is not first.screener and real.renderer is not first.renderer

@@ -86,6 +86,25 @@ def test_plan_prices_each_distinct_image_once_and_looks_up_only_models_the_cache
         assert other.plan(JOBS, docs, "score").calls == 3  # another model's answers are not this one's
 
 
+def test_prompt_tables_are_shared_by_equal_jobs_and_rebuilt_when_a_job_text_changes():
+    """A sweep's cases plan one document list for many models (and the gender and race cases with
+    equal jobs in different maps): one table; a changed posting text is another table."""
+    from dataclasses import replace
+
+    from popfair.screen.prompts import PromptSet, PromptTable
+
+    prompts, docs = PromptSet(), documents(300, duplicates=20)
+    table = PromptTable.of(prompts, "score", JOBS, docs)
+    assert len(table.users) == 300 and list(table.user_chars) == [len(user) for user in table.users]
+    assert PromptTable.of(prompts, "score", dict(JOBS), docs) is table  # equal jobs, another map
+    assert PromptTable.of(prompts, "callback", JOBS, docs) is not table  # another outcome: other prompts
+    remote = {key: replace(job, description=job.description + " Remote.") for key, job in JOBS.items()}
+    changed = PromptTable.of(prompts, "score", remote, docs)
+    assert changed is not table and all("Remote." in user for user in changed.users)
+    assert PromptTable.of(prompts, "score", JOBS, list(docs)) is not table  # another list: built afresh
+    assert PromptTable.of(prompts, "score", JOBS, docs).users == table.users
+
+
 def test_cache_key_covers_model_params_endpoint_and_prompt(tmp_path, monkeypatch):
     docs = documents(2)
     with StubServer() as stub:

@@ -49,3 +49,33 @@ def test_a_launcher_pickled_to_workers_carries_no_composed_configs(plugin):
     loader.compose(OmegaConf.create(), ["a=1"])
     assert loader.composed
     assert pickle.loads(pickle.dumps(loader)).composed == {}
+
+
+class FailingLoader(CountingLoader):
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        if "a=bad" in sweep_overrides:
+            raise ValueError("Could not override 'a'. No match in the defaults list.")
+        return super().load_sweep_config(master_config, sweep_overrides)
+
+
+def test_a_large_batch_is_composed_on_two_cores_in_order(plugin, monkeypatch):
+    from popfair import parallel
+
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    counting = CountingLoader()
+    loader = plugin.ComposeOnceLoader(counting)
+    batch = [[f"a={i}", "b=x"] for i in range(plugin.FORKED_BATCH + 3)]
+    loader.compose_all(OmegaConf.create(), batch)
+    assert list(loader.composed) == [tuple(overrides) for overrides in batch]
+    assert [config.overrides for config in loader.composed.values()] == batch
+    assert len(counting.composed) == (len(batch) + 1) // 2  # the second half was composed in the worker
+
+
+def test_a_case_the_worker_cannot_compose_fails_with_hydras_error(plugin, monkeypatch):
+    from popfair import parallel
+
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
+    loader = plugin.ComposeOnceLoader(FailingLoader())
+    batch = [[f"a={i}"] for i in range(plugin.FORKED_BATCH)] + [["a=bad"], ["a=last"]]
+    with pytest.raises(ValueError, match="Could not override 'a'"):
+        loader.compose_all(OmegaConf.create(), batch)

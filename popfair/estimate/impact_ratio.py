@@ -29,7 +29,6 @@ from typing import ClassVar
 
 import numpy as np
 import pandas as pd
-from scipy import sparse, stats
 
 from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
 from popfair.errors import DataError, EstimationError
@@ -349,6 +348,8 @@ def impact_ratios(
                 "every row of a clustered design needs one (or set cluster: none)"
             )
         n_clusters = len(cluster_index)
+        from scipy import sparse  # scipy at first use: a dry run builds this estimator without it (0.6 s)
+
         # resample whole clusters; a replicate's atom counts are its cluster counts mapped to atoms
         atoms_of_cluster = sparse.csr_matrix(
             (np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)), shape=(len(atoms), n_clusters)
@@ -496,6 +497,8 @@ def _block(
 
 def _tests(e1: float, n1: float, e0: float, n0: float) -> tuple[float, float, float]:
     """Fisher exact (two-sided) and chi-square with Yates' correction on the 2x2 vs the reference."""
+    from scipy import stats
+
     table = np.array([[e1, n1 - e1], [e0, n0 - e0]]).round().astype(np.int64)
     fisher = float(stats.fisher_exact(table)[1])
     if (table.sum(axis=0) == 0).any():  # nobody (or everybody) selected: chi-square undefined

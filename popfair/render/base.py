@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
@@ -49,14 +50,15 @@ def render_all(
     if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
         group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
         first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
-        distinct = _render_records(renderer, profile_records(table.iloc[first]), jobs, progress, processes)
+        distinct = _render_table(renderer, table.iloc[first], jobs, progress, processes)
         return [distinct[g] for g in group]
-    return _render_records(renderer, profile_records(table), jobs, progress, processes)
+    return _render_table(renderer, table, jobs, progress, processes)
 
 
-def _render_records(
-    renderer: Renderer, rows: list[dict[str, Any]], jobs: Mapping[str, Job], progress: bool, processes: int | None
+def _render_table(
+    renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job], progress: bool, processes: int | None
 ) -> list[Document]:
+    rows = profile_records(table)
     chunk = getattr(renderer, "rows_per_process", None)
     with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:
         if chunk is None:
@@ -66,15 +68,26 @@ def _render_records(
                 bar.update()
             return documents
 
-        def render_span(start: int, stop: int) -> list[Document]:
-            # the profile rows are not sent back from a worker: this process holds the same rows
-            return [replace(renderer.render(row, jobs[row["job_id"]]), profile=None) for row in rows[start:stop]]
+        def render_span(start: int, stop: int) -> list[tuple[Any, ...]]:
+            # a worker sends each document back as its fields without the profile row (this process
+            # holds the same rows): a quarter of the pickling, and no copy of each Document
+            return [_SENT_FIELDS(renderer.render(row, jobs[row["job_id"]])) for row in rows[start:stop]]
 
         documents = []
         for start, done in forked_spans(render_span, len(rows), chunk, processes):
-            documents += [replace(doc, profile=row) for doc, row in zip(done, rows[start:])]
+            documents += [_received(sent, row) for sent, row in zip(done, rows[start:])]
             bar.update(len(done))
         return documents
+
+
+_DOCUMENT_FIELDS = [f.name for f in fields(Document)]
+_PROFILE_AT = _DOCUMENT_FIELDS.index("profile")
+_SENT_FIELDS = attrgetter(*[name for name in _DOCUMENT_FIELDS if name != "profile"])
+
+
+def _received(sent: tuple[Any, ...], row: dict[str, Any]) -> Document:
+    """A document from its fields as a worker sent them, with its profile row."""
+    return Document(*sent[:_PROFILE_AT], row, *sent[_PROFILE_AT:])
 
 
 def profile_records(table: pd.DataFrame) -> list[dict[str, Any]]:

@@ -114,9 +114,12 @@ class PromptTable:
     """The distinct prompts of one document list under one prompt set and outcome (identical
     prompts are one call): their user texts, images and user-text lengths, for planning.
 
-    Built once per process for a given document list and job map, and memoised by their identity
-    (both held by the memo, so an identity is never reused while its entry lives): the cases of a
-    sweep plan the same documents for many models. Document lists are not mutated once rendered."""
+    Built once per process for a given document list and job texts, and memoised by the list's
+    identity (the memo holds the list, so an identity is never reused while its entry lives) and
+    the job map's identity or, failing that, its texts: the cases of a sweep plan the same documents for many
+    models, and the gender and race cases of an occupation the same documents for equal jobs.
+    Short lists are not memoised (cheap to build; they would push out the long ones). Document
+    lists are not mutated once rendered."""
 
     users: list[str]
     images: list[bytes | None]
@@ -127,11 +130,12 @@ class PromptTable:
     def of(
         cls, prompts: PromptSet, outcome: Outcome, jobs: Mapping[str, Job], documents: Sequence[Document]
     ) -> PromptTable:
-        key = (id(documents), id(jobs), outcome, prompts.fingerprint)
-        hit = _PROMPT_TABLES.get(key)
-        if hit is not None and hit[0] is documents and hit[1] is jobs:
+        memoised = len(documents) >= _PROMPT_TABLE_MIN_DOCUMENTS
+        key = (id(documents), outcome, prompts.fingerprint)
+        hit = _PROMPT_TABLES.get(key) if memoised else None
+        if hit is not None and hit[0] is documents and (hit[1] is jobs or hit[2] == _job_texts(jobs)):
             _PROMPT_TABLES.move_to_end(key)
-            return hit[2]
+            return hit[3]
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
@@ -143,11 +147,20 @@ class PromptTable:
             user_chars=np.fromiter((len(user) for user, _ in distinct), dtype=np.int64, count=len(distinct)),
             has_images=any(image is not None for image in images),
         )
-        _PROMPT_TABLES[key] = (documents, jobs, table)
-        while len(_PROMPT_TABLES) > _PROMPT_TABLE_MEMO:
-            _PROMPT_TABLES.popitem(last=False)
+        if memoised:
+            _PROMPT_TABLES[key] = (documents, jobs, _job_texts(jobs), table)
+            while len(_PROMPT_TABLES) > _PROMPT_TABLE_MEMO:
+                _PROMPT_TABLES.popitem(last=False)
         return table
 
 
 _PROMPT_TABLE_MEMO = 8  # document lists kept: a sweep plans a few document sets over many models
-_PROMPT_TABLES: OrderedDict[tuple[Any, ...], tuple[Sequence[Document], Mapping[str, Job], PromptTable]] = OrderedDict()
+_PROMPT_TABLE_MIN_DOCUMENTS = 256  # shorter lists are built afresh
+_PROMPT_TABLES: OrderedDict[
+    tuple[Any, ...], tuple[Sequence[Document], Mapping[str, Job], list[tuple[str, str, str]], PromptTable]
+] = OrderedDict()
+
+
+def _job_texts(jobs: Mapping[str, Job]) -> list[tuple[str, str, str]]:
+    """What of a job map the prompts are built from: equal texts, the same prompts."""
+    return [(job.job_id, job.title, job.description) for job in jobs.values()]
