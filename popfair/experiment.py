@@ -119,7 +119,7 @@ def _check_values(values: dict[Any, Any], path: str) -> None:
                 raise exc.at(path) from None
 
 
-def build(node: DictConfig, group: str, values: dict[Any, Any] | None = None, **kwargs: Any) -> Any:
+def build(node: DictConfig, group: str, *, values: dict[Any, Any] | None = None, **kwargs: Any) -> Any:
     """Instantiate one config group, after checking its settings against their declared constraints;
     surface our own validation errors unwrapped, with the config path of the setting. `values`: the
     node already resolved, when the caller has it."""
@@ -156,15 +156,15 @@ def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False, value
     their components (one estimator, a few renderers and populations, a dozen screeners), and
     planning only reads them. `values`: the node already resolved, when the caller has it."""
     if not dry_run:
-        return build(node, group, values)
+        return build(node, group, values=values)
     relax = PLANNING_RELAXATIONS.get(group)
-    kwargs = {relax: False} if relax is not None and relax in _keywords(node.get("_target_")) else {}
+    kwargs: dict[str, Any] = {relax: False} if relax is not None and relax in _keywords(node.get("_target_")) else {}
     values = values if values is not None else resolved(node)
     if values is None:  # a broken interpolation: building says which
         return build(node, group, **kwargs)
     key = json.dumps([group, values, kwargs], sort_keys=True, default=repr)
     if key not in _PLANNING_PARTS:
-        _PLANNING_PARTS[key] = build(node, group, values, **kwargs)
+        _PLANNING_PARTS[key] = build(node, group, values=values, **kwargs)
     return _PLANNING_PARTS[key]
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pandas as pd
@@ -85,9 +85,12 @@ _PROFILE_AT = _DOCUMENT_FIELDS.index("profile")
 _SENT_FIELDS = attrgetter(*[name for name in _DOCUMENT_FIELDS if name != "profile"])
 
 
+_new_document = cast(Callable[..., Document], Document)  # built from its fields in declaration order
+
+
 def _received(sent: tuple[Any, ...], row: dict[str, Any]) -> Document:
     """A document from its fields as a worker sent them, with its profile row."""
-    return Document(*sent[:_PROFILE_AT], row, *sent[_PROFILE_AT:])
+    return _new_document(*sent[:_PROFILE_AT], row, *sent[_PROFILE_AT:])
 
 
 def profile_records(table: pd.DataFrame) -> list[dict[str, Any]]:
