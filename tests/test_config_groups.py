@@ -73,6 +73,8 @@ def test_unknown_key_is_rejected():
         ("occupation.occp=123456", "occupation.occp"),
         ("tracking.uri=not-a-uri", "tracking.uri"),
         ("seed=abc", "seed"),
+        ("screener.ngram_max=0", "screener.ngram_max"),
+        ("screener.callback_threshold=150", "screener.callback_threshold"),
     ],
 )
 def test_bad_value_fails_before_any_work_naming_the_key(override, key):
@@ -93,3 +95,19 @@ def test_a_dry_run_builds_each_distinct_component_once(tmp_path):
     assert wider.renderer is not first.renderer and wider.screener is first.screener
     real = Experiment.from_config(compose_config(tmp_path=tmp_path))
     assert real.screener is not first.screener and real.renderer is not first.renderer
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("screener.mode=stream", "screener.mode: must be one of ['online', 'batch'], got 'stream'"),
+        ("screener.expected_output_tokens=0", "screener.expected_output_tokens: must be an integer >= 1, got 0"),
+    ],
+)
+def test_a_bad_screener_setting_is_named_before_the_api_key_is_asked_for(override, message, monkeypatch):
+    """The screener's declared constraints are checked before it is built: a bad setting is named
+    even when the API key is missing too."""
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as info:
+        Experiment.from_config(compose_config(["screener=gpt4o_mini", override]))
+    assert message in str(info.value)

@@ -138,7 +138,7 @@ def test_cache_survives_reopening_and_ignores_missing_keys(tmp_path):
     [
         ({"provider": "azure"}, "screener.provider"),
         ({"base_url": "ftp://x"}, "screener.base_url"),
-        ({"mode": "offline"}, "screener.mode"),
+        ({"mode": "offline"}, "mode: must be one of"),  # a declared constraint: named relative to the class
         ({"max_cost_usd": -1}, "max_cost_usd"),
         ({"engine": {"concurrency": 0}}, "engine.concurrency"),
         ({"engine": {"threads": 4}}, "engine: unknown keys"),

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popfair.constraints import Interval, validate
 from popfair.errors import ConfigError, require
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
@@ -31,6 +32,12 @@ class EmbeddingScreener:
     `callback_threshold`. Job embeddings are cached per description text; resumes are encoded
     in batches. MiniLM reads the first `max_seq_length` word pieces (256) of each text."""
 
+    parameter_constraints = {
+        "batch_size": Interval(int, 1, None),
+        "callback_threshold": Interval(float, -100, 100),
+        "max_seq_length": Interval(int, 8, 512),  # MiniLM's position limit
+    }
+
     def __init__(
         self,
         name: str = "embedding_minilm",
@@ -40,20 +47,9 @@ class EmbeddingScreener:
         device: str = "cpu",
         max_seq_length: int = 256,
     ) -> None:
-        require(
-            isinstance(batch_size, int) and batch_size >= 1,
-            "screener.batch_size",
-            f"must be an integer >= 1, got {batch_size!r}",
-        )
-        require(
-            isinstance(callback_threshold, (int, float)) and -100 <= callback_threshold <= 100,
-            "screener.callback_threshold",
-            f"must be in [-100, 100], got {callback_threshold!r}",
-        )
-        require(
-            isinstance(max_seq_length, int) and 8 <= max_seq_length <= 512,
-            "screener.max_seq_length",
-            f"must be an integer in 8..512 (MiniLM's position limit), got {max_seq_length!r}",
+        validate(
+            self.parameter_constraints,
+            {"batch_size": batch_size, "callback_threshold": callback_threshold, "max_seq_length": max_seq_length},
         )
         require_extra("embedding", EXTRA_MODULES, name)
         if model_path is None:

@@ -14,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 from tqdm.auto import tqdm
 
+from popfair.constraints import Boolean, Interval, Options, validate
 from popfair.errors import ConfigError, require
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.parse import parse_answer
@@ -31,6 +32,13 @@ class HFLocalScreener:
     answer is parsed; an unparseable answer, or a prompt longer than the model's context, is a
     failure that keeps the raw text and the reason. Models whose chat template rejects a system
     message (Gemma, Mistral-Instruct v0.2) get the system text prepended to the user message."""
+
+    parameter_constraints = {
+        "max_new_tokens": Interval(int, 1, 4096),
+        "batch_size": Interval(int, 1, None),
+        "dtype": Options(DTYPES),
+        "trust_remote_code": Boolean(),
+    }
 
     def __init__(
         self,
@@ -55,17 +63,15 @@ class HFLocalScreener:
             "screener.model_path",
             f"{model_path!r} has no config.json; point it at a saved transformers model directory",
         )
-        require(
-            isinstance(max_new_tokens, int) and 1 <= max_new_tokens <= 4096,
-            "screener.max_new_tokens",
-            f"must be an integer in 1..4096, got {max_new_tokens!r}",
+        validate(
+            self.parameter_constraints,
+            {
+                "max_new_tokens": max_new_tokens,
+                "batch_size": batch_size,
+                "dtype": dtype,
+                "trust_remote_code": trust_remote_code,
+            },
         )
-        require(
-            isinstance(batch_size, int) and batch_size >= 1,
-            "screener.batch_size",
-            f"must be an integer >= 1, got {batch_size!r}",
-        )
-        require(dtype in DTYPES, "screener.dtype", f"must be one of {list(DTYPES)}, got {dtype!r}")
         self.prompts = PromptSet(prompts)
         require_extra("hflocal", EXTRA_MODULES, name)
         self.name = name

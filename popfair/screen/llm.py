@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from popfair.constraints import Boolean, Interval, Options, validate
 from popfair.errors import ConfigError, DataError, require
 from popfair.screen import collector
 from popfair.screen.cache import StoredReply, open_cache
@@ -92,7 +93,18 @@ class LLMScreener:
     """Screens documents with one hosted model. Construction validates every setting and reads the
     API key from the environment (MissingSecretError naming the variable) before any work.
     `require_key=False` (dry runs) builds it without a key that is not set: it can `plan`, and
-    `screen` then raises MissingSecretError instead of sending anything."""
+    `screen` then raises MissingSecretError instead of sending anything.
+
+    Single settings follow `parameter_constraints` (checked by the builder before construction, and
+    here); the rules that tie settings together (a provider's URL, region or key) are checked below."""
+
+    parameter_constraints = {
+        "mode": Options(MODES),
+        "expected_output_tokens": Interval(int, 1, None),
+        "reasoning": Boolean(),
+        "vision": Boolean(),
+        "require_key": Boolean(),
+    }
 
     def __init__(
         self,
@@ -151,7 +163,16 @@ class LLMScreener:
             "screener.release_date",
             f"must be YYYY-MM or YYYY-MM-DD, got {release_date!r}",
         )
-        require(mode in MODES, "screener.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+        validate(
+            self.parameter_constraints,
+            {
+                "mode": mode,
+                "expected_output_tokens": expected_output_tokens,
+                "reasoning": reasoning,
+                "vision": vision,
+                "require_key": require_key,
+            },
+        )
         batch_capable = [kind for kind, cls in PROVIDERS.items() if cls.batch_api is not None]
         require(
             mode != "batch" or provider in batch_capable,
@@ -162,11 +183,6 @@ class LLMScreener:
             max_cost_usd is None or float(max_cost_usd) > 0,
             "max_cost_usd",
             f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}",
-        )
-        require(
-            isinstance(expected_output_tokens, int) and expected_output_tokens >= 1,
-            "screener.expected_output_tokens",
-            f"must be an integer >= 1, got {expected_output_tokens!r}",
         )
         require(
             api_key_env is None or bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(api_key_env))),

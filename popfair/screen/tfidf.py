@@ -12,7 +12,7 @@ from scipy import sparse
 from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
-from popfair.errors import require
+from popfair.constraints import Boolean, Interval, validate
 from popfair.parallel import forked_spans
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
@@ -69,18 +69,18 @@ class TfidfScreener:
     function of (job, document) within a case, so counterfactual resumes scored later are measured
     on the same scale. A term unseen in that corpus gets the largest IDF, as the rarest word would."""
 
+    parameter_constraints = {
+        "sublinear_tf": Boolean(),
+        "ngram_max": Interval(int, 1, None),
+        "callback_threshold": Interval(float, 0, 100),
+    }
+
     def __init__(
         self, name: str = "tfidf", sublinear_tf: bool = True, ngram_max: int = 2, callback_threshold: float = 20.0
     ) -> None:
-        require(
-            isinstance(ngram_max, int) and ngram_max >= 1,
-            "screener.ngram_max",
-            f"must be an integer >= 1, got {ngram_max!r}",
-        )
-        require(
-            0 <= callback_threshold <= 100,
-            "screener.callback_threshold",
-            f"must be in [0, 100], got {callback_threshold!r}",
+        validate(
+            self.parameter_constraints,
+            {"sublinear_tf": sublinear_tf, "ngram_max": ngram_max, "callback_threshold": callback_threshold},
         )
         self.name = name
         self.callback_threshold = callback_threshold
