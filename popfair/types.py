@@ -126,10 +126,10 @@ class CallPlan:
 
 @dataclass(frozen=True)
 class Plot:
-    """A figure an estimator asks for, as data: `popfair.report.figures.draw` turns it into a
-    matplotlib Figure when the run is logged, so estimators stay free of plotting code.
-    kind: "forest" (effects with CIs; options: series) or "impact_ratio" (options: dimensions,
-    flag_below, alpha); table: what is drawn."""
+    """A figure a stage asks for, as data: `popfair.report.figures.draw` turns it into a matplotlib
+    Figure when the run is logged, so estimators and populations stay free of plotting code.
+    kind: "forest" (effects with CIs; options: series), "impact_ratio" (options: dimensions,
+    flag_below, alpha), "qq" or "age_experience" (population diagnostics); table: what is drawn."""
 
     kind: str
     table: pd.DataFrame

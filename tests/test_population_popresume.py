@@ -21,6 +21,8 @@ from popfair.population.popresume import PopResumePopulation, roles_for
 from popfair.population.protected import ProtectedAttribute
 from popfair.population.pums import BUNDLED_PUMS
 from popfair.population.scm import keyed_uniforms
+from popfair.report.figures import draw
+from popfair.types import Plot
 from tests import population_reference as reference
 from tests.conftest import compose_config
 
@@ -246,7 +248,15 @@ def test_diagnostics_artifacts(nurses):
     gender = comp[comp["attribute"] == "gender"].set_index("level")
     assert gender["share_profiles"].sum() == pytest.approx(1.0)
     assert gender.loc["female", "share_pums"] > 0.8  # nurses
-    assert hasattr(artifacts["population_experience_qq.png"], "savefig")
+    # figures travel as data and are drawn when the run is logged
+    qq, ages = artifacts["population_experience_qq.png"], artifacts["population_age_vs_experience.png"]
+    assert isinstance(qq, Plot) and list(qq.table.columns) == ["theoretical", "empirical", "weight"]
+    table = nurses[1].table
+    women = ages.table[ages.table["gender"] == "female"].set_index("age")
+    expected = table[table["gender"] == "female"].groupby("age")["exp_year"]
+    np.testing.assert_allclose(women["mean"], expected.mean().loc[women.index])
+    np.testing.assert_allclose(women["p90"], expected.quantile(0.9).loc[women.index])
+    assert all(hasattr(draw(plot), "savefig") for plot in (qq, ages))
 
 
 def test_below_hs_policy(raw_pums):

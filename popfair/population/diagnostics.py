@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import yaml
-from matplotlib.figure import Figure
 from scipy.stats import norm
 
 from popfair.population.cache import disk_cached
@@ -29,6 +28,7 @@ from popfair.population.experience import (
     psid_cells,
 )
 from popfair.population.occupation import Occupation
+from popfair.types import Plot
 
 if TYPE_CHECKING:
     from popfair.population.popresume import OccupationModel
@@ -243,36 +243,12 @@ def qq_points(model: ExperienceModel) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True).dropna()
 
 
-def qq_figure(points: pd.DataFrame, title: str) -> Figure:
-    fig = Figure(figsize=(4.5, 4.5))
-    ax = fig.subplots()
-    jitter = np.random.default_rng(0).normal(0, 0.02, len(points))
-    ax.scatter(
-        points["theoretical"] + jitter,
-        points["empirical"],
-        s=8 + 40 * points["weight"] / points["weight"].max(),
-        alpha=0.5,
-    )
-    lim = [-2.5, 2.5]
-    ax.plot(lim, lim, color="k", lw=1)
-    ax.set(xlabel="normal quantile", ylabel="empirical quantile, standardised", title=title, xlim=lim, ylim=lim)
-    return fig
-
-
-def age_experience_figure(table: pd.DataFrame, title: str) -> Figure:
-    fig = Figure(figsize=(6, 4))
-    ax = fig.subplots()
-    for gender, rows in table.groupby("gender"):
-        by_age = rows.groupby("age")["exp_year"]
-        quantiles = by_age.quantile([0.1, 0.9]).unstack()
-        stats = pd.DataFrame({"mean": by_age.mean(), "p10": quantiles[0.1], "p90": quantiles[0.9]})
-        ax.plot(stats.index, stats["mean"], label=f"{gender} mean")
-        ax.fill_between(stats.index, stats["p10"], stats["p90"], alpha=0.2)
-    ages = np.arange(18, 45)
-    ax.plot(ages, ages - 18, "k--", lw=1, label="age - 18 (upper bound)")
-    ax.set(xlabel="age", ylabel="years of experience", title=title)
-    ax.legend()
-    return fig
+def age_experience(table: pd.DataFrame) -> pd.DataFrame:
+    """Experience by single-year age per gender: mean and 10th / 90th percentiles (paper Fig. 7 d),
+    one row per (gender, age)."""
+    by_age = table.groupby(["gender", "age"], observed=True)["exp_year"]
+    quantiles = by_age.quantile([0.1, 0.9]).unstack()
+    return pd.DataFrame({"mean": by_age.mean(), "p10": quantiles[0.1], "p90": quantiles[0.9]}).reset_index()
 
 
 def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:
@@ -311,9 +287,12 @@ def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation
         "population_experience_fit_pdii.csv": fit_pdii,
         "population_experience_race_gap.csv": gap_cells,
         "population_summary.yaml": yaml.safe_dump(summary_doc, sort_keys=False),
-        "population_age_vs_experience.png": age_experience_figure(table, f"{occupation.title}: age vs experience"),
-        "population_experience_qq.png": qq_figure(
-            qq_points(model.experience), f"Q-Q: {model.experience.source} experience vs normal"
+        # figures as data, drawn when the run is logged (popfair.report.figures)
+        "population_age_vs_experience.png": Plot(
+            "age_experience", age_experience(table), f"{occupation.title}: age vs experience"
+        ),
+        "population_experience_qq.png": Plot(
+            "qq", qq_points(model.experience), f"Q-Q: {model.experience.source} experience vs normal"
         ),
     }
     if model.transport is not None:

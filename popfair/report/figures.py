@@ -1,7 +1,7 @@
-"""Figures of one case's estimates (matplotlib `Figure` objects, no pyplot state, Agg-safe): the
-effects forest plot (one estimate or observational vs interventional side by side) and the impact
-ratio chart. Estimators ask for them as data (`popfair.types.Plot` artifacts) and `draw` renders
-them when the run is logged; the sweep report reuses `forest_plot` so a report and a run's
+"""Figures of one case (matplotlib `Figure` objects, no pyplot state, Agg-safe): the effects forest
+plot (one estimate or observational vs interventional side by side), the impact ratio chart, and
+the population's age-vs-experience and Q-Q plots. Estimators and the population ask for them as
+data (`popfair.types.Plot` artifacts) and `draw` renders them when the run is logged; the sweep report reuses `forest_plot` so a report and a run's
 artifact look alike. matplotlib is imported when drawing, which keeps `import popfair` light."""
 
 from __future__ import annotations
@@ -93,7 +93,49 @@ def impact_ratio_figure(
     return fig
 
 
-DRAW: dict[str, Callable[..., Figure]] = {"forest": forest_plot, "impact_ratio": impact_ratio_figure}
+def qq_figure(points: pd.DataFrame, title: str = "") -> Figure:
+    """Q-Q plot of standardised experience against the normal (columns theoretical, empirical,
+    weight: marker size), with the identity line."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.5, 4.5))
+    ax = fig.subplots()
+    jitter = np.random.default_rng(0).normal(0, 0.02, len(points))
+    ax.scatter(
+        points["theoretical"] + jitter,
+        points["empirical"],
+        s=8 + 40 * points["weight"] / points["weight"].max(),
+        alpha=0.5,
+    )
+    lim = [-2.5, 2.5]
+    ax.plot(lim, lim, color="k", lw=1)
+    ax.set(xlabel="normal quantile", ylabel="empirical quantile, standardised", title=title, xlim=lim, ylim=lim)
+    return fig
+
+
+def age_experience_figure(stats: pd.DataFrame, title: str = "") -> Figure:
+    """Mean experience by age per gender with the 10th-90th percentile band (columns gender, age,
+    mean, p10, p90) and the age - 18 upper bound."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    for gender, rows in stats.groupby("gender", sort=True):
+        ax.plot(rows["age"], rows["mean"], label=f"{gender} mean")
+        ax.fill_between(rows["age"], rows["p10"], rows["p90"], alpha=0.2)
+    ages = np.arange(18, 45)
+    ax.plot(ages, ages - 18, "k--", lw=1, label="age - 18 (upper bound)")
+    ax.set(xlabel="age", ylabel="years of experience", title=title)
+    ax.legend()
+    return fig
+
+
+DRAW: dict[str, Callable[..., Figure]] = {
+    "forest": forest_plot,
+    "impact_ratio": impact_ratio_figure,
+    "qq": qq_figure,
+    "age_experience": age_experience_figure,
+}
 
 
 def draw(plot: Plot) -> Figure:
