@@ -154,7 +154,9 @@ def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False, value
 
     A dry run builds each distinct component once per process: the cases of a sweep share most of
     their components (one estimator, a few renderers and populations, a dozen screeners), and
-    planning only reads them. `values`: the node already resolved, when the caller has it."""
+    planning only reads them. The memo is keyed by the resolved settings, not by the contents of
+    files they name: a process that edits a data file between two dry runs plans with the first
+    build. `values`: the node already resolved, when the caller has it."""
     if not dry_run:
         return build(node, group, values=values)
     relax = PLANNING_RELAXATIONS.get(group)
