@@ -23,23 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_engine import CONCURRENCY, JOBS, LATENCY_S, docs, start_stub  # noqa: E402
+from benchmarks.bench_engine import CONCURRENCY, JOBS, LATENCY_S, docs, screener, start_stub  # noqa: E402
 from popfair.screen.cache import CachedAnswer  # noqa: E402
-from popfair.screen.llm import LLMScreener  # noqa: E402
 from tests.pg_server import PASSWORD, start_postgres  # noqa: E402
-
-
-def screener(url: str, where: dict[str, str]) -> LLMScreener:
-    return LLMScreener(
-        name="bench",
-        provider="openai",
-        model="stub-model",
-        api_key_env="OPENAI_API_KEY",
-        base_url=url,
-        engine={"concurrency": CONCURRENCY, "progress": False, "timeout_s": 10.0},
-        price={"input_per_mtok": 0.15, "output_per_mtok": 0.6},
-        **where,
-    )
 
 
 def best_of(n: int, work) -> tuple[float, list[float]]:
@@ -69,7 +55,7 @@ def main() -> None:
             cached_docs = docs(args.rows, offset=10**7)
             answer = CachedAnswer("50", 50.0, None, 100, 1, 0.0, 0.05, time.time())
             for name, where in locations.items():
-                s = screener(url, where)
+                s = screener(url, CONCURRENCY, **where)
                 keys = s.provider.cache_keys(s.prompts.system("score"), s.prompts.users("score", JOBS, cached_docs))
                 start = time.perf_counter()
                 s.cache.insert_rows("responses", [(k, "openai", "stub-model", *astuple(answer)) for k in keys])
@@ -92,7 +78,7 @@ def main() -> None:
 
             # (2) live throughput through the claim protocol --------------------------------------
             rates: dict[str, list[float]] = {"sqlite": [], "postgres": []}
-            warm = screener(url, {"cache_dir": f"{tmp}/warm"})
+            warm = screener(url, CONCURRENCY, cache_dir=f"{tmp}/warm")
             warm.screen(JOBS, docs(64, offset=10**6), "score")  # imports, first connections
             for round_ in range(args.rounds):
                 for name in ("sqlite", "postgres") if round_ % 2 == 0 else ("postgres", "sqlite"):
@@ -101,7 +87,7 @@ def main() -> None:
                         if name == "sqlite"
                         else {"cache_url": server.new_database()}
                     )
-                    s = screener(url, where)
+                    s = screener(url, CONCURRENCY, **where)
                     live = docs(args.calls, offset=(round_ + 1) * 10**5)  # fresh prompts: all sent
                     start = time.perf_counter()
                     results = s.screen(JOBS, live, "score")

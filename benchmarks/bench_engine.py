@@ -103,16 +103,17 @@ def serve_fast_stub(latency_s: float) -> None:
     asyncio.run(serve())
 
 
-def screener(url: str, cache_dir: str, concurrency: int) -> LLMScreener:
+def screener(url: str, concurrency: int, **cache: str) -> LLMScreener:
+    """The benchmarks' OpenAI screener against a stub at `url`; `cache`: cache_dir=... or cache_url=..."""
     return LLMScreener(
         name="bench",
         provider="openai",
         model="stub-model",
         api_key_env="OPENAI_API_KEY",
         base_url=url,
-        cache_dir=cache_dir,
         engine={"concurrency": concurrency, "progress": False, "timeout_s": 10.0},
         price={"input_per_mtok": 0.15, "output_per_mtok": 0.6},
+        **cache,
     )
 
 
@@ -147,7 +148,7 @@ def bare_aiohttp(url: str, bodies: list[dict], concurrency: int) -> None:
 def live(args: argparse.Namespace, tmp: str) -> None:
     stub, url = start_stub()
     try:
-        s = screener(url, f"{tmp}/live", CONCURRENCY)
+        s = screener(url, CONCURRENCY, cache_dir=f"{tmp}/live")
         s.screen(JOBS, docs(64, offset=10**6), "score")  # warm-up: imports, connections
         stub_cpu = process_cpu(stub.pid)
         wall, cpu, results = timed(lambda: s.screen(JOBS, docs(args.calls), "score"))
@@ -169,7 +170,7 @@ def client_cpu(args: argparse.Namespace, tmp: str) -> None:
     stub, url = start_stub(__file__, "--serve-stub", str(FAST_LATENCY_S))
     try:
         n = args.fast_calls
-        s = screener(url, f"{tmp}/fast", FAST_CONCURRENCY)
+        s = screener(url, FAST_CONCURRENCY, cache_dir=f"{tmp}/fast")
         s.screen(JOBS, docs(256, offset=2 * 10**6), "score")  # warm-up
         prompts = [s.prompts.build("score", JOBS["nurse"], d) for d in docs(n, offset=3 * 10**6)]
         bodies = [s.provider.request_body(p) for p in prompts]
@@ -202,7 +203,7 @@ def client_cpu(args: argparse.Namespace, tmp: str) -> None:
 
 
 def cached(args: argparse.Namespace, tmp: str) -> None:
-    s = screener("http://127.0.0.1:9/v1", f"{tmp}/cached", CONCURRENCY)  # nothing is sent
+    s = screener("http://127.0.0.1:9/v1", CONCURRENCY, cache_dir=f"{tmp}/cached")  # nothing is sent
     rows = docs(args.cached_rows, offset=10**7)
     # Fill the cache through its public interface, under the keys the screener computes.
     keys = s.provider.cache_keys(s.prompts.system("score"), s.prompts.users("score", JOBS, rows))
