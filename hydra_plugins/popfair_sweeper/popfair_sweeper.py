@@ -88,9 +88,10 @@ class ComposeOnceLoader(ConfigLoader):
         for overrides in batch[1:half]:
             self.compose(master_config, overrides)
         for overrides, config in zip(theirs, pending()):
-            self.composed[tuple(overrides)] = (
-                config if config is not None else (self.loader.load_sweep_config(master_config, overrides))
-            )
+            if config is None:  # the worker failed here: compose again, raising Hydra's error
+                self.compose(master_config, overrides)
+            else:
+                self.composed[tuple(overrides)] = config
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         ready = self.composed.pop(tuple(sweep_overrides), None)

@@ -116,10 +116,10 @@ class PromptTable:
 
     Built once per process for a given document list and job texts, and memoised by the list's
     identity (the memo holds the list, so an identity is never reused while its entry lives) and
-    the job map's identity or, failing that, its texts: the cases of a sweep plan the same documents for many
-    models, and the gender and race cases of an occupation the same documents for equal jobs.
-    Short lists are not memoised (cheap to build; they would push out the long ones). Document
-    lists are not mutated once rendered."""
+    the job map's identity or, failing that, its texts: the cases of a sweep plan the same
+    documents for many models, and the gender and race cases of an occupation the same documents
+    for equal jobs. Short lists are not memoised (cheap to build; they would push out the long
+    ones). Document lists are not mutated once rendered."""
 
     users: list[str]
     images: list[bytes | None]
