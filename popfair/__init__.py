@@ -13,6 +13,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from popfair._lazy import lazy_exports
+from popfair.screen.routes import register_resolver
 
 try:
     __version__ = version("popfair")
@@ -43,4 +44,5 @@ _EXPORTS = {
 }
 
 __all__ = [*_EXPORTS, "__version__"]
+register_resolver()  # `route: auto` in the screener configs resolves through it
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
