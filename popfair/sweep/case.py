@@ -64,6 +64,10 @@ def run_case(cfg: DictConfig) -> float | None:
     from popfair.report.console import summary
     from popfair.sweep.plan import plan_case
 
+    if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
+        from popfair.doctor import doctor_case
+
+        sys.exit(doctor_case(cfg))
     hydra_cfg = HydraConfig.get()
     sweep = current_sweep()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
