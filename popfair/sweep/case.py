@@ -44,7 +44,7 @@ def current_sweep() -> SweepInfo | None:
 
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
-    from popfair.experiment import COMPONENT_GROUPS, Experiment
+    from popfair.experiment import COMPONENT_GROUPS, case_from_config
     from popfair.report.console import summary
     from popfair.sweep.plan import plan_case
 
@@ -65,10 +65,10 @@ def run_case(cfg: DictConfig) -> float | None:
     record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
     experiment = None
     try:
-        experiment = Experiment.from_config(cfg, dry_run=dry_run)
+        experiment = case_from_config(cfg, dry_run=dry_run)
         record.case_name = experiment.case_name()
         if dry_run:
-            plan = plan_case(experiment)
+            plan = experiment.plan() if hasattr(experiment, "plan") else plan_case(experiment)
             print(plan.line())
             record.status, record.plan = "planned", plan.as_dict()
             value = None
@@ -81,8 +81,8 @@ def run_case(cfg: DictConfig) -> float | None:
                     experiment.case_name(),
                     result.effects,
                     result.run_id,
-                    len(result.scored),
-                    int(result.scored["error"].notna().sum()),
+                    result.n_rows,
+                    result.n_failed,
                     experiment.tracker.uri,
                     timings=result.timings,
                     total=time.perf_counter() - start,
