@@ -419,6 +419,7 @@ class Experiment:
             **profiles.tags,
             **self.tags,
         }
+        tags.update(getattr(self.screener, "run_tags", {}))  # e.g. the route `route: auto` chose, and why
         # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
         tags.update(
             {f"popfair_choice.{key}": value for key, value in getattr(self.screener, "popfair_choices", {}).items()}
