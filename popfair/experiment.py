@@ -93,16 +93,6 @@ def effects_metrics(effects: Effects) -> dict[str, float]:
     return metrics
 
 
-def case_from_config(cfg: DictConfig, *, dry_run: bool = False) -> Any:
-    """The composed case: an audit of an existing table when the `table` group is set
-    (`popfair.table.case.TableCase`), else the generated pipeline (`Experiment`)."""
-    if cfg.get("table") is not None:
-        from popfair.table.case import TableCase
-
-        return TableCase.from_config(cfg, dry_run=dry_run)
-    return Experiment.from_config(cfg, dry_run=dry_run)
-
-
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
     """fn(*args) and its wall seconds."""
     start = time.perf_counter()

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from popfair.errors import ConfigError, DataError
-from popfair.experiment import case_from_config
+from popfair.sweep.case import case_from_config
 from popfair.table.case import TableCase
 from tests.conftest import compose_config
 

@@ -154,20 +154,17 @@ class TableCase:
             source.close()
             raise
 
-    def plan(self) -> Any:
-        """dry_run: read and map the table (every check runs), compute nothing, call nothing."""
-        from popfair.sweep.plan import CasePlan
-
+    def check(self) -> str:
+        """dry_run: read and map the table (every check runs), estimate nothing; one line on what was read."""
         mapped = self.read()
         try:
             record = mapped.record
-            print(
+            return (
                 f"table {record.description}: {record.rows_read:,} rows read, {record.rows_after_filters:,} after "
                 f"filters, {record.rows_used:,} used; outcome {mapped.coding.kind}"
             )
         finally:
             mapped.source.close()
-        return CasePlan(self.case_name(), "none (table)", "none (table)", 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0)
 
     def run(self) -> TableRunResult:
         timings: dict[str, float] = {}
@@ -223,15 +220,17 @@ class TableCase:
 
     @staticmethod
     def _metrics(estimator: Any, mapped: MappedTable) -> list[Any]:
-        from popfair.estimate.impact_ratio import _metrics_for
+        """The LL144 metric of the table's outcome: selection rates, or for scores the scoring rate."""
+        from popfair.estimate.impact_ratio import _Metric
 
-        settings = estimator.settings
-        outcome = mapped.coding.outcome if settings.outcome == "auto" else settings.outcome
-        if outcome == "callback" and mapped.coding.outcome == "score":
+        wanted = estimator.settings.outcome
+        if wanted == "callback" and mapped.coding.outcome == "score":
             raise ConfigError(
                 f"estimator.outcome: callback needs a 0/1 outcome; {mapped.columns.outcome!r} holds scores"
             )
-        return _metrics_for(outcome, settings)
+        if mapped.coding.outcome == "score" or wanted == "score":
+            return [_Metric("scoring_median", "above_median")]
+        return [_Metric("selection", "selected")]
 
     def roles(self, mapped: MappedTable, frame: pd.DataFrame) -> Roles:
         """X from protected_attr (the mapped sex or race column), Z / B / R from table.columns."""
@@ -327,14 +326,16 @@ class TableCase:
 
 
 def _impact_ratios(estimator: Any, counts: TableCounts) -> Any:
-    """The LL144 tables of the counts (`popfair.estimate.impact_ratio.impact_ratios_from_counts`)."""
-    from popfair.estimate.impact_ratio import impact_ratios_from_counts
+    """The LL144 tables of the counts (`popfair.estimate.impact_ratio.ll144_from_counts`)."""
+    from popfair.estimate.impact_ratio import ll144_from_counts
 
-    return impact_ratios_from_counts(
+    (metric, threshold), *_ = counts.thresholds.items()
+    return ll144_from_counts(
         counts.counts,
+        cluster=None if counts.cluster is None else "cluster",
+        selected=metric,
         outcome=counts.outcome,
-        thresholds=counts.thresholds,
-        cluster=counts.cluster,
+        threshold=None if counts.outcome == "callback" else threshold,
         settings=estimator.settings,
     )
 
