@@ -220,17 +220,16 @@ class TableCase:
 
     @staticmethod
     def _metrics(estimator: Any, mapped: MappedTable) -> list[Any]:
-        """The LL144 metric of the table's outcome: selection rates, or for scores the scoring rate."""
-        from popfair.estimate.impact_ratio import _Metric
+        """The impact-ratio metrics of the table's outcome: selection rates, or for scores the LL144
+        scoring rate and the estimator's top-share / minimum-score rules."""
+        from popfair.estimate.impact_ratio import _metrics_for
 
         wanted = estimator.settings.outcome
         if wanted == "callback" and mapped.coding.outcome == "score":
             raise ConfigError(
                 f"estimator.outcome: callback needs a 0/1 outcome; {mapped.columns.outcome!r} holds scores"
             )
-        if mapped.coding.outcome == "score" or wanted == "score":
-            return [_Metric("scoring_median", "above_median")]
-        return [_Metric("selection", "selected")]
+        return _metrics_for("score" if wanted == "score" else mapped.coding.outcome, estimator.settings)
 
     def roles(self, mapped: MappedTable, frame: pd.DataFrame) -> Roles:
         """X from protected_attr (the mapped sex or race column), Z / B / R from table.columns."""
@@ -326,16 +325,14 @@ class TableCase:
 
 
 def _impact_ratios(estimator: Any, counts: TableCounts) -> Any:
-    """The LL144 tables of the counts (`popfair.estimate.impact_ratio.ll144_from_counts`)."""
-    from popfair.estimate.impact_ratio import ll144_from_counts
+    """The LL144 tables of the counts (`popfair.estimate.impact_ratio.impact_ratios_from_counts`)."""
+    from popfair.estimate.impact_ratio import impact_ratios_from_counts
 
-    (metric, threshold), *_ = counts.thresholds.items()
-    return ll144_from_counts(
+    return impact_ratios_from_counts(
         counts.counts,
-        cluster=None if counts.cluster is None else "cluster",
-        selected=metric,
         outcome=counts.outcome,
-        threshold=None if counts.outcome == "callback" else threshold,
+        thresholds=counts.thresholds,
+        cluster=None if counts.cluster is None else "cluster",
         settings=estimator.settings,
     )
 
