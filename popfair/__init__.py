@@ -13,6 +13,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from popfair._lazy import lazy_exports
+from popfair.screen.routes import register_resolver
 
 try:
     __version__ = version("popfair")
@@ -29,6 +30,9 @@ _EXPORTS = {
     "PairedGapResult": "popfair.estimate.paired",
     "impact_ratios": "popfair.estimate.impact_ratio",
     "ImpactRatioSettings": "popfair.estimate.impact_ratio",
+    "ll144_from_counts": "popfair.estimate.impact_ratio",
+    "impact_ratio_inference": "popfair.estimate.impact_inference",
+    "RatioInference": "popfair.estimate.impact_inference",
     "panel_report": "popfair.report.panel",
     "Effects": "popfair.types",
     "Profiles": "popfair.types",
@@ -44,4 +48,5 @@ _EXPORTS = {
 }
 
 __all__ = [*_EXPORTS, "__version__"]
+register_resolver()  # `route: auto` in the screener configs resolves through it
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

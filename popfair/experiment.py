@@ -19,6 +19,8 @@ from omegaconf.errors import MissingMandatoryValue
 
 import popfair
 from popfair.constraints import ParameterError, validate
+from popfair.design import design_of
+from popfair.design.base import Design
 from popfair.errors import ConfigError, PopfairError, require
 from popfair.estimate.base import Estimator
 from popfair.parallel import forked_call, frozen_heap
@@ -203,6 +205,9 @@ class Experiment:
     run_name, config, outcome_audit, parent_run_id, tags
         MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
         the sweep's parent run and extra tags.
+    design : Design, optional
+        The study design (popfair.design): how the documents are grouped into prompts, what is
+        asked, how replies are read and which estimators apply. Default: the population's.
 
     Returns
     -------
@@ -233,6 +238,7 @@ class Experiment:
     parent_run_id: str | None = None  # MLflow parent run when the case belongs to a sweep
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
     audit_report: bool = False  # write the auditor's report (logged as audit_report/)
+    design: Design | None = None  # how applicants become prompts and answers (default: the population's)
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod
@@ -251,9 +257,8 @@ class Experiment:
             group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
             for group in COMPONENT_GROUPS
         }
-        validate_case = getattr(parts["population"], "validate_case", None)
-        if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
-            validate_case(parts["occupation"], parts["protected_attr"])
+        design = design_of(parts["population"])
+        design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
         return cls(
             population=parts["population"],
             occupation=parts["occupation"],
@@ -261,6 +266,7 @@ class Experiment:
             screener=parts["screener"],
             estimator=parts["estimator"],
             protected=parts["protected_attr"],
+            design=design,
             tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values and values["tracking"]),
             seed=int(cfg.seed),
             run_name=cfg.get("run_name"),
@@ -284,6 +290,8 @@ class Experiment:
         )
 
     def __post_init__(self) -> None:
+        if self.design is None:
+            self.design = design_of(self.population)
         # worlds the estimator declares but the population cannot draw fail here, before any work
         worlds.check_design(self.population, self.estimator.design)
 
@@ -316,15 +324,12 @@ class Experiment:
         documents = stage(
             "render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs, True, None, self.documents
         )
-        results = stage("screen", self.screener.screen, profiles.jobs, documents, profiles.outcome)
+        design = self.design or design_of(self.population)
+        prompts = design.prompts(profiles, rows, documents)  # the design groups documents into prompts
+        results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
         screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
         screening = screen_metrics() if callable(screen_metrics) else {}
-        scored_rows = rows.assign(
-            document=[d.text for d in documents],
-            raw=[r.raw for r in results],
-            y=[r.value for r in results],
-            error=[r.error for r in results],
-        )
+        scored_rows = design.scored(profiles, rows, documents, prompts, results)
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
@@ -360,7 +365,7 @@ class Experiment:
             notes=profiles.notes,
             timings=timings,
             audit=audit,
-            samples=sample_artifacts(documents[: len(scored)]),
+            samples=sample_artifacts(prompts[: len(scored)]),  # factual prompts come first
             screening=screening,
             profiles=profiles,
             scored_worlds=scored_worlds,
@@ -401,6 +406,7 @@ class Experiment:
             **profiles.tags,
             **self.tags,
         }
+        tags.update(getattr(self.screener, "run_tags", {}))  # e.g. the route `route: auto` chose, and why
         # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
         tags.update(
             {f"popfair_choice.{key}": value for key, value in getattr(self.screener, "popfair_choices", {}).items()}

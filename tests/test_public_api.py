@@ -14,6 +14,7 @@ import popfair
 STAGES = [
     "popfair.estimate",
     "popfair.population",
+    "popfair.design",
     "popfair.render",
     "popfair.screen",
     "popfair.track",

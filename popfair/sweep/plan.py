@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from popfair.design import design_of
 from popfair.experiment import Experiment
 from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
@@ -78,8 +79,9 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
 
 
 def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
-    """Profiles and the documents to plan, the factual ones then those of the counterfactual worlds
-    the estimator declares; for image renderers the text layout of each resume (flag True).
+    """Profiles and the prompts to plan (the design's grouping of the documents: one per document
+    but in the ranking design), the factual ones then those of the counterfactual worlds the
+    estimator declares; for image renderers the text layout of each resume (flag True).
     Memoised per process: cases sharing a population and design sample it once, and cases whose
     profile rows and renderer settings agree render them once (the text and image formats of an
     occupation share the text layout, and the gender and race cases the same applicants)."""
@@ -120,7 +122,9 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
     document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else experiment.renderer
-        documents = render_all(renderer, rows, profiles.jobs, progress=False)
+        rendered = render_all(renderer, rows, profiles.jobs, progress=False)
+        design = experiment.design or design_of(experiment.population)
+        documents = list(design.prompts(profiles, rows, rendered))  # what the screener is shown, per prompt
         # what makes two documents the same prompt for one screener: the job text and the document
         identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         _DOCUMENTS[document_key] = (documents, identities)

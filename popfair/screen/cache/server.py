@@ -159,6 +159,16 @@ class ServerCache(ResponseCache):
             taken_over += expired
         return mine, taken_over
 
+    def claim_owners(self, keys: Sequence[str]) -> dict[str, str]:
+        unique = list(dict.fromkeys(keys))
+        owners: dict[str, str] = {}
+        for start in range(0, len(unique), _CHUNK):
+            rows = self._read(
+                "SELECT key, owner FROM claims WHERE key = ANY(:keys)", keys=unique[start : start + _CHUNK]
+            )
+            owners.update({row[0]: row[1] for row in rows})
+        return owners
+
     def renew(self, owner: str, lease_s: float) -> None:
         self._write(
             lambda conn: conn.execute(
