@@ -30,7 +30,7 @@ _EXPORTS = {
     "PairedGapResult": "popfair.estimate.paired",
     "impact_ratios": "popfair.estimate.impact_ratio",
     "ImpactRatioSettings": "popfair.estimate.impact_ratio",
-    "ll144_from_counts": "popfair.estimate.impact_ratio",
+    "impact_ratios_from_counts": "popfair.estimate.impact_ratio",
     "impact_ratio_inference": "popfair.estimate.impact_inference",
     "RatioInference": "popfair.estimate.impact_inference",
     "panel_report": "popfair.report.panel",
