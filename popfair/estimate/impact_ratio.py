@@ -295,7 +295,7 @@ class ImpactRatios:
             "impact_ratios/tests.csv": self.tests.set_index(["metric", "dimension"]),
             "impact_ratios/impact_ratios.png": self.plot(),
         }
-        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts)
+        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts, detail=self)
 
 
 def impact_ratios(
