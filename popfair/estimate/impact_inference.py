@@ -56,14 +56,13 @@ class Units:
 
     @classmethod
     def of_applicants(cls, n: np.ndarray, selected: np.ndarray) -> Units:
-        """Independent applicants from per-cell counts (`selected`: metrics x cells, one metric:
-        classes of selected and not selected applicants per cell)."""
-        n = np.asarray(n, dtype=float)
-        selected = np.asarray(selected, dtype=float).reshape(1, -1)[:1]
+        """Independent applicants from per-cell counts of one metric: two classes per cell, the
+        selected and the not selected applicants."""
+        n, selected = np.asarray(n, dtype=float), np.asarray(selected, dtype=float)
         eye = np.eye(len(n))
         return cls(
-            n=np.vstack([eye * selected[0][:, None], eye * (n - selected[0])[:, None]]),
-            selected=np.vstack([eye * selected[0][:, None], np.zeros((len(n), len(n)))])[:, None, :],
+            n=np.vstack([eye * selected[:, None], eye * (n - selected)[:, None]]),
+            selected=np.vstack([eye * selected[:, None], np.zeros_like(eye)])[:, None, :],
             clustered=False,
         )
 
@@ -341,6 +340,25 @@ def infer_groupings(
     return out
 
 
+def count_values(counts: pd.DataFrame, n: str, selected: Sequence[str]) -> pd.DataFrame:
+    """The numeric `n` and selected columns of a counts table; DataError naming what is wrong."""
+    missing = [c for c in (n, *selected) if c not in counts.columns]
+    if missing:
+        raise DataError(f"counts lack columns {missing}; they have {sorted(map(str, counts.columns))}")
+    if counts.empty:
+        raise DataError("counts: no rows")
+    values = counts[[n, *selected]].apply(pd.to_numeric, errors="coerce")
+    bad = values.isna().any(axis=1) | (values[list(selected)].lt(0) | values[list(selected)].gt(values[n], axis=0)).any(
+        axis=1
+    )
+    if bad.any():
+        raise DataError(
+            f"counts: {int(bad.sum())} rows have no numeric {n}/{'/'.join(selected)} or a selected count "
+            f"outside 0..{n} (e.g. row {counts.index[bad.to_numpy()][0]!r})"
+        )
+    return values
+
+
 def impact_ratio_inference(
     counts: pd.DataFrame,
     *,
@@ -392,19 +410,10 @@ def impact_ratio_inference(
     >>> result.table["impact_ratio"].round(3).tolist(), result.p_value < 0.05
     ([1.0, 0.833, 0.583], True)
     """
-    needed = [c for c in (category, n, selected, cluster) if c is not None]
-    missing = [c for c in needed if c not in counts.columns]
+    missing = [c for c in (category, cluster) if c is not None and c not in counts.columns]
     if missing:
         raise DataError(f"counts lack columns {missing}; they have {sorted(map(str, counts.columns))}")
-    values = counts[[n, selected]].apply(pd.to_numeric, errors="coerce")
-    bad = values.isna().any(axis=1) | (values[selected] < 0) | (values[selected] > values[n])
-    if bad.any():
-        raise DataError(
-            f"counts: {int(bad.sum())} rows have no numeric {n}/{selected} or {selected} outside 0..{n} "
-            f"(e.g. row {counts.index[bad.to_numpy()][0]!r})"
-        )
-    if counts.empty:
-        raise DataError("counts: no rows")
+    values = count_values(counts, n, [selected])
     cat_codes, categories = pd.factorize(counts[category].astype(str), sort=True)
     if cluster is None:
         unit = np.zeros(len(counts), dtype=np.int64)

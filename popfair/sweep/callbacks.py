@@ -3,7 +3,8 @@
 on_multirun_start: one MLflow parent run for the sweep; the sweep info file and environment
 variables that tell every case (in this process, joblib workers or SLURM jobs) its parent.
 on_multirun_end: the summary of every case (failed ones with their error), the dry-run totals,
-the comparison report logged to the parent run, and the parent run closed."""
+the comparison report logged to the parent run, and the parent run closed; then exit status 1 when
+any case failed or never reported back."""
 
 from __future__ import annotations
 
@@ -153,6 +154,8 @@ class SweepCallback(Callback):
         print("\n".join(lines))
         if self.info.parent_run_id and self.tracker is not None:
             self._finish_parent(records, failed, missing, sweep_dir)
+        if failed or missing > 0:  # after the summary: scripts and CI see that the sweep is incomplete
+            raise SystemExit(1)
 
     @staticmethod
     def _plan_totals(records: list, sweep_dir: Path) -> str:
