@@ -532,7 +532,7 @@ def _ll144(
                     "null_flag_rate": result.null_flag_rate,
                     "null_method": result.null_method,
                     "n_permutations": result.n_permutations,
-                    "explanation": result.explain(),
+                    "explanation": result.explain(_display),
                 }
             )
     return ImpactRatios(

@@ -47,6 +47,7 @@ DATA_KINDS = {
     "historical": "Historical data: the decisions the tool made on real applicants, as recorded",
     "test": "Test data: applicants generated for the audit, not the tool's real applicants",
 }
+UNKNOWN_OF = {"sex": "sex", "race": "race/ethnicity", "sex_race": "sex or race/ethnicity"}
 LL144_METRICS = ("selection", "scoring_median")  # the law's rates; other rules are popfair's additions
 
 
@@ -141,7 +142,7 @@ def _dimension_blocks(ratios: ImpactRatios, metric: str, dimension: str, title: 
             rate: [_percent(r) for r in known["rate"]],
             "Impact ratio": [_ratio(r) for r in known["impact_ratio"]],
             f"{level}% CI": [
-                f"{lo:.3f} to {hi:.3f}" if pd.notna(lo) and pd.notna(hi) else ""
+                f"{lo:.3f}\u2013{hi:.3f}" if pd.notna(lo) and pd.notna(hi) else ""
                 for lo, hi in zip(known["ci_low"], known["ci_high"])
             ],
             flag: ["yes" if f else "" for f in known["flag"]],
@@ -158,7 +159,7 @@ def _dimension_blocks(ratios: ImpactRatios, metric: str, dimension: str, title: 
             Block(
                 "list",
                 [
-                    f"Unknown {title.split(' (')[0].lower()}: {int(unknown['n_applicants'].iloc[0]):,} applicants, "
+                    f"Unknown {UNKNOWN_OF[dimension]}: {int(unknown['n_applicants'].iloc[0]):,} applicants, "
                     "not included in the calculations above."
                 ],
             )

@@ -40,7 +40,7 @@ def cell(value: Any) -> str:
 
 def numeric_columns(table: pd.DataFrame) -> list[bool]:
     """Which columns read as numbers (right-aligned): numeric dtypes, or text that is all numbers,
-    percentages or blanks (pre-formatted figures)."""
+    percentages or blanks (pre-formatted figures), or ranges of them (0.61\u20130.98)."""
     out = []
     for column in table.columns:
         values = table[column]
@@ -49,7 +49,8 @@ def numeric_columns(table: pd.DataFrame) -> list[bool]:
             continue
         text = values.map(cell).str.strip()
         filled = text[text != ""]
-        out.append(bool(len(filled)) and bool(filled.str.fullmatch(r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?%?").all()))
+        number = r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?%?"
+        out.append(bool(len(filled)) and bool(filled.str.fullmatch(f"{number}(\u2013{number})?").all()))
     return out
 
 
@@ -92,9 +93,9 @@ h3{font-size:1.1em;margin-top:1.2em}
 table{border-collapse:collapse;font-size:13px;margin:.6em 0 1em}
 th,td{border:1px solid #c8c8c8;padding:4px 8px;vertical-align:top}
 th{background:#eef0f3;font-weight:600}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}
 td.txt,th.txt{text-align:left}
-table.facts th{text-align:left;background:none;border:none;padding:2px 12px 2px 0}
+table.facts{font-size:14px}table.facts th{text-align:left;background:none;border:none;padding:2px 12px 2px 0}
 table.facts td{border:none;padding:2px 0}
 p.caption{font-size:12px;color:#555;margin-top:-.6em}
 ul{margin:.4em 0 1em 1.2em;padding:0}
