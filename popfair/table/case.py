@@ -53,6 +53,7 @@ class TableRunResult:
     source: TableSource
     run_id: str | None = None
     counts: TableCounts | None = None
+    ratios: Any = None  # the ImpactRatios behind `effects` (impact_ratio) or `audit` (the add-on)
     audit: Effects | None = None
     mapping: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
@@ -173,12 +174,13 @@ class TableCase:
         try:
             timings["read"] = time.perf_counter() - start
             start = time.perf_counter()
-            effects, counts = self._estimate(mapped)
+            effects, counts, ratios = self._estimate(mapped)
             timings["estimate"] = time.perf_counter() - start
             result = TableRunResult(
                 effects=effects,
                 source=mapped.record,
                 counts=counts,
+                ratios=ratios,
                 mapping=mapped.mapping_table(),
                 notes=list(mapped.notes),
                 timings=timings,
@@ -197,13 +199,15 @@ class TableCase:
         timings["track"] = time.perf_counter() - start
         return result
 
-    def _estimate(self, mapped: MappedTable) -> tuple[Effects, TableCounts | None]:
+    def _estimate(self, mapped: MappedTable) -> tuple[Effects, TableCounts | None, Any]:
+        """(effects, counts, ImpactRatios) for impact_ratio; (effects, None, None) for the row estimators."""
         if self.estimator.name == IMPACT_RATIO:
             counts = mapped.counts(self._metrics(self.estimator, mapped))
-            return _impact_ratios(self.estimator, counts).effects(), counts
+            ratios = _impact_ratios(self.estimator, counts)
+            return ratios.effects(), counts, ratios
         frame = mapped.frame()
         roles = self.roles(mapped, frame)
-        return self.estimator.estimate(frame, roles, "y"), None
+        return self.estimator.estimate(frame, roles, "y"), None, None
 
     def _impact_add_on(self, mapped: MappedTable, result: TableRunResult) -> Effects | None:
         """The LL144 table beside another estimator, when the table has sex or race (a note if not)."""
@@ -211,8 +215,8 @@ class TableCase:
             return None
         try:
             counts = mapped.counts(self._metrics(self.outcome_audit, mapped))
-            result.counts = counts
-            return _impact_ratios(self.outcome_audit, counts).effects()
+            result.counts, result.ratios = counts, _impact_ratios(self.outcome_audit, counts)
+            return result.ratios.effects()
         except PopfairError as exc:
             log.warning("outcome audit skipped: %s", exc)
             result.notes.append(f"outcome audit (impact ratios) skipped: {exc}")

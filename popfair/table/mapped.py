@@ -212,7 +212,10 @@ class MappedTable:
                 condition = f"y {'>' if strict else '>='} {cutoff!r}"
             sums.append(f"count(*) FILTER (WHERE {condition})::BIGINT AS {_quote(metric.name)}")
         cluster_column = self.columns.cluster or self.columns.posting_id
-        cluster = "CAST(cluster AS VARCHAR)" if cluster_column is not None else "'all'"
+        if cluster_column is None:
+            cluster = "'all'"
+        else:
+            cluster = f"CAST({'cluster' if self.columns.cluster is not None else 'posting_id'} AS VARCHAR)"
         sex = "gender" if self.columns.sex is not None else f"'{UNKNOWN}'"
         race = "race" if self.columns.race is not None else f"'{UNKNOWN}'"
         counts = self.source.fetch(
