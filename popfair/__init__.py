@@ -40,6 +40,7 @@ _EXPORTS = {
     "Document": "popfair.types",
     "Job": "popfair.types",
     "WorldDesign": "popfair.types",
+    "DocumentStore": "popfair.render.store",
     "PopfairError": "popfair.errors",
     "ConfigError": "popfair.errors",
     "DataError": "popfair.errors",

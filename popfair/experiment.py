@@ -29,6 +29,7 @@ from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, render_all, sample_artifacts
+from popfair.render.store import DocumentStore
 from popfair.report import patterns
 from popfair.report.figures import draw_artifacts
 from popfair.screen.base import Screener
@@ -74,6 +75,25 @@ class RunResult:
     @property
     def failure_rate(self) -> float:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.scored)
+
+    @property
+    def n_failed(self) -> int:
+        return int(self.scored["error"].notna().sum())
+
+
+def effects_metrics(effects: Effects) -> dict[str, float]:
+    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
+    metrics: dict[str, float] = {}
+    for effect, row in effects.table.iterrows():
+        for column, value in row.items():
+            if isinstance(value, (int, float)):
+                metrics[f"{effect}.{column}"] = value
+    metrics.update(effects.metrics)
+    return metrics
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -238,6 +258,7 @@ class Experiment:
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
     audit_report: bool = False  # write the auditor's report (logged as audit_report/)
     design: Design | None = None  # how applicants become prompts and answers (default: the population's)
+    documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
@@ -277,6 +298,9 @@ class Experiment:
             ),
             config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
             audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
+            documents=None
+            if dry_run
+            else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
         )
 
     def case_name(self) -> str:
@@ -316,7 +340,9 @@ class Experiment:
             log.warning("note: %s", note)
         # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
         rows = profiles.rows()
-        documents = stage("render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs)
+        documents = stage(
+            "render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs, True, None, self.documents
+        )
         design = self.design or design_of(self.population)
         prompts = design.prompts(profiles, rows, documents)  # the design groups documents into prompts
         results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
@@ -373,15 +399,11 @@ class Experiment:
     def _track(self, result: RunResult, profiles: Profiles) -> str | None:
         effects = result.effects
         metrics: dict[str, float] = {
-            "n_rows": len(result.scored),
-            "n_failed": int(result.scored["error"].notna().sum()),
+            "n_rows": result.n_rows,
+            "n_failed": result.n_failed,
             "failure_rate": result.failure_rate,
+            **effects_metrics(effects),
         }
-        for effect, row in effects.table.iterrows():
-            for column, value in row.items():
-                if isinstance(value, (int, float)):
-                    metrics[f"{effect}.{column}"] = value
-        metrics.update(effects.metrics)
         metrics.update(result.screening)
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).
