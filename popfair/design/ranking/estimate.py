@@ -215,6 +215,7 @@ def fit_rank_logit(
         score=likelihood.score,
         hessian=likelihood.hessian,
     )
+    model.k_constant, model.df_model, model.df_resid = 0, len(names), n - len(names)
     result = model.fit(start_params=np.zeros(len(names)), method="newton", disp=0, maxiter=100)
     params = np.asarray(result.params, dtype=float)
     hessian = likelihood.hessian(params)

@@ -79,7 +79,7 @@ def parse_ranking(raw: str | None, names: Sequence[str]) -> Ranking:
         order = _list_order(text, mentions)
         method = "list"
     if not order:
-        if mentions and _REFUSAL.search(text[:300]):
+        if mentions and _REFUSAL.search(raw[:300].translate(_DASHES).lower()):  # before "i" is dropped
             return Ranking((), tuple(range(k)), "mentions", f"no ranking: the reply declines to rank: {raw[:300]!r}")
         order = list(dict.fromkeys(c for _, c in mentions))
         method = "mentions"
