@@ -146,6 +146,7 @@ class Effects:
     labels: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame | Plot | str
+    detail: Any = None  # the estimator's own result (e.g. ImpactRatios) for reports built in the same run
 
     @property
     def case(self) -> str:

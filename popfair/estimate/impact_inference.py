@@ -26,7 +26,7 @@ many independent clusters, as in the Cochran-Mantel-Haenszel test); `null_method
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,8 +183,9 @@ class RatioInference:
     alpha: float
     flag_below: float
 
-    def explain(self) -> str:
-        """The test and the flags in plain words (for reports next to the four-fifths flags)."""
+    def explain(self, label: Callable[[str], str] = str) -> str:
+        """The test and the flags in plain words (for reports next to the four-fifths flags);
+        `label` turns a category into the name the report shows."""
         table = self.table
         flagged = table[table["flag"]]
         survive = flagged[flagged["flag_survives"]]
@@ -204,7 +205,7 @@ class RatioInference:
             f"({'significant' if self.p_value <= self.alpha else 'not significant'} at {self.alpha:g})."
         )
         if len(flagged):
-            kept = ", ".join(map(str, survive.index)) or "none"
+            kept = ", ".join(label(str(c)) for c in survive.index) or "none"
             lines.append(
                 f"Of the {len(flagged)} categories flagged under {self.flag_below:g}, the flags that survive "
                 f"this test (adjusted p <= {self.alpha:g}): {kept}."

@@ -220,10 +220,8 @@ class MappedTable:
         race = "race" if self.columns.race is not None else f"'{UNKNOWN}'"
         counts = self.source.fetch(
             f"SELECT {cluster} AS cluster, {sex} AS sex, {race} AS race, count(*)::BIGINT AS n, {', '.join(sums)} "
-            f"FROM {MAPPED} GROUP BY ALL ORDER BY ALL"
+            f"FROM {MAPPED} GROUP BY ALL"  # unordered: the inference sorts clusters and categories itself
         )
-        for column in ("cluster", "sex", "race"):
-            counts[column] = counts[column].astype(str)
         return TableCounts(counts, outcome, thresholds, cluster_column, self.record)
 
     def frame(self) -> pd.DataFrame:
