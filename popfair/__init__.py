@@ -13,6 +13,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from popfair._lazy import lazy_exports
+from popfair.screen.routes import register_resolver
 
 try:
     __version__ = version("popfair")
@@ -22,6 +23,11 @@ except PackageNotFoundError:  # running from a source tree without install
 _EXPORTS = {
     "Experiment": "popfair.experiment",
     "RunResult": "popfair.experiment",
+    "TableCase": "popfair.table.case",
+    "TableRunResult": "popfair.table.case",
+    "TableSettings": "popfair.table.settings",
+    "TableSource": "popfair.table.mapped",
+    "TableCounts": "popfair.table.mapped",
     "estimate_pse": "popfair.estimate.pse",
     "PseResult": "popfair.estimate.pse",
     "PseSettings": "popfair.estimate.dml",
@@ -29,6 +35,9 @@ _EXPORTS = {
     "PairedGapResult": "popfair.estimate.paired",
     "impact_ratios": "popfair.estimate.impact_ratio",
     "ImpactRatioSettings": "popfair.estimate.impact_ratio",
+    "impact_ratios_from_counts": "popfair.estimate.impact_ratio",
+    "impact_ratio_inference": "popfair.estimate.impact_inference",
+    "RatioInference": "popfair.estimate.impact_inference",
     "panel_report": "popfair.report.panel",
     "Effects": "popfair.types",
     "Profiles": "popfair.types",
@@ -36,6 +45,7 @@ _EXPORTS = {
     "Document": "popfair.types",
     "Job": "popfair.types",
     "WorldDesign": "popfair.types",
+    "DocumentStore": "popfair.render.store",
     "PopfairError": "popfair.errors",
     "ConfigError": "popfair.errors",
     "DataError": "popfair.errors",
@@ -43,4 +53,5 @@ _EXPORTS = {
 }
 
 __all__ = [*_EXPORTS, "__version__"]
+register_resolver()  # `route: auto` in the screener configs resolves through it
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -74,6 +74,34 @@ def test_answers_stored_together_commit_together_and_end_their_claims(cache):
     assert cache.claim(["g1", "g2"], "B", 30.0) == ([], 0)  # answered: nobody claims them again
 
 
+def test_claims_of_a_dead_process_on_this_host_are_taken_over_at_once_other_hosts_keep_the_lease(cache):
+    import asyncio
+    import subprocess
+    import sys
+
+    from popfair.screen.claims import HOST_ID, CacheThread, ClaimBroker
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a process of this host that no longer runs
+    dead_here, alive_elsewhere = f"{HOST_ID}:{ended.pid}:0000dead", f"other-host#1234:{ended.pid}:00000000"
+    assert cache.claim(["d1", "d2"], dead_here, 3600.0)[0] and cache.claim(["o1"], alive_elsewhere, 3600.0)[0]
+    assert cache.claim_owners(["d1", "d2", "o1", "free"]) == {"d1": dead_here, "d2": dead_here, "o1": alive_elsewhere}
+
+    async def hand_out() -> tuple[list, ClaimBroker]:
+        db = CacheThread(cache)
+        broker = ClaimBroker(db, ["d1", "d2", "o1", "free"], str, lease_s=30.0, poll_s=0.05, chunk=8)
+        try:
+            return [await broker.next() for _ in range(3)], broker
+        finally:
+            db.close()
+
+    handed, broker = asyncio.run(hand_out())
+    # the dead owner's calls come at once (an hour-long lease notwithstanding); o1 stays another host's
+    assert sorted(call for call, elsewhere in handed if elsewhere is None) == ["d1", "d2", "free"]
+    assert broker.taken_over == 2 and list(broker.waiting) == ["o1"]
+    assert cache.claim_owners(["o1"]) == {"o1": alive_elsewhere}
+
+
 def test_server_cache_takes_the_password_only_from_the_environment(pg_url, monkeypatch, caplog):
     with_password = pg_url.replace("popfair@", "popfair:hunter2-secret@")
     with pytest.raises(ConfigError, match="cache_url.*PGPASSWORD") as error:

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
-from scipy import stats
 
 from popfair import Experiment
 from popfair.errors import ConfigError, DataError, EstimationError
@@ -141,22 +140,22 @@ def test_top_share_and_min_score_thresholds():
     assert row(result, "score_ge_50", "sex", "male")["rate"] == 0.75
 
 
-def test_tests_match_scipy_and_the_yates_formula(callback_result):
+def test_each_table_carries_the_reference_aware_test(callback_result):
+    """The sex table's test is `impact_ratio_inference` on the sex counts (unknown sex left out)."""
+    from popfair.estimate.impact_inference import impact_ratio_inference
+
+    counts = pd.DataFrame({"category": ["female", "male"], "n": [20, 32], "selected": [7, 17]})
+    alone = impact_ratio_inference(counts, cluster=None, n_bootstrap=FAST["n_bootstrap"], seed=0)
+    test = callback_result.tests.set_index(["metric", "dimension"]).loc[("selection", "sex")]
+    assert test["p_value"] == pytest.approx(alone.p_value, abs=0.05)  # own permutation stream
+    assert test["min_ratio"] == pytest.approx(0.35 / (17 / 32))
     female = row(callback_result, "selection", "sex", "female")
-    table = np.array([[7, 13], [17, 15]])
-    assert female["fisher_p"] == pytest.approx(stats.fisher_exact(table)[1])
-    chi2, p, _, _ = stats.chi2_contingency(table, correction=True)
-    assert female["chi2"] == pytest.approx(chi2) and female["chi2_p"] == pytest.approx(p)
-    (a, b), (c, d) = table
-    n = table.sum()
-    yates = n * (abs(a * d - b * c) - n / 2) ** 2 / ((a + b) * (c + d) * (a + c) * (b + d))
-    assert female["chi2"] == pytest.approx(yates)
-    # Fisher two-sided p from the hypergeometric distribution directly
-    dist = stats.hypergeom(n, a + c, a + b)
-    support = np.arange(max(0, a + b + a + c - n), min(a + b, a + c) + 1)
-    pmf = dist.pmf(support)
-    assert female["fisher_p"] == pytest.approx(pmf[pmf <= dist.pmf(a) * (1 + 1e-7)].sum())
-    assert math.isnan(row(callback_result, "selection", "sex", "male")["fisher_p"])  # the reference
+    assert female["flag"] and female["p_adjusted"] == pytest.approx(test["p_value"])
+    assert female["flag_survives"] == (female["p_adjusted"] <= 0.05)
+    assert set(callback_result.tests["dimension"]) == {"sex", "race", "sex_race"}
+    assert "four-fifths rule would flag" in test["explanation"]
+    assert "four-fifths rule would flag" in callback_result.markdown()
+    assert callback_result.metrics()["ll144.selection.sex.p_value"] == pytest.approx(test["p_value"])
 
 
 def simulated_scores(n: int, seed: int) -> pd.DataFrame:
@@ -307,6 +306,7 @@ def test_estimator_returns_effects_rows_summary_and_chart():
         "impact_ratios/summary.csv",
         "impact_ratios/summary.md",
         "impact_ratios/table.csv",
+        "impact_ratios/tests.csv",
         "impact_ratios/impact_ratios.png",
     }
     summary = effects.artifacts["impact_ratios/summary.csv"].reset_index()
@@ -320,6 +320,8 @@ def test_estimator_returns_effects_rows_summary_and_chart():
         "impact_ratio",
         "ci_95",
         "flag_below_0.8",
+        "adjusted_p",
+        "flag_survives_test",
         "note",
     ]
     assert hasattr(draw(effects.artifacts["impact_ratios/impact_ratios.png"]), "savefig")
@@ -346,6 +348,7 @@ def test_every_case_logs_the_impact_ratio_table(tmp_path):
         "impact_ratios/summary.csv",
         "impact_ratios/summary.md",
         "impact_ratios/table.csv",
+        "impact_ratios/tests.csv",
         "impact_ratios/impact_ratios.png",
     }
     assert Experiment.from_config(compose_config(["outcome_audit=null"], tmp_path=tmp_path)).outcome_audit is None

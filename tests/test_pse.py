@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from popfair.errors import ConfigError, EstimationError
-from popfair.estimate import dml, pse
+from popfair.estimate import dml, nuisances, pse
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm import EFFECTS, case_labels
 from popfair.estimate.sfm_sim import SimulatedSFM
@@ -141,15 +141,19 @@ def test_tuning_is_cached_in_memory_and_on_disk(tmp_path):
     pse.clear_tuning_cache()
     first = run(sim, data, cache_dir=str(tmp_path))
     assert not first.tuning["from_cache"].any()
-    assert len(list(tmp_path.glob("pse_tuning_*.json"))) == 1
+    assert len(list((tmp_path / "nuisances").rglob("*"))) > 0
     second = run(sim, data, cache_dir=str(tmp_path))
     assert second.tuning["from_cache"].all() and second.timings["tune"] < first.timings["tune"]
     pse.clear_tuning_cache()
     from_disk = run(sim, data, cache_dir=str(tmp_path))
     assert from_disk.tuning["from_cache"].all()
     pd.testing.assert_frame_equal(first.table, from_disk.table)
-    other = run(sim, data.assign(y=data["y"] + 1.0), cache_dir=str(tmp_path))  # new data: tuned anew
-    assert not other.tuning["from_cache"].any()
+    in_memory = run(sim, data)  # no cache_dir: tuned anew, then kept in memory
+    assert not in_memory.tuning["from_cache"].any()
+    assert run(sim, data).tuning["from_cache"].all()
+    other = run(sim, data.assign(y=data["y"] + 1.0), cache_dir=str(tmp_path))  # new Y: outcome chain tuned anew
+    propensity = other.tuning.index.str.startswith("p_")
+    assert other.tuning["from_cache"][propensity].all() and not other.tuning["from_cache"][~propensity].any()
 
 
 def test_tree_count_search_matches_separately_trained_models():
@@ -161,7 +165,7 @@ def test_tree_count_search_matches_separately_trained_models():
         n_bootstrap=100, grid=dml.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0))
     )
     train, valid = np.arange(480), np.arange(480, 600)
-    best, _ = dml._search(features, target, "regressor", train, valid, settings)
+    best, _ = nuisances.search(features, target, "regressor", train, valid, settings)
     losses = {}
     for depth in (1, 3):
         for lam in (1.0, 5.0):

@@ -119,11 +119,11 @@ def _screener(name: str):
 @pytest.mark.parametrize("name", sorted(PANEL_MODELS | POPRESUME_LLMS | POPRESUME_VLMS))
 def test_hosted_screeners_name_their_route_and_label_popfairs_choices(name):
     cfg = _screener(name)
-    assert cfg.route in cfg.routes and cfg.popfair_choices.route  # the route is always a stated choice
+    assert cfg.route == "auto" and cfg.default_route in cfg.routes and cfg.popfair_choices.route  # a stated choice
     if name in PANEL_MODELS:
-        assert cfg.route in PAPER_ROUTES, f"{name}: the panel's default route must be one the paper names"
+        assert cfg.default_route in PAPER_ROUTES, f"{name}: the panel's default route must be one the paper names"
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert resolved["model"] == resolved["routes"][cfg.route]["model"]
+    assert resolved["model"] == resolved["routes"][resolved["chosen_route"]]["model"]
 
 
 def test_dated_snapshots_are_pinned_where_the_provider_offers_them():

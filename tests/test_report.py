@@ -12,9 +12,10 @@ from statsmodels.stats.multitest import multipletests
 
 from popfair.errors import DataError
 from popfair.estimate.sfm import CASE_LABELS
+from popfair.report.document import markdown_table
 from popfair.report.patterns import pattern_tally
 from popfair.report.runs import effects_long, load_runs
-from popfair.report.sweep import case_table, markdown_table, write_report
+from popfair.report.sweep import case_table, write_report
 from popfair.track.mlflow_tracker import MlflowTracker
 
 PSE = ["TE", "NDE", "NIE", "BIE", "RIE"]

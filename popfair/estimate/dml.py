@@ -1,5 +1,6 @@
-"""The DML-UCA algorithm behind `estimate_pse`: encoding the SFM roles, stratified cross-fitting
-folds, XGBoost nuisances (tuned once, cached) and the per-row doubly robust scores.
+"""The DML-UCA algorithm behind `estimate_pse`: its settings, encoding the SFM roles, stratified
+cross-fitting folds and the per-row doubly robust scores. The XGBoost nuisances are fit in
+`popfair.estimate.nuisances` and kept for reuse in `popfair.estimate.nuisance_cache`.
 
 For each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.sfm.TARGETS`) the score is
 (PopResume, arXiv 2603.22714, Table 1 and C.2):
@@ -14,7 +15,9 @@ Nuisances are XGBoost models fit with L-fold cross-fitting: mu3 and the three pr
 P(X|Z), P(X|R,Z), P(X|B,R,Z) once per fold and shared by all five psi's; mu2 (one per x_y) and mu1
 (one per (x_y, x_b)) are nested regressions on the fold's training rows. Hyperparameters come from
 the paper's grid (C.5), chosen once per nuisance on a stratified train/validation split by Brier
-score (classifiers) or MSE (regressors), and cached by a hash of the data and settings.
+score (classifiers) or MSE (regressors). Propensities do not involve Y: their tuning and their
+cross-fitted predictions are reused by every case on the same applicants; the outcome chain's
+tuning is reused by a rerun of the same case.
 
 Overlap: propensities are clipped to [clip, 1 - clip] before they enter any ratio; the number of
 clipped predictions and the largest weights pi1, pi2, pi3 are reported (`overlap_table`), and a
@@ -24,40 +27,40 @@ clipped predictions and the largest weights pi1, pi2, pi3 are reported (`overlap
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from contextlib import closing
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import xgboost as xgb
 
 from popfair.constraints import Constraint, Interval, ListOf, Options, ParameterError, Rules, Text, validate
 from popfair.constraints import Path as PathRule
 from popfair.errors import EstimationError
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
+from popfair.estimate.nuisance_cache import NuisanceCache, clear_memory_cache
+from popfair.estimate.nuisances import (
+    FEATURE_SETS,
+    OUTCOME,
+    PROPENSITIES,
+    PROPENSITY,
+    Runner,
+    fit_outcome_chain,
+    fit_propensity,
+    nuisance_names,
+    tune,
+)
 from popfair.estimate.sfm import TARGETS
 from popfair.types import Roles
 
 log = logging.getLogger("popfair.pse")
 
-# Feature blocks of each nuisance (b, r, x, z); "x" is the 0/1 indicator of X = x1.
-FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "rz", "p_brz": "brz"}
-PROPENSITIES = ("p_z", "p_rz", "p_brz")
-MU2_KEYS = (0, 1)  # x_y
-MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
-CACHE_VERSION = "pse-tuning-v1"
 BINARY_SPLITS = 5  # n_splits="auto" for a 0/1 outcome
-_MEMORY_CACHE: dict[str, dict[str, dict[str, float]]] = {}
 
 
 class PseOverlapWarning(UserWarning):
@@ -148,7 +151,9 @@ class PseSettings:
     max_bin: int = 64  # XGBoost histogram bins
     n_jobs: int | None = 1  # threads for independent XGBoost fits (None: every CPU this process may use)
     cluster: str | None = None  # column whose values are resampled whole (cluster-robust SEs)
-    cache_dir: str | Path | None = None  # on-disk cache of tuned hyperparameters (None: memory only)
+    cache_dir: str | Path | None = (
+        None  # where reusable nuisances are kept (popfair.estimate.nuisance_cache; None: memory)
+    )
 
     @classmethod
     def build(cls, values: Mapping[str, Any]) -> PseSettings:
@@ -217,20 +222,28 @@ def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) 
     timings["encode"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    key = _cache_key(design, settings)
-    params, from_cache = _cached_params(key, settings.cache_dir)
-    if params is None:
-        params = _tune_all(design, settings)
-        _store_params(key, params, settings.cache_dir)
+    cache = NuisanceCache.open(design, roles, settings, settings.cache_dir)
+    params, from_cache = {}, {}
+    for family in (OUTCOME, PROPENSITY):
+        found = cache.tuning(family)
+        from_cache[family] = found is not None
+        params.update(found or {})
+    missing = [family for family, cached in from_cache.items() if not cached]
+    if missing:
+        tuned = tune(design, settings, missing)
+        for family in missing:
+            cache.store_tuning(family, {name: tuned[name] for name in nuisance_names((family,))})
+        params.update(tuned)
     timings["tune"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    fits = [_cross_fit(design, folds, params, settings) for folds in fold_of]
+    fits = [_cross_fit(design, folds, split, params, settings, cache) for split, folds in enumerate(fold_of)]
     phi_splits = np.stack([phi for phi, _ in fits])
     overlap = [row for _, rows in fits for row in rows]
     timings["cross_fit"] = time.perf_counter() - clock
-    tuning = pd.DataFrame.from_dict(params, orient="index").rename_axis("nuisance")
-    tuning["from_cache"] = from_cache
+    names = nuisance_names()
+    tuning = pd.DataFrame.from_dict({name: params[name] for name in names}, orient="index").rename_axis("nuisance")
+    tuning["from_cache"] = [from_cache[PROPENSITY if name in PROPENSITIES else OUTCOME] for name in names]
     return DmlScores(
         phi_splits=phi_splits,
         cluster=design.cluster,
@@ -381,331 +394,65 @@ def _assign_folds(
     return fold_of
 
 
-# --------------------------------------------------------------------------------------------
-# XGBoost nuisances: tuning (cached) and cross-fitting
-
-
-def _xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
-    # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
-    return {
-        "objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
-        "max_depth": int(depth),
-        "reg_lambda": float(lam),
-        "tree_method": "hist",
-        "max_bin": settings.max_bin,
-        "nthread": 1,
-        "seed": settings.seed,
-        "verbosity": 0,
-    }
-
-
-def _kind(name: str) -> str:
-    return "classifier" if name in PROPENSITIES else "regressor"
-
-
-@dataclass
-class _Fit:
-    booster: xgb.Booster
-    n_estimators: int
-
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        return self.booster.inplace_predict(features, iteration_range=(0, self.n_estimators))
-
-
-class _Runner:
-    """Runs independent XGBoost fits: in the calling thread when n_jobs == 1, else on a thread pool
-    (XGBoost releases the GIL while training; concurrent fits may share one DMatrix). Results never
-    depend on n_jobs: every fit is deterministic and results are combined in submission order."""
-
-    def __init__(self, n_jobs: int | None) -> None:
-        if n_jobs is None:
-            n_jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        self.pool = ThreadPoolExecutor(max_workers=n_jobs) if n_jobs > 1 else None
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        if self.pool is not None:
-            return self.pool.submit(fn, *args)
-        done: Future = Future()
-        done.set_result(fn(*args))
-        return done
-
-    def close(self) -> None:
-        """Wait for running fits; drop queued ones (after an error)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _matrix(
-    features: np.ndarray, target: np.ndarray, settings: PseSettings, ref: xgb.QuantileDMatrix | None = None
-) -> xgb.QuantileDMatrix:
-    """Training matrix. `ref` (a matrix built from the same features) lends its histogram cuts,
-    which skips sketching and gives the same cuts, hence the same trees. The label is passed as
-    float32, the type XGBoost stores it in (the same values): a float64 label nearly doubles the
-    matrix's construction time (about 25 ms of 55 ms on 14,000 x 26)."""
-    label = np.asarray(target, dtype=np.float32)
-    return xgb.QuantileDMatrix(features, label, max_bin=settings.max_bin, nthread=1, ref=ref)
-
-
-def _update_one_iter() -> Callable[[xgb.Booster, int, xgb.DMatrix], None] | None:
-    """XGBoost's one-round update without `Booster.update`'s per-call feature-name checks (about
-    35 us a round, which holds the GIL: 0.7 s of a default case's 20,000 rounds); None when this
-    XGBoost does not expose it, and `Booster.update` is used."""
-    lib = getattr(getattr(xgb, "core", None), "_LIB", None)
-    update = getattr(lib, "XGBoosterUpdateOneIter", None)
-    check = getattr(getattr(xgb, "core", None), "_check_call", None)
-    if update is None or check is None:
-        return None
-    import ctypes
-
-    def one_iter(booster: xgb.Booster, iteration: int, dtrain: xgb.DMatrix) -> None:
-        check(update(booster.handle, ctypes.c_int(iteration), dtrain.handle))
-
-    return one_iter
-
-
-_ONE_ITER = _update_one_iter()
-
-
-def _train(
-    params: Mapping[str, Any],
-    dtrain: xgb.DMatrix,
-    rounds: int,
-    checkpoints: Sequence[int] = (),
-    on_checkpoint: Callable[[xgb.Booster, int], None] | None = None,
-) -> xgb.Booster:
-    """`xgb.train(params, dtrain, rounds)` (the same trees: one `Booster`, one update per round)
-    without its per-round callback machinery; `on_checkpoint(booster, rounds)` runs after each round count
-    in `checkpoints` (the search scores its validation rows there). The training caches are
-    released at the end, as `xgb.train` does."""
-    booster = xgb.Booster(dict(params), [dtrain])
-    wanted = set(checkpoints)
-    for i in range(rounds):
-        if i == 0 or _ONE_ITER is None:
-            booster.update(dtrain, iteration=i)  # the first round also records the feature names
-        else:
-            _ONE_ITER(booster, i, dtrain)
-        if on_checkpoint is not None and i + 1 in wanted:
-            on_checkpoint(booster, i + 1)
-    return booster.reset()
-
-
-def _fit(
-    features: np.ndarray,
-    target: np.ndarray,
-    kind: str,
-    params: Mapping[str, float],
-    settings: PseSettings,
-    ref: xgb.QuantileDMatrix | None = None,
-) -> tuple[_Fit, xgb.QuantileDMatrix]:
-    dtrain = _matrix(features, target, settings, ref)
-    booster = _train(
-        _xgb_params(kind, int(params["max_depth"]), params["reg_lambda"], settings),
-        dtrain,
-        int(params["n_estimators"]),
-    )
-    return _Fit(booster, int(params["n_estimators"])), dtrain
-
-
-def _search(
-    features: np.ndarray,
-    target: np.ndarray,
-    kind: str,
-    train: np.ndarray,
-    valid: np.ndarray,
-    settings: PseSettings,
-    runner: _Runner | None = None,
-    ref: xgb.QuantileDMatrix | None = None,
-) -> tuple[dict[str, float], _Fit]:
-    """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model."""
-    return _start_search(features, target, kind, train, valid, settings, runner or _Runner(1), ref)[0]()
-
-
-def _start_search(
-    features: np.ndarray,
-    target: np.ndarray,
-    kind: str,
-    train: np.ndarray,
-    valid: np.ndarray,
-    settings: PseSettings,
-    runner: _Runner,
-    ref: xgb.QuantileDMatrix | None = None,
-) -> tuple[Callable[[], tuple[dict[str, float], _Fit]], xgb.QuantileDMatrix]:
-    """Submit one fit per (max_depth, reg_lambda) to `runner`; returns a function that waits for
-    them and picks the best grid point exactly as a serial loop over the grid would, and the
-    training matrix (a `ref` for searches on the same features)."""
-    grid = settings.grid
-    dtrain = _matrix(features[train], target[train], settings, ref)
-    x_valid, y_valid = features[valid], target[valid]
-
-    def fit(depth: int, lam: float) -> tuple[xgb.Booster, list[float]]:
-        # The validation rows are scored as the trees are added: predicting a DMatrix with the
-        # whole model reuses XGBoost's prediction cache, so each tree is evaluated once (100 tree
-        # evaluations instead of 5 + 10 + 20 + 50 + 100), and the sums are the same floats, in the
-        # same order, as `inplace_predict(x_valid, iteration_range=(0, n_trees))` gives.
-        dvalid = xgb.DMatrix(x_valid, nthread=1)
-        losses: dict[int, float] = {}
-
-        def score(booster: xgb.Booster, n_trees: int) -> None:
-            losses[n_trees] = float(np.mean((booster.predict(dvalid) - y_valid) ** 2))
-
-        booster = _train(
-            _xgb_params(kind, depth, lam, settings), dtrain, max(grid.n_estimators), grid.n_estimators, score
-        )
-        return booster, [losses[n_trees] for n_trees in grid.n_estimators]
-
-    pending = [(depth, lam, runner.submit(fit, depth, lam)) for depth in grid.max_depth for lam in grid.reg_lambda]
-
-    def best() -> tuple[dict[str, float], _Fit]:
-        chosen: tuple[float, dict[str, float], _Fit] | None = None
-        for depth, lam, future in pending:
-            booster, losses = future.result()
-            for n_trees, loss in zip(grid.n_estimators, losses):
-                if chosen is None or loss < chosen[0] - 1e-12:
-                    chosen = (
-                        loss,
-                        {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
-                        _Fit(booster, n_trees),
-                    )
-        assert chosen is not None
-        loss, params, model = chosen
-        return {**params, "loss": loss}, model
-
-    return best, dtrain
-
-
-def _tune_all(design: _Design, settings: PseSettings) -> dict[str, dict[str, float]]:
-    """Grid search for every nuisance on one stratified train/validation split of all rows.
-
-    The nested regressions are tuned on pseudo-outcomes from the tuned model one level up, exactly as
-    they are built during cross-fitting. All grid points of all searches go to one pool: the
-    propensity searches fill the threads while the outcome chain (mu3, then mu2, then mu1) waits
-    for its previous level; searches on the same features share histogram cuts."""
-    rng = np.random.default_rng([settings.seed, 2])
-    valid_mask = np.zeros(len(design.y), bool)
-    for value in (0, 1):
-        idx = rng.permutation(np.flatnonzero(design.a == value))
-        valid_mask[idx[: max(1, round(settings.validation_fraction * len(idx)))]] = True
-    train, valid = np.flatnonzero(~valid_mask), np.flatnonzero(valid_mask)
-    lo, hi = design.y.min(), design.y.max()
-
-    with closing(_Runner(settings.n_jobs)) as runner:
-
-        def start(name: str, target: np.ndarray, ref: xgb.QuantileDMatrix | None = None):
-            return _start_search(design.features(name), target, _kind(name), train, valid, settings, runner, ref)
-
-        out: dict[str, dict[str, float]] = {}
-        mu3_search, _ = start("mu3", design.y)
-        propensity = {name: start(name, design.a.astype(np.float32))[0] for name in PROPENSITIES}
-        out["mu3"], mu3 = mu3_search()
-        mu2_searches, ref = {}, None
-        for x_y in MU2_KEYS:
-            mu2_searches[x_y], ref = start("mu2", np.clip(mu3.predict(design.features("mu3", x_y)), lo, hi), ref)
-        mu1_searches, ref = {}, None
-        for x_y in MU2_KEYS:
-            out[f"mu2[x_y={x_y}]"], mu2 = mu2_searches[x_y]()
-            for key in MU1_KEYS:
-                if key[0] == x_y:
-                    pseudo = np.clip(mu2.predict(design.features("mu2", key[1])), lo, hi)
-                    mu1_searches[key], ref = start("mu1", pseudo, ref)
-        for key, search in mu1_searches.items():
-            out[f"mu1[x_y={key[0]},x_b={key[1]}]"] = search()[0]
-        for name, search in propensity.items():
-            out[name] = search()[0]
-    return {name: out[name] for name in _nuisance_names()}
-
-
-def _nuisance_names() -> list[str]:
-    return (
-        ["mu3"]
-        + [f"mu2[x_y={v}]" for v in MU2_KEYS]
-        + [f"mu1[x_y={v},x_b={w}]" for v, w in MU1_KEYS]
-        + list(PROPENSITIES)
-    )
-
-
 def _cross_fit(
-    design: _Design, fold_of: np.ndarray, params: Mapping[str, Mapping[str, float]], settings: PseSettings
+    design: _Design,
+    fold_of: np.ndarray,
+    split: int,
+    params: Mapping[str, Mapping[str, float]],
+    settings: PseSettings,
+    cache: NuisanceCache,
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Per-row scores phi (n x 5 targets), each row scored by nuisances fit without its fold.
-    Per fold, the outcome chain is one task and each propensity model another, all on one pool."""
+    Per fold, the outcome chain is one task and each propensity model another, all on one pool;
+    the propensities' predictions come from the cache when this design's fold assignment `split`
+    is there."""
     n = len(design.y)
     phi = np.empty((n, len(TARGETS)))
     overlap: list[dict[str, Any]] = []
-    with closing(_Runner(settings.n_jobs)) as runner:
+    raw = cache.propensities(settings.folds, split)
+    with closing(Runner(settings.n_jobs)) as runner:
         tasks = [
             (
-                runner.submit(_fold_outcomes, design, fold_of, fold, params, settings),
-                [
-                    runner.submit(_fold_propensity, design, fold_of, fold, name, params, settings)
+                runner.submit(fit_outcome_chain, design, fold_of, fold, params, settings),
+                []
+                if raw is not None
+                else [
+                    runner.submit(fit_propensity, design, fold_of, fold, name, params, settings)
                     for name in PROPENSITIES
                 ],
             )
             for fold in range(settings.folds)
         ]
-        for fold, (outcomes, propensities) in enumerate(tasks):
+        if raw is None:
+            raw = np.empty((len(PROPENSITIES), n), np.float32)
+            for fold, (_, propensities) in enumerate(tasks):
+                for row, future in zip(raw, propensities):
+                    row[fold_of == fold] = future.result()
+            cache.store_propensities(settings.folds, split, raw)
+        for fold, (outcomes, _) in enumerate(tasks):
+            held = fold_of == fold
             prob1, diagnostics = {}, []
-            for name, future in zip(PROPENSITIES, propensities):
-                prob1[name], diag = future.result()
-                diagnostics.append(diag)
-            held, scores, weights = _fold_scores(design, fold_of, fold, outcomes.result(), prob1)
-            phi[held] = scores
+            for name, predictions in zip(PROPENSITIES, raw):
+                prob1[name], diagnostic = _clipped(predictions[held], name, settings.clip)
+                diagnostics.append(diagnostic)
+            held_rows, scores, weights = _fold_scores(design, fold_of, fold, outcomes.result(), prob1)
+            phi[held_rows] = scores
             overlap.extend({**row, "fold": fold} for row in diagnostics + weights)
     return phi, overlap
 
 
-def _fold_outcomes(
-    design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]], settings: PseSettings
-) -> tuple[dict, dict, dict]:
-    """The fold's outcome chain: mu3 at x_y, mu2 at (x_y, x_b) on every row, mu1 at (x_y, x_b, x_r)
-    on the held-out rows, each nested model fit on the training rows' pseudo-outcomes."""
-    train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
-    y = design.y
-    lo, hi = y[train].min(), y[train].max()
-
-    def predict(model: _Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
-        features = design.features(name, x_value)
-        return np.clip(model.predict(features if rows is None else features[rows]), lo, hi)
-
-    mu3, _ = _fit(design.features("mu3")[train], y[train], "regressor", params["mu3"], settings)
-    mu3_at = {v: predict(mu3, "mu3", v) for v in MU2_KEYS}
-    mu2_at: dict[tuple[int, int], np.ndarray] = {}
-    features, ref = design.features("mu2")[train], None
-    for v in MU2_KEYS:
-        mu2, ref = _fit(features, mu3_at[v][train], "regressor", params[f"mu2[x_y={v}]"], settings, ref)
-        for w in sorted({w for vv, w in MU1_KEYS if vv == v}):
-            mu2_at[(v, w)] = predict(mu2, "mu2", w)
-    mu1_at: dict[tuple[int, int, int], np.ndarray] = {}
-    features, ref = design.features("mu1")[train], None
-    for v, w in MU1_KEYS:
-        mu1, ref = _fit(features, mu2_at[(v, w)][train], "regressor", params[f"mu1[x_y={v},x_b={w}]"], settings, ref)
-        for u in sorted({t[2] for t in TARGETS.values() if t[:2] == (v, w)}):
-            mu1_at[(v, w, u)] = predict(mu1, "mu1", u, held)
-    return mu3_at, mu2_at, mu1_at
-
-
-def _fold_propensity(
-    design: _Design,
-    fold_of: np.ndarray,
-    fold: int,
-    name: str,
-    params: Mapping[str, Mapping[str, float]],
-    settings: PseSettings,
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """P(X = x1 | .) of one propensity model on the fold's held-out rows, clipped, and its range."""
-    train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
-    features = design.features(name)
-    model, _ = _fit(features[train], design.a[train].astype(np.float32), "classifier", params[name], settings)
-    raw = model.predict(features[held])
-    clipped = (raw < settings.clip) | (raw > 1 - settings.clip)
+def _clipped(raw: np.ndarray, name: str, clip: float) -> tuple[np.ndarray, dict[str, Any]]:
+    """Held-out propensities clipped to [clip, 1 - clip], and their range and clipped count."""
+    clipped = (raw < clip) | (raw > 1 - clip)
     diagnostics = {
         "kind": "propensity",
         "name": name,
         "min": float(raw.min()),
         "max": float(raw.max()),
         "n_clipped": int(clipped.sum()),
-        "n": len(held),
+        "n": len(raw),
     }
-    return np.clip(raw, settings.clip, 1 - settings.clip), diagnostics
+    return np.clip(raw, clip, 1 - clip), diagnostics
 
 
 def _fold_scores(
@@ -773,59 +520,7 @@ def _overlap_table(rows: list[dict[str, Any]], clip: float, folds: int) -> pd.Da
     return table
 
 
-# --------------------------------------------------------------------------------------------
-# Tuning cache (in memory, optionally on disk)
-
-
-def _cache_key(design: _Design, settings: PseSettings) -> str:
-    digest = hashlib.sha256(CACHE_VERSION.encode())
-    for name in ("b", "r", "x", "z"):
-        block = np.ascontiguousarray(design.blocks[name])
-        digest.update(f"{name}{block.shape}".encode())
-        digest.update(block.tobytes())
-    digest.update(np.ascontiguousarray(design.y).tobytes())
-    digest.update(
-        json.dumps(
-            {
-                "grid": asdict(settings.grid),
-                "seed": settings.seed,
-                "max_bin": settings.max_bin,
-                "validation_fraction": settings.validation_fraction,
-                "xgboost": xgb.__version__,
-            },
-            sort_keys=True,
-        ).encode()
-    )
-    return digest.hexdigest()[:32]
-
-
-def _cached_params(key: str, cache_dir: str | Path | None) -> tuple[dict[str, dict[str, float]] | None, bool]:
-    if key in _MEMORY_CACHE:
-        return _MEMORY_CACHE[key], True
-    if cache_dir is not None:
-        path = Path(cache_dir) / f"pse_tuning_{key}.json"
-        if path.is_file():
-            try:
-                params = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                log.warning("ignoring unreadable tuning cache %s: %s", path, exc)
-            else:
-                if set(params) == set(_nuisance_names()):
-                    _MEMORY_CACHE[key] = params
-                    return params, True
-    return None, False
-
-
-def _store_params(key: str, params: dict[str, dict[str, float]], cache_dir: str | Path | None) -> None:
-    _MEMORY_CACHE[key] = params
-    if cache_dir is not None:
-        path = Path(cache_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        tmp = path / f".pse_tuning_{key}.json.tmp"
-        tmp.write_text(json.dumps(params, indent=1))
-        tmp.replace(path / f"pse_tuning_{key}.json")
-
-
 def clear_tuning_cache() -> None:
-    """Forget in-memory tuned hyperparameters (on-disk caches are left alone)."""
-    _MEMORY_CACHE.clear()
+    """Forget the nuisances (tuned hyperparameters, propensity predictions) kept in memory by
+    estimates without a `cache_dir`; on-disk caches are left alone."""
+    clear_memory_cache()

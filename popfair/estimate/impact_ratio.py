@@ -1,29 +1,30 @@
 """Outcome-level audit metrics as the law defines them: selection / scoring rates and impact ratios
-(NYC Local Law 144 bias audits, 6 RCNY 5-300; the EEOC four-fifths rule), with bootstrap CIs.
+(NYC Local Law 144 bias audits, 6 RCNY 5-300 and 5-301; the EEOC four-fifths rule).
 
 LL144 definitions used here:
 - selection rate: share of a category selected (callback y = 1);
-- scoring rate: share of a category scoring strictly above the median score of the whole sample;
-- impact ratio: a category's rate divided by the rate of the highest-rate category;
+- scoring rate: share of a category scoring strictly above the median score of the whole sample
+  (every applicant assessed, unknown categories included);
+- impact ratio: a category's rate divided by the rate of the most selected (highest-scoring) category;
 - categories: sex, race/ethnicity, and the intersection sex x race;
-- a category under 2% of the audited data may be excluded from the ratios (its counts and rate are
-  still reported); the number of applicants whose category is unknown is reported.
+- the auditor may exclude a category under 2% of the audited data from the impact-ratio calculation
+  (it cannot be the reference either); its counts and rate are still reported, with the auditor's
+  justification; the number of applicants whose category is unknown is reported and left out of
+  the rates of the other categories and of the ratios.
 The four-fifths rule flags ratios below 0.8. For scores we also report a configurable threshold
 (top k% of scores, or an absolute minimum score) as a selection rule an employer might apply.
 
-Uncertainty: percentile bootstrap that resamples applicants (or whole postings, when the table has
-a posting column: the paired design's natural cluster) and recomputes everything, including the
-median or top-k cutoff and which category is highest, so the CIs carry all the sampling noise.
-Fisher exact and chi-square tests compare each category with the top one (they assume independent
-applicants; with postings the bootstrap CI is the honest statement).
+Every table goes through counts per (cluster x) sex x race cell and `popfair.estimate.impact_inference`:
+bootstrap CIs over clusters (applicants without clusters) that re-choose the reference in every
+replicate, and a permutation test of "no category differs" that says which four-fifths flags survive
+the choice of reference. Score cutoffs (median, top share) are the sample's, held fixed in the bootstrap.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import warnings
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
@@ -33,7 +34,8 @@ import pandas as pd
 from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
 from popfair.errors import DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_counts, bootstrap_se, percentile_ci
+from popfair.estimate.impact_inference import RatioInference, Units, count_values, infer_groupings
+from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
 from popfair.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
 from popfair.types import Effects, Plot, Roles
 
@@ -56,6 +58,13 @@ DISPLAY = {
 }
 
 
+EXCLUSION_JUSTIFICATION = (
+    "Categories with fewer than 2% of the applicants in the audited data are left out of the "
+    "impact-ratio calculation (6 RCNY 5-301): their rates rest on too few applicants to be compared "
+    "reliably. Their numbers of applicants and rates are shown."
+)
+
+
 @dataclass(frozen=True)
 class ImpactRatioSettings:
     """What to compute and how (`check` validates against IMPACT_RATIO_CONSTRAINTS)."""
@@ -68,7 +77,9 @@ class ImpactRatioSettings:
     flag_below: float = 0.8  # four-fifths rule
     cluster: str = "auto"  # auto (posting_id when present), none, or a column name
     unknown_labels: tuple[str, ...] = (UNKNOWN, "")  # category values meaning "unknown" (and NaN)
+    exclusion_justification: str = EXCLUSION_JUSTIFICATION  # the auditor's reason, printed with exclusions
     n_bootstrap: int = 2000
+    n_permutations: int | None = None  # permutations of the "no category differs" test (None: n_bootstrap)
     alpha: float = 0.05
     seed: int = 0
 
@@ -86,7 +97,9 @@ IMPACT_RATIO_CONSTRAINTS: Rules = {
     "flag_below": Interval(float, 0, 1, closed="right"),  # the four-fifths rule uses 0.8
     "cluster": Text(),  # auto, none or a column name
     "unknown_labels": ListOf(str, "strings"),
+    "exclusion_justification": Text(),
     "n_bootstrap": N_BOOTSTRAP,
+    "n_permutations": [None, N_BOOTSTRAP],
     "alpha": ALPHA,
     "seed": SEED,
 }
@@ -119,7 +132,9 @@ class ImpactRatios:
     `table`: one row per metric x dimension x category (plus an `unknown` row per dimension) with
     n_applicants, share, n_selected, rate (+ CI), impact_ratio (+ se, CI), status (included /
     excluded / unknown), small, is_reference, flag (ratio < flag_below), flag_ci (CI upper bound
-    below it too), fisher_p, chi2, chi2_p, threshold (the cutoff the metric used on the sample)."""
+    below it too), p_adjusted and flag_survives (the reference-aware test: `RatioInference`),
+    threshold (the cutoff the metric used on the sample). `tests`: per metric x dimension, the
+    test of "no category differs" (p_value, min_ratio, null_flag_rate, null_method, explanation)."""
 
     table: pd.DataFrame
     outcome: str
@@ -128,6 +143,7 @@ class ImpactRatios:
     cluster: str | None
     n_clusters: int | None
     settings: ImpactRatioSettings
+    tests: pd.DataFrame = field(default_factory=pd.DataFrame)  # per metric x dimension: the permutation test
     notes: list[str] = field(default_factory=list)
 
     def included(self) -> pd.DataFrame:
@@ -167,6 +183,8 @@ class ImpactRatios:
                 "impact_ratio": t["impact_ratio"].round(3),
                 f"ci_{round((1 - self.settings.alpha) * 100):d}": ci,
                 f"flag_below_{self.settings.flag_below:g}": np.where(t["flag"], "yes", ""),
+                "adjusted_p": t["p_adjusted"].round(4),
+                "flag_survives_test": np.where(t["flag"], np.where(t["flag_survives"], "yes", "no"), ""),
                 "note": notes,
             }
         )
@@ -194,9 +212,21 @@ class ImpactRatios:
         for dimension, count in self.n_unknown().items():
             lines.append(f"- Applicants with unknown {DIMENSION_TITLES[dimension].lower()} category: {count}")
         lines.extend(f"- Note: {note}" for note in self.notes)
+        if self.table["status"].eq("excluded").any():
+            lines.append(f"- Excluded categories: {self.settings.exclusion_justification}")
+        explanations = self.explanations()
         for (metric, dimension), block in summary.groupby(["metric", "dimension"], sort=False):
             lines += ["", f"## {metric}: {dimension}", "", _markdown_table(block.drop(columns=["metric", "dimension"]))]
+            key = (metric, next(d for d, title in DIMENSION_TITLES.items() if title == dimension))
+            if key in explanations:
+                lines += ["", explanations[key]]
         return "\n".join(lines) + "\n"
+
+    def explanations(self) -> dict[tuple[str, str], str]:
+        """Per (metric, dimension): the reference-aware test and the flags, in plain words."""
+        if self.tests.empty:
+            return {}
+        return {(r.metric, r.dimension): r.explanation for r in self.tests.itertuples()}
 
     def plot(self) -> Plot:
         """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line
@@ -221,11 +251,15 @@ class ImpactRatios:
             prefix = f"ll144.{metric}.{dimension}"
             out[f"{prefix}.min_ratio"] = float(block["impact_ratio"].min())
             out[f"{prefix}.n_flagged"] = float(block["flag"].sum())
+            out[f"{prefix}.n_flags_surviving"] = float(block["flag_survives"].sum())
             for row in block.itertuples():
                 name = f"{prefix}.{_metric_safe(row.category)}"
                 out[f"{name}.ratio"] = float(row.impact_ratio)
                 out[f"{name}.ci_low"] = float(row.ci_low)
                 out[f"{name}.ci_high"] = float(row.ci_high)
+        for test in self.tests.itertuples():
+            out[f"ll144.{test.metric}.{test.dimension}.p_value"] = float(test.p_value)
+            out[f"ll144.{test.metric}.{test.dimension}.null_flag_rate"] = float(test.null_flag_rate)
         return out
 
     def labels(self) -> list[str]:
@@ -239,7 +273,8 @@ class ImpactRatios:
                     f"impact ratio < {self.settings.flag_below:g} ({metric}): {len(flagged)} of "
                     f"{len(compared)} categories compared, lowest {worst['dimension']}="
                     f"{worst['category']} {worst['impact_ratio']:.2f} "
-                    f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]"
+                    f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]; "
+                    f"{int(flagged['flag_survives'].sum())} survive the test of no difference"
                 )
         return labels
 
@@ -257,9 +292,10 @@ class ImpactRatios:
             "impact_ratios/summary.csv": self.summary().set_index(["metric", "dimension"]),
             "impact_ratios/summary.md": self.markdown(),
             "impact_ratios/table.csv": self.table.set_index(["metric", "dimension", "category"]),
+            "impact_ratios/tests.csv": self.tests.set_index(["metric", "dimension"]),
             "impact_ratios/impact_ratios.png": self.plot(),
         }
-        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts)
+        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts, detail=self)
 
 
 def impact_ratios(
@@ -316,89 +352,235 @@ def impact_ratios(
     values = _outcome_values(data[y], y)
     outcome = _resolve_outcome(values, settings.outcome, y)
     cluster = _resolve_cluster(data, settings.cluster)
-    sex_codes, sex_levels = _category_codes(data[sex], settings.unknown_labels)
-    race_codes, race_levels = _category_codes(data[race], settings.unknown_labels)
+    thresholds, selected = {}, {}
+    for metric in _metrics_for(outcome, settings):
+        thresholds[metric.name], selected[metric.name] = _select(metric, values)
+    return _ll144(
+        data[sex],
+        data[race],
+        None if cluster is None else data[cluster],
+        np.ones(len(data)),
+        selected,
+        outcome=outcome,
+        thresholds=thresholds,
+        cluster=cluster,
+        settings=settings,
+    )
+
+
+def impact_ratios_from_counts(
+    counts: pd.DataFrame,
+    *,
+    outcome: str = "callback",
+    thresholds: Mapping[str, float] | None = None,
+    cluster: str | None = None,
+    settings: ImpactRatioSettings | None = None,
+    sex: str = "sex",
+    race: str = "race",
+    n: str = "n",
+) -> ImpactRatios:
+    """The NYC Local Law 144 tables from counts of applicants per (cluster x) sex x race cell.
+
+    Parameters
+    ----------
+    counts : DataFrame
+        One row per cell (rows of the same cell are summed): the sex and race categories (NaN or one
+        of `settings.unknown_labels`: unknown), the cluster when `cluster` is set, `n` applicants,
+        and per metric a column of how many of them it selects: `selection` (outcome="callback"), or
+        `scoring_median` (scored strictly above the sample's median, outcome="score"), and any other
+        metric named in `thresholds` (e.g. `top_20pct`).
+    outcome : {"callback", "score"}
+        Selection rates, or LL144 scoring rates.
+    thresholds : mapping of str to float, optional
+        The metrics (column names) and the cutoff each applied on the sample (NaN for selection);
+        default: `selection` or `scoring_median` with no cutoff shown.
+    cluster : str, optional
+        The cluster column; None: applicants are independent.
+    settings : ImpactRatioSettings, optional
+        Small-category rule and its justification, flag line, bootstrap and permutation sizes,
+        alpha, seed (`outcome`, `top_share`, `min_score`, `cluster` are not used here).
+    sex, race, n : str
+        Column names.
+
+    Returns
+    -------
+    ImpactRatios
+        As `impact_ratios` returns for rows (the row-based function goes through this computation).
+    """
+    settings = settings or ImpactRatioSettings()
+    settings.check()
+    if outcome not in ("callback", "score"):
+        raise DataError(f"outcome must be callback or score, got {outcome!r}")
+    thresholds = dict(thresholds or {"selection" if outcome == "callback" else "scoring_median": math.nan})
+    missing = [c for c in (sex, race, cluster) if c is not None and c not in counts.columns]
+    if missing:
+        raise DataError(f"counts lack columns {missing}; they have {sorted(map(str, counts.columns))}")
+    values = count_values(counts, n, list(thresholds))
+    return _ll144(
+        counts[sex],
+        counts[race],
+        None if cluster is None else counts[cluster],
+        values[n].to_numpy(float),
+        {metric: values[metric].to_numpy(float) for metric in thresholds},
+        outcome=outcome,
+        thresholds=thresholds,
+        cluster=cluster,
+        settings=settings,
+    )
+
+
+def _ll144(
+    sex: pd.Series,
+    race: pd.Series,
+    cluster_values: pd.Series | None,
+    n: np.ndarray,
+    selected: dict[str, np.ndarray],
+    *,
+    outcome: str,
+    thresholds: dict[str, float],
+    cluster: str | None,
+    settings: ImpactRatioSettings,
+) -> ImpactRatios:
+    """Counts per (cluster x) sex x race cell -> the tables, through `infer_groupings` (the same
+    code that every other impact-ratio audit uses)."""
+    sex_codes, sex_levels = _category_codes(sex, settings.unknown_labels)
+    race_codes, race_levels = _category_codes(race, settings.unknown_labels)
     n_race = len(race_levels) + 1  # last slot = unknown
-    cells = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + np.where(
+    cell = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + np.where(
         race_codes < 0, len(race_levels), race_codes
     )
     n_cells = (len(sex_levels) + 1) * n_race
-    dimensions = _dimension_maps(sex_levels, race_levels)
-
-    # Atoms: distinct (cell, outcome value) pairs, cell-major then by value. Every statistic is a
-    # function of the atom weights, so a bootstrap replicate is just a vector of atom counts.
-    keys = np.column_stack([cells.astype(float), values])
-    atoms, atom_of_row, atom_counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    atom_of_row = atom_of_row.ravel().astype(np.int32)
-    atom_table = _Atoms(cell=atoms[:, 0].astype(np.int64), value=atoms[:, 1], n_cells=n_cells)
-    metrics = _metrics_for(outcome, settings)
-
-    def cell_counts(weights: np.ndarray) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
-        return atom_table.counts(weights, metrics)
-
-    point_totals, point = cell_counts(atom_counts[None, :].astype(float))
-    rng = np.random.default_rng([settings.seed, 10])
-    boot_rates: dict[tuple[str, str], list[np.ndarray]] = {}
+    chosen = np.column_stack(list(selected.values()))
     n_clusters = None
-    if cluster is not None:
-        cluster_codes, cluster_index = pd.factorize(data[cluster], sort=True)
-        if (cluster_codes < 0).any():
+    if cluster_values is not None:
+        unit, index = pd.factorize(cluster_values, sort=True)
+        if (unit < 0).any():
             raise DataError(
-                f"{cluster}: {(cluster_codes < 0).sum()} rows have no {cluster}; "
+                f"{cluster}: {int((unit < 0).sum())} rows have no {cluster}; "
                 "every row of a clustered design needs one (or set cluster: none)"
             )
-        n_clusters = len(cluster_index)
-        from scipy import sparse  # scipy at first use: a dry run builds this estimator without it (0.6 s)
-
-        # resample whole clusters; a replicate's atom counts are its cluster counts mapped to atoms
-        atoms_of_cluster = sparse.csr_matrix(
-            (np.ones(len(atom_of_row)), (atom_of_row, cluster_codes)), shape=(len(atoms), n_clusters)
+        n_clusters = len(index)
+        units = Units(
+            n=_sum_by(unit * n_cells + cell, n, n_clusters * n_cells).reshape(n_clusters, n_cells),
+            selected=np.stack(
+                [
+                    _sum_by(unit * n_cells + cell, c, n_clusters * n_cells).reshape(n_clusters, n_cells)
+                    for c in chosen.T
+                ],
+                axis=1,
+            ),
+            clustered=True,
         )
-        resample: Iterator[np.ndarray] = (
-            np.ascontiguousarray((atoms_of_cluster @ np.ascontiguousarray(times.T)).T)
-            for times in bootstrap_counts(
-                rng, np.arange(n_clusters), n_clusters, settings.n_bootstrap, width=len(atoms)
-            )
-        )
-    else:  # resample applicants: each atom is a class of identical applicants
-        resample = bootstrap_counts(rng, atom_of_row, len(atoms), settings.n_bootstrap)
-    for weights in resample:
-        totals, chosen = cell_counts(weights)
-        for metric in metrics:
-            for dim, mapping in dimensions.items():
-                n_d, e_d = totals @ mapping.matrix, chosen[metric.name][1] @ mapping.matrix
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    boot_rates.setdefault((metric.name, dim), []).append(e_d / n_d)
+    cell_n = _sum_by(cell, n, n_cells)
+    if cluster_values is None:  # independent applicants: each metric splits the cells into selected or not
+        units_by_metric = [Units.of_applicants(cell_n, _sum_by(cell, c, n_cells)) for c in chosen.T]
+    total = float(n.sum())
+    dimensions = _dimension_maps(sex_levels, race_levels)
+    groupings = []
+    for mapping in dimensions.values():
+        n_cat = cell_n @ mapping.matrix
+        known = np.arange(len(n_cat)) < len(n_cat) - 1
+        small = known & (n_cat / total < settings.min_category_share)
+        included = known & (n_cat > 0) & ~(small & settings.exclude_small)
+        groupings.append((mapping.matrix.argmax(axis=1), mapping.categories, included))
 
-    n = len(data)
-    blocks, notes, thresholds = [], [], {}
-    for metric in metrics:
-        cutoff, chosen_cells = point[metric.name]
-        thresholds[metric.name] = math.nan if metric.rule == "selected" else float(cutoff[0])
-        for dim, mapping in dimensions.items():
-            block, note = _block(
-                metric.name,
-                dim,
-                mapping,
-                (point_totals @ mapping.matrix)[0],
-                (chosen_cells @ mapping.matrix)[0],
-                np.vstack(boot_rates[(metric.name, dim)]),
-                n,
-                thresholds[metric.name],
-                settings,
+    def infer(units: Units) -> list[list[RatioInference]]:
+        return infer_groupings(
+            units,
+            groupings,
+            n_bootstrap=settings.n_bootstrap,
+            n_permutations=settings.n_permutations or settings.n_bootstrap,
+            alpha=settings.alpha,
+            flag_below=settings.flag_below,
+            seed=settings.seed,
+        )
+
+    inference = infer(units) if cluster_values is not None else [infer(u)[0] for u in units_by_metric]
+    blocks, tests, notes = [], [], []
+    for (metric, cutoff), results in zip(thresholds.items(), inference):
+        for (dim, mapping), result, (_, _, included) in zip(dimensions.items(), results, groupings):
+            t = result.table
+            is_unknown = np.arange(len(t)) == len(t) - 1
+            share = t["n"].to_numpy() / total
+            block = pd.DataFrame(
+                {
+                    "metric": metric,
+                    "dimension": dim,
+                    "category": mapping.categories,
+                    "status": np.where(is_unknown, "unknown", t["status"].to_numpy()),
+                    "small": ~is_unknown & (share < settings.min_category_share),
+                    "is_reference": t["is_reference"].to_numpy(),
+                    "n_applicants": t["n"].round().astype(np.int64).to_numpy(),
+                    "share": share,
+                    "n_selected": t["selected"].round().astype(np.int64).to_numpy(),
+                    **{c: t[c].to_numpy() for c in RESULT_COLUMNS},
+                    "threshold": cutoff,
+                }
             )
-            blocks.append(block)
-            notes += [note] if note else []
+            # categories never seen in the data (possible only for intersections) carry no information
+            blocks.append(block[(block["n_applicants"] > 0) | is_unknown])
+            if included.any() and not np.isfinite(result.min_ratio):
+                notes.append(f"{metric} / {dim}: no category has a positive rate, impact ratios undefined")
+            tests.append(
+                {
+                    "metric": metric,
+                    "dimension": dim,
+                    "p_value": result.p_value,
+                    "min_ratio": result.min_ratio,
+                    "n_flagged": int(t["flag"].sum()),
+                    "n_flags_surviving": int(t["flag_survives"].sum()),
+                    "null_flag_rate": result.null_flag_rate,
+                    "null_method": result.null_method,
+                    "n_permutations": result.n_permutations,
+                    "explanation": result.explain(_display),
+                }
+            )
     return ImpactRatios(
         table=pd.concat(blocks, ignore_index=True),
         outcome=outcome,
-        n=n,
+        n=int(round(total)),
         thresholds=thresholds,
         cluster=cluster,
         n_clusters=n_clusters,
         settings=settings,
+        tests=pd.DataFrame(tests),
         notes=notes,
     )
+
+
+RESULT_COLUMNS = [
+    "rate",
+    "rate_ci_low",
+    "rate_ci_high",
+    "impact_ratio",
+    "ratio_se",
+    "ci_low",
+    "ci_high",
+    "flag",
+    "flag_ci",
+    "p_adjusted",
+    "flag_survives",
+]
+
+
+def _sum_by(key: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    return np.bincount(key, weights=weights, minlength=size).astype(float)
+
+
+def _select(metric: _Metric, values: np.ndarray) -> tuple[float, np.ndarray]:
+    """The cutoff a rule applies to this sample, and who it selects (held fixed in the bootstrap:
+    LL144 defines the scoring rate against the sample's own median)."""
+    if metric.rule == "selected":
+        return math.nan, (values == 1).astype(float)
+    if metric.rule == "above_median":
+        cutoff = float(np.median(values))
+        return cutoff, (values > cutoff).astype(float)
+    if metric.rule == "top_share":  # everyone tied with the ceil(k n)-th best score is in
+        k = max(1, math.ceil(float(metric.value or 0.0) * len(values) - 1e-9))
+        cutoff = float(np.partition(values, len(values) - k)[len(values) - k])
+    else:
+        cutoff = float(metric.value or 0.0)
+    return cutoff, (values >= cutoff).astype(float)
 
 
 @dataclass(frozen=True)
@@ -426,149 +608,6 @@ def _dimension_maps(sex_levels: list[str], race_levels: list[str]) -> dict[str, 
         matrix[np.arange(len(s)), column] = 1.0
         out[dim] = _Dimension(categories=[*levels, UNKNOWN], matrix=matrix)
     return out
-
-
-def _block(
-    metric: str,
-    dim: str,
-    mapping: _Dimension,
-    n_cat: np.ndarray,
-    e_cat: np.ndarray,
-    boot: np.ndarray,
-    n: int,
-    cutoff: float,
-    s: ImpactRatioSettings,
-) -> tuple[pd.DataFrame, str]:
-    """Rates, ratios, CIs and tests for one metric x dimension."""
-    is_unknown = np.arange(len(mapping.categories)) == len(mapping.categories) - 1
-    share = n_cat / n
-    small = ~is_unknown & (share < s.min_category_share)
-    included = ~is_unknown & (n_cat > 0) & ~(small & s.exclude_small)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = e_cat / n_cat
-    reference = int(np.nanargmax(np.where(included, rate, np.nan))) if included.any() else -1
-    note = ""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if reference >= 0 and rate[reference] > 0:
-            ratio = np.where(included, rate / rate[reference], np.nan)
-        else:
-            ratio = np.full(len(rate), np.nan)
-            if reference >= 0:
-                note = f"{metric} / {dim}: no category has a positive rate, impact ratios undefined"
-        boot_top = _nanmax(np.where(included[None, :], boot, np.nan))
-        boot_ratio = np.where(included[None, :] & (boot_top[:, None] > 0), boot / boot_top[:, None], np.nan)
-    rate_ci, ratio_ci = percentile_ci(boot, s.alpha), percentile_ci(boot_ratio, s.alpha)
-    fisher_p, chi2, chi2_p = (np.full(len(rate), np.nan) for _ in range(3))
-    if reference >= 0:
-        for k in np.flatnonzero(included):
-            if k != reference:
-                fisher_p[k], chi2[k], chi2_p[k] = _tests(e_cat[k], n_cat[k], e_cat[reference], n_cat[reference])
-    flag = included & (ratio < s.flag_below)
-    block = pd.DataFrame(
-        {
-            "metric": metric,
-            "dimension": dim,
-            "category": mapping.categories,
-            "status": np.where(is_unknown, "unknown", np.where(included, "included", "excluded")),
-            "small": small,
-            "is_reference": np.arange(len(rate)) == reference,
-            "n_applicants": n_cat.round().astype(np.int64),
-            "share": share,
-            "n_selected": e_cat.round().astype(np.int64),
-            "rate": rate,
-            "rate_ci_low": rate_ci[0],
-            "rate_ci_high": rate_ci[1],
-            "impact_ratio": ratio,
-            "ratio_se": bootstrap_se(boot_ratio),
-            "ci_low": ratio_ci[0],
-            "ci_high": ratio_ci[1],
-            "flag": flag,
-            "flag_ci": flag & (ratio_ci[1] < s.flag_below),
-            "fisher_p": fisher_p,
-            "chi2": chi2,
-            "chi2_p": chi2_p,
-            "threshold": cutoff,
-        }
-    )
-    # categories never seen in the data (possible only for intersections) carry no information
-    block = block[(block["n_applicants"] > 0) | (block["status"] == "unknown")]
-    return block, note
-
-
-def _tests(e1: float, n1: float, e0: float, n0: float) -> tuple[float, float, float]:
-    """Fisher exact (two-sided) and chi-square with Yates' correction on the 2x2 vs the reference."""
-    from scipy import stats
-
-    table = np.array([[e1, n1 - e1], [e0, n0 - e0]]).round().astype(np.int64)
-    fisher = float(stats.fisher_exact(table)[1])
-    if (table.sum(axis=0) == 0).any():  # nobody (or everybody) selected: chi-square undefined
-        return fisher, math.nan, math.nan
-    result = stats.chi2_contingency(table, correction=True)
-    return fisher, float(result[0]), float(result[1])
-
-
-class _Atoms:
-    """Atoms in cell-major, value-ascending order, and the per-replicate counts a rule selects.
-
-    Every rule selects the atoms at or above a cutoff (strictly above, for the median rule), so
-    within a cell the selected atoms are a suffix: two cumulative sums per replicate and a binary
-    search per cell give all counts, with no replicates x atoms boolean masks."""
-
-    def __init__(self, cell: np.ndarray, value: np.ndarray, n_cells: int) -> None:
-        self.value, self.n_atoms = value, len(value)
-        self.start = np.searchsorted(cell, np.arange(n_cells), side="left")
-        self.end = np.searchsorted(cell, np.arange(n_cells), side="right")
-        self.by_value = np.argsort(value, kind="stable")
-        self.sorted_value = value[self.by_value]
-
-    def counts(
-        self, weights: np.ndarray, metrics: list[_Metric]
-    ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
-        """(replicates x cells totals, {metric: (cutoff per replicate, selected per cell)})."""
-        size = len(weights)
-        within = np.zeros((size, self.n_atoms + 1))
-        np.cumsum(weights, axis=1, out=within[:, 1:])
-        totals = within[:, self.end] - within[:, self.start]
-        # np.take keeps rows contiguous (fancy indexing here would return a column-major copy)
-        ordered = (
-            np.cumsum(np.take(weights, self.by_value, axis=1), axis=1)
-            if any(m.rule in ("above_median", "top_share") for m in metrics)
-            else None
-        )
-        rows = np.arange(size)
-        out = {}
-        for metric in metrics:
-            cutoff, strict = self._cutoff(metric, ordered, totals.sum(axis=1))
-            below = np.empty_like(totals)
-            for c, (start, end) in enumerate(zip(self.start, self.end)):
-                j = np.searchsorted(self.value[start:end], cutoff, side="right" if strict else "left")
-                below[:, c] = within[rows, start + j] - within[:, start]
-            out[metric.name] = (cutoff, totals - below)
-        return totals, out
-
-    def _cutoff(self, metric: _Metric, ordered: np.ndarray | None, total: np.ndarray) -> tuple[np.ndarray, bool]:
-        """Per replicate: the score a rule selects from, and whether it must be exceeded strictly."""
-        if metric.rule == "selected":
-            return np.ones(len(total)), False
-        if metric.rule == "min_score":
-            return np.full(len(total), float(metric.value or 0.0)), False
-        assert ordered is not None  # computed whenever a rule needs order statistics
-        if metric.rule == "above_median":
-            low = self._order_statistic(ordered, np.floor((total + 1) / 2))
-            high = self._order_statistic(ordered, np.floor(total / 2) + 1)
-            return (low + high) / 2, True
-        # top share: everyone tied with the ceil(k n)-th best score is in (tied applicants are equal)
-        k = np.maximum(1, np.ceil(float(metric.value or 0.0) * total - 1e-9))
-        return self._order_statistic(ordered, total - k + 1), False
-
-    def _order_statistic(self, ordered: np.ndarray, position: np.ndarray) -> np.ndarray:
-        """The position-th smallest value (1-based) of each replicate, by one vectorised binary
-        search over the replicates' cumulative weights laid end to end (each row offset past the last)."""
-        size, n_atoms = ordered.shape
-        offset = np.arange(size) * (ordered[:, -1].max() + 1)
-        flat = (ordered + offset[:, None]).ravel()
-        index = np.searchsorted(flat, position + offset, side="left") - np.arange(size) * n_atoms
-        return self.sorted_value[np.minimum(index, n_atoms - 1)]
 
 
 def _outcome_values(column: pd.Series, y: str) -> np.ndarray:
@@ -615,12 +654,6 @@ def _category_codes(column: pd.Series, unknown_labels: tuple[str, ...]) -> tuple
     levels = sorted(text[~unknown].unique().tolist())
     codes = pd.Categorical(text.where(~unknown), categories=levels).codes.astype(np.int64)
     return codes, levels
-
-
-def _nanmax(matrix: np.ndarray) -> np.ndarray:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows stay NaN
-        return np.nanmax(matrix, axis=1) if matrix.shape[1] else np.full(len(matrix), np.nan)
 
 
 def _display(category: str) -> str:
@@ -676,46 +709,22 @@ class ImpactRatio:
         flag_below: float = 0.8,
         cluster: str = "auto",
         unknown_labels: list[str] | tuple[str, ...] = (UNKNOWN, ""),
+        exclusion_justification: str = EXCLUSION_JUSTIFICATION,
         sex_column: str = "gender",
         race_column: str = "race",
         race_scheme: str = "five",
         n_bootstrap: int = 2000,
+        n_permutations: int | None = None,
         alpha: float = 0.05,
         seed: int = 0,
     ) -> None:
-        validate(
-            self.parameter_constraints,
-            {
-                "outcome": outcome,
-                "top_share": top_share,
-                "min_score": min_score,
-                "min_category_share": min_category_share,
-                "exclude_small": exclude_small,
-                "flag_below": flag_below,
-                "cluster": cluster,
-                "unknown_labels": unknown_labels,
-                "sex_column": sex_column,
-                "race_column": race_column,
-                "race_scheme": race_scheme,
-                "n_bootstrap": n_bootstrap,
-                "alpha": alpha,
-                "seed": seed,
-            },
-        )
-        self.settings = ImpactRatioSettings(
-            outcome=outcome,
-            top_share=top_share,
-            min_score=min_score,
-            min_category_share=min_category_share,
-            exclude_small=exclude_small,
-            flag_below=flag_below,
-            cluster=cluster,
-            unknown_labels=tuple(unknown_labels),
-            n_bootstrap=n_bootstrap,
-            alpha=alpha,
-            seed=seed,
-        )
+        values = dict(locals())
+        del values["self"]
+        validate(self.parameter_constraints, values)
         self.sex_column, self.race_column, self.race_scheme = sex_column, race_column, race_scheme
+        for name in ("sex_column", "race_column", "race_scheme"):
+            del values[name]
+        self.settings = ImpactRatioSettings(**{**values, "unknown_labels": tuple(unknown_labels)})
 
     def compute(self, data: pd.DataFrame, y: str = "y") -> ImpactRatios:
         race = self.race_column

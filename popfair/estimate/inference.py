@@ -40,16 +40,45 @@ def bootstrap_counts(
     replicate, e.g. atoms) also bounds the chunk size."""
     unit_class = np.asarray(unit_class)
     total = len(unit_class)
-    chunk = max(1, CHUNK_ENTRIES // max(total, n_classes, width))
     sizes = np.bincount(unit_class, minlength=n_classes)
+    if 6 * n_classes < total:
+        yield from class_counts(rng, sizes, n_bootstrap, width=width)
+        return
+    chunk = max(1, CHUNK_ENTRIES // max(total, n_classes, width))
     for start in range(0, n_bootstrap, chunk):
         size = min(chunk, n_bootstrap - start)
-        if 6 * n_classes < total:
-            yield rng.multinomial(total, sizes / total, size=size).astype(float)
-        else:
-            rows = unit_class.astype(np.int32)[rng.integers(0, total, size=(size, total), dtype=np.int32)]
-            rows += (np.arange(size, dtype=np.int32) * n_classes)[:, None]
-            yield np.bincount(rows.ravel(), minlength=size * n_classes).reshape(size, n_classes).astype(float)
+        rows = unit_class.astype(np.int32)[rng.integers(0, total, size=(size, total), dtype=np.int32)]
+        rows += (np.arange(size, dtype=np.int32) * n_classes)[:, None]
+        yield np.bincount(rows.ravel(), minlength=size * n_classes).reshape(size, n_classes).astype(float)
+
+
+def class_counts(
+    rng: np.random.Generator, sizes: np.ndarray, n_bootstrap: int, *, width: int = 0
+) -> Iterator[np.ndarray]:
+    """Bootstrap replicates (replicates x classes, in chunks) of sizes.sum() units drawn with
+    replacement from classes of `sizes` identical units: Multinomial(N, class shares) counts."""
+    sizes = np.asarray(sizes, dtype=float)
+    total = int(round(sizes.sum()))
+    chunk = max(1, CHUNK_ENTRIES // max(len(sizes), width))
+    for start in range(0, n_bootstrap, chunk):
+        yield rng.multinomial(total, sizes / total, size=min(chunk, n_bootstrap - start)).astype(float)
+
+
+def poisson_weights(rng: np.random.Generator, n_units: int, n_bootstrap: int) -> Iterator[np.ndarray]:
+    """Poisson(1) bootstrap weights (units x replicates, float32: the layout BLAS multiplies fastest
+    from the left by a features x units matrix), in chunks of replicates: the Poisson bootstrap
+    (Hanley & MacGibbon 2006), indistinguishable from resampling units with replacement once there
+    are thousands of units, and about 5x cheaper per unit than drawing and counting indices. Each
+    weight is a table lookup of 16 random bits, so its probabilities are Poisson's to within 2^-16."""
+    from scipy import stats
+
+    table = np.searchsorted(stats.poisson.cdf(np.arange(32), 1.0), (np.arange(1 << 16) + 0.5) / (1 << 16))
+    table = table.astype(np.uint8)
+    chunk = max(1, 2 * CHUNK_ENTRIES // n_units)
+    for start in range(0, n_bootstrap, chunk):
+        size = min(chunk, n_bootstrap - start)
+        bits = rng.bit_generator.random_raw(-(-size * n_units // 4)).view(np.uint16)[: size * n_units]
+        yield table[bits].reshape(n_units, size).astype(np.float32)  # indexing beats np.take here
 
 
 def bootstrap_means(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:

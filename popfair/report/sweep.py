@@ -10,32 +10,20 @@ Bonferroni across the models of that axis, gaps by release date and race vs gend
 
 from __future__ import annotations
 
-import base64
-import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from popfair.errors import DataError, PopfairError
 from popfair.report import panel, patterns, plots
+from popfair.report.document import Block, to_html, to_markdown
 from popfair.report.runs import effects_long, load_runs
 
 PAIRED_ESTIMATORS = {"paired_gap"}
 CASE_KEYS = ["occupation", "protected_attr", "format", "model"]
-
-
-@dataclass
-class Block:
-    """One piece of the report: a heading, a paragraph, a table or a figure (file under out_dir)."""
-
-    kind: str  # "h2" | "h3" | "text" | "table" | "figure"
-    content: Any
 
 
 def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
@@ -287,60 +275,3 @@ def write_report(
     files["report.html"] = out / "report.html"
     files["report.html"].write_text(to_html(title, blocks))
     return files
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return "" if np.isnan(value) else f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    header = "| " + " | ".join(map(str, table.columns)) + " |"
-    rule = "| " + " | ".join("---" for _ in table.columns) + " |"
-    body = [
-        "| " + " | ".join(_cell(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |"
-        for row in table.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *body])
-
-
-def to_markdown(title: str, blocks: list[Block], out: Path) -> str:
-    parts = [f"# {title}"]
-    for block in blocks:
-        if block.kind in ("h2", "h3"):
-            parts.append(("## " if block.kind == "h2" else "### ") + block.content)
-        elif block.kind == "text":
-            parts.append(block.content)
-        elif block.kind == "table":
-            parts.append(markdown_table(block.content))
-        else:
-            parts.append(f"![{block.content.stem}]({block.content.relative_to(out).as_posix()})")
-    return "\n\n".join(parts) + "\n"
-
-
-STYLE = (
-    "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
-    "font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}th{background:#eee}"
-    "img{max-width:100%;margin:4px}"
-)
-
-
-def to_html(title: str, blocks: list[Block]) -> str:
-    """One self-contained page: tables inline, figures as base64 data URIs."""
-    parts = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-    ]
-    for block in blocks:
-        if block.kind in ("h2", "h3"):
-            parts.append(f"<{block.kind}>{html.escape(block.content)}</{block.kind}>")
-        elif block.kind == "text":
-            parts.append(f"<p>{html.escape(block.content)}</p>")
-        elif block.kind == "table":
-            parts.append(block.content.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}"))
-        else:
-            data = base64.b64encode(Path(block.content).read_bytes()).decode()
-            parts.append(f"<img alt='{html.escape(block.content.stem)}' src='data:image/png;base64,{data}'>")
-    parts.append("</body></html>")
-    return "\n".join(parts)

@@ -1,10 +1,12 @@
 """The claim protocol: no answer is paid twice, across processes and machines sharing one cache.
 
 Before sending, a worker claims the call's key in the shared cache (a claim row: owner, lease expiry).
-A key that another live worker holds is not sent: this worker waits for its answer to appear in the
-cache. Claims are kept alive by a heartbeat; a worker that dies (even by `kill -9`) stops renewing,
-its leases run out and whoever is waiting takes the calls over. A call that ends as an API failure is
-released (not cached), so another worker or a rerun asks it again.
+The owner names the host and the process id. A key that another live worker holds is not sent: this
+worker waits for its answer to appear in the cache. Claims are kept alive by a heartbeat; a worker
+that dies (even by `kill -9`) stops renewing. On the same host a dead owner is seen at once (its
+process no longer exists) and its calls are taken over without waiting; a worker on another host is
+only known dead when its leases run out. A call that ends as an API failure is released (not cached),
+so another worker or a rerun asks it again.
 
 All database work runs on one thread of its own, off the event loop, so a server round trip never
 stalls requests in flight (and a SQLite connection is only ever used by one thread at a time)."""
@@ -20,6 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from popfair.screen.cache import CachedAnswer, ResponseCache
@@ -29,9 +32,44 @@ T = TypeVar("T")
 C = TypeVar("C")
 
 
+def _host_id() -> str:
+    """This machine: its name and, where Linux tells it, its boot id (two machines that happen to share
+    a host name, or one machine before and after a reboot, are different hosts)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}#{boot}" if boot else socket.gethostname()
+
+
+HOST_ID = _host_id()
+
+
 def new_owner() -> str:
-    """Who holds a claim: host, process and a random part (one per engine run)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """Who holds a claim: host, process id and a random part (one per engine run)."""
+    return f"{HOST_ID}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when `owner` is a process of this host that no longer runs (exited, killed, or a zombie
+    waiting to be reaped). Owners on other hosts, and unreadable owners, are never called dead here:
+    for them the lease rule decides."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != HOST_ID or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    try:  # a killed process its parent has not reaped yet still has a pid
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class CacheThread:
@@ -92,6 +130,7 @@ class ClaimBroker(Generic[C]):
         self.resolved: deque[tuple[C, CachedAnswer]] = deque()  # answered by another worker
         self.waiting: dict[str, C] = {}  # held by another worker
         self.waited = self.taken_over = 0
+        self.dead_owners: set[str] = set()  # owners on this host found dead (their calls were taken over)
         self._lock = asyncio.Lock()
         self._last_poll = time.monotonic()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -146,12 +185,41 @@ class ClaimBroker(Generic[C]):
         self.ready.extend(c for c in calls if self.key(c) in held)
         if others:
             found = await self.db(self.db.cache.get_many, [self.key(c) for c in others])
+            unanswered = []
             for call in others:
                 if self.key(call) in found:
                     self.resolved.append((call, found[self.key(call)]))
                     self.waited += 1
                 else:
+                    unanswered.append(call)
+            orphans = await self._orphans(unanswered)
+            for call in unanswered:
+                if self.key(call) not in orphans:
                     self.waiting[self.key(call)] = call
+            if orphans:
+                await self._claim([c for c in unanswered if self.key(c) in orphans])
+
+    async def _orphans(self, calls: list[C]) -> set[str]:
+        """Keys among `calls` whose owner is a dead process of this host: its claims are dropped at once
+        (no wait for the lease), and the keys returned to be claimed again."""
+        if not calls:
+            return set()
+        owners = await self.db(self.db.cache.claim_owners, [self.key(c) for c in calls])
+        dead = {owner for owner in set(owners.values()) - self.dead_owners if owner_is_dead(owner)}
+        if not dead:
+            return set()
+        for owner in dead:
+            await self.db(self.db.cache.release, owner, None)
+        self.dead_owners |= dead
+        orphans = {key for key, owner in owners.items() if owner in dead}
+        self.taken_over += len(orphans)
+        pids = sorted(owner.split(":")[-2] for owner in dead)
+        log.warning(
+            "took over %d call(s) claimed by process %s on this host, which no longer runs (no lease wait)",
+            len(orphans),
+            ", ".join(pids),
+        )
+        return orphans
 
     async def _poll(self) -> None:
         """Collect answers that other workers stored; claim what they gave up or left expiring."""

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from popfair.constraints import Boolean, Interval, Options, validate
+from popfair.design import for_outcome
 from popfair.errors import ConfigError, DataError, require
 from popfair.screen import collector
 from popfair.screen.cache import StoredReply, open_cache
@@ -23,6 +24,7 @@ from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, make_provider
+from popfair.screen.routes import AUTO, choose_route, no_credentials_message
 from popfair.secrets import install_log_redaction, read_secret
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
@@ -131,15 +133,30 @@ class LLMScreener:
         require_key: bool = True,
         route: str | None = None,
         routes: Mapping[str, Mapping[str, Any]] | None = None,
+        default_route: str | None = None,
+        chosen_route: str | None = None,
         popfair_choices: Mapping[str, str] | None = None,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
         require(
-            not routes or route in routes,
+            not routes or route == AUTO or route in routes,
             "screener.route",
-            f"must name one of screener.routes ({', '.join(sorted(routes))}), got {route!r}",
+            f"must be auto or one of screener.routes ({', '.join(routes)}), got {route!r}",
         )
+        choice = choose_route(route, default_route, routes) if routes and route else None
+        if choice is not None:
+            require(
+                chosen_route in (None, choice.name),
+                "screener.chosen_route",
+                f"is computed from screener.route; set screener.route={chosen_route} instead",
+            )
+            if route == AUTO and not choice.ready and require_key:
+                from popfair.errors import MissingSecretError
+
+                raise MissingSecretError(no_credentials_message(name, routes))
+            route = choice.name
+            log.info("screener %s: route %s (%s)", name, route, choice.reason)
         generation = _route_generation(generation, routes.get(route, {}).get("generation") if route else None)
         require(provider in PROVIDERS, "screener.provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
         require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
@@ -196,6 +213,8 @@ class LLMScreener:
         )
         self.name, self.display_name = name, display_name or name
         self.route = route
+        # MLflow tags of every run of this screener: the route called and why it was chosen
+        self.run_tags = {"route": route, "route_reason": choice.reason} if choice is not None and route else {}
         self.popfair_choices = {str(k): str(v) for k, v in (popfair_choices or {}).items()}
         self.release_date, self.reasoning, self.vision = release_date, bool(reasoning), bool(vision)
         self.api_key_env, self.mode = api_key_env, mode
@@ -239,7 +258,7 @@ class LLMScreener:
     ) -> tuple[list[str], Callable[[str], Any]]:
         """Cache key per document (built in bulk, no prompt objects), and a function giving the prompt
         of a key: only prompts missing from the cache are built (identical prompts: one call)."""
-        require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
+        require(f"{outcome}_user" in self.prompts.texts, "outcome", f"no prompt asks {outcome!r}")
         images = [d.image_png if d.kind == "image" else None for d in documents]
         self._check_vision(any(image is not None for image in images))
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
@@ -284,7 +303,7 @@ class LLMScreener:
         The distinct prompts of a document list are found once per process (`PromptTable`): the cases
         of a sweep share one list of documents and differ in the model. Keys are hashed, and looked up,
         only for the distinct prompts and only when the cache holds any answer of this model."""
-        require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
+        require(f"{outcome}_user" in self.prompts.texts, "outcome", f"no prompt asks {outcome!r}")
         table = PromptTable.of(self.prompts, outcome, jobs, documents)
         self._check_vision(table.has_images)
         system = self.prompts.system(outcome)
@@ -301,7 +320,12 @@ class LLMScreener:
             per_prompt += [0 if png is None else image_tokens(png, self.provider.kind) for png in table.images]
         calls = int(todo.sum())
         input_tokens = int(per_prompt[todo].sum())
-        output_tokens = self.expected_output_tokens * calls
+        per_reply = for_outcome(outcome).reply_tokens(table.users)  # a ranking's reply grows with k
+        output_tokens = (
+            self.expected_output_tokens * calls
+            if per_reply is None
+            else int(np.maximum(per_reply, self.expected_output_tokens)[todo].sum())
+        )
         return CallPlan(
             calls=calls,
             input_tokens=input_tokens,

@@ -151,6 +151,10 @@ class ResponseCache(ABC):
         holds (lease renewed) and how many of them were taken over from an expired claim."""
 
     @abstractmethod
+    def claim_owners(self, keys: Sequence[str]) -> dict[str, str]:
+        """key -> owner of the claims held on `keys` (keys nobody claims are absent)."""
+
+    @abstractmethod
     def renew(self, owner: str, lease_s: float) -> None:
         """Extend every claim of `owner` to lease_s from now (the owner's heartbeat)."""
 

@@ -133,6 +133,15 @@ class SqliteCache(ResponseCache):
                 raise
         return mine, taken_over
 
+    def claim_owners(self, keys: Sequence[str]) -> dict[str, str]:
+        owners: dict[str, str] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _CHUNK):
+            chunk = unique[start : start + _CHUNK]
+            sql = f"SELECT key, owner FROM claims WHERE key IN ({','.join('?' * len(chunk))})"
+            owners.update(self._db.execute(sql, chunk).fetchall())
+        return owners
+
     def renew(self, owner: str, lease_s: float) -> None:
         self._db.execute("UPDATE claims SET expires_at=? WHERE owner=?", (time.time() + lease_s, owner))
         self._db.commit()

@@ -42,6 +42,7 @@ class AnthropicMessages(Provider):
     """POST /v1/messages through the official `anthropic` SDK; Message Batches for batch mode."""
 
     batch_api = AnthropicBatches
+    base_url_env = "ANTHROPIC_BASE_URL"
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation

@@ -6,6 +6,7 @@ import base64
 import email.utils
 import hashlib
 import json
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -134,6 +135,8 @@ class Provider(ABC):
     kind: str
     # The batch endpoint this provider offers (a capability; None: online requests only).
     batch_api: ClassVar[type[BatchApi] | None] = None
+    # The variable the SDK reads its endpoint from when base_url is null (OPENAI_BASE_URL ...).
+    base_url_env: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -155,7 +158,7 @@ class Provider(ABC):
     @property
     def endpoint(self) -> str:
         """Where requests go (part of the cache key: the same model id elsewhere is another model)."""
-        return self.base_url or "default"
+        return self.base_url or (self.base_url_env and os.environ.get(self.base_url_env)) or "default"
 
     @abstractmethod
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:

@@ -112,6 +112,7 @@ class OpenAIChat(Provider):
     the Batch API for batch mode."""
 
     batch_api: ClassVar[type[BatchApi] | None] = OpenAIBatches
+    base_url_env = "OPENAI_BASE_URL"
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation

@@ -1,0 +1,449 @@
+"""Honest inference for impact ratios whose reference category is chosen from the data.
+
+An LL144 impact ratio divides each category's selection rate by the rate of the *most selected*
+category, a choice made on noisy rates: under pure chance the chosen reference's rate is biased up
+and every other ratio down (8 equal categories, 1,000 trials: some category falls under the
+four-fifths line in about two samples of three). Two answers, both computed from cluster x category
+counts so that their cost grows with clusters, not applicants:
+
+- CIs from a bootstrap over clusters (applicants, without a cluster column) that recomputes every
+  rate and re-chooses the reference in each replicate;
+- a test of "no category differs": the null distribution of the lowest impact ratio when categories
+  are exchangeable within each cluster (a permutation of the category labels within clusters, which
+  keeps each cluster's size, composition and number selected). A category's flag survives when its
+  ratio is below what the lowest of all ratios reaches in `alpha` of the null samples (a single-step
+  max-T adjustment, Westfall & Young 1993): it accounts for the choice of reference and for looking
+  at every category at once.
+
+The permutation distribution is drawn exactly where that is affordable: clusters with nobody or
+everybody selected are constant; clusters with one selected (or one not selected), as in ranking
+trials, give multinomial counts; other clusters are drawn category by category from hypergeometric
+distributions. Past `EXACT_DRAWS` hypergeometric draws, the sum over those other clusters is drawn
+from the normal distribution with its exact permutation mean and covariance (a central limit over
+many independent clusters, as in the Cochran-Mantel-Haenszel test); `null_method` says which.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from popfair.errors import DataError
+from popfair.estimate.inference import bootstrap_counts, bootstrap_se, class_counts, percentile_ci, poisson_weights
+
+POISSON_MIN_CLUSTERS = 20_000  # from here on clusters get Poisson(1) bootstrap weights
+EXACT_DRAWS = 20_000_000  # hypergeometric draws (clusters x categories x permutations) drawn exactly
+MULTINOMIAL_PROFILES = 2_000  # distinct one-selected cluster profiles drawn as multinomials
+CHUNK_ENTRIES = 8_000_000  # permutation draws held at once (replicates x clusters)
+TIES = 1e-9  # ratios this close count as equal when comparing with the null
+
+
+@dataclass(frozen=True)
+class Units:
+    """What the bootstrap resamples, as counts per row x cell: `n` applicants and, per metric,
+    `selected` of them (units x metrics x cells).
+
+    Clustered: a row is a cluster. Not clustered: applicants are independent, and a row is a class
+    of identical applicants (same cell, same selections), its multiplicity the row's total `n`."""
+
+    n: np.ndarray
+    selected: np.ndarray
+    clustered: bool
+
+    @classmethod
+    def of_applicants(cls, n: np.ndarray, selected: np.ndarray) -> Units:
+        """Independent applicants from per-cell counts of one metric: two classes per cell, the
+        selected and the not selected applicants."""
+        n, selected = np.asarray(n, dtype=float), np.asarray(selected, dtype=float)
+        eye = np.eye(len(n))
+        return cls(
+            n=np.vstack([eye * selected[:, None], eye * (n - selected)[:, None]]),
+            selected=np.vstack([eye * selected[:, None], np.zeros_like(eye)])[:, None, :],
+            clustered=False,
+        )
+
+    def strata(self, to_category: np.ndarray, metric: int) -> tuple[np.ndarray, np.ndarray]:
+        """Applicants and selected per permutation stratum x category: clusters, or one stratum."""
+        n, s = self.n @ to_category, self.selected[:, metric, :] @ to_category
+        return (n, s) if self.clustered else (n.sum(axis=0, keepdims=True), s.sum(axis=0, keepdims=True))
+
+
+def bootstrap_totals(units: Units, n_bootstrap: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Applicants (replicates x cells) and selected (replicates x metrics x cells) of bootstrap
+    resamples of clusters, or of applicants without clusters."""
+    rows, metrics, cells = units.selected.shape
+    matrix = np.hstack([units.n, units.selected.reshape(rows, metrics * cells)])
+    if not units.clustered:  # a row is a class of identical applicants: resample applicants
+        sizes = units.n.sum(axis=1)
+        keep = sizes > 0
+        per_applicant = matrix[keep] / sizes[keep, None]
+        totals = np.vstack([w @ per_applicant for w in class_counts(rng, sizes[keep], n_bootstrap)])
+    else:
+        profiles, cls = np.unique(matrix, axis=0, return_inverse=True)
+        if rows >= POISSON_MIN_CLUSTERS and len(profiles) > MULTINOMIAL_PROFILES:
+            features = np.ascontiguousarray(matrix.T, dtype=np.float32)  # 10x faster than weights @ matrix
+            totals = np.vstack([(features @ w).T for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
+        else:  # identical clusters pooled into classes (bootstrap_counts: multinomial over few classes);
+            # ranking trials have only k profiles (which category won), however many trials there are
+            weights = bootstrap_counts(rng, cls.ravel(), len(profiles), n_bootstrap, width=matrix.shape[1])
+            totals = np.vstack([w @ profiles for w in weights])
+    return totals[:, :cells], totals[:, cells:].reshape(-1, metrics, cells)
+
+
+def permutation_totals(
+    n: np.ndarray, selected: np.ndarray, n_permutations: int, rng: np.random.Generator
+) -> tuple[np.ndarray, str]:
+    """Selected per category (replicates x categories) when the category labels are permuted within
+    each cluster (rows of `n`, `selected`: clusters x categories), and how they were drawn."""
+    n = np.asarray(n, dtype=np.int64)
+    selected = np.asarray(selected, dtype=np.int64)
+    size, chosen = n.sum(axis=1), selected.sum(axis=1)
+    fixed = (chosen == 0) | (chosen == size) | ((n > 0).sum(axis=1) <= 1)
+    out = np.tile(selected[fixed].sum(axis=0).astype(float), (n_permutations, 1))
+    one = ~fixed & ((chosen == 1) | (chosen == size - 1))
+    # a cluster's key: its composition and whether its one odd applicant is the selected one
+    keys, multiplicity = np.unique(np.column_stack([n[one], chosen[one] == 1]), axis=0, return_counts=True)
+    if len(keys) <= MULTINOMIAL_PROFILES:  # ranking trials and the like: exact multinomials
+        for key, m in zip(keys, multiplicity):
+            profile, pick = key[:-1], bool(key[-1])
+            drawn = rng.multinomial(m, profile / profile.sum(), size=n_permutations)
+            out += drawn if pick else m * profile - drawn
+    else:
+        one[:] = False
+    rest = ~fixed & ~one
+    methods = ["exact"]
+    if rest.any():
+        draws = int(rest.sum()) * (n.shape[1] - 1) * n_permutations
+        if draws <= EXACT_DRAWS:
+            out += _hypergeometric_sums(n[rest], chosen[rest], n_permutations, rng)
+        else:
+            out += _normal_sums(n[rest], chosen[rest], n_permutations, rng)
+            methods = [f"normal approximation over {int(rest.sum())} clusters"]
+    return out, methods[0]
+
+
+def _hypergeometric_sums(n: np.ndarray, chosen: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Category totals of `size` random draws of each cluster's `chosen` applicants, drawn
+    category by category (the multivariate hypergeometric as a chain of hypergeometrics)."""
+    clusters, k = n.shape
+    chunk = max(1, CHUNK_ENTRIES // clusters)
+    out = []
+    for start in range(0, size, chunk):
+        reps = min(chunk, size - start)
+        left_n = np.broadcast_to(n.sum(axis=1), (reps, clusters)).copy()
+        left_s = np.broadcast_to(chosen, (reps, clusters)).copy()
+        totals = np.empty((reps, k))
+        for j in range(k - 1):
+            good = np.broadcast_to(n[:, j], (reps, clusters))
+            x = rng.hypergeometric(good, left_n - good, left_s)
+            totals[:, j] = x.sum(axis=1)
+            left_n -= good
+            left_s -= x
+        totals[:, k - 1] = left_s.sum(axis=1)
+        out.append(totals)
+    return np.vstack(out)
+
+
+def _normal_sums(n: np.ndarray, chosen: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Category totals drawn from the normal law with the permutation's exact mean and covariance
+    (per cluster the multivariate hypergeometric's: w (diag(p) - p p'), w = s (N - s) / (N - 1))."""
+    total = n.sum(axis=1).astype(float)
+    share = n / total[:, None]
+    mean = (share * chosen[:, None]).sum(axis=0)
+    w = chosen * (total - chosen) / (total - 1)
+    cov = np.diag((w[:, None] * share).sum(axis=0)) - (share * w[:, None]).T @ share
+    values, vectors = np.linalg.eigh((cov + cov.T) / 2)  # singular: the totals' sum is fixed
+    root = vectors * np.sqrt(np.clip(values, 0.0, None))
+    return mean + rng.standard_normal((size, len(mean))) @ root.T
+
+
+@dataclass
+class RatioInference:
+    """Impact ratios of one set of categories with reference-aware inference.
+
+    `table` (indexed by category): n, selected, rate (+ CI), status (included / excluded),
+    is_reference, impact_ratio (+ ratio_se, CI), flag (ratio < flag_below), flag_ci (the CI's upper
+    end below it too), p_adjusted (probability, with no category differing, that the *lowest* ratio
+    is at most this category's) and flag_survives (flag and p_adjusted <= alpha). `p_value`: the
+    test of "no category differs" (lowest ratio vs its null distribution); `null_flag_rate`: how
+    often the four-fifths rule flags some category when no category differs, in this design."""
+
+    table: pd.DataFrame
+    p_value: float
+    min_ratio: float
+    null_flag_rate: float
+    null_method: str
+    n_clusters: int | None
+    n_bootstrap: int
+    n_permutations: int
+    alpha: float
+    flag_below: float
+
+    def explain(self, label: Callable[[str], str] = str) -> str:
+        """The test and the flags in plain words (for reports next to the four-fifths flags);
+        `label` turns a category into the name the report shows."""
+        table = self.table
+        flagged = table[table["flag"]]
+        survive = flagged[flagged["flag_survives"]]
+        design = f"{self.n_clusters} clusters" if self.n_clusters else "independent applicants"
+        lines = [
+            f"The reference is the category with the highest rate, chosen from noisy data, so even when "
+            f"no category differs the other ratios come out below 1: in this design ({design}, the same "
+            f"categories and sizes) the four-fifths rule would flag at least one category in "
+            f"{self.null_flag_rate:.0%} of samples by chance alone."
+        ]
+        if not np.isfinite(self.p_value):
+            lines.append("The test of 'no category differs' is undefined here (no category was selected).")
+            return " ".join(lines)
+        lines.append(
+            f"The lowest impact ratio here is {self.min_ratio:.3f}; with no category differing, a ratio "
+            f"this low or lower occurs with probability p = {self.p_value:.3g} "
+            f"({'significant' if self.p_value <= self.alpha else 'not significant'} at {self.alpha:g})."
+        )
+        if len(flagged):
+            kept = ", ".join(label(str(c)) for c in survive.index) or "none"
+            lines.append(
+                f"Of the {len(flagged)} categories flagged under {self.flag_below:g}, the flags that survive "
+                f"this test (adjusted p <= {self.alpha:g}): {kept}."
+            )
+        return " ".join(lines)
+
+
+def ratio_block(
+    categories: Sequence[str],
+    n_cat: np.ndarray,
+    s_cat: np.ndarray,
+    boot_n: np.ndarray,
+    boot_s: np.ndarray,
+    null_n: np.ndarray,
+    null_s: np.ndarray,
+    included: np.ndarray,
+    *,
+    alpha: float,
+    flag_below: float,
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Rates, ratios, bootstrap CIs and the permutation test of one set of categories.
+
+    `boot_*`: replicates x categories of the bootstrap; `null_s`: replicates x included categories
+    selected under the null, of `null_n` applicants each."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = s_cat / n_cat
+        boot_rate = boot_s / boot_n
+    top = float(np.max(rate[included])) if included.any() else np.nan
+    reference = int(np.flatnonzero(included)[np.argmax(rate[included])]) if included.any() else -1
+    defined = np.isfinite(top) and top > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(included, rate / top, np.nan) if defined else np.full(len(rate), np.nan)
+        boot_top = _nanmax(np.where(included[None, :], boot_rate, np.nan))
+        boot_ratio = np.where(included[None, :] & (boot_top[:, None] > 0), boot_rate / boot_top[:, None], np.nan)
+    rate_ci, ratio_ci = percentile_ci(boot_rate, alpha), percentile_ci(boot_ratio, alpha)
+    flag = included & (ratio < flag_below)
+    null_min = _lowest_ratio(null_s / null_n)
+    p_adjusted = np.full(len(rate), np.nan)
+    min_ratio = float(np.nanmin(ratio)) if defined else np.nan
+    if defined and included.sum() > 1:
+        below = (null_min[None, :] <= ratio[included][:, None] + TIES).sum(axis=1)
+        p_adjusted[included] = (1 + below) / (1 + len(null_min))
+    tests = {
+        "p_value": float(np.nanmin(p_adjusted)) if np.isfinite(p_adjusted).any() else np.nan,
+        "min_ratio": min_ratio,
+        "null_flag_rate": float(np.mean(null_min < flag_below)) if included.sum() > 1 else np.nan,
+    }
+    table = pd.DataFrame(
+        {
+            "n": n_cat,
+            "selected": s_cat,
+            "rate": rate,
+            "rate_ci_low": rate_ci[0],
+            "rate_ci_high": rate_ci[1],
+            "status": np.where(included, "included", "excluded"),
+            "is_reference": np.arange(len(rate)) == reference,
+            "impact_ratio": ratio,
+            "ratio_se": bootstrap_se(boot_ratio),
+            "ci_low": ratio_ci[0],
+            "ci_high": ratio_ci[1],
+            "flag": flag,
+            "flag_ci": flag & (ratio_ci[1] < flag_below),
+            "p_adjusted": p_adjusted,
+            "flag_survives": flag & (p_adjusted <= alpha),
+        },
+        index=pd.Index(list(categories), name="category"),
+    )
+    return table, tests
+
+
+def _lowest_ratio(rates: np.ndarray) -> np.ndarray:
+    """Per replicate: the lowest rate over the highest (1 when nobody is selected: no difference)."""
+    rates = np.clip(rates, 0.0, None)
+    top = rates.max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(top > 0, rates.min(axis=1) / top, 1.0)
+
+
+def _nanmax(matrix: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows stay NaN
+        return np.nanmax(matrix, axis=1) if matrix.shape[1] else np.full(len(matrix), np.nan)
+
+
+def infer_groupings(
+    units: Units,
+    groupings: Sequence[tuple[np.ndarray, Sequence[str], np.ndarray]],
+    *,
+    n_bootstrap: int,
+    n_permutations: int,
+    alpha: float,
+    flag_below: float,
+    seed: int,
+) -> list[list[RatioInference]]:
+    """Inference per metric and per grouping of the same cells into categories (LL144: sex, race and
+    their intersection from sex x race cells), all from one bootstrap. A grouping is (category of
+    each cell, or -1 for a cell left out; category names; which categories are in the ratios)."""
+    boot_n, boot_s = bootstrap_totals(units, n_bootstrap, np.random.default_rng([seed, 23]))
+    out: list[list[RatioInference]] = []
+    for metric in range(units.selected.shape[1]):
+        out.append([])
+        for index, (cell_category, categories, included) in enumerate(groupings):
+            to_category = np.zeros((units.n.shape[1], len(categories)))
+            keep = cell_category >= 0
+            to_category[np.flatnonzero(keep), cell_category[keep]] = 1.0
+            n_strata, s_strata = units.strata(to_category, metric)
+            null_s, method = permutation_totals(
+                n_strata[:, included],
+                s_strata[:, included],
+                n_permutations,
+                np.random.default_rng([seed, 23, metric, index]),
+            )
+            table, tests = ratio_block(
+                categories,
+                n_strata.sum(axis=0),
+                s_strata.sum(axis=0),
+                boot_n @ to_category,
+                boot_s[:, metric, :] @ to_category,
+                n_strata[:, included].sum(axis=0),
+                null_s,
+                included,
+                alpha=alpha,
+                flag_below=flag_below,
+            )
+            out[-1].append(
+                RatioInference(
+                    table=table,
+                    null_method=method,
+                    n_clusters=len(units.n) if units.clustered else None,
+                    n_bootstrap=n_bootstrap,
+                    n_permutations=n_permutations,
+                    alpha=alpha,
+                    flag_below=flag_below,
+                    **tests,
+                )
+            )
+    return out
+
+
+def count_values(counts: pd.DataFrame, n: str, selected: Sequence[str]) -> pd.DataFrame:
+    """The numeric `n` and selected columns of a counts table; DataError naming what is wrong."""
+    missing = [c for c in (n, *selected) if c not in counts.columns]
+    if missing:
+        raise DataError(f"counts lack columns {missing}; they have {sorted(map(str, counts.columns))}")
+    if counts.empty:
+        raise DataError("counts: no rows")
+    values = counts[[n, *selected]].apply(pd.to_numeric, errors="coerce")
+    bad = values.isna().any(axis=1) | (values[list(selected)].lt(0) | values[list(selected)].gt(values[n], axis=0)).any(
+        axis=1
+    )
+    if bad.any():
+        raise DataError(
+            f"counts: {int(bad.sum())} rows have no numeric {n}/{'/'.join(selected)} or a selected count "
+            f"outside 0..{n} (e.g. row {counts.index[bad.to_numpy()][0]!r})"
+        )
+    return values
+
+
+def impact_ratio_inference(
+    counts: pd.DataFrame,
+    *,
+    category: str = "category",
+    cluster: str | None = "cluster",
+    n: str = "n",
+    selected: str = "selected",
+    exclude: Collection[str] = (),
+    n_bootstrap: int = 2000,
+    n_permutations: int | None = None,
+    alpha: float = 0.05,
+    flag_below: float = 0.8,
+    seed: int = 0,
+) -> RatioInference:
+    """Impact ratios against the most selected category, with CIs that re-choose the reference in
+    every bootstrap replicate and a test of "no category differs" that accounts for that choice.
+
+    Parameters
+    ----------
+    counts : DataFrame
+        One row per cluster x category (several rows for one pair are summed): `n` applicants, of
+        whom `selected` were selected (for scores: scored above the sample's median).
+    category, cluster, n, selected : str
+        Column names. `cluster=None`: applicants are independent (the bootstrap resamples
+        applicants, the permutation runs over the whole table).
+    exclude : collection of str
+        Categories shown (counts, rate, rate CI) but left out of the ratios and the test: LL144's
+        small categories, an unknown category.
+    n_bootstrap, n_permutations : int
+        Bootstrap replicates; permutation replicates of the test (None: as many as `n_bootstrap`).
+    alpha : float
+        1 - CI level, and the level at which a flag survives the test.
+    flag_below : float
+        The four-fifths line.
+    seed : int
+        Seeds the bootstrap and the permutations.
+
+    Returns
+    -------
+    RatioInference
+        `table` per category, `p_value`, `min_ratio`, `null_flag_rate`, `null_method`, `explain()`.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from popfair import impact_ratio_inference
+    >>> counts = pd.DataFrame({"category": ["a", "b", "c"], "n": [400, 400, 400], "selected": [120, 100, 70]})
+    >>> result = impact_ratio_inference(counts, cluster=None, n_bootstrap=500)
+    >>> result.table["impact_ratio"].round(3).tolist(), result.p_value < 0.05
+    ([1.0, 0.833, 0.583], True)
+    """
+    missing = [c for c in (category, cluster) if c is not None and c not in counts.columns]
+    if missing:
+        raise DataError(f"counts lack columns {missing}; they have {sorted(map(str, counts.columns))}")
+    values = count_values(counts, n, [selected])
+    cat_codes, categories = pd.factorize(counts[category].astype(str), sort=True)
+    if cluster is None:
+        unit = np.zeros(len(counts), dtype=np.int64)
+    else:
+        unit, _ = pd.factorize(counts[cluster], sort=True)
+        if (unit < 0).any():
+            raise DataError(f"counts: {int((unit < 0).sum())} rows have no {cluster}")
+    shape = (int(unit.max()) + 1, len(categories))
+    flat = unit * len(categories) + cat_codes
+    n_matrix, s_matrix = (
+        np.bincount(flat, weights=values[c].to_numpy(float), minlength=shape[0] * shape[1]).reshape(shape)
+        for c in (n, selected)
+    )
+    included = ~np.isin(np.asarray(categories), list(exclude)) & (n_matrix.sum(axis=0) > 0)
+    if cluster is None:
+        units = Units.of_applicants(n_matrix[0], s_matrix[0])
+    else:
+        units = Units(n=n_matrix, selected=s_matrix[:, None, :], clustered=True)
+    ((result,),) = infer_groupings(
+        units,
+        [(np.arange(len(categories)), list(categories), included)],
+        n_bootstrap=n_bootstrap,
+        n_permutations=n_permutations or n_bootstrap,
+        alpha=alpha,
+        flag_below=flag_below,
+        seed=seed,
+    )
+    return result

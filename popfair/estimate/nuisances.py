@@ -1,0 +1,322 @@
+"""The DML-UCA nuisances as XGBoost models: the hyperparameter search on the paper's grid (C.5) and
+the per-fold fits of cross-fitting.
+
+Outcome chain (involves Y, fit per case): mu3 = E[Y | B,R,X,Z], then per x_y the nested regression
+mu2 on the pseudo-outcome mu3(B,R,x_y,Z), then per (x_y, x_b) mu1 on mu2(R,x_b,Z). Propensities
+(do not involve Y, so every case on the same applicants shares them: `popfair.estimate.nuisance_cache`):
+P(X=x1 | Z), P(X=x1 | R,Z), P(X=x1 | B,R,Z). Hyperparameters are chosen per nuisance on one
+stratified train/validation split by Brier score (classifiers) or MSE (regressors)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xgboost as xgb
+
+from popfair.estimate.sfm import TARGETS
+
+if TYPE_CHECKING:
+    from popfair.estimate.dml import PseSettings, _Design
+
+# Feature blocks of each nuisance (b, r, x, z); "x" is the 0/1 indicator of X = x1.
+FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "rz", "p_brz": "brz"}
+PROPENSITIES = ("p_z", "p_rz", "p_brz")
+MU2_KEYS = (0, 1)  # x_y
+MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
+OUTCOME, PROPENSITY = "outcome", "propensity"  # the two families: tuned, cached and fit apart
+
+
+def xgb_params(kind: str, depth: int, lam: float, settings: PseSettings) -> dict[str, Any]:
+    # nthread=1: on small tabular data XGBoost's threading costs more than it gains (measured 6x).
+    return {
+        "objective": "binary:logistic" if kind == "classifier" else "reg:squarederror",
+        "max_depth": int(depth),
+        "reg_lambda": float(lam),
+        "tree_method": "hist",
+        "max_bin": settings.max_bin,
+        "nthread": 1,
+        "seed": settings.seed,
+        "verbosity": 0,
+    }
+
+
+def _kind(name: str) -> str:
+    return "classifier" if name in PROPENSITIES else "regressor"
+
+
+@dataclass
+class Fit:
+    booster: xgb.Booster
+    n_estimators: int
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return self.booster.inplace_predict(features, iteration_range=(0, self.n_estimators))
+
+
+class Runner:
+    """Runs independent XGBoost fits: in the calling thread when n_jobs == 1, else on a thread pool
+    (XGBoost releases the GIL while training; concurrent fits may share one DMatrix). Results never
+    depend on n_jobs: every fit is deterministic and results are combined in submission order."""
+
+    def __init__(self, n_jobs: int | None) -> None:
+        if n_jobs is None:
+            n_jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.pool = ThreadPoolExecutor(max_workers=n_jobs) if n_jobs > 1 else None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        if self.pool is not None:
+            return self.pool.submit(fn, *args)
+        done: Future = Future()
+        done.set_result(fn(*args))
+        return done
+
+    def close(self) -> None:
+        """Wait for running fits; drop queued ones (after an error)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _matrix(
+    features: np.ndarray, target: np.ndarray, settings: PseSettings, ref: xgb.QuantileDMatrix | None = None
+) -> xgb.QuantileDMatrix:
+    """Training matrix. `ref` (a matrix built from the same features) lends its histogram cuts,
+    which skips sketching and gives the same cuts, hence the same trees. The label is passed as
+    float32, the type XGBoost stores it in (the same values): a float64 label nearly doubles the
+    matrix's construction time (about 25 ms of 55 ms on 14,000 x 26)."""
+    label = np.asarray(target, dtype=np.float32)
+    return xgb.QuantileDMatrix(features, label, max_bin=settings.max_bin, nthread=1, ref=ref)
+
+
+def _update_one_iter() -> Callable[[xgb.Booster, int, xgb.DMatrix], None] | None:
+    """XGBoost's one-round update without `Booster.update`'s per-call feature-name checks (about
+    35 us a round, which holds the GIL: 0.7 s of a default case's 20,000 rounds); None when this
+    XGBoost does not expose it, and `Booster.update` is used."""
+    lib = getattr(getattr(xgb, "core", None), "_LIB", None)
+    update = getattr(lib, "XGBoosterUpdateOneIter", None)
+    check = getattr(getattr(xgb, "core", None), "_check_call", None)
+    if update is None or check is None:
+        return None
+    import ctypes
+
+    def one_iter(booster: xgb.Booster, iteration: int, dtrain: xgb.DMatrix) -> None:
+        check(update(booster.handle, ctypes.c_int(iteration), dtrain.handle))
+
+    return one_iter
+
+
+_ONE_ITER = _update_one_iter()
+
+
+def _train(
+    params: Mapping[str, Any],
+    dtrain: xgb.DMatrix,
+    rounds: int,
+    checkpoints: Sequence[int] = (),
+    on_checkpoint: Callable[[xgb.Booster, int], None] | None = None,
+) -> xgb.Booster:
+    """`xgb.train(params, dtrain, rounds)` (the same trees: one `Booster`, one update per round)
+    without its per-round callback machinery; `on_checkpoint(booster, rounds)` runs after each round count
+    in `checkpoints` (the search scores its validation rows there). The training caches are
+    released at the end, as `xgb.train` does."""
+    booster = xgb.Booster(dict(params), [dtrain])
+    wanted = set(checkpoints)
+    for i in range(rounds):
+        if i == 0 or _ONE_ITER is None:
+            booster.update(dtrain, iteration=i)  # the first round also records the feature names
+        else:
+            _ONE_ITER(booster, i, dtrain)
+        if on_checkpoint is not None and i + 1 in wanted:
+            on_checkpoint(booster, i + 1)
+    return booster.reset()
+
+
+def fit(
+    features: np.ndarray,
+    target: np.ndarray,
+    kind: str,
+    params: Mapping[str, float],
+    settings: PseSettings,
+    ref: xgb.QuantileDMatrix | None = None,
+) -> tuple[Fit, xgb.QuantileDMatrix]:
+    dtrain = _matrix(features, target, settings, ref)
+    booster = _train(
+        xgb_params(kind, int(params["max_depth"]), params["reg_lambda"], settings),
+        dtrain,
+        int(params["n_estimators"]),
+    )
+    return Fit(booster, int(params["n_estimators"])), dtrain
+
+
+def search(
+    features: np.ndarray,
+    target: np.ndarray,
+    kind: str,
+    train: np.ndarray,
+    valid: np.ndarray,
+    settings: PseSettings,
+    runner: Runner | None = None,
+    ref: xgb.QuantileDMatrix | None = None,
+) -> tuple[dict[str, float], Fit]:
+    """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model."""
+    return _start_search(features, target, kind, train, valid, settings, runner or Runner(1), ref)[0]()
+
+
+def _start_search(
+    features: np.ndarray,
+    target: np.ndarray,
+    kind: str,
+    train: np.ndarray,
+    valid: np.ndarray,
+    settings: PseSettings,
+    runner: Runner,
+    ref: xgb.QuantileDMatrix | None = None,
+) -> tuple[Callable[[], tuple[dict[str, float], Fit]], xgb.QuantileDMatrix]:
+    """Submit one fit per (max_depth, reg_lambda) to `runner`; returns a function that waits for
+    them and picks the best grid point exactly as a serial loop over the grid would, and the
+    training matrix (a `ref` for searches on the same features)."""
+    grid = settings.grid
+    dtrain = _matrix(features[train], target[train], settings, ref)
+    x_valid, y_valid = features[valid], target[valid]
+
+    def fit(depth: int, lam: float) -> tuple[xgb.Booster, list[float]]:
+        # The validation rows are scored as the trees are added: predicting a DMatrix with the
+        # whole model reuses XGBoost's prediction cache, so each tree is evaluated once (100 tree
+        # evaluations instead of 5 + 10 + 20 + 50 + 100), and the sums are the same floats, in the
+        # same order, as `inplace_predict(x_valid, iteration_range=(0, n_trees))` gives.
+        dvalid = xgb.DMatrix(x_valid, nthread=1)
+        losses: dict[int, float] = {}
+
+        def score(booster: xgb.Booster, n_trees: int) -> None:
+            losses[n_trees] = float(np.mean((booster.predict(dvalid) - y_valid) ** 2))
+
+        booster = _train(
+            xgb_params(kind, depth, lam, settings), dtrain, max(grid.n_estimators), grid.n_estimators, score
+        )
+        return booster, [losses[n_trees] for n_trees in grid.n_estimators]
+
+    pending = [(depth, lam, runner.submit(fit, depth, lam)) for depth in grid.max_depth for lam in grid.reg_lambda]
+
+    def best() -> tuple[dict[str, float], Fit]:
+        chosen: tuple[float, dict[str, float], Fit] | None = None
+        for depth, lam, future in pending:
+            booster, losses = future.result()
+            for n_trees, loss in zip(grid.n_estimators, losses):
+                if chosen is None or loss < chosen[0] - 1e-12:
+                    chosen = (
+                        loss,
+                        {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
+                        Fit(booster, n_trees),
+                    )
+        assert chosen is not None
+        loss, params, model = chosen
+        return {**params, "loss": loss}, model
+
+    return best, dtrain
+
+
+def tune(
+    design: _Design, settings: PseSettings, families: Collection[str] = (OUTCOME, PROPENSITY)
+) -> dict[str, dict[str, float]]:
+    """Grid search for every nuisance of `families` on one stratified train/validation split of all rows.
+
+    The nested regressions are tuned on pseudo-outcomes from the tuned model one level up, exactly as
+    they are built during cross-fitting. All grid points of all searches go to one pool: the
+    propensity searches fill the threads while the outcome chain (mu3, then mu2, then mu1) waits
+    for its previous level; searches on the same features share histogram cuts. Each search is
+    deterministic and none depends on another family's, so tuning one family alone selects what
+    tuning both does."""
+    rng = np.random.default_rng([settings.seed, 2])
+    valid_mask = np.zeros(len(design.y), bool)
+    for value in (0, 1):
+        idx = rng.permutation(np.flatnonzero(design.a == value))
+        valid_mask[idx[: max(1, round(settings.validation_fraction * len(idx)))]] = True
+    train, valid = np.flatnonzero(~valid_mask), np.flatnonzero(valid_mask)
+    lo, hi = design.y.min(), design.y.max()
+
+    with closing(Runner(settings.n_jobs)) as runner:
+
+        def start(name: str, target: np.ndarray, ref: xgb.QuantileDMatrix | None = None):
+            return _start_search(design.features(name), target, _kind(name), train, valid, settings, runner, ref)
+
+        out: dict[str, dict[str, float]] = {}
+        mu3_search = start("mu3", design.y)[0] if OUTCOME in families else None
+        propensity = (
+            {name: start(name, design.a.astype(np.float32))[0] for name in PROPENSITIES}
+            if PROPENSITY in families
+            else {}
+        )
+        if mu3_search is not None:
+            out["mu3"], mu3 = mu3_search()
+            mu2_searches, ref = {}, None
+            for x_y in MU2_KEYS:
+                mu2_searches[x_y], ref = start("mu2", np.clip(mu3.predict(design.features("mu3", x_y)), lo, hi), ref)
+            mu1_searches, ref = {}, None
+            for x_y in MU2_KEYS:
+                out[f"mu2[x_y={x_y}]"], mu2 = mu2_searches[x_y]()
+                for key in MU1_KEYS:
+                    if key[0] == x_y:
+                        pseudo = np.clip(mu2.predict(design.features("mu2", key[1])), lo, hi)
+                        mu1_searches[key], ref = start("mu1", pseudo, ref)
+            for key, search in mu1_searches.items():
+                out[f"mu1[x_y={key[0]},x_b={key[1]}]"] = search()[0]
+        for name, search in propensity.items():
+            out[name] = search()[0]
+    return {name: out[name] for name in nuisance_names(families)}
+
+
+def nuisance_names(families: Collection[str] = (OUTCOME, PROPENSITY)) -> list[str]:
+    """The nuisances of `families`, outcome chain first."""
+    outcome = ["mu3"] + [f"mu2[x_y={v}]" for v in MU2_KEYS] + [f"mu1[x_y={v},x_b={w}]" for v, w in MU1_KEYS]
+    return (outcome if OUTCOME in families else []) + (list(PROPENSITIES) if PROPENSITY in families else [])
+
+
+def fit_outcome_chain(
+    design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]], settings: PseSettings
+) -> tuple[dict, dict, dict]:
+    """The fold's outcome chain: mu3 at x_y, mu2 at (x_y, x_b) on every row, mu1 at (x_y, x_b, x_r)
+    on the held-out rows, each nested model fit on the training rows' pseudo-outcomes."""
+    train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
+    y = design.y
+    lo, hi = y[train].min(), y[train].max()
+
+    def predict(model: Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
+        features = design.features(name, x_value)
+        return np.clip(model.predict(features if rows is None else features[rows]), lo, hi)
+
+    mu3, _ = fit(design.features("mu3")[train], y[train], "regressor", params["mu3"], settings)
+    mu3_at = {v: predict(mu3, "mu3", v) for v in MU2_KEYS}
+    mu2_at: dict[tuple[int, int], np.ndarray] = {}
+    features, ref = design.features("mu2")[train], None
+    for v in MU2_KEYS:
+        mu2, ref = fit(features, mu3_at[v][train], "regressor", params[f"mu2[x_y={v}]"], settings, ref)
+        for w in sorted({w for vv, w in MU1_KEYS if vv == v}):
+            mu2_at[(v, w)] = predict(mu2, "mu2", w)
+    mu1_at: dict[tuple[int, int, int], np.ndarray] = {}
+    features, ref = design.features("mu1")[train], None
+    for v, w in MU1_KEYS:
+        mu1, ref = fit(features, mu2_at[(v, w)][train], "regressor", params[f"mu1[x_y={v},x_b={w}]"], settings, ref)
+        for u in sorted({t[2] for t in TARGETS.values() if t[:2] == (v, w)}):
+            mu1_at[(v, w, u)] = predict(mu1, "mu1", u, held)
+    return mu3_at, mu2_at, mu1_at
+
+
+def fit_propensity(
+    design: _Design,
+    fold_of: np.ndarray,
+    fold: int,
+    name: str,
+    params: Mapping[str, Mapping[str, float]],
+    settings: PseSettings,
+) -> np.ndarray:
+    """P(X = x1 | .) of one propensity model, fit without the fold, on the fold's held-out rows
+    (unclipped: what the nuisance cache keeps)."""
+    train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
+    features = design.features(name)
+    model, _ = fit(features[train], design.a[train].astype(np.float32), "classifier", params[name], settings)
+    return model.predict(features[held])
