@@ -252,6 +252,38 @@ def write_config_reference() -> None:
         _write(CONFIG_OUT / f"{group.replace('/', '_')}.md", group_page(group, options))
 
 
+# --- user guides: the topic pages at the top of docs/ ----------------------------------------------
+
+GUIDES_OUT = DOCS / "guides.md"
+# Topic pages written beside the code they document; any other top-level page lands here too, so a
+# new docs/<topic>.md is part of the site (and of its search) as soon as it exists.
+GUIDE_ORDER = ["tables", "ranking", "troubleshooting", "performance"]
+NOT_GUIDES = {"index", "getting_started", "replication", "guides"}
+
+
+def write_guides() -> None:
+    found = {p.stem for p in DOCS.glob("*.md")} - NOT_GUIDES
+    pages = [g for g in GUIDE_ORDER if g in found] + sorted(found - set(GUIDE_ORDER))
+    _write(
+        GUIDES_OUT,
+        "\n".join(
+            [
+                "# User guides",
+                "",
+                "Topic guides: auditing decisions that already exist (tables), the ranking design, what to do",
+                "when something fails, and how popfair keeps sweeps fast.",
+                "",
+                "```{toctree}",
+                ":maxdepth: 2",
+                "",
+                *pages,
+                "```",
+                "",
+            ]
+        ),
+    )
+
+
 # --- Python API reference ------------------------------------------------------------------------
 
 API_OUT = DOCS / "reference" / "api" / "index.md"
@@ -371,6 +403,7 @@ def generate(app: Sphinx) -> None:
     write_config_reference()
     write_cli_reference()
     write_api_reference()
+    write_guides()
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
