@@ -22,8 +22,8 @@ SIMULATED_TRIALS = 20_000
 
 def simulate_rankings(
     n: int,
-    strengths: Sequence[float],
-    position_bonus: Sequence[float],
+    strengths: Sequence[float] | np.ndarray,
+    position_bonus: Sequence[float] | np.ndarray,
     rng: np.random.Generator,
     *,
     top: int | None = None,
