@@ -132,25 +132,32 @@ class ExplodedLogit:
         self.chosen = (r == j).astype(float)
         self.active = (j[:, :, 0] <= np.minimum(ranked, k - 1)[:, None]).astype(float)  # (n, J)
         self.n_stages = int(self.active.sum())
+        self._last: tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def _probabilities(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Utilities (shifted), choice probabilities per stage and the stages' denominators; the
+        last call's are kept (a Newton step asks loglike, score and Hessian at the same point)."""
+        if self._last is not None and np.array_equal(self._last[0], params):
+            return self._last[1]
         v = self.x @ params  # (n, k)
-        shift = v.max(axis=1, keepdims=True)
-        ev = np.exp(v - shift)[:, None, :] * self.in_set  # (n, J, k)
+        v = v - v.max(axis=1, keepdims=True)
+        ev = np.exp(v)[:, None, :] * self.in_set  # (n, J, k)
         total = ev.sum(axis=2)
         total = np.where(total > 0, total, 1.0)
-        return v - shift, ev / total[:, :, None], total
+        out = (v, ev / total[:, :, None], total)
+        self._last = (params.copy(), out)
+        return out
 
     def loglike(self, params: np.ndarray) -> float:
         v, _, total = self._probabilities(params)
-        chosen_v = np.einsum("tjg,tg->tj", self.chosen, v)
+        chosen_v = (self.chosen @ v[:, :, None])[:, :, 0]  # (n, J)
         return float((self.active * (chosen_v - np.log(total))).sum())
 
     def trial_scores(self, params: np.ndarray) -> np.ndarray:
         """(n, p): each trial's score contribution."""
         _, p, _ = self._probabilities(params)
-        weights = np.einsum("tj,tjg->tg", self.active, self.chosen - p)
-        return np.einsum("tg,tgp->tp", weights, self.x)
+        weights = ((self.chosen - p) * self.active[:, :, None]).sum(axis=1)  # (n, k)
+        return (weights[:, None, :] @ self.x)[:, 0, :]
 
     def score(self, params: np.ndarray) -> np.ndarray:
         return self.trial_scores(params).sum(axis=0)
@@ -158,9 +165,11 @@ class ExplodedLogit:
     def hessian(self, params: np.ndarray) -> np.ndarray:
         _, p, _ = self._probabilities(params)
         p = p * self.active[:, :, None]
-        mean_x = np.einsum("tjg,tgp->tjp", p, self.x)
-        second = np.einsum("tg,tgp,tgq->pq", p.sum(axis=1), self.x, self.x)
-        return -(second - np.einsum("tjp,tjq->pq", mean_x, mean_x))
+        n, k, q = self.x.shape
+        mean_x = (p @ self.x).reshape(-1, q)  # (n J, q): E[x] of each stage
+        flat = self.x.reshape(n * k, q)
+        second = (flat * p.sum(axis=1).reshape(n * k, 1)).T @ flat
+        return -(second - mean_x.T @ mean_x)
 
 
 @dataclass
