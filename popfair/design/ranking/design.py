@@ -92,7 +92,10 @@ class RankingDesign:
         trial's error (screening failure, or a reply that ranks nobody), the parse rule used and how
         many candidates the trial ranked."""
         sizes = np.array([len(p.profile["names"]) if p.profile else 0 for p in prompts], dtype=np.int64)
-        raws, errors, methods, orders = [], [], [], []
+        raws: list[str | None] = []
+        errors: list[str | None] = []
+        methods: list[str] = []
+        orders: list[tuple[int, ...]] = []
         for prompt, result in zip(prompts, results):
             if result.error is not None:
                 raws.append(result.raw)
