@@ -363,16 +363,17 @@ def format_findings(findings: Sequence[Finding], cases: dict[int, list[str]], *,
     total = len(cases)
     shown = [f for f in findings if everything or not f.check.ok]
     lines = []
+    width = 14 if total > 1 else 0  # the "how many cases" column, for sweeps
     for finding in shown:
         check = finding.check
         status = "ok" if check.ok else "FAIL"
         where = f"{len(finding.jobs)}/{total} cases" if total > 1 else ""
-        lines.append(f"  {status:<4}  {check.name:<9} {where:<13} {finding.subject}: {check.detail}")
+        lines.append(f"  {status:<4}  {check.name:<9} {where:<{width}}{finding.subject}: {check.detail}")
         if not check.ok:
             fixes = [check.fix] if check.fix else []
             if total > 1 and len(finding.jobs) < total:
                 fixes += [f"leave these cases out: {s}" for s in drop_cells(finding.jobs, cases)]
             lines += [
-                f"  {'':<4}  {'':<9} {'':<13} {'fix:' if i == 0 else 'or: '} {fix}" for i, fix in enumerate(fixes)
+                f"  {'':<4}  {'':<9} {'':<{width}}{'fix:' if i == 0 else 'or: '} {fix}" for i, fix in enumerate(fixes)
             ]
     return "\n".join(lines)
