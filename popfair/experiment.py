@@ -19,6 +19,8 @@ from omegaconf.errors import MissingMandatoryValue
 
 import popfair
 from popfair.constraints import ParameterError, validate
+from popfair.design import design_of
+from popfair.design.base import Design
 from popfair.errors import ConfigError, PopfairError, require
 from popfair.estimate.base import Estimator
 from popfair.parallel import forked_call, frozen_heap
@@ -27,6 +29,7 @@ from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, render_all, sample_artifacts
+from popfair.render.store import DocumentStore
 from popfair.report import patterns
 from popfair.report.figures import draw_artifacts
 from popfair.screen.base import Screener
@@ -73,6 +76,25 @@ class RunResult:
     @property
     def failure_rate(self) -> float:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.scored)
+
+    @property
+    def n_failed(self) -> int:
+        return int(self.scored["error"].notna().sum())
+
+
+def effects_metrics(effects: Effects) -> dict[str, float]:
+    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
+    metrics: dict[str, float] = {}
+    for effect, row in effects.table.iterrows():
+        for column, value in row.items():
+            if isinstance(value, (int, float)):
+                metrics[f"{effect}.{column}"] = value
+    metrics.update(effects.metrics)
+    return metrics
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -212,6 +234,9 @@ class Experiment:
     run_name, config, outcome_audit, parent_run_id, tags
         MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
         the sweep's parent run and extra tags.
+    design : Design, optional
+        The study design (popfair.design): how the documents are grouped into prompts, what is
+        asked, how replies are read and which estimators apply. Default: the population's.
 
     Returns
     -------
@@ -243,6 +268,8 @@ class Experiment:
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
     audit_report: bool = False  # write the auditor's report (logged as audit_report/)
     max_failure_share: float | None = DEFAULT_MAX_FAILURE_SHARE  # more failed screens: no estimate (None: any)
+    design: Design | None = None  # how applicants become prompts and answers (default: the population's)
+    documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
@@ -260,9 +287,8 @@ class Experiment:
             group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
             for group in COMPONENT_GROUPS
         }
-        validate_case = getattr(parts["population"], "validate_case", None)
-        if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
-            validate_case(parts["occupation"], parts["protected_attr"])
+        design = design_of(parts["population"])
+        design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
         return cls(
             population=parts["population"],
             occupation=parts["occupation"],
@@ -270,6 +296,7 @@ class Experiment:
             screener=parts["screener"],
             estimator=parts["estimator"],
             protected=parts["protected_attr"],
+            design=design,
             tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values and values["tracking"]),
             seed=int(cfg.seed),
             run_name=cfg.get("run_name"),
@@ -283,6 +310,9 @@ class Experiment:
             config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
             audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
             max_failure_share=_failure_share(cfg.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)),
+            documents=None
+            if dry_run
+            else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
         )
 
     def case_name(self) -> str:
@@ -291,6 +321,8 @@ class Experiment:
         )
 
     def __post_init__(self) -> None:
+        if self.design is None:
+            self.design = design_of(self.population)
         # worlds the estimator declares but the population cannot draw fail here, before any work
         worlds.check_design(self.population, self.estimator.design)
 
@@ -320,18 +352,17 @@ class Experiment:
             log.warning("note: %s", note)
         # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
         rows = profiles.rows()
-        documents = stage("render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs)
-        results = stage("screen", self.screener.screen, profiles.jobs, documents, profiles.outcome)
+        documents = stage(
+            "render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs, True, None, self.documents
+        )
+        design = self.design or design_of(self.population)
+        prompts = design.prompts(profiles, rows, documents)  # the design groups documents into prompts
+        results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
         # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
         check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
         screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
         screening = screen_metrics() if callable(screen_metrics) else {}
-        scored_rows = rows.assign(
-            document=[d.text for d in documents],
-            raw=[r.raw for r in results],
-            y=[r.value for r in results],
-            error=[r.error for r in results],
-        )
+        scored_rows = design.scored(profiles, rows, documents, prompts, results)
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
@@ -367,7 +398,7 @@ class Experiment:
             notes=profiles.notes,
             timings=timings,
             audit=audit,
-            samples=sample_artifacts(documents[: len(scored)]),
+            samples=sample_artifacts(prompts[: len(scored)]),  # factual prompts come first
             screening=screening,
             profiles=profiles,
             scored_worlds=scored_worlds,
@@ -382,15 +413,11 @@ class Experiment:
     def _track(self, result: RunResult, profiles: Profiles) -> str | None:
         effects = result.effects
         metrics: dict[str, float] = {
-            "n_rows": len(result.scored),
-            "n_failed": int(result.scored["error"].notna().sum()),
+            "n_rows": result.n_rows,
+            "n_failed": result.n_failed,
             "failure_rate": result.failure_rate,
+            **effects_metrics(effects),
         }
-        for effect, row in effects.table.iterrows():
-            for column, value in row.items():
-                if isinstance(value, (int, float)):
-                    metrics[f"{effect}.{column}"] = value
-        metrics.update(effects.metrics)
         metrics.update(result.screening)
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).

@@ -21,6 +21,8 @@ from tests.conftest import compose_config
 from tests.llm_stub import Faults, StubServer
 from tests.screen_helpers import JOBS, documents, make_screener
 
+for sdk in ("openai", "anthropic", "boto3"):  # imported here: the timings below are of the screening alone
+    pytest.importorskip(sdk)
 ROWS = 3000  # far more rows than requests a stopped case may send
 # the shipped retry settings (1 s backoff doubling over 6 attempts): fail-fast must not wait them out
 SHIPPED = {"backoff_initial_s": 1.0, "backoff_max_s": 60.0, "backoff_jitter_s": 1.0, "max_attempts": 6}
@@ -115,7 +117,6 @@ def test_llm_endpoint_rejecting_every_request_stops_the_case_within_seconds(stat
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "bedrock"])
 def test_closed_port_stops_the_case_within_seconds_for_every_provider(provider, tmp_path, monkeypatch):
-    pytest.importorskip({"bedrock": "boto3"}.get(provider, provider))  # the SDK's import is not what is timed
     url = closed_port_url()
     screener = make_screener(provider, url, tmp_path, monkeypatch, engine=SHIPPED)
     message, seconds = screen_until_stopped(screener)

@@ -167,6 +167,7 @@ class HttpScreener(LLMScreener):
         "request_keys": "screener.url, screener.method, screener.body and screener.params",
     }
     plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
+    answers_rankings = False  # a vendor endpoint scores one document; it cannot rank a list (design/ranking)
 
     def __init__(
         self,
