@@ -82,13 +82,15 @@ def bootstrap_totals(units: Units, n_bootstrap: int, rng: np.random.Generator) -
         keep = sizes > 0
         per_applicant = matrix[keep] / sizes[keep, None]
         totals = np.vstack([w @ per_applicant for w in class_counts(rng, sizes[keep], n_bootstrap)])
-    elif rows >= POISSON_MIN_CLUSTERS:
-        features = np.ascontiguousarray(matrix.T, dtype=np.float32)  # 10x faster than weights @ matrix
-        totals = np.vstack([(features @ w).T for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
-    else:  # identical clusters pooled into classes (bootstrap_counts: multinomial over few classes)
+    else:
         profiles, cls = np.unique(matrix, axis=0, return_inverse=True)
-        weights = bootstrap_counts(rng, cls.ravel(), len(profiles), n_bootstrap, width=matrix.shape[1])
-        totals = np.vstack([w @ profiles for w in weights])
+        if rows >= POISSON_MIN_CLUSTERS and len(profiles) > MULTINOMIAL_PROFILES:
+            features = np.ascontiguousarray(matrix.T, dtype=np.float32)  # 10x faster than weights @ matrix
+            totals = np.vstack([(features @ w).T for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
+        else:  # identical clusters pooled into classes (bootstrap_counts: multinomial over few classes);
+            # ranking trials have only k profiles (which category won), however many trials there are
+            weights = bootstrap_counts(rng, cls.ravel(), len(profiles), n_bootstrap, width=matrix.shape[1])
+            totals = np.vstack([w @ profiles for w in weights])
     return totals[:, :cells], totals[:, cells:].reshape(-1, metrics, cells)
 
 

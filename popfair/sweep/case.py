@@ -67,6 +67,10 @@ def run_case(cfg: DictConfig) -> float | None:
     from popfair.sweep.plan import plan_case
     from popfair.table.case import TableCase
 
+    if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
+        from popfair.doctor import doctor_case
+
+        sys.exit(doctor_case(cfg))
     hydra_cfg = HydraConfig.get()
     sweep = current_sweep()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN

@@ -87,6 +87,23 @@ class TableCase:
     outcome_audit : Estimator or None
         The impact-ratio add-on (config `outcome_audit`), run beside another estimator when the
         table has sex or race.
+    seed, run_name, config, parent_run_id, tags, audit_report, report_dir
+        As for `Experiment`; `report_dir` is where `table_report.csv` goes (Hydra's output folder).
+
+    Returns
+    -------
+    `run()` returns a `TableRunResult` (effects, source record, counts, MLflow run id).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from hydra import compose, initialize_config_dir
+    >>> from popfair.sweep.case import case_from_config
+    >>> with initialize_config_dir(version_base="1.3", config_dir=str(Path("conf").resolve())):  # doctest: +SKIP
+    ...     cfg = compose(config_name="config", overrides=["experiment=table_audit", "table.path=decisions.csv",
+    ...                   "table.columns.outcome=hired", "table.columns.sex=gender", "table.columns.race=race"])
+    >>> result = case_from_config(cfg).run()  # doctest: +SKIP
+    >>> result.ratios.summary()  # doctest: +SKIP
     """
 
     table: TableSettings
@@ -321,6 +338,8 @@ class TableCase:
         artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
         from popfair.report.figures import draw_artifacts
 
+        if not self.tracker.enabled:  # tracking=none: nothing to draw or log
+            return None
         with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)

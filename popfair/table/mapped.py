@@ -220,10 +220,8 @@ class MappedTable:
         race = "race" if self.columns.race is not None else f"'{UNKNOWN}'"
         counts = self.source.fetch(
             f"SELECT {cluster} AS cluster, {sex} AS sex, {race} AS race, count(*)::BIGINT AS n, {', '.join(sums)} "
-            f"FROM {MAPPED} GROUP BY ALL ORDER BY ALL"
+            f"FROM {MAPPED} GROUP BY ALL"  # unordered: the inference sorts clusters and categories itself
         )
-        for column in ("cluster", "sex", "race"):
-            counts[column] = counts[column].astype(str)
         return TableCounts(counts, outcome, thresholds, cluster_column, self.record)
 
     def frame(self) -> pd.DataFrame:
@@ -341,8 +339,8 @@ class MappedTable:
         return _Coding(
             "rank",
             f"CAST(({as_number}) <= {k} AS INTEGER)",
-            f"({as_number}) IS NULL OR ({as_number}) < 1 OR ({as_number}) <> floor({as_number})",
-            "rank is not a whole number >= 1",
+            f"({as_number}) IS NULL OR ({as_number}) < 0 OR ({as_number}) <> floor({as_number})",
+            "rank is not a whole number >= 0",
             "callback",
         )
 

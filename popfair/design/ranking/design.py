@@ -10,6 +10,7 @@ calls."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -90,26 +91,34 @@ class RankingDesign:
         """One row per candidate: the trial's reply (raw), its rank, y = 1 for the trial's winner, the
         trial's error (screening failure, or a reply that ranks nobody), the parse rule used and how
         many candidates the trial ranked."""
-        n_rows = len(rows)
-        rank = np.full(n_rows, np.nan)
-        error = np.empty(n_rows, dtype=object)
-        raw = np.empty(n_rows, dtype=object)
-        method = np.empty(n_rows, dtype=object)
-        n_ranked = np.zeros(n_rows, dtype=np.int64)
-        start = 0
+        sizes = np.array([len(p.profile["names"]) if p.profile else 0 for p in prompts], dtype=np.int64)
+        raws: list[str | None] = []
+        errors: list[str | None] = []
+        methods: list[str] = []
+        orders: list[tuple[int, ...]] = []
         for prompt, result in zip(prompts, results):
-            names = prompt.profile["names"] if prompt.profile else []
-            stop = start + len(names)
-            raw[start:stop] = result.raw
             if result.error is not None:
-                error[start:stop], method[start:stop] = result.error, "none"
-            else:
-                ranking = parse_ranking(result.raw, names)
-                error[start:stop], method[start:stop] = ranking.error, ranking.method
-                for place, candidate in enumerate(ranking.order):
-                    rank[start + candidate] = place + 1
-                n_ranked[start:stop] = len(ranking.order)
-            start = stop
+                raws.append(result.raw)
+                errors.append(result.error)
+                methods.append("none")
+                orders.append(())
+                continue
+            ranking = parse_ranking(result.raw, prompt.profile["names"] if prompt.profile else [])
+            raws.append(result.raw)
+            errors.append(ranking.error)
+            methods.append(ranking.method)
+            orders.append(ranking.order)
+        # back onto the candidate rows, vectorised: trial values repeated, ranks scattered
+        lengths = np.fromiter(map(len, orders), dtype=np.int64, count=len(orders))
+        candidates = np.fromiter(chain.from_iterable(orders), dtype=np.int64, count=int(lengths.sum()))
+        starts = np.cumsum(sizes) - sizes
+        first_of_trial = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        rank = np.full(int(sizes.sum()), np.nan)
+        rank[np.repeat(starts, lengths) + candidates] = np.arange(len(candidates)) - first_of_trial + 1
+        raw = np.repeat(np.array(raws, dtype=object), sizes)
+        error = np.repeat(np.array(errors, dtype=object), sizes)
+        method = np.repeat(np.array(methods, dtype=object), sizes)
+        n_ranked = np.repeat(lengths, sizes)
         failed = pd.notna(error)
         y = np.where(failed, np.nan, (rank == 1).astype(float))
         return rows.assign(

@@ -38,6 +38,13 @@ from popfair.estimate.impact_inference import impact_ratio_inference
 from popfair.types import Effects, Plot, Profiles, Roles
 
 TRIAL, GROUP, POSITION, RANK = "trial_id", "group", "position", "rank"
+
+
+def slug(group: str) -> str:
+    """A group's name as it appears in effect names (MLflow metric keys: letters, digits, _ . -)."""
+    return "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in group)
+
+
 SE_KINDS = ("cluster", "model")
 
 
@@ -112,7 +119,7 @@ def design_matrix(trials: RankTrials, reference: str, reference_position: int) -
     position_part = (trials.position[:, :, None] == np.array(positions)[None, None, :]).astype(float)
     n = len(trials.rank)
     x = np.concatenate([np.broadcast_to(group_part, (n, k, len(others))), position_part], axis=2)
-    names = [f"group[{g}]" for g in others] + [f"position[{p}]" for p in positions]
+    names = [f"group.{slug(g)}" for g in others] + [f"position.{p}" for p in positions]
     return x, names
 
 
@@ -132,25 +139,32 @@ class ExplodedLogit:
         self.chosen = (r == j).astype(float)
         self.active = (j[:, :, 0] <= np.minimum(ranked, k - 1)[:, None]).astype(float)  # (n, J)
         self.n_stages = int(self.active.sum())
+        self._last: tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def _probabilities(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Utilities (shifted), choice probabilities per stage and the stages' denominators; the
+        last call's are kept (a Newton step asks loglike, score and Hessian at the same point)."""
+        if self._last is not None and np.array_equal(self._last[0], params):
+            return self._last[1]
         v = self.x @ params  # (n, k)
-        shift = v.max(axis=1, keepdims=True)
-        ev = np.exp(v - shift)[:, None, :] * self.in_set  # (n, J, k)
+        v = v - v.max(axis=1, keepdims=True)
+        ev = np.exp(v)[:, None, :] * self.in_set  # (n, J, k)
         total = ev.sum(axis=2)
         total = np.where(total > 0, total, 1.0)
-        return v - shift, ev / total[:, :, None], total
+        out = (v, ev / total[:, :, None], total)
+        self._last = (params.copy(), out)
+        return out
 
     def loglike(self, params: np.ndarray) -> float:
         v, _, total = self._probabilities(params)
-        chosen_v = np.einsum("tjg,tg->tj", self.chosen, v)
+        chosen_v = (self.chosen @ v[:, :, None])[:, :, 0]  # (n, J)
         return float((self.active * (chosen_v - np.log(total))).sum())
 
     def trial_scores(self, params: np.ndarray) -> np.ndarray:
         """(n, p): each trial's score contribution."""
         _, p, _ = self._probabilities(params)
-        weights = np.einsum("tj,tjg->tg", self.active, self.chosen - p)
-        return np.einsum("tg,tgp->tp", weights, self.x)
+        weights = ((self.chosen - p) * self.active[:, :, None]).sum(axis=1)  # (n, k)
+        return (weights[:, None, :] @ self.x)[:, 0, :]
 
     def score(self, params: np.ndarray) -> np.ndarray:
         return self.trial_scores(params).sum(axis=0)
@@ -158,9 +172,11 @@ class ExplodedLogit:
     def hessian(self, params: np.ndarray) -> np.ndarray:
         _, p, _ = self._probabilities(params)
         p = p * self.active[:, :, None]
-        mean_x = np.einsum("tjg,tgp->tjp", p, self.x)
-        second = np.einsum("tg,tgp,tgq->pq", p.sum(axis=1), self.x, self.x)
-        return -(second - np.einsum("tjp,tjq->pq", mean_x, mean_x))
+        n, k, q = self.x.shape
+        mean_x = (p @ self.x).reshape(-1, q)  # (n J, q): E[x] of each stage
+        flat = self.x.reshape(n * k, q)
+        second = (flat * p.sum(axis=1).reshape(n * k, 1)).T @ flat
+        return -(second - mean_x.T @ mean_x)
 
 
 @dataclass
@@ -179,8 +195,8 @@ class LogitFit:
         return np.sqrt(np.diag(self.cov))
 
     def wald(self, prefix: str) -> tuple[float, int, float]:
-        """chi2, df and p-value of "every coefficient named prefix[...] is 0"."""
-        idx = [i for i, name in enumerate(self.names) if name.startswith(prefix + "[")]
+        """chi2, df and p-value of "every coefficient named prefix.<...> is 0"."""
+        idx = [i for i, name in enumerate(self.names) if name.startswith(prefix + ".")]
         if not idx:
             return float("nan"), 0, float("nan")
         b, v = self.params[idx], self.cov[np.ix_(idx, idx)]
@@ -373,11 +389,11 @@ def ranking_effects(
     table = ratios.table
     for g in groups:
         r = table.loc[g]
-        add(f"top1[{g}]", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
+        add(f"top1.{slug(g)}", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
     for g in groups:
         r = table.loc[g]
         add(
-            f"impact_ratio[{g}]",
+            f"impact_ratio.{slug(g)}",
             r["impact_ratio"],
             r["ratio_se"],
             r["ci_low"],
@@ -390,14 +406,14 @@ def ranking_effects(
     filled = trials.filled_rank()
     mean, se_, low, high = trial_mean(filled, alpha)
     for i, g in enumerate(groups):
-        add(f"mean_rank[{g}]", mean[i], se_[i], low[i], high[i], (k + 1) / 2)
+        add(f"mean_rank.{slug(g)}", mean[i], se_[i], low[i], high[i], (k + 1) / 2)
     ref = groups.index(reference)
     above = (filled[:, :, None] < filled[:, None, :]) + 0.5 * (filled[:, :, None] == filled[:, None, :])
     pair_mean, pair_se, pair_low, pair_high = trial_mean(above.reshape(n, k * k).astype(float), alpha)
     for i, g in enumerate(groups):
         if i != ref:
             j = i * k + ref
-            add(f"above[{g} > {reference}]", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
+            add(f"above.{slug(g)}_vs_{slug(reference)}", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
     # position effects: the winner's shown position
     shown_first = np.zeros((n, k))
     rows_won, groups_won = np.nonzero(winner)
@@ -405,7 +421,7 @@ def ranking_effects(
     ranked_trials = winner.any(axis=1)
     mean, se_, low, high = trial_mean(shown_first[ranked_trials], alpha)
     for p in range(k):
-        add(f"top1_position[{p + 1}]", mean[p], se_[p], low[p], high[p], 1 / k)
+        add(f"top1_position.{p + 1}", mean[p], se_[p], low[p], high[p], 1 / k)
     # the rank-ordered logit
     fit = fit_rank_logit(trials, reference=reference, reference_position=reference_position, se=se)
     z = stats.norm.ppf(1 - alpha / 2)

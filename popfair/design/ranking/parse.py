@@ -20,6 +20,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 _SINGLE_LETTER = re.compile(r"(?<![\w'-])[a-z]\.?(?=\s)")  # middle initials (and "a"): never part of a name
@@ -48,11 +49,13 @@ class Ranking(NamedTuple):
 
 def normalise(text: str) -> str:
     """Lower case, accents and middle initials removed, quotes and dashes plain, runs of spaces single."""
-    text = unicodedata.normalize("NFKD", text.translate(_DASHES))
-    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
-    return _SPACES.sub(" ", _SINGLE_LETTER.sub("", text + " ")).replace(" \n", "\n")
+    if not text.isascii():
+        text = unicodedata.normalize("NFKD", text.translate(_DASHES))
+        text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    return _SPACES.sub(" ", _SINGLE_LETTER.sub("", text.lower() + " ")).replace(" \n", "\n")
 
 
+@lru_cache(maxsize=65536)  # names repeat across trials (drawn from pools)
 def name_forms(name: str) -> tuple[str, str]:
     """('first last', 'last, first') of a candidate's name, normalised (middle initials dropped)."""
     words = normalise(name).split()
@@ -69,6 +72,9 @@ def parse_ranking(raw: str | None, names: Sequence[str]) -> Ranking:
         return Ranking((), tuple(range(k)), "none", "no ranking: empty reply")
     text = normalise(raw)
     forms = [name_forms(name) for name in names]
+    listed = _exact_list(text, forms)
+    if listed is not None:  # the format the prompt asks for: one marked line per name, nothing else marked
+        return Ranking(listed, (), "list")
     mentions = _mentions(text, forms)
     order: list[int] = []
     method = "mentions"
@@ -87,6 +93,24 @@ def parse_ranking(raw: str | None, names: Sequence[str]) -> Ranking:
         return Ranking((), tuple(range(k)), "none", f"no ranking: the reply names no candidate: {raw[:300]!r}")
     ranked = set(order)
     return Ranking(tuple(order), tuple(c for c in range(k) if c not in ranked), method)
+
+
+def _exact_list(text: str, forms: Sequence[tuple[str, str]]) -> tuple[int, ...] | None:
+    """The order of a reply whose list lines each hold exactly one whole name and name every
+    candidate (what rule 2 reads from it, found without searching); None for any other reply."""
+    if "[" in text or "{" in text:
+        return None
+    lookup = {form: candidate for candidate, pair in enumerate(forms) for form in pair}
+    order = []
+    for line in text.split("\n"):
+        marker = _LIST_LINE.match(line)
+        if marker is None:
+            continue
+        candidate = lookup.get(line[marker.end() :].strip(" *_.:\t"))
+        if candidate is None or candidate in order:
+            return None
+        order.append(candidate)
+    return tuple(order) if len(order) == len(forms) else None
 
 
 def _mentions(text: str, forms: Sequence[tuple[str, str]]) -> list[tuple[int, int]]:
