@@ -23,6 +23,11 @@ except PackageNotFoundError:  # running from a source tree without install
 _EXPORTS = {
     "Experiment": "popfair.experiment",
     "RunResult": "popfair.experiment",
+    "TableCase": "popfair.table.case",
+    "TableRunResult": "popfair.table.case",
+    "TableSettings": "popfair.table.settings",
+    "TableSource": "popfair.table.mapped",
+    "TableCounts": "popfair.table.mapped",
     "estimate_pse": "popfair.estimate.pse",
     "PseResult": "popfair.estimate.pse",
     "PseSettings": "popfair.estimate.dml",

@@ -1,4 +1,5 @@
-"""Command line: `python -m popfair [group=option ...] [key=value ...]` (Hydra).
+"""Command line: `python -m popfair [group=option ...] [key=value ...]` (Hydra), and
+`popfair doctor [same arguments]`: the pre-flight checks of that case or sweep (popfair.doctor).
 
 `python -m popfair --help` lists the config groups and their options."""
 
@@ -28,6 +29,10 @@ def run(cfg: DictConfig) -> float | None:
 def main() -> float | None:
     """Entry point. A bare `--help` is answered from the config folder (popfair.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
+    if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.doctor)
+        from popfair.doctor import command_line
+
+        sys.argv[1:] = command_line(sys.argv[2:])
     if sys.argv[1:] in (["--help"], ["-h"]):
         from popfair.cli_help import render_help
 

@@ -76,6 +76,25 @@ class RunResult:
     def failure_rate(self) -> float:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
 
+    @property
+    def n_rows(self) -> int:
+        return len(self.scored)
+
+    @property
+    def n_failed(self) -> int:
+        return int(self.scored["error"].notna().sum())
+
+
+def effects_metrics(effects: Effects) -> dict[str, float]:
+    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
+    metrics: dict[str, float] = {}
+    for effect, row in effects.table.iterrows():
+        for column, value in row.items():
+            if isinstance(value, (int, float)):
+                metrics[f"{effect}.{column}"] = value
+    metrics.update(effects.metrics)
+    return metrics
+
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
     """fn(*args) and its wall seconds."""
@@ -380,15 +399,11 @@ class Experiment:
     def _track(self, result: RunResult, profiles: Profiles) -> str | None:
         effects = result.effects
         metrics: dict[str, float] = {
-            "n_rows": len(result.scored),
-            "n_failed": int(result.scored["error"].notna().sum()),
+            "n_rows": result.n_rows,
+            "n_failed": result.n_failed,
             "failure_rate": result.failure_rate,
+            **effects_metrics(effects),
         }
-        for effect, row in effects.table.iterrows():
-            for column, value in row.items():
-                if isinstance(value, (int, float)):
-                    metrics[f"{effect}.{column}"] = value
-        metrics.update(effects.metrics)
         metrics.update(result.screening)
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).

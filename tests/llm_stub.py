@@ -38,7 +38,29 @@ def expected_answer(system: str, user: str, garbage_rate: float = 0.0) -> str:
         return "I cannot decide."
     if "callback" in system:
         return "yes" if unit("answer", text) < 0.5 else "no"
+    if "Rank all candidates" in system:
+        return ranking_answer(text, stub_ranking(user))
     return str(int(unit("answer", text) * 101))
+
+
+def stub_ranking(user: str) -> list[str]:
+    """The candidates of a ranking prompt (the name heading each resume), in the stub's order: a
+    deterministic shuffle of the prompt."""
+    names = re.findall(r"=== Candidate \d+ ===\n(.+)", user)
+    return sorted(names, key=lambda name: unit("rank", user, name))
+
+
+RANKING_STYLES = (
+    lambda names: "\n".join(f"{i}. {n}" for i, n in enumerate(names, 1)),
+    lambda names: "Here is my ranking:\n" + "\n".join(f"{i}) {n.upper()} - solid fit" for i, n in enumerate(names, 1)),
+    lambda names: json.dumps({"ranking": names}),
+    lambda names: "\n".join(f"- **{n}**: relevant experience" for n in names),
+)
+
+
+def ranking_answer(text: str, names: list[str]) -> str:
+    """The stub's reply to a ranking prompt, in one of several formats (decided by the prompt)."""
+    return RANKING_STYLES[int(unit("style", text) * len(RANKING_STYLES))](names)
 
 
 @dataclass

@@ -3,6 +3,8 @@ the screener is asked, how its replies are read and which estimators apply (`Des
 
 - `population`: the population audit (PopResume): one resume per prompt, a 0-100 score.
 - `paired`: the paired callback audit: identical profiles differing in a name, a yes/no callback.
+- `ranking`: the list-wise audit: k candidates in one prompt, ranked; top-1 rates and impact ratios,
+  position effects and a rank-ordered logit.
 
 A case's design is named by its population (its `design` attribute; `population` when it has none).
 A new design is a new folder here plus its entry in DESIGNS; the pipeline stages stay as they are."""
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 DESIGNS = {  # design name -> the module holding its DESIGN
     "population": "popfair.design.population",
     "paired": "popfair.design.paired.design",
+    "ranking": "popfair.design.ranking.design",
 }
 
 

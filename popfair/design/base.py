@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from popfair.errors import ConfigError
@@ -29,6 +30,11 @@ class Design(Protocol):
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         """A model's reply as y: (value, None), or (None, reason) for an unparseable reply."""
+        ...
+
+    def reply_tokens(self, users: Sequence[str]) -> np.ndarray | None:
+        """Output tokens a reply to each user message is expected to take (dry-run plans), or None:
+        the screener's `expected_output_tokens`."""
         ...
 
     def check_case(self, parts: Mapping[str, Any]) -> None:
@@ -61,6 +67,9 @@ class OnePromptPerDocument:
 
     def prompts(self, profiles: Profiles, rows: pd.DataFrame, documents: Sequence[Document]) -> Sequence[Document]:
         return documents
+
+    def reply_tokens(self, users: Sequence[str]) -> np.ndarray | None:
+        return None  # a word or a number: the screener's expected_output_tokens
 
     def scored(
         self,

@@ -26,7 +26,7 @@ many independent clusters, as in the Cochran-Mantel-Haenszel test); `null_method
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,13 +82,15 @@ def bootstrap_totals(units: Units, n_bootstrap: int, rng: np.random.Generator) -
         keep = sizes > 0
         per_applicant = matrix[keep] / sizes[keep, None]
         totals = np.vstack([w @ per_applicant for w in class_counts(rng, sizes[keep], n_bootstrap)])
-    elif rows >= POISSON_MIN_CLUSTERS:
-        matrix32 = matrix.astype(np.float32)
-        totals = np.vstack([w @ matrix32 for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
-    else:  # identical clusters pooled into classes (bootstrap_counts: multinomial over few classes)
+    else:
         profiles, cls = np.unique(matrix, axis=0, return_inverse=True)
-        weights = bootstrap_counts(rng, cls.ravel(), len(profiles), n_bootstrap, width=matrix.shape[1])
-        totals = np.vstack([w @ profiles for w in weights])
+        if rows >= POISSON_MIN_CLUSTERS and len(profiles) > MULTINOMIAL_PROFILES:
+            features = np.ascontiguousarray(matrix.T, dtype=np.float32)  # 10x faster than weights @ matrix
+            totals = np.vstack([(features @ w).T for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
+        else:  # identical clusters pooled into classes (bootstrap_counts: multinomial over few classes);
+            # ranking trials have only k profiles (which category won), however many trials there are
+            weights = bootstrap_counts(rng, cls.ravel(), len(profiles), n_bootstrap, width=matrix.shape[1])
+            totals = np.vstack([w @ profiles for w in weights])
     return totals[:, :cells], totals[:, cells:].reshape(-1, metrics, cells)
 
 
@@ -154,7 +156,9 @@ def _normal_sums(n: np.ndarray, chosen: np.ndarray, size: int, rng: np.random.Ge
     mean = (share * chosen[:, None]).sum(axis=0)
     w = chosen * (total - chosen) / (total - 1)
     cov = np.diag((w[:, None] * share).sum(axis=0)) - (share * w[:, None]).T @ share
-    return rng.multivariate_normal(mean, cov, size=size, method="eigh")
+    values, vectors = np.linalg.eigh((cov + cov.T) / 2)  # singular: the totals' sum is fixed
+    root = vectors * np.sqrt(np.clip(values, 0.0, None))
+    return mean + rng.standard_normal((size, len(mean))) @ root.T
 
 
 @dataclass
@@ -179,8 +183,9 @@ class RatioInference:
     alpha: float
     flag_below: float
 
-    def explain(self) -> str:
-        """The test and the flags in plain words (for reports next to the four-fifths flags)."""
+    def explain(self, label: Callable[[str], str] = str) -> str:
+        """The test and the flags in plain words (for reports next to the four-fifths flags);
+        `label` turns a category into the name the report shows."""
         table = self.table
         flagged = table[table["flag"]]
         survive = flagged[flagged["flag_survives"]]
@@ -200,7 +205,7 @@ class RatioInference:
             f"({'significant' if self.p_value <= self.alpha else 'not significant'} at {self.alpha:g})."
         )
         if len(flagged):
-            kept = ", ".join(map(str, survive.index)) or "none"
+            kept = ", ".join(label(str(c)) for c in survive.index) or "none"
             lines.append(
                 f"Of the {len(flagged)} categories flagged under {self.flag_below:g}, the flags that survive "
                 f"this test (adjusted p <= {self.alpha:g}): {kept}."

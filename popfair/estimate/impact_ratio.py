@@ -295,7 +295,7 @@ class ImpactRatios:
             "impact_ratios/tests.csv": self.tests.set_index(["metric", "dimension"]),
             "impact_ratios/impact_ratios.png": self.plot(),
         }
-        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts)
+        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts, detail=self)
 
 
 def impact_ratios(
@@ -532,7 +532,7 @@ def _ll144(
                     "null_flag_rate": result.null_flag_rate,
                     "null_method": result.null_method,
                     "n_permutations": result.n_permutations,
-                    "explanation": result.explain(),
+                    "explanation": result.explain(_display),
                 }
             )
     return ImpactRatios(

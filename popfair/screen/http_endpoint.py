@@ -161,6 +161,7 @@ class HttpScreener(LLMScreener):
 
     audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
     plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
+    answers_rankings = False  # a vendor endpoint scores one document; it cannot rank a list (design/ranking)
 
     def __init__(
         self,

@@ -60,6 +60,23 @@ def check_shared_services(config: DictConfig) -> None:
     )
 
 
+def abandon_parent(config: DictConfig, reason: str) -> None:
+    """Close the sweep's parent run FAILED, tagged with why, when the sweep stops before any case
+    (its pre-flight checks failed); on_multirun_end, which would close it, is not reached then."""
+    from popfair.experiment import build
+
+    parent_run_id = os.environ.pop(ENV_PARENT_RUN_ID, None)
+    os.environ.pop(ENV_SWEEP_DIR, None)
+    if not parent_run_id:
+        return
+    try:
+        build(config.tracking, "tracking").finish_parent(
+            parent_run_id, status="FAILED", tags={"sweep.stopped": reason}, metrics={"cases": 0}
+        )
+    except Exception as exc:  # noqa: BLE001 - the sweep stops either way; say what was left open
+        log.error("popfair: could not close the sweep's parent run %s: %s", parent_run_id, exc)
+
+
 class SweepCallback(Callback):
     """Parent run, case summary and report for `python -m popfair -m ...`."""
 
@@ -71,6 +88,8 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from popfair.experiment import build
 
+        if config.get("check", False):  # popfair doctor: the sweeper checks the cases and exits
+            return
         try:
             check_shared_services(config)
         except ConfigError as exc:  # Hydra turns a callback's Exception into a warning and goes on

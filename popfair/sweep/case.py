@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -21,6 +21,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from popfair.errors import PopfairError
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
+
+if TYPE_CHECKING:
+    from popfair.table.case import TableCase
 
 log = logging.getLogger("popfair")
 
@@ -60,10 +63,14 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
 
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
-    from popfair.experiment import Experiment
     from popfair.report.console import summary
     from popfair.sweep.plan import plan_case
+    from popfair.table.case import TableCase
 
+    if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
+        from popfair.doctor import doctor_case
+
+        sys.exit(doctor_case(cfg))
     hydra_cfg = HydraConfig.get()
     sweep = current_sweep()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
@@ -75,10 +82,10 @@ def run_case(cfg: DictConfig) -> float | None:
     record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
     experiment = None
     try:
-        experiment = Experiment.from_config(cfg, dry_run=dry_run)
+        experiment = case_from_config(cfg, dry_run=dry_run)
         record.case_name = experiment.case_name()
         if dry_run:
-            plan = plan_case(experiment)
+            plan = plan_table(experiment) if isinstance(experiment, TableCase) else plan_case(experiment)
             print(plan.line())
             record.status, record.plan = "planned", plan.as_dict()
             value = None
@@ -91,8 +98,8 @@ def run_case(cfg: DictConfig) -> float | None:
                     experiment.case_name(),
                     result.effects,
                     result.run_id,
-                    len(result.scored),
-                    int(result.scored["error"].notna().sum()),
+                    result.n_rows,
+                    result.n_failed,
                     experiment.tracker.uri,
                     timings=result.timings,
                     total=time.perf_counter() - start,
@@ -115,6 +122,25 @@ def run_case(cfg: DictConfig) -> float | None:
     if sweep:
         record.write(sweep.sweep_dir)
     return value
+
+
+def case_from_config(cfg: DictConfig, *, dry_run: bool = False) -> Any:
+    """The composed case: an audit of an existing table when the `table` group is set
+    (`popfair.table.case.TableCase`), else the generated pipeline (`popfair.experiment.Experiment`)."""
+    from popfair.experiment import Experiment
+    from popfair.table.case import TableCase
+
+    if cfg.get("table") is not None:
+        return TableCase.from_config(cfg, dry_run=dry_run)
+    return Experiment.from_config(cfg, dry_run=dry_run)
+
+
+def plan_table(case: TableCase) -> Any:
+    """A table case's dry run: the table is read and checked; nothing is screened, so nothing costs."""
+    from popfair.sweep.plan import CasePlan
+
+    print(case.check())
+    return CasePlan(case.case_name(), "none (table)", "none (table)", 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0)
 
 
 class WorkerDied(Exception):
