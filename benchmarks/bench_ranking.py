@@ -82,9 +82,9 @@ def main() -> None:
     )
     print(
         "logit position[1] = {:.3f} (true {:.2f}); logit group[white female] = {:.3f} (true {:.2f})".format(
-            table.loc["logit.position[1]", "estimate"],
+            table.loc["logit.position.1", "estimate"],
             FIRST_BONUS,
-            table.loc["logit.group[white female]", "estimate"],
+            table.loc["logit.group.white_female", "estimate"],
             STRENGTHS[0] - STRENGTHS[1],
         )
     )

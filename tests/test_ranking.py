@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from popfair import Experiment
-from popfair.design.ranking.estimate import RankTrials, design_matrix, fit_rank_logit, ranking_effects
+from popfair.design.ranking.estimate import design_matrix, fit_rank_logit, ranking_effects
 from popfair.design.ranking.parse import parse_ranking
+from popfair.design.ranking.power import simulate_rankings, trials_needed
 from popfair.design.ranking.trials import williams_square
 from popfair.errors import ConfigError
 from tests.conftest import compose_config
@@ -145,20 +146,6 @@ def test_ranking_design_rejects_image_renderers_and_scoring_only_screeners():
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "estimator=pse_dml", "tracking=none"]))
 
 
-def simulate(n, strengths, bonus, rng, partial_share=0.0):
-    """RankTrials of n Plackett-Luce rankings: log-worth strengths[g] + bonus[position] (Latin-square orders)."""
-    k = len(strengths)
-    orders = williams_square(k)[np.arange(n) % k]  # orders[t, p] = group shown at position p + 1
-    position = np.empty_like(orders)
-    np.put_along_axis(position, orders, np.arange(1, k + 1)[None, :], axis=1)
-    utility = np.asarray(strengths)[None, :] + np.asarray(bonus)[position - 1] + rng.gumbel(size=(n, k))
-    rank = np.empty((n, k))
-    np.put_along_axis(rank, np.argsort(-utility, axis=1), np.arange(1, k + 1, dtype=float)[None, :], axis=1)
-    cut = rng.random(n) < partial_share
-    rank[cut] = np.where(rank[cut] <= 3, rank[cut], np.nan)  # top-3 only
-    return RankTrials([f"g{i}" for i in range(k)], rank, position, np.arange(n))
-
-
 def test_exploded_logit_equals_statsmodels_conditional_logit():
     """The vectorised likelihood fits exactly what statsmodels' ConditionalLogit fits on the exploded
     choice sets (params and model-based SEs), partial rankings included."""
@@ -166,7 +153,7 @@ def test_exploded_logit_equals_statsmodels_conditional_logit():
     from statsmodels.tools.numdiff import approx_hess
 
     rng = np.random.default_rng(3)
-    trials = simulate(300, [0.4, 0.0, -0.3, 0.1], [0.5, 0.0, 0.0, -0.2], rng, partial_share=0.3)
+    trials = simulate_rankings(300, [0.4, 0.0, -0.3, 0.1], [0.5, 0.0, 0.0, -0.2], rng, top=3, top_share=0.3)
     ours = fit_rank_logit(trials, reference="g1", reference_position=4, se="model")
     x, names = design_matrix(trials, "g1", 4)
     rows, chosen, sets = [], [], []
@@ -185,24 +172,24 @@ def test_exploded_logit_equals_statsmodels_conditional_logit():
     np.testing.assert_allclose(ours.params, fitted.params, atol=2e-3)
     information = -approx_hess(ours.params, reference.loglike)
     np.testing.assert_allclose(ours.se, np.sqrt(np.diag(np.linalg.inv(information))), rtol=1e-3)
-    assert ours.names[:3] == ["group[g0]", "group[g2]", "group[g3]"]
+    assert ours.names[:3] == ["group.g0", "group.g2", "group.g3"]
 
 
 def test_estimates_recover_known_strengths_and_position_bonus():
     rng = np.random.default_rng(11)
     strengths = [0.3, 0.0, -0.2, 0.0]
-    trials = simulate(4000, strengths, [0.6, 0.0, 0.0, 0.0], rng)
+    trials = simulate_rankings(4000, strengths, [0.6, 0.0, 0.0, 0.0], rng)
     effects = ranking_effects(trials, reference="g1", reference_position=4, n_bootstrap=300)
     table = effects.table
     for g, truth in (("g0", 0.3), ("g2", -0.2), ("g3", 0.0)):
-        row = table.loc[f"logit.group[{g}]"]
+        row = table.loc[f"logit.group.{g}"]
         assert row["ci_low"] < truth < row["ci_high"], g
-    first = table.loc["logit.position[1]"]
+    first = table.loc["logit.position.1"]
     assert first["ci_low"] < 0.6 < first["ci_high"]
     # the strongest group wins most, the weakest least; the first position wins above 1/k
-    assert table.loc["top1[g0]", "estimate"] > table.loc["top1[g2]", "estimate"]
-    assert table.loc["top1_position[1]", "ci_low"] > 0.25
-    assert table.loc["impact_ratio[g0]", "estimate"] == 1.0
+    assert table.loc["top1.g0", "estimate"] > table.loc["top1.g2", "estimate"]
+    assert table.loc["top1_position.1", "ci_low"] > 0.25
+    assert table.loc["impact_ratio.g0", "estimate"] == 1.0
     assert effects.metrics["ranking.no_group_differs_logit_p"] < 1e-6
 
 
@@ -213,7 +200,7 @@ def test_a_balanced_null_with_strong_position_bias_rejects_at_the_tests_level():
     logit_rejects, ratio_rejects, position_found = 0, 0, 0
     sims = 60
     for _ in range(sims):
-        trials = simulate(400, [0.0] * 8, [1.0] + [0.0] * 7, rng)
+        trials = simulate_rankings(400, [0.0] * 8, [1.0] + [0.0] * 7, rng)
         metrics = ranking_effects(trials, reference="g1", reference_position=8, n_bootstrap=200).metrics
         logit_rejects += metrics["ranking.no_group_differs_logit_p"] < 0.05
         ratio_rejects += metrics["ranking.no_group_differs_top1_p"] < 0.05
@@ -260,3 +247,12 @@ def stub_ranking_from_reply(reply: str, names: list[str]) -> list[str]:
     reply, compared case-insensitively)."""
     low = reply.lower()
     return sorted(names, key=lambda name: low.find(name.lower()))
+
+
+def test_the_whole_ranking_needs_fewer_trials_than_the_winner_alone():
+    """The top-1 count agrees with the two-proportion formula for P(A first) - P(B first)."""
+    top1, full = trials_needed(0.2, 8, stages=1), trials_needed(0.2, 8)
+    p1, p0 = np.exp(0.2) / (np.exp(0.2) + 7), 1 / (np.exp(0.2) + 7)
+    formula = (1.959964 + 0.841621) ** 2 * (p1 + p0 - (p1 - p0) ** 2) / (p1 - p0) ** 2
+    assert abs(top1 / formula - 1) < 0.05
+    assert full < top1 / 3

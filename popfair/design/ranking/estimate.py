@@ -38,6 +38,13 @@ from popfair.estimate.impact_inference import impact_ratio_inference
 from popfair.types import Effects, Plot, Profiles, Roles
 
 TRIAL, GROUP, POSITION, RANK = "trial_id", "group", "position", "rank"
+
+
+def slug(group: str) -> str:
+    """A group's name as it appears in effect names (MLflow metric keys: letters, digits, _ . -)."""
+    return "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in group)
+
+
 SE_KINDS = ("cluster", "model")
 
 
@@ -112,7 +119,7 @@ def design_matrix(trials: RankTrials, reference: str, reference_position: int) -
     position_part = (trials.position[:, :, None] == np.array(positions)[None, None, :]).astype(float)
     n = len(trials.rank)
     x = np.concatenate([np.broadcast_to(group_part, (n, k, len(others))), position_part], axis=2)
-    names = [f"group[{g}]" for g in others] + [f"position[{p}]" for p in positions]
+    names = [f"group.{slug(g)}" for g in others] + [f"position.{p}" for p in positions]
     return x, names
 
 
@@ -188,8 +195,8 @@ class LogitFit:
         return np.sqrt(np.diag(self.cov))
 
     def wald(self, prefix: str) -> tuple[float, int, float]:
-        """chi2, df and p-value of "every coefficient named prefix[...] is 0"."""
-        idx = [i for i, name in enumerate(self.names) if name.startswith(prefix + "[")]
+        """chi2, df and p-value of "every coefficient named prefix.<...> is 0"."""
+        idx = [i for i, name in enumerate(self.names) if name.startswith(prefix + ".")]
         if not idx:
             return float("nan"), 0, float("nan")
         b, v = self.params[idx], self.cov[np.ix_(idx, idx)]
@@ -382,11 +389,11 @@ def ranking_effects(
     table = ratios.table
     for g in groups:
         r = table.loc[g]
-        add(f"top1[{g}]", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
+        add(f"top1.{slug(g)}", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
     for g in groups:
         r = table.loc[g]
         add(
-            f"impact_ratio[{g}]",
+            f"impact_ratio.{slug(g)}",
             r["impact_ratio"],
             r["ratio_se"],
             r["ci_low"],
@@ -399,14 +406,14 @@ def ranking_effects(
     filled = trials.filled_rank()
     mean, se_, low, high = trial_mean(filled, alpha)
     for i, g in enumerate(groups):
-        add(f"mean_rank[{g}]", mean[i], se_[i], low[i], high[i], (k + 1) / 2)
+        add(f"mean_rank.{slug(g)}", mean[i], se_[i], low[i], high[i], (k + 1) / 2)
     ref = groups.index(reference)
     above = (filled[:, :, None] < filled[:, None, :]) + 0.5 * (filled[:, :, None] == filled[:, None, :])
     pair_mean, pair_se, pair_low, pair_high = trial_mean(above.reshape(n, k * k).astype(float), alpha)
     for i, g in enumerate(groups):
         if i != ref:
             j = i * k + ref
-            add(f"above[{g} > {reference}]", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
+            add(f"above.{slug(g)}_vs_{slug(reference)}", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
     # position effects: the winner's shown position
     shown_first = np.zeros((n, k))
     rows_won, groups_won = np.nonzero(winner)
@@ -414,7 +421,7 @@ def ranking_effects(
     ranked_trials = winner.any(axis=1)
     mean, se_, low, high = trial_mean(shown_first[ranked_trials], alpha)
     for p in range(k):
-        add(f"top1_position[{p + 1}]", mean[p], se_[p], low[p], high[p], 1 / k)
+        add(f"top1_position.{p + 1}", mean[p], se_[p], low[p], high[p], 1 / k)
     # the rank-ordered logit
     fit = fit_rank_logit(trials, reference=reference, reference_position=reference_position, se=se)
     z = stats.norm.ppf(1 - alpha / 2)
