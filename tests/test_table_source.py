@@ -151,6 +151,10 @@ def test_sqlite_table_and_query_give_the_hand_counted_cells(tmp_path, table):
     )
     later = table[table["Decided"] >= "2024-07-01"]
     pd.testing.assert_frame_equal(by_query, hand_counts(later), check_dtype=False)
+    with pytest.raises(
+        ConfigError, match=r"^table.name: no table 'decision' in sqlite:///.*; closest: \['decisions'\]"
+    ):
+        table_case(tmp_path, [url, "table.name=decision", *COLUMNS]).read()
     assert result.source.fingerprint["row_checksum_rows"] == str(len(table))  # type: ignore[attr-defined]
     assert again.source.fingerprint["row_checksum"] != result.source.fingerprint["row_checksum"]  # type: ignore[attr-defined]
 

@@ -339,8 +339,8 @@ class MappedTable:
         return _Coding(
             "rank",
             f"CAST(({as_number}) <= {k} AS INTEGER)",
-            f"({as_number}) IS NULL OR ({as_number}) < 1 OR ({as_number}) <> floor({as_number})",
-            "rank is not a whole number >= 1",
+            f"({as_number}) IS NULL OR ({as_number}) < 0 OR ({as_number}) <> floor({as_number})",
+            "rank is not a whole number >= 0",
             "callback",
         )
 

@@ -253,9 +253,9 @@ def _outcome(node: Mapping[str, Any]) -> OutcomeCoding:
     require(kind in OUTCOME_KINDS, "table.outcome.kind", f"must be one of {list(OUTCOME_KINDS)}, got {kind!r}")
     k = node.get("k")
     require(
-        k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 1),
+        k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 0),
         "table.outcome.k",
-        f"must be a positive integer (rank <= k counts as selected), got {k!r}",
+        f"must be a whole number >= 0 (rank <= k counts as selected; 1 = the top of 1-based ranks), got {k!r}",
     )
     require(kind != "rank" or k is not None, "table.outcome.k", "outcome.kind=rank needs k (rank <= k is selected)")
     selected, not_selected = tuple(node.get("selected") or ()), tuple(node.get("not_selected") or ())
