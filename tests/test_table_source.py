@@ -94,7 +94,9 @@ def mapped_counts(tmp_path, overrides: list[str]) -> tuple[pd.DataFrame, TableCa
         counts = mapped.counts()
     finally:
         mapped.source.close()
-    frame = counts.counts.sort_values(["cluster", "sex", "race"]).reset_index(drop=True)
+    frame = (
+        counts.counts.astype({"sex": str, "race": str}).sort_values(["cluster", "sex", "race"]).reset_index(drop=True)
+    )
     return frame[["cluster", "sex", "race", "n", "selection"]], case, counts
 
 
