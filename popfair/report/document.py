@@ -182,7 +182,9 @@ def to_pdf(title: str, blocks: list[Block]) -> bytes:
             )
         elif block.kind == "facts":
             rows = [[para(k), para(v)] for k, v in block.content.items()]
-            story.append(Table(rows, colWidths=[0.28 * width, 0.72 * width], hAlign="LEFT"))
+            facts = Table(rows, colWidths=[0.28 * width, 0.72 * width], hAlign="LEFT")
+            facts.setStyle(TableStyle([("VALIGN", (0, 0), (-1, -1), "TOP")]))
+            story.append(facts)
         elif block.kind == "table":
             story.append(KeepTogether(_pdf_table(block.content, width, Table, TableStyle, colors)))
         else:
@@ -212,8 +214,8 @@ def _pdf_table(table: pd.DataFrame, width: float, table_type: Any, style_type: A
         [Paragraph(html.escape(cell(v)), style) for v, style in zip(row, styles, strict=True)]
         for row in table.itertuples(index=False)
     ]
-    weight = np.where(right, 1.0, 2.2)  # text columns (category names, notes) get the room
-    result = table_type([head, *body], repeatRows=1, hAlign="LEFT", colWidths=list(width * weight / weight.sum()))
+    widths = _column_widths(table, right, width, size)
+    result = table_type([head, *body], repeatRows=1, hAlign="LEFT", colWidths=widths)
     result.setStyle(
         style_type(
             [
@@ -224,3 +226,28 @@ def _pdf_table(table: pd.DataFrame, width: float, table_type: Any, style_type: A
         )
     )
     return result
+
+
+def _column_widths(table: pd.DataFrame, right: list[bool], width: float, size: float) -> list[float]:
+    """Column widths in points: numbers and short words never wrap; text columns share what is left
+    in proportion to their longest cell (a character is about 0.6 em, plus 12 pt of cell padding)."""
+    char = 0.6 * size
+
+    def longest(values: list[str]) -> int:
+        return max([len(v) for v in values] + [1])
+
+    words = [longest(str(c).split()) * 1.15 for c in table.columns]  # bold headers are wider
+    cells = [longest([cell(v) for v in table[c]]) for c in table.columns]
+    fixed = [
+        max(w, n if r else longest(" ".join(cell(v) for v in table[c]).split()))
+        for w, n, r, c in zip(words, cells, right, table.columns)
+    ]
+    need = np.array([char * f + 14 for f in fixed])
+    want = np.array([char * max(w, n) + 14 for w, n in zip(words, cells)])
+    spare = width - need.sum()
+    if spare <= 0:
+        return list(need * width / need.sum())
+    grow = want - need
+    if grow.sum() > 0:
+        need = need + grow * min(1.0, spare / grow.sum())
+    return list(need)
