@@ -300,6 +300,11 @@ class MappedTable:
                     )
                 self.notes.append(f"{role}: values no mapping covers, counted as unknown: {listed}{more}")
                 seen.loc[seen["category"].isna(), "category"] = UNKNOWN
+            if (seen["category"] == UNKNOWN).all():
+                raise ConfigError(
+                    f"table.columns.{role}: no row of column {column!r} has a known {role} (all {int(seen['rows'].sum()):,} "
+                    f"blank, unknown or unmapped); map its values in table.values.{role}, or leave table.columns.{role} unset"
+                )
             seen.insert(0, "column", column)
             seen.insert(0, "role", role)
             tables.append(seen)
