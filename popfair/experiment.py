@@ -33,6 +33,7 @@ from popfair.render.store import DocumentStore
 from popfair.report import patterns
 from popfair.report.figures import draw_artifacts
 from popfair.screen.base import Screener
+from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE, check_failure_share
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 from popfair.types import FACTUAL, WORLD, Effects, Profiles
 
@@ -165,6 +166,15 @@ def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
     return bool(getattr(screener, "audits_a_tool", False)) if setting == "auto" else bool(setting)
 
 
+def _failure_share(value: Any) -> float | None:
+    require(
+        value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1),
+        "max_failure_share",
+        f"must be a share in [0, 1] or null (estimate whatever failed), got {value!r}",
+    )
+    return None if value is None else float(value)
+
+
 # What a dry run may build a component without: keyword -> the external resource it waives.
 PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
 
@@ -257,13 +267,15 @@ class Experiment:
     parent_run_id: str | None = None  # MLflow parent run when the case belongs to a sweep
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
     audit_report: bool = False  # write the auditor's report (logged as audit_report/)
+    max_failure_share: float | None = DEFAULT_MAX_FAILURE_SHARE  # more failed screens: no estimate (None: any)
     design: Design | None = None  # how applicants become prompts and answers (default: the population's)
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
         """Validate and build every component before any work is done. `dry_run` builds API
-        screeners without keys and photo renderers without photos (planning needs neither)."""
+        screeners without keys and photo renderers without photos (planning needs neither).
+        `values`: `cfg` already resolved, when the caller has it (the pre-flight checks)."""
         for group in COMPONENT_GROUPS:
             require(
                 group in cfg and cfg[group] is not None,
@@ -271,7 +283,8 @@ class Experiment:
                 f"missing config group; pick an option, e.g. {group}=<option>",
             )
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
-        values = resolved(cfg)  # one resolved copy: checked per group, logged, and a dry run's memo key
+        values = values if values is not None else resolved(cfg)  # one resolved copy: checked per group,
+        # logged, and a dry run's memo key
         parts = {
             group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
             for group in COMPONENT_GROUPS
@@ -298,6 +311,7 @@ class Experiment:
             ),
             config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
             audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
+            max_failure_share=_failure_share(cfg.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)),
             documents=None
             if dry_run
             else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
@@ -346,6 +360,8 @@ class Experiment:
         design = self.design or design_of(self.population)
         prompts = design.prompts(profiles, rows, documents)  # the design groups documents into prompts
         results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
+        # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
+        check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
         screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
         screening = screen_metrics() if callable(screen_metrics) else {}
         scored_rows = design.scored(profiles, rows, documents, prompts, results)

@@ -98,6 +98,7 @@ class StubState:
     held: int = 0
     granted: int = 0  # requests let through (for hold_after)
     reject_auth: bool = False  # answer 401 to everything (a revoked key)
+    down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
 
 
@@ -245,6 +246,9 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(raw)
         system, user = extract_prompt(path, body)
         prompt = prompt_text(system, user)
+        if st.down_after is not None and sum(st.answered.values()) >= st.down_after:
+            self.close_connection = True  # the client sees the server disconnect: a transport failure
+            return
         with st.lock:
             st.requests += 1
             st.attempts[prompt] += 1

@@ -35,6 +35,7 @@ from popfair.errors import require
 from popfair.types import Document, Job
 
 STORE_NAME = "documents"
+LOOKUP_CHUNK = 2_000  # keys read, then unpacked, at a time (about 100 MB of PNG pages)
 _RENDER_PACKAGE = Path(__file__).resolve().parent
 _RESUME_DATA = _RENDER_PACKAGE.parent / "data" / "resume"
 # stored value: kind (ASCII, padded), byte lengths of text (UTF-8), PNG and PDF (-1: absent), then those bytes
@@ -163,13 +164,17 @@ class DocumentStore:
     def lookup(
         self, keys: Sequence[str], rows: Sequence[Mapping[str, Any]], jobs: Mapping[str, Job]
     ) -> dict[int, Document]:
-        """The stored documents of `rows` by row position, in one batched read."""
-        found = self.blobs.get_many(keys)
-        return {
-            i: unpack(found[key], str(row["applicant_id"]), jobs[row["job_id"]].job_id, row)
-            for i, (key, row) in enumerate(zip(keys, rows))
-            if key in found
-        }
+        """The stored documents of `rows` by row position: batched reads of LOOKUP_CHUNK keys, each
+        unpacked before the next is read (a page set is ~1 GB: never held twice)."""
+        documents: dict[int, Document] = {}
+        for start in range(0, len(keys), LOOKUP_CHUNK):
+            found = self.blobs.get_many(keys[start : start + LOOKUP_CHUNK])
+            for i in range(start, min(start + LOOKUP_CHUNK, len(keys))):
+                value = found.get(keys[i])
+                if value is not None:
+                    row = rows[i]
+                    documents[i] = unpack(value, str(row["applicant_id"]), jobs[row["job_id"]].job_id, row)
+        return documents
 
     def save(self, items: Sequence[tuple[str, Document]]) -> None:
         """Store (key, document) pairs in one commit."""
