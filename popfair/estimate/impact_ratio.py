@@ -39,7 +39,6 @@ from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
 from popfair.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
 from popfair.types import Effects, Plot, Roles
 
-DIMENSIONS = ("sex", "race", "sex_race")
 DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
 UNKNOWN = "unknown"
 OUTCOMES = ("auto", "score", "callback")
