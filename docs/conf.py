@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
@@ -20,6 +21,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import popfair  # noqa: E402
+
+# Warnings the gallery's examples raise are shown on their pages: as the reader would see them,
+# without the build machine's file paths.
+warnings.formatwarning = lambda message, category, *_args, **_kwargs: f"{category.__name__}: {message}\n"
 
 project = "popfair"
 author = "popfair contributors"

@@ -273,9 +273,10 @@ class Experiment:
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
         """Validate and build every component before any work is done. `dry_run` builds API
-        screeners without keys and photo renderers without photos (planning needs neither)."""
+        screeners without keys and photo renderers without photos (planning needs neither).
+        `values`: `cfg` already resolved, when the caller has it (the pre-flight checks)."""
         for group in COMPONENT_GROUPS:
             require(
                 group in cfg and cfg[group] is not None,
@@ -283,7 +284,8 @@ class Experiment:
                 f"missing config group; pick an option, e.g. {group}=<option>",
             )
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
-        values = resolved(cfg)  # one resolved copy: checked per group, logged, and a dry run's memo key
+        values = values if values is not None else resolved(cfg)  # one resolved copy: checked per group,
+        # logged, and a dry run's memo key
         parts = {
             group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
             for group in COMPONENT_GROUPS

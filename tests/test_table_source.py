@@ -94,7 +94,9 @@ def mapped_counts(tmp_path, overrides: list[str]) -> tuple[pd.DataFrame, TableCa
         counts = mapped.counts()
     finally:
         mapped.source.close()
-    frame = counts.counts.sort_values(["cluster", "sex", "race"]).reset_index(drop=True)
+    frame = (
+        counts.counts.astype({"sex": str, "race": str}).sort_values(["cluster", "sex", "race"]).reset_index(drop=True)
+    )
     return frame[["cluster", "sex", "race", "n", "selection"]], case, counts
 
 
@@ -284,6 +286,25 @@ def test_unmapped_values_are_named_with_their_counts_never_dropped(tmp_path, tab
     assert counts["n"].sum() == len(odd)
     assert counts.loc[counts["race"] == "unknown", "n"].sum() == 2 + 30
     assert "Martian" in " ".join(result.source.notes)  # type: ignore[attr-defined]
+
+
+def test_a_category_column_with_no_known_value_is_named(tmp_path, table):
+    blank = table.assign(Race_Ethnicity="")
+    path = tmp_path / "blank.parquet"
+    blank.to_parquet(path)
+    with pytest.raises(
+        ConfigError, match=r"^table.columns.race: no row of column 'Race_Ethnicity' has a known race \(all 1,574"
+    ):
+        table_case(tmp_path, [f"table.path={path}", *COLUMNS]).read()
+
+
+def test_a_contrast_level_with_no_rows_is_named(tmp_path, table):
+    no_black = table[table["Race_Ethnicity"] != "Black or African American"]
+    path = tmp_path / "no_black.csv"
+    no_black.to_csv(path, index=False)
+    case = table_case(tmp_path, [f"table.path={path}", *COLUMNS, "estimator=outcome_gap", "protected_attr=race"])
+    with pytest.raises(ConfigError, match=r"^protected_attr.x0: no row of the table has race='black' after mapping"):
+        case.run()
 
 
 def test_row_problems_go_to_table_report_and_are_counted_when_dropped(tmp_path, table):
