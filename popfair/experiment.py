@@ -55,6 +55,22 @@ class RunResult:
         One row per sampled applicant: profile columns, document, raw answer, y, error.
     run_id : str or None
         The MLflow run (None with tracking=none).
+    notes : list of str, optional
+        Caveats shown to the user and logged (population notes, screening failures, ...).
+    timings : dict, optional
+        Seconds per stage (population, render, screen, estimate, track), the `time.*_s` metrics.
+    audit : Effects, optional
+        The LL144 impact ratios logged for every case (config `outcome_audit`).
+    samples : dict, optional
+        A few rendered documents, logged under `samples/`.
+    screening : dict, optional
+        The screener's metrics for this case (calls, tokens, cost, failures by reason).
+    profiles : Profiles, optional
+        The sampled applicants and counterfactual worlds (not logged).
+    scored_worlds : DataFrame, optional
+        The counterfactual world rows as scored (an estimator's `WorldDesign`).
+    report : dict, optional
+        The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
 
     Examples
     --------
@@ -235,9 +251,15 @@ class Experiment:
     run_name, config, outcome_audit, parent_run_id, tags
         MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
         the sweep's parent run and extra tags.
+    audit_report : bool, default False
+        Write the auditor's report (LL144 summary and effects), logged as `audit_report/`.
+    max_failure_share : float or None
+        A case whose share of failed screens exceeds this stops before the estimator (None: never).
     design : Design, optional
         The study design (popfair.design): how the documents are grouped into prompts, what is
         asked, how replies are read and which estimators apply. Default: the population's.
+    documents : DocumentStore, optional
+        Rendered documents kept for every later case (config `document_store`).
 
     Returns
     -------
@@ -274,9 +296,23 @@ class Experiment:
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
-        """Validate and build every component before any work is done. `dry_run` builds API
-        screeners without keys and photo renderers without photos (planning needs neither).
-        `values`: `cfg` already resolved, when the caller has it (the pre-flight checks)."""
+        """Validate and build every component before any work is done.
+
+        Parameters
+        ----------
+        cfg : DictConfig
+            A composed config (`hydra.compose(config_name="config", overrides=[...])`).
+        dry_run : bool, default False
+            Build API screeners without keys and photo renderers without photos (planning needs
+            neither).
+        values : dict, optional
+            `cfg` already resolved, when the caller has it (the pre-flight checks).
+
+        Returns
+        -------
+        Experiment
+            The case, every component built; `run()` runs it.
+        """
         for group in COMPONENT_GROUPS:
             require(
                 group in cfg and cfg[group] is not None,
