@@ -283,3 +283,32 @@ def test_panel_report_has_a_summary_row_per_case_and_a_forest_per_model():
     figure = model_forest(long[long["model"] == "m1"], "m1")
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
     assert "position.1" in labels and "group.g0" in labels
+
+
+@pytest.mark.parametrize(
+    "provider, mode",
+    [("anthropic", "online"), ("bedrock", "online"), ("openai_compatible", "online"), ("openai", "batch")],
+)
+def test_ranking_through_every_provider_and_the_batch_api(provider, mode, tmp_path, monkeypatch):
+    """Each provider's real SDK (and OpenAI's batch API) against the stub: every trial read in the
+    stub's order; the dry-run plan counts the calls the run then makes."""
+    from popfair.sweep.plan import plan_case
+    from tests.llm_stub import StubServer
+    from tests.screen_helpers import make_screener
+
+    cfg = compose_config(["experiment=ranking_race_gender", "population.n_trials=24", "tracking=none"])
+    base = Experiment.from_config(cfg)
+    with StubServer() as stub:
+        extra = {"mode": mode, "batch": {"poll_interval_s": 0.01}} if mode == "batch" else {}
+        screener = make_screener(provider, stub.url, tmp_path / "cache", monkeypatch, **extra)
+        experiment = dataclasses.replace(base, screener=screener)
+        planned = plan_case(experiment)
+        assert planned.calls == 24 and planned.output_tokens == 24 * 8 * 8
+        scored = experiment.run().scored
+        assert scored["error"].isna().all() and (scored["n_ranked"] == 8).all()
+        for _, rows in scored.groupby("trial_id"):
+            by_rank = rows.sort_values("rank")
+            names = (rows["first_name"] + " " + rows["surname"]).tolist()
+            assert (by_rank["first_name"] + " " + by_rank["surname"]).tolist() == stub_ranking_from_reply(
+                rows["raw"].iloc[0], names
+            )
