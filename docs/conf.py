@@ -57,6 +57,9 @@ autodoc_default_options = {"members": True, "inherited-members": False}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
+# Checked as errors: a summary line, no parameter documented that the signature lacks, types and
+# return descriptions. PR01 (every parameter documented) is not yet: the table-case and document-store
+# classes still list their dataclass fields in comments only.
 numpydoc_validation_checks = {"GL08", "PR02", "PR07", "RT02", "SS01"}
 
 sphinx_gallery_conf = {
