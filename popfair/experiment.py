@@ -21,8 +21,9 @@ import popfair
 from popfair.constraints import ParameterError, validate
 from popfair.design import design_of
 from popfair.design.base import Design
-from popfair.errors import ConfigError, PopfairError, require
+from popfair.errors import ConfigError, Interrupted, PopfairError, require
 from popfair.estimate.base import Estimator
+from popfair.interrupts import sigterm_as_interrupt
 from popfair.parallel import forked_call, frozen_heap
 from popfair.population import worlds
 from popfair.population.base import Population
@@ -369,8 +370,33 @@ class Experiment:
         return worlds.sample(self.population, self.occupation, self.protected, self.seed, self.estimator.design)
 
     def run(self) -> RunResult:
-        with frozen_heap():  # what exists before the run is left out of its garbage collections
-            return self._run()
+        with frozen_heap(), sigterm_as_interrupt():  # frozen: what exists before is left out of collections
+            try:
+                return self._run()
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: a KILLED run says what was done
+                raise self._killed(exc) from None
+
+    def _killed(self, exc: KeyboardInterrupt) -> Interrupted:
+        """Record the stopped case as a KILLED MLflow run with what was done (rows answered, dollars);
+        the message says how to resume."""
+        interrupted = exc if isinstance(exc, Interrupted) else Interrupted(f"case {self.case_name()} interrupted")
+        metrics = interrupted.metrics or getattr(self.screener, "metrics", dict)()
+        message = f"{interrupted}"
+        try:
+            run_id = self.tracker.record_failure(
+                self.run_name or self.case_name(),
+                {"case_name": self.case_name(), **self.tags, **getattr(self.screener, "run_tags", {})},
+                flatten(self.config),
+                message,
+                parent_run_id=self.parent_run_id,
+                metrics=metrics,
+                status="KILLED",
+            )
+        except Exception as tracking_exc:  # noqa: BLE001 - the interrupt, not the tracking store, is the news
+            log.warning("could not record the interrupted case in MLflow: %s", tracking_exc)
+            run_id = None
+        where = f" (MLflow run {run_id}, KILLED)" if run_id else ""
+        return Interrupted(f"{message}{where}", metrics)
 
     def _run(self) -> RunResult:
         timings: dict[str, float] = {}

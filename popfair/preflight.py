@@ -95,9 +95,12 @@ class Preflight:
     """Checks over the composed configs of one case or of every case of a sweep.
 
     `add_case(job, config)` for each case (the full composed config, with its `hydra` node in a
-    sweep), then `findings()`."""
+    sweep), then `findings()`. `whole_case=False` (dry runs, whose cases build themselves next) leaves
+    out the build of each whole case and checks only the parts a dry run builds without their key,
+    extra or files."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, whole_case: bool = True) -> None:
+        self.whole_case = whole_case
         self.cases: dict[int, list[str]] = {}  # job -> its overrides
         self._found: dict[tuple[str, bool, str, str], Finding] = {}
         self._memo: dict[tuple[str, str], list[tuple[str, Check]]] = {}  # (what, resolved key) -> results
@@ -138,14 +141,15 @@ class Preflight:
     def _check_components(self, job: int, task: DictConfig, choices: Any) -> None:
         from popfair.experiment import PLANNING_RELAXATIONS, Experiment, build, resolved
 
-        values = resolved(task)  # one resolved copy: the memo keys and the case's build
+        # one resolved copy: the memo keys and the case's build (a dry run resolves just the parts)
+        values = resolved(task) if self.whole_case else None
         # the parts a dry run builds without their external resource, built as the run builds them
         for group in PLANNING_RELAXATIONS:
             node = task.get(group)
             if node is None:
                 continue
             subject = f"{group}={choices.get(group) or node.get('name') or node.get('_target_')}"
-            own = values[group] if values is not None else None
+            own = values[group] if values is not None else resolved(node)
 
             def built(node: DictConfig = node, group: str = group, own: Any = own, subject: str = subject) -> Any:
                 build(node, group, values=own)  # raises what the case would raise: a key, an extra, a file missing
@@ -153,6 +157,8 @@ class Preflight:
 
             key = json.dumps(own, sort_keys=True, default=repr) if own is not None else _unresolved_key(node)
             self._once(job, group, key, subject, built)
+        if not self.whole_case:
+            return
         try:
             Experiment.from_config(task, dry_run=True, values=values)
         except Exception as exc:  # noqa: BLE001 - whatever would stop the case

@@ -349,3 +349,21 @@ def test_source_and_estimator_errors_at_build(tmp_path, csv_path):
         path = csv_path.with_suffix(".xlsx")
         write(pd.read_csv(csv_path), path, "excel")
         table_case(tmp_path, [f"table.path={path}", *COLUMNS, "table.sheet=Decisons"]).read()
+
+
+def test_a_table_with_sex_only_gives_the_sex_table(tmp_path, csv_path):
+    case = table_case(
+        tmp_path,
+        [f"table.path={csv_path}", "table.columns.outcome=Decision", "table.columns.sex=Sex", "tracking=none"],
+    )
+    result = case.run()
+    sex = result.ratios.included().query("dimension == 'sex'").set_index("category")
+    female = [cell for cell in CELLS if SEX[cell[0]] == "female"]
+    male = [cell for cell in CELLS if SEX[cell[0]] == "male"]
+    rate = {
+        name: sum(CELLS[c][1] for c in cells) / sum(CELLS[c][0] for c in cells)
+        for name, cells in (("female", female), ("male", male))
+    }
+    assert sex["rate"].to_dict() == pytest.approx(rate)
+    assert sex.loc["female", "impact_ratio"] == pytest.approx(rate["female"] / rate["male"])
+    assert result.ratios.n_unknown()["sex"] == 20

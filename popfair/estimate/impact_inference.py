@@ -338,7 +338,10 @@ def simultaneous_ratio_ci(
 
 
 def _lowest_ratio(rates: np.ndarray) -> np.ndarray:
-    """Per replicate: the lowest rate over the highest (1 when nobody is selected: no difference)."""
+    """Per replicate: the lowest rate over the highest (1 when nobody is selected, or no category is
+    in the ratios, e.g. a table without a race column: no difference)."""
+    if rates.shape[1] == 0:
+        return np.ones(len(rates))
     rates = np.clip(rates, 0.0, None)
     top = rates.max(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
