@@ -1,5 +1,5 @@
 """Command line: `python -m popfair [group=option ...] [key=value ...]` (Hydra), and
-`popfair doctor [same arguments]`: the pre-flight checks of that case or sweep (popfair.doctor).
+`popfair doctor [same arguments]`: the pre-flight checks of that case or sweep (popfair.sweep.doctor).
 
 `python -m popfair --help` lists the config groups and their options."""
 
@@ -14,6 +14,8 @@ import hydra
 from omegaconf import DictConfig
 
 from popfair.entry import entry_point
+from popfair.errors import Interrupted
+from popfair.interrupts import EXIT_INTERRUPTED
 from popfair.paths import CONF_DIR
 
 
@@ -29,8 +31,8 @@ def run(cfg: DictConfig) -> float | None:
 def main() -> float | None:
     """Entry point. A bare `--help` is answered from the config folder (popfair.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
-    if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.doctor)
-        from popfair.doctor import command_line
+    if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.sweep.doctor)
+        from popfair.sweep.doctor import command_line
 
         sys.argv[1:] = command_line(sys.argv[2:])
     if sys.argv[1:] in (["--help"], ["-h"]):
@@ -41,7 +43,11 @@ def main() -> float | None:
             print(text)
             return None
     _register_plugins()
-    return run()
+    try:
+        return run()
+    except Interrupted as exc:  # Ctrl-C / SIGTERM mid-case: answers saved, the run KILLED; no traceback
+        print(f"popfair: {exc}", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _register_plugins() -> None:

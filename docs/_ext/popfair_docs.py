@@ -3,8 +3,8 @@
 - The configuration reference (``reference/config/``): every config group under ``conf/``, every
   option (YAML file) with its header comment, and every key with its default and its comment, read
   from the YAML files at build time (comments included: they are the documentation).
-- The command-line reference (``reference/cli.md``): the ``--help`` of ``popfair``,
-  ``popfair-report``, ``popfair-export`` and ``popfair-data`` as they print it.
+- The command-line reference (``reference/cli.md``): the ``--help`` of every console script in
+  pyproject.toml (``popfair``, ``popfair-report``, ``popfair-export``, ``popfair-data``) as it prints it.
 - Math as MathML, converted at build time by docutils (no MathJax download: the site works offline).
 
 The generated Markdown goes to folders git ignores (``docs/.gitignore``) and is rewritten only when
@@ -32,13 +32,16 @@ CONF = ROOT / "conf"
 CONFIG_OUT = DOCS / "reference" / "config"
 CLI_OUT = DOCS / "reference" / "cli.md"
 
-# The command-line tools: (program name, module whose main() runs it, extra help pages).
-CLI_TOOLS = [
-    ("popfair", "popfair.__main__", []),
-    ("popfair-report", "popfair.report.__main__", []),
-    ("popfair-export", "popfair.export", []),
-    ("popfair-data", "popfair.population.fetch", [["pums"]]),
-]
+# Subcommands whose own --help is shown too (the tools themselves are pyproject.toml's [project.scripts]).
+CLI_SUBCOMMANDS = {"popfair-data": [["pums"]]}
+
+
+def cli_tools() -> list[tuple[str, str, str]]:
+    """(program, module, function) of every console script pyproject.toml declares."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return [(prog, *target.split(":")) for prog, target in scripts.items()]
 
 
 # --- configuration reference -------------------------------------------------------------------
@@ -166,6 +169,30 @@ def _code(text: str) -> str:
     return _cell(f"{ticks}{pad}{text}{pad}{ticks}")
 
 
+def _header_markdown(header: list[str]) -> list[str]:
+    """A config file's header comment as Markdown: prose lines as paragraphs, indented lines (command
+    examples) as code blocks."""
+    out: list[str] = []
+    prose: list[str] = []
+    code: list[str] = []
+    for line in [*header, ""]:
+        if line.startswith((" ", "\t")) and line.strip():
+            if prose:
+                out += [" ".join(prose), ""]
+                prose = []
+            code.append(line.strip() if not code else line[2:] if line.startswith("  ") else line)
+            continue
+        if code:
+            out += ["```text", *code, "```", ""]  # not bash: a comment may hold an unpaired quote
+            code = []
+        if line.strip():
+            prose.append(line.strip())
+        elif prose:
+            out += [" ".join(prose), ""]
+            prose = []
+    return out
+
+
 def option_section(group: str, option: str, path: Path, level: str = "##") -> str:
     """The Markdown section of one option: `group=option`, its header comment and its keys."""
     text = path.read_text()
@@ -174,8 +201,7 @@ def option_section(group: str, option: str, path: Path, level: str = "##") -> st
     out = [f"{level} `{group}={option}`" if group else f"{level} `{option}`", ""]
     out.append(f"File `conf/{path.relative_to(CONF).as_posix()}`" + (f" (package `{package}`)." if package else "."))
     out.append("")
-    if header:
-        out += ["```text", *header, "```", ""]
+    out += _header_markdown(header)
     if keys:
         out += ["| key | default | comment |", "|---|---|---|"]
         out += [f"| {_code(k.path)} | {_code(k.value)} | {_cell(k.comment)} |" for k in keys]
@@ -350,8 +376,8 @@ def write_api_reference() -> None:
 # --- command-line reference ----------------------------------------------------------------------
 
 
-def tool_help(prog: str, module: str, args: list[str]) -> str:
-    code = f"import sys; sys.argv[0] = {prog!r}; from {module} import main; main()"
+def tool_help(prog: str, module: str, function: str, args: list[str]) -> str:
+    code = f"import sys; sys.argv[0] = {prog!r}; from {module} import {function}; {function}()"
     done = subprocess.run(
         [sys.executable, "-c", code, *args, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
@@ -369,13 +395,13 @@ def write_cli_reference() -> None:
         "[configuration reference](config/index.md)); the others are argparse programs.",
         "",
     ]
-    for prog, module, subcommands in CLI_TOOLS:
-        parts += [f"## `{prog}`", "", "```text", f"$ {prog} --help", tool_help(prog, module, []), "```", ""]
-        for sub in subcommands:
+    for prog, module, function in cli_tools():
+        parts += [f"## `{prog}`", "", "```text", f"$ {prog} --help", tool_help(prog, module, function, []), "```", ""]
+        for sub in CLI_SUBCOMMANDS.get(prog, []):
             parts += [
                 "```text",
                 f"$ {prog} {' '.join(sub)} --help",
-                tool_help(prog, module, sub),
+                tool_help(prog, module, function, sub),
                 "```",
                 "",
             ]

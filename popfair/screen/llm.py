@@ -212,7 +212,7 @@ class LLMScreener:
             f"provider {provider} needs the name of the environment variable holding the API key",
         )
         self.name, self.display_name = name, display_name or name
-        self.route = route
+        self.route, self.routes = route, routes
         # MLflow tags of every run of this screener: the route called and why it was chosen
         self.run_tags = {"route": route, "route_reason": choice.reason} if choice is not None and route else {}
         self.popfair_choices = {str(k): str(v) for k, v in (popfair_choices or {}).items()}
@@ -375,7 +375,9 @@ class LLMScreener:
                     outcome,
                     budget_usd=self.max_cost_usd,
                     stats=stats,
-                    key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials",
+                    key_hint=f"check {self.api_key_env}" if self.api_key_env else "check the credentials",
+                    name=self.name,
+                    **self.config_keys,
                     max_calls=self.max_calls,
                     parse=self.parse_answer,
                 )
@@ -387,6 +389,8 @@ class LLMScreener:
 
     # --- hooks a screener of another kind of endpoint replaces (screen/http_endpoint.py) --------
     max_calls: int | None = None  # requests one case may send; null = no cap
+    # the settings that place and shape requests, named in the fix of a stop message
+    config_keys = {"url_key": "screener.base_url", "request_keys": "screener.model and screener.generation"}
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
         """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""

@@ -190,8 +190,11 @@ class MlflowTracker:
         error: str,
         traceback_text: str = "",
         parent_run_id: str | None = None,
+        metrics: Mapping[str, float] | None = None,
+        status: str = "FAILED",
     ) -> str | None:
-        """A FAILED run for a case that raised before it could log itself: tag `error` holds the
+        """A FAILED run for a case that raised before it could log itself (or KILLED, for one
+        stopped by Ctrl-C/SIGTERM, with `metrics` saying what was done): tag `error` holds the
         message, artifact error.txt the message and traceback."""
         if not self.enabled:
             return None
@@ -199,9 +202,11 @@ class MlflowTracker:
 
         with self.run(run_name, {**tags, "error": error[:4900]}, parent_run_id) as run:
             run.params(params)
+            if metrics:
+                run.metrics(metrics)
             run.artifacts({"error.txt": f"{error}\n\n{traceback_text}"})
             run_id = run.run_id
-            mlflow.end_run(status="FAILED")
+            mlflow.end_run(status=status)
         return run_id
 
 
