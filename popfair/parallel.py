@@ -4,8 +4,8 @@
 forked worker and yields `(start, result)` in span order, so joining the results gives exactly what
 one process would compute. The work function and its data are inherited through the fork (set in a
 module global just before it), so nothing but span bounds and results is pickled. It falls back to
-one span in this process when there is one CPU, the loop is under two chunks, or the platform has
-no fork."""
+spans of `chunk` in this process when there is one CPU, the loop is under two chunks, or the
+platform has no fork."""
 
 from __future__ import annotations
 
@@ -39,7 +39,10 @@ def forked_spans(
     global _WORK
     processes = cpu_count() if processes is None else processes
     if processes < 2 or n < 2 * chunk or "fork" not in mp.get_all_start_methods():
-        yield 0, work(0, n)
+        # spans of `chunk` in this process: a caller that keeps each span as it arrives (the
+        # document store) loses no finished span to a kill on one CPU either
+        for start in range(0, n, chunk):
+            yield start, work(start, min(start + chunk, n))
         return
     step = max(1, min(chunk, -(-n // (4 * processes))))  # a few spans per worker: they finish together
     spans = [(start, min(start + step, n)) for start in range(0, n, step)]

@@ -7,7 +7,16 @@ they read `conf/` beside the package: the files of that checkout, never another 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+
+# conf/hydra/launcher/joblib.yaml replaces the launcher of Hydra's joblib plugin by popfair's under the
+# same name (so `hydra/launcher=joblib` gets the one whose dead worker fails only its own case); Hydra
+# checks the file against the plugin's settings schema of that name, which is what we want, and warns
+# that matching by name is deprecated. The file keeps the schema's fields: the warning says nothing useful.
+warnings.filterwarnings(
+    "ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema", category=UserWarning
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 

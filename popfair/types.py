@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple
 
 import pandas as pd
 
-Outcome = Literal["score", "callback"]
+Outcome = Literal["score", "callback", "rank"]
 DocumentKind = Literal["text", "json", "image", "pdf"]
 WORLD = "world"  # column naming each row's world in tables with counterfactual rows
 FACTUAL = "factual"  # the world of the applicants as sampled (counterfactual worlds carry their own name)
@@ -69,7 +69,7 @@ class Profiles:
     table: pd.DataFrame
     roles: Roles
     jobs: dict[str, Job]
-    outcome: Outcome = "score"  # what the screener is asked: a 0-100 score or a yes/no callback
+    outcome: Outcome = "score"  # what the screener is asked: a 0-100 score, a yes/no callback or a ranking
     notes: list[str] = field(default_factory=list)  # caveats to show the user (e.g. missing states)
     artifacts: dict[str, Any] = field(default_factory=dict)  # diagnostics: name -> DataFrame | Figure | str
     tags: dict[str, str] = field(default_factory=dict)  # run tags (e.g. population.source), logged with the run
@@ -146,6 +146,7 @@ class Effects:
     labels: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame | Plot | str
+    detail: Any = None  # the estimator's own result (e.g. ImpactRatios) for reports built in the same run
 
     @property
     def case(self) -> str:

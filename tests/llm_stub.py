@@ -38,7 +38,29 @@ def expected_answer(system: str, user: str, garbage_rate: float = 0.0) -> str:
         return "I cannot decide."
     if "callback" in system:
         return "yes" if unit("answer", text) < 0.5 else "no"
+    if "Rank all candidates" in system:
+        return ranking_answer(text, stub_ranking(user))
     return str(int(unit("answer", text) * 101))
+
+
+def stub_ranking(user: str) -> list[str]:
+    """The candidates of a ranking prompt (the name heading each resume), in the stub's order: a
+    deterministic shuffle of the prompt."""
+    names = re.findall(r"=== Candidate \d+ ===\n(.+)", user)
+    return sorted(names, key=lambda name: unit("rank", user, name))
+
+
+RANKING_STYLES = (
+    lambda names: "\n".join(f"{i}. {n}" for i, n in enumerate(names, 1)),
+    lambda names: "Here is my ranking:\n" + "\n".join(f"{i}) {n.upper()} - solid fit" for i, n in enumerate(names, 1)),
+    lambda names: json.dumps({"ranking": names}),
+    lambda names: "\n".join(f"- **{n}**: relevant experience" for n in names),
+)
+
+
+def ranking_answer(text: str, names: list[str]) -> str:
+    """The stub's reply to a ranking prompt, in one of several formats (decided by the prompt)."""
+    return RANKING_STYLES[int(unit("style", text) * len(RANKING_STYLES))](names)
 
 
 @dataclass
@@ -76,6 +98,7 @@ class StubState:
     held: int = 0
     granted: int = 0  # requests let through (for hold_after)
     reject_auth: bool = False  # answer 401 to everything (a revoked key)
+    down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
 
 
@@ -223,6 +246,9 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(raw)
         system, user = extract_prompt(path, body)
         prompt = prompt_text(system, user)
+        if st.down_after is not None and sum(st.answered.values()) >= st.down_after:
+            self.close_connection = True  # the client sees the server disconnect: a transport failure
+            return
         with st.lock:
             st.requests += 1
             st.attempts[prompt] += 1

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import mlflow
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +20,7 @@ def popfair(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
-        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
@@ -77,3 +79,36 @@ def test_multirun_makes_one_mlflow_run_per_case(tmp_path):
     runs = mlflow.search_runs(experiment_names=["popfair"])
     cases = runs[runs["tags.popfair.sweep"] != "parent"]  # the sweep's parent run has no case params
     assert sorted(cases["params.occupation.key"]) == ["nurse", "teacher"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["popfair", "--help"],  # popfair's own fast help
+        ["popfair", "--help", "occupation=teacher"],  # Hydra's help
+        ["popfair", "--cfg", "job"],  # Hydra prints inside its own error handler
+        ["popfair.report", "--help"],
+        ["popfair.export", "--help"],
+        ["popfair.population.fetch", "--help"],
+    ],
+    ids=lambda command: " ".join(command),
+)
+def test_a_closed_pipe_ends_every_entry_point_quietly(command, tmp_path):
+    """`popfair --help | head`: the reader has gone before the first write (deterministic, unlike a
+    real `head`, which may read everything first): no traceback, the status a shell gives SIGPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", *command],
+            cwd=tmp_path,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    finally:
+        os.close(write_end)
+    assert out.returncode == 141, out.stderr
+    assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr

@@ -104,7 +104,9 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
     sheet.to_excel(folder / "first.xlsx", index=False)
     everything.drop(sheet.index).to_parquet(folder / "rest.parquet", index=False)
     case = [*PAIRED, *FILE_TOOL, f"screener.dir={folder}"]
-    partial = Experiment.from_config(compose_config([*case, "screener.results=first.xlsx"], tmp_path=tmp_path)).run()
+    # a partial sheet leaves 37% of the documents without a result: estimated anyway on request
+    first = [*case, "screener.results=first.xlsx", "max_failure_share=1.0"]
+    partial = Experiment.from_config(compose_config(first, tmp_path=tmp_path)).run()
     assert partial.scored["error"].notna().sum() == 320 - len(sheet)
     assert partial.scored["error"].dropna().str.startswith("no result for document d").all()
     report = pd.read_csv(folder / "import_report.csv")

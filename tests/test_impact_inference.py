@@ -13,7 +13,7 @@ from scipy import stats
 from popfair.errors import DataError
 from popfair.estimate import impact_inference
 from popfair.estimate.impact_inference import impact_ratio_inference, permutation_totals
-from popfair.estimate.impact_ratio import ImpactRatioSettings, impact_ratios, ll144_from_counts
+from popfair.estimate.impact_ratio import ImpactRatioSettings, impact_ratios, impact_ratios_from_counts
 
 CATEGORIES = list("ABCDEFGH")
 
@@ -188,24 +188,46 @@ def test_row_and_count_tables_are_one_computation():
     counts = (
         rows.fillna({"gender": "unknown"})
         .groupby(["posting_id", "gender", "race"], as_index=False)["y"]
-        .agg(n="size", selected="sum")
+        .agg(n="size", selection="sum")
     )
-    from_counts = ll144_from_counts(counts, sex="gender", cluster="posting_id", settings=settings)
+    from_counts = impact_ratios_from_counts(counts, sex="gender", cluster="posting_id", settings=settings)
     pd.testing.assert_frame_equal(from_rows.table, from_counts.table)
     pd.testing.assert_frame_equal(from_rows.tests, from_counts.tests)
     unclustered = ImpactRatioSettings(n_bootstrap=300, seed=2, cluster="none")
-    flat = counts.groupby(["gender", "race"], as_index=False)[["n", "selected"]].sum()
+    flat = counts.groupby(["gender", "race"], as_index=False)[["n", "selection"]].sum()
     pd.testing.assert_frame_equal(
         impact_ratios(rows, settings=unclustered).table,
-        ll144_from_counts(flat, sex="gender", settings=unclustered).table,
+        impact_ratios_from_counts(flat, sex="gender", settings=unclustered).table,
     )
+
+
+def test_score_tables_from_rows_and_from_counts_of_several_metrics_agree():
+    rng = np.random.default_rng(4)
+    rows = pd.DataFrame(
+        {"gender": rng.choice(["female", "male"], 3000), "race": rng.choice(["black", "white", "asian"], 3000)}
+    )
+    rows["y"] = np.round(rng.normal(60, 10, 3000) + 3 * (rows["race"] == "white"))
+    settings = ImpactRatioSettings(n_bootstrap=300, seed=1, min_score=65)
+    from_rows = impact_ratios(rows, settings=settings)
+    assert list(from_rows.thresholds) == ["scoring_median", "top_20pct", "score_ge_65"]
+    cells = rows.assign(
+        n=1,
+        scoring_median=rows["y"] > rows["y"].median(),
+        top_20pct=rows["y"] >= from_rows.thresholds["top_20pct"],
+        score_ge_65=rows["y"] >= 65,
+    )
+    counts = cells.groupby(["gender", "race"], as_index=False)[["n", *from_rows.thresholds]].sum()
+    from_counts = impact_ratios_from_counts(
+        counts, outcome="score", thresholds=from_rows.thresholds, sex="gender", settings=settings
+    )
+    pd.testing.assert_frame_equal(from_rows.table, from_counts.table)
 
 
 def test_counts_errors_name_the_problem():
     good = pd.DataFrame({"cluster": [1, 1], "category": ["a", "b"], "n": [3, 4], "selected": [1, 2]})
     with pytest.raises(DataError, match=r"lack columns \['selected'\]"):
         impact_ratio_inference(good.drop(columns="selected"))
-    with pytest.raises(DataError, match="selected outside 0..n"):
+    with pytest.raises(DataError, match="a selected count outside 0..n"):
         impact_ratio_inference(good.assign(selected=[1, 5]))
     with pytest.raises(DataError, match="no rows"):
         impact_ratio_inference(good.iloc[:0])

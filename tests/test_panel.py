@@ -89,3 +89,17 @@ def test_one_model_panel_and_bad_inputs_are_clear_errors(results):
         panel_tables(pd.concat([results, results.head(1)]))
     with pytest.raises(EstimationError, match="at least 3 models"):
         race_gender_correlation(results[results["model"].isin(["gpt-3.5-turbo", "gpt-4o-mini"])])
+
+
+def test_release_dates_of_month_and_day_precision_mix():
+    # the panel's configs hold both (gpt35_turbo: "2023-05"; most: YYYY-MM-DD); a format inferred from
+    # the first row must not turn the others into missing dates
+    from popfair.report.panel import panel_tables
+
+    rows = [
+        {"model": m, "axis": "race", "release_date": d, "gap_pp": 1.0, "ci_low": 0.0, "ci_high": 2.0}
+        | {"b": 10, "c": 5, "n_pairs": 100, "mcnemar_chi2": 1.0, "mcnemar_p": 0.1, "cluster_p": 0.1}
+        for m, d in [("old", "2023-05"), ("new", "2024-03-07")]
+    ]
+    table = panel_tables(pd.DataFrame(rows))["race"]
+    assert list(table["release_date"]) == ["2023-05-01", "2024-03-07"]

@@ -86,3 +86,9 @@ def test_frozen_heap_nests_and_survives_forks(monkeypatch):
         assert [start for start, _ in parallel.forked_spans(lambda a, b: b - a, 10, 2)] == [0, 2, 4, 6, 8]
         assert gc.get_freeze_count() >= frozen  # the forks kept the outer freeze
     assert gc.get_freeze_count() == 0
+
+
+def test_forked_spans_without_workers_still_yields_span_by_span():
+    # one CPU: spans of `chunk` in this process, so a caller storing each span keeps it through a kill
+    spans = list(parallel.forked_spans(lambda a, b: list(range(a, b)), 10, 4, processes=1))
+    assert spans == [(0, [0, 1, 2, 3]), (4, [4, 5, 6, 7]), (8, [8, 9])]

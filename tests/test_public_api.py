@@ -14,12 +14,14 @@ import popfair
 STAGES = [
     "popfair.estimate",
     "popfair.population",
+    "popfair.design",
     "popfair.render",
     "popfair.screen",
     "popfair.track",
     "popfair.report",
+    "popfair.table",
 ]
-DOCUMENTED = ["Experiment", "RunResult", "estimate_pse", "paired_gap", "impact_ratios", "panel_report"]
+DOCUMENTED = ["Experiment", "RunResult", "estimate_pse", "paired_gap", "impact_ratios", "panel_report", "TableCase"]
 
 
 @pytest.mark.parametrize("package", ["popfair", *STAGES])

@@ -12,9 +12,10 @@ from statsmodels.stats.multitest import multipletests
 
 from popfair.errors import DataError
 from popfair.estimate.sfm import CASE_LABELS
+from popfair.report.document import markdown_table
 from popfair.report.patterns import pattern_tally
 from popfair.report.runs import effects_long, load_runs
-from popfair.report.sweep import case_table, markdown_table, write_report
+from popfair.report.sweep import case_table, write_report
 from popfair.track.mlflow_tracker import MlflowTracker
 
 PSE = ["TE", "NDE", "NIE", "BIE", "RIE"]
@@ -154,7 +155,14 @@ def test_written_report_panel_matches_statsmodels_and_scipy(store, tmp_path):
     gender = [PANEL[m][2] for m in PANEL]
     r = stats.pearsonr(race, gender).statistic
     assert f"{r:.4g}" in page  # the correlation table
-    assert page.count("data:image/png;base64,") == 4 + 3  # 4 forest plots, photo, gaps, race vs gender
+    # overview, 4 forest plots, photo, panel forest, gaps, race vs gender
+    assert page.count("data:image/png;base64,") == 1 + 4 + 1 + 1 + 2
+    # read top down: every case at a glance, the pattern counts, then the detail; the panel's forest
+    # of models before its tables
+    order = ["All cases at a glance", "Cases per discrimination pattern", "Effects per case", "Forest plots per case"]
+    assert [page.index(h) for h in order] == sorted(page.index(h) for h in order)
+    assert page.index("effects_overview") < page.index("Cases per discrimination pattern")
+    assert page.index("panel_forest") < page.index("Axis: race")
     assert "boom" in page and "nurse-race-text-broken" in page
     assert "## Callback panel" in files["report.md"].read_text()
 
@@ -189,3 +197,44 @@ def test_an_estimators_own_significance_flag_wins():
     )
     flags = effects_long(runs).set_index("run_id")["significant"]
     assert flags.to_dict() == {"a": True, "b": True, "c": False}
+
+
+def test_overview_outlines_exactly_the_significant_effects(store):
+    from matplotlib.patches import Rectangle
+
+    from popfair.report.plots import effects_overview
+    from popfair.report.sweep import popresume_effects
+
+    tracker, parent, _ = store
+    pse = popresume_effects(effects_long(load_runs(tracker.uri, parent_run_id=parent)))
+    fig = effects_overview(pse)
+    heatmaps = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
+    outlined = sum(isinstance(p, Rectangle) and not p.fill for ax in heatmaps for p in ax.patches)
+    assert outlined == int(pse["significant"].sum()) > 0
+    cells = sum(int(np.isfinite(ax.images[0].get_array()).sum()) for ax in heatmaps)
+    assert cells == len(pse)  # one cell per case x effect
+
+
+def test_panel_forest_fills_the_bonferroni_significant_models():
+    from popfair.report.panel import panel_forest, panel_tables
+
+    results = pd.DataFrame(
+        [
+            {"model": m, "axis": "race", "release_date": d, "gap_pp": g, "ci_low": g - 1, "ci_high": g + 1}
+            | {"b": 10, "c": 5, "n_pairs": 100, "mcnemar_chi2": 1.0, "mcnemar_p": p, "cluster_p": p}
+            for m, d, g, p in [
+                ("a", "2023-01-01", 2.0, 0.001),
+                ("b", "2024-01-01", 0.5, 0.04),
+                ("c", "2025-01-01", 3.0, 0.0001),
+            ]
+        ]
+    )
+    tables = panel_tables(results)
+    ax = panel_forest(tables).axes[0]
+    filled, hollow = (
+        c
+        for c in ax.collections
+        if c.get_offsets().shape[0] and c.get_label() in ("Bonferroni significant", "not significant")
+    )
+    assert sorted(filled.get_offsets()[:, 0]) == [2.0, 3.0]  # p < 0.05 / 3
+    assert list(hollow.get_offsets()[:, 0]) == [0.5]

@@ -9,7 +9,7 @@ import time
 import pytest
 from tenacity import RetryCallState
 
-from popfair.errors import MissingSecretError
+from popfair.errors import MissingSecretError, ScreeningStopped
 from popfair.screen.engine import Engine, EngineSettings, RateLimiter
 from popfair.screen.parse import parse_answer
 from popfair.screen.providers import TransientError
@@ -137,10 +137,9 @@ def test_rejected_key_stops_sending_and_names_the_variable(tmp_path, monkeypatch
     docs = documents(200)
     with StubServer(reject_auth=True) as stub:
         screener = make_screener("openai", stub.url, tmp_path, monkeypatch)
-        results = screener.screen(JOBS, docs, "score")
-        assert all(r.error for r in results)
+        with pytest.raises(ScreeningStopped, match="HTTP 401.*check OPENAI_API_KEY"):
+            screener.screen(JOBS, docs, "score")
         assert stub.state.requests <= 2 * screener.settings.concurrency  # no retry storm of 401s
-        assert any("OPENAI_API_KEY" in r.error for r in results)
 
 
 def test_missing_key_fails_at_construction_naming_the_variable(tmp_path, monkeypatch):

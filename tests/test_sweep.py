@@ -52,7 +52,9 @@ def failing_sweep(tmp_path_factory):
         *SMALL,
         cwd=cwd,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
+    # two cases failed: the sweep finishes the others, prints its summary, then exits 1
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "=== popfair sweep: 4 cases reported of 4, 2 failed ===" in out.stdout
     return cwd, out
 
 

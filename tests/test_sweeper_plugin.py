@@ -29,7 +29,11 @@ class CountingLoader:
         return OmegaConf.create({"overrides": list(sweep_overrides)})
 
 
-def test_validation_composes_each_case_and_the_launcher_takes_it_without_composing_again(plugin):
+def test_validation_composes_each_case_and_the_launcher_takes_it_without_composing_again(plugin, monkeypatch):
+    import popfair.doctor
+
+    checked = []  # the pre-flight checks get every composed case (their own tests: test_doctor.py)
+    monkeypatch.setattr(popfair.doctor, "before_sweep", lambda master, configs, first: checked.append(configs))
     counting = CountingLoader()
     sweeper = plugin.PopfairSweeper(max_batch_size=None)
     sweeper.compose_once = plugin.ComposeOnceLoader(counting)
@@ -37,6 +41,7 @@ def test_validation_composes_each_case_and_the_launcher_takes_it_without_composi
     batch = [["a=1", "b=x"], ["a=2", "b=x"]]
     sweeper.validate_batch_is_legal(batch)
     assert counting.composed == [("a=1", "b=x"), ("a=2", "b=x")]  # every case composed before any runs
+    assert [[c.overrides for c in configs] for configs in checked] == [batch]
     for overrides in batch:  # what the launcher asks for
         assert sweeper.compose_once.load_sweep_config(sweeper.config, overrides).overrides == overrides
     assert len(counting.composed) == 2  # not composed again

@@ -1,5 +1,5 @@
 """`hydra/sweeper=popfair` (the default in conf/config.yaml): Hydra's basic sweeper, composing each
-case once.
+case once and running popfair's pre-flight checks over every case before the first is launched.
 
 BasicSweeper composes every case of a batch to validate it before launching any (a bad override
 fails the sweep before money is spent), then the launcher composes each case again to run it: on a
@@ -134,7 +134,9 @@ class ComposeOnceLoader(ConfigLoader):
 
 
 class PopfairSweeper(BasicSweeper):
-    """BasicSweeper whose validation pass composes each case for the launcher too."""
+    """BasicSweeper whose validation pass composes each case for the launcher too, then checks them all."""
+
+    checked = 0  # cases already through the pre-flight checks: the next batch's first job number
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         loader = hydra_context.config_loader
@@ -145,6 +147,12 @@ class PopfairSweeper(BasicSweeper):
         super().setup(hydra_context=context, task_function=task_function, config=config)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Compose every case of the batch (Hydra's validation, kept for the launcher), then popfair's
+        pre-flight checks over all of them before the first is launched (popfair.doctor.before_sweep)."""
+        from popfair.doctor import before_sweep
+
         assert self.config is not None
         self.compose_once.composed.clear()  # a launcher composing elsewhere left the last batch's
         self.compose_once.compose_all(self.config, batch)
+        before_sweep(self.config, [self.compose_once.composed[tuple(o)] for o in batch], self.checked)
+        self.checked += len(batch)

@@ -19,7 +19,7 @@ _EXPORTS = {
     "ImpactRatio": "popfair.estimate.impact_ratio",
     "ImpactRatios": "popfair.estimate.impact_ratio",
     "ImpactRatioSettings": "popfair.estimate.impact_ratio",
-    "ll144_from_counts": "popfair.estimate.impact_ratio",
+    "impact_ratios_from_counts": "popfair.estimate.impact_ratio",
     "impact_ratio_inference": "popfair.estimate.impact_inference",
     "RatioInference": "popfair.estimate.impact_inference",
     "OutcomeGap": "popfair.estimate.outcome_gap",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
@@ -33,7 +34,7 @@ import pandas as pd
 from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
 from popfair.errors import DataError, EstimationError
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.impact_inference import Units, infer_groupings
+from popfair.estimate.impact_inference import RatioInference, Units, count_values, infer_groupings
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
 from popfair.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
 from popfair.types import Effects, Plot, Roles
@@ -294,7 +295,7 @@ class ImpactRatios:
             "impact_ratios/tests.csv": self.tests.set_index(["metric", "dimension"]),
             "impact_ratios/impact_ratios.png": self.plot(),
         }
-        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts)
+        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts, detail=self)
 
 
 def impact_ratios(
@@ -367,17 +368,16 @@ def impact_ratios(
     )
 
 
-def ll144_from_counts(
+def impact_ratios_from_counts(
     counts: pd.DataFrame,
     *,
+    outcome: str = "callback",
+    thresholds: Mapping[str, float] | None = None,
+    cluster: str | None = None,
+    settings: ImpactRatioSettings | None = None,
     sex: str = "sex",
     race: str = "race",
-    cluster: str | None = None,
     n: str = "n",
-    selected: str = "selected",
-    outcome: str = "callback",
-    threshold: float | None = None,
-    settings: ImpactRatioSettings | None = None,
 ) -> ImpactRatios:
     """The NYC Local Law 144 tables from counts of applicants per (cluster x) sex x race cell.
 
@@ -385,49 +385,45 @@ def ll144_from_counts(
     ----------
     counts : DataFrame
         One row per cell (rows of the same cell are summed): the sex and race categories (NaN or one
-        of `settings.unknown_labels`: unknown), optionally a cluster, `n` applicants and `selected`
-        of them: selected (outcome="callback"), or scoring above the sample's median (outcome="score").
-    sex, race, cluster, n, selected : str
-        Column names; `cluster=None`: applicants are independent.
+        of `settings.unknown_labels`: unknown), the cluster when `cluster` is set, `n` applicants,
+        and per metric a column of how many of them it selects: `selection` (outcome="callback"), or
+        `scoring_median` (scored strictly above the sample's median, outcome="score"), and any other
+        metric named in `thresholds` (e.g. `top_20pct`).
     outcome : {"callback", "score"}
-        Selection rates, or LL144 scoring rates (the metric `scoring_median`).
-    threshold : float, optional
-        For scores: the sample's median score, shown in the report.
+        Selection rates, or LL144 scoring rates.
+    thresholds : mapping of str to float, optional
+        The metrics (column names) and the cutoff each applied on the sample (NaN for selection);
+        default: `selection` or `scoring_median` with no cutoff shown.
+    cluster : str, optional
+        The cluster column; None: applicants are independent.
     settings : ImpactRatioSettings, optional
         Small-category rule and its justification, flag line, bootstrap and permutation sizes,
         alpha, seed (`outcome`, `top_share`, `min_score`, `cluster` are not used here).
+    sex, race, n : str
+        Column names.
 
     Returns
     -------
     ImpactRatios
-        As `impact_ratios` returns for rows.
+        As `impact_ratios` returns for rows (the row-based function goes through this computation).
     """
     settings = settings or ImpactRatioSettings()
     settings.check()
-    needed = [c for c in (sex, race, n, selected, cluster) if c is not None]
-    missing = [c for c in needed if c not in counts.columns]
-    if missing:
-        raise DataError(f"counts lack columns {missing}; they have {sorted(map(str, counts.columns))}")
     if outcome not in ("callback", "score"):
         raise DataError(f"outcome must be callback or score, got {outcome!r}")
-    if counts.empty:
-        raise EstimationError("impact ratios: the counts have no rows")
-    values = counts[[n, selected]].apply(pd.to_numeric, errors="coerce")
-    bad = values.isna().any(axis=1) | (values[selected] < 0) | (values[selected] > values[n])
-    if bad.any():
-        raise DataError(
-            f"counts: {int(bad.sum())} rows have no numeric {n}/{selected} or {selected} outside 0..{n} "
-            f"(e.g. row {counts.index[bad.to_numpy()][0]!r})"
-        )
-    metric = "selection" if outcome == "callback" else "scoring_median"
+    thresholds = dict(thresholds or {"selection" if outcome == "callback" else "scoring_median": math.nan})
+    missing = [c for c in (sex, race, cluster) if c is not None and c not in counts.columns]
+    if missing:
+        raise DataError(f"counts lack columns {missing}; they have {sorted(map(str, counts.columns))}")
+    values = count_values(counts, n, list(thresholds))
     return _ll144(
         counts[sex],
         counts[race],
         None if cluster is None else counts[cluster],
         values[n].to_numpy(float),
-        {metric: values[selected].to_numpy(float)},
+        {metric: values[metric].to_numpy(float) for metric in thresholds},
         outcome=outcome,
-        thresholds={metric: math.nan if threshold is None else float(threshold)},
+        thresholds=thresholds,
         cluster=cluster,
         settings=settings,
     )
@@ -475,10 +471,10 @@ def _ll144(
             ),
             clustered=True,
         )
-    else:
-        units = _applicant_classes(cell, n, chosen, n_cells)
+    cell_n = _sum_by(cell, n, n_cells)
+    if cluster_values is None:  # independent applicants: each metric splits the cells into selected or not
+        units_by_metric = [Units.of_applicants(cell_n, _sum_by(cell, c, n_cells)) for c in chosen.T]
     total = float(n.sum())
-    cell_n = units.n.sum(axis=0)
     dimensions = _dimension_maps(sex_levels, race_levels)
     groupings = []
     for mapping in dimensions.values():
@@ -487,15 +483,19 @@ def _ll144(
         small = known & (n_cat / total < settings.min_category_share)
         included = known & (n_cat > 0) & ~(small & settings.exclude_small)
         groupings.append((mapping.matrix.argmax(axis=1), mapping.categories, included))
-    inference = infer_groupings(
-        units,
-        groupings,
-        n_bootstrap=settings.n_bootstrap,
-        n_permutations=settings.n_permutations or settings.n_bootstrap,
-        alpha=settings.alpha,
-        flag_below=settings.flag_below,
-        seed=settings.seed,
-    )
+
+    def infer(units: Units) -> list[list[RatioInference]]:
+        return infer_groupings(
+            units,
+            groupings,
+            n_bootstrap=settings.n_bootstrap,
+            n_permutations=settings.n_permutations or settings.n_bootstrap,
+            alpha=settings.alpha,
+            flag_below=settings.flag_below,
+            seed=settings.seed,
+        )
+
+    inference = infer(units) if cluster_values is not None else [infer(u)[0] for u in units_by_metric]
     blocks, tests, notes = [], [], []
     for (metric, cutoff), results in zip(thresholds.items(), inference):
         for (dim, mapping), result, (_, _, included) in zip(dimensions.items(), results, groupings):
@@ -532,7 +532,7 @@ def _ll144(
                     "null_flag_rate": result.null_flag_rate,
                     "null_method": result.null_method,
                     "n_permutations": result.n_permutations,
-                    "explanation": result.explain(),
+                    "explanation": result.explain(_display),
                 }
             )
     return ImpactRatios(
@@ -565,23 +565,6 @@ RESULT_COLUMNS = [
 
 def _sum_by(key: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(key, weights=weights, minlength=size).astype(float)
-
-
-def _applicant_classes(cell: np.ndarray, n: np.ndarray, chosen: np.ndarray, n_cells: int) -> Units:
-    """Independent applicants as classes of identical ones: (cell, which metrics selected them).
-    From counts (n > 1 per row) only one metric can be split into selected and not selected."""
-    metrics = chosen.shape[1]
-    if metrics == 1:
-        sel = _sum_by(cell, chosen[:, 0], n_cells)
-        return Units.of_applicants(_sum_by(cell, n, n_cells), sel)
-    pattern = (chosen.astype(np.int64) << np.arange(metrics)).sum(axis=1)  # rows: n = 1, chosen 0/1
-    key = cell * (1 << metrics) + pattern
-    size = np.bincount(key, minlength=n_cells << metrics).astype(float)
-    rows = np.flatnonzero(size)
-    one_hot = np.zeros((len(rows), n_cells))
-    one_hot[np.arange(len(rows)), rows >> metrics] = size[rows]
-    bits = ((rows[:, None] & (1 << np.arange(metrics))) > 0).astype(float)
-    return Units(n=one_hot, selected=one_hot[:, None, :] * bits[:, :, None], clustered=False)
 
 
 def _select(metric: _Metric, values: np.ndarray) -> tuple[float, np.ndarray]:

@@ -9,7 +9,6 @@ from popfair._lazy import lazy_exports
 _EXPORTS = {
     "Population": "popfair.population.base",
     "PopResumePopulation": "popfair.population.popresume",
-    "PairedAuditPopulation": "popfair.population.paired",
     "Occupation": "popfair.population.occupation",
     "ProtectedAttribute": "popfair.population.protected",
     "CounterfactualPopulation": "popfair.population.worlds",

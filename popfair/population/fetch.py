@@ -41,6 +41,7 @@ from tenacity import (
 )
 from tqdm import tqdm
 
+from popfair.entry import entry_point
 from popfair.errors import DataError
 from popfair.population.cache import cache_dir
 from popfair.population.pums import AGE_RANGE, state_table
@@ -389,6 +390,7 @@ def _states(text: str) -> tuple[str, ...]:
     return wanted
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="popfair-data", description="Fetch public data for popfair populations.")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -226,6 +226,8 @@ class PopResumePopulation:
     """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP, with experience
     and names drawn from the SCM in the module docstring."""
 
+    design = "population"  # popfair.design.population: one resume per prompt, a 0-100 score
+
     parameter_constraints: ClassVar[Rules] = {
         "n": [None, Interval(int, 1, MAX_N)],  # null: every record
         "pums_path": [None, FilePath()],

@@ -13,6 +13,7 @@ _EXPORTS = {
     "JsonRenderer": "popfair.render.json_profile",
     "ImageRenderer": "popfair.render.image",
     "ImagePhotoRenderer": "popfair.render.image",
+    "DocumentStore": "popfair.render.store",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

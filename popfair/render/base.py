@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from operator import attrgetter
 from typing import Any, Protocol, cast
@@ -12,8 +13,10 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from popfair.parallel import forked_spans
+from popfair.render.store import DocumentStore, same_document
 from popfair.types import Document, Job
 
+log = logging.getLogger("popfair")
 N_SAMPLE_DOCUMENTS = 3  # sample resumes logged with every run
 
 
@@ -31,6 +34,7 @@ def render_all(
     jobs: Mapping[str, Job],
     progress: bool = True,
     processes: int | None = None,
+    store: DocumentStore | None = None,
 ) -> list[Document]:
     """Render every row of a profile table, in order, with a progress bar. A renderer may define
     `check_profiles(table)` to reject the table before any document is rendered.
@@ -41,6 +45,10 @@ def render_all(
     tables and platforms without fork render in this process. Workers return the documents
     without their profile rows, which stay here: the result is identical to rendering serially.
 
+    With a `store` (popfair.render.store), documents already stored are read in one batched lookup
+    instead of rendered, rows with the same key are rendered once, and what is rendered is stored
+    batch by batch as the workers return it (a killed run keeps every finished batch).
+
     A renderer is deterministic given the row, so rows identical in every column are rendered
     once; only an applicant's rows can be identical (its counterfactual worlds that do not change
     B or R, its own world and its factual row), so tables of distinct applicant_ids skip the check."""
@@ -50,34 +58,75 @@ def render_all(
     if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
         group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
         first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
-        distinct = _render_table(renderer, table.iloc[first], jobs, progress, processes)
+        distinct = _render_table(renderer, table.iloc[first], jobs, progress, processes, store)
         return [distinct[g] for g in group]
-    return _render_table(renderer, table, jobs, progress, processes)
+    return _render_table(renderer, table, jobs, progress, processes, store)
 
 
 def _render_table(
-    renderer: Renderer, table: pd.DataFrame, jobs: Mapping[str, Job], progress: bool, processes: int | None
+    renderer: Renderer,
+    table: pd.DataFrame,
+    jobs: Mapping[str, Job],
+    progress: bool,
+    processes: int | None,
+    store: DocumentStore | None,
 ) -> list[Document]:
     rows = profile_records(table)
-    chunk = getattr(renderer, "rows_per_process", None)
-    with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:
-        if chunk is None:
-            documents = []
-            for row in rows:
-                documents.append(renderer.render(row, jobs[row["job_id"]]))
-                bar.update()
+    if store is None:
+        with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:
+            documents: list[Document] = []
+            for batch in _rendered(renderer, rows, jobs, processes):
+                documents += batch
+                bar.update(len(batch))
             return documents
+    keys = store.keys(rows)
+    stored = store.lookup(keys, rows, jobs)
+    first: dict[str, int] = {}  # key -> the row that renders it
+    for i, key in enumerate(keys):
+        if i not in stored:
+            first.setdefault(key, i)
+    todo = list(first.values())
+    log.info("render: %d of %d documents from the document store (%s)", len(stored), len(rows), store.location)
+    rendered: list[Document] = []
+    with tqdm(
+        total=len(rows), initial=len(stored), desc="render", unit="doc", disable=not progress, leave=False
+    ) as bar:
+        for batch in _rendered(renderer, [rows[i] for i in todo], jobs, processes):
+            store.save([(keys[todo[len(rendered) + j]], document) for j, document in enumerate(batch)])
+            rendered += batch
+            bar.update(len(batch))
+    by_key = {keys[i]: document for i, document in zip(todo, rendered)}
+    return [
+        stored[i]
+        if i in stored
+        else by_key[key]
+        if first[key] == i
+        else same_document(by_key[key], row, jobs[row["job_id"]])
+        for i, (key, row) in enumerate(zip(keys, rows))
+    ]
 
-        def render_span(start: int, stop: int) -> list[tuple[Any, ...]]:
-            # a worker sends each document back as its fields without the profile row (this process
-            # holds the same rows): a quarter of the pickling, and no copy of each Document
-            return [_SENT_FIELDS(renderer.render(row, jobs[row["job_id"]])) for row in rows[start:stop]]
 
-        documents = []
-        for start, done in forked_spans(render_span, len(rows), chunk, processes):
-            documents += [_received(sent, row) for sent, row in zip(done, rows[start:])]
-            bar.update(len(done))
-        return documents
+SERIAL_BATCH = 256  # documents per batch where a renderer renders in this process
+
+
+def _rendered(
+    renderer: Renderer, rows: Sequence[dict[str, Any]], jobs: Mapping[str, Job], processes: int | None
+) -> Iterator[list[Document]]:
+    """The documents of `rows`, in order, in consecutive batches: forked workers' spans (see
+    render_all), or batches of SERIAL_BATCH for renderers without `rows_per_process`."""
+    chunk = getattr(renderer, "rows_per_process", None)
+    if chunk is None:
+        for start in range(0, len(rows), SERIAL_BATCH):
+            yield [renderer.render(row, jobs[row["job_id"]]) for row in rows[start : start + SERIAL_BATCH]]
+        return
+
+    def render_span(start: int, stop: int) -> list[tuple[Any, ...]]:
+        # a worker sends each document back as its fields without the profile row (this process
+        # holds the same rows): a quarter of the pickling, and no copy of each Document
+        return [_SENT_FIELDS(renderer.render(row, jobs[row["job_id"]])) for row in rows[start:stop]]
+
+    for start, done in forked_spans(render_span, len(rows), chunk, processes):
+        yield [_received(sent, row) for sent, row in zip(done, rows[start:])]
 
 
 _DOCUMENT_FIELDS = [f.name for f in fields(Document)]

@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import PIL
+import PIL.features
 from PIL import Image, ImageDraw, ImageFont
 
 from popfair.errors import ConfigError, DataError, require
 from popfair.render.content import ResumePools
 from popfair.render.photos import PhotoLibrary
-from popfair.render.text import LAYOUT_CONSTRAINTS, Resume, ResumeBuilder, validate_layout_options
+from popfair.render.store import file_digest
+from popfair.render.text import LAYOUT_CONSTRAINTS, RESUME_FIELDS, Resume, ResumeBuilder, validate_layout_options
 from popfair.types import Document, Job
 
 MIN_FONT_SIZE = 9
@@ -159,6 +162,7 @@ class ImageRenderer:
     parameter_constraints = LAYOUT_CONSTRAINTS  # page geometry is checked in __init__ (width vs margin)
     with_photo = False
     rows_per_process = 32  # render_all forks workers for 64 pages or more (about 0.3 s of work each)
+    store_fields = RESUME_FIELDS  # what a page depends on besides the settings (render/store.py)
 
     def __init__(
         self,
@@ -219,6 +223,16 @@ class ImageRenderer:
         """(left, top, right, bottom) of the headshot slot, in pixels."""
         left = self.width - self.margin - self.slot[0]
         return (left, self.margin, left + self.slot[0], self.margin + self.slot[1])
+
+    def store_identity(self) -> dict[str, Any]:
+        """What shapes the page beyond the settings: the rasteriser and encoder versions, the font
+        files (a null font_path finds whatever DejaVu this machine has) and the photos."""
+        return {
+            "pillow": PIL.__version__,
+            "zlib": PIL.features.version("zlib"),
+            "fonts": [file_digest(self.regular), file_digest(self.bold)],
+            "photos": None if self.photos is None else self.photos.digest(),
+        }
 
     def check_profiles(self, table: pd.DataFrame) -> None:
         """Before rendering anything: every (gender, race, age band) cell needed has a photo."""
@@ -351,3 +365,4 @@ class ImagePhotoRenderer(ImageRenderer):
 
     kind = "image_photo"
     with_photo = True
+    store_fields = (*RESUME_FIELDS, "gender", "race")  # and the photo's cell

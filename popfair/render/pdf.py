@@ -51,6 +51,11 @@ class PdfRenderer(ImageRenderer):
         super().__init__(**settings)
         self._faces = {str(self.regular): _register_font(self.regular), str(self.bold): _register_font(self.bold)}
 
+    def store_identity(self) -> dict[str, Any]:
+        from importlib.metadata import version
+
+        return {**super().store_identity(), "reportlab": version("reportlab")}
+
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:
         resume = self.builder.build(profile)
         return Document(

@@ -96,6 +96,14 @@ class PhotoLibrary:
             raise DataError(f"{manifest}: no photos listed")
         self._cache: dict[Path, Image.Image] = {}
 
+    def digest(self) -> str:
+        """sha256 over the manifest and every photo's bytes (the document store's key)."""
+        digest = hashlib.sha256((self.dir / MANIFEST_NAME).read_bytes())
+        for paths in self.cells.values():
+            for path in paths:
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+        return digest.hexdigest()
+
     def age_band(self, age: int) -> str:
         for label, low, high in self.bands:
             if low <= age <= high:

@@ -57,6 +57,18 @@ SENIORITY_BY_ROLES = {
 }
 EMAIL_PATTERNS = ("{first}.{last}", "{first}{last}", "{f}{last}", "{first}_{last}")
 SECTION_TITLES = ("SKILLS", "WORK HISTORY", "EDUCATION")
+# Every profile field a resume's content depends on (applicant_id: the seed of its random draws);
+# the document store keys documents by these (popfair/render/store.py).
+RESUME_FIELDS: tuple[str, ...] = (
+    "applicant_id",
+    "first_name",
+    "surname",
+    "state",
+    "edu_level",
+    "age",
+    "exp_year",
+    "birth_year",
+)
 
 
 def number_of_roles(exp_year: int) -> int:
@@ -306,6 +318,7 @@ class TextRenderer:
     kind = "text"
     parameter_constraints = LAYOUT_CONSTRAINTS
     rows_per_process = 5_000  # render_all forks workers for tables of twice this (about 0.25 s of work each)
+    store_fields = RESUME_FIELDS  # what a document depends on besides the settings (render/store.py)
 
     def __init__(
         self,

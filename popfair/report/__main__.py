@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from popfair.entry import entry_point
 from popfair.errors import PopfairError
 
 
@@ -37,6 +38,7 @@ def latest_sweep(tracking_uri: str, experiment_name: str) -> str:
     return runs[0].info.run_id
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="popfair-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

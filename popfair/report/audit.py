@@ -1,36 +1,238 @@
-"""The auditor's deliverable for one case: a report (Markdown and self-contained HTML) that can be
-handed over as it is. It says which tool was audited and how it was reached, the audit date and
-software version, the applicants and documents used and where their statistics come from, how
-screening went (answers, failures by reason), the case's causal or paired estimates with CIs, and
-the NYC Local Law 144 summary (selection or scoring rates, impact ratios with CIs, small categories
-excluded, unknown counts).
+"""The auditor's deliverable: a summary of results in the layout of published NYC Local Law 144
+bias-audit summaries (6 RCNY 5-301 and 5-303), as Markdown, one self-contained HTML page and a PDF
+an employer can post.
 
-`audit_report(experiment, result)` builds it in memory (Experiment.run logs it to MLflow under
-`audit_report/` for screener=http and screener=file, or any case with `audit_report=true`);
-`popfair-report --audit RUN_ID --out DIR` fetches it from a run."""
+It opens with what the law asks the summary to state: the tool, the date of the audit, the source
+and explanation of the data (historical data: the tool's recorded decisions; test data: applicants
+popfair generated), the data's date range, the number of applicants, and the number in an unknown
+category. Then one table per category set (sex, race/ethnicity, their intersection): number of
+applicants, number selected (or scoring above the sample's median), selection (scoring) rate and
+impact ratio, with categories under 2% excluded from the ratios and shown with the auditor's
+justification. Beside the law's columns: each ratio's bootstrap CI, the four-fifths flag, and
+whether the flag survives the test of "no category differs" that accounts for the reference being
+the most selected category (`popfair.estimate.impact_inference`), explained in plain words under
+each table. A generated case adds the tool's settings, the design, how screening went, the
+estimator's effects and the provenance of the bundled data.
+
+`audit_report(experiment, result)` (generated cases; logged under `audit_report/` for screener=http
+and screener=file, or with `audit_report=true`) and `table_audit_report(case, result)` (table cases)
+build the files in memory; `popfair-report --audit RUN_ID --out DIR` fetches them from a run."""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 import popfair
-from popfair.report.sweep import Block, to_html, to_markdown
+from popfair.estimate.impact_ratio import DIMENSION_TITLES, ImpactRatios, _display
+from popfair.report.document import Block, to_html, to_markdown, to_pdf
+from popfair.types import Effects
 
 if TYPE_CHECKING:
     from popfair.experiment import Experiment, RunResult
+    from popfair.table.case import TableCase, TableRunResult
 
 DATA_DIR = Path(popfair.__file__).parent / "data"
 ARTIFACT_DIR = "audit_report"
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high", "p_value", "mcnemar_p", "cluster_p", "n_pairs", "b", "c"]
-LL144_SUMMARY = "impact_ratios/summary.csv"
-LL144_MARKDOWN = "impact_ratios/summary.md"
+PSE_EFFECTS = ("TE", "NDE", "NIE", "BIE", "RIE")  # estimators whose labels are PopResume's patterns
 MAX_PROBLEMS = 50
+DATA_KINDS = {
+    "historical": "Historical data: the decisions the tool made on real applicants, as recorded",
+    "test": "Test data: applicants generated for the audit, not the tool's real applicants",
+}
+UNKNOWN_OF = {"sex": "sex", "race": "race/ethnicity", "sex_race": "sex or race/ethnicity"}
+LL144_METRICS = ("selection", "scoring_median")  # the law's rates; other rules are popfair's additions
+
+
+@dataclass
+class AuditData:
+    """What the summary must say about the data (6 RCNY 5-303: source and explanation)."""
+
+    kind: str  # historical | test
+    explanation: str
+    source: str
+    date_range: str
+    applicants: str
+
+
+def ll144_blocks(ratios: ImpactRatios, data: AuditData, out: Path) -> list[Block]:
+    """The law's summary of results: the data, then per rate one table per category set."""
+    from popfair.report.figures import draw
+
+    callback = ratios.outcome == "callback"
+    unknown = ratios.n_unknown()
+    blocks = [
+        Block("h2", "Summary of results (NYC Local Law 144)"),
+        Block(
+            "facts",
+            {
+                "Data used": DATA_KINDS.get(data.kind, data.kind) + ". " + data.explanation,
+                "Source of the data": data.source,
+                "Date range of the data": data.date_range,
+                "Applicants assessed": data.applicants,
+                "Outcome": _outcome_text(ratios),
+                "Applicants in an unknown category": "; ".join(
+                    f"{DIMENSION_TITLES[d].split(' (')[0].lower()}: {n:,}"
+                    for d, n in unknown.items()
+                    if d != "sex_race"
+                )
+                + " (not included in the rates or impact ratios)",
+            },
+        ),
+        Block(
+            "text",
+            (
+                "Selection rate: the share of a category's applicants who were selected. "
+                if callback
+                else "Scoring rate: the share of a category's applicants who scored above the median score "
+                "of the full sample. "
+            )
+            + "Impact ratio: a category's rate divided by the rate of the "
+            + ("most selected" if callback else "highest scoring")
+            + " category. Ratios below "
+            f"{ratios.settings.flag_below:g} are flagged (the four-fifths rule). The columns after the impact "
+            f"ratio are popfair's: its {round((1 - ratios.settings.alpha) * 100)}% confidence interval and "
+            "whether the flag survives a test that accounts for chance (explained under each table).",
+        ),
+    ]
+    metrics = list(dict.fromkeys(ratios.table["metric"]))
+    for metric in metrics:
+        if metric not in LL144_METRICS:
+            blocks.append(Block("h2", f"Additional rule: {_rule_title(metric, ratios)}"))
+        for dimension, title in DIMENSION_TITLES.items():
+            blocks += _dimension_blocks(ratios, metric, dimension, title.replace("(sex x race)", "(sex and race)"))
+    if ratios.table["status"].eq("excluded").any():
+        blocks += [
+            Block("h3", "Categories excluded from the impact ratios"),
+            Block("text", ratios.settings.exclusion_justification),
+        ]
+    blocks += [Block("h3", "How the uncertainty was computed"), Block("list", _method_notes(ratios))]
+    if ratios.notes:
+        blocks.append(Block("list", ratios.notes))
+    figure = draw(ratios.plot())
+    path = out / "impact_ratios.png"
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    blocks.append(
+        Block("figure", path, caption="Impact ratios with their confidence intervals; dashed line: four-fifths.")
+    )
+    return blocks
+
+
+def _dimension_blocks(ratios: ImpactRatios, metric: str, dimension: str, title: str) -> list[Block]:
+    t = ratios.table
+    block = t[(t["metric"] == metric) & (t["dimension"] == dimension)]
+    known, unknown = block[block["status"] != "unknown"], block[block["status"] == "unknown"]
+    if known.empty:
+        return []
+    rate, chosen = _rate_headers(ratios, metric)
+    level = round((1 - ratios.settings.alpha) * 100)
+    flag = f"Below {ratios.settings.flag_below:g}"
+    table = pd.DataFrame(
+        {
+            f"{title} category": [_display(c) for c in known["category"]],
+            "# of applicants": [f"{n:,}" for n in known["n_applicants"]],
+            chosen: [f"{n:,}" for n in known["n_selected"]],
+            rate: [_percent(r) for r in known["rate"]],
+            "Impact ratio": [_ratio(r) for r in known["impact_ratio"]],
+            f"{level}% CI": [
+                f"{lo:.3f}\u2013{hi:.3f}" if pd.notna(lo) and pd.notna(hi) else ""
+                for lo, hi in zip(known["ci_low"], known["ci_high"])
+            ],
+            flag: ["yes" if f else "" for f in known["flag"]],
+            "Flag survives test": [
+                ("yes" if s else "no") if f else "" for f, s in zip(known["flag"], known["flag_survives"])
+            ],
+            "Note": [_row_note(row, ratios) for row in known.itertuples()],
+        }
+    )
+    blocks = [Block("h3", title if metric in LL144_METRICS else f"{title}: {_rule_title(metric, ratios)}")]
+    blocks.append(Block("table", table))
+    if len(unknown) and int(unknown["n_applicants"].iloc[0]):
+        blocks.append(
+            Block(
+                "list",
+                [
+                    f"Unknown {UNKNOWN_OF[dimension]}: {int(unknown['n_applicants'].iloc[0]):,} applicants, "
+                    "not included in the calculations above."
+                ],
+            )
+        )
+    explanation = ratios.explanations().get((metric, dimension))
+    if explanation:
+        blocks.append(Block("text", explanation))
+    return blocks
+
+
+def _rate_headers(ratios: ImpactRatios, metric: str) -> tuple[str, str]:
+    if metric == "selection":
+        return "Selection rate", "# selected"
+    if metric == "scoring_median":
+        return "Scoring rate", "# scoring above the median"
+    return "Rate", "# meeting the rule"
+
+
+def _rule_title(metric: str, ratios: ImpactRatios) -> str:
+    cutoff = ratios.thresholds.get(metric)
+    if metric.startswith("top_"):
+        return f"in the top {metric[4:-3]}% of scores (score >= {cutoff:g})"
+    if metric.startswith("score_ge_"):
+        return f"score of at least {cutoff:g}"
+    return metric
+
+
+def _outcome_text(ratios: ImpactRatios) -> str:
+    if ratios.outcome == "callback":
+        return "Selected or not (selection rates)"
+    median = ratios.thresholds.get("scoring_median", float("nan"))
+    return "A score (scoring rates)" + (f"; median score of the full sample: {median:g}" if pd.notna(median) else "")
+
+
+def _row_note(row: Any, ratios: ImpactRatios) -> str:
+    share = f"{row.share:.2%} of applicants"
+    if row.status == "excluded":
+        return f"excluded from the ratios: {share}"
+    if row.is_reference:
+        return "reference (" + ("most selected" if ratios.outcome == "callback" else "highest rate") + ")"
+    if row.small:
+        return f"small: {share}, kept"
+    return ""
+
+
+def _method_notes(ratios: ImpactRatios) -> list[str]:
+    s = ratios.settings
+    unit = f"the {ratios.n_clusters:,} clusters ({ratios.cluster})" if ratios.cluster else "the applicants"
+    methods = sorted(set(ratios.tests["null_method"])) if len(ratios.tests) else []
+    return [
+        f"Confidence intervals: {s.n_bootstrap:,} bootstrap resamples of {unit}; in each resample every rate is "
+        "recomputed and the reference category chosen again, so the intervals carry the noise in that choice.",
+        f"Test of 'no category differs': the lowest impact ratio is compared with its distribution when category "
+        f"labels are shuffled within each {'cluster' if ratios.cluster else 'sample'} "
+        f"({s.n_permutations or s.n_bootstrap:,} shuffles; {', '.join(methods) or 'n/a'}). A flag survives when "
+        f"the category's ratio is below what the lowest of all ratios reaches by chance in {s.alpha:g} of shuffles "
+        "(a single-step max-T adjustment over the categories).",
+        "Score cutoffs (the median) are the sample's own, as LL144 defines the scoring rate; they are held fixed.",
+    ]
+
+
+def _percent(value: float) -> str:
+    return "" if pd.isna(value) else f"{value:.2%}"
+
+
+def _ratio(value: float) -> str:
+    return "" if pd.isna(value) else f"{value:.3f}"
+
+
+def impact_ratios_of(effects: Effects | None) -> ImpactRatios | None:
+    """The impact-ratio result behind an estimator's effects, when it has one."""
+    detail = getattr(effects, "detail", None)
+    return detail if isinstance(detail, ImpactRatios) else None
 
 
 def data_sources(paired: bool) -> pd.DataFrame:
@@ -61,7 +263,7 @@ def data_sources(paired: bool) -> pd.DataFrame:
 
 def _tool_table(described: dict[str, Any]) -> pd.DataFrame:
     shown = {k: v for k, v in described.items() if v not in (None, {}, [], "")}
-    return pd.DataFrame({"setting": list(shown), "value": [str(v) for v in shown.values()]})
+    return pd.DataFrame({"Setting": list(shown), "Value": [str(v) for v in shown.values()]})
 
 
 def _failure_reasons(scored: pd.DataFrame) -> pd.DataFrame:
@@ -80,14 +282,24 @@ def _failure_reasons(scored: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _effects_table(effects: pd.DataFrame) -> pd.DataFrame:
-    columns = [c for c in EFFECT_COLUMNS if c in effects.columns]
-    table = effects[columns].reset_index(names="effect")
-    return table.round({c: 4 for c in columns if c not in ("n_pairs", "b", "c")})
+def effects_blocks(effects: Effects, heading: str) -> list[Block]:
+    """An estimator's effects table and what it found: PopResume's discrimination patterns for the
+    path-specific effects, the estimator's own findings otherwise."""
+    columns = [c for c in EFFECT_COLUMNS if c in effects.table.columns]
+    table = effects.table[columns].reset_index(names="effect")
+    table = table.round({c: 4 for c in columns if c not in ("n_pairs", "b", "c")})
+    blocks = [Block("h2", heading), Block("table", table)]
+    if set(PSE_EFFECTS) <= set(effects.table.index):
+        blocks.append(Block("text", "Discrimination pattern (PopResume, section 5.2): " + effects.case))
+    elif effects.labels:
+        blocks += [Block("text", "Findings:"), Block("list", list(effects.labels))]
+    else:
+        blocks.append(Block("text", "No finding reached significance."))
+    return blocks
 
 
 def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_date: dt.date) -> list[Block]:
-    """The report's content, in order."""
+    """The report of a generated (test-data) case, in order."""
     screener, protected = experiment.screener, experiment.protected
     described = screener.describe() if hasattr(screener, "describe") else {"name": screener.name}
     scored = result.scored
@@ -96,19 +308,31 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
     x0, x1 = roles.get("x0", "x0"), roles.get("x1", "x1")
     n, failed = len(scored), int(scored["error"].notna().sum())
     from_cache = int(result.screening.get("screen.rows_from_cache", 0))
-    blocks = [
-        Block(
-            "text",
-            f"Audit date: {audit_date.isoformat()}. Software: popfair {popfair.__version__}"
-            + (f", MLflow run {result.run_id}" if result.run_id else "")
-            + ".",
-        ),
+    blocks = [Block("facts", _header_facts(_tool_name(screener), audit_date, result.run_id))]
+    ratios = impact_ratios_of(result.audit) or impact_ratios_of(result.effects)
+    if ratios is not None:
+        population = getattr(experiment.population, "name", type(experiment.population).__name__)
+        data = AuditData(
+            kind="test",
+            explanation=f"popfair generated {n:,} applicants (population {population}, seed {experiment.seed}) "
+            f"and had the tool screen their {experiment.renderer.kind} resumes for {experiment.occupation.key}.",
+            source="public statistics bundled with popfair (see Data sources below)",
+            date_range=f"screened on {audit_date.isoformat()}",
+            applicants=f"{ratios.n:,} with an answer from the tool ({failed:,} failed screens left out)",
+        )
+        blocks += ll144_blocks(ratios, data, out)
+    else:
+        blocks += [
+            Block("h2", "Summary of results (NYC Local Law 144)"),
+            Block("text", "Not computed for this case (outcome_audit=null, or it was skipped: see Notes)."),
+        ]
+    blocks += [
         Block("h2", "Tool audited"),
         Block("table", _tool_table(described)),
         Block("h2", "Design"),
         Block(
             "text",
-            f"Case `{experiment.case_name()}`: "
+            f"Case {experiment.case_name()}: "
             + (
                 "a paired correspondence audit: pairs of identical profiles that differ only in a "
                 f"{protected.name}-coded name"
@@ -149,12 +373,8 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
             Block("text", f"Each by file and row{more}; all are in import_report.csv of the exchange folder."),
             Block("table", shown),
         ]
-    blocks += [
-        Block("h2", f"Effect of {protected.name} ({experiment.estimator.name})"),
-        Block("table", _effects_table(result.effects.table)),
-        Block("text", "Discrimination pattern: " + result.effects.case),
-    ]
-    blocks += _ll144_blocks(result, out)
+    if impact_ratios_of(result.effects) is None:  # the estimator's own table, unless it is the LL144 one
+        blocks += effects_blocks(result.effects, f"Effect of {protected.name} ({experiment.estimator.name})")
     blocks += [
         Block("h2", "Data sources"),
         Block(
@@ -166,63 +386,100 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
     ]
     notes = list(dict.fromkeys(result.notes))
     if notes:
-        blocks += [Block("h2", "Notes"), Block("text", "\n".join(f"- {note}" for note in notes))]
+        blocks += [Block("h2", "Notes"), Block("list", notes)]
     return blocks
 
 
-def _ll144_blocks(result: RunResult, out: Path) -> list[Block]:
-    """The LL144 summary as audits publish it: notes (counts, cutoffs, unknowns), one table per
-    metric x dimension, the impact-ratio chart."""
-    from popfair.report.figures import draw
-
-    source = result.audit if result.audit is not None else result.effects
-    summary = source.artifacts.get(LL144_SUMMARY)
-    if summary is None:
-        return [
-            Block("h2", "NYC Local Law 144 summary"),
-            Block("text", "Not computed for this case (outcome_audit=null, or it was skipped: see Notes)."),
-        ]
-    markdown = str(source.artifacts.get(LL144_MARKDOWN, ""))
-    facts = [line for line in markdown.splitlines() if line.startswith(("Applicants:", "- "))]
-    blocks = [
-        Block("h2", "NYC Local Law 144 summary"),
-        Block(
-            "text",
-            "Selection or scoring rates and impact ratios by sex, race/ethnicity and their "
-            "intersection, with bootstrap CIs; categories under 2% of the sample are "
-            "excluded from the ratios and shown; ratios below 0.8 are flagged.\n" + "\n".join(facts),
+def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date: dt.date) -> list[Block]:
+    """The report of a table case (the decisions already exist), in order."""
+    source = result.source
+    blocks = [Block("facts", _header_facts(_table_name(case), audit_date, result.run_id))]
+    ratios = impact_ratios_of(result.audit) or impact_ratios_of(result.effects)
+    dropped = f"; {source.rows_dropped:,} rows left out (see table_report.csv)" if source.rows_dropped else ""
+    filtered = (
+        f"; {source.rows_read - source.rows_after_filters:,} removed by filters ({'; '.join(source.filters)})"
+        if source.rows_after_filters != source.rows_read
+        else ""
+    )
+    fingerprint = ", ".join(f"{k} {v}" for k, v in source.fingerprint.items())
+    data = AuditData(
+        kind=source.kind,
+        explanation=(
+            "The tool's outcomes for each applicant are read from the source below; nothing was generated or re-screened."
+            if source.kind == "historical"
+            else "The outcomes in the source below were produced by running the tool on generated applicants."
         ),
-    ]
-    table = summary.reset_index()
-    for (metric, dimension), block in table.groupby(["metric", "dimension"], sort=False):
-        blocks += [Block("h3", f"{metric}: {dimension}"), Block("table", block.drop(columns=["metric", "dimension"]))]
-    plot = source.artifacts.get("impact_ratios/impact_ratios.png")
-    if plot is not None:
-        figure = draw(plot) if not hasattr(plot, "savefig") else plot
-        path = out / "impact_ratios.png"
-        figure.savefig(path, dpi=100, bbox_inches="tight")
-        blocks.append(Block("figure", path))
+        source=f"{source.description} ({source.format}{'; ' + fingerprint if fingerprint else ''})",
+        date_range=(
+            f"{source.date_min} to {source.date_max} (column {source.date_column})"
+            if source.date_min
+            else "not stated (no date column mapped: table.columns.date)"
+        ),
+        applicants=f"{source.rows_used:,} ({source.rows_read:,} rows read{filtered}{dropped})",
+    )
+    if ratios is not None:
+        blocks += ll144_blocks(ratios, data, out)
+    if impact_ratios_of(result.effects) is None:
+        blocks += effects_blocks(result.effects, f"Effect of {case.protected.name} ({case.estimator.name})")
+    if result.mapping is not None and len(result.mapping):
+        blocks += [
+            Block("h2", "How the table's columns and values were read"),
+            Block("table", result.mapping.reset_index(drop=True)),
+        ]
+    notes = list(dict.fromkeys([*source.notes, *result.notes]))
+    if notes:
+        blocks += [Block("h2", "Notes"), Block("list", notes)]
     return blocks
+
+
+def _header_facts(tool: str, audit_date: dt.date, run_id: str | None) -> dict[str, str]:
+    return {
+        "Automated employment decision tool": tool,
+        "Date of the bias audit": audit_date.isoformat(),
+        "Computed by": f"popfair {popfair.__version__}" + (f" (MLflow run {run_id})" if run_id else ""),
+    }
+
+
+def _tool_name(screener: Any) -> str:
+    return str(getattr(screener, "display_name", None) or screener.name)
+
+
+def _table_name(case: TableCase) -> str:
+    source = case.table.path or case.table.name or "query"
+    return f"the tool whose decisions are recorded in {Path(str(source)).name}"
+
+
+def render(title: str, blocks: list[Block], out: Path) -> dict[str, str | bytes]:
+    """The report's files by name: report.md, report.html (figures embedded), report.pdf, and the
+    figures the Markdown links to."""
+    files: dict[str, str | bytes] = {
+        "report.md": to_markdown(title, blocks, out),
+        "report.html": to_html(title, blocks),
+        "report.pdf": to_pdf(title, blocks),
+    }
+    for path in out.iterdir():
+        files[path.name] = path.read_bytes()
+    return files
 
 
 def audit_report(
     experiment: Experiment, result: RunResult, audit_date: dt.date | None = None
 ) -> dict[str, str | bytes]:
-    """The report's files by name (report.md, report.html with the chart embedded, impact_ratios.png)."""
+    """The report of a generated case (test data) by file name (see `render`)."""
     day = audit_date or dt.datetime.now(dt.timezone.utc).date()
-    screener = experiment.screener
-    tool = getattr(screener, "display_name", None) or screener.name
-    title = f"Bias audit of {tool}: {experiment.occupation.key}, {experiment.protected.name}"
+    title = f"Bias audit of {_tool_name(experiment.screener)}: {experiment.occupation.key}, {experiment.protected.name}"
     with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder)
-        blocks = audit_blocks(experiment, result, out, day)
-        files: dict[str, str | bytes] = {
-            "report.md": to_markdown(title, blocks, out),
-            "report.html": to_html(title, blocks),
-        }
-        for path in out.iterdir():
-            files[path.name] = path.read_bytes()
-    return files
+        return render(title, audit_blocks(experiment, result, Path(folder), day), Path(folder))
+
+
+def table_audit_report(
+    case: TableCase, result: TableRunResult, audit_date: dt.date | None = None
+) -> dict[str, str | bytes]:
+    """The report of a table case (historical data, or test data the table says it holds)."""
+    day = audit_date or dt.datetime.now(dt.timezone.utc).date()
+    title = "Bias audit summary: " + _table_name(case)
+    with tempfile.TemporaryDirectory() as folder:
+        return render(title, table_blocks(case, result, Path(folder), day), Path(folder))
 
 
 def fetch_audit_report(tracking_uri: str, run_id: str, out_dir: str | Path) -> Path:
@@ -234,8 +491,8 @@ def fetch_audit_report(tracking_uri: str, run_id: str, out_dir: str | Path) -> P
     client = MlflowClient(tracking_uri)
     if not [f for f in client.list_artifacts(run_id, ARTIFACT_DIR)]:
         raise DataError(
-            f"run {run_id} at {tracking_uri} has no {ARTIFACT_DIR}/ (it is written for screener=http "
-            "and screener=file, or with audit_report=true)"
+            f"run {run_id} at {tracking_uri} has no {ARTIFACT_DIR}/ (it is written for screener=http, "
+            "screener=file and table cases, or with audit_report=true)"
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

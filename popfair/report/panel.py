@@ -87,7 +87,9 @@ def _validated(results: pd.DataFrame) -> pd.DataFrame:
             f"panel results repeat model x axis rows: {results.loc[duplicated, ['model', 'axis']].values.tolist()[:3]}"
         )
     out = results.copy()
-    out["release_date"] = pd.to_datetime(out["release_date"], errors="coerce")
+    out["release_date"] = pd.to_datetime(
+        out["release_date"], errors="coerce", format="mixed"
+    )  # YYYY-MM and YYYY-MM-DD side by side
     if out["release_date"].isna().any():
         raise DataError(
             "panel results: release_date must be a date for every model; missing or bad for "
@@ -178,6 +180,30 @@ def gap_chart(results: pd.DataFrame) -> Figure:
     return fig
 
 
+def panel_forest(tables: dict[str, pd.DataFrame]) -> Figure:
+    """The panel at a glance, as the paper's figure: per axis, each model's gap (pp) with its 95%
+    CI, models in release order; filled markers are Bonferroni-significant. `tables` is
+    `panel_tables`' output."""
+    heights = [len(t) for t in tables.values()]
+    fig, axes = plt.subplots(
+        1, len(tables), figsize=(5.2 * len(tables), 1.2 + 0.32 * max(heights)), squeeze=False, sharex=True
+    )
+    for ax, (axis, table) in zip(axes[0], tables.items()):
+        y = np.arange(len(table))[::-1]
+        err = np.vstack([table["gap_pp"] - table["ci_low"], table["ci_high"] - table["gap_pp"]])
+        ax.errorbar(table["gap_pp"], y, xerr=err, fmt="none", ecolor="C0", capsize=2)
+        sig = table["significant_bonferroni"].to_numpy(bool)
+        ax.scatter(table["gap_pp"][sig], y[sig], color="C3", zorder=3, label="Bonferroni significant")
+        ax.scatter(table["gap_pp"][~sig], y[~sig], facecolor="white", edgecolor="C0", zorder=3, label="not significant")
+        ax.axvline(0.0, color="grey", lw=0.8, ls="--")
+        ax.set_yticks(y, [f"{m} ({d})" for m, d in zip(table["model"], table["release_date"])], fontsize=7)
+        ax.set_title(f"{axis}: Bonferroni p < {table['bonferroni_alpha'].iloc[0]:.4f}", fontsize=9)
+        ax.set_xlabel("callback gap, pp (x1 minus x0), 95% CI")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def race_gender_correlation(results: pd.DataFrame, axes: tuple[str, str] = ("race", "gender")) -> pd.Series:
     """Pearson and Spearman correlation of the two axes' gaps across the models that have both."""
     data = _validated(results)
@@ -205,9 +231,12 @@ def race_gender_correlation(results: pd.DataFrame, axes: tuple[str, str] = ("rac
 
 @dataclass
 class PanelReport:
+    """What `panel_report` returns: tables per axis, the figures and the race-gender correlation."""
+
     tables: dict[str, pd.DataFrame]
-    figure: Figure
+    figure: Figure  # gaps by release date
     correlation: pd.Series | None
+    forest: Figure | None = None  # per axis, every model's gap with its CI (`panel_forest`)
 
     def to_text(self) -> str:
         parts = []
@@ -244,8 +273,10 @@ def panel_report(results: pd.DataFrame, *, alpha: float = 0.05, bonferroni_on: s
     -------
     PanelReport
         `tables` (one DataFrame per axis, the paper's layout with stars and the corrected
-        significance), `figure` (gaps with CIs by release date) and `correlation` (race vs gender
-        gaps across models, when at least 3 models have both axes; else None).
+        significance), `forest` (per axis, every model's gap with its CI, Bonferroni-significant
+        ones filled: the paper's figure), `figure` (gaps with CIs by release date) and
+        `correlation` (race vs gender gaps across models, when at least 3 models have both axes;
+        else None).
 
     Examples
     --------
@@ -260,4 +291,4 @@ def panel_report(results: pd.DataFrame, *, alpha: float = 0.05, bonferroni_on: s
     shared = results.groupby("model")["axis"].agg(lambda a: {"race", "gender"} <= set(a))
     if shared.sum() >= 3:
         correlation = race_gender_correlation(results)
-    return PanelReport(tables=tables, figure=gap_chart(results), correlation=correlation)
+    return PanelReport(tables=tables, figure=gap_chart(results), correlation=correlation, forest=panel_forest(tables))

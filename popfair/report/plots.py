@@ -124,3 +124,75 @@ def photo_vs_no_photo(pairs: pd.DataFrame) -> Figure | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def effects_overview(pse: pd.DataFrame) -> Figure:
+    """Every case's effects in one figure, the first thing a sweep report shows: one heatmap per
+    protected attribute, a row per (format, model) and a column per occupation x effect. Colour is
+    the estimate (red favours x1, blue x0, on one symmetric scale); outlined cells are effects whose
+    CI excludes 0. `pse` is long form (`sweep.popresume_effects`: one row per case x effect)."""
+    from matplotlib.patches import Rectangle
+
+    attrs = sorted(pse["protected_attr"].dropna().unique())
+    effects = [e for e in PSE_ORDER if e in set(pse["effect"])] + sorted(set(pse["effect"]) - set(PSE_ORDER))
+    occupations = sorted(pse["occupation"].dropna().unique())
+    columns = [(occ, eff) for occ in occupations for eff in effects]
+    rows_of = {
+        a: sorted(
+            pse.loc[pse["protected_attr"] == a, ["format", "model"]]
+            .drop_duplicates()
+            .itertuples(index=False, name=None)
+        )
+        for a in attrs
+    }
+    vmax = float(np.nanmax(np.abs(pse["estimate"].to_numpy(float)))) if len(pse) else 1.0
+    vmax = vmax if np.isfinite(vmax) and vmax > 0 else 1.0
+    heights = [max(len(rows_of[a]), 1) for a in attrs]
+    fig, axes = plt.subplots(
+        len(attrs),
+        1,
+        figsize=(2.2 + 0.42 * len(columns), 1.4 + sum(0.34 * h + 1.0 for h in heights)),
+        gridspec_kw={"height_ratios": heights},
+        squeeze=False,
+    )
+    annotate = len(columns) * max(heights) <= 400
+    image = None
+    for ax, attr in zip(axes[:, 0], attrs):
+        cases = rows_of[attr]
+        grid = np.full((len(cases), len(columns)), np.nan)
+        sig = np.zeros(grid.shape, bool)
+        sub = pse[pse["protected_attr"] == attr].set_index(["format", "model", "occupation", "effect"])
+        for (i, case), (j, (occ, eff)) in ((a, b) for a in enumerate(cases) for b in enumerate(columns)):
+            key = (*case, occ, eff)
+            if key in sub.index:
+                row = sub.loc[key]
+                row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
+                grid[i, j], sig[i, j] = float(row["estimate"]), bool(row["significant"])
+        image = ax.imshow(grid, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+        for i, j in zip(*np.nonzero(sig)):
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=1.6))
+        if annotate:
+            for i, j in zip(*np.nonzero(np.isfinite(grid))):
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:+.2g}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    fontweight="bold" if sig[i, j] else "normal",
+                )
+        for k in range(1, len(occupations)):
+            ax.axvline(k * len(effects) - 0.5, color="white", lw=3)
+        ax.set_xticks(range(len(columns)), [eff for _, eff in columns], fontsize=7)
+        ax.set_yticks(range(len(cases)), [f"{fmt} / {model}" for fmt, model in cases], fontsize=7)
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(
+            [k * len(effects) + (len(effects) - 1) / 2 for k in range(len(occupations))], occupations, fontsize=8
+        )
+        top.tick_params(length=0)
+        ax.set_title(f"protected attribute: {attr}", fontsize=9, pad=18)
+    if image is not None:
+        fig.colorbar(image, ax=axes[:, 0].tolist(), shrink=0.8, label="estimate (positive favours x1)")
+    fig.suptitle("Every case's effects (outlined: 95% CI excludes 0)", fontsize=10)
+    return fig

@@ -1,39 +1,29 @@
 """The comparison report of a sweep or an MLflow experiment: CSV, Markdown and one self-contained
 HTML page (figures embedded as base64 PNG).
 
-PopResume cases: effects with CIs and significance per case, the discrimination-pattern labels and
-the number of cases per pattern (the paper's section 5.2 tally). Callback panel (estimator
-paired_gap): the paper's table per axis with Bonferroni across the models of that axis. Figures:
-forest plots per case, panel gaps by release date, race vs gender gaps, photo vs no-photo NDE."""
+It reads top down as a reader wants it: first the whole grid at a glance, then the tallies, then the
+detail. PopResume cases: one figure of every case's effects (CIs excluding 0 marked), the number of
+cases per discrimination pattern (the paper's section 5.2 tally), then the effects with CIs and
+pattern labels per case and a forest plot per case. Callback panel (estimator paired_gap): the
+forest of every model's gap per axis (the paper's figure), then the paper's table per axis with
+Bonferroni across the models of that axis, gaps by release date and race vs gender gaps."""
 
 from __future__ import annotations
 
-import base64
-import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from popfair.errors import DataError, PopfairError
 from popfair.report import panel, patterns, plots
+from popfair.report.document import Block, to_html, to_markdown
 from popfair.report.runs import effects_long, load_runs
 
 PAIRED_ESTIMATORS = {"paired_gap"}
 CASE_KEYS = ["occupation", "protected_attr", "format", "model"]
-
-
-@dataclass
-class Block:
-    """One piece of the report: a heading, a paragraph, a table or a figure (file under out_dir)."""
-
-    kind: str  # "h2" | "h3" | "text" | "table" | "figure"
-    content: Any
 
 
 def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
@@ -106,7 +96,7 @@ def panel_blocks(
     results = panel_results(effects)
     if results.empty:
         return []
-    dated = pd.to_datetime(results["release_date"], errors="coerce").notna()
+    dated = pd.to_datetime(results["release_date"], errors="coerce", format="mixed").notna()
     filled = results.assign(release_date=results["release_date"].where(dated, UNDATED))
     blocks = [Block("h2", "Callback panel")]
     if not dated.all():
@@ -118,15 +108,24 @@ def panel_blocks(
                 + " (ordered by name, release date left blank).",
             )
         )
+    tables, details = {}, []
     for axis, group in filled.groupby("axis", sort=True):
         try:
             table = panel.panel_tables(group, alpha=alpha)[str(axis)]
             heading = f"Axis: {axis} ({panel.bonferroni_note(str(axis), len(table), alpha)}, cluster-robust p)"
+            tables[str(axis)] = table
         except PopfairError as exc:  # e.g. one model: no Bonferroni family
             table, heading = group.drop(columns="axis"), f"Axis: {axis} ({exc})"
         table = table.assign(release_date=table["release_date"].astype(str).replace(UNDATED, ""))
         csv(f"panel_{axis}.csv", table)
-        blocks += [Block("h3", heading), Block("table", table)]
+        details += [Block("h3", heading), Block("table", table)]
+    if tables:  # first the panel at a glance (the paper's figure), then the tables
+        tables = {a: t.assign(release_date=t["release_date"].replace(UNDATED, "undated")) for a, t in tables.items()}
+        blocks += [
+            Block("text", "Every model's callback gap with its 95% CI per axis; filled: Bonferroni-significant."),
+            Block("figure", _save(panel.panel_forest(tables), out / "plots" / "panel_forest.png")),
+        ]
+    blocks += details
     if dated.all():
         figure = panel.gap_chart(filled)
     else:
@@ -214,15 +213,21 @@ def write_report(
         blocks += [Block("h2", "Failed cases"), Block("table", failed[["case_name", "status", "error", "run_id"]])]
 
     pse = popresume_effects(effects)
-    if not pse.empty:
+    if not pse.empty:  # first every case at a glance, then the pattern counts, then the detail
         cases, tally = case_table(pse), patterns.pattern_tally(pse)
         csv("popresume_effects.csv", pse)
         csv("popresume_cases.csv", cases)
         csv("pattern_tally.csv", tally)
+        files["effects_overview.png"] = _save(plots.effects_overview(pse), out / "plots" / "effects_overview.png")
         blocks += [
-            Block("h2", "Effects per case"),
-            Block("table", cases),
-            Block("h3", "Cases per discrimination pattern"),
+            Block("h2", "All cases at a glance"),
+            Block(
+                "text",
+                "One cell per case x effect: colour is the estimate (red favours x1, blue x0), outlined "
+                f"cells are effects whose {100 * (1 - alpha):.0f}% CI excludes 0. Details per case follow.",
+            ),
+            Block("figure", files["effects_overview.png"]),
+            Block("h2", "Cases per discrimination pattern"),
             Block(
                 "text",
                 "As PopResume section 5.2 counts them: Case 1 (NDE != 0 without explicit "
@@ -230,6 +235,8 @@ def write_report(
                 "cases; `paper` is the paper's count on its 120-case grid.",
             ),
             Block("table", tally),
+            Block("h2", "Effects per case"),
+            Block("table", cases),
         ]
         pairs = photo_pairs(pse)
         fig = plots.photo_vs_no_photo(pairs)
@@ -268,60 +275,3 @@ def write_report(
     files["report.html"] = out / "report.html"
     files["report.html"].write_text(to_html(title, blocks))
     return files
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return "" if np.isnan(value) else f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    header = "| " + " | ".join(map(str, table.columns)) + " |"
-    rule = "| " + " | ".join("---" for _ in table.columns) + " |"
-    body = [
-        "| " + " | ".join(_cell(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |"
-        for row in table.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *body])
-
-
-def to_markdown(title: str, blocks: list[Block], out: Path) -> str:
-    parts = [f"# {title}"]
-    for block in blocks:
-        if block.kind in ("h2", "h3"):
-            parts.append(("## " if block.kind == "h2" else "### ") + block.content)
-        elif block.kind == "text":
-            parts.append(block.content)
-        elif block.kind == "table":
-            parts.append(markdown_table(block.content))
-        else:
-            parts.append(f"![{block.content.stem}]({block.content.relative_to(out).as_posix()})")
-    return "\n\n".join(parts) + "\n"
-
-
-STYLE = (
-    "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
-    "font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}th{background:#eee}"
-    "img{max-width:100%;margin:4px}"
-)
-
-
-def to_html(title: str, blocks: list[Block]) -> str:
-    """One self-contained page: tables inline, figures as base64 data URIs."""
-    parts = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-    ]
-    for block in blocks:
-        if block.kind in ("h2", "h3"):
-            parts.append(f"<{block.kind}>{html.escape(block.content)}</{block.kind}>")
-        elif block.kind == "text":
-            parts.append(f"<p>{html.escape(block.content)}</p>")
-        elif block.kind == "table":
-            parts.append(block.content.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}"))
-        else:
-            data = base64.b64encode(Path(block.content).read_bytes()).decode()
-            parts.append(f"<img alt='{html.escape(block.content.stem)}' src='data:image/png;base64,{data}'>")
-    parts.append("</body></html>")
-    return "\n".join(parts)

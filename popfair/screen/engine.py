@@ -1,7 +1,15 @@
 """The call engine: asyncio with bounded (adaptive) concurrency, requests/min and tokens/min limits,
 tenacity retries with exponential backoff and jitter that honour Retry-After, a per-request timeout,
 a dollar budget, and a progress bar. Each answer is parsed and committed to the cache as it arrives;
-one misbehaving request becomes a recorded failure and never stops the run."""
+one misbehaving request becomes a recorded failure and never stops the run.
+
+What does stop a run (ScreeningStopped, one line: endpoint, cause, fix) is an endpoint that cannot
+answer at all: before any request of the run has succeeded, failures that retrying cannot fix
+(connection refused, DNS, TLS, proxy, HTTP 400/404) or a call whose every attempt could not reach it
+(a hanging endpoint: one call's timeouts and retries, not rows x timeout); at any time, a rejected key
+(401/403); and mid-run, a circuit breaker: after `breaker_failures` consecutive transport failures no
+new request is sent, one probe goes out every `breaker_probe_s`, and after `breaker_max_s` without
+an answer the run stops. Answers received are committed, claims released, nothing failed is cached."""
 
 from __future__ import annotations
 
@@ -11,18 +19,21 @@ import math
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tqdm.auto import tqdm
 
 from popfair.constraints import Boolean, Interval, settings_from_config
+from popfair.errors import ScreeningStopped
 from popfair.screen import collector
 from popfair.screen.cache import CachedAnswer, ResponseCache, StoredReply
 from popfair.screen.claims import CacheThread, ClaimBroker
+from popfair.screen.failures import FailureHints, safe_url, stop_message
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.prompts import ChatPrompt
@@ -34,6 +45,21 @@ T = TypeVar("T")
 
 
 POSITIVE = Interval(float, 0, None, closed="neither")
+# Before any request of a run succeeds, these failures stop it (retrying cannot fix them): the
+# endpoint cannot be reached, or does not take the request.
+FAIL_FAST_CAUSES = frozenset(
+    {
+        "connection refused",
+        "DNS lookup failed",
+        "TLS error",
+        "proxy error",
+        "HTTP 400",
+        "HTTP 404",
+        "HTTP 401",
+        "HTTP 403",
+    }
+)
+EARLY_FAILURES = 3  # 400s from this many different calls (and no success) stop the run
 NON_NEGATIVE = Interval(float, 0, None)
 
 
@@ -54,6 +80,10 @@ class EngineSettings:
     progress: bool = True  # tqdm bar on stderr
     claim_lease_s: float = 60.0  # a claimed call is ours this long unless renewed (heartbeat)
     claim_poll_s: float = 0.5  # how often a call another worker holds is looked up
+    fail_fast: bool = True  # stop a run whose first requests fail for a reason retrying cannot fix
+    breaker_failures: int = 20  # consecutive transport failures that pause sending (circuit breaker)
+    breaker_probe_s: float = 5.0  # while paused, one probe request this often
+    breaker_max_s: float = 120.0  # paused this long without an answer: the run stops (rerun resumes)
 
     parameter_constraints: ClassVar[dict[str, Any]] = {
         "concurrency": Interval(int, 1, None),
@@ -69,6 +99,10 @@ class EngineSettings:
         "progress": Boolean(),
         "claim_lease_s": POSITIVE,
         "claim_poll_s": POSITIVE,
+        "fail_fast": Boolean(),
+        "breaker_failures": Interval(int, 1, None),
+        "breaker_probe_s": POSITIVE,
+        "breaker_max_s": POSITIVE,
     }
 
     @classmethod
@@ -140,7 +174,79 @@ class EngineStats:
 
 
 class _Stopped(Exception):
-    """The run stopped sending (rejected key) while this request was waiting for a slot."""
+    """The run stopped sending (rejected key, endpoint down) while this request was waiting."""
+
+
+class Breaker:
+    """Circuit breaker over transport failures (endpoint unreachable, timeouts, 502/503/504).
+    `threshold` consecutive ones open it: requests wait at `gate` instead of being sent, except one
+    probe every `probe_s`; an answer closes it. Open for `max_s`: `gate` raises _Stopped for all."""
+
+    def __init__(self, threshold: int, probe_s: float, max_s: float) -> None:
+        self.threshold, self.probe_s, self.max_s = threshold, probe_s, max_s
+        self.streak = 0
+        self.streak_since = 0.0  # wall time of the streak's first failure
+        self.opened_at: float | None = None  # monotonic
+        self.probing = False
+        self.next_probe = 0.0
+        self.stopped: str | None = None
+        self.closed = asyncio.Event()
+        self.closed.set()
+
+    def succeeded(self) -> None:
+        self.streak = 0
+        if self.opened_at is not None:
+            log.warning("endpoint answers again after %.0fs: sending resumes", time.monotonic() - self.opened_at)
+            self.opened_at = None
+            self.closed.set()
+
+    def failed(self, transport: bool) -> None:
+        if not transport:  # the endpoint answered (with an error): it is reachable
+            self.streak = 0
+            return
+        if self.streak == 0:
+            self.streak_since = time.time()
+        self.streak += 1
+        if self.streak >= self.threshold and self.opened_at is None:
+            self.opened_at = time.monotonic()
+            self.next_probe = self.opened_at + self.probe_s
+            self.closed.clear()
+            log.warning(
+                "%d consecutive requests could not reach the endpoint: new requests paused, one probe every "
+                "%.0fs, the run stops after %.0fs without an answer",
+                self.streak,
+                self.probe_s,
+                self.max_s,
+            )
+
+    async def gate(self, stop_message: Callable[[float], str]) -> bool:
+        """Wait while the breaker is open; True when this request goes out as the probe."""
+        while self.opened_at is not None or self.stopped is not None:
+            now = time.monotonic()
+            if self.stopped is not None:
+                raise _Stopped(self.stopped)
+            assert self.opened_at is not None
+            if now - self.opened_at >= self.max_s:
+                self.stop(stop_message(self.streak_since))  # wakes every waiter: they all stop
+                continue
+            if not self.probing and now >= self.next_probe:
+                self.probing = True
+                return True
+            wake = min(self.next_probe, self.opened_at + self.max_s) - now
+            try:
+                await asyncio.wait_for(self.closed.wait(), max(0.01, wake))
+            except asyncio.TimeoutError:
+                pass
+        return False
+
+    def stop(self, reason: str) -> None:
+        """The run stopped: requests waiting at the gate stop too."""
+        self.stopped = self.stopped or reason
+        self.closed.set()
+
+    def probed(self) -> None:
+        self.probing = False
+        self.next_probe = time.monotonic() + self.probe_s
 
 
 class RateLimiter:
@@ -261,24 +367,54 @@ class Engine:
     budget_usd: float | None = None
     key_hint: str = ""  # e.g. "check OPENAI_API_KEY" for auth failures
     stats: EngineStats = field(default_factory=EngineStats)
+    name: str = "screener"  # the screener, for stop messages
+    url_key: str = "screener.base_url"  # where the endpoint is set (stop messages' fixes)
+    request_keys: str = "screener.model and screener.generation"  # what shapes the request
+    _halt: str | None = field(default=None, init=False)  # why the run stopped (one line), when it did
     max_calls: int | None = None  # call budget: requests started in this run (retries not counted)
     parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer  # raw text -> y
 
     def run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
-        """Answer every call (key -> Answer); never raises for a single call's failure."""
+        """Answer every call (key -> Answer); never raises for a single call's failure. Raises
+        ScreeningStopped when the endpoint cannot answer (see the module docstring), after committing
+        what was answered and releasing the claims."""
         if not calls:
             return {}
-        return run_coroutine(lambda: self._run(calls, rows_total, rows_done, desc))
+        answers = run_coroutine(lambda: self._run(calls, rows_total, rows_done, desc))
+        if self._halt is not None:
+            raise ScreeningStopped(self._halt)
+        return answers
+
+    def _hints(self) -> FailureHints:
+        return FailureHints(self.url_key, self.request_keys, self.key_hint or "check the key", self.settings.timeout_s)
+
+    def _stop(self, cause: str, detail: str) -> None:
+        """Stop the run (the first reason wins): nothing more is sent, retries end."""
+        if self._halt is None:
+            self._halt = stop_message(self.name, self.provider.display_url, cause, detail, self._hints())
+            self._breaker.stop(self._halt)
+
+    def _breaker_message(self, since: float) -> str:
+        url = safe_url(self.provider.display_url)
+        return (
+            f"screener {self.name}: endpoint {url} unreachable since {time.strftime('%H:%M', time.localtime(since))} "
+            f"({self._last_transport or 'no answer'}); nothing lost ({self.stats.answered} answers of this run "
+            "are saved): rerun to resume"
+        )
 
     async def _run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
         s = self.settings
         self._rate = RateLimiter(s.requests_per_minute, s.tokens_per_minute)
         self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
         self._budget = Budget(self.budget_usd)
-        self._stop_reason: str | None = None
+        self._halt = None
         self._budget_reason: str | None = None
         self._calls_started = 0
-        self._stop, self._retry_on = stop_after_attempt(s.max_attempts), retry_if_exception_type(TransientError)
+        self._answered_any = False  # fail-fast rules apply until a request of this run succeeds
+        self._early_failures: Counter[str] = Counter()
+        self._last_transport: str | None = None
+        self._breaker = Breaker(s.breaker_failures, s.breaker_probe_s, s.breaker_max_s)
+        self._stop_after = stop_after_attempt(s.max_attempts)
         self._bar = tqdm(
             total=rows_total,
             initial=rows_done,
@@ -354,11 +490,43 @@ class Engine:
             await broker.release(call)
         return answer
 
+    def _retryable(self, exc: BaseException) -> bool:
+        """Retry a TransientError unless the run stopped, or the fail-fast rules make it final."""
+        if not isinstance(exc, TransientError) or self._halt is not None:
+            return False
+        return not (self._early and exc.cause in FAIL_FAST_CAUSES)
+
+    @property
+    def _early(self) -> bool:
+        """Fail-fast rules apply: nothing of this run has succeeded yet."""
+        return self.settings.fail_fast and not self._answered_any
+
+    def _failed_early(self, exc: TransientError | PermanentError) -> None:
+        """A call ended as a failure before any request of the run succeeded: stop the run when it says
+        the endpoint cannot answer (a refused connection, a 404, or every attempt of a call timing out or
+        unable to connect); a 400 could be one odd request, so it takes a few calls agreeing."""
+        if not self._early:
+            return
+        cause = exc.cause
+        if cause in FAIL_FAST_CAUSES or (isinstance(exc, TransientError) and exc.transport):
+            self._early_failures[cause] += 1
+            if cause != "HTTP 400" or self._early_failures[cause] >= EARLY_FAILURES:
+                self._stop(cause, str(exc))
+
+    def _unreachable(self, exc: TransientError) -> None:
+        """One attempt could not reach the endpoint. The breaker counts it; when it opens before any
+        request of the run succeeded, the endpoint has never answered: the run stops at once."""
+        self._last_transport = exc.cause
+        self._breaker.failed(transport=True)
+        if self._early and self._breaker.opened_at is not None:
+            self._stop(exc.cause, f"{self._breaker.streak} requests in a row, none answered: {exc}")
+
     async def _send_and_store(self, call: Call) -> Answer:
-        # a rejected key stops everything, retries in flight included; an exhausted budget only stops
-        # new calls (the calls already started were within it and finish)
-        if self._stop_reason or self._budget_reason:
-            return Answer(raw=None, value=None, error=self._stop_reason or self._budget_reason)
+        # a stopped run (rejected key, endpoint down) sends nothing more, retries in flight included; an
+        # exhausted budget only stops new calls (the calls already started were within it and finish)
+        if self._halt or self._budget_reason:
+            reason = f"not sent: case stopped: {self._halt}" if self._halt else self._budget_reason
+            return Answer(raw=None, value=None, error=reason)
         if self.max_calls is not None and self._calls_started >= self.max_calls:
             self._budget_reason = f"call budget exhausted: max_calls={self.max_calls} reached; not sent"
             log.warning("%s; remaining rows are recorded as failures", self._budget_reason)
@@ -395,14 +563,17 @@ class Engine:
             return Answer.from_cache(stored, paid_now=True)
         except TransientError as exc:
             self.stats.failed += 1
-            return Answer(raw=None, value=None, error=f"API failure after {self.settings.max_attempts} attempts: {exc}")
+            self._failed_early(exc)
+            return Answer(raw=None, value=None, error=f"API failure: {exc}")
         except _Stopped as exc:
-            return Answer(raw=None, value=None, error=str(exc))
+            self._halt = self._halt or str(exc)  # the breaker gave up on the endpoint
+            return Answer(raw=None, value=None, error=f"not sent: case stopped: {exc}")
         except PermanentError as exc:
             self.stats.failed += 1
-            if exc.auth and not self._stop_reason:
-                self._stop_reason = f"not sent: the provider rejected the API key ({exc}); {self.key_hint}"
-                log.error("%s", self._stop_reason)
+            if exc.auth:
+                self._stop(exc.cause, str(exc))
+            else:
+                self._failed_early(exc)
             return Answer(raw=None, value=None, error=f"API failure: {exc}")
         except Exception as exc:  # a bug or surprise in one request must not end the run
             self.stats.failed += 1
@@ -415,32 +586,46 @@ class Engine:
         s, st = self.settings, self.stats
         body = self.provider.request_body(call.prompt)
         tokens = call.input_tokens_estimate + self.provider.generation.max_tokens
-        retrying = AsyncRetrying(stop=self._stop, wait=self._wait, reraise=True, retry=self._retry_on)
+        retrying = AsyncRetrying(
+            stop=self._stop_after, wait=self._wait, reraise=True, retry=retry_if_exception(self._retryable)
+        )
         async for attempt in retrying:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     st.retries += 1
+                probe = await self._breaker.gate(self._breaker_message)
                 await self._rate.acquire(tokens)
                 await self._limit.acquire()
-                if self._stop_reason:  # e.g. the key was rejected while this request waited
+                if self._halt:  # e.g. the key was rejected while this request waited
                     await self._limit.release(False, False)
-                    raise _Stopped(self._stop_reason)
+                    raise _Stopped(self._halt)
                 rate_limited = succeeded = False
                 start = time.perf_counter()
                 st.requests += 1
                 try:
                     completion = await within(self.provider.send(body), s.timeout_s)
-                    succeeded = True
+                    succeeded = self._answered_any = True
+                    self._breaker.succeeded()
                 except asyncio.TimeoutError:
                     st.timeouts += 1
-                    raise TransientError(f"timed out after {s.timeout_s}s") from None
+                    timed_out = TransientError(f"timed out after {s.timeout_s}s", cause="timeout")
+                    self._unreachable(timed_out)
+                    raise timed_out from None
                 except TransientError as exc:
                     rate_limited = exc.rate_limited
                     st.rate_limited += rate_limited
-                    if "timed out" in str(exc):
-                        st.timeouts += 1
+                    st.timeouts += exc.cause == "timeout"
+                    if exc.transport:
+                        self._unreachable(exc)
+                    else:
+                        self._breaker.failed(transport=False)
+                    raise
+                except PermanentError:
+                    self._breaker.failed(transport=False)
                     raise
                 finally:
+                    if probe:
+                        self._breaker.probed()
                     await self._limit.release(rate_limited, succeeded)
                 return completion, time.perf_counter() - start
         raise AssertionError("unreachable: tenacity reraises the last error")

@@ -34,7 +34,7 @@ from popfair.screen.providers import (
     Provider,
     TransientError,
 )
-from popfair.screen.providers.base import classify_status
+from popfair.screen.providers.base import classify_status, network_error
 from popfair.screen.values import ValueMapping
 from popfair.secrets import install_log_redaction, read_secret
 from popfair.types import CallPlan, Document, Job, Outcome
@@ -143,14 +143,16 @@ class HttpEndpoint(Provider):
                 text = await response.text(errors="replace")
                 status, headers = response.status, response.headers
         except aiohttp.ClientError as exc:
-            raise TransientError(f"connection error: {type(exc).__name__}: {exc}") from None
+            raise network_error(exc) from None
         if status >= 300:
             raise classify_status(status, headers, text[:300])
         if self.expects_json:
             try:
                 json.loads(text)
             except ValueError:
-                raise TransientError(f"malformed JSON body (HTTP {status}): {text[:300]!r}") from None
+                raise TransientError(
+                    f"malformed JSON body (HTTP {status}): {text[:300]!r}", cause="malformed response"
+                ) from None
         return Completion(text=text, input_tokens=0, output_tokens=0)
 
 
@@ -160,7 +162,12 @@ class HttpScreener(LLMScreener):
     request is built, keyed, priced and how its answer is read."""
 
     audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
+    config_keys = {
+        "url_key": "screener.url",
+        "request_keys": "screener.url, screener.method, screener.body and screener.params",
+    }
     plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
+    answers_rankings = False  # a vendor endpoint scores one document; it cannot rank a list (design/ranking)
 
     def __init__(
         self,

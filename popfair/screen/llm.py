@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from popfair.constraints import Boolean, Interval, Options, validate
+from popfair.design import for_outcome
 from popfair.errors import ConfigError, DataError, require
 from popfair.screen import collector
 from popfair.screen.cache import StoredReply, open_cache
@@ -257,7 +258,7 @@ class LLMScreener:
     ) -> tuple[list[str], Callable[[str], Any]]:
         """Cache key per document (built in bulk, no prompt objects), and a function giving the prompt
         of a key: only prompts missing from the cache are built (identical prompts: one call)."""
-        require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
+        require(f"{outcome}_user" in self.prompts.texts, "outcome", f"no prompt asks {outcome!r}")
         images = [d.image_png if d.kind == "image" else None for d in documents]
         self._check_vision(any(image is not None for image in images))
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
@@ -302,7 +303,7 @@ class LLMScreener:
         The distinct prompts of a document list are found once per process (`PromptTable`): the cases
         of a sweep share one list of documents and differ in the model. Keys are hashed, and looked up,
         only for the distinct prompts and only when the cache holds any answer of this model."""
-        require(outcome in ("score", "callback"), "outcome", f"must be score or callback, got {outcome!r}")
+        require(f"{outcome}_user" in self.prompts.texts, "outcome", f"no prompt asks {outcome!r}")
         table = PromptTable.of(self.prompts, outcome, jobs, documents)
         self._check_vision(table.has_images)
         system = self.prompts.system(outcome)
@@ -319,7 +320,12 @@ class LLMScreener:
             per_prompt += [0 if png is None else image_tokens(png, self.provider.kind) for png in table.images]
         calls = int(todo.sum())
         input_tokens = int(per_prompt[todo].sum())
-        output_tokens = self.expected_output_tokens * calls
+        per_reply = for_outcome(outcome).reply_tokens(table.users)  # a ranking's reply grows with k
+        output_tokens = (
+            self.expected_output_tokens * calls
+            if per_reply is None
+            else int(np.maximum(per_reply, self.expected_output_tokens)[todo].sum())
+        )
         return CallPlan(
             calls=calls,
             input_tokens=input_tokens,
@@ -369,7 +375,9 @@ class LLMScreener:
                     outcome,
                     budget_usd=self.max_cost_usd,
                     stats=stats,
-                    key_hint=f"check {self.api_key_env}" if self.api_key_env else "check credentials",
+                    key_hint=f"check {self.api_key_env}" if self.api_key_env else "check the credentials",
+                    name=self.name,
+                    **self.config_keys,
                     max_calls=self.max_calls,
                     parse=self.parse_answer,
                 )
@@ -381,6 +389,8 @@ class LLMScreener:
 
     # --- hooks a screener of another kind of endpoint replaces (screen/http_endpoint.py) --------
     max_calls: int | None = None  # requests one case may send; null = no cap
+    # the settings that place and shape requests, named in the fix of a stop message
+    config_keys = {"url_key": "screener.base_url", "request_keys": "screener.model and screener.generation"}
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
         """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""

@@ -14,17 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from popfair.design import prompt_defaults
 from popfair.errors import ConfigError, DataError, require
 from popfair.paths import CONF_DIR
 from popfair.types import Document, Job, Outcome
 
 PROMPT_DIR = CONF_DIR / "prompts"
-DEFAULT_PROMPTS = {
-    "callback_system": "callback_system.txt",
-    "callback_user": "callback_user.txt",
-    "score_system": "score_system.txt",
-    "score_user": "score_user.txt",
-}
+DEFAULT_PROMPTS = prompt_defaults()  # each design names the files of its question (popfair.design)
 IMAGE_PLACEHOLDER = "(The resume is attached as an image.)"
 
 
@@ -51,7 +47,7 @@ def _read(key: str, value: str) -> str:
 
 
 class PromptSet:
-    """The four prompt texts, read and checked once at construction."""
+    """The prompt texts of every design's question, read and checked once at construction."""
 
     def __init__(self, files: Mapping[str, str] | None = None) -> None:
         chosen = {**DEFAULT_PROMPTS, **dict(files or {})}
@@ -62,7 +58,7 @@ class PromptSet:
             f"unknown prompt keys {sorted(unknown)}; allowed: {sorted(DEFAULT_PROMPTS)}",
         )
         self.texts = {key: _read(key, str(value)) for key, value in chosen.items()}
-        for outcome in ("callback", "score"):
+        for outcome in {key.rpartition("_")[0] for key in DEFAULT_PROMPTS}:
             require(
                 self.texts[f"{outcome}_user"].count("{document}") == 1,
                 f"screener.prompts.{outcome}_user",

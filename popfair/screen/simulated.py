@@ -195,11 +195,15 @@ class SimulatedScreener:
         ]
 
     def uniforms(self, texts: pd.Series, stream: str) -> np.ndarray:
-        """U(0,1) draws that are a deterministic hash of each key text, the seed and the stream name
-        (vectorised SipHash via pandas); never exactly 0 or 1."""
-        key = hashlib.blake2b(f"popfair-simulated/{self.seed}/{stream}".encode(), digest_size=8).hexdigest()
-        hashed = pd.util.hash_pandas_object(texts, index=False, hash_key=key).to_numpy(dtype=np.uint64)
-        return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) / float(2**53)
+        return hash_uniforms(texts, self.seed, stream)
+
+
+def hash_uniforms(keys: pd.Series, seed: int, stream: str) -> np.ndarray:
+    """U(0,1) draws that are a deterministic hash of each key (text or integer), the seed and the
+    stream name (vectorised SipHash via pandas); never exactly 0 or 1."""
+    key = hashlib.blake2b(f"popfair-simulated/{seed}/{stream}".encode(), digest_size=8).hexdigest()
+    hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+    return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) / float(2**53)
 
 
 def profile_table(documents: Sequence[Document], columns: Sequence[str], screener: str) -> pd.DataFrame:

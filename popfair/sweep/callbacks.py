@@ -3,7 +3,8 @@
 on_multirun_start: one MLflow parent run for the sweep; the sweep info file and environment
 variables that tell every case (in this process, joblib workers or SLURM jobs) its parent.
 on_multirun_end: the summary of every case (failed ones with their error), the dry-run totals,
-the comparison report logged to the parent run, and the parent run closed."""
+the comparison report logged to the parent run, and the parent run closed; then exit status 1 when
+any case failed or never reported back."""
 
 from __future__ import annotations
 
@@ -59,6 +60,23 @@ def check_shared_services(config: DictConfig) -> None:
     )
 
 
+def abandon_parent(config: DictConfig, reason: str) -> None:
+    """Close the sweep's parent run FAILED, tagged with why, when the sweep stops before any case
+    (its pre-flight checks failed); on_multirun_end, which would close it, is not reached then."""
+    from popfair.experiment import build
+
+    parent_run_id = os.environ.pop(ENV_PARENT_RUN_ID, None)
+    os.environ.pop(ENV_SWEEP_DIR, None)
+    if not parent_run_id:
+        return
+    try:
+        build(config.tracking, "tracking").finish_parent(
+            parent_run_id, status="FAILED", tags={"sweep.stopped": reason}, metrics={"cases": 0}
+        )
+    except Exception as exc:  # noqa: BLE001 - the sweep stops either way; say what was left open
+        log.error("popfair: could not close the sweep's parent run %s: %s", parent_run_id, exc)
+
+
 class SweepCallback(Callback):
     """Parent run, case summary and report for `python -m popfair -m ...`."""
 
@@ -70,6 +88,8 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from popfair.experiment import build
 
+        if config.get("check", False):  # popfair doctor: the sweeper checks the cases and exits
+            return
         try:
             check_shared_services(config)
         except ConfigError as exc:  # Hydra turns a callback's Exception into a warning and goes on
@@ -153,6 +173,8 @@ class SweepCallback(Callback):
         print("\n".join(lines))
         if self.info.parent_run_id and self.tracker is not None:
             self._finish_parent(records, failed, missing, sweep_dir)
+        if failed or missing > 0:  # after the summary: scripts and CI see that the sweep is incomplete
+            raise SystemExit(1)
 
     @staticmethod
     def _plan_totals(records: list, sweep_dir: Path) -> str:

@@ -6,27 +6,32 @@ cases finish and the sweep summary lists it."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from popfair.errors import PopfairError
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
 
+if TYPE_CHECKING:
+    from popfair.table.case import TableCase
+
 log = logging.getLogger("popfair")
 
 
-def current_sweep() -> SweepInfo | None:
-    """The sweep this Hydra job belongs to (None outside a multirun or without the callback)."""
-    hydra_cfg = HydraConfig.get()
+def current_sweep(hydra_cfg: Any = None) -> SweepInfo | None:
+    """The sweep this Hydra job (default: the current one) belongs to (None outside a multirun or
+    without the callback)."""
+    hydra_cfg = hydra_cfg if hydra_cfg is not None else HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return None
     sweep_dir = os.environ.get(ENV_SWEEP_DIR) or str(Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir)
@@ -42,33 +47,45 @@ def current_sweep() -> SweepInfo | None:
     return info
 
 
-def run_case(cfg: DictConfig) -> float | None:
-    """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
-    from popfair.experiment import COMPONENT_GROUPS, Experiment
-    from popfair.report.console import summary
-    from popfair.sweep.plan import plan_case
+def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
+    """The config option chosen per group (what the report groups by: renderer image vs image_photo)
+    and, in a sweep, the overrides of this case whose key varies across the sweep."""
+    from popfair.experiment import COMPONENT_GROUPS
 
-    hydra_cfg = HydraConfig.get()
-    sweep = current_sweep()
-    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    overrides = list(hydra_cfg.overrides.task)
-    job = int(hydra_cfg.job.num) if in_sweep else 0
-    # the config options chosen per group: what the report groups by (renderer image vs image_photo)
     tags = {
         f"choice.{group}": str(option)
         for group, option in hydra_cfg.runtime.choices.items()
         if group in COMPONENT_GROUPS and option is not None
     }
-    tags.update(varying_tags(overrides, sweep.varying) if sweep else {})
+    tags.update(varying_tags(list(hydra_cfg.overrides.task), sweep.varying) if sweep else {})
+    return tags
+
+
+def run_case(cfg: DictConfig) -> float | None:
+    """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
+    from popfair.report.console import summary
+    from popfair.sweep.plan import plan_case
+    from popfair.table.case import TableCase
+
+    if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
+        from popfair.doctor import doctor_case
+
+        sys.exit(doctor_case(cfg))
+    hydra_cfg = HydraConfig.get()
+    sweep = current_sweep()
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    overrides = list(hydra_cfg.overrides.task)
+    job = int(hydra_cfg.job.num) if in_sweep else 0
+    tags = case_tags(hydra_cfg, sweep)
     dry_run = bool(cfg.get("dry_run", False))
     start = time.perf_counter()
     record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
     experiment = None
     try:
-        experiment = Experiment.from_config(cfg, dry_run=dry_run)
+        experiment = case_from_config(cfg, dry_run=dry_run)
         record.case_name = experiment.case_name()
         if dry_run:
-            plan = plan_case(experiment)
+            plan = plan_table(experiment) if isinstance(experiment, TableCase) else plan_case(experiment)
             print(plan.line())
             record.status, record.plan = "planned", plan.as_dict()
             value = None
@@ -81,8 +98,8 @@ def run_case(cfg: DictConfig) -> float | None:
                     experiment.case_name(),
                     result.effects,
                     result.run_id,
-                    len(result.scored),
-                    int(result.scored["error"].notna().sum()),
+                    result.n_rows,
+                    result.n_failed,
                     experiment.tracker.uri,
                     timings=result.timings,
                     total=time.perf_counter() - start,
@@ -105,6 +122,53 @@ def run_case(cfg: DictConfig) -> float | None:
     if sweep:
         record.write(sweep.sweep_dir)
     return value
+
+
+def case_from_config(cfg: DictConfig, *, dry_run: bool = False) -> Any:
+    """The composed case: an audit of an existing table when the `table` group is set
+    (`popfair.table.case.TableCase`), else the generated pipeline (`popfair.experiment.Experiment`)."""
+    from popfair.experiment import Experiment
+    from popfair.table.case import TableCase
+
+    if cfg.get("table") is not None:
+        return TableCase.from_config(cfg, dry_run=dry_run)
+    return Experiment.from_config(cfg, dry_run=dry_run)
+
+
+def plan_table(case: TableCase) -> Any:
+    """A table case's dry run: the table is read and checked; nothing is screened, so nothing costs."""
+    from popfair.sweep.plan import CasePlan
+
+    print(case.check())
+    return CasePlan(case.case_name(), "none (table)", "none (table)", 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0)
+
+
+class WorkerDied(Exception):
+    """A case's process ended without reporting (killed by a signal, out of memory)."""
+
+
+def record_lost_case(sweep_config: DictConfig, reason: str) -> None:
+    """In the sweep process: the case record and a FAILED MLflow run (under the sweep's parent) of a
+    case whose process died before it could record anything itself (hydra_plugins/popfair_launcher)."""
+    hydra_cfg = sweep_config.hydra
+    sweep = current_sweep(hydra_cfg)
+    tags = case_tags(hydra_cfg, sweep)
+    error = WorkerDied(reason)
+    record = CaseRecord(
+        job=int(hydra_cfg.job.num),
+        overrides=list(hydra_cfg.overrides.task),
+        status="failed",
+        error=reason,
+        error_type=type(error).__name__,
+        tags=tags,
+    )
+    if not sweep_config.get("dry_run", False):
+        case_config = copy.deepcopy(sweep_config)  # the config the case's task saw: no hydra node
+        with open_dict(case_config):
+            del case_config["hydra"]
+        record.run_id = _record_failed_run(case_config, None, sweep, tags, reason, error)
+    if sweep:
+        record.write(sweep.sweep_dir)
 
 
 def _record_failed_run(

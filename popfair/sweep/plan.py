@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from popfair.design import design_of
 from popfair.experiment import Experiment
 from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
@@ -49,6 +50,7 @@ class CasePlan:
     new_cost_usd: float
     image_estimated_from_text: bool = False
     estimator_documents: int = 0  # of `documents`, the counterfactual worlds the estimator declared (interventional)
+    note: str = ""  # what the estimator says about the case's size (ranking: trials needed for a given effect)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,7 +62,7 @@ class CasePlan:
             f"plan {self.case_name}: {self.documents:,} documents{own}, {self.calls:,} calls "
             f"({self.new_calls:,} not yet planned), {self.input_tokens:,} input + "
             f"{self.output_tokens:,} output tokens, ${self.cost_usd:,.2f} "
-            f"(${self.new_cost_usd:,.2f} new){estimate}"
+            f"(${self.new_cost_usd:,.2f} new){estimate}" + (f"\n  {self.note}" if self.note else "")
         )
 
 
@@ -78,8 +80,9 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
 
 
 def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
-    """Profiles and the documents to plan, the factual ones then those of the counterfactual worlds
-    the estimator declares; for image renderers the text layout of each resume (flag True).
+    """Profiles and the prompts to plan (the design's grouping of the documents: one per document
+    but in the ranking design), the factual ones then those of the counterfactual worlds the
+    estimator declares; for image renderers the text layout of each resume (flag True).
     Memoised per process: cases sharing a population and design sample it once, and cases whose
     profile rows and renderer settings agree render them once (the text and image formats of an
     occupation share the text layout, and the gender and race cases the same applicants)."""
@@ -120,7 +123,9 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
     document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else experiment.renderer
-        documents = render_all(renderer, rows, profiles.jobs, progress=False)
+        rendered = render_all(renderer, rows, profiles.jobs, progress=False)
+        design = experiment.design or design_of(experiment.population)
+        documents = list(design.prompts(profiles, rows, rendered))  # what the screener is shown, per prompt
         # what makes two documents the same prompt for one screener: the job text and the document
         identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         _DOCUMENTS[document_key] = (documents, identities)
@@ -198,6 +203,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
         new_cost_usd=new.cost_usd,
         image_estimated_from_text=image,
         estimator_documents=0 if profiles.worlds is None else len(profiles.worlds),
+        note=str(plan_note(profiles)) if (plan_note := getattr(experiment.estimator, "plan_note", None)) else "",
     )
 
 

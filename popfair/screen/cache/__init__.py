@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from popfair.blobstore import is_url
 from popfair.screen.cache.base import TABLES, BatchRecord, CachedAnswer, ResponseCache, StoredReply
 from popfair.screen.cache.sqlite import CACHE_FILE, SqliteCache
 
@@ -20,11 +21,6 @@ __all__ = [
     "is_url",
     "open_cache",
 ]
-
-
-def is_url(location: str | Path) -> bool:
-    """A database URL (`postgresql+psycopg://user@host/db`) rather than a folder."""
-    return "://" in str(location)
 
 
 def open_cache(location: str | Path) -> ResponseCache:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from popfair.entry import entry_point
 from popfair.errors import ConfigError
 from popfair.screen.cache import TABLES, open_cache
 
@@ -30,6 +31,7 @@ def copy(source: str, target: str) -> dict[str, tuple[int, int]]:
     return counts
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m popfair.screen.cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

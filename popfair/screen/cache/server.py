@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from tenacity import (
     Retrying,
     retry_if_exception,
@@ -25,7 +25,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from popfair.errors import ConfigError
+from popfair.blobstore import server_engine
 from popfair.screen.cache.base import (
     ANSWER_COLUMNS,
     METADATA,
@@ -39,7 +39,6 @@ log = logging.getLogger("popfair.screen")
 T = TypeVar("T")
 _CHUNK = 10_000
 _NOW = "extract(epoch from clock_timestamp())"
-_SCHEMA_LOCK = 0x706F7066  # advisory lock id held while the tables are created ("popf")
 _RETRY_STATES = {"40P01", "40001"}  # deadlock detected, serialization failure: safe to run again
 
 
@@ -47,52 +46,11 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in _RETRY_STATES
 
 
-def safe_url(url: str) -> str:
-    """The URL with any password hidden (for messages and logs)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparseable cache_url>"
-
-
 class ServerCache(ResponseCache):
     """PostgreSQL-backed cache for sweeps across machines (see the module docstring)."""
 
     def __init__(self, url: str) -> None:
-        try:
-            parsed = make_url(url)
-        except ArgumentError:
-            raise ConfigError(
-                f"cache_url: not a database URL: {safe_url(url)!r} "
-                "(expected postgresql+psycopg://user@host:5432/dbname)"
-            ) from None
-        self.location = parsed.render_as_string(hide_password=True)
-        if parsed.password is not None:
-            raise ConfigError(
-                f"cache_url: {self.location} holds a password; remove it and set PGPASSWORD "
-                "(or ~/.pgpass) in the environment instead, so it never reaches a config or log"
-            )
-        if parsed.get_backend_name() != "postgresql":
-            raise ConfigError(
-                f"cache_url: {self.location}: only postgresql URLs are supported for a server "
-                "cache (for SQLite, set cache_dir to a local folder and cache_url=null)"
-            )
-        try:
-            self._engine = create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
-            with self._engine.begin() as conn:
-                # workers of a sweep open a fresh database at once: concurrent CREATE TABLE IF NOT EXISTS
-                # can still collide in PostgreSQL's catalog, so creation takes a transaction-scoped lock
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
-                METADATA.create_all(conn, checkfirst=True)
-        except (NoSuchModuleError, ModuleNotFoundError) as exc:
-            raise ConfigError(
-                f"cache_url: no driver for {self.location} ({exc}); pip install 'popfair[postgres]'"
-            ) from None
-        except SQLAlchemyError as exc:
-            raise ConfigError(
-                f"cache_url: cannot open the response cache at {self.location}: "
-                f"{str(getattr(exc, 'orig', exc)).strip()}"
-            ) from None
+        self._engine, self.location = server_engine(url, METADATA, "response cache")
         log.info("response cache: %s", self.location)
 
     def _write(self, work: Callable[[Connection], T]) -> T:

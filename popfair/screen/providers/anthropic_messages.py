@@ -43,6 +43,7 @@ class AnthropicMessages(Provider):
 
     batch_api = AnthropicBatches
     base_url_env = "ANTHROPIC_BASE_URL"
+    default_url = "https://api.anthropic.com"
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
@@ -88,7 +89,7 @@ def completion_from_message(message: Any) -> Completion:
         message = message.model_dump()
     blocks = message.get("content") if isinstance(message, dict) else None
     if not isinstance(blocks, list):
-        raise TransientError("malformed response: message without a content list")
+        raise TransientError("malformed response: message without a content list", cause="malformed response")
     text = "".join(block.get("text", "") for block in blocks if isinstance(block, dict) and block.get("type") == "text")
     usage = message.get("usage") or {}
     return Completion(

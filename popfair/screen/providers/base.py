@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import email.utils
 import hashlib
 import json
 import os
+import socket
+import ssl
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -73,22 +76,80 @@ class Completion:
     output_tokens: int
 
 
-class TransientError(Exception):
-    """Worth retrying: 429, 408/409, 5xx, timeouts, connection errors, malformed bodies."""
+# Failure causes that mean the endpoint itself cannot be reached (the circuit breaker counts them).
+TRANSPORT_CAUSES = frozenset(
+    {
+        "connection refused",
+        "DNS lookup failed",
+        "TLS error",
+        "proxy error",
+        "connection error",
+        "timeout",
+        "HTTP 502",
+        "HTTP 503",
+        "HTTP 504",
+    }
+)
 
-    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False) -> None:
+
+class TransientError(Exception):
+    """Worth retrying: 429, 408/409, 5xx, timeouts, connection errors, malformed bodies. `cause` is a
+    short label ("connection refused", "timeout", "HTTP 503", ...) for the fail-fast rules and the
+    failure counts."""
+
+    def __init__(
+        self, message: str, retry_after: float | None = None, rate_limited: bool = False, cause: str = "other"
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.rate_limited = rate_limited
+        self.cause = cause
+
+    @property
+    def transport(self) -> bool:
+        """The endpoint could not be reached (as opposed to answering with an error)."""
+        return self.cause in TRANSPORT_CAUSES
 
 
 class PermanentError(Exception):
     """Retrying cannot help (bad request, content refused). `auth` marks a rejected key: the run
-    stops sending, since every further request would fail the same way."""
+    stops sending, since every further request would fail the same way. `cause`: "HTTP 400" ..."""
 
-    def __init__(self, message: str, auth: bool = False) -> None:
+    def __init__(self, message: str, auth: bool = False, cause: str = "other") -> None:
         super().__init__(message)
         self.auth = auth
+        self.cause = cause
+
+
+def network_error(exc: BaseException) -> TransientError:
+    """A TransientError for a failure below HTTP (connection refused, DNS, TLS, proxy, reset,
+    timeout), found by walking the exception chain: SDKs wrap the socket error in their own classes
+    (the openai SDK's aiohttp transport even reports a refused connection as a timeout). The message
+    is the cause and the words of the error that shows it."""
+    cause, shown = "connection error", exc
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        name = type(error).__name__
+        found = None
+        if "Proxy" in name:
+            found = "proxy error"
+        elif isinstance(error, ssl.SSLError) or "SSL" in name or "Certificate" in name:
+            found = "TLS error"
+        elif isinstance(error, socket.gaierror) or "DNS" in name or "NameResolution" in name:
+            found = "DNS lookup failed"
+        elif isinstance(error, ConnectionRefusedError):
+            found = "connection refused"
+        elif isinstance(error, ConnectionError) or "Disconnect" in name:  # reset, closed without an answer
+            found = "connection error"
+        elif isinstance(error, (TimeoutError, asyncio.TimeoutError)) or "Timeout" in name:
+            cause, shown = "timeout", error  # unless something deeper says why
+        if found is not None:
+            cause, shown = found, error
+            break
+        error = error.__cause__ or error.__context__
+    return TransientError(f"{cause}: {str(shown) or type(shown).__name__}"[:300], cause=cause)
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
@@ -114,11 +175,12 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
 def classify_status(status: int, headers: Mapping[str, str] | None, message: str) -> Exception:
     """Map an HTTP error status to TransientError / PermanentError."""
     text = f"HTTP {status}: {message}"[:500]
+    cause = f"HTTP {status}"
     if status == 429:
-        return TransientError(text, parse_retry_after(headers), rate_limited=True)
+        return TransientError(text, parse_retry_after(headers), rate_limited=True, cause=cause)
     if status in (408, 409) or status >= 500:
-        return TransientError(text, parse_retry_after(headers))
-    return PermanentError(text, auth=status in (401, 403))
+        return TransientError(text, parse_retry_after(headers), cause=cause)
+    return PermanentError(text, auth=status in (401, 403), cause=cause)
 
 
 def _keyed(digest: Any, part: bytes) -> Any:
@@ -137,6 +199,7 @@ class Provider(ABC):
     batch_api: ClassVar[type[BatchApi] | None] = None
     # The variable the SDK reads its endpoint from when base_url is null (OPENAI_BASE_URL ...).
     base_url_env: ClassVar[str | None] = None
+    default_url: ClassVar[str] = ""  # the SDK's endpoint when neither is set (for messages)
 
     def __init__(
         self,
@@ -159,6 +222,12 @@ class Provider(ABC):
     def endpoint(self) -> str:
         """Where requests go (part of the cache key: the same model id elsewhere is another model)."""
         return self.base_url or (self.base_url_env and os.environ.get(self.base_url_env)) or "default"
+
+    @property
+    def display_url(self) -> str:
+        """Where requests go, for messages (the caller hides any secret in it: failures.safe_url)."""
+        endpoint = self.endpoint
+        return self.default_url or endpoint if endpoint == "default" else endpoint
 
     @abstractmethod
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:

@@ -10,7 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
-from popfair.screen.providers.base import Completion, Provider, TransientError, classify_status, register_provider
+from popfair.screen.providers.base import (
+    Completion,
+    Provider,
+    TransientError,
+    classify_status,
+    network_error,
+    register_provider,
+)
 
 TRANSIENT_CODES = {
     "ThrottlingException": 429,
@@ -31,6 +38,10 @@ class BedrockConverse(Provider):
     @property
     def endpoint(self) -> str:
         return self.base_url or f"region:{self.region}"
+
+    @property
+    def display_url(self) -> str:
+        return self.base_url or f"https://bedrock-runtime.{self.region}.amazonaws.com"
 
     def encode_image(self, png: bytes) -> bytes:
         return png  # boto3 base64-encodes blob fields itself
@@ -77,7 +88,8 @@ class BedrockConverse(Provider):
         self._client = None
 
     async def send(self, body: dict[str, Any]) -> Completion:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         loop = asyncio.get_running_loop()
         try:
@@ -91,10 +103,14 @@ class BedrockConverse(Provider):
             raise classify_status(
                 status, meta.get("HTTPHeaders"), f"{error.get('Code')}: {error.get('Message')}"
             ) from None
-        except BotoCoreError as exc:  # timeouts, connection errors, unparseable bodies
+        except (BotoConnectionError, HTTPClientError) as exc:  # connection refused, DNS, TLS, proxy, timeouts
+            raise network_error(exc) from None
+        except BotoCoreError as exc:  # e.g. an unparseable body
             raise TransientError(f"{type(exc).__name__}: {exc}"[:300]) from None
         except (KeyError, TypeError, IndexError, ValueError) as exc:
-            raise TransientError(f"malformed response: {type(exc).__name__}: {exc}"[:300]) from None
+            raise TransientError(
+                f"malformed response: {type(exc).__name__}: {exc}"[:300], cause="malformed response"
+            ) from None
 
 
 def completion_from_converse(response: dict[str, Any]) -> Completion:

@@ -14,6 +14,7 @@ from popfair.screen.providers.base import (
     Provider,
     TransientError,
     classify_status,
+    network_error,
     register_provider,
 )
 
@@ -46,12 +47,10 @@ def sdk_error(exc: Exception, sdk: Any) -> Exception:
     """Translate an openai/anthropic SDK exception (both SDKs share these class names)."""
     if isinstance(exc, sdk.APIStatusError):
         return classify_status(exc.status_code, exc.response.headers, str(exc.message))
-    if isinstance(exc, sdk.APITimeoutError):
-        return TransientError("request timed out")
-    if isinstance(exc, sdk.APIConnectionError):
-        return TransientError(f"connection error: {exc}")
+    if isinstance(exc, sdk.APIConnectionError):  # APITimeoutError included: the chain says why
+        return network_error(exc)
     if isinstance(exc, (sdk.APIResponseValidationError, *MALFORMED)):
-        return TransientError(f"malformed response: {type(exc).__name__}: {exc}"[:300])
+        return TransientError(f"malformed response: {type(exc).__name__}: {exc}"[:300], cause="malformed response")
     if isinstance(exc, sdk.APIError):
         return TransientError(f"{type(exc).__name__}: {exc}"[:300])
     return exc
@@ -113,6 +112,7 @@ class OpenAIChat(Provider):
 
     batch_api: ClassVar[type[BatchApi] | None] = OpenAIBatches
     base_url_env = "OPENAI_BASE_URL"
+    default_url = "https://api.openai.com/v1"
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
@@ -154,11 +154,13 @@ class OpenAIChat(Provider):
 def completion_from_chat(data: Any) -> Completion:
     """Text and usage of a chat-completion JSON body; malformed bodies raise TransientError."""
     if not isinstance(data, dict):
-        raise TransientError(f"malformed response: expected a JSON object, got {type(data).__name__}")
+        raise TransientError(
+            f"malformed response: expected a JSON object, got {type(data).__name__}", cause="malformed response"
+        )
     choices = data.get("choices")
     message = choices[0].get("message") if isinstance(choices, list) and choices else None
     if not isinstance(message, dict):
-        raise TransientError("malformed response: no choices[0].message")
+        raise TransientError("malformed response: no choices[0].message", cause="malformed response")
     usage = data.get("usage") or {}
     return Completion(
         text=message.get("content") or "",

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from popfair.constraints import Interval, ListOf, Options, Rules, validate
-from popfair.errors import ConfigError
-from popfair.population.postings import EntryLevelPostings, audit_data_path
+from popfair.design.paired.design import AXES, check_postings_and_axis
+from popfair.population.postings import audit_data_path
 from popfair.population.profile_bank import PROFILE_FIELDS, build_profiles, pick_by_group
 from popfair.population.protected import ProtectedAttribute
 from popfair.types import Profiles, Roles
@@ -36,7 +36,6 @@ NAME_LISTS = {
     "bertrand_mullainathan_2004": "names_bertrand_mullainathan_2004.csv",
     "kline_rose_walters_2022": "names_kline_rose_walters_2022.csv",
 }
-AXES = {"race": ("black", "white"), "gender": ("female", "male")}
 NAME_FIELDS = ("first_name", "surname")
 
 
@@ -56,6 +55,8 @@ def load_name_pools(lists: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[s
 
 class PairedAuditPopulation:
     """Identical-profile pairs for the paired callback audit on one axis (race or gender)."""
+
+    design = "paired"  # popfair.design.paired.design
 
     parameter_constraints: ClassVar[Rules] = {
         "axis": Options(sorted(AXES)),
@@ -78,26 +79,9 @@ class PairedAuditPopulation:
         self.axis, self.pairs_per_posting, self.name_lists = axis, pairs_per_posting, name_lists
         self.first_pools, self.last_pools = load_name_pools(name_lists)
 
-    def validate_case(self, occupation: Any, protected: ProtectedAttribute) -> None:
-        """The paired design needs a set of postings and the protected attribute of its own axis."""
-        if not isinstance(occupation, EntryLevelPostings):
-            raise ConfigError(
-                f"population: the paired audit needs occupation=entry_level_postings "
-                f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}; "
-                f"experiment=paired_{self.axis} sets the whole design"
-            )
-        x0, x1 = AXES[self.axis]
-        if (protected.name, protected.x0, protected.x1) != (self.axis, x0, x1):
-            raise ConfigError(
-                f"protected_attr: population=paired_{self.axis} contrasts {self.axis} "
-                f"(x0={x0}, x1={x1}); set protected_attr={self.axis}, got "
-                f"{protected.name} (x0={protected.x0}, x1={protected.x1}); experiment=paired_{self.axis} "
-                "sets the whole design"
-            )
-
     def sample(self, occupation: Any, protected: ProtectedAttribute, seed: int) -> Profiles:
         """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""
-        self.validate_case(occupation, protected)
+        check_postings_and_axis(occupation, protected, self.axis)
         x0, x1 = AXES[self.axis]
         rng = np.random.default_rng([seed, 6])
         postings = occupation.postings

@@ -1,0 +1,434 @@
+"""Sphinx extension of popfair's site: pages generated from the project itself, so they cannot drift.
+
+- The configuration reference (``reference/config/``): every config group under ``conf/``, every
+  option (YAML file) with its header comment, and every key with its default and its comment, read
+  from the YAML files at build time (comments included: they are the documentation).
+- The command-line reference (``reference/cli.md``): the ``--help`` of ``popfair``,
+  ``popfair-report``, ``popfair-export`` and ``popfair-data`` as they print it.
+- Math as MathML, converted at build time by docutils (no MathJax download: the site works offline).
+
+The generated Markdown goes to folders git ignores (``docs/.gitignore``) and is rewritten only when
+its text changes, so incremental builds stay incremental.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from docutils import nodes
+from docutils.utils.math.latex2mathml import tex2mathml
+from sphinx.application import Sphinx
+
+DOCS = Path(__file__).resolve().parents[1]
+ROOT = DOCS.parent
+CONF = ROOT / "conf"
+CONFIG_OUT = DOCS / "reference" / "config"
+CLI_OUT = DOCS / "reference" / "cli.md"
+
+# The command-line tools: (program name, module whose main() runs it, extra help pages).
+CLI_TOOLS = [
+    ("popfair", "popfair.__main__", []),
+    ("popfair-report", "popfair.report.__main__", []),
+    ("popfair-export", "popfair.export", []),
+    ("popfair-data", "popfair.population.fetch", [["pums"]]),
+]
+
+
+# --- configuration reference -------------------------------------------------------------------
+
+
+@dataclass
+class Key:
+    """One key of a config file: its dotted path, its default as written, and its comment."""
+
+    path: str
+    value: str
+    comment: str
+
+
+def _comment_at(line: str, start: int) -> tuple[str, int] | None:
+    """The comment in `line` at or after column `start` (text after `#`) and its column, if any."""
+    match = re.search(r"(?:^|\s)#\s?(.*)$", line[start:])
+    if match is None:
+        return None
+    return match.group(1).rstrip(), start + match.start(0) + (0 if line[start + match.start(0)] == "#" else 1)
+
+
+def _header(lines: list[str]) -> tuple[list[str], str | None]:
+    """The file's leading comment block (without the `# @package` line) and its package, if any."""
+    header, package = [], None
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        text = line[1:].strip() if line.startswith("# ") or line == "#" else line[1:].rstrip()
+        if text.startswith("@package"):
+            package = text.split(None, 1)[1] if " " in text else None
+            continue
+        header.append(line[2:] if line.startswith("# ") else line[1:])
+    return header, package
+
+
+def _source(text_lines: list[str], node: yaml.Node) -> str:
+    """A node's text as written in the file (flow collections, interpolations, quotes kept)."""
+    start, end = node.start_mark, node.end_mark
+    if isinstance(node, yaml.MappingNode) and node.value and node.value[-1][1].end_mark.line == start.line:
+        end = node.value[-1][1].end_mark  # a one-line block mapping (a defaults entry) ends at its last value
+    if start.line == end.line:
+        return text_lines[start.line][start.column : end.column]
+    return json.dumps(yaml.safe_load(yaml.serialize(node)))
+
+
+def config_keys(text: str) -> list[Key]:
+    """Every key of a YAML config (nested keys dotted, `defaults` entries one each) with its comment.
+
+    A key's comment is the comment on its line, the comment lines right below it aligned with that
+    comment (a wrapped comment), and the comment lines right above it at its own indentation.
+    """
+    lines = text.splitlines()
+    root = yaml.compose(text)
+    if root is None:
+        return []
+    header_end = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    keys: list[Key] = []
+
+    def comment_for(line_no: int, after_col: int, indent: int) -> str:
+        parts: list[str] = []
+        above: list[str] = []
+        i = line_no - 1
+        while i >= header_end and lines[i].strip().startswith("#") and len(lines[i]) - len(lines[i].lstrip()) == indent:
+            above.insert(0, lines[i].strip()[1:].strip())
+            i -= 1
+        parts += above
+        found = _comment_at(lines[line_no], after_col)
+        if found is not None:
+            text_, col = found
+            parts.append(text_)
+            j = line_no + 1
+            while j < len(lines) and lines[j].strip().startswith("#") and lines[j].index("#") == col:
+                parts.append(lines[j].strip()[1:].strip())
+                j += 1
+        return " ".join(p for p in parts if p)
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value in node.value:
+                path = f"{prefix}{key_node.value}"
+                line = key_node.start_mark.line
+                block = isinstance(value, yaml.MappingNode | yaml.SequenceNode) and value.start_mark.line > line
+                shown = "" if block else _source(lines, value)
+                after = key_node.end_mark.column + 1 if block else value.end_mark.column
+                if not block and value.end_mark.line != line:  # a multi-line scalar: no same-line comment
+                    after = len(lines[line])
+                keys.append(Key(path, shown, comment_for(line, after, key_node.start_mark.column)))
+                if block and isinstance(value, yaml.MappingNode):
+                    walk(value, path + ".")
+                elif block and isinstance(value, yaml.SequenceNode):
+                    for item in value.value:
+                        item_line = item.start_mark.line
+                        keys.append(
+                            Key(
+                                f"{path}[]",
+                                _source(lines, item),
+                                comment_for(item_line, item.start_mark.column, item.start_mark.column - 2),
+                            )
+                        )
+
+    walk(root, "")
+    return keys
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Group -> options, as `popfair --help` lists them (popfair.cli_help is the one definition)."""
+    from popfair.cli_help import config_groups as groups
+
+    return groups(CONF)
+
+
+HYDRA_GROUPS = ["hydra/launcher", "hydra/sweeper"]  # popfair's own options of Hydra's groups
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    if not text:
+        return ""
+    ticks = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return _cell(f"{ticks}{pad}{text}{pad}{ticks}")
+
+
+def option_section(group: str, option: str, path: Path, level: str = "##") -> str:
+    """The Markdown section of one option: `group=option`, its header comment and its keys."""
+    text = path.read_text()
+    header, package = _header(text.splitlines())
+    keys = config_keys(text)
+    out = [f"{level} `{group}={option}`" if group else f"{level} `{option}`", ""]
+    out.append(f"File `conf/{path.relative_to(CONF).as_posix()}`" + (f" (package `{package}`)." if package else "."))
+    out.append("")
+    if header:
+        out += ["```text", *header, "```", ""]
+    if keys:
+        out += ["| key | default | comment |", "|---|---|---|"]
+        out += [f"| {_code(k.path)} | {_code(k.value)} | {_cell(k.comment)} |" for k in keys]
+        out.append("")
+    return "\n".join(out)
+
+
+def group_page(group: str, options: list[str]) -> str:
+    title = {
+        "screener/base": "screener/base (shared screener settings)",
+    }.get(group, group)
+    intro = (
+        f"Choose one option with `{group}=<option>` on the command line ({', '.join(f'`{o}`' for o in options)})."
+        if not group.startswith("hydra/") and group != "screener/base"
+        else (
+            "Files the hosted-model screeners include first (`defaults: [base/llm@_here_]`); set their keys "
+            "through `screener.<key>`."
+            if group == "screener/base"
+            else f"popfair's own options of Hydra's `{group}` group (`{group}=<option>`)."
+        )
+    )
+    parts = [f"# {title}", "", "Generated from `conf/` when the site is built.", "", intro, ""]
+    for option in options:
+        parts.append(option_section(group, option, CONF / group / f"{option}.yaml"))
+    return "\n".join(parts)
+
+
+def config_index(groups: dict[str, list[str]]) -> str:
+    rows = "\n".join(
+        f"| [{_cell(g)}]({g.replace('/', '_')}.md) | {_cell(', '.join(f'`{o}`' for o in opts))} |"
+        for g, opts in groups.items()
+    )
+    toctree = "\n".join(g.replace("/", "_") for g in groups)
+    top = option_section("", "config.yaml (top-level keys)", CONF / "config.yaml")
+    return f"""# Configuration reference
+
+Generated from `conf/` when the site is built: every config group, every option, every key with its
+default and its comment. A case is composed from `conf/config.yaml` and one option of each group;
+override an option with `group=option` and a key with `group.key=value` on the command line
+(`python -m popfair screener=gpt4o_mini screener.engine.concurrency=32`). `python -m popfair --cfg job`
+prints the composed config of a case.
+
+| group | options |
+|---|---|
+{rows}
+
+```{{toctree}}
+:hidden:
+
+{toctree}
+```
+
+{top}
+"""
+
+
+def _write(path: Path, text: str) -> None:
+    """Write only when the text changed: Sphinx then rebuilds only pages whose source changed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def write_config_reference() -> None:
+    groups = config_groups()
+    hydra = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in HYDRA_GROUPS if (CONF / g).is_dir()}
+    all_groups = {**groups, **hydra}
+    wanted = {f"{g.replace('/', '_')}.md" for g in all_groups} | {"index.md"}
+    for stale in CONFIG_OUT.glob("*.md") if CONFIG_OUT.is_dir() else []:
+        if stale.name not in wanted:
+            stale.unlink()
+    _write(CONFIG_OUT / "index.md", config_index(all_groups))
+    for group, options in all_groups.items():
+        _write(CONFIG_OUT / f"{group.replace('/', '_')}.md", group_page(group, options))
+
+
+# --- user guides: the topic pages at the top of docs/ ----------------------------------------------
+
+GUIDES_OUT = DOCS / "guides.md"
+# Topic pages written beside the code they document; any other top-level page lands here too, so a
+# new docs/<topic>.md is part of the site (and of its search) as soon as it exists.
+GUIDE_ORDER = ["tables", "ranking", "troubleshooting", "performance"]
+NOT_GUIDES = {"index", "getting_started", "replication", "guides"}
+
+
+def write_guides() -> None:
+    found = {p.stem for p in DOCS.glob("*.md")} - NOT_GUIDES
+    pages = [g for g in GUIDE_ORDER if g in found] + sorted(found - set(GUIDE_ORDER))
+    _write(
+        GUIDES_OUT,
+        "\n".join(
+            [
+                "# User guides",
+                "",
+                "Topic guides: auditing decisions that already exist (tables), the ranking design, what to do",
+                "when something fails, and how popfair keeps sweeps fast.",
+                "",
+                "```{toctree}",
+                ":maxdepth: 2",
+                "",
+                *pages,
+                "```",
+                "",
+            ]
+        ),
+    )
+
+
+# --- Python API reference ------------------------------------------------------------------------
+
+API_OUT = DOCS / "reference" / "api" / "index.md"
+# Sections of the API page by the defining module's package; a name from a new package goes under "Other".
+API_SECTIONS = [
+    ("popfair.experiment", "Running a case", "A case composed from a Hydra config, run and logged."),
+    ("popfair.estimate", "Estimators", "Functions of a scored table: effects with confidence intervals."),
+    ("popfair.report", "Reports", "Tables and figures over many cases."),
+    ("popfair.types", "Data types", "What flows between the pipeline's stages."),
+    ("popfair.errors", "Errors", "What popfair raises: one line naming the config key or input at fault."),
+]
+
+
+def write_api_reference() -> None:
+    """The API page: every name of `popfair.__all__`, one autosummary table per section."""
+    import popfair
+
+    exports: dict[str, str] = popfair._EXPORTS
+    missing = sorted(set(popfair.__all__) - set(exports) - {"__version__"})
+    if missing:
+        raise RuntimeError(f"popfair.__all__ names without a module in popfair._EXPORTS: {missing}")
+    sections: dict[str, list[str]] = {}
+    for name, module in exports.items():
+        prefix = next((p for p, _, _ in API_SECTIONS if module == p or module.startswith(p + ".")), "other")
+        sections.setdefault(prefix, []).append(name)
+    parts = [
+        "# Python API",
+        "",
+        "Generated from `popfair.__all__` when the site is built. Every name imports from `popfair`",
+        "(lazily: `import popfair` loads no pandas, MLflow or provider SDK until a name is used);",
+        f"`popfair.__version__` is the installed version (`{popfair.__version__}` here). The stage packages",
+        "(`popfair.estimate`, `popfair.population`, `popfair.render`, `popfair.screen`, `popfair.track`,",
+        "`popfair.report`) export their own public names the same way.",
+        "",
+        "```python",
+        "import popfair",
+        "",
+        "result = popfair.estimate_pse(",
+        '    data, x="gender", x0="female", x1="male",',
+        '    z=["race", "age"], b=["edu_group", "exp_year"], r=["first_name", "state"], y="score",',
+        ")",
+        'gap = popfair.paired_gap(pairs, y_adv="white", y_other="black", cluster="posting_id")',
+        'ratios = popfair.impact_ratios(scored, y="y", sex="gender", race="race")',
+        "panel = popfair.panel_report(panel_rows)  # one paired_gap row per model x axis",
+        "run = popfair.Experiment.from_config(cfg).run()  # cfg: a composed Hydra config",
+        "```",
+        "",
+        "Their docstrings (numpydoc) list parameters, returns and examples; the [gallery](../../auto_examples/index.rst)",
+        "runs them on the bundled data.",
+        "",
+    ]
+    titles = [*API_SECTIONS, ("other", "Other", "")]
+    for prefix, title, blurb in titles:
+        names = sections.get(prefix)
+        if not names:
+            continue
+        parts += [f"## {title}", "", blurb, "", "```{eval-rst}", ".. currentmodule:: popfair", "", ".. autosummary::"]
+        parts += ["   :toctree: generated", "   :nosignatures:", ""]
+        parts += [f"   {name}" for name in names]
+        parts += ["```", ""]
+    _write(API_OUT, "\n".join(parts))
+
+
+# --- command-line reference ----------------------------------------------------------------------
+
+
+def tool_help(prog: str, module: str, args: list[str]) -> str:
+    code = f"import sys; sys.argv[0] = {prog!r}; from {module} import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{prog} {' '.join(args)} --help failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout.rstrip()
+
+
+def write_cli_reference() -> None:
+    parts = [
+        "# Command-line tools",
+        "",
+        "Generated when the site is built from each tool's `--help`. `popfair` and `popfair-export` take",
+        "Hydra overrides (`group=option`, `group.key=value`; see the",
+        "[configuration reference](config/index.md)); the others are argparse programs.",
+        "",
+    ]
+    for prog, module, subcommands in CLI_TOOLS:
+        parts += [f"## `{prog}`", "", "```text", f"$ {prog} --help", tool_help(prog, module, []), "```", ""]
+        for sub in subcommands:
+            parts += [
+                "```text",
+                f"$ {prog} {' '.join(sub)} --help",
+                tool_help(prog, module, sub),
+                "```",
+                "",
+            ]
+    _write(CLI_OUT, "\n".join(parts))
+
+
+# --- math as MathML --------------------------------------------------------------------------------
+
+
+def _mathml(latex: str, block: bool) -> str:
+    return tex2mathml(latex, as_block=block)
+
+
+def visit_math_inline(self: Any, node: nodes.math) -> None:
+    self.body.append(_mathml(node.astext(), block=False))
+    raise nodes.SkipNode
+
+
+def visit_math_block(self: Any, node: nodes.math_block) -> None:
+    self.body.append(f'<div class="math-block">{_mathml(node.astext(), block=True)}</div>')
+    raise nodes.SkipNode
+
+
+def generate(app: Sphinx) -> None:
+    write_config_reference()
+    write_cli_reference()
+    write_api_reference()
+    write_guides()
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_html_math_renderer("mathml", (visit_math_inline, None), (visit_math_block, None))
+    app.config.html_math_renderer = "mathml"
+    app.connect("config-inited", lambda app, config: generate(app))  # before autosummary reads sources
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# --- gallery: figures are shown where an example's code block ends with one ----------------------
+
+_shown: dict[str, set[int]] = {}
+
+
+def figure_scraper(block: Any, block_vars: dict[str, Any], gallery_conf: dict[str, Any]) -> str:
+    """sphinx-gallery scraper for popfair's figures: a code block that ends with a matplotlib Figure
+    (popfair draws on `Figure` objects, outside pyplot's state) shows that figure below the block."""
+    from matplotlib.figure import Figure
+    from sphinx_gallery.scrapers import figure_rst
+
+    figure = block_vars["example_globals"].get("___")
+    shown = _shown.setdefault(str(block_vars["src_file"]), set())
+    if not isinstance(figure, Figure) or id(figure) in shown:
+        return ""
+    shown.add(id(figure))
+    path = next(block_vars["image_path_iterator"])
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    return figure_rst([path], gallery_conf["src_dir"])

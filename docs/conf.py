@@ -1,0 +1,88 @@
+"""Sphinx configuration of popfair's documentation site.
+
+Build (warnings are errors): ``sphinx-build -W --keep-going -b html docs docs/_build/html``.
+The site is built and read offline: no intersphinx inventories, no remote fonts or scripts (math is
+rendered to MathML at build time by ``_ext/popfair_docs.py``, which Chromium and Firefox draw natively).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(DOCS / "_ext"))
+sys.path.insert(0, str(ROOT))  # this checkout's popfair wins over an installed one
+os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import popfair  # noqa: E402
+
+project = "popfair"
+author = "popfair contributors"
+copyright = "popfair contributors"
+release = popfair.__version__
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "numpydoc",
+    "sphinx_gallery.gen_gallery",
+    "popfair_docs",  # generated config and CLI reference, MathML math, no remote assets
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "examples/README.rst", "**/GALLERY_HEADER.rst"]
+templates_path = ["_templates"]
+
+# MyST: $...$ and $$...$$ math, ::: fences, heading anchors for [text](page.md#anchor) links.
+myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# API reference: one page per public name, numpydoc sections; validation keeps docstrings honest.
+autosummary_generate = True
+autodoc_typehints = "none"  # numpydoc renders the types written in the docstrings
+autodoc_default_options = {"members": True, "inherited-members": False}
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+numpydoc_validation_checks = {"GL08", "PR02", "PR07", "RT02", "SS01"}
+
+sphinx_gallery_conf = {
+    "examples_dirs": "examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "plot_gallery": "True",
+    "abort_on_example_error": True,
+    "matplotlib_animations": False,
+    "image_scrapers": ("popfair_docs.figure_scraper",),  # a block ending with a Figure shows it
+    "ignore_repr_types": r"matplotlib\.figure\.Figure",
+    "reset_modules": ("matplotlib",),
+    "min_reported_time": 10,
+    "show_memory": False,
+    "write_computation_times": False,  # its timing page loads DataTables from a CDN: the site is offline
+}
+
+html_theme = "pydata_sphinx_theme"
+html_title = "popfair"
+html_static_path = ["_static"]
+html_css_files = ["popfair.css"]
+html_show_sourcelink = False
+html_theme_options = {
+    "navbar_align": "left",
+    "show_toc_level": 2,
+    "navigation_with_keys": False,
+    "secondary_sidebar_items": ["page-toc"],
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+    "header_links_before_dropdown": 6,
+}
+html_context = {"default_mode": "light"}

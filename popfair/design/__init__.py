@@ -1,0 +1,69 @@
+"""Study designs, one module (or folder) each: how sampled applicants are grouped into prompts, what
+the screener is asked, how its replies are read and which estimators apply (`Design`, design/base.py).
+
+- `population`: the population audit (PopResume): one resume per prompt, a 0-100 score.
+- `paired`: the paired callback audit: identical profiles differing in a name, a yes/no callback.
+- `ranking`: the list-wise audit: k candidates in one prompt, ranked; top-1 rates and impact ratios,
+  position effects and a rank-ordered logit.
+
+A case's design is named by its population (its `design` attribute; `population` when it has none).
+A new design is a new folder here plus its entry in DESIGNS; the pipeline stages stay as they are."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from popfair._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from popfair.design.base import Design
+
+DESIGNS = {  # design name -> the module holding its DESIGN
+    "population": "popfair.design.population",
+    "paired": "popfair.design.paired.design",
+    "ranking": "popfair.design.ranking.design",
+}
+
+
+def design_named(name: str) -> Design:
+    """The design called `name` (a key of DESIGNS)."""
+    from popfair.errors import ConfigError
+
+    if name not in DESIGNS:
+        raise ConfigError(f"population.design: unknown design {name!r}; choose one of {', '.join(DESIGNS)}")
+    return import_module(DESIGNS[name]).DESIGN
+
+
+def design_of(population: Any) -> Design:
+    """The design a population's applicants are drawn for."""
+    return design_named(getattr(population, "design", "population"))
+
+
+def for_outcome(outcome: str) -> Design:
+    """The design that asks the screener `outcome` (score, callback, rank)."""
+    for name in DESIGNS:
+        design = design_named(name)
+        if design.outcome == outcome:
+            return design
+    from popfair.errors import ConfigError
+
+    outcomes = ", ".join(design_named(name).outcome for name in DESIGNS)
+    raise ConfigError(f"outcome: must be one of {outcomes}, got {outcome!r}")
+
+
+def prompt_defaults() -> dict[str, str]:
+    """The default prompt file of every design's question: '<outcome>_<part>' -> file name."""
+    return {
+        f"{design.outcome}_{part}": file
+        for design in map(design_named, DESIGNS)
+        for part, file in design.prompt_files.items()
+    }
+
+
+_EXPORTS = {
+    "Design": "popfair.design.base",
+    "PairedAuditPopulation": "popfair.design.paired.population",
+}
+__all__ = ["DESIGNS", "design_named", "design_of", "for_outcome", "prompt_defaults", *_EXPORTS]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,98 @@
+"""What a study design is: how sampled applicants are grouped into prompts, what the screener is
+asked and how its reply is read, which estimators apply. The pipeline stages (population, render,
+screen, estimate) are shared; everything one design knows lives in its own module of popfair.design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from popfair.errors import ConfigError
+from popfair.types import Document, Outcome, Profiles, ScreenResult
+
+
+class Design(Protocol):
+    """One study design (population audit, paired audit, ranking audit, ...).
+
+    name: the design's name (a population's `design` attribute names it).
+    outcome: what the screener is asked; names the prompt files `<outcome>_system` / `<outcome>_user`.
+    prompt_files: the default prompt file of each part ("system", "user") under conf/prompts/.
+    estimators: names of the estimators that apply to its scored table."""
+
+    name: str
+    outcome: Outcome
+    prompt_files: Mapping[str, str]
+    estimators: tuple[str, ...]
+
+    def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
+        """A model's reply as y: (value, None), or (None, reason) for an unparseable reply."""
+        ...
+
+    def reply_tokens(self, users: Sequence[str]) -> np.ndarray | None:
+        """Output tokens a reply to each user message is expected to take (dry-run plans), or None:
+        the screener's `expected_output_tokens`."""
+        ...
+
+    def check_case(self, parts: Mapping[str, Any]) -> None:
+        """Cross-group checks of a composed case (config group -> built component), before any work."""
+        ...
+
+    def prompts(self, profiles: Profiles, rows: pd.DataFrame, documents: Sequence[Document]) -> Sequence[Document]:
+        """What the screener is shown: one Document per prompt, built from the applicants' documents
+        (`rows`: every row to screen, factual then counterfactual worlds; `documents`: theirs)."""
+        ...
+
+    def scored(
+        self,
+        profiles: Profiles,
+        rows: pd.DataFrame,
+        documents: Sequence[Document],
+        prompts: Sequence[Document],
+        results: Sequence[ScreenResult],
+    ) -> pd.DataFrame:
+        """The applicant rows with the screener's answers: columns document, raw, y, error (and any
+        design-specific columns), one row per row of `rows`, in order."""
+        ...
+
+
+class OnePromptPerDocument:
+    """Designs that show the screener one applicant's document per prompt (population, paired)."""
+
+    name: str
+    estimators: tuple[str, ...]
+
+    def prompts(self, profiles: Profiles, rows: pd.DataFrame, documents: Sequence[Document]) -> Sequence[Document]:
+        return documents
+
+    def reply_tokens(self, users: Sequence[str]) -> np.ndarray | None:
+        return None  # a word or a number: the screener's expected_output_tokens
+
+    def scored(
+        self,
+        profiles: Profiles,
+        rows: pd.DataFrame,
+        documents: Sequence[Document],
+        prompts: Sequence[Document],
+        results: Sequence[ScreenResult],
+    ) -> pd.DataFrame:
+        return rows.assign(
+            document=[d.text for d in documents],
+            raw=[r.raw for r in results],
+            y=[r.value for r in results],
+            error=[r.error for r in results],
+        )
+
+
+def check_estimator(design: Design, estimator: Any) -> None:
+    """ConfigError unless `estimator` applies to `design`: named in `design.estimators`, or (an
+    estimator of one's own) naming the design in its `designs` attribute."""
+    name = getattr(estimator, "name", None)
+    if name not in design.estimators and design.name not in getattr(estimator, "designs", ()):
+        raise ConfigError(
+            f"estimator: {name!r} does not apply to the {design.name} design; choose one of "
+            f"{', '.join(design.estimators)}"
+        )

@@ -1,0 +1,42 @@
+"""The population audit (PopResume, arXiv 2603.22714): applicants drawn from population microdata
+(population=popresume), one resume per prompt, scored 0-100 against the job; path-specific effects
+(pse_dml), interventional effects, the outcome gap or impact ratios on the scores.
+
+Reply rule: the first integer of the reply, 0-100 (popfair's rule); anything else is a recorded
+parse failure (the raw text is kept and the row is excluded from analysis)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from popfair.design.base import OnePromptPerDocument, check_estimator
+from popfair.types import Outcome
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+class PopulationDesign(OnePromptPerDocument):
+    name = "population"
+    outcome: Outcome = "score"
+    prompt_files: Mapping[str, str] = {"system": "score_system.txt", "user": "score_user.txt"}
+    estimators: tuple[str, ...] = ("pse_dml", "interventional", "both", "outcome_gap", "impact_ratio")
+
+    def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
+        match = _NUMBER.search(raw)
+        if match is None:
+            return None, "unparseable answer: no integer in the reply"
+        token = match.group(0)
+        if "." in token or token.startswith("-"):
+            return None, f"unparseable answer: first number {token} is not an integer in 0-100"
+        value = int(token)
+        if value > 100:
+            return None, f"unparseable answer: first integer {value} is outside 0-100"
+        return float(value), None
+
+    def check_case(self, parts: Mapping[str, Any]) -> None:
+        check_estimator(self, parts["estimator"])
+
+
+DESIGN = PopulationDesign()

@@ -1,0 +1,469 @@
+"""Estimates of a ranking audit, each with trial-clustered inference (config `estimator=ranking`).
+
+- Top-1 rate per group and LL144 impact ratios against the most-selected group, with CIs that
+  re-choose the reference in every bootstrap replicate over trials and a test of "no group differs"
+  that accounts for that choice (popfair.estimate.impact_inference; trial = cluster).
+- Mean rank per group (1 = first); a candidate a partial ranking leaves out gets the mean of the
+  ranks left over.
+- P(group ranked above the reference group), and for every pair of groups (artifact).
+- Position effects: the top-1 rate of the candidate shown at each position.
+- A rank-ordered (exploded Plackett-Luce) conditional logit of the whole ranking on group and shown
+  position: log-worths of each group against the reference group and of each position against the
+  reference position, with trial-clustered (sandwich) or model standard errors, and Wald tests
+  of "no group differs" and "no position effect".
+
+Mean ranks, pairwise and position rates are means of one value per trial (each trial shows every
+group and every position once), so their standard errors are those of a mean of independent trials.
+
+The logit is statsmodels' maximum-likelihood machinery (`GenericLikelihoodModel`, Newton steps) on
+the exploded choice sets: choosing the first-ranked candidate from all k, the second from the
+remaining k-1, ... (a partial ranking contributes the choices it makes; the last, forced choice
+none). Its log-likelihood, score and Hessian are vectorised over the trials x stages x candidates
+array, where statsmodels' own `ConditionalLogit` walks the choice sets one by one in Python (about
+a minute for 100,000 trials); the two give identical fits (tests/test_ranking.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from popfair.constraints import Interval, Options, Rules, validate
+from popfair.errors import EstimationError
+from popfair.estimate.impact_inference import impact_ratio_inference
+from popfair.types import Effects, Plot, Profiles, Roles
+
+TRIAL, GROUP, POSITION, RANK = "trial_id", "group", "position", "rank"
+
+
+def slug(group: str) -> str:
+    """A group's name as it appears in effect names (MLflow metric keys: letters, digits, _ . -)."""
+    return "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in group)
+
+
+SE_KINDS = ("cluster", "model")
+
+
+@dataclass(frozen=True)
+class RankTrials:
+    """The rankings of n trials of the same k groups, as arrays: rank[t, g] (1 = first, NaN = not
+    ranked) and position[t, g] (1-based place shown) of group g in trial t."""
+
+    groups: list[str]
+    rank: np.ndarray
+    position: np.ndarray
+    trial_ids: np.ndarray
+
+    @classmethod
+    def from_rows(cls, data: pd.DataFrame, groups: Sequence[str] | None = None) -> RankTrials:
+        """One row per candidate (columns trial_id, group, position, rank); every trial must show
+        every group once."""
+        missing = [c for c in (TRIAL, GROUP, POSITION, RANK) if c not in data.columns]
+        if missing:
+            raise EstimationError(f"ranking: the scored table lacks columns {missing} (not a ranking design?)")
+        if data.empty:
+            raise EstimationError("ranking: no trial was ranked (every trial failed?)")
+        trial_code, trial_ids = pd.factorize(data[TRIAL])
+        group_values = data[GROUP].astype(str)
+        groups = list(groups) if groups is not None else sorted(group_values.unique())
+        group_code = pd.Categorical(group_values, categories=groups).codes
+        if (group_code < 0).any():
+            raise EstimationError(f"ranking: group {group_values[group_code < 0].iloc[0]!r} is not one of {groups}")
+        n, k = len(trial_ids), len(groups)
+        counts = np.bincount(trial_code * k + group_code, minlength=n * k)
+        if (counts != 1).any():
+            bad = trial_ids[np.flatnonzero(counts != 1)[0] // k]
+            raise EstimationError(f"ranking: trial {bad!r} does not show each of the {k} groups exactly once")
+        rank = np.full((n, k), np.nan)
+        position = np.zeros((n, k), dtype=np.int64)
+        rank[trial_code, group_code] = pd.to_numeric(data[RANK], errors="coerce").to_numpy(float)
+        position[trial_code, group_code] = data[POSITION].to_numpy(np.int64)
+        return cls(groups, rank, position, np.asarray(trial_ids))
+
+    @property
+    def k(self) -> int:
+        return len(self.groups)
+
+    def filled_rank(self) -> np.ndarray:
+        """Ranks with the candidates a partial ranking leaves out at the mean of the ranks left over."""
+        ranked = np.isfinite(self.rank).sum(axis=1, keepdims=True)
+        leftover = (ranked + 1 + self.k) / 2.0
+        return np.where(np.isfinite(self.rank), self.rank, leftover)
+
+
+def trial_mean(values: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Estimate, se, CI of the mean over trials (axis 0) of per-trial values (NaN rows skipped)."""
+    n = np.isfinite(values).sum(axis=0)
+    mean = np.nanmean(values, axis=0)
+    se = np.nanstd(values, axis=0, ddof=1) / np.sqrt(n)
+    z = stats.norm.ppf(1 - alpha / 2)
+    return mean, se, mean - z * se, mean + z * se
+
+
+# --- the rank-ordered logit ---------------------------------------------------------------------------
+
+
+def design_matrix(trials: RankTrials, reference: str, reference_position: int) -> tuple[np.ndarray, list[str]]:
+    """X[t, g, :]: dummies of group g (reference group left out) and of the position g is shown at
+    in trial t (reference position left out)."""
+    k = trials.k
+    others = [g for g in trials.groups if g != reference]
+    group_part = np.zeros((k, len(others)))
+    for j, g in enumerate(others):
+        group_part[trials.groups.index(g), j] = 1.0
+    positions = [p for p in range(1, k + 1) if p != reference_position]
+    position_part = (trials.position[:, :, None] == np.array(positions)[None, None, :]).astype(float)
+    n = len(trials.rank)
+    x = np.concatenate([np.broadcast_to(group_part, (n, k, len(others))), position_part], axis=2)
+    names = [f"group.{slug(g)}" for g in others] + [f"position.{p}" for p in positions]
+    return x, names
+
+
+class ExplodedLogit:
+    """The exploded (rank-ordered) logit's likelihood on a trials x candidates array: stage j of
+    trial t chooses the candidate ranked j among those ranked j or later or not ranked; stages
+    1..min(ranked, k - 1) count. `stages` caps the stages used (1 = the winner only)."""
+
+    def __init__(self, x: np.ndarray, rank: np.ndarray, stages: int | None = None) -> None:
+        n, k, _ = x.shape
+        ranked = np.isfinite(rank).sum(axis=1)
+        depth = min(k - 1, stages or k - 1)
+        j = np.arange(1, depth + 1)[None, :, None]
+        r = np.where(np.isfinite(rank), rank, np.inf)[:, None, :]
+        self.x = x
+        self.in_set = r >= j  # (n, J, k)
+        self.chosen = (r == j).astype(float)
+        self.active = (j[:, :, 0] <= np.minimum(ranked, k - 1)[:, None]).astype(float)  # (n, J)
+        self.n_stages = int(self.active.sum())
+        self._last: tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+    def _probabilities(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Utilities (shifted), choice probabilities per stage and the stages' denominators; the
+        last call's are kept (a Newton step asks loglike, score and Hessian at the same point)."""
+        if self._last is not None and np.array_equal(self._last[0], params):
+            return self._last[1]
+        v = self.x @ params  # (n, k)
+        v = v - v.max(axis=1, keepdims=True)
+        ev = np.exp(v)[:, None, :] * self.in_set  # (n, J, k)
+        total = ev.sum(axis=2)
+        total = np.where(total > 0, total, 1.0)
+        out = (v, ev / total[:, :, None], total)
+        self._last = (params.copy(), out)
+        return out
+
+    def loglike(self, params: np.ndarray) -> float:
+        v, _, total = self._probabilities(params)
+        chosen_v = (self.chosen @ v[:, :, None])[:, :, 0]  # (n, J)
+        return float((self.active * (chosen_v - np.log(total))).sum())
+
+    def trial_scores(self, params: np.ndarray) -> np.ndarray:
+        """(n, p): each trial's score contribution."""
+        _, p, _ = self._probabilities(params)
+        weights = ((self.chosen - p) * self.active[:, :, None]).sum(axis=1)  # (n, k)
+        return (weights[:, None, :] @ self.x)[:, 0, :]
+
+    def score(self, params: np.ndarray) -> np.ndarray:
+        return self.trial_scores(params).sum(axis=0)
+
+    def hessian(self, params: np.ndarray) -> np.ndarray:
+        _, p, _ = self._probabilities(params)
+        p = p * self.active[:, :, None]
+        n, k, q = self.x.shape
+        mean_x = (p @ self.x).reshape(-1, q)  # (n J, q): E[x] of each stage
+        flat = self.x.reshape(n * k, q)
+        second = (flat * p.sum(axis=1).reshape(n * k, 1)).T @ flat
+        return -(second - mean_x.T @ mean_x)
+
+
+@dataclass
+class LogitFit:
+    names: list[str]
+    params: np.ndarray
+    cov: np.ndarray
+    n_trials: int
+    n_stages: int
+    loglike: float
+    converged: bool
+    se_kind: str
+
+    @property
+    def se(self) -> np.ndarray:
+        return np.sqrt(np.diag(self.cov))
+
+    def wald(self, prefix: str) -> tuple[float, int, float]:
+        """chi2, df and p-value of "every coefficient named prefix.<...> is 0"."""
+        idx = [i for i, name in enumerate(self.names) if name.startswith(prefix + ".")]
+        if not idx:
+            return float("nan"), 0, float("nan")
+        b, v = self.params[idx], self.cov[np.ix_(idx, idx)]
+        chi2 = float(b @ np.linalg.solve(v, b))
+        return chi2, len(idx), float(stats.chi2.sf(chi2, len(idx)))
+
+
+def fit_rank_logit(
+    trials: RankTrials,
+    *,
+    reference: str,
+    reference_position: int,
+    se: str = "cluster",
+    stages: int | None = None,
+) -> LogitFit:
+    """Fit the exploded logit with statsmodels (Newton steps on the vectorised likelihood).
+    se = cluster: sandwich with trials as clusters (G/(G-1) small-sample factor); model: inverse
+    information."""
+    from statsmodels.base.model import GenericLikelihoodModel
+
+    x, names = design_matrix(trials, reference, reference_position)
+    likelihood = ExplodedLogit(x, trials.rank, stages)
+    if likelihood.n_stages == 0:
+        raise EstimationError("ranking: no trial ranks two or more candidates; the logit has no choice to fit")
+
+    n = len(trials.rank)
+    # statsmodels reads endog/exog only for bookkeeping (nobs, parameter names): one row per trial
+    model = GenericLikelihoodModel(
+        np.zeros(n),
+        pd.DataFrame(np.zeros((n, len(names))), columns=names),
+        loglike=likelihood.loglike,
+        score=likelihood.score,
+        hessian=likelihood.hessian,
+    )
+    model.k_constant, model.df_model, model.df_resid = 0, len(names), n - len(names)
+    result = model.fit(start_params=np.zeros(len(names)), method="newton", disp=0, maxiter=100)
+    params = np.asarray(result.params, dtype=float)
+    hessian = likelihood.hessian(params)
+    try:
+        bread = np.linalg.inv(-hessian)
+    except np.linalg.LinAlgError:
+        raise EstimationError(
+            "ranking: the logit's information matrix is singular (a group or position never ranked "
+            "above another, or too few trials)"
+        ) from None
+    if se == "cluster":
+        scores = likelihood.trial_scores(params)
+        cov = bread @ (scores.T @ scores) @ bread * n / max(n - 1, 1)
+    else:
+        cov = bread
+    converged = bool(result.mle_retvals.get("converged", True))
+    return LogitFit(names, params, cov, n, likelihood.n_stages, float(likelihood.loglike(params)), converged, se)
+
+
+# --- the estimator ------------------------------------------------------------------------------------
+
+
+class RankingEstimator:
+    """Every ranking estimate of a case (see module docstring), as one effects table.
+
+    Parameters
+    ----------
+    reference : str
+        The group the logit's and pairwise contrasts compare with ("white male"; the first group when
+        it is absent).
+    reference_position : str
+        first | last: the shown position the logit's position effects compare with.
+    se : str
+        cluster (trial-clustered sandwich, default) | model standard errors of the logit.
+    n_bootstrap, n_permutations, alpha, flag_below, seed
+        The impact-ratio inference (popfair.estimate.impact_inference) and the CI level of all.
+    power_effect, power
+        The dry-run plan reports the trials needed to detect a log-worth difference of
+        `power_effect` between two groups with this power (top-1 only vs the whole ranking)."""
+
+    name = "ranking"
+    design = None  # no counterfactual worlds (popfair.types.WorldDesign)
+    parameter_constraints: ClassVar[Rules] = {
+        "reference_position": Options(["first", "last"]),
+        "se": Options(list(SE_KINDS)),
+        "n_bootstrap": Interval(int, 100, None),
+        "alpha": Interval(float, 0, 0.5, closed="neither"),
+        "flag_below": Interval(float, 0, 1, closed="neither"),
+        "power_effect": Interval(float, 0, None, closed="neither"),
+        "power": Interval(float, 0, 1, closed="neither"),
+        "seed": Interval(int, None, None),
+    }
+
+    def __init__(
+        self,
+        reference: str = "white male",
+        reference_position: str = "last",
+        se: str = "cluster",
+        n_bootstrap: int = 2000,
+        n_permutations: int | None = None,
+        alpha: float = 0.05,
+        flag_below: float = 0.8,
+        power_effect: float = 0.2,
+        power: float = 0.8,
+        seed: int = 0,
+    ) -> None:
+        validate(
+            self.parameter_constraints,
+            {
+                "reference_position": reference_position,
+                "se": se,
+                "n_bootstrap": n_bootstrap,
+                "alpha": alpha,
+                "flag_below": flag_below,
+                "power_effect": power_effect,
+                "power": power,
+                "seed": seed,
+            },
+        )
+        self.reference, self.reference_position, self.se = reference, reference_position, se
+        self.n_bootstrap, self.n_permutations, self.alpha = n_bootstrap, n_permutations, alpha
+        self.flag_below, self.power_effect, self.power, self.seed = flag_below, power_effect, power, seed
+
+    def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
+        trials = RankTrials.from_rows(data)
+        return ranking_effects(
+            trials,
+            reference=self.reference if self.reference in trials.groups else trials.groups[0],
+            reference_position=1 if self.reference_position == "first" else trials.k,
+            se=self.se,
+            n_bootstrap=self.n_bootstrap,
+            n_permutations=self.n_permutations,
+            alpha=self.alpha,
+            flag_below=self.flag_below,
+            seed=self.seed,
+        )
+
+    def plan_note(self, profiles: Profiles) -> str:
+        """The trials needed to detect `power_effect` from the winner alone and from the whole ranking
+        (for a dry run's plan), beside the trials the case has."""
+        from popfair.design.ranking.power import trials_needed
+
+        k, n = profiles.table[GROUP].nunique(), profiles.table[TRIAL].nunique()
+
+        top1 = trials_needed(self.power_effect, k, alpha=self.alpha, power=self.power, stages=1)
+        full = trials_needed(self.power_effect, k, alpha=self.alpha, power=self.power, stages=None)
+        return (
+            f"trials to detect a log-worth difference of {self.power_effect:g} between two of {k} groups "
+            f"(power {self.power:g}, alpha {self.alpha:g}): {top1:,} from the top-1 choice, {full:,} from the "
+            f"whole ranking; the case has {n:,}"
+        )
+
+
+def ranking_effects(
+    trials: RankTrials,
+    *,
+    reference: str,
+    reference_position: int,
+    se: str = "cluster",
+    n_bootstrap: int = 2000,
+    n_permutations: int | None = None,
+    alpha: float = 0.05,
+    flag_below: float = 0.8,
+    seed: int = 0,
+) -> Effects:
+    """All ranking estimates of `trials` as an Effects table (index: effect names)."""
+    k, n = trials.k, len(trials.rank)
+    groups = trials.groups
+    winner = trials.rank == 1
+    rows: list[dict[str, Any]] = []
+
+    def add(effect: str, estimate: float, se_: float, low: float, high: float, null: float, **extra: Any) -> None:
+        """One effect; `null` is its value when no group or position matters."""
+        rows.append(
+            {"effect": effect, "estimate": estimate, "se": se_, "ci_low": low, "ci_high": high, "null": null, **extra}
+        )
+
+    # top-1 rates and impact ratios: trial = cluster (reference-choice-aware inference)
+    counts = pd.DataFrame(
+        {
+            "cluster": np.repeat(np.arange(n), k),
+            "category": np.tile(np.array(groups, dtype=object), n),
+            "n": 1,
+            "selected": winner.ravel().astype(np.int64),
+        }
+    )
+    ratios = impact_ratio_inference(
+        counts,
+        n_bootstrap=n_bootstrap,
+        n_permutations=n_permutations,
+        alpha=alpha,
+        flag_below=flag_below,
+        seed=seed,
+    )
+    table = ratios.table
+    for g in groups:
+        r = table.loc[g]
+        add(f"top1.{slug(g)}", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
+    for g in groups:
+        r = table.loc[g]
+        add(
+            f"impact_ratio.{slug(g)}",
+            r["impact_ratio"],
+            r["ratio_se"],
+            r["ci_low"],
+            r["ci_high"],
+            1.0,
+            flag=bool(r["flag"]),
+            p_value=r["p_adjusted"],
+        )
+    # mean ranks, and P(ranked above the reference)
+    filled = trials.filled_rank()
+    mean, se_, low, high = trial_mean(filled, alpha)
+    for i, g in enumerate(groups):
+        add(f"mean_rank.{slug(g)}", mean[i], se_[i], low[i], high[i], (k + 1) / 2)
+    ref = groups.index(reference)
+    above = (filled[:, :, None] < filled[:, None, :]) + 0.5 * (filled[:, :, None] == filled[:, None, :])
+    pair_mean, pair_se, pair_low, pair_high = trial_mean(above.reshape(n, k * k).astype(float), alpha)
+    for i, g in enumerate(groups):
+        if i != ref:
+            j = i * k + ref
+            add(f"above.{slug(g)}_vs_{slug(reference)}", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
+    # position effects: the winner's shown position
+    shown_first = np.zeros((n, k))
+    rows_won, groups_won = np.nonzero(winner)
+    shown_first[rows_won, trials.position[rows_won, groups_won] - 1] = 1.0
+    ranked_trials = winner.any(axis=1)
+    mean, se_, low, high = trial_mean(shown_first[ranked_trials], alpha)
+    for p in range(k):
+        add(f"top1_position.{p + 1}", mean[p], se_[p], low[p], high[p], 1 / k)
+    # the rank-ordered logit
+    fit = fit_rank_logit(trials, reference=reference, reference_position=reference_position, se=se)
+    z = stats.norm.ppf(1 - alpha / 2)
+    for name, b, s in zip(fit.names, fit.params, fit.se):
+        add(f"logit.{name}", b, s, b - z * s, b + z * s, 0.0, p_value=2 * stats.norm.sf(abs(b / s)))
+    effects_table = pd.DataFrame(rows).set_index("effect")
+    effects_table["significant"] = (effects_table["ci_low"] > effects_table["null"]) | (
+        effects_table["ci_high"] < effects_table["null"]
+    )
+    group_chi2, group_df, group_p = fit.wald("group")
+    position_chi2, position_df, position_p = fit.wald("position")
+    metrics = {
+        "ranking.trials": float(n),
+        "ranking.partial_trials": float((np.isfinite(trials.rank).sum(axis=1) < k).sum()),
+        "ranking.logit_stages": float(fit.n_stages),
+        "ranking.logit_converged": float(fit.converged),
+        "ranking.no_group_differs_logit_p": group_p,
+        "ranking.no_group_differs_logit_chi2": group_chi2,
+        "ranking.no_position_effect_logit_p": position_p,
+        "ranking.no_group_differs_top1_p": float(ratios.p_value),
+        "ranking.min_impact_ratio": float(ratios.min_ratio),
+        "ranking.null_flag_rate": float(ratios.null_flag_rate),
+    }
+    labels = []
+    if group_p <= alpha:
+        labels.append(f"groups differ in the ranking (logit Wald p={group_p:.3g}, df={group_df})")
+    if position_p <= alpha:
+        labels.append(f"position effect (logit Wald p={position_p:.3g}, df={position_df})")
+    flagged = table.index[table["flag_survives"].fillna(False).astype(bool)].tolist()
+    if flagged:
+        labels.append(f"impact ratio below {flag_below:g} survives the test: {', '.join(flagged)}")
+    pairwise = pd.DataFrame(pair_mean.reshape(k, k), index=groups, columns=groups)
+    pairwise.index.name = "P(row ranked above column)"
+    forest = effects_table.loc[[i for i in effects_table.index if i.startswith("logit.")]]
+    artifacts: dict[str, Any] = {
+        "ranking/impact_ratios.csv": table,
+        "ranking/pairwise.csv": pairwise,
+        "ranking/logit_forest.png": Plot(
+            "forest",
+            forest,
+            f"Rank-ordered logit: log-worth vs {reference} / position {reference_position}",
+        ),
+        "ranking/impact_ratios.txt": ratios.explain(),
+    }
+    return Effects(table=effects_table, labels=labels, metrics=metrics, artifacts=artifacts)

@@ -1,0 +1,86 @@
+"""`popfair doctor [overrides]`: the pre-flight checks (popfair/preflight.py) of the case or sweep the
+overrides compose, as a table of checks with what to fix; exit status 0 only when every check passes.
+
+`popfair doctor ARGS` is `python -m popfair check=true ARGS`: Hydra composes exactly what the run
+would (experiment presets, -m grids, hydra.sweeper.params, the launcher), then nothing runs. In a
+sweep the sweeper composes every case and calls `before_sweep`, which is also the gate every real
+sweep passes before its first case: a failure there stops the sweep with the fix (the pip command,
+the variable to export, or the override that leaves the failing cases out), and a dry run prints the
+same failures as warnings and plans on."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+from omegaconf import DictConfig
+
+from popfair.preflight import Preflight, format_findings
+
+log = logging.getLogger("popfair")
+
+
+def _report(preflight: Preflight, *, title: str) -> int:
+    """Print every check; 0 when all passed, else 1."""
+    findings = preflight.findings()
+    failed = [f for f in findings if not f.check.ok]
+    cases = len(preflight.cases)
+    print(f"popfair doctor: {title}, {cases} case(s), {len(findings)} checks, {len(failed)} failed")
+    print(format_findings(findings, preflight.cases, everything=True))
+    print("all checks passed" if not failed else f"{len(failed)} check(s) failed: see fix: above")
+    return 1 if failed else 0
+
+
+def doctor_case(cfg: DictConfig) -> int:
+    """`popfair doctor` for one case (no -m): its checks, printed; the exit status."""
+    from hydra.core.hydra_config import HydraConfig
+
+    preflight = Preflight()
+    preflight.add_case(0, cfg, HydraConfig.get())
+    return _report(preflight, title="one case")
+
+
+def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: int) -> None:
+    """Called by the sweeper with every composed case of a batch, before any of them is launched.
+    check=true: print every check and exit. dry_run=true: print the failures as warnings. Otherwise a
+    failure stops the sweep: the failures and their fixes, the parent run closed FAILED, exit 1."""
+    start = time.perf_counter()
+    preflight = Preflight()
+    for offset, config in enumerate(configs):
+        preflight.add_case(first_job + offset, config)
+    log.info("popfair pre-flight: %d cases checked in %.1f s", len(configs), time.perf_counter() - start)
+    if master.get("check", False):
+        raise SystemExit(_report(preflight, title="sweep"))
+    failures = preflight.failures()
+    if not failures:
+        return
+    table = format_findings(failures, preflight.cases, everything=False)
+    cases = sorted({job for finding in failures for job in finding.jobs})
+    if master.get("dry_run", False):
+        print(
+            f"popfair pre-flight: {len(cases)} of {len(configs)} cases would fail; a real run of this sweep "
+            f"stops here with:\n{table}",
+            flush=True,
+        )
+        return
+    print(
+        f"popfair pre-flight: {len(cases)} of {len(configs)} cases cannot run; the sweep stops before its "
+        f"first case (nothing was run, nothing paid):\n{table}",
+        flush=True,
+    )
+    from popfair.sweep.callbacks import abandon_parent
+
+    abandon_parent(master, f"pre-flight: {len(failures)} problem(s) in {len(cases)} case(s)")
+    print("popfair: fix the above (or leave those cases out) and run the sweep again", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def command_line(args: Sequence[str]) -> list[str]:
+    """The `python -m popfair` arguments `popfair doctor ARGS` stands for: check mode, and Hydra's own
+    output (run or sweep folder, .hydra/, log file) kept out of the user's folder. Appended after the
+    user's arguments: Hydra's flags (-m, --cfg) must come before the overrides."""
+    scratch = f"{tempfile.gettempdir()}/popfair-doctor"
+    return [*args, "check=true", "hydra.output_subdir=null", f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}"]

@@ -1,0 +1,89 @@
+"""What every command-line entry point shares (popfair, popfair-report, popfair-export, popfair-data):
+a reader that stops reading (`popfair --help | head`) ends the command quietly, as it ends `ls` or
+`git log`, instead of with a BrokenPipeError traceback.
+
+Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError wherever the write
+happens: in our own prints, but also inside Hydra, which catches every Exception of the code it
+runs (`--cfg job`, the task function) and prints its traceback. So standard output is wrapped:
+a closed pipe met on the main thread raises `StdoutClosed`, a SystemExit, which nothing between
+the write and this module catches. SIGPIPE itself stays ignored: restoring its default action would
+also kill the process silently when a network peer (an API, the MLflow server) closes a socket."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CLOSED_PIPE_STATUS = 141  # what a shell reports for a program ended by SIGPIPE (128 + 13)
+
+
+class StdoutClosed(SystemExit):
+    """Standard output's reader went away; the command ends quietly."""
+
+
+class _ClosedPipeGuard:
+    """Standard output, with BrokenPipeError on the main thread turned into StdoutClosed (other
+    threads get the BrokenPipeError as before: ending a thread silently could hang the process)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _guarded(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            if threading.current_thread() is threading.main_thread():
+                raise StdoutClosed(CLOSED_PIPE_STATUS) from None
+            raise
+
+    def write(self, text: str) -> int:
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines: Any) -> None:
+        self._guarded(self._stream.writelines, lines)
+
+    def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so the interpreter's last flush of what is still buffered
+    does not print 'Exception ignored ... BrokenPipeError' (the recipe in Python's signal docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+    except (OSError, ValueError):
+        pass
+
+
+def entry_point(main: F) -> F:
+    """Decorator for a console-script `main`: ends with status 141 and no traceback when standard
+    output is a pipe whose reader has gone."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        guarded = not isinstance(sys.stdout, _ClosedPipeGuard) and sys.stdout is not None
+        original = sys.stdout
+        if guarded:
+            sys.stdout = _ClosedPipeGuard(sys.stdout)
+        try:
+            result = main(*args, **kwargs)
+            sys.stdout.flush()
+            return result
+        except (BrokenPipeError, StdoutClosed):
+            _silence_stdout()
+            sys.exit(CLOSED_PIPE_STATUS)
+        finally:
+            if guarded:
+                sys.stdout = original
+
+    return run  # type: ignore[return-value]

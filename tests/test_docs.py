@@ -1,0 +1,267 @@
+"""The documentation site, checked as a reader would: built with warnings as errors, served on
+127.0.0.1 and opened in headless Debian chromium (playwright).
+
+The site is built once per session into docs/_build/html (what `.ci/run` builds in its docs step is
+reused when it is newer than every source: docs/, conf/, popfair/). Skipped only where the `docs`
+extra or /usr/bin/chromium is missing; `.ci/run` installs both, so it never skips there.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import http.server
+import importlib.util
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+HTML = DOCS / "_build" / "html"
+SHOTS = DOCS / "_build" / "screenshots"  # build output, ignored by git
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+GENERATED = ("_build", "auto_examples", "reference/config", "reference/api", "reference/cli.md", "sg_execution_times")
+
+missing = [
+    m
+    for m in ("sphinx", "sphinx_gallery", "pydata_sphinx_theme", "numpydoc", "myst_parser", "playwright")
+    if importlib.util.find_spec(m) is None
+]
+pytestmark = [
+    pytest.mark.skipif(bool(missing), reason=f"docs extra not installed ({missing}): pip install -e '.[docs]'"),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed: apt-get install chromium"),
+    pytest.mark.xdist_group("docs"),  # one worker builds and serves the site
+    pytest.mark.timeout(900),
+]
+
+
+def _sources() -> Iterator[Path]:
+    for folder in (DOCS, ROOT / "conf", ROOT / "popfair"):
+        for path in folder.rglob("*"):
+            relative = path.relative_to(DOCS).as_posix() if folder == DOCS else ""
+            if path.is_file() and not relative.startswith(GENERATED) and "__pycache__" not in path.parts:
+                yield path
+
+
+@pytest.fixture(scope="session")
+def site() -> Path:
+    """The built site: reused when newer than every source, else built here (warnings are errors)."""
+    index = HTML / "index.html"
+    if not index.exists() or max(p.stat().st_mtime for p in _sources()) > index.stat().st_mtime:
+        done = subprocess.run(
+            [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", str(DOCS), str(HTML)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, f"sphinx-build failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return HTML
+
+
+@pytest.fixture(scope="session")
+def served(site: Path) -> Iterator[str]:
+    """The site over HTTP on 127.0.0.1 (a free port), as a reader's browser gets it."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser(served: str):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def pages(site: Path) -> list[str]:
+    return sorted(
+        p.relative_to(site).as_posix()
+        for p in site.rglob("*.html")
+        if not p.relative_to(site).as_posix().startswith(("_static/", "_sources/", "_images/", "_downloads/"))
+    )
+
+
+class Links(HTMLParser):
+    """Every href/src of a page, and the ids it defines (targets of #fragments)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str, str]] = []  # (tag, attribute, url)
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name == "id" and value:
+                self.ids.add(value)
+            if name in ("href", "src") and value:
+                self.links.append((tag, name, value))
+
+
+@functools.cache
+def parsed(path: Path) -> Links:
+    parser = Links()
+    parser.feed(path.read_text(errors="replace"))
+    return parser
+
+
+def test_every_page_loads_without_console_errors_or_remote_requests(site, served, browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    remote: list[str] = []
+
+    def only_local(route) -> None:  # the site must work offline: nothing may come from the net
+        if urlsplit(route.request.url).hostname == "127.0.0.1" or route.request.url.startswith("data:"):
+            route.continue_()
+        else:
+            remote.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_local)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: m.type == "error" and problems.append(f"{page.url}: console: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"{page.url}: script error: {e}"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"{page.url}: HTTP {r.status} {r.url}"))
+    every = pages(site)
+    assert len(every) > 40
+    for name in every:
+        page.goto(f"{served}/{name}", wait_until="load")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.goto(f"{served}/index.html", wait_until="load")
+    page.screenshot(path=str(SHOTS / "front_page.png"), full_page=True)
+    page.goto(f"{served}/auto_examples/plot_sweep_report.html", wait_until="load")
+    page.screenshot(path=str(SHOTS / "gallery_sweep_report.png"), full_page=True)
+    context.close()
+    assert not problems, "\n".join(problems[:20])
+    assert not remote, f"remote requests: {remote[:10]}"
+    assert (SHOTS / "front_page.png").stat().st_size > 10_000
+
+
+def test_search_finds_impact_ratio(served, browser):
+    page = browser.new_page()
+    page.goto(f"{served}/search.html?q=impact+ratio", wait_until="load")
+    results = page.locator("#search-results ul.search li")
+    results.first.wait_for(timeout=30_000)
+    found = results.all_inner_texts()
+    assert any("Estimands" in text for text in found), found
+    page.close()
+
+
+GALLERY = ["plot_forest", "plot_sweep_report", "plot_panel_chart", "plot_ll144_chart", "plot_population_diagnostics"]
+
+
+@pytest.mark.parametrize("example", GALLERY)
+def test_gallery_example_shows_its_figures(site, served, browser, example):
+    html = site / "auto_examples" / f"{example}.html"
+    images = [url for tag, _, url in parsed(html).links if tag == "img" and "sphx_glr_" + example in url]
+    assert images, f"{example}: no figure on the page"
+    for url in images:
+        assert (html.parent / url).stat().st_size > 5_000, url  # a real PNG, not an empty canvas
+    page = browser.new_page()
+    page.goto(f"{served}/auto_examples/{example}.html", wait_until="load")
+    widths = page.eval_on_selector_all(
+        f"img[src*='sphx_glr_{example}']", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)"
+    )
+    page.close()
+    assert widths and min(widths) > 100, widths
+    assert 'class="sphx-glr-script-out' in html.read_text()  # it ran at build time: its output is shown
+
+
+def test_no_broken_internal_links(site):
+    broken = []
+    for name in pages(site):
+        path = site / name
+        for tag, attribute, url in parsed(path).links:
+            parts = urlsplit(url)
+            if parts.scheme in ("http", "https", "mailto"):
+                # pages may link out; the assets a page loads must be local (test above, offline)
+                assert tag == "a", f"{name}: <{tag} {attribute}={url}> loads from the net"
+                continue
+            if parts.scheme or url.startswith("#") and not url[1:]:
+                continue
+            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append(f"{name}: {url}")
+            elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in parsed(target).ids:
+                broken.append(f"{name}: {url} (no id {parts.fragment!r})")
+    assert not broken, "\n".join(broken[:30])
+
+
+def _keys(node: object, prefix: str = "") -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield f"{prefix}{key}"
+            if key != "defaults":
+                yield from _keys(value, f"{prefix}{key}.")
+
+
+def _text(path: Path) -> str:
+    text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+    return re.sub(r"\s+", " ", text.translate(str.maketrans("\u2018\u2019\u201c\u201d", "''\"\"")))  # smartquotes
+
+
+def test_reference_has_every_config_group_option_and_key(site):
+    conf = ROOT / "conf"
+    folders = sorted({p.parent for p in conf.rglob("*.yaml")} - {conf})
+    assert len(folders) >= 10
+    for folder in folders:
+        group = folder.relative_to(conf).as_posix()
+        if group == "hydra/help":  # the --help text itself: the CLI page shows it
+            continue
+        text = _text(site / "reference" / "config" / f"{group.replace('/', '_')}.html")
+        for option in sorted(folder.glob("*.yaml")):
+            assert f"{group}={option.stem}" in text, f"{group}={option.stem} missing from the config reference"
+            for key in _keys(yaml.safe_load(option.read_text()) or {}):
+                # keys inside a flow mapping ({provider: ..., model: ...}) show in the value of its key
+                parts = key.split(".")
+                shown = any(".".join(parts[:i]) in text for i in range(len(parts), 0, -1))
+                assert shown and f"{parts[-1]}:" in text or key in text, f"{group}={option.stem}: key {key} missing"
+    top = _text(site / "reference" / "config" / "index.html")
+    for key in _keys(yaml.safe_load((conf / "config.yaml").read_text())):
+        assert key in top, f"config.yaml key {key} missing"
+
+
+def test_reference_has_every_public_api_name_and_cli_tool(site):
+    import popfair
+
+    api = _text(site / "reference" / "api" / "index.html")
+    for name in popfair.__all__:
+        assert name in api, f"popfair.{name} missing from the API reference"
+        if name != "__version__":
+            page = site / "reference" / "api" / "generated" / f"popfair.{name}.html"
+            assert page.exists(), f"no API page for popfair.{name}"
+            doc = (getattr(popfair, name).__doc__ or "").strip().splitlines()[0]
+            assert _text(page).count(doc.split("`")[0][:40]) >= 1, f"popfair.{name}: docstring not rendered"
+    cli = _text(site / "reference" / "cli.html")
+    for tool in ("popfair", "popfair-report", "popfair-export", "popfair-data"):
+        assert f"$ {tool} --help" in cli
+    assert "usage: popfair-report" in cli and "usage: popfair-data pums" in cli
