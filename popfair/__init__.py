@@ -39,6 +39,8 @@ _EXPORTS = {
     "impact_ratio_inference": "popfair.estimate.impact_inference",
     "RatioInference": "popfair.estimate.impact_inference",
     "panel_report": "popfair.report.panel",
+    "parse_ranking": "popfair.design.ranking.parse",
+    "RankingEstimator": "popfair.design.ranking.estimate",
     "Effects": "popfair.types",
     "Profiles": "popfair.types",
     "Roles": "popfair.types",

@@ -14,6 +14,8 @@ import hydra
 from omegaconf import DictConfig
 
 from popfair.entry import entry_point
+from popfair.errors import Interrupted
+from popfair.interrupts import EXIT_INTERRUPTED
 from popfair.paths import CONF_DIR
 
 
@@ -41,7 +43,11 @@ def main() -> float | None:
             print(text)
             return None
     _register_plugins()
-    return run()
+    try:
+        return run()
+    except Interrupted as exc:  # Ctrl-C / SIGTERM mid-case: answers saved, the run KILLED; no traceback
+        print(f"popfair: {exc}", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _register_plugins() -> None:

@@ -18,9 +18,21 @@ from collections.abc import Sequence
 
 from omegaconf import DictConfig
 
-from popfair.preflight import Preflight, format_findings
+from popfair.preflight import Finding, Preflight, drop_cells, format_findings
 
 log = logging.getLogger("popfair")
+
+
+def _passing_cases(failures: Sequence[Finding], preflight: Preflight) -> str:
+    """A line naming one override that runs just the cases passing every check, when several checks
+    failed and such an override exists (each failure's own line names the one leaving out its cases)."""
+    failed = {job for finding in failures for job in finding.jobs}
+    if len(failures) < 2:
+        return ""
+    return "".join(
+        f"\n  to run the {len(preflight.cases) - len(failed)} cases that pass every check: {override}"
+        for override in drop_cells(failed, preflight.cases)[:1]
+    )
 
 
 def _report(preflight: Preflight, *, title: str) -> int:
@@ -29,7 +41,7 @@ def _report(preflight: Preflight, *, title: str) -> int:
     failed = [f for f in findings if not f.check.ok]
     cases = len(preflight.cases)
     print(f"popfair doctor: {title}, {cases} case(s), {len(findings)} checks, {len(failed)} failed")
-    print(format_findings(findings, preflight.cases, everything=True))
+    print(format_findings(findings, preflight.cases, everything=True) + _passing_cases(failed, preflight))
     print("all checks passed" if not failed else f"{len(failed)} check(s) failed: see fix: above")
     return 1 if failed else 0
 
@@ -57,8 +69,8 @@ def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: i
     failures = preflight.failures()
     if not failures:
         return
-    table = format_findings(failures, preflight.cases, everything=False)
     cases = sorted({job for finding in failures for job in finding.jobs})
+    table = format_findings(failures, preflight.cases, everything=False) + _passing_cases(failures, preflight)
     if master.get("dry_run", False):
         print(
             f"popfair pre-flight: {len(cases)} of {len(configs)} cases would fail; a real run of this sweep "

@@ -21,8 +21,9 @@ import popfair
 from popfair.constraints import ParameterError, validate
 from popfair.design import design_of
 from popfair.design.base import Design
-from popfair.errors import ConfigError, PopfairError, require
+from popfair.errors import ConfigError, Interrupted, PopfairError, require
 from popfair.estimate.base import Estimator
+from popfair.interrupts import sigterm_as_interrupt
 from popfair.parallel import forked_call, frozen_heap
 from popfair.population import worlds
 from popfair.population.base import Population
@@ -53,6 +54,22 @@ class RunResult:
         One row per sampled applicant: profile columns, document, raw answer, y, error.
     run_id : str or None
         The MLflow run (None with tracking=none).
+    notes : list of str, optional
+        Caveats shown to the user and logged (population notes, screening failures, ...).
+    timings : dict, optional
+        Seconds per stage (population, render, screen, estimate, track), the `time.*_s` metrics.
+    audit : Effects, optional
+        The LL144 impact ratios logged for every case (config `outcome_audit`).
+    samples : dict, optional
+        A few rendered documents, logged under `samples/`.
+    screening : dict, optional
+        The screener's metrics for this case (calls, tokens, cost, failures by reason).
+    profiles : Profiles, optional
+        The sampled applicants and counterfactual worlds (not logged).
+    scored_worlds : DataFrame, optional
+        The counterfactual world rows as scored (an estimator's `WorldDesign`).
+    report : dict, optional
+        The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
 
     Examples
     --------
@@ -233,9 +250,15 @@ class Experiment:
     run_name, config, outcome_audit, parent_run_id, tags
         MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
         the sweep's parent run and extra tags.
+    audit_report : bool, default False
+        Write the auditor's report (LL144 summary and effects), logged as `audit_report/`.
+    max_failure_share : float or None
+        A case whose share of failed screens exceeds this stops before the estimator (None: never).
     design : Design, optional
         The study design (popfair.design): how the documents are grouped into prompts, what is
         asked, how replies are read and which estimators apply. Default: the population's.
+    documents : DocumentStore, optional
+        Rendered documents kept for every later case (config `document_store`).
 
     Returns
     -------
@@ -271,9 +294,24 @@ class Experiment:
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> Experiment:
-        """Validate and build every component before any work is done. `dry_run` builds API
-        screeners without keys and photo renderers without photos (planning needs neither)."""
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
+        """Validate and build every component before any work is done.
+
+        Parameters
+        ----------
+        cfg : DictConfig
+            A composed config (`hydra.compose(config_name="config", overrides=[...])`).
+        dry_run : bool, default False
+            Build API screeners without keys and photo renderers without photos (planning needs
+            neither).
+        values : dict, optional
+            `cfg` already resolved, when the caller has it (the pre-flight checks).
+
+        Returns
+        -------
+        Experiment
+            The case, every component built; `run()` runs it.
+        """
         for group in COMPONENT_GROUPS:
             require(
                 group in cfg and cfg[group] is not None,
@@ -281,7 +319,8 @@ class Experiment:
                 f"missing config group; pick an option, e.g. {group}=<option>",
             )
         require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
-        values = resolved(cfg)  # one resolved copy: checked per group, logged, and a dry run's memo key
+        values = values if values is not None else resolved(cfg)  # one resolved copy: checked per group,
+        # logged, and a dry run's memo key
         parts = {
             group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
             for group in COMPONENT_GROUPS
@@ -330,14 +369,37 @@ class Experiment:
         return worlds.sample(self.population, self.occupation, self.protected, self.seed, self.estimator.design)
 
     def run(self) -> RunResult:
-        # what exists before the run is left out of its garbage collections; the MLflow run is
-        # logged in the background while the stages compute and is complete when this returns
-        name = self.run_name or self.case_name()
-        with (
-            frozen_heap(),
-            self.tracker.run(name, {"case_name": self.case_name(), **self.tags}, self.parent_run_id) as run,
-        ):
-            return self._run(run)
+        # frozen: what exists before the run is left out of its garbage collections. The MLflow run
+        # is logged in the background while the stages compute and is complete when this returns.
+        name, tags = self.run_name or self.case_name(), {"case_name": self.case_name(), **self.tags}
+        with frozen_heap(), sigterm_as_interrupt():
+            try:
+                with self.tracker.run(name, tags, self.parent_run_id) as run:
+                    return self._run(run)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: a KILLED run says what was done
+                raise self._killed(exc) from None
+
+    def _killed(self, exc: KeyboardInterrupt) -> Interrupted:
+        """Record what the stopped case did (rows answered, dollars) on its KILLED MLflow run;
+        the message says how to resume."""
+        interrupted = exc if isinstance(exc, Interrupted) else Interrupted(f"case {self.case_name()} interrupted")
+        metrics = interrupted.metrics or getattr(self.screener, "metrics", dict)()
+        message = f"{interrupted}"
+        try:
+            run_id = self.tracker.record_failure(
+                self.run_name or self.case_name(),
+                {"case_name": self.case_name(), **self.tags, **getattr(self.screener, "run_tags", {})},
+                flatten(self.config),
+                message,
+                parent_run_id=self.parent_run_id,
+                metrics=metrics,
+                status="KILLED",
+            )
+        except Exception as tracking_exc:  # noqa: BLE001 - the interrupt, not the tracking store, is the news
+            log.warning("could not record the interrupted case in MLflow: %s", tracking_exc)
+            run_id = None
+        where = f" (MLflow run {run_id}, KILLED)" if run_id else ""
+        return Interrupted(f"{message}{where}", metrics)
 
     def _run(self, run: RunLogger) -> RunResult:
         timings: dict[str, float] = {}

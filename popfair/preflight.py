@@ -79,12 +79,9 @@ def _error_check(exc: BaseException) -> Check:
     return Check(name, False, message, _fix_from_message(message))
 
 
-def _resolved_key(node: Any) -> str:
-    try:
-        values = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    except Exception:  # noqa: BLE001 - an interpolation that cannot resolve: keyed by its text
-        values = OmegaConf.to_container(node, resolve=False)
-    return json.dumps(values, sort_keys=True, default=repr)
+def _unresolved_key(node: Any) -> str:
+    """A memo key for a node whose interpolations do not resolve (building it says why)."""
+    return json.dumps(OmegaConf.to_container(node, resolve=False), sort_keys=True, default=repr)
 
 
 def task_config(config: DictConfig) -> DictConfig:
@@ -139,22 +136,25 @@ class Preflight:
             self._check_launcher(job, config)
 
     def _check_components(self, job: int, task: DictConfig, choices: Any) -> None:
-        from popfair.experiment import PLANNING_RELAXATIONS, Experiment, build
+        from popfair.experiment import PLANNING_RELAXATIONS, Experiment, build, resolved
 
+        values = resolved(task)  # one resolved copy: the memo keys and the case's build
         # the parts a dry run builds without their external resource, built as the run builds them
         for group in PLANNING_RELAXATIONS:
             node = task.get(group)
             if node is None:
                 continue
             subject = f"{group}={choices.get(group) or node.get('name') or node.get('_target_')}"
+            own = values[group] if values is not None else None
 
-            def built(node: DictConfig = node, group: str = group, subject: str = subject) -> list[tuple[str, Check]]:
-                build(node, group)  # raises what the case would raise: a key, an extra, a file missing
+            def built(node: DictConfig = node, group: str = group, own: Any = own, subject: str = subject) -> Any:
+                build(node, group, values=own)  # raises what the case would raise: a key, an extra, a file missing
                 return [(subject, Check("build", True, "builds as the run builds it (keys, extras, files)"))]
 
-            self._once(job, group, _resolved_key(node), subject, built)
+            key = json.dumps(own, sort_keys=True, default=repr) if own is not None else _unresolved_key(node)
+            self._once(job, group, key, subject, built)
         try:
-            Experiment.from_config(task, dry_run=True)
+            Experiment.from_config(task, dry_run=True, values=values)
         except Exception as exc:  # noqa: BLE001 - whatever would stop the case
             check = _error_check(exc)
             if not self._known(job, check.detail):

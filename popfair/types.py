@@ -20,7 +20,21 @@ FACTUAL = "factual"  # the world of the applicants as sampled (counterfactual wo
 @dataclass(frozen=True)
 class Roles:
     """Standard Fairness Model roles: protected X (levels x0, x1), confounders Z,
-    business-necessity mediators B, redlining proxies R. Column names in the profile table."""
+    business-necessity mediators B, redlining proxies R. Column names in the profile table.
+
+    Parameters
+    ----------
+    x : str
+        The protected attribute's column (e.g. "gender").
+    x0, x1 : str
+        Its two levels; positive effects favour x1 (e.g. "female", "male").
+    z : tuple of str
+        Confounders: columns not caused by X (the other demographic attribute, age).
+    b : tuple of str
+        Business-necessity mediators (education, experience).
+    r : tuple of str
+        Redlining proxies (first name, surname, state).
+    """
 
     x: str
     x0: str
@@ -35,7 +49,19 @@ class Roles:
 
 @dataclass(frozen=True)
 class Job:
-    """One job the screener judges applicants against."""
+    """One job the screener judges applicants against.
+
+    Parameters
+    ----------
+    job_id : str
+        Key of the job; every applicant row names the job it is screened for.
+    title : str
+        Job title shown to the screener.
+    description : str
+        Job description shown to the screener.
+    attributes : Mapping, optional
+        Further fields a prompt may use (a posting's firm, metro area, state, post date, ...).
+    """
 
     job_id: str
     title: str
@@ -49,10 +75,17 @@ class WorldDesign:
 
     A design step, declared by the estimator and carried out by the pipeline: the population draws
     the worlds, the renderer and screener treat them like the factual rows (one plan, one cache).
-    worlds: name -> (x_y, x_b, x_r) with 0 = x0 and 1 = x1, the world of
-    Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}} (X set to x_y, B drawn under x_b, R under x_r).
-    n: applicants drawn (seeded, without replacement) from the x0/x1 rows; None = all of them.
-    seed: the applicant sample and the counterfactual noise (common to all worlds)."""
+
+    Parameters
+    ----------
+    worlds : Mapping of str to (int, int, int)
+        Name -> (x_y, x_b, x_r) with 0 = x0 and 1 = x1, the world of
+        Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}} (X set to x_y, B drawn under x_b, R under x_r).
+    n : int or None
+        Applicants drawn (seeded, without replacement) from the x0/x1 rows; None = all of them.
+    seed : int
+        Seeds the applicant sample and the counterfactual noise (common to all worlds).
+    """
 
     worlds: Mapping[str, tuple[int, int, int]]
     n: int | None
@@ -63,8 +96,26 @@ class WorldDesign:
 class Profiles:
     """One row per applicant (column `applicant_id`, and `job_id` naming the job it is screened for).
 
-    `worlds`, when an estimator declared a `WorldDesign`, holds the counterfactual rows: the profile
-    columns plus `world` (the world's name), world-major, each keeping its applicant's applicant_id."""
+    Parameters
+    ----------
+    table : DataFrame
+        The applicants: profile columns (the roles' columns among them), `applicant_id`, `job_id`.
+    roles : Roles
+        Which columns are X, Z, B and R.
+    jobs : dict of str to Job
+        The jobs the applicants are screened for, by `job_id`.
+    outcome : {"score", "callback", "rank"}, default "score"
+        What the screener is asked.
+    notes : list of str, optional
+        Caveats shown to the user and logged (e.g. states rebuilt by transport).
+    artifacts : dict, optional
+        Diagnostics logged with the run: name -> DataFrame, `Plot` or text.
+    tags : dict, optional
+        MLflow tags (e.g. ``population.source``).
+    worlds : DataFrame, optional
+        When an estimator declared a `WorldDesign`: the counterfactual rows, the profile columns
+        plus `world` (the world's name), world-major, each keeping its applicant's applicant_id.
+    """
 
     table: pd.DataFrame
     roles: Roles
@@ -86,7 +137,25 @@ class Profiles:
 @dataclass(frozen=True)
 class Document:
     """What the screener sees for one applicant: text (text/JSON), and for image documents a PNG
-    page, for PDF documents the PDF file (its text layer is `text`)."""
+    page, for PDF documents the PDF file (its text layer is `text`).
+
+    Parameters
+    ----------
+    applicant_id : str
+        The applicant (or counterfactual world row) the document was rendered from.
+    job_id : str
+        The job it is screened for.
+    kind : {"text", "json", "image", "pdf"}
+        What the screener is sent.
+    text : str
+        Resume text, JSON profile, or the PDF's text layer.
+    image_png : bytes, optional
+        The rendered page for image documents.
+    profile : Mapping, optional
+        The structured profile row; only structural screeners (simulated) may read it.
+    pdf : bytes, optional
+        The PDF file for PDF documents.
+    """
 
     applicant_id: str
     job_id: str
@@ -140,7 +209,22 @@ class Plot:
 @dataclass
 class Effects:
     """An estimator's output: a table indexed by effect name with columns
-    estimate, se, ci_low, ci_high (plus estimator-specific columns), case labels, extra metrics."""
+    estimate, se, ci_low, ci_high (plus estimator-specific columns), case labels, extra metrics.
+
+    Parameters
+    ----------
+    table : DataFrame
+        One row per effect (TE, NDE, ..., gap, impact ratios): estimate, se, ci_low, ci_high, and
+        p_value / significant where the estimator reports them.
+    labels : list of str, optional
+        Pattern labels of the case (PopResume's Case 1-5); `case` joins them.
+    metrics : dict, optional
+        Extra scalars logged to MLflow (overlap diagnostics, counts, ...).
+    artifacts : dict, optional
+        Files logged with the run: name -> DataFrame, `Plot` or text.
+    detail : object, optional
+        The estimator's own result (e.g. `ImpactRatios`) for reports built in the same run.
+    """
 
     table: pd.DataFrame
     labels: list[str] = field(default_factory=list)

@@ -55,7 +55,16 @@ def test_import_popfair_loads_no_heavy_dependency():
     assert out.stdout.strip() == "[]", out.stdout
 
 
-@pytest.mark.parametrize("module", ["popfair", "popfair.estimate.paired", "popfair.estimate.impact_ratio"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "popfair",
+        "popfair.estimate.paired",
+        "popfair.estimate.impact_ratio",
+        "popfair.design.ranking.parse",
+        "popfair.design.ranking.estimate",
+    ],
+)
 def test_docstring_examples_run(module):
     import doctest
 

@@ -140,6 +140,8 @@ def test_trials_show_every_group_once_with_identical_profiles_and_distinct_names
 def test_ranking_design_rejects_image_renderers_and_scoring_only_screeners():
     with pytest.raises(ConfigError, match="renderer=text"):
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "renderer=image", "tracking=none"]))
+    with pytest.raises(ConfigError, match="renderer=text"):
+        Experiment.from_config(compose_config(["experiment=ranking_race_gender", "renderer=json", "tracking=none"]))
     with pytest.raises(ConfigError, match="cannot rank"):
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "screener=tfidf", "tracking=none"]))
     with pytest.raises(ConfigError, match="does not apply to the ranking design"):
@@ -256,3 +258,74 @@ def test_the_whole_ranking_needs_fewer_trials_than_the_winner_alone():
     formula = (1.959964 + 0.841621) ** 2 * (p1 + p0 - (p1 - p0) ** 2) / (p1 - p0) ** 2
     assert abs(top1 / formula - 1) < 0.05
     assert full < top1 / 3
+
+
+def test_panel_report_has_a_summary_row_per_case_and_a_forest_per_model():
+    """The report's ranking section from effects rows as popfair.report.runs.effects_long makes them."""
+    from popfair.report.ranking import model_forest, ranking_summary
+
+    rng = np.random.default_rng(2)
+    rows, runs = [], []
+    for model in ("m1", "m2"):
+        for job in ("nurse", "teacher"):
+            effects = ranking_effects(
+                simulate_rankings(240, [0.2, 0, 0, -0.1], [0.4, 0, 0, 0], rng),
+                reference="g1",
+                reference_position=4,
+                n_bootstrap=200,
+            )
+            run_id = f"{model}-{job}"
+            table = effects.table.reset_index()
+            rows.append(table.assign(model=model, occupation=job, run_id=run_id, estimator="ranking"))
+            runs.append({"run_id": run_id, "metrics": effects.metrics})
+    long = pd.concat(rows, ignore_index=True)
+    summary = ranking_summary(long, pd.DataFrame(runs))
+    assert len(summary) == 4 and summary["trials"].eq(240).all()
+    assert (summary["first_position"] > 0).all()
+    figure = model_forest(long[long["model"] == "m1"], "m1")
+    labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+    assert "position.1" in labels and "group.g0" in labels
+
+
+@pytest.mark.parametrize(
+    "provider, mode",
+    [("anthropic", "online"), ("bedrock", "online"), ("openai_compatible", "online"), ("openai", "batch")],
+)
+def test_ranking_through_every_provider_and_the_batch_api(provider, mode, tmp_path, monkeypatch):
+    """Each provider's real SDK (and OpenAI's batch API) against the stub: every trial read in the
+    stub's order; the dry-run plan counts the calls the run then makes."""
+    from popfair.sweep.plan import plan_case
+    from tests.llm_stub import StubServer
+    from tests.screen_helpers import make_screener
+
+    cfg = compose_config(["experiment=ranking_race_gender", "population.n_trials=24", "tracking=none"])
+    base = Experiment.from_config(cfg)
+    with StubServer() as stub:
+        extra = {"mode": mode, "batch": {"poll_interval_s": 0.01}} if mode == "batch" else {}
+        screener = make_screener(provider, stub.url, tmp_path / "cache", monkeypatch, **extra)
+        experiment = dataclasses.replace(base, screener=screener)
+        planned = plan_case(experiment)
+        assert planned.calls == 24 and planned.output_tokens == 24 * 8 * 8
+        scored = experiment.run().scored
+        assert scored["error"].isna().all() and (scored["n_ranked"] == 8).all()
+        for _, rows in scored.groupby("trial_id"):
+            by_rank = rows.sort_values("rank")
+            names = (rows["first_name"] + " " + rows["surname"]).tolist()
+            assert (by_rank["first_name"] + " " + by_rank["surname"]).tolist() == stub_ranking_from_reply(
+                rows["raw"].iloc[0], names
+            )
+
+
+def test_refusals_are_recorded_failures_and_the_rest_is_estimated(tmp_path):
+    """A ranker that refuses a share of trials: those trials keep their raw reply and an error on
+    every candidate row, and the estimates use the others."""
+    cfg = compose_config(
+        ["experiment=ranking_race_gender", "population.n_trials=160", "screener.refusal_rate=0.25", "tracking=none"]
+    )
+    result = Experiment.from_config(cfg).run()
+    scored = result.scored
+    failed = scored[scored["error"].notna()]
+    assert 0.1 < failed["trial_id"].nunique() / 160 < 0.4
+    assert failed["error"].str.startswith("no ranking").all() and failed["raw"].str.contains("sorry").all()
+    assert failed["rank"].isna().all() and failed["y"].isna().all()
+    assert result.effects.metrics["ranking.trials"] == 160 - failed["trial_id"].nunique()

@@ -117,3 +117,32 @@ def test_death_reasons_name_the_signal():
     assert death_reason(-signal.SIGKILL) == "worker killed by SIGKILL, possibly out of memory; rerun to resume"
     assert death_reason(-signal.SIGSEGV) == "worker killed by SIGSEGV; rerun to resume"
     assert death_reason(3) == "worker exited with status 3 before reporting; rerun to resume"
+
+
+def test_sigterm_to_the_sweep_stops_its_cases_and_starts_no_more(tmp_path):
+    """`kill <sweep>`: the running case gets the SIGTERM too, the cases not yet started are recorded
+    as such, and the sweep still ends with its summary and status 1; its rerun completes every case."""
+    with StubServer(latency_s=0.01, hold_after=HOLD_AFTER) as stub:
+        args = [a.replace("n_jobs=2", "n_jobs=1") for a in SWEEP] + ["protected_attr=gender,race"]
+        command = [sys.executable, "-m", "popfair", *args, f"screener.base_url={stub.url}/v1", "cache_dir=cache"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key-worker-death-0123"}
+        first = subprocess.Popen(
+            command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        deadline = time.monotonic() + 240
+        while stub.state.held < CONCURRENCY:  # case 0 is mid-screening
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first case did not get going"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGTERM)
+        stub.state.hold_after = None
+        stub.state.released.set()
+        out, err = first.communicate(timeout=300)
+        assert first.returncode == 1, err[-3000:]
+        assert "=== popfair sweep: 4 cases reported of 4, 4 failed ===" in out, out[-3000:]
+        failed = [line for line in out.splitlines() if line.startswith("FAILED job")]
+        assert sum("not started: the sweep was stopped; rerun to resume" in line for line in failed) == 3
+        rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        assert "=== popfair sweep: 4 cases reported of 4, 0 failed ===" in rerun.stdout
+    assert set(stub.state.answered.values()) == {1}  # nothing asked twice

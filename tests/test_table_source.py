@@ -94,7 +94,9 @@ def mapped_counts(tmp_path, overrides: list[str]) -> tuple[pd.DataFrame, TableCa
         counts = mapped.counts()
     finally:
         mapped.source.close()
-    frame = counts.counts.sort_values(["cluster", "sex", "race"]).reset_index(drop=True)
+    frame = (
+        counts.counts.astype({"sex": str, "race": str}).sort_values(["cluster", "sex", "race"]).reset_index(drop=True)
+    )
     return frame[["cluster", "sex", "race", "n", "selection"]], case, counts
 
 
@@ -286,6 +288,25 @@ def test_unmapped_values_are_named_with_their_counts_never_dropped(tmp_path, tab
     assert "Martian" in " ".join(result.source.notes)  # type: ignore[attr-defined]
 
 
+def test_a_category_column_with_no_known_value_is_named(tmp_path, table):
+    blank = table.assign(Race_Ethnicity="")
+    path = tmp_path / "blank.parquet"
+    blank.to_parquet(path)
+    with pytest.raises(
+        ConfigError, match=r"^table.columns.race: no row of column 'Race_Ethnicity' has a known race \(all 1,574"
+    ):
+        table_case(tmp_path, [f"table.path={path}", *COLUMNS]).read()
+
+
+def test_a_contrast_level_with_no_rows_is_named(tmp_path, table):
+    no_black = table[table["Race_Ethnicity"] != "Black or African American"]
+    path = tmp_path / "no_black.csv"
+    no_black.to_csv(path, index=False)
+    case = table_case(tmp_path, [f"table.path={path}", *COLUMNS, "estimator=outcome_gap", "protected_attr=race"])
+    with pytest.raises(ConfigError, match=r"^protected_attr.x0: no row of the table has race='black' after mapping"):
+        case.run()
+
+
 def test_row_problems_go_to_table_report_and_are_counted_when_dropped(tmp_path, table):
     bad = table.copy()
     bad.loc[3, "Decision"] = "Maybe"
@@ -328,3 +349,21 @@ def test_source_and_estimator_errors_at_build(tmp_path, csv_path):
         path = csv_path.with_suffix(".xlsx")
         write(pd.read_csv(csv_path), path, "excel")
         table_case(tmp_path, [f"table.path={path}", *COLUMNS, "table.sheet=Decisons"]).read()
+
+
+def test_a_table_with_sex_only_gives_the_sex_table(tmp_path, csv_path):
+    case = table_case(
+        tmp_path,
+        [f"table.path={csv_path}", "table.columns.outcome=Decision", "table.columns.sex=Sex", "tracking=none"],
+    )
+    result = case.run()
+    sex = result.ratios.included().query("dimension == 'sex'").set_index("category")
+    female = [cell for cell in CELLS if SEX[cell[0]] == "female"]
+    male = [cell for cell in CELLS if SEX[cell[0]] == "male"]
+    rate = {
+        name: sum(CELLS[c][1] for c in cells) / sum(CELLS[c][0] for c in cells)
+        for name, cells in (("female", female), ("male", male))
+    }
+    assert sex["rate"].to_dict() == pytest.approx(rate)
+    assert sex.loc["female", "impact_ratio"] == pytest.approx(rate["female"] / rate["male"])
+    assert result.ratios.n_unknown()["sex"] == 20

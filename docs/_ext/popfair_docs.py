@@ -166,6 +166,30 @@ def _code(text: str) -> str:
     return _cell(f"{ticks}{pad}{text}{pad}{ticks}")
 
 
+def _header_markdown(header: list[str]) -> list[str]:
+    """A config file's header comment as Markdown: prose lines as paragraphs, indented lines (command
+    examples) as code blocks."""
+    out: list[str] = []
+    prose: list[str] = []
+    code: list[str] = []
+    for line in [*header, ""]:
+        if line.startswith((" ", "\t")) and line.strip():
+            if prose:
+                out += [" ".join(prose), ""]
+                prose = []
+            code.append(line.strip() if not code else line[2:] if line.startswith("  ") else line)
+            continue
+        if code:
+            out += ["```text", *code, "```", ""]  # not bash: a comment may hold an unpaired quote
+            code = []
+        if line.strip():
+            prose.append(line.strip())
+        elif prose:
+            out += [" ".join(prose), ""]
+            prose = []
+    return out
+
+
 def option_section(group: str, option: str, path: Path, level: str = "##") -> str:
     """The Markdown section of one option: `group=option`, its header comment and its keys."""
     text = path.read_text()
@@ -174,8 +198,7 @@ def option_section(group: str, option: str, path: Path, level: str = "##") -> st
     out = [f"{level} `{group}={option}`" if group else f"{level} `{option}`", ""]
     out.append(f"File `conf/{path.relative_to(CONF).as_posix()}`" + (f" (package `{package}`)." if package else "."))
     out.append("")
-    if header:
-        out += ["```text", *header, "```", ""]
+    out += _header_markdown(header)
     if keys:
         out += ["| key | default | comment |", "|---|---|---|"]
         out += [f"| {_code(k.path)} | {_code(k.value)} | {_cell(k.comment)} |" for k in keys]

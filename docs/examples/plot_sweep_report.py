@@ -11,7 +11,10 @@ counts the cases per discrimination pattern, then gives each case's effects and 
 """
 
 # %%
+import contextlib
+import io
 import itertools
+import logging
 import tempfile
 from pathlib import Path
 
@@ -23,6 +26,11 @@ from popfair.paths import CONF_DIR
 from popfair.report.plots import effects_overview
 from popfair.report.runs import effects_long, load_runs
 from popfair.report.sweep import popresume_effects, write_report
+
+# Each case logs notes on its population (how California and Texas were rebuilt, ...), shows progress
+# bars and may warn that 300 applicants give the propensity models little overlap: eight cases' worth
+# of that is kept off this page.
+logging.getLogger("popfair").setLevel(logging.ERROR)
 
 work = Path(tempfile.mkdtemp())
 store = f"sqlite:///{work}/mlflow.db"
@@ -38,7 +46,8 @@ cheap = [  # a small XGBoost grid and 200 bootstrap resamples keep each case to 
     f"tracking.artifact_root={work}/artifacts",
 ]
 grid = itertools.product(["nurse", "software_developer"], ["gender", "race"], ["tfidf", "simulated"])
-with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+quiet = contextlib.redirect_stderr(io.StringIO())
+with quiet, initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
     for occupation, attr, screener in grid:
         cfg = compose(
             config_name="config",

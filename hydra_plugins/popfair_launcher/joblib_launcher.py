@@ -13,9 +13,12 @@ The rerun resumes it from the response cache."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import os
 import signal
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -27,7 +30,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
-from omegaconf import open_dict
+from omegaconf import DictConfig, open_dict
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,11 @@ def death_reason(exitcode: int | None) -> str:
 
 
 class PopfairJoblibLauncher(JoblibLauncher):
-    """Hydra's joblib launcher settings; every case in its own process, whose death fails only that case."""
+    """Hydra's joblib launcher settings; every case in its own process, whose death fails only that case.
+
+    SIGTERM or Ctrl-C to the sweep: no further case starts (each is recorded "not started"), the
+    running ones stop as a case stops on its own signal (SIGTERM is passed on to them; Ctrl-C from a
+    terminal reaches them already), and the sweep ends with its summary. A second signal stops waiting."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from joblib import effective_n_jobs
@@ -79,21 +86,46 @@ class PopfairJoblibLauncher(JoblibLauncher):
         context.set_forkserver_preload(PRELOAD)
         singleton_state = Singleton.get_state()
         jobs = [(initial_job_idx + idx, list(overrides)) for idx, overrides in enumerate(job_overrides)]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="popfair-case") as pool:
-            return list(pool.map(lambda job: self._run_case(context, job[0], job[1], singleton_state), jobs))
+        self._running: dict[int, Any] = {}  # job -> its live worker process
+        self._stopping = getattr(self, "_stopping", None) or threading.Event()  # kept across batches
+        previous = {signum: signal.signal(signum, self._stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="popfair-case") as pool:
+                return list(pool.map(lambda job: self._run_case(context, job[0], job[1], singleton_state), jobs))
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self._stopping.is_set():  # the second signal: stop waiting for the cases
+            signal.signal(signum, signal.SIG_DFL)
+            raise KeyboardInterrupt
+        self._stopping.set()
+        log.warning("popfair: %s: no further case starts; running cases stop, answers kept (rerun to resume)", name)
+        if signum == signal.SIGTERM:  # sent to this process only: pass it on (Ctrl-C reaches the group)
+            for worker in list(self._running.values()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGTERM)
 
     def _run_case(self, context: Any, idx: int, overrides: list[str], singleton_state: Any) -> JobReturn:
+        from popfair.sweep.case import record_lost_case
+
         assert self.config is not None and self.hydra_context is not None
         # composed here (the sweeper composed every case already: this takes its copy)
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{idx}"
             sweep_config.hydra.job.num = idx
+        if self._stopping.is_set():
+            record_lost_case(sweep_config, "not started: the sweep was stopped; rerun to resume")
+            return _handled(overrides, sweep_config)
         payload = cloudpickle.dumps((self.hydra_context, sweep_config, self.task_function, singleton_state))
         receive, send = context.Pipe(duplex=False)
         worker = context.Process(target=_run_in_worker, args=(payload, send), name=f"popfair-case-{idx}")
         worker.start()
         send.close()  # the worker holds the only sending end: its death ends the wait below
+        self._running[idx] = worker
         log.info("case #%d runs in process %s", idx, worker.pid)
         try:
             returned = cloudpickle.loads(receive.recv_bytes())
@@ -102,19 +134,23 @@ class PopfairJoblibLauncher(JoblibLauncher):
         finally:
             receive.close()
             worker.join()
+            self._running.pop(idx, None)
         if returned is not None:
             return returned
-        from popfair.sweep.case import record_lost_case
-
         reason = death_reason(worker.exitcode)
         log.error("popfair: case %d (%s) lost: %s", idx, " ".join(overrides), reason)
         record_lost_case(sweep_config, reason)
-        # recorded as a failed case, as a case that raises is (sweep/case.py): the sweep goes on
-        return JobReturn(
-            overrides=overrides,
-            cfg=sweep_config,
-            hydra_cfg=sweep_config,
-            task_name=str(sweep_config.hydra.job.name),
-            status=JobStatus.COMPLETED,
-            _return_value=None,
-        )
+        return _handled(overrides, sweep_config)
+
+
+def _handled(overrides: list[str], sweep_config: DictConfig) -> JobReturn:
+    """The return of a case recorded as failed here, as a case that raises is recorded by itself
+    (sweep/case.py): the sweep goes on and its summary lists it."""
+    return JobReturn(
+        overrides=overrides,
+        cfg=sweep_config,
+        hydra_cfg=sweep_config,
+        task_name=str(sweep_config.hydra.job.name),
+        status=JobStatus.COMPLETED,
+        _return_value=None,
+    )

@@ -133,7 +133,38 @@ class GridRule(Constraint):
 @dataclass(frozen=True)
 class PseSettings:
     """Every setting of a DML-UCA estimate, written once: `estimate_pse(**settings)` and the
-    `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each)."""
+    `estimator=pse_dml` config take these names (conf/estimator/pse_dml.yaml documents each).
+
+    Parameters
+    ----------
+    folds : int, default 5
+        Cross-fitting folds L.
+    n_splits : int or "auto", default "auto"
+        Fold assignments cross-fit and averaged (mean-aggregation variance of Chernozhukov et al.
+        2018, 3.4); "auto": 1 for scores (the paper's single split), 5 for 0/1 outcomes.
+    n_bootstrap : int, default 500
+        Bootstrap resamples of the score rows (or clusters).
+    seed : int, default 0
+        Seeds folds, tuning split and bootstrap.
+    alpha : float, default 0.05
+        1 - CI level.
+    clip : float, default 0.01
+        Propensities are clipped to [clip, 1 - clip].
+    grid : TuningGrid
+        XGBoost hyperparameter grid (the paper's C.5).
+    validation_fraction : float, default 0.2
+        Share of rows held out to choose hyperparameters.
+    max_categories : int, default 32
+        One-hot levels kept per categorical column (rarer levels pooled).
+    max_bin : int, default 64
+        XGBoost histogram bins.
+    n_jobs : int or None, default 1
+        Threads for independent XGBoost fits (None: every CPU this process may use).
+    cluster : str, optional
+        Column whose values are resampled whole (cluster-robust SEs).
+    cache_dir : str or Path, optional
+        Where reusable nuisances are kept (None: memory only).
+    """
 
     folds: int = 5  # cross-fitting folds L
     # Fold assignments cross-fit and averaged; the variance is Chernozhukov et al.'s (2018, 3.4) mean
@@ -157,8 +188,19 @@ class PseSettings:
 
     @classmethod
     def build(cls, values: Mapping[str, Any]) -> PseSettings:
-        """Settings from keyword values, checked against `PSE_CONSTRAINTS` (ParameterError naming
-        the key; unknown keys are a TypeError, as for any function)."""
+        """Settings from keyword values, checked against `PSE_CONSTRAINTS`.
+
+        Parameters
+        ----------
+        values : Mapping
+            Setting name -> value; a bad value raises ParameterError naming the key, an unknown
+            key a TypeError, as for any function.
+
+        Returns
+        -------
+        PseSettings
+            The checked settings.
+        """
         unknown = sorted(set(values) - set(cls.__dataclass_fields__))
         if unknown:
             raise TypeError(f"unknown PSE settings {unknown}; allowed: {sorted(cls.__dataclass_fields__)}")

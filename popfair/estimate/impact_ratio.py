@@ -39,7 +39,6 @@ from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
 from popfair.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
 from popfair.types import Effects, Plot, Roles
 
-DIMENSIONS = ("sex", "race", "sex_race")
 DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
 UNKNOWN = "unknown"
 OUTCOMES = ("auto", "score", "callback")
@@ -67,7 +66,37 @@ EXCLUSION_JUSTIFICATION = (
 
 @dataclass(frozen=True)
 class ImpactRatioSettings:
-    """What to compute and how (`check` validates against IMPACT_RATIO_CONSTRAINTS)."""
+    """What to compute and how (`check` validates against IMPACT_RATIO_CONSTRAINTS).
+
+    Parameters
+    ----------
+    outcome : {"auto", "score", "callback"}, default "auto"
+        "auto": 0/1 values are callbacks (selection rates), others scores (scoring rates).
+    top_share : float or None, default 0.2
+        Scores: also the rate of landing in the top share (None = off).
+    min_score : float or None
+        Scores: also the rate of scoring at least this value (None = off).
+    min_category_share : float, default 0.02
+        LL144: categories under this share of the sample are small.
+    exclude_small : bool, default True
+        Leave small categories out of the ratios (their counts and rates are still reported).
+    flag_below : float, default 0.8
+        The four-fifths rule: ratios below this are flagged.
+    cluster : str, default "auto"
+        "auto" (posting_id when present), "none", or a column whose values are resampled whole.
+    unknown_labels : tuple of str
+        Category values meaning "unknown" (NaN too).
+    exclusion_justification : str
+        The auditor's reason, printed with the exclusions.
+    n_bootstrap : int, default 2000
+        Bootstrap resamples.
+    n_permutations : int or None
+        Permutations of the "no category differs" test (None: n_bootstrap).
+    alpha : float, default 0.05
+        1 - CI level, and the level of the test.
+    seed : int, default 0
+        Seeds the bootstrap and the permutations.
+    """
 
     outcome: str = "auto"  # auto (0/1 values = callback), score or callback
     top_share: float | None = 0.2  # scores: also the rate of landing in the top share (None = off)

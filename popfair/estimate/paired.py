@@ -27,7 +27,34 @@ from popfair.types import Effects, Roles
 
 @dataclass(frozen=True)
 class PairedGapResult:
-    """paired_gap's output; also readable as a mapping (result["gap_pp"])."""
+    """paired_gap's output; also readable as a mapping (result["gap_pp"]).
+
+    Parameters
+    ----------
+    gap_pp : float
+        Callback gap in percentage points, 100 * (rate_adv - rate_other); positive favours x1.
+    ci_low, ci_high : float
+        Posting-cluster bootstrap percentile CI of the gap (pp).
+    se : float
+        Bootstrap standard error of gap_pp.
+    b, c : int
+        Discordant pairs: x1 called back and x0 not (b), x0 called back and x1 not (c).
+    n_pairs : int
+        Pairs with both decisions.
+    n_clusters : int
+        Postings (clusters) among them.
+    n_dropped : int
+        Pairs dropped because a side had no yes/no decision (a failed screen).
+    rate_adv, rate_other : float
+        Callback rates of the x1 and x0 profiles, in [0, 1].
+    mcnemar_chi2, mcnemar_p : float
+        McNemar's chi-square with continuity correction, ``(abs(b - c) - 1)**2 / (b + c)``, and
+        its p-value.
+    cluster_t, cluster_p : float
+        Cluster-robust t (one observation per posting, G - 1 df) and its two-sided p-value.
+    cluster_se : float
+        Its standard error in pp: sd of the cluster mean differences / sqrt(G).
+    """
 
     gap_pp: float
     ci_low: float

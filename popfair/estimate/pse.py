@@ -59,12 +59,32 @@ __all__ = [
 class PseResult:
     """Output of `estimate_pse`.
 
-    table: effects (TE, NDE, NIE, BIE, RIE) x estimate, se, ci_low, ci_high, p_value, significant.
-    means: the five counterfactual means psi with the same columns.
-    labels: the section 5.2 discrimination patterns that hold (several may); `case` joins them.
-    overlap: per propensity model and per target, clipped counts and largest weights.
-    tuning: chosen hyperparameters and validation loss per nuisance (and whether from the cache).
-    scores: the cross-fitted per-row scores phi (one column per counterfactual mean).
+    Parameters
+    ----------
+    table : DataFrame
+        Effects (TE, NDE, NIE, BIE, RIE) x estimate, se, ci_low, ci_high, p_value, significant.
+    means : DataFrame
+        The five counterfactual means psi with the same columns.
+    labels : list of str
+        The section 5.2 discrimination patterns that hold (several may); `case` joins them.
+    overlap : DataFrame
+        Per propensity model and per target, clipped counts and largest weights.
+    tuning : DataFrame
+        Chosen hyperparameters and validation loss per nuisance (and whether from the cache).
+    scores : DataFrame
+        The cross-fitted per-row scores phi (one column per counterfactual mean).
+    timings : dict
+        Seconds per step (encoding, tuning, cross-fitting, bootstrap).
+    n : int
+        Rows used.
+    n_excluded : int
+        Rows left out (missing outcome or role values).
+    n_clusters : int, optional
+        Clusters resampled, with `cluster` set.
+    notes : list of str, optional
+        Caveats (poor overlap, pooled categories, ...).
+    n_splits : int, default 1
+        Fold assignments cross-fit and averaged (n_splits="auto": 5 for 0/1 outcomes, else 1).
     """
 
     table: pd.DataFrame
@@ -85,7 +105,18 @@ class PseResult:
         return "; ".join(self.labels) if self.labels else "none"
 
     def plot(self, title: str = "Path-specific effects") -> Plot:
-        """The five effects with their CIs (`popfair.report.figures.draw` makes the Figure)."""
+        """The five effects with their CIs (`popfair.report.figures.draw` makes the Figure).
+
+        Parameters
+        ----------
+        title : str, default "Path-specific effects"
+            The figure's title.
+
+        Returns
+        -------
+        Plot
+            A forest plot as data.
+        """
         return Plot("forest", self.table, title)
 
 

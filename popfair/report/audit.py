@@ -210,8 +210,11 @@ def _method_notes(ratios: ImpactRatios) -> list[str]:
     unit = f"the {ratios.n_clusters:,} clusters ({ratios.cluster})" if ratios.cluster else "the applicants"
     methods = sorted(set(ratios.tests["null_method"])) if len(ratios.tests) else []
     return [
-        f"Confidence intervals: {s.n_bootstrap:,} bootstrap resamples of {unit}; in each resample every rate is "
-        "recomputed and the reference category chosen again, so the intervals carry the noise in that choice.",
+        f"Confidence intervals: {s.n_bootstrap:,} bootstrap resamples of {unit}, every rate recomputed in each. "
+        "Any category may be the one with the highest true rate, so each pair of categories gets an interval for "
+        "the ratio of their rates (all pairs at once), and a category's impact ratio, the smallest of its ratios "
+        "to every category, lies between the smallest bounds: the intervals of a table hold together in at least "
+        f"{1 - s.alpha:.0%} of samples, ties between categories included.",
         f"Test of 'no category differs': the lowest impact ratio is compared with its distribution when category "
         f"labels are shuffled within each {'cluster' if ratios.cluster else 'sample'} "
         f"({s.n_permutations or s.n_bootstrap:,} shuffles; {', '.join(methods) or 'n/a'}). A flag survives when "

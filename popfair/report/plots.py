@@ -154,6 +154,7 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
         figsize=(2.2 + 0.42 * len(columns), 1.4 + sum(0.34 * h + 1.0 for h in heights)),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
+        layout="constrained",  # room for each panel's occupation labels and title
     )
     annotate = len(columns) * max(heights) <= 400
     image = None
@@ -181,6 +182,7 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
                     va="center",
                     fontsize=6,
                     fontweight="bold" if sig[i, j] else "normal",
+                    color="white" if abs(grid[i, j]) > 0.6 * vmax else "black",  # legible on dark cells
                 )
         for k in range(1, len(occupations)):
             ax.axvline(k * len(effects) - 0.5, color="white", lw=3)

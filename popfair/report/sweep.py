@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from popfair.errors import DataError, PopfairError
-from popfair.report import panel, patterns, plots
+from popfair.report import panel, patterns, plots, ranking
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.report.runs import effects_long, load_runs
 
@@ -27,10 +27,10 @@ CASE_KEYS = ["occupation", "protected_attr", "format", "model"]
 
 
 def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
-    """Effects of the score-based (non-paired) cases, one row per case x effect."""
+    """Effects of the score-based (non-paired, non-ranking) cases, one row per case x effect."""
     if effects.empty:
         return effects
-    rows = effects[~effects["estimator"].isin(PAIRED_ESTIMATORS)]
+    rows = effects[~effects["estimator"].isin(PAIRED_ESTIMATORS | {ranking.ESTIMATOR})]
     keep = CASE_KEYS + [
         "estimator",
         "effect",
@@ -267,6 +267,7 @@ def write_report(
             blocks.append(Block("figure", path))
 
     blocks += panel_blocks(effects, out, alpha, csv)
+    blocks += ranking.ranking_blocks(effects, runs, lambda fig, name: _save(fig, out / "plots" / name), csv)
     files.update({f"plots/{p.name}": p for p in (out / "plots").glob("*.png")})
 
     title = f"popfair report: {source}"

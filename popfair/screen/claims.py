@@ -112,6 +112,11 @@ class CacheThread:
             self._storing = None
 
     def close(self) -> None:
+        """Commit answers still waiting for a group write (the run was cancelled, e.g. by Ctrl-C,
+        before its writer picked them up), then stop the thread."""
+        pending, self._to_store = self._to_store, []
+        if pending:
+            self._pool.submit(self.cache.put_many, [item for item, _ in pending]).result()
         self._pool.shutdown(wait=True)
 
 

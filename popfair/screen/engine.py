@@ -29,7 +29,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tqdm.auto import tqdm
 
 from popfair.constraints import Boolean, Interval, settings_from_config
-from popfair.errors import ScreeningStopped
+from popfair.errors import Interrupted, ScreeningStopped
+from popfair.interrupts import engine_signals
 from popfair.screen import collector
 from popfair.screen.cache import CachedAnswer, ResponseCache, StoredReply
 from popfair.screen.claims import CacheThread, ClaimBroker
@@ -371,6 +372,7 @@ class Engine:
     url_key: str = "screener.base_url"  # where the endpoint is set (stop messages' fixes)
     request_keys: str = "screener.model and screener.generation"  # what shapes the request
     _halt: str | None = field(default=None, init=False)  # why the run stopped (one line), when it did
+    _interrupted: str | None = field(default=None, init=False)  # the signal that stopped it (SIGINT, SIGTERM)
     max_calls: int | None = None  # call budget: requests started in this run (retries not counted)
     parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer  # raw text -> y
 
@@ -380,7 +382,15 @@ class Engine:
         what was answered and releasing the claims."""
         if not calls:
             return {}
+        self._interrupted = None
         answers = run_coroutine(lambda: self._run(calls, rows_total, rows_done, desc))
+        if self._interrupted is not None:
+            st = self.stats
+            raise Interrupted(
+                f"screener {self.name}: stopped by {self._interrupted}; {st.answered} answers received this run are "
+                f"saved (${st.cost_usd:.4f}), claims released. Rerun the same command to resume: nothing is asked twice.",
+                st.as_metrics(),
+            )
         if self._halt is not None:
             raise ScreeningStopped(self._halt)
         return answers
@@ -441,13 +451,24 @@ class Engine:
                 answers[call.key] = answer
                 self._progress(call, answer)
 
+        main = asyncio.current_task()
+
+        def interrupt(name: str) -> None:  # Ctrl-C / SIGTERM: abandon what is in flight, keep what came
+            self._interrupted = name
+            self._stop("interrupted", name)
+            if main is not None:
+                main.cancel()
+
         await self.provider.start()
         try:
-            with collector.relaxed():
-                async with broker:
+            with collector.relaxed(), engine_signals(asyncio.get_running_loop(), interrupt):
+                async with broker:  # on the way out (also when cancelled) every claim is released
                     # More workers than the concurrency limit, so requests sleeping in backoff do not idle it.
                     workers = min(len(calls), max(4, 4 * s.concurrency))
                     await asyncio.gather(*(worker() for _ in range(workers)))
+        except asyncio.CancelledError:
+            if self._interrupted is None:
+                raise
         finally:
             await self.provider.stop()
             self._db.close()

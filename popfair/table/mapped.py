@@ -40,6 +40,7 @@ FRAME_NAMES = {
 }
 NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
 MAX_LISTED = 8  # values named in a one-line error
+CODE = {"sex": "sex_code__", "race": "race_code__"}  # integer category columns of the mapped view (counts only)
 
 
 @dataclass
@@ -145,6 +146,11 @@ class MappedTable:
                 f"table.where: no rows left after the filters ({'; '.join(self.filters)}); {rows_read:,} rows read"
             )
         self.mapping = self._map_categories()
+        # each dimension's categories (unknown last): the codes of the counts' cells
+        self.levels = {
+            role: [*sorted(set(self.mapping.loc[self.mapping["role"] == role, "category"]) - {UNKNOWN}), UNKNOWN]
+            for role in ("sex", "race")
+        }
         self.coding = self._outcome_coding()
         problems = self._problem_rows()
         self.rows_dropped = 0
@@ -216,18 +222,26 @@ class MappedTable:
             cluster = "'all'"
         else:
             cluster = f"CAST({'cluster' if self.columns.cluster is not None else 'posting_id'} AS VARCHAR)"
-        sex = "gender" if self.columns.sex is not None else f"'{UNKNOWN}'"
-        race = "race" if self.columns.race is not None else f"'{UNKNOWN}'"
+        # one integer per sex x race cell (category codes), named after the aggregation: cheaper to
+        # group 10 million rows by than two text columns
+        n_race = len(self.levels["race"])
+        sex = CODE["sex"] if self.columns.sex is not None else "0"
+        race = CODE["race"] if self.columns.race is not None else "0"
         counts = self.source.fetch(
-            f"SELECT {cluster} AS cluster, {sex} AS sex, {race} AS race, count(*)::BIGINT AS n, {', '.join(sums)} "
-            f"FROM {MAPPED} GROUP BY ALL"  # unordered: the inference sorts clusters and categories itself
+            f"SELECT {cluster} AS cluster, ({sex}) * {n_race} + ({race}) AS cell, count(*)::BIGINT AS n, "
+            f"{', '.join(sums)} FROM {MAPPED} GROUP BY ALL"  # unordered: the inference sorts clusters and categories
         )
+        cell = counts.pop("cell").to_numpy()
+        counts.insert(1, "sex", pd.Categorical.from_codes(cell // n_race, self.levels["sex"]))
+        counts.insert(2, "race", pd.Categorical.from_codes(cell % n_race, self.levels["race"]))
         return TableCounts(counts, outcome, thresholds, cluster_column, self.record)
 
     def frame(self) -> pd.DataFrame:
         """One row per applicant used, in source order: y, gender, race, cluster, posting_id, pair_key,
         applicant_id, date (those mapped) and the PSE role columns under their own names."""
-        frame = self.source.fetch(f"SELECT * FROM {MAPPED}")
+        codes = [CODE[r] for r in ("sex", "race") if getattr(self.columns, r) is not None]
+        exclude = f"EXCLUDE ({', '.join(codes)})" if codes else ""
+        frame = self.source.fetch(f"SELECT * {exclude} FROM {MAPPED}")
         if "y" in frame:
             frame["y"] = frame["y"].astype(float)
         return frame
@@ -286,6 +300,11 @@ class MappedTable:
                     )
                 self.notes.append(f"{role}: values no mapping covers, counted as unknown: {listed}{more}")
                 seen.loc[seen["category"].isna(), "category"] = UNKNOWN
+            if (seen["category"] == UNKNOWN).all():
+                raise ConfigError(
+                    f"table.columns.{role}: no row of column {column!r} has a known {role} (all {int(seen['rows'].sum()):,} "
+                    f"blank, unknown or unmapped); map its values in table.values.{role}, or leave table.columns.{role} unset"
+                )
             seen.insert(0, "column", column)
             seen.insert(0, "role", role)
             tables.append(seen)
@@ -352,6 +371,12 @@ class MappedTable:
         column = self.columns.outcome
         if column_type == "BOOLEAN":
             return "binary"
+        if numeric:  # one cheap pass instead of grouping every distinct score
+            row = self.source.sql(
+                f"SELECT count(*) FILTER (WHERE {_quote(column)} NOT IN (0, 1)) FROM {FILTERED}",
+                "table.columns.outcome",
+            ).fetchone()
+            return "binary" if row is not None and row[0] == 0 else "score"
         values = self.source.fetch(
             f"SELECT lower(trim(CAST({_quote(column)} AS VARCHAR))) AS value, ({as_number}) AS number, count(*)::BIGINT AS rows "
             f"FROM {FILTERED} GROUP BY ALL ORDER BY rows DESC LIMIT 100000",
@@ -440,14 +465,20 @@ class MappedTable:
             column = getattr(self.columns, role)
             if column is None:
                 continue
-            rows = self.mapping[self.mapping["role"] == role]
+            rows = self.mapping[(self.mapping["role"] == role) & self.mapping["raw"].notna()]
             cases = " ".join(
-                f"WHEN {_literal(raw)} THEN {_literal(category)}"
-                for raw, category in zip(rows["raw"], rows["category"])
-                if not pd.isna(raw)
+                f"WHEN {_literal(raw)} THEN {_literal(cat)}" for raw, cat in zip(rows["raw"], rows["category"])
             )
             select.append(
                 f"coalesce(CASE CAST({_quote(column)} AS VARCHAR) {cases} END, '{UNKNOWN}') AS {FRAME_NAMES[role]}"
+            )
+            # the category's index in self.levels[role], for counts: grouping by one small integer is cheaper
+            levels = self.levels[role]
+            codes = " ".join(
+                f"WHEN {_literal(raw)} THEN {levels.index(cat)}" for raw, cat in zip(rows["raw"], rows["category"])
+            )
+            select.append(
+                f"coalesce(CASE CAST({_quote(column)} AS VARCHAR) {codes} END, {levels.index(UNKNOWN)}) AS {CODE[role]}"
             )
         taken = {FRAME_NAMES[r] for r in ("outcome", "sex", "race")}
         for role in ("applicant_id", "cluster", "date", "pair_id", "posting_id"):

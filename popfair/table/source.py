@@ -8,9 +8,9 @@ any database with a driver works (PostgreSQL, SQLite, ...); only the mapped colu
 batches, into a DuckDB table. Passwords come only from the environment (PGPASSWORD, ~/.pgpass),
 never from the URL, and every message shows the URL without one.
 
-Text formats (CSV, JSON lines), Excel and databases are copied once into an on-disk DuckDB table in a
-temporary folder (compressed, spilled to disk beyond the memory limit), so the several passes a case
-makes parse the text once; Parquet is scanned in place.
+Text formats (CSV, JSON lines), Excel and databases are copied once into a DuckDB table (in memory,
+spilled to a temporary folder beyond the memory limit), so the several passes a case makes parse the
+text once; Parquet is scanned in place.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Source:
 def open_source(settings: TableSettings) -> Source:
     """Open the configured file or database; the relation `SOURCE` has the mapped columns only."""
     workdir = tempfile.mkdtemp(prefix="popfair-table-")
-    con = duckdb.connect(str(Path(workdir) / "table.duckdb"))
+    con = duckdb.connect()  # in memory; beyond MEMORY_LIMIT DuckDB spills to the temporary folder
     con.execute(f"SET memory_limit='{MEMORY_LIMIT}'")
     con.execute(f"SET temp_directory='{Path(workdir) / 'spill'}'")
     try:
@@ -147,7 +147,7 @@ def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> Sourc
     try:
         if fmt == "parquet":  # columnar: every pass reads only its columns, in place
             projected.create_view(SOURCE)
-        else:  # text and sheets: parse once into a compressed on-disk table
+        else:  # text and sheets: parse once into a table
             projected.create(SOURCE)
     except duckdb.Error as exc:
         raise DataError(f"table.path: cannot read {description} as {fmt}: {_first_line(exc)}") from None
@@ -239,8 +239,12 @@ def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> S
             result = conn.execution_options(stream_results=True, yield_per=FETCH_BATCH).execute(text(select))
             created = False
             for rows in result.partitions(FETCH_BATCH):
-                batch = pd.DataFrame.from_records(rows, columns=columns)
-                con.register("fetched_batch", batch.apply(_uniform_column))
+                # plain tuples: pandas probes a Row object attribute by attribute (ten times slower)
+                batch = pd.DataFrame.from_records([tuple(row) for row in rows], columns=columns)
+                if not created:  # a column with no value in the first batch: text, so any later value fits
+                    empty = [c for c in columns if batch[c].isna().all()]
+                    batch = batch.astype({c: "string" for c in empty})
+                con.register("fetched_batch", batch)
                 con.execute(
                     f"INSERT INTO {SOURCE} SELECT * FROM fetched_batch"
                     if created
@@ -252,7 +256,7 @@ def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> S
                 con.execute(
                     f"CREATE TABLE {SOURCE} AS SELECT * FROM (SELECT {', '.join('NULL AS ' + _quote(c) for c in columns)}) WHERE false"
                 )
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, engine.dialect.loaded_dbapi.Error) as exc:
         raise DataError(
             f"{key}: the database refused it ({shown}): {redact(_first_line(getattr(exc, 'orig', exc)))}"
         ) from None

@@ -151,6 +151,14 @@ def log_batch(
         client.log_batch(run_id, metrics=m, params=p, tags=t)
 
 
+def annotate(uri: str, run_id: str, metrics: Mapping[str, float], tags: Mapping[str, str], timestamp: int) -> None:
+    """Add metrics and tags to a run that has ended (what a stopped case did, a sweep's tags)."""
+    from mlflow.entities import Metric, RunTag
+
+    metric_list = [Metric(k, v, timestamp, 0) for k, v in metrics.items()]
+    _client(uri).log_batch(run_id, metrics=metric_list, tags=[RunTag(k, v) for k, v in tags.items()])
+
+
 def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
     """Write each artifact once: straight into the run's artifact folder when it is local, else
     into a temporary folder that MLflow uploads."""

@@ -176,27 +176,34 @@ class MlflowTracker:
         error: str,
         traceback_text: str = "",
         parent_run_id: str | None = None,
+        metrics: Mapping[str, float] | None = None,
+        status: str = "FAILED",
     ) -> str | None:
-        """The FAILED run of a case that raised: the case's own run when it had started one (it
-        already holds tag `error` and error.txt; `tags` are added), else a new run with them."""
+        """The FAILED run of a case that raised (KILLED for one stopped by Ctrl-C/SIGTERM, with
+        `metrics` saying what was done). When the case had started its own run, that run already
+        ended so, with tag `error` and error.txt: `tags` and `metrics` are added to it. Otherwise a
+        new run holds tag `error`, the params and artifact error.txt (message and traceback)."""
         if not self.enabled:
             return None
         if self.failed_run_id is not None:
             failed, self.failed_run_id = self.failed_run_id, None
-            from mlflow import MlflowClient
-            from mlflow.entities import RunTag
-
-            MlflowClient(self.uri).log_batch(failed, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+            finite = {k: float(v) for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))}
+            background.submit(
+                background.annotate, self.uri, failed, finite, {k: str(v) for k, v in tags.items()}, _now()
+            ).result()
             return failed
         with self.run(run_name, {**tags, "error": error[:4900]}, parent_run_id) as run:
             run.params(params)
+            if metrics:
+                run.metrics(metrics)
             run.artifacts({"error.txt": f"{error}\n\n{traceback_text}"})
-            return run.end("FAILED")
+            return run.end(status)
 
 
 def _status_for(exc: BaseException) -> str:
-    """How a run ends when its case raised `exc` (the one place that decides it)."""
-    return "FAILED"
+    """How a run ends when its case raised `exc`: KILLED when it was stopped (Ctrl-C, SIGTERM: a
+    KeyboardInterrupt), else FAILED."""
+    return "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
 
 
 def _template_dir() -> Path | None:

@@ -270,7 +270,20 @@ class RankingEstimator:
         The impact-ratio inference (popfair.estimate.impact_inference) and the CI level of all.
     power_effect, power
         The dry-run plan reports the trials needed to detect a log-worth difference of
-        `power_effect` between two groups with this power (top-1 only vs the whole ranking)."""
+        `power_effect` between two groups with this power (top-1 only vs the whole ranking).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from popfair import RankingEstimator
+    >>> from popfair.design.ranking.power import simulate_rankings
+    >>> trials = simulate_rankings(800, [0.5, 0.0, 0.0, 0.0], [0.3, 0, 0, 0], np.random.default_rng(0))
+    >>> rows = pd.DataFrame({"trial_id": np.repeat(np.arange(800), 4), "group": np.tile(trials.groups, 800),
+    ...                      "position": trials.position.ravel(), "rank": trials.rank.ravel()})
+    >>> table = RankingEstimator(reference="g1", n_bootstrap=200).estimate(rows, roles=None).table
+    >>> bool(table.loc["logit.group.g0", "ci_low"] > 0)
+    True
+    """
 
     name = "ranking"
     design = None  # no counterfactual worlds (popfair.types.WorldDesign)

@@ -66,7 +66,30 @@ def name_forms(name: str) -> tuple[str, str]:
 
 
 def parse_ranking(raw: str | None, names: Sequence[str]) -> Ranking:
-    """The ranking a reply gives of the candidates `names` (in the order shown)."""
+    r"""The ranking a model's reply gives of a trial's candidates (the rules: module docstring).
+
+    Parameters
+    ----------
+    raw : str or None
+        The reply as the model wrote it.
+    names : sequence of str
+        The candidates' full names, in the order they were shown.
+
+    Returns
+    -------
+    Ranking
+        `order` (candidate indices as shown, best first), `missing` (candidates not ranked),
+        `method` (json, list, mentions) and `error` (why there is no ranking, else None).
+
+    Examples
+    --------
+    >>> from popfair import parse_ranking
+    >>> reply = "My ranking:\n1) WEI CHEN - strongest\n2) Maria Garcia, ahead of Ann Lee\n3) Ann Lee"
+    >>> parse_ranking(reply, ["Maria L. Garcia", "Ann Lee", "Wei Chen"]).order
+    (2, 0, 1)
+    >>> parse_ranking("I'm sorry, I can't rank people.", ["Ann Lee", "Wei Chen"]).error[:10]
+    'no ranking'
+    """
     k = len(names)
     if raw is None or not raw.strip():
         return Ranking((), tuple(range(k)), "none", "no ranking: empty reply")
