@@ -188,9 +188,8 @@ class MlflowTracker:
         if self.failed_run_id is not None:
             failed, self.failed_run_id = self.failed_run_id, None
             finite = {k: float(v) for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))}
-            background.submit(
-                background.annotate, self.uri, failed, finite, {k: str(v) for k, v in tags.items()}, _now()
-            ).result()
+            annotations = {**{k: str(v) for k, v in tags.items()}, "error": error[:4900]}
+            background.submit(background.annotate, self.uri, failed, finite, annotations, _now()).result()
             return failed
         with self.run(run_name, {**tags, "error": error[:4900]}, parent_run_id) as run:
             run.params(params)
