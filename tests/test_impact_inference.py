@@ -154,7 +154,7 @@ def test_clustered_cis_cover_known_impact_ratios():
     """Postings with per-category lifts 1, 0.85, 0.6: true ratios 1, 0.85, 0.6 against category A."""
     lift = np.array([1.0, 0.85, 0.6])
     truth = lift / lift.max()
-    hits, sims = np.zeros(3), 150
+    hits, sims = np.zeros(3), 100
     for sim in range(sims):
         counts = postings(np.random.default_rng(100 + sim), 600, lift, k=3)
         table = impact_ratio_inference(counts, n_bootstrap=400, n_permutations=100, seed=sim).table
