@@ -1,5 +1,5 @@
 """Command line: `python -m popfair [group=option ...] [key=value ...]` (Hydra), and
-`popfair doctor [same arguments]`: the pre-flight checks of that case or sweep (popfair.doctor).
+`popfair doctor [same arguments]`: the pre-flight checks of that case or sweep (popfair.sweep.doctor).
 
 `python -m popfair --help` lists the config groups and their options."""
 
@@ -31,8 +31,8 @@ def run(cfg: DictConfig) -> float | None:
 def main() -> float | None:
     """Entry point. A bare `--help` is answered from the config folder (popfair.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
-    if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.doctor)
-        from popfair.doctor import command_line
+    if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.sweep.doctor)
+        from popfair.sweep.doctor import command_line
 
         sys.argv[1:] = command_line(sys.argv[2:])
     if sys.argv[1:] in (["--help"], ["-h"]):

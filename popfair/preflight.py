@@ -1,7 +1,7 @@
 """Pre-flight checks: what would stop a case or a sweep, found before anything runs.
 
 Every sweep runs the cheap checks over all its cases before case 1 (PopfairSweeper), and a dry-run
-plan prints them as warnings; `popfair doctor` (popfair/doctor.py) runs them and prints every check. Each distinct thing (a screener config, a cache, a
+plan prints them as warnings; `popfair doctor` (popfair/sweep/doctor.py) runs them and prints every check. Each distinct thing (a screener config, a cache, a
 tracking store) is checked once, however many cases share it.
 
 The cheap checks: every case is built as it will run (a bad config value, an API key not set, an
@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.errors import MissingSecretError, PopfairError
+from popfair.errors import MissingSecretError, PopfairError, require
 
 log = logging.getLogger("popfair")
 
@@ -95,9 +95,12 @@ class Preflight:
     """Checks over the composed configs of one case or of every case of a sweep.
 
     `add_case(job, config)` for each case (the full composed config, with its `hydra` node in a
-    sweep), then `findings()`."""
+    sweep), then `findings()`. `whole_case=False` (dry runs, whose cases build themselves next) leaves
+    out the build of each whole case and checks only the parts a dry run builds without their key,
+    extra or files."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, whole_case: bool = True) -> None:
+        self.whole_case = whole_case
         self.cases: dict[int, list[str]] = {}  # job -> its overrides
         self._found: dict[tuple[str, bool, str, str], Finding] = {}
         self._memo: dict[tuple[str, str], list[tuple[str, Check]]] = {}  # (what, resolved key) -> results
@@ -138,14 +141,15 @@ class Preflight:
     def _check_components(self, job: int, task: DictConfig, choices: Any) -> None:
         from popfair.experiment import PLANNING_RELAXATIONS, Experiment, build, resolved
 
-        values = resolved(task)  # one resolved copy: the memo keys and the case's build
+        # one resolved copy: the memo keys and the case's build (a dry run resolves just the parts)
+        values = resolved(task) if self.whole_case else None
         # the parts a dry run builds without their external resource, built as the run builds them
         for group in PLANNING_RELAXATIONS:
             node = task.get(group)
             if node is None:
                 continue
             subject = f"{group}={choices.get(group) or node.get('name') or node.get('_target_')}"
-            own = values[group] if values is not None else None
+            own = values[group] if values is not None else resolved(node)
 
             def built(node: DictConfig = node, group: str = group, own: Any = own, subject: str = subject) -> Any:
                 build(node, group, values=own)  # raises what the case would raise: a key, an extra, a file missing
@@ -153,6 +157,8 @@ class Preflight:
 
             key = json.dumps(own, sort_keys=True, default=repr) if own is not None else _unresolved_key(node)
             self._once(job, group, key, subject, built)
+        if not self.whole_case:
+            return
         try:
             Experiment.from_config(task, dry_run=True, values=values)
         except Exception as exc:  # noqa: BLE001 - whatever would stop the case
@@ -189,7 +195,6 @@ class Preflight:
 
     def _check_launcher(self, job: int, config: DictConfig) -> None:
         from popfair.errors import ConfigError
-        from popfair.sweep.callbacks import check_shared_services
 
         launcher = str(config.hydra.launcher.get("_target_", "")).rsplit(".", 1)[-1]
         try:
@@ -222,6 +227,34 @@ class Preflight:
 
 
 # --- single checks ----------------------------------------------------------------------------------
+def check_shared_services(config: DictConfig) -> None:
+    """A launcher that spreads cases over machines (SLURM, a Ray cluster) needs the services every
+    machine can reach: a server response cache (a SQLite cache on NFS risks locks and corruption, and
+    per-node caches pay twice) and an MLflow tracking server (one parent run for all the cases)."""
+    launcher = str(config.hydra.launcher.get("_target_", ""))
+    ray_address = OmegaConf.select(config, "hydra.launcher.ray.init.address")
+    spread = launcher.endswith(("SlurmLauncher", "RayAWSLauncher")) or (
+        launcher.endswith("RayLauncher") and ray_address not in (None, "", "local")
+    )
+    if not spread or config.get("dry_run", False):
+        return
+    name = launcher.rsplit(".", 1)[-1]
+    require(
+        bool(config.get("cache_url")),
+        "cache_url",
+        f"hydra/launcher runs cases on several machines ({name}): set cache_url="
+        "postgresql+psycopg://user@host:5432/db so that no answer is paid twice (a SQLite cache_dir "
+        "on a shared file system is unsafe)",
+    )
+    tracking = config.get("tracking") or {}
+    require(
+        not tracking.get("enabled", True) or str(tracking.get("uri", "")).startswith(("http://", "https://")),
+        "tracking.uri",
+        f"hydra/launcher runs cases on several machines ({name}): point it at an "
+        "`mlflow server` (http://host:port) that every node can reach",
+    )
+
+
 def redact_url(location: str) -> str:
     """A database URL without its password (user:secret@ -> user:***@)."""
     return re.sub(r"(://[^:/@]+):[^@]+@", r"\1:***@", location)

@@ -98,6 +98,7 @@ class StubState:
     held: int = 0
     granted: int = 0  # requests let through (for hold_after)
     reject_auth: bool = False  # answer 401 to everything (a revoked key)
+    models: tuple = ("stub-model",)  # what GET /v1/models lists
     down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
 
@@ -217,6 +218,16 @@ class Handler(BaseHTTPRequestHandler):
     # --- routing --------------------------------------------------------------------------------
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
+        if path in ("/v1/models", "/models"):  # the model listing (pre-flight probes)
+            return self._send(
+                200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models]}
+            )
+        if m := re.fullmatch(r"/v1/models/([\w.:-]+)", path):
+            if m.group(1) in self.state.models:
+                return self._send(200, {"type": "model", "id": m.group(1), "display_name": m.group(1)})
+            return self._send(
+                404, {"type": "error", "error": {"type": "not_found_error", "message": "model not found"}}
+            )
         if m := re.fullmatch(r"/v1/files/([\w-]+)/content", path):
             return self._send(200, self.state.files[m.group(1)], content_type="application/octet-stream")
         if m := re.fullmatch(r"/v1/batches/([\w-]+)", path):

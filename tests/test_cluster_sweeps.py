@@ -20,7 +20,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from popfair.errors import ConfigError
-from popfair.sweep.callbacks import check_shared_services
+from popfair.preflight import check_shared_services
 from tests.conftest import CONF_DIR
 from tests.llm_stub import StubServer
 from tests.mlflow_server import mlflow_server

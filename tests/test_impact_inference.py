@@ -154,7 +154,7 @@ def test_clustered_cis_cover_known_impact_ratios():
     """Postings with per-category lifts 1, 0.85, 0.6: true ratios 1, 0.85, 0.6 against category A."""
     lift = np.array([1.0, 0.85, 0.6])
     truth = lift / lift.max()
-    hits, sims = np.zeros(3), 150
+    hits, sims = np.zeros(3), 100
     for sim in range(sims):
         counts = postings(np.random.default_rng(100 + sim), 600, lift, k=3)
         table = impact_ratio_inference(counts, n_bootstrap=400, n_permutations=100, seed=sim).table
@@ -234,6 +234,18 @@ def test_score_tables_from_rows_and_from_counts_of_several_metrics_agree():
         counts, outcome="score", thresholds=from_rows.thresholds, sex="gender", settings=settings
     )
     pd.testing.assert_frame_equal(from_rows.table, from_counts.table)
+
+
+def test_one_category_or_nobody_selected_is_said_plainly():
+    one = impact_ratio_inference(
+        pd.DataFrame({"category": ["a", "b"], "n": [50, 1], "selected": [10, 1]}), cluster=None, exclude=["b"]
+    )
+    assert one.table.loc["a", "impact_ratio"] == 1.0 and np.isnan(one.p_value)
+    assert one.explain() == "Fewer than two categories are compared, so there is no impact ratio to test."
+    none = impact_ratio_inference(
+        pd.DataFrame({"category": ["a", "b"], "n": [50, 40], "selected": [0, 0]}), cluster=None
+    )
+    assert none.table["impact_ratio"].isna().all() and "undefined" in none.explain()
 
 
 def test_counts_errors_name_the_problem():

@@ -140,6 +140,8 @@ def test_trials_show_every_group_once_with_identical_profiles_and_distinct_names
 def test_ranking_design_rejects_image_renderers_and_scoring_only_screeners():
     with pytest.raises(ConfigError, match="renderer=text"):
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "renderer=image", "tracking=none"]))
+    with pytest.raises(ConfigError, match="renderer=text"):
+        Experiment.from_config(compose_config(["experiment=ranking_race_gender", "renderer=json", "tracking=none"]))
     with pytest.raises(ConfigError, match="cannot rank"):
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "screener=tfidf", "tracking=none"]))
     with pytest.raises(ConfigError, match="does not apply to the ranking design"):
@@ -312,3 +314,18 @@ def test_ranking_through_every_provider_and_the_batch_api(provider, mode, tmp_pa
             assert (by_rank["first_name"] + " " + by_rank["surname"]).tolist() == stub_ranking_from_reply(
                 rows["raw"].iloc[0], names
             )
+
+
+def test_refusals_are_recorded_failures_and_the_rest_is_estimated(tmp_path):
+    """A ranker that refuses a share of trials: those trials keep their raw reply and an error on
+    every candidate row, and the estimates use the others."""
+    cfg = compose_config(
+        ["experiment=ranking_race_gender", "population.n_trials=160", "screener.refusal_rate=0.25", "tracking=none"]
+    )
+    result = Experiment.from_config(cfg).run()
+    scored = result.scored
+    failed = scored[scored["error"].notna()]
+    assert 0.1 < failed["trial_id"].nunique() / 160 < 0.4
+    assert failed["error"].str.startswith("no ranking").all() and failed["raw"].str.contains("sorry").all()
+    assert failed["rank"].isna().all() and failed["y"].isna().all()
+    assert result.effects.metrics["ranking.trials"] == 160 - failed["trial_id"].nunique()

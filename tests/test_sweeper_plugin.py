@@ -30,10 +30,10 @@ class CountingLoader:
 
 
 def test_validation_composes_each_case_and_the_launcher_takes_it_without_composing_again(plugin, monkeypatch):
-    import popfair.doctor
+    import popfair.sweep.doctor
 
     checked = []  # the pre-flight checks get every composed case (their own tests: test_doctor.py)
-    monkeypatch.setattr(popfair.doctor, "before_sweep", lambda master, configs, first: checked.append(configs))
+    monkeypatch.setattr(popfair.sweep.doctor, "before_sweep", lambda master, configs, first: checked.append(configs))
     counting = CountingLoader()
     sweeper = plugin.PopfairSweeper(max_batch_size=None)
     sweeper.compose_once = plugin.ComposeOnceLoader(counting)

@@ -3,8 +3,8 @@
 - The configuration reference (``reference/config/``): every config group under ``conf/``, every
   option (YAML file) with its header comment, and every key with its default and its comment, read
   from the YAML files at build time (comments included: they are the documentation).
-- The command-line reference (``reference/cli.md``): the ``--help`` of ``popfair``,
-  ``popfair-report``, ``popfair-export`` and ``popfair-data`` as they print it.
+- The command-line reference (``reference/cli.md``): the ``--help`` of every console script in
+  pyproject.toml (``popfair``, ``popfair-report``, ``popfair-export``, ``popfair-data``) as it prints it.
 - Math as MathML, converted at build time by docutils (no MathJax download: the site works offline).
 
 The generated Markdown goes to folders git ignores (``docs/.gitignore``) and is rewritten only when
@@ -32,13 +32,16 @@ CONF = ROOT / "conf"
 CONFIG_OUT = DOCS / "reference" / "config"
 CLI_OUT = DOCS / "reference" / "cli.md"
 
-# The command-line tools: (program name, module whose main() runs it, extra help pages).
-CLI_TOOLS = [
-    ("popfair", "popfair.__main__", []),
-    ("popfair-report", "popfair.report.__main__", []),
-    ("popfair-export", "popfair.export", []),
-    ("popfair-data", "popfair.population.fetch", [["pums"]]),
-]
+# Subcommands whose own --help is shown too (the tools themselves are pyproject.toml's [project.scripts]).
+CLI_SUBCOMMANDS = {"popfair-data": [["pums"]]}
+
+
+def cli_tools() -> list[tuple[str, str, str]]:
+    """(program, module, function) of every console script pyproject.toml declares."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return [(prog, *target.split(":")) for prog, target in scripts.items()]
 
 
 # --- configuration reference -------------------------------------------------------------------
@@ -373,8 +376,8 @@ def write_api_reference() -> None:
 # --- command-line reference ----------------------------------------------------------------------
 
 
-def tool_help(prog: str, module: str, args: list[str]) -> str:
-    code = f"import sys; sys.argv[0] = {prog!r}; from {module} import main; main()"
+def tool_help(prog: str, module: str, function: str, args: list[str]) -> str:
+    code = f"import sys; sys.argv[0] = {prog!r}; from {module} import {function}; {function}()"
     done = subprocess.run(
         [sys.executable, "-c", code, *args, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
@@ -392,13 +395,13 @@ def write_cli_reference() -> None:
         "[configuration reference](config/index.md)); the others are argparse programs.",
         "",
     ]
-    for prog, module, subcommands in CLI_TOOLS:
-        parts += [f"## `{prog}`", "", "```text", f"$ {prog} --help", tool_help(prog, module, []), "```", ""]
-        for sub in subcommands:
+    for prog, module, function in cli_tools():
+        parts += [f"## `{prog}`", "", "```text", f"$ {prog} --help", tool_help(prog, module, function, []), "```", ""]
+        for sub in CLI_SUBCOMMANDS.get(prog, []):
             parts += [
                 "```text",
                 f"$ {prog} {' '.join(sub)} --help",
-                tool_help(prog, module, sub),
+                tool_help(prog, module, function, sub),
                 "```",
                 "",
             ]

@@ -39,7 +39,11 @@ scored = popfair.Experiment.from_config(cfg).run().scored
 # ratios with bootstrap CIs. The bootstrap re-chooses the highest-rate category in every
 # replicate, so the CIs carry that choice too.
 ratios = popfair.impact_ratios(
-    scored, y="y", sex="gender", race="race", settings=popfair.ImpactRatioSettings(n_bootstrap=500)
+    scored,
+    y="y",
+    sex="gender",
+    race="race",
+    settings=popfair.ImpactRatioSettings(n_bootstrap=500),
 )
 print(ratios.markdown())
 

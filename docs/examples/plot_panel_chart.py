@@ -32,8 +32,12 @@ rng = np.random.default_rng(7)
 def simulated_pairs(gap_pp: float, n_postings: int = 300, per_posting: int = 4) -> pd.DataFrame:
     """One row per pair: posting, and the callbacks of the x1-name and x0-name profile."""
     posting = np.repeat(np.arange(n_postings), per_posting)
-    base = rng.uniform(0.3, 0.7, n_postings)[posting]  # postings differ in how often they call back
-    u = rng.uniform(size=posting.size)  # one draw per pair: the two profiles are identical but for the name
+    base = rng.uniform(0.3, 0.7, n_postings)[
+        posting
+    ]  # postings differ in how often they call back
+    u = rng.uniform(
+        size=posting.size
+    )  # one draw per pair: the two profiles are identical but for the name
     return pd.DataFrame(
         {
             "posting_id": posting,
@@ -45,9 +49,13 @@ def simulated_pairs(gap_pp: float, n_postings: int = 300, per_posting: int = 4) 
 
 rows = []
 for model, gaps in true_gap_pp.items():
-    release = str(yaml.safe_load((CONF_DIR / "screener" / f"{model}.yaml").read_text())["release_date"])
+    release = str(
+        yaml.safe_load((CONF_DIR / "screener" / f"{model}.yaml").read_text())["release_date"]
+    )
     for axis, gap in zip(("race", "gender"), gaps):
-        result = popfair.paired_gap(simulated_pairs(gap), y_adv="adv", y_other="other", cluster="posting_id")
+        result = popfair.paired_gap(
+            simulated_pairs(gap), y_adv="adv", y_other="other", cluster="posting_id"
+        )
         rows.append(panel_row(model, axis, release, result))
 report = popfair.panel_report(pd.DataFrame(rows))
 

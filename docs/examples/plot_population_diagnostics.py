@@ -18,7 +18,12 @@ from popfair.report.figures import draw
 with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
     cfg = compose(
         config_name="config",
-        overrides=["occupation=teacher", "population.n=500", "tracking=none", "outcome_audit=null"],
+        overrides=[
+            "occupation=teacher",
+            "population.n=500",
+            "tracking=none",
+            "outcome_audit=null",
+        ],
     )
 experiment = popfair.Experiment.from_config(cfg)
 profiles = experiment.sample()  # the population stage alone: no rendering, no screening

@@ -45,13 +45,20 @@ cheap = [  # a small XGBoost grid and 200 bootstrap resamples keep each case to 
     f"tracking.uri={store}",
     f"tracking.artifact_root={work}/artifacts",
 ]
-grid = itertools.product(["nurse", "software_developer"], ["gender", "race"], ["tfidf", "simulated"])
+grid = itertools.product(
+    ["nurse", "software_developer"], ["gender", "race"], ["tfidf", "simulated"]
+)
 quiet = contextlib.redirect_stderr(io.StringIO())
 with quiet, initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
     for occupation, attr, screener in grid:
         cfg = compose(
             config_name="config",
-            overrides=[f"occupation={occupation}", f"protected_attr={attr}", f"screener={screener}", *cheap],
+            overrides=[
+                f"occupation={occupation}",
+                f"protected_attr={attr}",
+                f"screener={screener}",
+                *cheap,
+            ],
         )
         popfair.Experiment.from_config(cfg).run()
 

@@ -148,8 +148,8 @@ class PopfairSweeper(BasicSweeper):
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Compose every case of the batch (Hydra's validation, kept for the launcher), then popfair's
-        pre-flight checks over all of them before the first is launched (popfair.doctor.before_sweep)."""
-        from popfair.doctor import before_sweep
+        pre-flight checks over all of them before the first is launched (popfair.sweep.doctor.before_sweep)."""
+        from popfair.sweep.doctor import before_sweep
 
         assert self.config is not None
         self.compose_once.composed.clear()  # a launcher composing elsewhere left the last batch's

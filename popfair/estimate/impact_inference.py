@@ -209,6 +209,8 @@ class RatioInference:
         """The test and the flags in plain words (for reports next to the four-fifths flags);
         `label` turns a category into the name the report shows."""
         table = self.table
+        if (table["status"] == "included").sum() < 2:
+            return "Fewer than two categories are compared, so there is no impact ratio to test."
         flagged = table[table["flag"]]
         survive = flagged[flagged["flag_survives"]]
         design = f"{self.n_clusters} clusters" if self.n_clusters else "independent applicants"

@@ -262,7 +262,7 @@ class ImpactRatios:
         (`popfair.report.figures.draw` makes the Figure)."""
         return Plot(
             "impact_ratio",
-            self.table,
+            self.table.assign(category=[_display(c) for c in self.table["category"]]),  # the report's names
             options={
                 "dimensions": DIMENSION_TITLES,
                 "flag_below": self.settings.flag_below,

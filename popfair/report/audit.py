@@ -218,7 +218,7 @@ def _method_notes(ratios: ImpactRatios) -> list[str]:
         f"Test of 'no category differs': the lowest impact ratio is compared with its distribution when category "
         f"labels are shuffled within each {'cluster' if ratios.cluster else 'sample'} "
         f"({s.n_permutations or s.n_bootstrap:,} shuffles; {', '.join(methods) or 'n/a'}). A flag survives when "
-        f"the category's ratio is below what the lowest of all ratios reaches by chance in {s.alpha:g} of shuffles "
+        f"the category's ratio is below what the lowest of all ratios reaches by chance in {s.alpha:.0%} of shuffles "
         "(a single-step max-T adjustment over the categories).",
         "Score cutoffs (the median) are the sample's own, as LL144 defines the scoring rate; they are held fixed.",
     ]

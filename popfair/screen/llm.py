@@ -212,7 +212,7 @@ class LLMScreener:
             f"provider {provider} needs the name of the environment variable holding the API key",
         )
         self.name, self.display_name = name, display_name or name
-        self.route = route
+        self.route, self.routes = route, routes
         # MLflow tags of every run of this screener: the route called and why it was chosen
         self.run_tags = {"route": route, "route_reason": choice.reason} if choice is not None and route else {}
         self.popfair_choices = {str(k): str(v) for k, v in (popfair_choices or {}).items()}

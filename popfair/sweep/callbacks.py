@@ -17,7 +17,8 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.errors import ConfigError, require
+from popfair.errors import ConfigError
+from popfair.preflight import check_shared_services
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records, sweep_grid
 
 if TYPE_CHECKING:
@@ -30,34 +31,6 @@ GRID_SWEEPERS = (
     "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
     "hydra_plugins.popfair_sweeper.popfair_sweeper.PopfairSweeper",
 )
-
-
-def check_shared_services(config: DictConfig) -> None:
-    """A launcher that spreads cases over machines (SLURM, a Ray cluster) needs the services every
-    machine can reach: a server response cache (a SQLite cache on NFS risks locks and corruption, and
-    per-node caches pay twice) and an MLflow tracking server (one parent run for all the cases)."""
-    launcher = str(config.hydra.launcher.get("_target_", ""))
-    ray_address = OmegaConf.select(config, "hydra.launcher.ray.init.address")
-    spread = launcher.endswith(("SlurmLauncher", "RayAWSLauncher")) or (
-        launcher.endswith("RayLauncher") and ray_address not in (None, "", "local")
-    )
-    if not spread or config.get("dry_run", False):
-        return
-    name = launcher.rsplit(".", 1)[-1]
-    require(
-        bool(config.get("cache_url")),
-        "cache_url",
-        f"hydra/launcher runs cases on several machines ({name}): set cache_url="
-        "postgresql+psycopg://user@host:5432/db so that no answer is paid twice (a SQLite cache_dir "
-        "on a shared file system is unsafe)",
-    )
-    tracking = config.get("tracking") or {}
-    require(
-        not tracking.get("enabled", True) or str(tracking.get("uri", "")).startswith(("http://", "https://")),
-        "tracking.uri",
-        f"hydra/launcher runs cases on several machines ({name}): point it at an "
-        "`mlflow server` (http://host:port) that every node can reach",
-    )
 
 
 def abandon_parent(config: DictConfig, reason: str) -> None:

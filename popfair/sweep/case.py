@@ -68,7 +68,7 @@ def run_case(cfg: DictConfig) -> float | None:
     from popfair.table.case import TableCase
 
     if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
-        from popfair.doctor import doctor_case
+        from popfair.sweep.doctor import doctor_case
 
         sys.exit(doctor_case(cfg))
     hydra_cfg = HydraConfig.get()

@@ -22,7 +22,7 @@ from popfair.design.ranking.trials import GROUP, TRIAL
 from popfair.errors import ConfigError
 from popfair.types import Document, Outcome, Profiles, ScreenResult
 
-TEXT_KINDS = ("text", "json")
+TEXT_KINDS = ("text",)  # PopResume profiles render as text resumes (the JSON renderer is the paired design's)
 CANDIDATE_HEADER = "=== Candidate "  # heads each resume in a trial's prompt
 TOKENS_PER_NAME = 8  # "3. Maria Garcia-Lopez" and a newline, in common tokenisers
 RANK = "rank"  # column: 1 = ranked first; NaN = not ranked (failed trial, or left out of a partial ranking)
@@ -46,8 +46,8 @@ class RankingDesign:
         renderer, screener = parts["renderer"], parts["screener"]
         if renderer.kind not in TEXT_KINDS:
             raise ConfigError(
-                f"renderer: the ranking design puts k resumes in one prompt as text; use renderer=text or "
-                f"renderer=json, got renderer={renderer.kind}"
+                f"renderer: the ranking design puts k text resumes in one prompt; use renderer=text, got "
+                f"renderer={renderer.kind}"
             )
         if not getattr(screener, "answers_rankings", hasattr(screener, "prompts")):
             raise ConfigError(

@@ -60,7 +60,7 @@ def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: i
     check=true: print every check and exit. dry_run=true: print the failures as warnings. Otherwise a
     failure stops the sweep: the failures and their fixes, the parent run closed FAILED, exit 1."""
     start = time.perf_counter()
-    preflight = Preflight()
+    preflight = Preflight(whole_case=not master.get("dry_run", False) or master.get("check", False))
     for offset, config in enumerate(configs):
         preflight.add_case(first_job + offset, config)
     log.info("popfair pre-flight: %d cases checked in %.1f s", len(configs), time.perf_counter() - start)
