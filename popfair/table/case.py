@@ -198,7 +198,7 @@ class TableCase:
                 source=mapped.record,
                 counts=counts,
                 ratios=ratios,
-                mapping=mapped.mapping_table(),
+                mapping=mapped.mapping,
                 notes=list(mapped.notes),
                 timings=timings,
                 report_path=mapped.report_path,
