@@ -198,7 +198,7 @@ class TableCase:
                 source=mapped.record,
                 counts=counts,
                 ratios=ratios,
-                mapping=mapped.mapping_table(),
+                mapping=mapped.mapping,
                 notes=list(mapped.notes),
                 timings=timings,
                 report_path=mapped.report_path,
@@ -336,15 +336,11 @@ class TableCase:
             metrics.update(result.audit.metrics)
             artifacts.update(result.audit.artifacts)
         artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
-        from popfair.report.figures import draw_artifacts
-
-        if not self.tracker.enabled:  # tracking=none: nothing to draw or log
-            return None
         with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)
-            run.artifacts(draw_artifacts(artifacts))
-            return run.run_id
+            run.artifacts(artifacts)  # figures (Plot) are drawn by the tracking worker
+            return run.end()
 
 
 def _impact_ratios(estimator: Any, counts: TableCounts) -> Any:
