@@ -382,7 +382,14 @@ class Experiment:
     def _killed(self, exc: KeyboardInterrupt) -> Interrupted:
         """Record what the stopped case did (rows answered, dollars) on its KILLED MLflow run;
         the message says how to resume."""
-        interrupted = exc if isinstance(exc, Interrupted) else Interrupted(f"case {self.case_name()} interrupted")
+        interrupted = (
+            exc
+            if isinstance(exc, Interrupted)
+            else Interrupted(
+                f"case {self.case_name()} stopped by {exc or 'SIGINT'}; answers received are saved. "
+                "Rerun the same command to resume: nothing is asked twice."
+            )
+        )
         metrics = interrupted.metrics or getattr(self.screener, "metrics", dict)()
         message = f"{interrupted}"
         try:
