@@ -11,7 +11,9 @@ store; the population's disk cache is shared and warmed first).
 
 For every sweep it prints the wall time, the CPU seconds of the sweep process and its workers, the
 load average before and after, and per case (in run order) the stage times each case logged as MLflow
-metrics `time.<stage>_s` (the same figures as the case's summary line), then the per-stage sums.
+metrics `time.<stage>_s` (the same figures as the case's summary line), then the per-stage sums,
+and (this tree, full size) the wall and CPU seconds of reading the race image case's pages back from
+the sweep's document store: CPU seconds do not grow with the load of a shared machine.
 
     python benchmarks/bench_grid.py [--baseline PATH | --baseline-commit 6c2f4d2] [--occupation nurse]
         [--skip-baseline] [--skip-full] [--grid40] [--n N]
@@ -68,8 +70,41 @@ def baseline_tree(path: str | None, commit: str):
         folder.rmdir()
 
 
-def sweep(tree: Path, overrides: list[str], label: str) -> dict:
-    """Run one sweep of `tree`'s popfair in a fresh folder; its wall, CPU, load and per-case stage times."""
+STORE_READ = """
+import os, sys, time
+from hydra import compose, initialize_config_dir
+from popfair import Experiment
+from popfair.paths import CONF_DIR
+from popfair.render.base import render_all
+with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+    cfg = compose(config_name="config", overrides=sys.argv[1:] + ["tracking=none"])
+experiment = Experiment.from_config(cfg)
+profiles = experiment.sample()
+wall, cpu = time.perf_counter(), time.process_time()
+documents = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False, store=experiment.documents)
+print(f"{len(documents)} {time.perf_counter() - wall:.3f} {time.process_time() - cpu:.3f}")
+"""
+
+
+def store_read(folder: str, overrides: list[str], env: dict[str, str]) -> str:
+    """Wall and CPU seconds of rendering an image case's pages again from the sweep's document store
+    (the second image case's render stage, without the rest of the case): CPU seconds do not grow
+    with the load average, so they show what a quiet machine's wall time would be."""
+    out = subprocess.run(
+        [sys.executable, "-c", STORE_READ, *overrides, f"cache_dir={folder}/.popfair_cache"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    n, wall, cpu = out.stdout.split()[-3:]
+    return f"{n} image pages from the document store: {float(wall):.2f} s wall, {float(cpu):.2f} s CPU (load {load()})"
+
+
+def sweep(tree: Path, overrides: list[str], label: str, image_case: list[str] | None = None) -> dict:
+    """Run one sweep of `tree`'s popfair in a fresh folder; its wall, CPU, load and per-case stage
+    times; with `image_case` (overrides of one image case), the store read of its pages after."""
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
     env.update(PYTHONPATH=str(tree), DATAFRAME_FRAMEWORK="pandas", MPLBACKEND="Agg", HF_HUB_OFFLINE="1")
     with tempfile.TemporaryDirectory(prefix="popfair-bench-grid-") as tmp:
@@ -83,7 +118,17 @@ def sweep(tree: Path, overrides: list[str], label: str) -> dict:
                 f"{label}: popfair {' '.join(overrides)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
             )
         cases = case_times(Path(tmp) / "mlruns" / "mlflow.db", out.stdout)
-    return {"label": label, "wall": wall, "cpu": cpu, "load_before": before, "load_after": load(), "cases": cases}
+        after = load()
+        reread = store_read(tmp, image_case, env) if image_case else None
+    return {
+        "label": label,
+        "wall": wall,
+        "cpu": cpu,
+        "load_before": before,
+        "load_after": after,
+        "cases": cases,
+        "store_read": reread,
+    }
 
 
 def case_times(database: Path, stdout: str) -> list[tuple[str, dict[str, float]]]:
@@ -125,6 +170,8 @@ def report(result: dict) -> None:
         for stage in stages:
             sums[stage] += times.get(stage, 0.0)
     print(f"  {'sum of stages':58s}" + "".join(f"{sums[s]:14.2f}" for s in stages))
+    if result["store_read"]:
+        print(f"  read again: {result['store_read']}")
 
 
 def second_image_render(result: dict) -> float | None:
@@ -161,7 +208,20 @@ def main() -> None:
         for label, tree in trees:
             sweep(tree, [*warm, "format_model=text-tfidf", "protected_attr=gender", "estimator=outcome_gap"], label)
         for name, overrides in runs:
-            results = {label: sweep(tree, overrides, f"{name} grid, {label}") for label, tree in trees}
+            image_case = [
+                *[o for o in overrides if not o.startswith(("format_model=", "protected_attr="))],
+                "format_model=image-simulated",
+                "protected_attr=race",
+            ]
+            results = {
+                label: sweep(
+                    tree,
+                    overrides,
+                    f"{name} grid, {label}",
+                    image_case if tree == ROOT and name == "full" and "image-simulated" in args.cells else None,
+                )
+                for label, tree in trees
+            }
             for result in results.values():
                 report(result)
             mine = results["this tree"]

@@ -10,7 +10,7 @@ excluded, printed separately) and its peak resident memory. The tables are gener
 DuckDB (deterministic hashes, so every run audits the same data).
 
 Run from the repository root: python benchmarks/bench_table.py [--rows 10000000] [--clusters 200000]
-[--pg-rows 1000000] [--skip-csv] [--skip-pg]"""
+[--pg-rows 1000000] [--skip-parquet] [--skip-csv] [--skip-pg]"""
 
 from __future__ import annotations
 
@@ -117,19 +117,21 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=200_000)
     parser.add_argument("--pg-rows", type=int, default=1_000_000)
     parser.add_argument("--bootstrap", type=int, default=2000)
+    parser.add_argument("--skip-parquet", action="store_true")
     parser.add_argument("--skip-csv", action="store_true")
     parser.add_argument("--skip-pg", action="store_true")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start", flush=True)
     common = [*COLUMNS, f"estimator.n_bootstrap={args.bootstrap}"]
     with tempfile.TemporaryDirectory(prefix="bench-table-") as tmp:
-        parquet = Path(tmp) / "decisions.parquet"
-        start = time.perf_counter()
-        generate(parquet, args.rows, args.clusters)
-        print(
-            f"generated {parquet.name}: {parquet.stat().st_size / 1e6:,.0f} MB in {time.perf_counter() - start:.1f} s"
-        )
-        measure("parquet", [f"table.path={parquet}", *common])
+        if not args.skip_parquet:
+            parquet = Path(tmp) / "decisions.parquet"
+            start = time.perf_counter()
+            generate(parquet, args.rows, args.clusters)
+            print(
+                f"generated {parquet.name}: {parquet.stat().st_size / 1e6:,.0f} MB in {time.perf_counter() - start:.1f} s"
+            )
+            measure("parquet", [f"table.path={parquet}", *common])
         if not args.skip_csv:
             csv = Path(tmp) / "decisions.csv"
             generate(csv, args.rows, args.clusters)

@@ -43,7 +43,7 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "examples/README.rst", "**/GALLERY_HEADER.rst"]
+exclude_patterns = ["_build", "examples/README.rst", "**/GALLERY_HEADER.rst", "reference/_benchmark_scripts.md"]
 templates_path = ["_templates"]
 
 # MyST: $...$ and $$...$$ math, ::: fences, heading anchors for [text](page.md#anchor) links.

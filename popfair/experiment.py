@@ -32,10 +32,9 @@ from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, render_all, sample_artifacts
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
-from popfair.report.figures import draw_artifacts
 from popfair.screen.base import Screener
 from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE, check_failure_share
-from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
+from popfair.track.mlflow_tracker import MlflowTracker, RunLogger, flatten, git_commit
 from popfair.types import FACTUAL, WORLD, Effects, Profiles
 
 log = logging.getLogger("popfair")
@@ -370,16 +369,27 @@ class Experiment:
         return worlds.sample(self.population, self.occupation, self.protected, self.seed, self.estimator.design)
 
     def run(self) -> RunResult:
-        with frozen_heap(), sigterm_as_interrupt():  # frozen: what exists before is left out of collections
+        # frozen: what exists before the run is left out of its garbage collections. The MLflow run
+        # is logged in the background while the stages compute and is complete when this returns.
+        name, tags = self.run_name or self.case_name(), {"case_name": self.case_name(), **self.tags}
+        with frozen_heap(), sigterm_as_interrupt():
             try:
-                return self._run()
+                with self.tracker.run(name, tags, self.parent_run_id) as run:
+                    return self._run(run)
             except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: a KILLED run says what was done
                 raise self._killed(exc) from None
 
     def _killed(self, exc: KeyboardInterrupt) -> Interrupted:
-        """Record the stopped case as a KILLED MLflow run with what was done (rows answered, dollars);
+        """Record what the stopped case did (rows answered, dollars) on its KILLED MLflow run;
         the message says how to resume."""
-        interrupted = exc if isinstance(exc, Interrupted) else Interrupted(f"case {self.case_name()} interrupted")
+        interrupted = (
+            exc
+            if isinstance(exc, Interrupted)
+            else Interrupted(
+                f"case {self.case_name()} stopped by {exc or 'SIGINT'}; answers received are saved. "
+                "Rerun the same command to resume: nothing is asked twice."
+            )
+        )
         metrics = interrupted.metrics or getattr(self.screener, "metrics", dict)()
         message = f"{interrupted}"
         try:
@@ -398,7 +408,7 @@ class Experiment:
         where = f" (MLflow run {run_id}, KILLED)" if run_id else ""
         return Interrupted(f"{message}{where}", metrics)
 
-    def _run(self) -> RunResult:
+    def _run(self, run: RunLogger) -> RunResult:
         timings: dict[str, float] = {}
 
         def stage(name: str, fn, *args):
@@ -414,6 +424,14 @@ class Experiment:
             profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, self.estimator.design)
         for note in profiles.notes:
             log.warning("note: %s", note)
+        run.params(flatten(self.config))
+        run.artifacts(
+            {
+                "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
+                "roles.yaml": yaml.safe_dump(profiles.roles.as_dict(), sort_keys=False),
+                **profiles.artifacts,
+            }
+        )
         # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
         rows = profiles.rows()
         documents = stage(
@@ -440,12 +458,11 @@ class Experiment:
         audit_result = None
         if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
             # the impact ratios need only the factual scored rows: computed in a forked process
-            # beside the estimator (forked before any of its threads or the tracker's start)
+            # beside the estimator (forked before any of its threads start)
             log.info("stage outcome_audit ... (beside estimate)")
             audit_result = forked_call(_timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
-        prepare = getattr(self.tracker, "prepare", None)
-        if prepare is not None:  # open the tracking store while the estimator computes
-            prepare()
+        samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
+        run.artifacts({"scored.parquet": scored, **samples})
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         audit = None
         if audit_result is not None:
@@ -462,7 +479,7 @@ class Experiment:
             notes=profiles.notes,
             timings=timings,
             audit=audit,
-            samples=sample_artifacts(prompts[: len(scored)]),  # factual prompts come first
+            samples=samples,
             screening=screening,
             profiles=profiles,
             scored_worlds=scored_worlds,
@@ -471,10 +488,12 @@ class Experiment:
             from popfair.report.audit import audit_report
 
             result.report = stage("report", audit_report, self, result)
-        result.run_id = stage("track", self._track, result, profiles)
+        result.run_id = stage("track", self._track, run, result, profiles)
         return result
 
-    def _track(self, result: RunResult, profiles: Profiles) -> str | None:
+    def _track(self, run: RunLogger, result: RunResult, profiles: Profiles) -> str | None:
+        """Log what the estimate and report stages made (the config, roles, population artifacts,
+        documents and scored table are logged as their stages finish) and wait for the run."""
         effects = result.effects
         metrics: dict[str, float] = {
             "n_rows": result.n_rows,
@@ -504,23 +523,15 @@ class Experiment:
         tags.update(
             {f"popfair_choice.{key}": value for key, value in getattr(self.screener, "popfair_choices", {}).items()}
         )
-        artifacts: dict[str, Any] = {
-            "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
-            "scored.parquet": result.scored,
-            "effects.csv": effects.table,
-            "roles.yaml": yaml.safe_dump(profiles.roles.as_dict(), sort_keys=False),
-        }
+        artifacts: dict[str, Any] = {"effects.csv": effects.table}
         if result.notes:
             artifacts["notes.txt"] = "\n".join(result.notes)
-        artifacts.update(profiles.artifacts)
-        artifacts.update(result.samples)
         artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
         artifacts.update(effects.artifacts)
         if result.audit is not None:
             metrics.update(result.audit.metrics)
             artifacts.update(result.audit.artifacts)
-        with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
-            run.params(flatten(self.config))
-            run.metrics(metrics)
-            run.artifacts(draw_artifacts(artifacts))
-            return run.run_id
+        run.tags(tags)
+        run.metrics(metrics)
+        run.artifacts(artifacts)
+        return run.end()

@@ -174,7 +174,14 @@ def test_search_finds_impact_ratio(served, browser):
     page.close()
 
 
-GALLERY = ["plot_forest", "plot_sweep_report", "plot_panel_chart", "plot_ll144_chart", "plot_population_diagnostics"]
+GALLERY = [
+    "plot_forest",
+    "plot_sweep_report",
+    "plot_panel_chart",
+    "plot_ll144_chart",
+    "plot_population_diagnostics",
+    "plot_ranking",
+]
 
 
 @pytest.mark.parametrize("example", GALLERY)
@@ -265,3 +272,6 @@ def test_reference_has_every_public_api_name_and_cli_tool(site):
     for tool in ("popfair", "popfair-report", "popfair-export", "popfair-data"):
         assert f"$ {tool} --help" in cli
     assert "usage: popfair-report" in cli and "usage: popfair-data pums" in cli
+    benchmarks = _text(site / "reference" / "benchmarks.html")
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        assert f"python benchmarks/{script.name}" in benchmarks, f"{script.name} missing from the benchmarks page"

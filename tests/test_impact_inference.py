@@ -236,6 +236,18 @@ def test_score_tables_from_rows_and_from_counts_of_several_metrics_agree():
     pd.testing.assert_frame_equal(from_rows.table, from_counts.table)
 
 
+def test_one_category_or_nobody_selected_is_said_plainly():
+    one = impact_ratio_inference(
+        pd.DataFrame({"category": ["a", "b"], "n": [50, 1], "selected": [10, 1]}), cluster=None, exclude=["b"]
+    )
+    assert one.table.loc["a", "impact_ratio"] == 1.0 and np.isnan(one.p_value)
+    assert one.explain() == "Fewer than two categories are compared, so there is no impact ratio to test."
+    none = impact_ratio_inference(
+        pd.DataFrame({"category": ["a", "b"], "n": [50, 40], "selected": [0, 0]}), cluster=None
+    )
+    assert none.table["impact_ratio"].isna().all() and "undefined" in none.explain()
+
+
 def test_counts_errors_name_the_problem():
     good = pd.DataFrame({"cluster": [1, 1], "category": ["a", "b"], "n": [3, 4], "selected": [1, 2]})
     with pytest.raises(DataError, match=r"lack columns \['selected'\]"):

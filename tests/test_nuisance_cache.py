@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from popfair.blobstore import open_blob_store
 from popfair.estimate import nuisance_cache
+from popfair.estimate.nuisance_cache import STORE_NAME
 from popfair.estimate.pse import PseOverlapWarning, PseResult, clear_tuning_cache, estimate_pse
 from popfair.estimate.sfm_sim import SimulatedSFM
 
@@ -40,8 +42,10 @@ def assert_identical(a: PseResult, b: PseResult) -> None:
     pd.testing.assert_frame_equal(a.tuning.drop(columns="from_cache"), b.tuning.drop(columns="from_cache"))
 
 
-def entries(cache_dir: Path) -> set[Path]:
-    return {path for path in (cache_dir / "nuisances").rglob("*") if path.is_file()}
+def entries(cache_dir: Path) -> int:
+    """Blobs in the nuisance store under cache_dir."""
+    with open_blob_store(cache_dir, STORE_NAME) as store:
+        return store.count()
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +58,11 @@ def test_a_second_screener_on_the_same_applicants_reuses_the_propensities_bit_fo
     first = estimate(applicants, tmp_path)
     assert not first.tuning["from_cache"].any()
     written = entries(tmp_path)
-    assert len(written) == 3  # propensity tuning, outcome tuning, propensity predictions of the one split
+    assert written == 3  # propensity tuning, outcome tuning, propensity predictions of the one split
     second = estimate(other_screener, tmp_path)
     propensity = second.tuning.index.str.startswith("p_")
     assert second.tuning["from_cache"][propensity].all() and not second.tuning["from_cache"][~propensity].any()
-    assert len(entries(tmp_path) - written) == 1  # only the new outcome's tuning: no propensity was refit
+    assert entries(tmp_path) - written == 1  # only the new outcome's tuning: no propensity was refit
     assert_identical(second, uncached(other_screener))
     assert_identical(first, uncached(applicants))
 
@@ -78,7 +82,7 @@ def test_binary_outcomes_share_the_first_fold_assignment_with_scores(applicants,
     callback = applicants.assign(y=(applicants["y"] > applicants["y"].median()).astype(float))
     before = entries(tmp_path)
     cached = estimate(callback, tmp_path)
-    assert len(entries(tmp_path) - before) == 1 + 4  # outcome tuning, predictions of splits 1-4
+    assert entries(tmp_path) - before == 1 + 4  # outcome tuning, predictions of splits 1-4
     assert_identical(cached, uncached(callback))
 
 
@@ -105,8 +109,8 @@ def test_a_changed_input_is_not_served_from_the_cache(applicants, tmp_path, monk
     result = estimate(data, tmp_path, **settings)
     new = entries(tmp_path) - before
     if change == "folds":  # the tuning split does not depend on the folds; the cross-fit does
-        assert result.tuning["from_cache"].all() and len(new) == 1
+        assert result.tuning["from_cache"].all() and new == 1
     else:
-        assert not result.tuning["from_cache"].any() and len(new) == 3
+        assert not result.tuning["from_cache"].any() and new == 3
     monkeypatch.undo()
     assert_identical(result, uncached(data, **settings))

@@ -72,6 +72,8 @@ def test_signal_mid_run_commits_answers_marks_the_run_killed_and_the_rerun_asks_
         assert killed["status"] == "KILLED"
         assert killed["metrics.screen.answered"] == ANSWER_FIRST and killed["metrics.screen.cost_usd"] > 0
         assert "resume" in killed["tags.error"]
+        if signum == signal.SIGTERM:  # the same path as SIGINT from here: one rerun test is enough
+            return
 
         stub.state.hold_after = None
         stub.state.released.set()
@@ -82,3 +84,30 @@ def test_signal_mid_run_commits_answers_marks_the_run_killed_and_the_rerun_asks_
     runs = mlflow.search_runs(experiment_names=["popfair"], order_by=["start_time DESC"])
     assert list(runs["status"]) == ["FINISHED", "KILLED"]
     assert runs.iloc[0]["metrics.screen.rows_from_cache"] >= ANSWER_FIRST
+
+
+SECOND_SIGNAL = """
+import asyncio, sys, time
+from popfair.interrupts import engine_signals
+
+async def main():
+    def first(name):  # a clean stop that takes far too long
+        print("first", name, flush=True)
+    with engine_signals(asyncio.get_running_loop(), first):
+        print("ready", flush=True)
+        await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+def test_a_second_signal_exits_at_once(tmp_path):
+    child = subprocess.Popen(
+        [sys.executable, "-c", SECOND_SIGNAL], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline().strip() == "ready"
+    child.send_signal(signal.SIGINT)
+    assert child.stdout.readline().strip() == "first SIGINT"  # the first one starts the clean stop
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=30)  # not the 60 s the clean stop would have taken
+    assert child.returncode == 130 and "second SIGINT: exiting at once" in stderr

@@ -26,6 +26,7 @@ def test_new_stores_are_seeded_from_one_template_and_match_mlflows_own(tmp_path,
         tracker = MlflowTracker(uri=f"sqlite:///{db}", artifact_root=str(tmp_path / name / "artifacts"))
         with tracker.run("case", {"k": "v"}) as run:
             run.metrics({"m": 1.0})
+        mlflow.set_tracking_uri(tracker.uri)  # the run was logged by the tracking worker
         runs = mlflow.search_runs(experiment_names=["popfair"])
         assert list(runs["status"]) == ["FINISHED"] and float(runs["metrics.m"].iloc[0]) == 1.0
         assert {e.name for e in mlflow.search_experiments()} == {"Default", "popfair"}

@@ -278,6 +278,22 @@ def write_config_reference() -> None:
         _write(CONFIG_OUT / f"{group.replace('/', '_')}.md", group_page(group, options))
 
 
+# --- benchmark scripts: every script in benchmarks/ with what its docstring says it measures ----------
+
+BENCH_OUT = DOCS / "reference" / "_benchmark_scripts.md"  # included by reference/benchmarks.md
+
+
+def write_benchmark_scripts() -> None:
+    import ast
+
+    rows = ["| script | what it measures and prints (its docstring) |", "|---|---|"]
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = " ".join(doc.split("\n\n")[0].split())
+        rows.append(f"| `python benchmarks/{path.name}` | {_cell(first)} |")
+    _write(BENCH_OUT, "\n".join(rows) + "\n")
+
+
 # --- user guides: the topic pages at the top of docs/ ----------------------------------------------
 
 GUIDES_OUT = DOCS / "guides.md"
@@ -316,7 +332,10 @@ API_OUT = DOCS / "reference" / "api" / "index.md"
 # Sections of the API page by the defining module's package; a name from a new package goes under "Other".
 API_SECTIONS = [
     ("popfair.experiment", "Running a case", "A case composed from a Hydra config, run and logged."),
+    ("popfair.table", "Table cases", "Audits of decisions that already exist: a table is the case's source."),
     ("popfair.estimate", "Estimators", "Functions of a scored table: effects with confidence intervals."),
+    ("popfair.design", "Designs", "How applicants become prompts and replies become rows (ranking: k per prompt)."),
+    ("popfair.render", "Documents", "Rendered documents and the store that keeps them for later cases."),
     ("popfair.report", "Reports", "Tables and figures over many cases."),
     ("popfair.types", "Data types", "What flows between the pipeline's stages."),
     ("popfair.errors", "Errors", "What popfair raises: one line naming the config key or input at fault."),
@@ -430,6 +449,7 @@ def generate(app: Sphinx) -> None:
     write_cli_reference()
     write_api_reference()
     write_guides()
+    write_benchmark_scripts()
 
 
 def setup(app: Sphinx) -> dict[str, Any]:

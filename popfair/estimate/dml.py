@@ -263,26 +263,26 @@ def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) 
     ]
     timings["encode"] = time.perf_counter() - clock
 
-    clock = time.perf_counter()
-    cache = NuisanceCache.open(design, roles, settings, settings.cache_dir)
-    params, from_cache = {}, {}
-    for family in (OUTCOME, PROPENSITY):
-        found = cache.tuning(family)
-        from_cache[family] = found is not None
-        params.update(found or {})
-    missing = [family for family, cached in from_cache.items() if not cached]
-    if missing:
-        tuned = tune(design, settings, missing)
-        for family in missing:
-            cache.store_tuning(family, {name: tuned[name] for name in nuisance_names((family,))})
-        params.update(tuned)
-    timings["tune"] = time.perf_counter() - clock
+    with NuisanceCache.open(design, roles, settings, settings.cache_dir) as cache:
+        clock = time.perf_counter()
+        params, from_cache = {}, {}
+        for family in (OUTCOME, PROPENSITY):
+            found = cache.tuning(family)
+            from_cache[family] = found is not None
+            params.update(found or {})
+        missing = [family for family, cached in from_cache.items() if not cached]
+        if missing:
+            tuned = tune(design, settings, missing)
+            for family in missing:
+                cache.store_tuning(family, {name: tuned[name] for name in nuisance_names((family,))})
+            params.update(tuned)
+        timings["tune"] = time.perf_counter() - clock
 
-    clock = time.perf_counter()
-    fits = [_cross_fit(design, folds, split, params, settings, cache) for split, folds in enumerate(fold_of)]
-    phi_splits = np.stack([phi for phi, _ in fits])
-    overlap = [row for _, rows in fits for row in rows]
-    timings["cross_fit"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        fits = [_cross_fit(design, folds, split, params, settings, cache) for split, folds in enumerate(fold_of)]
+        phi_splits = np.stack([phi for phi, _ in fits])
+        overlap = [row for _, rows in fits for row in rows]
+        timings["cross_fit"] = time.perf_counter() - clock
     names = nuisance_names()
     tuning = pd.DataFrame.from_dict({name: params[name] for name in names}, orient="index").rename_axis("nuisance")
     tuning["from_cache"] = [from_cache[PROPENSITY if name in PROPENSITIES else OUTCOME] for name in names]

@@ -1,4 +1,4 @@
-"""The DML nuisances worth keeping, content-addressed (`popfair.store`) beside the response cache.
+"""The DML nuisances worth keeping, content-addressed (`popfair.blobstore`) beside the response cache.
 
 The propensity models P(X|Z), P(X|R,Z), P(X|B,R,Z) do not involve Y: every screener that scores
 the same applicants (the 12 screener cells of an (occupation, attribute) in the paper's grid) needs
@@ -9,12 +9,16 @@ the folds and the fold assignment. The outcome chain's hyperparameters are kept 
 that adds Y (a rerun of the same case reuses them); its fits stay per case. A reused value is the
 same bytes the fit gives, so cached and uncached estimates are identical.
 
-Location: ``<cache_dir>/nuisances/`` (the estimator's `cache_dir`, by default the run's response
-cache folder); ``cache_dir=None`` keeps them in this process's memory."""
+Location: ``<cache_dir>/nuisances.sqlite`` (the estimator's `cache_dir`, by default the run's
+response cache folder; a database URL works too); ``cache_dir=None`` keeps them in this process's
+memory."""
 
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -22,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from popfair.blobstore import BlobStore, MemoryBlobStore, content_key, open_blob_store, pack_arrays, unpack_arrays
 from popfair.estimate.nuisances import OUTCOME, PROPENSITIES, PROPENSITY, nuisance_names, xgb_params
-from popfair.store import BlobStore, clear_memory, content_key
 from popfair.types import Roles
 
 if TYPE_CHECKING:
     from popfair.estimate.dml import PseSettings, _Design
 
-NAMESPACE = "nuisances"
+STORE_NAME = "nuisances"
 # Bump when what a key stands for changes (the search, the fits, the layout of an entry).
 SCHEMA = "pse-nuisances-v2"
 LIBRARIES = ("xgboost", "numpy", "scikit-learn", "popfair")
@@ -49,36 +53,46 @@ def library_versions() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class NuisanceCache:
-    """The cache entries of one design: `tuning(family)` and `propensities(split)`, each None until stored."""
+    """The cache entries of one design: `tuning(family)` and `propensities(folds, split)`, each
+    None until stored."""
 
     store: BlobStore
     keys: dict[str, str]  # family -> key of its tuning entry
 
     @classmethod
-    def open(cls, design: _Design, roles: Roles, settings: PseSettings, cache_dir: str | Path | None) -> NuisanceCache:
+    @contextmanager
+    def open(
+        cls, design: _Design, roles: Roles, settings: PseSettings, cache_dir: str | Path | None
+    ) -> Iterator[NuisanceCache]:
         learner = {
             "schema": SCHEMA,
             "libraries": library_versions(),
             "grid": asdict(settings.grid),
+            "seed": settings.seed,
             "validation_fraction": settings.validation_fraction,
             "max_categories": settings.max_categories,
             "classifier": xgb_params("classifier", 0, 0.0, settings),
             "regressor": xgb_params("regressor", 0, 0.0, settings),
         }
         data: list[Any] = [roles.as_dict()] + [design.blocks[name] for name in "brxz"]
-        propensity = content_key(PROPENSITY, learner, *data)
-        return cls(
-            BlobStore(cache_dir, NAMESPACE),
-            {PROPENSITY: propensity, OUTCOME: content_key(OUTCOME, learner, *data, design.y)},
-        )
+        keys = {
+            PROPENSITY: content_key(PROPENSITY, learner, *data),
+            OUTCOME: content_key(OUTCOME, learner, *data, design.y),
+        }
+        with open_blob_store(cache_dir, STORE_NAME) as store:
+            yield cls(store, keys)
+
+    def _get(self, key: str) -> bytes | None:
+        return self.store.get_many([key]).get(key)
 
     def tuning(self, family: str) -> dict[str, dict[str, float]] | None:
         """The family's chosen hyperparameters (with validation loss), or None."""
-        params = self.store.get_json(self.keys[family])
+        blob = self._get(self.keys[family])
+        params = None if blob is None else json.loads(blob)
         return params if params is not None and set(params) == set(nuisance_names((family,))) else None
 
     def store_tuning(self, family: str, params: dict[str, dict[str, float]]) -> None:
-        self.store.put_json(self.keys[family], params)
+        self.store.put_many([(self.keys[family], json.dumps(params).encode())])
 
     def _predictions_key(self, folds: int, split: int) -> str:
         return content_key("propensity-predictions", self.keys[PROPENSITY], folds, split)
@@ -86,15 +100,14 @@ class NuisanceCache:
     def propensities(self, folds: int, split: int) -> np.ndarray | None:
         """Cross-fitted P(X = x1 | .) of fold assignment `split`, one row per PROPENSITIES model
         (each row's entry predicted by the model fit without that row's fold), or None."""
-        arrays = self.store.get_arrays(self._predictions_key(folds, split))
-        if arrays is None or arrays["raw"].shape[0] != len(PROPENSITIES):
-            return None
-        return arrays["raw"]
+        blob = self._get(self._predictions_key(folds, split))
+        raw = None if blob is None else unpack_arrays(blob).get("raw")
+        return raw if raw is not None and raw.shape[0] == len(PROPENSITIES) else None
 
     def store_propensities(self, folds: int, split: int, raw: np.ndarray) -> None:
-        self.store.put_arrays(self._predictions_key(folds, split), {"raw": raw})
+        self.store.put_many([(self._predictions_key(folds, split), pack_arrays({"raw": raw}))])
 
 
 def clear_memory_cache() -> None:
-    """Forget the nuisances kept in memory (estimates with cache_dir=None); files on disk stay."""
-    clear_memory(NAMESPACE)
+    """Forget the nuisances kept in memory (estimates with cache_dir=None); stores on disk stay."""
+    MemoryBlobStore.clear(STORE_NAME)

@@ -7,7 +7,7 @@ artifact look alike. matplotlib is imported when drawing, which keeps `import po
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -141,8 +141,3 @@ DRAW: dict[str, Callable[..., Figure]] = {
 def draw(plot: Plot) -> Figure:
     """The matplotlib Figure of a `Plot` artifact."""
     return DRAW[plot.kind](plot.table, plot.title, **plot.options)
-
-
-def draw_artifacts(artifacts: Mapping[str, Any]) -> dict[str, Any]:
-    """Artifacts with every `Plot` drawn as a Figure (other values unchanged)."""
-    return {name: draw(value) if isinstance(value, Plot) else value for name, value in artifacts.items()}

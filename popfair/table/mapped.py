@@ -123,8 +123,17 @@ class MappedTable:
         The opened source (`popfair.table.source.open_source`).
     report_dir : Path
         Where `table_report.csv` goes when rows have problems.
-    kind : str
-        "historical" or "test", for the source record.
+
+    Attributes
+    ----------
+    record : TableSource
+        Source, fingerprint, row counts and date range.
+    mapping : DataFrame
+        Every raw sex / race value seen: role, column, raw, rows, category (logged with the run).
+    coding
+        How the outcome column is read (kind: binary, label, score or rank).
+    report_path : Path or None
+        `table_report.csv`, when rows had problems.
     """
 
     def __init__(self, settings: TableSettings, source: Source, report_dir: Path) -> None:
@@ -246,10 +255,6 @@ class MappedTable:
             frame["y"] = frame["y"].astype(float)
         return frame
 
-    def mapping_table(self) -> pd.DataFrame:
-        """Every raw sex / race value seen with its category and row count (logged with the run)."""
-        return self.mapping
-
     # ---- steps -----------------------------------------------------------------------------------
 
     def _count(self, relation: str, key: str | None = None) -> int:
@@ -323,7 +328,7 @@ class MappedTable:
             column_type in NUMERIC_TYPES or column_type in ("FLOAT", "DOUBLE") or column_type.startswith("DECIMAL")
         )
         as_number = o if numeric else f"TRY_CAST(trim(CAST({o} AS VARCHAR)) AS DOUBLE)"
-        labels = self._labels()
+        labels = self.settings.outcome.label_of()
         if kind == "auto":
             kind = self._detect_kind(column_type, numeric, as_number, labels)
         if kind == "binary":
@@ -362,9 +367,6 @@ class MappedTable:
             "rank is not a whole number >= 0",
             "callback",
         )
-
-    def _labels(self) -> dict[str, int]:
-        return self.settings.outcome.label_of()
 
     def _detect_kind(self, column_type: str, numeric: bool, as_number: str, labels: dict[str, int]) -> str:
         """auto: booleans and 0/1 are binary, other numbers scores, text labels when labels match."""

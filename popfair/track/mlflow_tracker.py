@@ -1,42 +1,33 @@
-"""MLflow tracking: one run per case with params, metrics, artifacts and tags."""
+"""MLflow tracking: one run per case with params, metrics, artifacts and tags.
+
+A case's run is logged in the background (`popfair.track.background`): `MlflowTracker.run` opens
+it and every `RunLogger` call returns at once, while the tracking worker logs params, metrics and
+tags in batches and writes the artifacts; the run ends (FINISHED, or FAILED on an exception) when
+everything has been logged, and only then does the `with` block return."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import math
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
+import time
+import traceback
+import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from popfair.errors import require
+from popfair.track import background
 
 MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead
 
 log = logging.getLogger("popfair")
-
-
-# Modules logging a run imports on first use (MLflow's git run context, the PNG writer for figures,
-# parquet for the scored table): `prepare` loads them in its thread after opening the store, while
-# the estimator computes, instead of in the track stage (about 0.25 s there).
-TRACK_IMPORTS = ("git", "matplotlib.backends.backend_agg", "pyarrow.parquet", "pandas.io.formats.csvs")
-
-
-def _import_quietly(names: tuple[str, ...]) -> None:
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - optional (GitPython), or imported where it is needed
-            log.debug("not preloaded: %s", name)
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -84,44 +75,13 @@ class MlflowTracker:
         require(bool(experiment_name), "tracking.experiment_name", "must be non-empty")
         self.uri, self.experiment_name, self.enabled = uri, experiment_name, enabled
         self.artifact_root = artifact_root
-        self._prepared: Future[str] | None = None
-
-    def prepare(self) -> None:
-        """Import MLflow, open the tracking store (creating a new SQLite database runs MLflow's
-        schema migrations: seconds) and find the experiment in a background thread, so this
-        overlaps the pipeline's last stages (the estimate stage runs mostly inside XGBoost,
-        outside the GIL). `run` waits for it; if it failed, `run` tries again in the foreground
-        and raises the real error there."""
-        if not self.enabled or self._prepared is not None:
-            return
-        self._prepared = Future()
-        threading.Thread(target=self._prepare, name="popfair-mlflow-prepare", daemon=True).start()
-
-    def _prepare(self) -> None:
-        assert self._prepared is not None
-        try:
-            self._prepared.set_result(self._open_experiment())
-        except BaseException as exc:  # reported by the foreground retry, not here
-            self._prepared.set_exception(exc)
-            return
-        _import_quietly(TRACK_IMPORTS)
-
-    def _experiment_id(self) -> str:
-        if self._prepared is not None:
-            try:
-                return self._prepared.result()
-            except Exception:  # noqa: BLE001  (retried below, where the error reaches the user)
-                self._prepared = None
-        return self._open_experiment()
+        self.failed_run_id: str | None = None  # the last run of this tracker that ended FAILED
 
     def _open_experiment(self) -> str:
+        """In this process (sweep parent runs): the experiment's id, created if needed."""
         import mlflow
 
-        if self.uri.startswith("sqlite:///"):
-            path = Path(self.uri.removeprefix("sqlite:///"))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists():
-                seed_sqlite_store(path)
+        self._seed_store()
         mlflow.set_tracking_uri(self.uri)
         found = mlflow.get_experiment_by_name(self.experiment_name)
         if found is not None:
@@ -130,22 +90,48 @@ class MlflowTracker:
         location.mkdir(parents=True, exist_ok=True)
         return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
 
+    def _seed_store(self) -> None:
+        if self.uri.startswith("sqlite:///"):
+            path = Path(self.uri.removeprefix("sqlite:///"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                seed_sqlite_store(path)
+
     @contextlib.contextmanager
     def run(
         self, run_name: str | None, tags: Mapping[str, str] | None = None, parent_run_id: str | None = None
     ) -> Iterator[RunLogger]:
-        """Start a run (nested under `parent_run_id` if given); end it FAILED on an exception."""
+        """Start a run (nested under `parent_run_id` if given) in the background and yield its
+        logger. Leaving the block waits until everything is logged, then ends the run FINISHED; an
+        exception (in the block or in logging) ends it FAILED with tag `error` and artifact
+        error.txt (`failed_run_id` then names it) and is raised."""
         if not self.enabled:
             yield RunLogger(None)
             return
-        import mlflow
-
-        experiment_id = self._experiment_id()
-        all_tags = dict(tags or {})
+        self._seed_store()  # here, in the foreground: a fast file copy that needs this process's settings
+        all_tags = {k: str(v) for k, v in (tags or {}).items()}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
-        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=all_tags) as active:
-            yield RunLogger(active.info.run_id)
+        logger = RunLogger(uuid.uuid4().hex)
+        logger._submit(
+            background.start_run,
+            self.uri,
+            (self.experiment_name, self.artifact_root),
+            run_name,
+            all_tags,
+            wanted=True,
+        )
+        try:
+            yield logger
+        except BaseException as exc:
+            self.failed_run_id = logger.end(_status_for(exc), exc)
+            raise
+        else:
+            try:
+                logger.end("FINISHED")
+            except BaseException:
+                self.failed_run_id = logger.run_id
+                raise
 
     def start_parent(self, run_name: str, tags: Mapping[str, Any]) -> str | None:
         """Create a sweep's parent run (not made active, so the sweep's cases can run in this
@@ -154,7 +140,7 @@ class MlflowTracker:
             return None
         from mlflow import MlflowClient
 
-        experiment_id = self._experiment_id()
+        experiment_id = self._open_experiment()
         run = MlflowClient(self.uri).create_run(
             experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()}
         )
@@ -193,21 +179,30 @@ class MlflowTracker:
         metrics: Mapping[str, float] | None = None,
         status: str = "FAILED",
     ) -> str | None:
-        """A FAILED run for a case that raised before it could log itself (or KILLED, for one
-        stopped by Ctrl-C/SIGTERM, with `metrics` saying what was done): tag `error` holds the
-        message, artifact error.txt the message and traceback."""
+        """The FAILED run of a case that raised (KILLED for one stopped by Ctrl-C/SIGTERM, with
+        `metrics` saying what was done). When the case had started its own run, that run already
+        ended so, with tag `error` and error.txt: `tags` and `metrics` are added to it. Otherwise a
+        new run holds tag `error`, the params and artifact error.txt (message and traceback)."""
         if not self.enabled:
             return None
-        import mlflow
-
+        if self.failed_run_id is not None:
+            failed, self.failed_run_id = self.failed_run_id, None
+            finite = {k: float(v) for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))}
+            annotations = {**{k: str(v) for k, v in tags.items()}, "error": error[:4900]}
+            background.submit(background.annotate, self.uri, failed, finite, annotations, _now()).result()
+            return failed
         with self.run(run_name, {**tags, "error": error[:4900]}, parent_run_id) as run:
             run.params(params)
             if metrics:
                 run.metrics(metrics)
             run.artifacts({"error.txt": f"{error}\n\n{traceback_text}"})
-            run_id = run.run_id
-            mlflow.end_run(status=status)
-        return run_id
+            return run.end(status)
+
+
+def _status_for(exc: BaseException) -> str:
+    """How a run ends when its case raised `exc`: KILLED when it was stopped (Ctrl-C, SIGTERM: a
+    KeyboardInterrupt), else FAILED."""
+    return "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
 
 
 def _template_dir() -> Path | None:
@@ -277,55 +272,83 @@ def _build_store_template(template: Path) -> None:
 
 
 class RunLogger:
-    """Thin typed wrapper over the active MLflow run (no-op when tracking is disabled)."""
+    """Logs one run in the background (no-op when tracking is disabled): each call queues its
+    work for the tracking worker and returns; `end` waits for all of it and ends the run.
 
-    def __init__(self, run_id: str | None) -> None:
-        self.run_id = run_id
+    `run_id` is the MLflow run's id once the worker has created it (`end` waits for that)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+        self._run_id: str | None = None
+        self._pending: list[Future] = []
+        self._started: Future | None = None
+        self._ended = False
+
+    @property
+    def run_id(self) -> str | None:
+        if self._run_id is None and self._started is not None:
+            with contextlib.suppress(Exception):  # the error is raised by `end`
+                self._run_id = self._started.result()
+        return self._run_id
+
+    def _submit(self, fn: Any, *args: Any, wanted: bool = False) -> None:
+        if self.token is None:
+            return
+        if self._ended:
+            raise RuntimeError("this MLflow run has ended; nothing more can be logged to it")
+        future = background.submit(fn, self.token, *args)
+        self._pending.append(future)
+        if wanted:
+            self._started = future
 
     def params(self, params: Mapping[str, Any]) -> None:
-        if not self.run_id:
-            return
-        import mlflow
-
         clean = {}
         for key, value in params.items():
             text = "null" if value is None else str(value)
             clean[key] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
-        items = list(clean.items())
-        for start in range(0, len(items), 100):  # MLflow caps params per batch call
-            mlflow.log_params(dict(items[start : start + 100]))
+        self._submit(background.log_batch, clean, {}, {}, _now())
 
     def metrics(self, metrics: Mapping[str, float]) -> None:
-        if not self.run_id:
-            return
-        import mlflow
-
         finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
-        mlflow.log_metrics(finite)
+        self._submit(background.log_batch, {}, finite, {}, _now())
 
     def tags(self, tags: Mapping[str, Any]) -> None:
-        if not self.run_id:
-            return
-        import mlflow
-
-        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+        self._submit(background.log_batch, {}, {}, {k: str(v) for k, v in tags.items()}, _now())
 
     def artifacts(self, artifacts: Mapping[str, Any]) -> None:
-        """name -> DataFrame (.parquet/.csv by name), matplotlib Figure (.png), str, or bytes."""
-        if not self.run_id or not artifacts:
-            return
-        import mlflow
+        """name -> DataFrame (.parquet/.csv by name), `Plot` or matplotlib Figure (.png), str, or
+        bytes; Plots are drawn by the worker. The objects are copied (pickled) when queued."""
+        if artifacts:
+            self._submit(background.log_artifacts, dict(artifacts))
 
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, obj in artifacts.items():
-                path = Path(tmp) / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if isinstance(obj, pd.DataFrame):
-                    obj.to_parquet(path) if path.suffix == ".parquet" else obj.to_csv(path)
-                elif hasattr(obj, "savefig"):
-                    obj.savefig(path, dpi=120, bbox_inches="tight")
-                elif isinstance(obj, bytes):
-                    path.write_bytes(obj)
-                else:
-                    path.write_text(str(obj))
-            mlflow.log_artifacts(tmp)
+    def end(self, status: str = "FINISHED", exc: BaseException | None = None) -> str | None:
+        """Wait until everything queued is logged, then end the run with `status` (FAILED when
+        logging failed: that error is raised). With `exc` (the case raised it): tag `error` and
+        artifact error.txt first. Returns the run id; a second call does nothing."""
+        if self.token is None or self._ended:
+            return self.run_id
+        error: BaseException | None = None
+        for future in self._pending:
+            try:
+                future.result()
+            except BaseException as failed:  # noqa: BLE001 - the first one is raised below
+                error = error or failed
+        self._ended = True
+        if exc is not None or error is not None:
+            cause = exc if exc is not None else error
+            assert cause is not None
+            text = f"{type(cause).__name__}: {cause}"
+            trace = "".join(traceback.format_exception(cause))
+            with contextlib.suppress(Exception):  # the run may not exist (the store was unusable)
+                background.submit(
+                    background.fail, self.token, text, trace, "FAILED" if exc is None else status
+                ).result()
+            if exc is None and error is not None:
+                raise error
+            return self.run_id
+        background.submit(background.end_run, self.token, status).result()
+        return self.run_id
+
+
+def _now() -> int:
+    return int(time.time() * 1000)

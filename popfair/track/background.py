@@ -1,0 +1,207 @@
+"""The tracking worker: one process per popfair process that imports MLflow, opens the tracking
+store and logs every case's run (batched params, metrics and tags; artifacts drawn and written
+once) while the case computes.
+
+Why a process: importing MLflow and opening its store, drawing the figures and writing the scored
+table cost several CPU seconds a case. The population, render and screen stages mostly keep one
+core busy, so a forked worker does this on the other one; a thread would hold the GIL against them.
+The worker is forked on first use (from the main thread, before any thread of the case starts) and
+serves every case of the process in order (`concurrent.futures`, one worker, FIFO), so MLflow is
+imported once per sweep process. It ignores Ctrl-C (the case decides how its run ends) and, if
+the popfair process dies, ends the runs it has open as FAILED and exits. Without fork, or with
+one CPU, a thread does the same work.
+
+The functions below run in the worker; `popfair.track.mlflow_tracker.RunLogger` submits them."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.util
+import os
+import signal
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from popfair.parallel import cpu_count
+
+MAX_PARAMS_PER_BATCH = 100  # MLflow's limits per log_batch call
+MAX_METRICS_PER_BATCH = 1000
+ORPHANED = "the popfair process ended before its run was complete"
+
+_EXECUTOR: Executor | None = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def submit(fn: Callable[..., Any], *args: Any) -> Future:
+    """Run `fn(*args)` in the tracking worker after everything submitted before it."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        for attempt in (1, 2):
+            if _EXECUTOR is None:
+                _EXECUTOR = _start()
+            try:
+                return _EXECUTOR.submit(fn, *args)
+            except (BrokenProcessPool, RuntimeError):  # the worker died (killed): start another
+                _EXECUTOR.shutdown(wait=False)
+                _EXECUTOR = None
+                if attempt == 2:
+                    raise
+    raise AssertionError("unreachable")
+
+
+def _start() -> Executor:
+    if cpu_count() < 2 or "fork" not in mp.get_all_start_methods():
+        return ThreadPoolExecutor(1, thread_name_prefix="popfair-tracking")
+    executor = ProcessPoolExecutor(
+        1, mp_context=mp.get_context("fork"), initializer=_init_worker, initargs=(os.getpid(),)
+    )
+    # Stop the worker before multiprocessing joins this process's children at exit (a process that
+    # is itself a multiprocessing worker, e.g. a joblib launcher's, runs no atexit hooks before that).
+    multiprocessing.util.Finalize(None, executor.shutdown, kwargs={"wait": True}, exitpriority=100)
+    return executor
+
+
+# --------------------------------------------------------------------------------------------
+# In the worker
+
+_RUNS: dict[str, tuple[str, str]] = {}  # token -> (tracking uri, run id) of the runs open here
+_CLIENTS: dict[str, Any] = {}
+_EXPERIMENTS: dict[tuple[str, str], str] = {}
+
+
+def _init_worker(parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the case, which ends its run
+    threading.Thread(target=_watch_parent, args=(parent,), name="popfair-tracking-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    for token in list(_RUNS):  # a killed case: its run ends FAILED instead of RUNNING forever
+        try:
+            fail(token, ORPHANED, "")
+        except Exception:  # noqa: BLE001, S110 - nothing is left to report to
+            pass
+    os._exit(0)
+
+
+def _client(uri: str) -> Any:
+    if uri not in _CLIENTS:
+        from mlflow import MlflowClient
+
+        _CLIENTS[uri] = MlflowClient(uri)
+    return _CLIENTS[uri]
+
+
+def open_experiment(uri: str, name: str, artifact_root: str) -> str:
+    """The experiment's id, created (artifacts under `artifact_root`) if it does not exist."""
+    if (uri, name) not in _EXPERIMENTS:
+        client = _client(uri)
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            _EXPERIMENTS[(uri, name)] = found.experiment_id
+        else:
+            location = Path(artifact_root).resolve()
+            location.mkdir(parents=True, exist_ok=True)
+            _EXPERIMENTS[(uri, name)] = client.create_experiment(name, artifact_location=location.as_uri())
+    return _EXPERIMENTS[(uri, name)]
+
+
+def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str | None, tags: Mapping[str, str]) -> str:
+    """Create the run with the tags MLflow's `start_run` adds (source, user, git commit)."""
+    from mlflow.tracking.context.registry import resolve_tags
+
+    experiment_id = open_experiment(uri, *experiment)
+    run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolve_tags(dict(tags)))
+    _RUNS[token] = (uri, run.info.run_id)
+    return run.info.run_id
+
+
+def _run(token: str) -> tuple[Any, str]:
+    if token not in _RUNS:
+        raise RuntimeError("the MLflow run was not started (see the first tracking error)")
+    uri, run_id = _RUNS[token]
+    return _client(uri), run_id
+
+
+def log_batch(
+    token: str, params: Mapping[str, str], metrics: Mapping[str, float], tags: Mapping[str, str], timestamp: int
+) -> None:
+    """Params, metrics and tags in as few `log_batch` calls as MLflow's limits allow."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    client, run_id = _run(token)
+    param_list = [Param(k, v) for k, v in params.items()]
+    tag_list = [RunTag(k, v) for k, v in tags.items()]
+    metric_list = [Metric(k, v, timestamp, 0) for k, v in metrics.items()]
+    while param_list or tag_list or metric_list:
+        p, param_list = param_list[:MAX_PARAMS_PER_BATCH], param_list[MAX_PARAMS_PER_BATCH:]
+        t, tag_list = tag_list[: MAX_PARAMS_PER_BATCH - len(p)], tag_list[MAX_PARAMS_PER_BATCH - len(p) :]
+        m, metric_list = metric_list[:MAX_METRICS_PER_BATCH], metric_list[MAX_METRICS_PER_BATCH:]
+        client.log_batch(run_id, metrics=m, params=p, tags=t)
+
+
+def annotate(uri: str, run_id: str, metrics: Mapping[str, float], tags: Mapping[str, str], timestamp: int) -> None:
+    """Add metrics and tags to a run that has ended (what a stopped case did, a sweep's tags)."""
+    from mlflow.entities import Metric, RunTag
+
+    metric_list = [Metric(k, v, timestamp, 0) for k, v in metrics.items()]
+    _client(uri).log_batch(run_id, metrics=metric_list, tags=[RunTag(k, v) for k, v in tags.items()])
+
+
+def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
+    """Write each artifact once: straight into the run's artifact folder when it is local, else
+    into a temporary folder that MLflow uploads."""
+    client, run_id = _run(token)
+    location = urllib.parse.urlparse(client.get_run(run_id).info.artifact_uri)
+    if location.scheme == "file":
+        write_artifacts(Path(urllib.request.url2pathname(location.path)), artifacts)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        write_artifacts(Path(tmp), artifacts)
+        client.log_artifacts(run_id, tmp)
+
+
+def write_artifacts(folder: Path, artifacts: Mapping[str, Any]) -> None:
+    """name -> DataFrame (.parquet/.csv by name), Plot or matplotlib Figure (.png), bytes, or text."""
+    from popfair.report.figures import draw
+    from popfair.types import Plot
+
+    for name, obj in artifacts.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(obj, Plot):
+            obj = draw(obj)
+        if isinstance(obj, pd.DataFrame):
+            obj.to_parquet(path) if path.suffix == ".parquet" else obj.to_csv(path)
+        elif hasattr(obj, "savefig"):
+            obj.savefig(path, dpi=120, bbox_inches="tight")
+        elif isinstance(obj, bytes):
+            path.write_bytes(obj)
+        else:
+            path.write_text(str(obj))
+
+
+def end_run(token: str, status: str) -> None:
+    client, run_id = _run(token)
+    client.set_terminated(run_id, status=status)
+    del _RUNS[token]
+
+
+def fail(token: str, error: str, traceback_text: str, status: str = "FAILED") -> None:
+    """End a run that could not complete: tag `error`, artifact error.txt, the given status."""
+    if token not in _RUNS:
+        return
+    log_batch(token, {}, {}, {"error": error[:4900]}, int(time.time() * 1000))
+    log_artifacts(token, {"error.txt": f"{error}\n\n{traceback_text}"})
+    end_run(token, status)

@@ -1,0 +1,125 @@
+"""Tracking in the background: a case's run is complete (every param, metric, tag and artifact,
+status FINISHED) when the case returns; a case that raises leaves one FAILED run with its error;
+a popfair process killed mid-case does not leave its run RUNNING."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from popfair import Experiment
+from popfair.track.mlflow_tracker import MAX_PARAM_CHARS, MlflowTracker, flatten
+from tests.conftest import compose_config
+
+OVERRIDES = ["population.n=300", "estimator=outcome_gap", "estimator.n_bootstrap=100"]
+
+
+def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= _artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+def test_the_run_is_complete_when_the_case_returns(tmp_path):
+    experiment = Experiment.from_config(compose_config(OVERRIDES, tmp_path=tmp_path))
+    result = experiment.run()
+    client = MlflowClient(experiment.tracker.uri)
+    run = client.get_run(result.run_id)  # read at once: nothing may still be in flight
+    assert run.info.status == "FINISHED"
+    expected_params = {
+        key: (text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "...")
+        for key, value in flatten(experiment.config).items()
+        for text in ["null" if value is None else str(value)]
+    }
+    assert run.data.params == expected_params  # every config value, in batches of 100
+    table = result.effects.table
+    for effect, row in table.iterrows():
+        assert run.data.metrics[f"{effect}.estimate"] == pytest.approx(row["estimate"])
+    assert run.data.metrics["n_rows"] == 300 and "time.estimate_s" in run.data.metrics
+    assert set(result.effects.metrics) <= set(run.data.metrics)
+    assert run.data.tags["case"] and run.data.tags["case_name"] == experiment.case_name()
+    assert run.data.tags["mlflow.runName"] == experiment.case_name()
+    assert run.data.tags["mlflow.source.name"] and run.data.tags["mlflow.user"]  # as mlflow.start_run sets
+    profiles = result.profiles
+    assert profiles is not None
+    expected = {"config.yaml", "roles.yaml", "scored.parquet", "effects.csv"}
+    expected |= set(profiles.artifacts) | set(result.samples) | set(result.effects.artifacts)
+    if result.audit is not None:
+        expected |= set(result.audit.artifacts)
+    if result.notes:
+        expected.add("notes.txt")
+    assert _artifacts(client, result.run_id) == expected  # each written once, nothing else
+    folder = Path(mlflow.artifacts.download_artifacts(run_id=result.run_id, tracking_uri=experiment.tracker.uri))
+    pd.testing.assert_frame_equal(pd.read_parquet(folder / "scored.parquet"), result.scored, check_dtype=False)
+    assert yaml.safe_load((folder / "config.yaml").read_text()) == experiment.config
+    assert (folder / "population_age_vs_experience.png").read_bytes()[:4] == b"\x89PNG"  # drawn by the worker
+
+
+def test_a_case_that_raises_leaves_one_failed_run_with_its_error(tmp_path, monkeypatch):
+    experiment = Experiment.from_config(compose_config(OVERRIDES, tmp_path=tmp_path))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("estimator exploded")
+
+    monkeypatch.setattr(experiment.estimator, "estimate", broken)
+    with pytest.raises(RuntimeError, match="exploded"):
+        experiment.run()
+    client = MlflowClient(experiment.tracker.uri)
+    runs = client.search_runs([client.get_experiment_by_name("popfair").experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FAILED" and "estimator exploded" in run.data.tags["error"]
+    assert run.info.run_id == experiment.tracker.failed_run_id
+    assert {"config.yaml", "scored.parquet", "error.txt"} <= _artifacts(client, run.info.run_id)
+    # a sweep records the failure on that same run instead of adding a second one
+    same = experiment.tracker.record_failure("x", {"error_type": "RuntimeError"}, {}, "RuntimeError: exploded")
+    assert same == run.info.run_id
+    assert client.get_run(same).data.tags["error_type"] == "RuntimeError"
+    assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def test_a_failure_without_a_case_run_gets_its_own_failed_run(tmp_path):
+    tracker = MlflowTracker(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_root=str(tmp_path / "artifacts"))
+    run_id = tracker.record_failure("bad-config", {"case_name": "bad"}, {"seed": 0}, "ConfigError: seed", "trace")
+    run = MlflowClient(tracker.uri).get_run(run_id)
+    assert run.info.status == "FAILED" and run.data.tags["error"] == "ConfigError: seed"
+    assert run.data.params == {"seed": "0"}
+
+
+def test_a_killed_popfair_process_does_not_leave_its_run_running(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from popfair.track.mlflow_tracker import MlflowTracker
+        tracker = MlflowTracker(uri={uri!r}, artifact_root={str(tmp_path / "artifacts")!r})
+        with tracker.run("doomed") as run:
+            run.metrics({{"m": 1.0}})
+            print(run.run_id, flush=True)  # waits until the worker created the run
+            time.sleep(600)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None
+    run_id = child.stdout.readline().strip()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    client = MlflowClient(uri)
+    deadline = time.monotonic() + 60
+    while client.get_run(run_id).info.status == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED" and "ended before its run was complete" in run.data.tags["error"]
