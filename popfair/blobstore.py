@@ -46,6 +46,10 @@ MEMORY_BLOBS = 256  # blobs a memory store keeps (the most recently used)
 SQLITE_PAGE_SIZE = 16_384  # 16 KiB pages: ~50 KB blobs read 1.7x and write 2x faster than with 4 KiB
 
 
+# what a store's backend raises when it fails mid-run (disk full, database gone, file locked too long)
+STORE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, SQLAlchemyError)
+
+
 def safe_url(url: str) -> str:
     """The URL with any password hidden (for messages and logs)."""
     try:

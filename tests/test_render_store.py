@@ -287,3 +287,20 @@ def test_counterfactual_worlds_render_through_the_store(tmp_path):
     store = experiment.documents
     assert same(render_all(experiment.renderer, rows, profiles.jobs, progress=False, processes=1, store=store), fresh)
     assert same(render_all(experiment.renderer, rows, profiles.jobs, progress=False, processes=1, store=store), fresh)
+
+
+def test_a_store_that_cannot_be_opened_or_written_only_costs_the_reuse(tmp_path, caplog):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.WARNING, logger="popfair"):
+        experiment = Experiment.from_config(compose_config(["tracking=none", f"cache_dir={blocker}/cache"]))
+    assert experiment.documents is None and "document store off" in caplog.text
+    renderer, settings, table, jobs = case(tmp_path, "renderer=text")
+    fresh = render_all(renderer, table, jobs, progress=False, processes=1)
+    store = DocumentStore.open(tmp_path / "store", renderer, settings)
+    store.blobs.close()  # the database goes away mid-run: reads and writes fail
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="popfair"):
+        documents = render_all(renderer, table, jobs, progress=False, processes=1, store=store)
+    assert same(documents, fresh)
+    assert "cannot read" in caplog.text and caplog.text.count("cannot store documents") == 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -30,10 +31,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from popfair.blobstore import BlobStore, open_blob_store
-from popfair.errors import require
+from popfair.blobstore import STORE_ERRORS, BlobStore, open_blob_store
+from popfair.errors import ConfigError, require
 from popfair.types import Document, Job
 
+log = logging.getLogger("popfair")
 STORE_NAME = "documents"
 LOOKUP_CHUNK = 2_000  # keys read, then unpacked, at a time (about 100 MB of PNG pages)
 _RENDER_PACKAGE = Path(__file__).resolve().parent
@@ -117,6 +119,7 @@ class DocumentStore:
         if not storable(renderer):
             raise ValueError(f"renderer {type(renderer).__name__} declares no store_fields")
         self.blobs = blobs
+        self._failed = False  # a write failed: later batches are not offered to the store
         self.fields: tuple[str, ...] = tuple(renderer.store_fields)
         identity: dict[str, Any] = getattr(renderer, "store_identity", dict)()
         prefix = json.dumps(
@@ -149,7 +152,11 @@ class DocumentStore:
         location = cfg.get("cache_url") or cfg.get("cache_dir")
         if not enabled or not location or settings is None or not storable(renderer):
             return None
-        return cls.open(location, renderer, settings)
+        try:
+            return cls.open(location, renderer, settings)
+        except ConfigError as exc:  # the store only saves time: the case renders without it
+            log.warning("document store off, every document is rendered: %s", exc)
+            return None
 
     @property
     def location(self) -> str:
@@ -168,7 +175,11 @@ class DocumentStore:
         unpacked before the next is read (a page set is ~1 GB: never held twice)."""
         documents: dict[int, Document] = {}
         for start in range(0, len(keys), LOOKUP_CHUNK):
-            found = self.blobs.get_many(keys[start : start + LOOKUP_CHUNK])
+            try:
+                found = self.blobs.get_many(keys[start : start + LOOKUP_CHUNK])
+            except STORE_ERRORS as exc:  # rendered instead
+                log.warning("document store %s: cannot read (%s); rendering instead", self.location, exc)
+                return {}
             for i in range(start, min(start + LOOKUP_CHUNK, len(keys))):
                 value = found.get(keys[i])
                 if value is not None:
@@ -177,8 +188,15 @@ class DocumentStore:
         return documents
 
     def save(self, items: Sequence[tuple[str, Document]]) -> None:
-        """Store (key, document) pairs in one commit."""
-        self.blobs.put_many([(key, pack(document)) for key, document in items])
+        """Store (key, document) pairs in one commit. A store that fails (disk full, database gone)
+        is reported once and left alone: the case keeps its documents, only their reuse is lost."""
+        if self._failed:
+            return
+        try:
+            self.blobs.put_many([(key, pack(document)) for key, document in items])
+        except STORE_ERRORS as exc:
+            self._failed = True
+            log.warning("document store %s: cannot store documents (%s); they are not reused", self.location, exc)
 
     def close(self) -> None:
         self.blobs.close()
