@@ -265,6 +265,7 @@ def csv_path(tmp_path, table):
             r"^table.values.race.Latinx: 'hispnic' is not a popfair race category.*did you mean hispanic",
         ),
         (["table.format=parquet"], DataError, r"^table.path: cannot read .* as parquet"),
+        (["table.columns.race=Applicant"], ConfigError, r"^table.columns.race: column 'Applicant' has 1,574 distinct"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key(tmp_path, csv_path, overrides, error, pattern):

@@ -190,8 +190,7 @@ class TableCase:
         mapped = self.read()
         try:  # take what the estimators need from DuckDB, then free its memory before they run
             frame = roles = None
-            add_on = self.outcome_audit if self.estimator.name != IMPACT_RATIO else self.estimator
-            counts, notes = None, list(mapped.notes)
+            add_on, counts, notes = self.outcome_audit, None, list(mapped.notes)
             if self.estimator.name == IMPACT_RATIO:  # names the missing sex / race columns if need be
                 counts = mapped.counts(self._metrics(self.estimator, mapped))
             elif add_on is not None and (mapped.columns.sex is not None or mapped.columns.race is not None):
