@@ -30,6 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.errors import MissingSecretError, PopfairError, require
+from popfair.types import Check
 
 log = logging.getLogger("popfair")
 
@@ -38,17 +39,6 @@ log = logging.getLogger("popfair")
 BYTES_PER_ROW = {"text": 4_000, "image": 250_000}
 BYTES_PER_CASE = 5_000_000  # run artifacts: figures, samples, config, effects
 HTTP_TIMEOUT_S = 15.0  # a tracking server on a busy machine may take seconds to answer
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check: what was checked (`name`: key, extra, config, cache, tracking, disk, launcher,
-    endpoint, ...), whether it passed, one line saying what was found, and the fix when it failed."""
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str | None = None
 
 
 @dataclass
