@@ -94,3 +94,4 @@ html_theme_options = {
     "header_links_before_dropdown": 6,
 }
 html_context = {"default_mode": "light"}
+html_sidebars = {"index": [], "getting_started": []}  # single pages: no empty section navigation

@@ -14,6 +14,7 @@ import gc
 import multiprocessing as mp
 import os
 import pickle
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,14 @@ _CALL: tuple[Callable[..., Any], tuple[Any, ...]] | None = None  # what forked_c
 def cpu_count() -> int:
     """CPUs this process may use (its affinity mask where the platform has one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _worker_signals() -> None:
+    """In a forked worker: SIGTERM kills, as multiprocessing's `Pool.terminate` expects. A case turns
+    SIGTERM into KeyboardInterrupt (`popfair.interrupts`); a worker inheriting that handler raised it
+    wherever terminate found it (a traceback per worker) and could be left holding the pool's queue
+    lock, so that terminate waited on it forever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _run(span: tuple[int, int]) -> Any:
@@ -50,7 +59,7 @@ def forked_spans(
     outer = gc.get_freeze_count() > 0  # frozen_heap holds: leave its freeze in place
     gc.freeze()  # the workers' garbage collector then leaves inherited objects (and their pages) alone
     try:
-        with mp.get_context("fork").Pool(min(processes, len(spans))) as pool:
+        with mp.get_context("fork").Pool(min(processes, len(spans)), initializer=_worker_signals) as pool:
             if not outer:
                 gc.unfreeze()
             for (start, _), result in zip(spans, pool.imap(_run, spans)):
@@ -90,7 +99,7 @@ def forked_call(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
     outer = gc.get_freeze_count() > 0  # frozen_heap holds: leave its freeze in place
     gc.freeze()
     try:
-        pool = mp.get_context("fork").Pool(1)  # the worker is forked here
+        pool = mp.get_context("fork").Pool(1, initializer=_worker_signals)  # the worker is forked here
     finally:
         if not outer:
             gc.unfreeze()

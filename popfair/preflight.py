@@ -1,7 +1,8 @@
 """Pre-flight checks: what would stop a case or a sweep, found before anything runs.
 
 Every sweep runs the cheap checks over all its cases before case 1 (PopfairSweeper), and a dry-run
-plan prints them as warnings; `popfair doctor` (popfair/sweep/doctor.py) runs them and prints every check. Each distinct thing (a screener config, a cache, a
+plan prints them as warnings; `popfair doctor` (popfair/sweep/doctor.py) runs them, and one request
+per model endpoint that generates nothing, and prints every check. Each distinct thing (a screener config, a cache, a
 tracking store) is checked once, however many cases share it.
 
 The cheap checks: every case is built as it will run (a bad config value, an API key not set, an
@@ -22,13 +23,14 @@ import urllib.error
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.errors import MissingSecretError, PopfairError, require
+from popfair.types import Check
 
 log = logging.getLogger("popfair")
 
@@ -36,18 +38,7 @@ log = logging.getLogger("popfair")
 # documents; with image renderers, the rendered pages kept in the document store as well.
 BYTES_PER_ROW = {"text": 4_000, "image": 250_000}
 BYTES_PER_CASE = 5_000_000  # run artifacts: figures, samples, config, effects
-HTTP_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check: what was checked (`name`: key, extra, config, cache, tracking, disk, launcher,
-    endpoint, ...), whether it passed, one line saying what was found, and the fix when it failed."""
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str | None = None
+HTTP_TIMEOUT_S = 15.0  # a tracking server on a busy machine may take seconds to answer
 
 
 @dataclass
@@ -97,10 +88,11 @@ class Preflight:
     `add_case(job, config)` for each case (the full composed config, with its `hydra` node in a
     sweep), then `findings()`. `whole_case=False` (dry runs, whose cases build themselves next) leaves
     out the build of each whole case and checks only the parts a dry run builds without their key,
-    extra or files."""
+    extra or files. `probe=True` (popfair doctor) also sends each screener's endpoint one request that
+    generates nothing."""
 
-    def __init__(self, *, whole_case: bool = True) -> None:
-        self.whole_case = whole_case
+    def __init__(self, *, whole_case: bool = True, probe: bool = False) -> None:
+        self.whole_case, self.probe = whole_case, probe
         self.cases: dict[int, list[str]] = {}  # job -> its overrides
         self._found: dict[tuple[str, bool, str, str], Finding] = {}
         self._memo: dict[tuple[str, str], list[tuple[str, Check]]] = {}  # (what, resolved key) -> results
@@ -108,6 +100,8 @@ class Preflight:
 
     # --- collecting -------------------------------------------------------------------------------
     def _add(self, job: int, subject: str, check: Check) -> None:
+        if not check.ok and self._known(job, check.detail):  # one cause met again through another part
+            return
         # a failure met through several subjects (the same missing extra) is one finding
         key = (check.name, check.ok, check.detail, subject if check.ok else "")
         finding = self._found.setdefault(key, Finding(subject, check))
@@ -133,12 +127,12 @@ class Preflight:
         self.cases[job] = [str(o) for o in hydra.overrides.task] if hydra is not None else []
         choices = hydra.runtime.choices if hydra is not None else {}
         task = task_config(config)
-        self._check_stores(job, task)  # first: a case that cannot open its cache says so once
-        self._check_components(job, task, choices)
+        cache_ok = self._check_stores(job, task)  # first: a case that cannot open its cache says so once
+        self._check_components(job, task, choices, cache_ok)
         if "hydra" in config:  # a sweep's case: the launcher is part of the plan
             self._check_launcher(job, config)
 
-    def _check_components(self, job: int, task: DictConfig, choices: Any) -> None:
+    def _check_components(self, job: int, task: DictConfig, choices: Any, cache_ok: bool) -> None:
         from popfair.experiment import PLANNING_RELAXATIONS, Experiment, build, resolved
 
         # one resolved copy: the memo keys and the case's build (a dry run resolves just the parts)
@@ -152,8 +146,14 @@ class Preflight:
             own = values[group] if values is not None else resolved(node)
 
             def built(node: DictConfig = node, group: str = group, own: Any = own, subject: str = subject) -> Any:
-                build(node, group, values=own)  # raises what the case would raise: a key, an extra, a file missing
-                return [(subject, Check("build", True, "builds as the run builds it (keys, extras, files)"))]
+                checks = self._screener_checks(node, own, subject, cache_ok) if group == "screener" else []
+                if any(check.name == "key" and not check.ok for _, check in checks):
+                    return checks
+                try:
+                    build(node, group, values=own)  # raises what the case would raise: a key, an extra, a file
+                except Exception as exc:  # noqa: BLE001 - the case would stop on it
+                    return [*checks, (subject, _error_check(exc))]
+                return [(subject, Check("build", True, "builds as the run builds it (keys, extras, files)")), *checks]
 
             key = json.dumps(own, sort_keys=True, default=repr) if own is not None else _unresolved_key(node)
             self._once(job, group, key, subject, built)
@@ -162,13 +162,34 @@ class Preflight:
         try:
             Experiment.from_config(task, dry_run=True, values=values)
         except Exception as exc:  # noqa: BLE001 - whatever would stop the case
-            check = _error_check(exc)
-            if not self._known(job, check.detail):
-                self._add(job, "case", check)
+            self._add(job, "case", _error_check(exc))
         else:
             self._add(job, "case", Check("config", True, "every config group builds"))
 
-    def _check_stores(self, job: int, task: DictConfig) -> None:
+    def _screener_checks(self, node: DictConfig, values: Any, subject: str, cache_ok: bool) -> list[tuple[str, Check]]:
+        """The screening side's checks of the screener built as a dry run builds it (its route, key and
+        SDK; with `probe`, one request to its endpoint that generates nothing): popfair.screen.preflight.
+        Its checks name their screener and route, which becomes the row's subject. A screener opens its
+        response cache when built: with the cache already reported broken, it is built on a scratch
+        cache, so its own checks still run."""
+        from popfair.experiment import build_for_plan
+        from popfair.screen.preflight import probe_endpoint, screener_checks
+
+        with tempfile.TemporaryDirectory(prefix="popfair-preflight-") as scratch:
+            if not cache_ok and isinstance(values, dict) and {"cache_dir", "cache_url"} <= set(values):
+                values = {**values, "cache_dir": scratch, "cache_url": None}
+                node = OmegaConf.create(values)
+            screener = build_for_plan(node, "screener", dry_run=True, values=values)
+            checks = screener_checks(screener) + (probe_endpoint(screener) if self.probe else [])
+        rows = []
+        for check in checks:
+            own, sep, rest = check.detail.partition(": ")
+            named = sep and own.startswith(f"screener {screener.name}")
+            rows.append((own if named else subject, replace(check, detail=rest) if named else check))
+        return rows
+
+    def _check_stores(self, job: int, task: DictConfig) -> bool:
+        """The cache, tracking store and disk of one case; whether its response cache opens."""
         cache = task.get("cache_url") or task.get("cache_dir")
         if cache:
             shown = f"cache {redact_url(str(cache))}"
@@ -192,6 +213,7 @@ class Preflight:
             folders.add(str(tracking["artifact_root"]))
         for folder in folders or {"."}:
             self._disk[folder] += need // max(1, len(folders))
+        return not cache or all(check.ok for _, check in self._memo[("cache", str(cache))])
 
     def _check_launcher(self, job: int, config: DictConfig) -> None:
         from popfair.errors import ConfigError

@@ -235,3 +235,15 @@ class Effects:
     @property
     def case(self) -> str:
         return "; ".join(self.labels) if self.labels else "none"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pre-flight check (`popfair doctor`, the sweep's checks before case 1): what was checked
+    (`name`: key, extra, config, cache, tracking, disk, launcher, endpoint, ...), whether it passed,
+    one line saying what was found, and the fix when it failed."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None

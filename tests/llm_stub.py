@@ -218,6 +218,10 @@ class Handler(BaseHTTPRequestHandler):
     # --- routing --------------------------------------------------------------------------------
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
+        if self.state.reject_auth and "/models" in path:  # a revoked key is refused its model listing too
+            return self._send(
+                401, {"error": {"type": "authentication_error", "message": "invalid key"}, "message": "invalid key"}
+            )
         if path in ("/v1/models", "/models"):  # the model listing (pre-flight probes)
             return self._send(
                 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models]}

@@ -174,7 +174,14 @@ def test_search_finds_impact_ratio(served, browser):
     page.close()
 
 
-GALLERY = ["plot_forest", "plot_sweep_report", "plot_panel_chart", "plot_ll144_chart", "plot_population_diagnostics"]
+GALLERY = [
+    "plot_forest",
+    "plot_sweep_report",
+    "plot_panel_chart",
+    "plot_ll144_chart",
+    "plot_population_diagnostics",
+    "plot_ranking",
+]
 
 
 @pytest.mark.parametrize("example", GALLERY)

@@ -17,6 +17,7 @@ from tests.mlflow_server import mlflow_server
 from tests.pg_server import free_port
 from tests.test_cli import ROOT
 
+MODEL = "gpt-4o-mini-2024-07-18"  # gpt4o_mini's model id on the openai route
 # a sitecustomize that makes the `embedding` extra look uninstalled (as after README's first install)
 NO_EMBEDDING = 'import sys\nsys.modules["sentence_transformers"] = None\n'
 
@@ -48,21 +49,23 @@ def rows(out: str, status: str) -> dict[str, str]:
 
 def test_doctor_passes_on_a_good_setup(tmp_path, pg_url):
     env = {**without_keys(), "OPENAI_API_KEY": "test-key-doctor-0123456789"}
-    with StubServer() as stub, mlflow_server(tmp_path / "mlflow") as tracking:
+    with StubServer(models=(MODEL,)) as stub, mlflow_server(tmp_path / "mlflow") as tracking:
         out = popfair(
             "doctor",
-            "screener=gpt4o_mini",
+            "screener=gpt4o_mini",  # route auto: openai, the one route whose key is set
             f"screener.base_url={stub.url}/v1",
             f"cache_url={pg_url}",
             f"tracking.uri={tracking}",
             cwd=tmp_path,
             env=env,
         )
-        assert stub.state.answered == {}  # a check never buys a generation
+        assert stub.state.answered == {} and stub.state.requests == 0  # a check never buys a generation
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "all checks passed" in out.stdout and not rows(out.stdout, "FAIL")
     passed = rows(out.stdout, "ok")
-    assert {"build", "config", "cache", "tracking", "disk"} <= set(passed), out.stdout
+    expected = {"route", "key", "endpoint", "model", "build", "config", "cache", "tracking", "disk"}  # model id
+    assert expected <= set(passed), out.stdout
+    assert "screener gpt4o_mini (route openai)" in passed["endpoint"] and MODEL in passed["model"]
     assert "screener=gpt4o_mini" in out.stdout and "renderer=text" in out.stdout
     assert "opens (server database)" in passed["cache"] and "reachable" in passed["tracking"]
     assert "pg-test-secret" not in out.stdout + out.stderr  # PGPASSWORD never shown
@@ -83,12 +86,34 @@ def test_doctor_names_each_broken_piece(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     failed = rows(out.stdout, "FAIL")
     assert {"key", "config", "cache", "tracking"} <= set(failed), out.stdout
-    assert "OPENROUTER_API_KEY" in failed["key"] and "OPENAI_API_KEY" in failed["key"]
+    assert "OPENROUTER_API_KEY is not set" in failed["key"]
+    assert "fix: export OPENROUTER_API_KEY=..." in out.stdout
     assert "renderer=image_photo" in failed["config"] and "photos_dir" in failed["config"]
     assert f"127.0.0.1:{closed}" in failed["cache"] and "refused" in failed["cache"]
     assert f"tracking http://127.0.0.1:{closed}" in failed["tracking"] and "refused" in failed["tracking"]
     assert "4 check(s) failed" in out.stdout
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "fault,check,cause",
+    [
+        ({"reject_auth": True}, "key", "HTTP 401"),  # a revoked key
+        ({}, "model", "does not list model gpt-4o-mini-2024-07-18"),  # the endpoint serves other models
+        (None, "endpoint", "connection refused"),  # nothing listens at base_url
+    ],
+    ids=["rejected key", "unknown model id", "closed port"],
+)
+def test_doctor_probes_the_endpoint_without_generating(fault, check, cause, tmp_path):
+    env = {**without_keys(), "OPENAI_API_KEY": "test-key-doctor-0123456789"}
+    with StubServer(**(fault or {})) as stub:
+        url = f"{stub.url}/v1" if fault is not None else f"http://127.0.0.1:{free_port()}/v1"
+        out = popfair("doctor", "screener=gpt4o_mini", f"screener.base_url={url}", cwd=tmp_path, env=env)
+        assert stub.state.answered == {}
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    failed = rows(out.stdout, "FAIL")
+    assert set(failed) == {check}, out.stdout
+    assert cause in failed[check] and "test-key-doctor" not in out.stdout + out.stderr
 
 
 def test_doctor_of_a_sweep_checks_the_launchers_needs(tmp_path):

@@ -144,6 +144,12 @@ def test_ranking_design_rejects_image_renderers_and_scoring_only_screeners():
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "renderer=json", "tracking=none"]))
     with pytest.raises(ConfigError, match="cannot rank"):
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "screener=tfidf", "tracking=none"]))
+    with pytest.raises(ConfigError, match="estimator.reference"):
+        Experiment.from_config(
+            compose_config(
+                ["experiment=ranking_race_gender", "population.groups=[black female,white female]", "tracking=none"]
+            )
+        )
     with pytest.raises(ConfigError, match="does not apply to the ranking design"):
         Experiment.from_config(compose_config(["experiment=ranking_race_gender", "estimator=pse_dml", "tracking=none"]))
 

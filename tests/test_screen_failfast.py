@@ -12,6 +12,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import mlflow
 import pytest
 
 from popfair import Experiment
@@ -222,6 +223,31 @@ def test_a_case_whose_screens_mostly_failed_names_the_causes_and_runs_no_estimat
         message = str(failed.value)
         assert "\n" not in message and "HTTP 500" in message and "max_failure_share=0.2" in message
         assert "the estimator was not run" in message and "max_failure_share=1.0" in message
-        assert not (tmp_path / "mlflow.db").exists()  # nothing estimated, nothing tracked
+        mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+        failed_run = mlflow.search_runs(experiment_names=["popfair"])
+        assert list(failed_run["status"]) == ["FAILED"] and "metrics.gap.estimate" not in failed_run  # no estimate
         result = Experiment.from_config(compose_config([*case, "max_failure_share=1.0"], tmp_path=tmp_path)).run()
     assert 0.2 < result.failure_rate < 0.7 and result.run_id is not None  # estimated on the scored rows
+
+
+def test_failures_below_http_are_named_from_the_exception_chain_sdks_wrap():
+    import socket
+    import ssl
+
+    from popfair.screen.providers.base import network_error
+
+    def wrapped(inner: BaseException, outer_name: str) -> BaseException:
+        outer = type(outer_name, (Exception,), {})("Request timed out.")  # as the SDK shims report it
+        outer.__cause__ = inner
+        return outer
+
+    assert network_error(wrapped(socket.gaierror(-2, "Name or service not known"), "ConnectTimeout")).cause == (
+        "DNS lookup failed"
+    )
+    assert network_error(wrapped(ssl.SSLError(1, "wrong version number"), "APITimeoutError")).cause == "TLS error"
+    assert network_error(wrapped(ConnectionRefusedError(111, "refused"), "ConnectError")).cause == "connection refused"
+    assert network_error(wrapped(ConnectionRefusedError(111, "x"), "ProxyConnectionError")).cause == "proxy error"
+    assert network_error(wrapped(ConnectionResetError(104, "reset"), "ReadError")).cause == "connection error"
+    assert network_error(type("ReadTimeout", (Exception,), {})("slow")).cause == "timeout"
+    message = str(network_error(wrapped(socket.gaierror(-2, "Name or service not known"), "ConnectTimeout")))
+    assert message == "DNS lookup failed: [Errno -2] Name or service not known"

@@ -196,9 +196,9 @@ def test_paired_audit_of_the_endpoint_recovers_its_known_bias(vendor, tmp_path):
     assert audit.loc[audit.index.str.contains("black")]["estimate"].lt(1).all()
     report = result.report["report.md"]  # the auditor's deliverable, written for screener=http
     assert "Tool audited" in report and url in report and "$.result.decision" in report
-    assert "## NYC Local Law 144 summary" in report and "### selection: Race/Ethnicity" in report
+    assert "## Summary of results (NYC Local Law 144)" in report and "### Race/Ethnicity" in report
     assert "Black or African American" in report and "| gap |" in report.replace("  ", " ")
-    assert "popfair/data/audit" in report and "Audit date: 20" in report
+    assert "popfair/data/audit" in report and "**Date of the bias audit:** 20" in report
     assert result.report["report.html"].count("<table") >= 5 and "data:image/png;base64" in result.report["report.html"]
     attempts = sum(state.attempts.values())
     Experiment.from_config(compose_config([*PAIRED, f"screener.url={url}"], tmp_path=tmp_path)).run()

@@ -183,6 +183,9 @@ def test_postgres_table_gives_the_hand_counted_cells_with_the_password_from_the_
     ) as err:
         failing.read()
     assert PASSWORD not in str(err.value) and "\n" not in str(err.value)
+    empty = table_case(tmp_path, [f"table.url={pg_url}", "table.query='SELECT * FROM decisions WHERE false'", *COLUMNS])
+    with pytest.raises(DataError, match=r"^table.query: .*query: SELECT \* FROM decisions WHERE false has no rows"):
+        empty.read()
 
 
 def test_filters_are_counted_before_and_after(tmp_path, table):
@@ -262,6 +265,7 @@ def csv_path(tmp_path, table):
             r"^table.values.race.Latinx: 'hispnic' is not a popfair race category.*did you mean hispanic",
         ),
         (["table.format=parquet"], DataError, r"^table.path: cannot read .* as parquet"),
+        (["table.columns.race=Applicant"], ConfigError, r"^table.columns.race: column 'Applicant' has 1,574 distinct"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key(tmp_path, csv_path, overrides, error, pattern):

@@ -201,7 +201,7 @@ class Breaker:
             self.opened_at = None
             self.closed.set()
 
-    def failed(self, transport: bool) -> None:
+    def failed(self, transport: bool, quiet: bool = False) -> None:
         if not transport:  # the endpoint answered (with an error): it is reachable
             self.streak = 0
             return
@@ -212,6 +212,8 @@ class Breaker:
             self.opened_at = time.monotonic()
             self.next_probe = self.opened_at + self.probe_s
             self.closed.clear()
+            if quiet:  # the caller stops the run instead of waiting
+                return
             log.warning(
                 "%d consecutive requests could not reach the endpoint: new requests paused, one probe every "
                 "%.0fs, the run stops after %.0fs without an answer",
@@ -538,7 +540,7 @@ class Engine:
         """One attempt could not reach the endpoint. The breaker counts it; when it opens before any
         request of the run succeeded, the endpoint has never answered: the run stops at once."""
         self._last_transport = exc.cause
-        self._breaker.failed(transport=True)
+        self._breaker.failed(transport=True, quiet=self._early)
         if self._early and self._breaker.opened_at is not None:
             self._stop(exc.cause, f"{self._breaker.streak} requests in a row, none answered: {exc}")
 

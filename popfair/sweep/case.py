@@ -166,9 +166,42 @@ def record_lost_case(sweep_config: DictConfig, reason: str) -> None:
         case_config = copy.deepcopy(sweep_config)  # the config the case's task saw: no hydra node
         with open_dict(case_config):
             del case_config["hydra"]
-        record.run_id = _record_failed_run(case_config, None, sweep, tags, reason, error)
+        record.run_id = _close_orphan_run(case_config, sweep, tags, reason) or _record_failed_run(
+            case_config, None, sweep, tags, reason, error
+        )
     if sweep:
         record.write(sweep.sweep_dir)
+
+
+def _close_orphan_run(cfg: DictConfig, sweep: SweepInfo | None, tags: dict[str, str], reason: str) -> str | None:
+    """The case's own MLflow run, which it opens when it starts and a dead worker leaves RUNNING, closed
+    FAILED with the reason; None when there is none (the worker died before opening it). The run is
+    found under the sweep's parent by the case's `sweep.*` tags, which tell the cases apart."""
+    if sweep is None or not sweep.parent_run_id or not any(key.startswith("sweep.") for key in tags):
+        return None
+    from mlflow import MlflowClient
+
+    from popfair.experiment import build
+
+    try:
+        tracker = build(cfg.tracking, "tracking")
+        client = MlflowClient(tracker.uri)
+        experiment = client.get_experiment_by_name(tracker.experiment_name)
+        if experiment is None:
+            return None
+        running = client.search_runs(
+            [experiment.experiment_id],
+            f"tags.`mlflow.parentRunId` = '{sweep.parent_run_id}' and attributes.status = 'RUNNING'",
+        )
+        for run in running:
+            if all(run.data.tags.get(key) == value for key, value in tags.items()):
+                client.set_tag(run.info.run_id, "error", reason)
+                client.set_tag(run.info.run_id, "error_type", WorkerDied.__name__)
+                client.set_terminated(run.info.run_id, status="FAILED")
+                return str(run.info.run_id)
+    except Exception as exc:  # noqa: BLE001 - a new FAILED run records the case instead
+        log.warning("popfair: could not close the lost case's MLflow run: %s", exc)
+    return None
 
 
 def _record_failed_run(

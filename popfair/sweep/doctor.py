@@ -50,7 +50,7 @@ def doctor_case(cfg: DictConfig) -> int:
     """`popfair doctor` for one case (no -m): its checks, printed; the exit status."""
     from hydra.core.hydra_config import HydraConfig
 
-    preflight = Preflight()
+    preflight = Preflight(probe=True)
     preflight.add_case(0, cfg, HydraConfig.get())
     return _report(preflight, title="one case")
 
@@ -60,11 +60,12 @@ def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: i
     check=true: print every check and exit. dry_run=true: print the failures as warnings. Otherwise a
     failure stops the sweep: the failures and their fixes, the parent run closed FAILED, exit 1."""
     start = time.perf_counter()
-    preflight = Preflight(whole_case=not master.get("dry_run", False) or master.get("check", False))
+    doctor = bool(master.get("check", False))
+    preflight = Preflight(whole_case=doctor or not master.get("dry_run", False), probe=doctor)
     for offset, config in enumerate(configs):
         preflight.add_case(first_job + offset, config)
     log.info("popfair pre-flight: %d cases checked in %.1f s", len(configs), time.perf_counter() - start)
-    if master.get("check", False):
+    if doctor:
         raise SystemExit(_report(preflight, title="sweep"))
     failures = preflight.failures()
     if not failures:

@@ -188,25 +188,43 @@ class TableCase:
         timings: dict[str, float] = {}
         start = time.perf_counter()
         mapped = self.read()
-        try:
-            timings["read"] = time.perf_counter() - start
-            start = time.perf_counter()
-            effects, counts, ratios = self._estimate(mapped)
-            timings["estimate"] = time.perf_counter() - start
+        try:  # take what the estimators need from DuckDB, then free its memory before they run
+            frame = roles = None
+            add_on, counts, notes = self.outcome_audit, None, list(mapped.notes)
+            if self.estimator.name == IMPACT_RATIO:  # names the missing sex / race columns if need be
+                counts = mapped.counts(self._metrics(self.estimator, mapped))
+            elif add_on is not None and (mapped.columns.sex is not None or mapped.columns.race is not None):
+                try:
+                    counts = mapped.counts(self._metrics(add_on, mapped))
+                except PopfairError as exc:  # an add-on: report it, keep the case
+                    log.warning("outcome audit skipped: %s", exc)
+                    notes.append(f"outcome audit (impact ratios) skipped: {exc}")
+            if self.estimator.name != IMPACT_RATIO:
+                frame = mapped.frame()
+                roles = self.roles(mapped, frame)
             result = TableRunResult(
-                effects=effects,
+                effects=Effects(table=pd.DataFrame()),
                 source=mapped.record,
                 counts=counts,
-                ratios=ratios,
                 mapping=mapped.mapping,
-                notes=list(mapped.notes),
+                notes=notes,
                 timings=timings,
                 report_path=mapped.report_path,
             )
-            if self.outcome_audit is not None:
-                result.audit = self._impact_add_on(mapped, result)
         finally:
             mapped.source.close()
+        timings["read"] = time.perf_counter() - start
+        start = time.perf_counter()
+        if frame is None:  # impact_ratio
+            assert counts is not None
+            result.ratios = _impact_ratios(self.estimator, counts)
+            result.effects = result.ratios.effects()
+        else:
+            assert roles is not None
+            result.effects = self.estimator.estimate(frame, roles, "y")
+            if counts is not None:
+                result.audit = self._impact_add_on(counts, result)
+        timings["estimate"] = time.perf_counter() - start
         if self.audit_report:
             start = time.perf_counter()
             result.report = self._audit_report(result)
@@ -216,23 +234,10 @@ class TableCase:
         timings["track"] = time.perf_counter() - start
         return result
 
-    def _estimate(self, mapped: MappedTable) -> tuple[Effects, TableCounts | None, Any]:
-        """(effects, counts, ImpactRatios) for impact_ratio; (effects, None, None) for the row estimators."""
-        if self.estimator.name == IMPACT_RATIO:
-            counts = mapped.counts(self._metrics(self.estimator, mapped))
-            ratios = _impact_ratios(self.estimator, counts)
-            return ratios.effects(), counts, ratios
-        frame = mapped.frame()
-        roles = self.roles(mapped, frame)
-        return self.estimator.estimate(frame, roles, "y"), None, None
-
-    def _impact_add_on(self, mapped: MappedTable, result: TableRunResult) -> Effects | None:
-        """The LL144 table beside another estimator, when the table has sex or race (a note if not)."""
-        if mapped.columns.sex is None and mapped.columns.race is None:
-            return None
+    def _impact_add_on(self, counts: TableCounts, result: TableRunResult) -> Effects | None:
+        """The LL144 tables beside another estimator (a note instead when they cannot be computed)."""
         try:
-            counts = mapped.counts(self._metrics(self.outcome_audit, mapped))
-            result.counts, result.ratios = counts, _impact_ratios(self.outcome_audit, counts)
+            result.ratios = _impact_ratios(self.outcome_audit, counts)
             return result.ratios.effects()
         except PopfairError as exc:
             log.warning("outcome audit skipped: %s", exc)

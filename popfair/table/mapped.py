@@ -40,6 +40,7 @@ FRAME_NAMES = {
 }
 NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
 MAX_LISTED = 8  # values named in a one-line error
+MAX_CATEGORY_VALUES = 1000  # distinct raw values a sex or race column may hold (more: the wrong column)
 CODE = {"sex": "sex_code__", "race": "race_code__"}  # integer category columns of the mapped view (counts only)
 
 
@@ -289,6 +290,11 @@ class MappedTable:
                 f"FROM {FILTERED} GROUP BY ALL ORDER BY rows DESC, raw",
                 f"table.columns.{role}",
             )
+            if len(seen) > MAX_CATEGORY_VALUES:
+                raise ConfigError(
+                    f"table.columns.{role}: column {column!r} has {len(seen):,} distinct values (e.g. "
+                    f"{seen['raw'].head(3).tolist()}); a {role} column holds a few categories: is it the right column?"
+                )
             seen["category"] = [UNKNOWN if pd.isna(v) else self.settings.category(role, v) for v in seen["raw"]]
             unmapped = seen[seen["category"].isna()]
             if len(unmapped):

@@ -4,8 +4,8 @@ DuckDB is the engine: it reads CSV, Parquet and JSON lines itself (in parallel, 
 asked for, out of core), so a 10-million-row file is aggregated to cluster x category counts in SQL
 without ever becoming a pandas frame. Excel sheets (at most about a million rows by the format's own
 limit) are read by pandas/openpyxl and handed to DuckDB. Databases are read through SQLAlchemy, so
-any database with a driver works (PostgreSQL, SQLite, ...); only the mapped columns travel, in
-batches, into a DuckDB table. Passwords come only from the environment (PGPASSWORD, ~/.pgpass),
+any database with a driver works (PostgreSQL, SQLite, ...); only the mapped columns travel into a
+DuckDB table: from PostgreSQL as CSV written by the server (COPY), from others in batches of rows. Passwords come only from the environment (PGPASSWORD, ~/.pgpass),
 never from the URL, and every message shows the URL without one.
 
 Text formats (CSV, JSON lines), Excel and databases are copied once into a DuckDB table (in memory,
@@ -236,26 +236,10 @@ def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> S
             check_columns(settings, available, description)
             columns = settings.read_columns(available)
             select = f"SELECT {', '.join(preparer.quote(c) for c in columns)} FROM {origin}"
-            result = conn.execution_options(stream_results=True, yield_per=FETCH_BATCH).execute(text(select))
-            created = False
-            for rows in result.partitions(FETCH_BATCH):
-                # plain tuples: pandas probes a Row object attribute by attribute (ten times slower)
-                batch = pd.DataFrame.from_records([tuple(row) for row in rows], columns=columns)
-                if not created:  # a column with no value in the first batch: text, so any later value fits
-                    empty = [c for c in columns if batch[c].isna().all()]
-                    batch = batch.astype({c: "string" for c in empty})
-                con.register("fetched_batch", batch)
-                con.execute(
-                    f"INSERT INTO {SOURCE} SELECT * FROM fetched_batch"
-                    if created
-                    else f"CREATE TABLE {SOURCE} AS SELECT * FROM fetched_batch"
-                )
-                con.unregister("fetched_batch")
-                created = True
-            if not created:
-                con.execute(
-                    f"CREATE TABLE {SOURCE} AS SELECT * FROM (SELECT {', '.join('NULL AS ' + _quote(c) for c in columns)}) WHERE false"
-                )
+            if url.get_backend_name() == "postgresql" and url.get_driver_name() == "psycopg":
+                _copy_postgres(conn.connection.dbapi_connection, select, columns, con)
+            else:
+                _fetch_batches(conn, text(select), columns, con)
     except (SQLAlchemyError, engine.dialect.loaded_dbapi.Error) as exc:
         raise DataError(
             f"{key}: the database refused it ({shown}): {redact(_first_line(getattr(exc, 'orig', exc)))}"
@@ -272,6 +256,62 @@ def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> S
         "duckdb": duckdb.__version__,
     }
     return Source(con, description, "database", available, key, fingerprint)
+
+
+def _fetch_batches(conn: Any, select: Any, columns: list[str], con: duckdb.DuckDBPyConnection) -> None:
+    """Any database: stream the rows in batches of FETCH_BATCH into the DuckDB table."""
+    result = conn.execution_options(stream_results=True, yield_per=FETCH_BATCH).execute(select)
+    created = False
+    for rows in result.partitions(FETCH_BATCH):
+        # plain tuples: pandas probes a Row object attribute by attribute (ten times slower)
+        batch = pd.DataFrame.from_records([tuple(row) for row in rows], columns=columns)
+        if not created:  # a column with no value in the first batch: text, so any later value fits
+            empty = [c for c in columns if batch[c].isna().all()]
+            batch = batch.astype({c: "string" for c in empty})
+        con.register("fetched_batch", batch)
+        con.execute(
+            f"INSERT INTO {SOURCE} SELECT * FROM fetched_batch"
+            if created
+            else f"CREATE TABLE {SOURCE} AS SELECT * FROM fetched_batch"
+        )
+        con.unregister("fetched_batch")
+        created = True
+    if not created:
+        nulls = ", ".join("NULL AS " + _quote(c) for c in columns)
+        con.execute(f"CREATE TABLE {SOURCE} AS SELECT * FROM (SELECT {nulls}) WHERE false")
+
+
+# PostgreSQL column types -> DuckDB's, for the COPY path (anything else is read as text)
+PG_TYPES = {
+    "int2": "BIGINT",
+    "int4": "BIGINT",
+    "int8": "BIGINT",
+    "float4": "DOUBLE",
+    "float8": "DOUBLE",
+    "numeric": "DOUBLE",
+    "bool": "BOOLEAN",
+    "date": "DATE",
+    "timestamp": "TIMESTAMP",
+    "timestamptz": "TIMESTAMPTZ",
+}
+
+
+def _copy_postgres(raw: Any, select: str, columns: list[str], con: duckdb.DuckDBPyConnection) -> None:
+    """PostgreSQL (psycopg): the server writes the rows as CSV (COPY ... TO STDOUT) into a temporary file
+    that DuckDB reads with the result's column types: no Python object per value, several times faster
+    than fetching rows (1 million rows: seconds)."""
+    with raw.cursor() as cursor:
+        cursor.execute(f"{select} LIMIT 0")
+        names = [raw.adapters.types.get(d.type_code) for d in cursor.description]
+    dtype = {c: PG_TYPES.get(getattr(info, "name", ""), "VARCHAR") for c, info in zip(columns, names)}
+    with tempfile.TemporaryDirectory(prefix="popfair-copy-") as folder:
+        path = Path(folder) / "rows.csv"
+        with open(path, "wb") as out, raw.cursor() as cursor:
+            with cursor.copy(f"COPY ({select}) TO STDOUT WITH (FORMAT csv, HEADER true)") as copy:
+                for block in copy:
+                    out.write(block)
+        # NULL is an empty field, an empty string a quoted one: kept apart as PostgreSQL had them
+        con.read_csv(str(path), header=True, dtype=dtype, allow_quoted_nulls=False).create(SOURCE)
 
 
 def _redactor() -> Callable[[str], str]:

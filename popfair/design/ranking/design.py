@@ -55,6 +55,13 @@ class RankingDesign:
                 "(screener=gpt4o_mini, ...) or the offline twin screener=simulated_ranker"
             )
         check_estimator(self, parts["estimator"])
+        groups = getattr(parts["population"], "groups", None)
+        reference = getattr(parts["estimator"], "reference", None)
+        if groups is not None and reference is not None and reference not in groups:
+            raise ConfigError(
+                f"estimator.reference: {reference!r} is not one of the trials' groups ({', '.join(groups)}); "
+                "set estimator.reference to one of them"
+            )
 
     def prompts(self, profiles: Profiles, rows: pd.DataFrame, documents: Sequence[Document]) -> list[Document]:
         """One document per trial: its candidates' resumes in the order shown, each headed by its label."""

@@ -260,8 +260,8 @@ class RankingEstimator:
     Parameters
     ----------
     reference : str
-        The group the logit's and pairwise contrasts compare with ("white male"; the first group when
-        it is absent).
+        The group the logit's and pairwise contrasts compare with (default "white male"; one of the
+        trials' groups).
     reference_position : str
         first | last: the shown position the logit's position effects compare with.
     se : str
@@ -332,7 +332,7 @@ class RankingEstimator:
         trials = RankTrials.from_rows(data)
         return ranking_effects(
             trials,
-            reference=self.reference if self.reference in trials.groups else trials.groups[0],
+            reference=self.reference,
             reference_position=1 if self.reference_position == "first" else trials.k,
             se=self.se,
             n_bootstrap=self.n_bootstrap,
@@ -373,6 +373,8 @@ def ranking_effects(
     """All ranking estimates of `trials` as an Effects table (index: effect names)."""
     k, n = trials.k, len(trials.rank)
     groups = trials.groups
+    if reference not in groups:
+        raise EstimationError(f"estimator.reference: {reference!r} is not one of the groups {groups}")
     winner = trials.rank == 1
     rows: list[dict[str, Any]] = []
 
