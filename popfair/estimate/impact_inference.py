@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from popfair.errors import DataError
 from popfair.estimate.inference import bootstrap_counts, bootstrap_se, class_counts, percentile_ci, poisson_weights
@@ -90,11 +91,8 @@ def bootstrap_totals(units: Units, n_bootstrap: int, rng: np.random.Generator) -
         # more distinct projections than MULTINOMIAL_PROFILES means as many distinct rows (identical
         # rows project alike): the Poisson bootstrap, without pooling 200,000 clusters first
         if rows >= POISSON_MIN_CLUSTERS and len(np.unique(_row_keys(matrix))) > MULTINOMIAL_PROFILES:
-            # float32 sums of integer counts are exact below 2**24. weights.T @ features is the product
-            # OpenBLAS splits well over its threads; features.T @ weights took 7x the CPU (threads
-            # spinning on a busy machine) for the same numbers
-            features = np.ascontiguousarray(matrix, dtype=np.float32)
-            totals = np.vstack([w.T @ features for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
+            features = np.ascontiguousarray(matrix.T, dtype=np.float32)  # sums of counts: exact below 2**24
+            totals = np.vstack([(features @ w).T for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
         else:  # identical clusters pooled into classes (bootstrap_counts: multinomial over few classes);
             # ranking trials have only k profiles (which category won), however many trials there are
             profiles, cls = distinct_rows(matrix)
@@ -391,6 +389,22 @@ def infer_groupings(
     """Inference per metric and per grouping of the same cells into categories (LL144: sex, race and
     their intersection from sex x race cells), all from one bootstrap. A grouping is (category of
     each cell, or -1 for a cell left out; category names; which categories are in the ratios)."""
+    # One BLAS thread: the products here are skinny (a few dozen columns x 200,000 clusters), and
+    # OpenBLAS's threads spin on them on a busy machine (4-7x the CPU, 10x the wall time at load 10,
+    # for the same exact sums of counts); a single thread does each in milliseconds.
+    with threadpool_limits(1):
+        return _infer_groupings(units, groupings, n_bootstrap, n_permutations, alpha, flag_below, seed)
+
+
+def _infer_groupings(
+    units: Units,
+    groupings: Sequence[tuple[np.ndarray, Sequence[str], np.ndarray]],
+    n_bootstrap: int,
+    n_permutations: int,
+    alpha: float,
+    flag_below: float,
+    seed: int,
+) -> list[list[RatioInference]]:
     boot_n, boot_s = bootstrap_totals(units, n_bootstrap, np.random.default_rng([seed, 23]))
     out: list[list[RatioInference]] = []
     for metric in range(units.selected.shape[1]):

@@ -66,8 +66,8 @@ def class_counts(
 
 
 def poisson_weights(rng: np.random.Generator, n_units: int, n_bootstrap: int) -> Iterator[np.ndarray]:
-    """Poisson(1) bootstrap weights (units x replicates, float32: `weights.T @ features` gives the
-    replicates' totals of units x features), in chunks of replicates: the Poisson bootstrap
+    """Poisson(1) bootstrap weights (units x replicates, float32: the layout BLAS multiplies fastest
+    from the left by a features x units matrix), in chunks of replicates: the Poisson bootstrap
     (Hanley & MacGibbon 2006), indistinguishable from resampling units with replacement once there
     are thousands of units, and about 5x cheaper per unit than drawing and counting indices. Each
     weight is a table lookup of 16 random bits, so its probabilities are Poisson's to within 2^-16."""
