@@ -87,12 +87,17 @@ def bootstrap_totals(units: Units, n_bootstrap: int, rng: np.random.Generator) -
         per_applicant = matrix[keep] / sizes[keep, None]
         totals = np.vstack([w @ per_applicant for w in class_counts(rng, sizes[keep], n_bootstrap)])
     else:
-        profiles, cls = distinct_rows(matrix)
-        if rows >= POISSON_MIN_CLUSTERS and len(profiles) > MULTINOMIAL_PROFILES:
-            features = np.ascontiguousarray(matrix.T, dtype=np.float32)  # 10x faster than weights @ matrix
-            totals = np.vstack([(features @ w).T for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
+        # more distinct projections than MULTINOMIAL_PROFILES means as many distinct rows (identical
+        # rows project alike): the Poisson bootstrap, without pooling 200,000 clusters first
+        if rows >= POISSON_MIN_CLUSTERS and len(np.unique(_row_keys(matrix))) > MULTINOMIAL_PROFILES:
+            # float32 sums of integer counts are exact below 2**24. weights.T @ features is the product
+            # OpenBLAS splits well over its threads; features.T @ weights took 7x the CPU (threads
+            # spinning on a busy machine) for the same numbers
+            features = np.ascontiguousarray(matrix, dtype=np.float32)
+            totals = np.vstack([w.T @ features for w in poisson_weights(rng, rows, n_bootstrap)]).astype(float)
         else:  # identical clusters pooled into classes (bootstrap_counts: multinomial over few classes);
             # ranking trials have only k profiles (which category won), however many trials there are
+            profiles, cls = distinct_rows(matrix)
             weights = bootstrap_counts(rng, cls.ravel(), len(profiles), n_bootstrap, width=matrix.shape[1])
             totals = np.vstack([w @ profiles for w in weights])
     return totals[:, :cells], totals[:, cells:].reshape(-1, metrics, cells)
@@ -102,12 +107,17 @@ def distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(matrix, axis=0, return_inverse=True), found through one random projection of the
     rows (a 1-D unique: ~50x faster than sorting 100,000 rows of 16 columns) and checked exactly;
     the row sort only when two distinct rows project alike."""
-    keys = matrix @ np.random.default_rng(0).random(matrix.shape[1])
+    keys = _row_keys(matrix)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     if np.array_equal(matrix[first][inverse], matrix):
         return matrix[first], inverse
     profiles, inverse = np.unique(matrix, axis=0, return_inverse=True)
     return profiles, inverse.ravel()
+
+
+def _row_keys(matrix: np.ndarray) -> np.ndarray:
+    """One random projection of each row: equal rows get equal keys, distinct ones (almost surely) not."""
+    return matrix @ np.random.default_rng(0).random(matrix.shape[1])
 
 
 def permutation_totals(

@@ -678,11 +678,12 @@ def _resolve_cluster(data: pd.DataFrame, cluster: str) -> str | None:
 
 def _category_codes(column: pd.Series, unknown_labels: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
     """Integer codes of the known categories (sorted), -1 for unknown (NaN or an unknown label)."""
-    text = column.astype("string").str.strip()
+    rows, values = pd.factorize(column)  # millions of count rows, a few values: the string work on those
+    text = pd.Series(values, dtype=object).astype("string").str.strip()
     unknown = (text.isna() | text.str.lower().isin([u.strip().lower() for u in unknown_labels])).to_numpy(bool)
     levels = sorted(text[~unknown].unique().tolist())
     codes = pd.Categorical(text.where(~unknown), categories=levels).codes.astype(np.int64)
-    return codes, levels
+    return np.append(codes, -1)[rows], levels  # rows = -1: NaN, unknown
 
 
 def _display(category: str) -> str:
