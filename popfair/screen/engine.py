@@ -504,9 +504,8 @@ class Engine:
                     "flight; press Ctrl-C again to stop now (their answers are then lost)\n"
                 )
                 sys.stderr.flush()
-            self._stopping = asyncio.get_running_loop().create_task(
-                stop_when_settled()
-            )  # held: the loop keeps tasks weakly
+            # held here: the loop keeps only a weak reference to its tasks
+            self._stopping = asyncio.get_running_loop().create_task(stop_when_settled())
 
         await self.provider.start()
         try:
