@@ -1,8 +1,8 @@
 """Ctrl-C and SIGTERM stop a case cleanly. SIGTERM (what schedulers and `kill` send) is turned into the
 same KeyboardInterrupt as Ctrl-C while a case runs, so both take one path: answers received are
 committed, claims released, the MLflow run is marked KILLED with what was done. While the screening
-engine runs, the first signal stops it (in-flight requests are abandoned, everything answered is
-committed) and a second one exits at once: committed answers are on disk either way."""
+engine runs, the first signal stops it (nothing new is sent; the requests in flight get a grace period
+to arrive and be committed) and a second one exits at once: committed answers are on disk either way."""
 
 from __future__ import annotations
 
@@ -53,12 +53,13 @@ def engine_signals(loop: Any, first: Callable[[str], None]) -> Iterator[None]:
         name = signal.Signals(signum).name
         if received:
             sys.stderr.write(
-                f"\npopfair: second {name}: exiting at once; answers committed so far are kept (rerun to resume)\n"
+                f"\npopfair: second {name}: exiting at once; answers committed so far are kept, requests in flight are "
+                "lost (rerun to resume)\n"
             )
             sys.stderr.flush()
             os._exit(EXIT_INTERRUPTED)
         received.append(name)
-        sys.stderr.write(f"\npopfair: {name}: stopping; saving the answers received (again to exit at once)\n")
+        sys.stderr.write(f"\npopfair: {name}: stopping; no new requests are sent, the answers received are saved\n")
         sys.stderr.flush()
         first(name)
 

@@ -86,6 +86,7 @@ class StubState:
     faults: Faults = field(default_factory=Faults)
     garbage_rate: float = 0.0
     hold_after: int | None = None  # after this many answers, hold requests until release()
+    answer_held: bool = False  # released held requests get their answer (else a 503)
     batch_polls: int = 1  # status checks a batch reports "in progress" before it is done
     answered: Counter = field(default_factory=Counter)  # prompt -> successful answers sent
     attempts: Counter = field(default_factory=Counter)  # prompt -> requests received
@@ -277,7 +278,8 @@ class Handler(BaseHTTPRequestHandler):
                 st.granted += 1
         if hold:
             st.released.wait()
-            return self._send(503, {"error": {"message": "held then released"}})
+            if not st.answer_held:
+                return self._send(503, {"error": {"message": "held then released"}})
         if st.reject_auth:
             return self._send(
                 401, {"error": {"type": "authentication_error", "message": "invalid key"}, "message": "invalid key"}

@@ -122,8 +122,9 @@ def test_death_reasons_name_the_signal():
 def test_sigterm_to_the_sweep_stops_its_cases_and_starts_no_more(tmp_path):
     """`kill <sweep>`: the running case gets the SIGTERM too, the cases not yet started are recorded
     as such, and the sweep still ends with its summary and status 1; its rerun completes every case.
-    (What a stopped case keeps of its answers is the case's own business: tests/test_screen_interrupt.py.)"""
-    with StubServer(latency_s=0.01, hold_after=HOLD_AFTER) as stub:
+    The stub answers the requests held at the signal: the stopping case commits them, so no prompt is
+    ever asked twice (more of that: tests/test_screen_interrupt.py)."""
+    with StubServer(latency_s=0.01, hold_after=HOLD_AFTER, answer_held=True) as stub:
         args = [a.replace("n_jobs=2", "n_jobs=1") for a in SWEEP] + ["protected_attr=gender,race"]
         command = [sys.executable, "-m", "popfair", *args, f"screener.base_url={stub.url}/v1", "cache_dir=cache"]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key-worker-death-0123"}
@@ -146,3 +147,4 @@ def test_sigterm_to_the_sweep_stops_its_cases_and_starts_no_more(tmp_path):
         rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         assert "=== popfair sweep: 4 cases reported of 4, 0 failed ===" in rerun.stdout
+    assert set(stub.state.attempts.values()) == {1}, stub.state.attempts.most_common(3)

@@ -9,11 +9,16 @@ answer at all: before any request of the run has succeeded, failures that retryi
 (a hanging endpoint: one call's timeouts and retries, not rows x timeout); at any time, a rejected key
 (401/403); and mid-run, a circuit breaker: after `breaker_failures` consecutive transport failures no
 new request is sent, one probe goes out every `breaker_probe_s`, and after `breaker_max_s` without
-an answer the run stops. Answers received are committed, claims released, nothing failed is cached."""
+an answer the run stops. Answers received are committed, claims released, nothing failed is cached.
+
+Ctrl-C or SIGTERM: nothing new is sent, and the requests already in flight (answers the provider is
+producing, and will bill) get up to `interrupt_grace_s` to arrive and be committed before the run stops;
+a second signal exits at once (those in flight are then lost, the committed ones kept)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -85,6 +90,7 @@ class EngineSettings:
     breaker_failures: int = 20  # consecutive transport failures that pause sending (circuit breaker)
     breaker_probe_s: float = 5.0  # while paused, one probe request this often
     breaker_max_s: float = 120.0  # paused this long without an answer: the run stops (rerun resumes)
+    interrupt_grace_s: float = 30.0  # after Ctrl-C/SIGTERM, wait this long for the requests in flight
 
     parameter_constraints: ClassVar[dict[str, Any]] = {
         "concurrency": Interval(int, 1, None),
@@ -104,6 +110,7 @@ class EngineSettings:
         "breaker_failures": Interval(int, 1, None),
         "breaker_probe_s": POSITIVE,
         "breaker_max_s": POSITIVE,
+        "interrupt_grace_s": NON_NEGATIVE,
     }
 
     @classmethod
@@ -252,6 +259,24 @@ class Breaker:
         self.next_probe = time.monotonic() + self.probe_s
 
 
+class InFlight:
+    """Requests sent and not yet settled (answer committed, or failed): what a clean stop waits for."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def sent(self) -> None:
+        self.count += 1
+        self.idle.clear()
+
+    def settled(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self.idle.set()
+
+
 class RateLimiter:
     """Token buckets for requests/min and tokens/min, refilled continuously, one second of burst.
     A request larger than one second's allowance may drive a bucket negative (it then pays the debt)."""
@@ -384,13 +409,19 @@ class Engine:
         what was answered and releasing the claims."""
         if not calls:
             return {}
-        self._interrupted = None
+        self._interrupted, self._abandoned = None, 0
         answers = run_coroutine(lambda: self._run(calls, rows_total, rows_done, desc))
         if self._interrupted is not None:
             st = self.stats
+            lost = (
+                f" {self._abandoned} requests still in flight after {self.settings.interrupt_grace_s:g} s were "
+                "abandoned (the rerun asks them again)."
+                if self._abandoned
+                else " Nothing is asked twice."
+            )
             raise Interrupted(
                 f"screener {self.name}: stopped by {self._interrupted}; {st.answered} answers received this run are "
-                f"saved (${st.cost_usd:.4f}), claims released. Rerun the same command to resume: nothing is asked twice.",
+                f"saved (${st.cost_usd:.4f}), claims released. Rerun the same command to resume.{lost}",
                 st.as_metrics(),
             )
         if self._halt is not None:
@@ -447,19 +478,34 @@ class Engine:
         )
 
         async def worker() -> None:
-            while (item := await broker.next()) is not None:
+            while self._interrupted is None and (item := await broker.next()) is not None:
                 call, elsewhere = item
                 answer = Answer.from_cache(elsewhere) if elsewhere else await self._answer(call, broker)
                 answers[call.key] = answer
                 self._progress(call, answer)
 
         main = asyncio.current_task()
+        self._in_flight = InFlight()
 
-        def interrupt(name: str) -> None:  # Ctrl-C / SIGTERM: abandon what is in flight, keep what came
+        async def stop_when_settled() -> None:
+            # the provider is producing (and will bill) the answers in flight: commit them if they come soon
+            with contextlib.suppress(asyncio.TimeoutError):
+                await within(self._in_flight.idle.wait(), s.interrupt_grace_s)
+            self._abandoned = self._in_flight.count
+            if main is not None:
+                main.cancel()  # what still waits (backoff, rate limit, claims of others) sent nothing
+
+        def interrupt(name: str) -> None:  # Ctrl-C / SIGTERM: send nothing new, keep what arrives
             self._interrupted = name
             self._stop("interrupted", name)
-            if main is not None:
-                main.cancel()
+            if self._in_flight.count:
+                sys.stderr.write(
+                    f"popfair: waiting up to {s.interrupt_grace_s:g} s for {self._in_flight.count} requests in "
+                    "flight; press Ctrl-C again to stop now (their answers are then lost)\n"
+                )
+                sys.stderr.flush()
+            # held here: the loop keeps only a weak reference to its tasks
+            self._stopping = asyncio.get_running_loop().create_task(stop_when_settled())
 
         await self.provider.start()
         try:
@@ -563,6 +609,7 @@ class Engine:
             return Answer(raw=None, value=None, error=self._budget_reason)
         self._calls_started += 1
         actual = 0.0
+        completion = None
         try:
             completion, latency = await self._send_with_retries(call)
             actual = self.price.cost(completion.input_tokens, completion.output_tokens)
@@ -604,6 +651,18 @@ class Engine:
             return Answer(raw=None, value=None, error=f"unexpected error: {type(exc).__name__}: {exc}"[:500])
         finally:
             self._budget.settle(worst_case, actual)
+            if completion is not None:  # its answer is committed (or failed to be): settled
+                self._in_flight.settled()
+
+    async def _send(self, body: Any) -> Any:
+        """One request, counted in flight: settled here when it fails, by _send_and_store once its
+        answer is committed (a clean stop waits for both)."""
+        self._in_flight.sent()
+        try:
+            return await within(self.provider.send(body), self.settings.timeout_s)
+        except BaseException:
+            self._in_flight.settled()
+            raise
 
     async def _send_with_retries(self, call: Call):
         s, st = self.settings, self.stats
@@ -626,7 +685,7 @@ class Engine:
                 start = time.perf_counter()
                 st.requests += 1
                 try:
-                    completion = await within(self.provider.send(body), s.timeout_s)
+                    completion = await self._send(body)
                     succeeded = self._answered_any = True
                     self._breaker.succeeded()
                 except asyncio.TimeoutError:
