@@ -75,7 +75,7 @@ def site() -> Path:
     return HTML
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def served(site: Path) -> Iterator[str]:
     """The site over HTTP on 127.0.0.1 (a free port), as a reader's browser gets it."""
 
@@ -91,8 +91,8 @@ def served(site: Path) -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture(scope="session")
-def browser(served: str):
+@pytest.fixture(scope="module")  # closed before other modules' tests: a session-long sync playwright hangs
+def browser(served: str):  # at its exit once other tests ran in the same worker
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
