@@ -109,7 +109,13 @@ def test_sweep_report_files_and_plots(failing_sweep):
     forests = sorted(p.name for p in (report / "plots" / "forest").glob("*.png"))
     assert forests == ["nurse-gender-text-tfidf.png", "teacher-gender-text-tfidf.png"]
     page = (report / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 2 and "src='plots/" not in page
+    # the grid at a glance (one figure of every case's effects), then the pattern counts, then the detail
+    assert (report / "plots" / "effects_overview.png").stat().st_size > 0
+    assert page.count("data:image/png;base64,") == 3 and "src='plots/" not in page  # overview + 2 forests
+    glance, tally_at, detail = (
+        page.index(h) for h in ("All cases at a glance", "Cases per discrimination", "Effects per case")
+    )
+    assert glance < tally_at < detail
     assert "boom" in page  # failed cases are listed
     cases = pd.read_csv(report / "popresume_cases.csv")
     assert sorted(cases["occupation"]) == ["nurse", "teacher"]
