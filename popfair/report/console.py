@@ -31,10 +31,13 @@ def summary(
     tracking_uri: str,
     timings: Mapping[str, float] | None = None,
     total: float | None = None,
+    failed_label: str = "failed screens",
 ) -> str:
+    """The case's closing lines; `failed_label` names what `n_failed` counts (a table case drops rows,
+    it screens nothing)."""
     lines = [
         f"\n=== popfair case: {case_name} ===",
-        f"applicants: {n_rows}   failed screens: {n_failed}",
+        f"applicants: {n_rows}   {failed_label}: {n_failed}",
         format_effects(effects),
         f"case label: {effects.case}",
     ]

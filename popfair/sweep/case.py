@@ -103,6 +103,7 @@ def run_case(cfg: DictConfig) -> float | None:
                     experiment.tracker.uri,
                     timings=result.timings,
                     total=time.perf_counter() - start,
+                    failed_label="rows left out" if isinstance(experiment, TableCase) else "failed screens",
                 )
             )
             record.status, record.run_id = "finished", result.run_id
