@@ -84,7 +84,9 @@ def test_frozen_heap_nests_and_survives_forks(monkeypatch):
             assert gc.get_freeze_count() == frozen
         assert parallel.forked_call(_pid_and_frame, 1)()[0] != os.getpid()
         assert [start for start, _ in parallel.forked_spans(lambda a, b: b - a, 10, 2)] == [0, 2, 4, 6, 8]
-        assert gc.get_freeze_count() >= frozen  # the forks kept the outer freeze
+        # the forks kept the outer freeze: an unfreeze would empty the permanent generation; frozen
+        # objects whose last reference goes (a cache entry replaced) still leave it one by one
+        assert gc.get_freeze_count() > frozen * 0.99
     assert gc.get_freeze_count() == 0
 
 
