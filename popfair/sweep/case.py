@@ -175,8 +175,8 @@ def record_lost_case(sweep_config: DictConfig, reason: str) -> None:
 
 
 def _close_orphan_run(cfg: DictConfig, sweep: SweepInfo | None, tags: dict[str, str], reason: str) -> str | None:
-    """The case's own MLflow run, which it opens when it starts and a dead worker leaves RUNNING, closed
-    FAILED with the reason; None when there is none (the worker died before opening it). The run is
+    """The case's own MLflow run, which it opens when it starts and a dead worker leaves RUNNING (or its
+    tracking worker has just ended FAILED), closed FAILED with the reason; None when there is none (the worker died before opening it). The run is
     found under the sweep's parent by the case's `sweep.*` tags, which tell the cases apart."""
     if sweep is None or not sweep.parent_run_id or not any(key.startswith("sweep.") for key in tags):
         return None
@@ -190,12 +190,13 @@ def _close_orphan_run(cfg: DictConfig, sweep: SweepInfo | None, tags: dict[str, 
         experiment = client.get_experiment_by_name(tracker.experiment_name)
         if experiment is None:
             return None
-        running = client.search_runs(
-            [experiment.experiment_id],
-            f"tags.`mlflow.parentRunId` = '{sweep.parent_run_id}' and attributes.status = 'RUNNING'",
-        )
-        for run in running:
-            if all(run.data.tags.get(key) == value for key, value in tags.items()):
+        # RUNNING, or already FAILED: the case's tracking worker ends its open runs FAILED when the
+        # case's process dies, racing this search; either way the case keeps one run
+        runs = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{sweep.parent_run_id}'")
+        for run in runs:
+            if run.info.status in ("RUNNING", "FAILED") and all(
+                run.data.tags.get(key) == value for key, value in tags.items()
+            ):
                 client.set_tag(run.info.run_id, "error", reason)
                 client.set_tag(run.info.run_id, "error_type", WorkerDied.__name__)
                 client.set_terminated(run.info.run_id, status="FAILED")
