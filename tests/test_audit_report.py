@@ -15,10 +15,10 @@ from popfair.report.audit import effects_blocks
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.sweep.case import case_from_config
 from popfair.types import Effects
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import compose_config
 from tests.test_table_source import CELLS, COLUMNS, decisions, write
 
-CHROMIUM = "/usr/bin/chromium"
 JUSTIFICATION = "Fewer than 2% of applicants: too few to compare, as the auditor decided on 2025-01-10."
 
 
@@ -92,14 +92,7 @@ def test_the_html_loads_in_chromium_with_the_expected_tables(table_case):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
+            args=CHROMIUM_ARGS,
         )
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})

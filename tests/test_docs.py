@@ -24,19 +24,12 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 HTML = DOCS / "_build" / "html"
 SHOTS = DOCS / "_build" / "screenshots"  # build output, ignored by git
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 GENERATED = ("_build", "auto_examples", "reference/config", "reference/api", "reference/cli.md", "sg_execution_times")
 
 missing = [
@@ -46,7 +39,7 @@ missing = [
 ]
 pytestmark = [
     pytest.mark.skipif(bool(missing), reason=f"docs extra not installed ({missing}): pip install -e '.[docs]'"),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed: apt-get install chromium"),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed: apt-get install chromium"),
     pytest.mark.xdist_group("docs"),  # one worker builds and serves the site
     pytest.mark.timeout(900),
 ]
@@ -96,7 +89,7 @@ def browser(served: str):  # at its exit once other tests ran in the same worker
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
 
