@@ -7,6 +7,8 @@ import inspect
 import json
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -118,6 +120,24 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
     start = time.perf_counter()
     out = fn(*args)
     return out, time.perf_counter() - start
+
+
+def _logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]) -> Callable[[], tuple[Effects, Any]]:
+    """Wait for the outcome audit (forked beside the estimate) in a thread and queue its artifacts
+    for the tracking worker the moment it ends: its figures (the impact ratio chart draws in about
+    0.5 s) are then drawn while the estimate still runs, not at the end of the case, and by the
+    worker, which has matplotlib imported already (a fork drawing them would import it every case).
+    Returns the function that waits for the audit's result."""
+
+    def wait_and_log() -> tuple[Effects, Any]:
+        audit, seconds = pending()
+        run.artifacts(audit.artifacts)
+        return audit, seconds
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="popfair-outcome-audit")
+    future = pool.submit(wait_and_log)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 def resolved(node: DictConfig) -> dict[Any, Any] | None:
@@ -460,7 +480,9 @@ class Experiment:
             # the impact ratios need only the factual scored rows: computed in a forked process
             # beside the estimator (forked before any of its threads start)
             log.info("stage outcome_audit ... (beside estimate)")
-            audit_result = forked_call(_timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
+            audit_result = _logged_when_done(
+                run, forked_call(_timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
+            )
         samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
         run.artifacts({"scored.parquet": scored, **samples})
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
@@ -528,10 +550,8 @@ class Experiment:
             artifacts["notes.txt"] = "\n".join(result.notes)
         artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
         artifacts.update(effects.artifacts)
-        if result.audit is not None:
+        if result.audit is not None:  # its artifacts were queued when it ended
             metrics.update(result.audit.metrics)
-            artifacts.update(result.audit.artifacts)
-        run.tags(tags)
-        run.metrics(metrics)
         run.artifacts(artifacts)
+        run.log(metrics=metrics, tags=tags)
         return run.end()

@@ -65,6 +65,26 @@ def test_the_run_is_complete_when_the_case_returns(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(folder / "scored.parquet"), result.scored, check_dtype=False)
     assert yaml.safe_load((folder / "config.yaml").read_text()) == experiment.config
     assert (folder / "population_age_vs_experience.png").read_bytes()[:4] == b"\x89PNG"  # drawn by the worker
+    # the outcome audit's chart, queued by the thread that waits for the forked audit
+    assert (folder / "impact_ratios" / "impact_ratios.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_equal_figure_is_drawn_once_per_process(monkeypatch):
+    """The population's figures are the same for every screener cell of a sweep: drawn once."""
+    from popfair.report import figures
+    from popfair.types import Plot
+
+    drawn = []
+    monkeypatch.setattr(figures, "_DRAWN", {})
+    monkeypatch.setattr(
+        figures, "draw", lambda plot: drawn.append(plot) or figures.DRAW[plot.kind](plot.table, plot.title)
+    )
+    table = pd.DataFrame({"theoretical": [-1.0, 0.0, 1.0], "empirical": [-0.9, 0.1, 1.2], "weight": [1.0, 2.0, 1.0]})
+    first = figures.png(Plot("qq", table, "a"))
+    again = figures.png(Plot("qq", table.copy(), "a"))  # equal content, another object
+    other = figures.png(Plot("qq", table.assign(empirical=[-1.0, 0.0, 1.0]), "a"))
+    assert first[:4] == b"\x89PNG" and again == first and other != first
+    assert len(drawn) == 2
 
 
 def test_a_case_that_raises_leaves_one_failed_run_with_its_error(tmp_path, monkeypatch):

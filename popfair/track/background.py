@@ -36,6 +36,7 @@ from popfair.parallel import cpu_count
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow's limits per log_batch call
 MAX_METRICS_PER_BATCH = 1000
+NICENESS = 10  # the case's own stages come first; logging fills the gaps they leave
 ORPHANED = "the popfair process ended before its run was complete"
 
 _EXECUTOR: Executor | None = None
@@ -75,12 +76,14 @@ def _start() -> Executor:
 # In the worker
 
 _RUNS: dict[str, tuple[str, str]] = {}  # token -> (tracking uri, run id) of the runs open here
+_ARTIFACT_URIS: dict[str, str] = {}  # token -> the run's artifact location
 _CLIENTS: dict[str, Any] = {}
 _EXPERIMENTS: dict[tuple[str, str], str] = {}
 
 
 def _init_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the case, which ends its run
+    os.nice(NICENESS)
     threading.Thread(target=_watch_parent, args=(parent,), name="popfair-tracking-watch", daemon=True).start()
 
 
@@ -124,6 +127,7 @@ def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str |
     experiment_id = open_experiment(uri, *experiment)
     run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolve_tags(dict(tags)))
     _RUNS[token] = (uri, run.info.run_id)
+    _ARTIFACT_URIS[token] = run.info.artifact_uri
     return run.info.run_id
 
 
@@ -163,7 +167,7 @@ def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
     """Write each artifact once: straight into the run's artifact folder when it is local, else
     into a temporary folder that MLflow uploads."""
     client, run_id = _run(token)
-    location = urllib.parse.urlparse(client.get_run(run_id).info.artifact_uri)
+    location = urllib.parse.urlparse(_ARTIFACT_URIS[token])
     if location.scheme == "file":
         write_artifacts(Path(urllib.request.url2pathname(location.path)), artifacts)
         return
@@ -174,18 +178,16 @@ def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
 
 def write_artifacts(folder: Path, artifacts: Mapping[str, Any]) -> None:
     """name -> DataFrame (.parquet/.csv by name), Plot or matplotlib Figure (.png), bytes, or text."""
-    from popfair.report.figures import draw
+    from popfair.report.figures import png
     from popfair.types import Plot
 
     for name, obj in artifacts.items():
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(obj, Plot):
-            obj = draw(obj)
+        if isinstance(obj, Plot) or hasattr(obj, "savefig"):
+            obj = png(obj)
         if isinstance(obj, pd.DataFrame):
             obj.to_parquet(path) if path.suffix == ".parquet" else obj.to_csv(path)
-        elif hasattr(obj, "savefig"):
-            obj.savefig(path, dpi=120, bbox_inches="tight")
         elif isinstance(obj, bytes):
             path.write_bytes(obj)
         else:
@@ -195,7 +197,7 @@ def write_artifacts(folder: Path, artifacts: Mapping[str, Any]) -> None:
 def end_run(token: str, status: str) -> None:
     client, run_id = _run(token)
     client.set_terminated(run_id, status=status)
-    del _RUNS[token]
+    del _RUNS[token], _ARTIFACT_URIS[token]
 
 
 def fail(token: str, error: str, traceback_text: str, status: str = "FAILED") -> None:

@@ -301,19 +301,28 @@ class RunLogger:
         if wanted:
             self._started = future
 
-    def params(self, params: Mapping[str, Any]) -> None:
+    def log(
+        self,
+        params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, float] | None = None,
+        tags: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Params (values cut to MAX_PARAM_CHARS), finite metrics and tags, in one batch."""
         clean = {}
-        for key, value in params.items():
+        for key, value in (params or {}).items():
             text = "null" if value is None else str(value)
             clean[key] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
-        self._submit(background.log_batch, clean, {}, {}, _now())
+        finite = {k: float(v) for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))}
+        self._submit(background.log_batch, clean, finite, {k: str(v) for k, v in (tags or {}).items()}, _now())
+
+    def params(self, params: Mapping[str, Any]) -> None:
+        self.log(params=params)
 
     def metrics(self, metrics: Mapping[str, float]) -> None:
-        finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
-        self._submit(background.log_batch, {}, finite, {}, _now())
+        self.log(metrics=metrics)
 
     def tags(self, tags: Mapping[str, Any]) -> None:
-        self._submit(background.log_batch, {}, {}, {k: str(v) for k, v in tags.items()}, _now())
+        self.log(tags=tags)
 
     def artifacts(self, artifacts: Mapping[str, Any]) -> None:
         """name -> DataFrame (.parquet/.csv by name), `Plot` or matplotlib Figure (.png), str, or
