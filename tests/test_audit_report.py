@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from popfair.errors import ConfigError
 from popfair.report.audit import effects_blocks
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.sweep.case import case_from_config
@@ -33,6 +34,9 @@ def table_case(tmp_path_factory):
         *COLUMNS,
         "estimator.n_bootstrap=200",
         f"estimator.exclusion_justification='{JUSTIFICATION}'",
+        "table.tool.name='Acme Screen 4'",
+        "table.tool.vendor='Acme HR Software, Inc.'",
+        "table.tool.distribution_date=2024-03-01",
     ]
     result = case_from_config(compose_config(overrides, tmp_path=tmp)).run()
     for name, content in result.report.items():
@@ -50,6 +54,10 @@ def test_the_summary_states_the_data_and_the_hand_computed_tables(table_case):
     text = result.report["report.md"]
     source = result.source
     assert "**Data used:** Historical data" in text
+    assert result.report["report.md"].startswith("# Bias audit summary: Acme Screen 4")
+    assert "**Automated employment decision tool:** Acme Screen 4" in text
+    assert "**Vendor:** Acme HR Software, Inc." in text and "**Distribution date:** 2024-03-01" in text
+    assert "**Independent auditor:** not stated (table.tool.auditor)" in text  # named, not left out
     assert f"{source.date_min} to {source.date_max} (column Decided)" in text
     assert "**Applicants assessed:** 1,574" in text
     # sex: "F" and "Male" rows (those of unknown race included); blank sex left out of the rates
@@ -131,6 +139,16 @@ def test_the_pdf_carries_the_summary(table_case):
     for expected in ("Summary of results (NYC Local Law 144)", "Historical data", "Unknown sex: 20 applicants"):
         assert expected in text
     assert "Impact ratio" in text and "Selection rate" in text
+
+
+def test_tool_facts_are_checked():
+    from popfair.table.settings import ToolFacts
+
+    with pytest.raises(ConfigError, match="table.tool.distribution_date: must be a date YYYY-MM-DD"):
+        ToolFacts.from_config({"distribution_date": "March 2024"})
+    with pytest.raises(ConfigError, match="table.tool: unknown keys \\['version'\\]"):
+        ToolFacts.from_config({"version": "4"})
+    assert ToolFacts.from_config({"name": "  ", "auditor": "Jane Doe LLP"}) == ToolFacts(auditor="Jane Doe LLP")
 
 
 def test_only_path_specific_effects_print_a_discrimination_pattern():

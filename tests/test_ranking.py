@@ -5,6 +5,7 @@ the OpenAI SDK against the local stub (faults injected, nothing lost, a rerun se
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pandas as pd
@@ -135,6 +136,24 @@ def test_trials_show_every_group_once_with_identical_profiles_and_distinct_names
     # counterbalanced: each group at each position 96 / 8 = 12 times
     assert (pd.crosstab(table["group"], table["position"]) == 12).all().all()
     assert (table["race"] + " " + table["gender"]).equals(table["group"])
+
+
+def test_a_trials_resumes_differ_only_in_the_name_and_its_email(trials_case):
+    experiment, profiles = trials_case
+    table = profiles.table.head(8 * 12)
+    texts = [experiment.renderer.render(row, profiles.jobs[row["job_id"]]).text for row in table.to_dict("records")]
+
+    def without_name(text: str, row: dict) -> str:
+        lines = text.splitlines()
+        assert lines[0] == f"{row['first_name']} {row['surname']}"
+        contact = re.sub(r"\S+@\S+", "<email>", lines[1])  # the address is made from the name
+        return "\n".join([contact, *lines[2:]])
+
+    stripped = [without_name(text, row) for text, row in zip(texts, table.to_dict("records"))]
+    per_trial = pd.Series(stripped).groupby(table["trial_id"].to_numpy()).nunique()
+    assert (per_trial == 1).all()  # city, phone, employers, bullets, schools: the same for all 8
+    assert len(set(stripped)) == 12  # and each trial its own resume
+    assert len(set(texts)) == len(texts)
 
 
 def test_ranking_design_rejects_image_renderers_and_scoring_only_screeners():

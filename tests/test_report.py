@@ -17,6 +17,7 @@ from popfair.report.patterns import pattern_tally
 from popfair.report.runs import effects_long, load_runs
 from popfair.report.sweep import case_table, write_report
 from popfair.track.mlflow_tracker import MlflowTracker
+from popfair.types import Effects
 
 PSE = ["TE", "NDE", "NIE", "BIE", "RIE"]
 PANEL = {  # model -> release date, race gap, gender gap, cluster p (race), cluster p (gender)
@@ -238,3 +239,19 @@ def test_panel_forest_fills_the_bonferroni_significant_models():
     )
     assert sorted(filled.get_offsets()[:, 0]) == [2.0, 3.0]  # p < 0.05 / 3
     assert list(hollow.get_offsets()[:, 0]) == [0.5]
+
+
+def test_console_effects_of_a_wide_table_show_the_decision_columns_and_name_the_rest():
+    from popfair.report.console import MAX_COLUMNS, format_effects
+
+    wide = pd.DataFrame(
+        {"estimate": [0.7], "se": [0.1], "ci_low": [0.5], "ci_high": [0.9], "flag": [True]}
+        | {f"extra_{i}": [i] for i in range(12)},
+        index=["selection/sex/female"],
+    )
+    text = format_effects(Effects(table=wide))
+    header = text.splitlines()[0].split()
+    assert header == ["estimate", "se", "ci_low", "ci_high", "flag"]
+    assert "12 more columns in the run's effects.csv: extra_0, extra_1" in text
+    narrow = wide.iloc[:, :MAX_COLUMNS]
+    assert format_effects(Effects(table=narrow)).splitlines()[0].split() == list(narrow.columns)

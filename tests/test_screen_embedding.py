@@ -46,8 +46,13 @@ def documents() -> list[Document]:
 
 
 @pytest.fixture(scope="module")
-def screener():
-    return build(compose_config(["screener=embedding_minilm"]).screener, "screener")
+def screener(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("embeddings")
+    return build(compose_config(["screener=embedding_minilm", f"cache_dir={cache}"]).screener, "screener")
+
+
+def fresh_screener(cache, *overrides: str):
+    return build(compose_config(["screener=embedding_minilm", f"cache_dir={cache}", *overrides]).screener, "screener")
 
 
 @needs_extra
@@ -98,16 +103,61 @@ def test_callback_is_the_score_reaching_the_threshold(screener):
     assert 0 < callbacks.sum() < len(docs)  # the default threshold separates match from mismatch
 
 
-@needs_extra
-def test_job_embeddings_are_encoded_once(screener, monkeypatch):
-    screener.screen(JOBS, documents(), "score")
+def counting(screener, monkeypatch) -> list[str]:
     encoded: list[str] = []
     original = screener.encode
     monkeypatch.setattr(screener, "encode", lambda texts: encoded.extend(texts) or original(texts))
-    screener.screen(JOBS, documents(), "score")
-    assert not set(encoded) & {job.description for job in JOBS.values()}
-    assert sorted(encoded) == sorted({d.text for d in documents()})  # each distinct resume once
-    assert screener.plan(JOBS, documents(), "score").calls == 0
+    return encoded
+
+
+@needs_extra
+def test_each_text_is_encoded_once_and_kept_for_later_cases(tmp_path, monkeypatch):
+    first = fresh_screener(tmp_path)
+    encoded = counting(first, monkeypatch)
+    scores = [r.value for r in first.screen(JOBS, documents(), "score")]
+    texts = {d.text for d in documents()} | {job.description for job in JOBS.values()}
+    assert sorted(encoded) == sorted(texts)  # each distinct resume and description once
+    encoded.clear()
+    first.screen(JOBS, documents(), "callback")
+    assert encoded == []
+    # another case (a new screener, e.g. in another process) on the same cache: nothing encoded,
+    # the model is not even loaded, the scores are the stored ones
+    later = fresh_screener(tmp_path)
+    assert [r.value for r in later.screen(JOBS, documents(), "score")] == scores
+    assert later._model is None
+    assert (tmp_path / "embeddings.sqlite").is_file()
+    # what the embedding depends on is in the key: another max_seq_length encodes again
+    shorter = fresh_screener(tmp_path, "screener.max_seq_length=16")
+    again = counting(shorter, monkeypatch)
+    shorter.screen(JOBS, documents(), "score")
+    assert sorted(again) == sorted(texts)
+    assert first.plan(JOBS, documents(), "score").calls == 0
+
+
+@needs_extra
+def test_a_stopped_case_keeps_the_embeddings_it_computed(tmp_path, monkeypatch):
+    from popfair.screen import embedding
+
+    monkeypatch.setattr(embedding, "STORE_CHUNK", 1)
+    screener = fresh_screener(tmp_path)
+    original, calls = screener.encode, []
+
+    def stopping(texts):
+        calls.append(list(texts))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return original(texts)
+
+    monkeypatch.setattr(screener, "encode", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        screener.screen(JOBS, documents(), "score")
+    rerun = fresh_screener(tmp_path)
+    encoded = counting(rerun, monkeypatch)
+    fresh = fresh_screener("null")  # no store: everything encoded now
+    assert [r.value for r in rerun.screen(JOBS, documents(), "score")] == pytest.approx(
+        [r.value for r in fresh.screen(JOBS, documents(), "score")], abs=1e-4
+    )
+    assert len(encoded) == 4 - 2  # 2 descriptions + 2 resumes, 2 of them stored before the stop
 
 
 @needs_extra

@@ -57,10 +57,11 @@ SENIORITY_BY_ROLES = {
 }
 EMAIL_PATTERNS = ("{first}.{last}", "{first}{last}", "{f}{last}", "{first}_{last}")
 SECTION_TITLES = ("SKILLS", "WORK HISTORY", "EDUCATION")
-# Every profile field a resume's content depends on (applicant_id: the seed of its random draws);
-# the document store keys documents by these (popfair/render/store.py).
+# Every profile field a resume's content depends on (resume_id, else applicant_id: the seed of its
+# random draws); the document store keys documents by these (popfair/render/store.py).
 RESUME_FIELDS: tuple[str, ...] = (
     "applicant_id",
+    "resume_id",
     "first_name",
     "surname",
     "state",
@@ -198,9 +199,11 @@ class Resume:
 
 
 class ResumeBuilder:
-    """Turns a profile row into Resume content. One random stream per (applicant_id, seed); every
-    draw is made in a fixed order whatever the profile, so two profiles of the same applicant that
-    differ in, say, education share their employers and bullets (common random numbers)."""
+    """Turns a profile row into Resume content. One random stream per (resume_id, seed), where a
+    row without `resume_id` uses its applicant_id; every draw is made in a fixed order whatever the
+    profile, so two profiles of the same applicant that differ in, say, education share their
+    employers and bullets (common random numbers), and rows that share a resume_id (the candidates
+    of a ranking trial) share everything but their names and the email made from them."""
 
     def __init__(self, pools: ResumePools, seed: int, n_skills: int, bullets_per_role: int, email_domain: str) -> None:
         self.pools, self.seed = pools, seed
@@ -227,7 +230,10 @@ class ResumeBuilder:
                 f"profile {applicant_id}: state {state!r} is not a USPS code in "
                 f"data/resume/cities.csv ({sorted(self.cities)})"
             )
-        uniform = applicant_stream(applicant_id, self.seed).random
+        resume_id = profile.get("resume_id")
+        if resume_id is None or resume_id != resume_id:  # absent, or NaN in a mixed table
+            resume_id = applicant_id
+        uniform = applicant_stream(str(resume_id), self.seed).random
         pools, per_role = self.pools, self.bullets_per_role
 
         # contact: fixed number of draws

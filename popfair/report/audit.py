@@ -396,7 +396,15 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
 def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date: dt.date) -> list[Block]:
     """The report of a table case (the decisions already exist), in order."""
     source = result.source
-    blocks = [Block("facts", _header_facts(_table_name(case), audit_date, result.run_id))]
+    tool = case.table.tool
+    facts = _header_facts(_table_name(case), audit_date, result.run_id)
+    # published summaries state these: say which key to set rather than leave them out silently
+    facts |= {
+        "Vendor": tool.vendor or "not stated (table.tool.vendor)",
+        "Distribution date": tool.distribution_date or "not stated (table.tool.distribution_date)",
+        "Independent auditor": tool.auditor or "not stated (table.tool.auditor)",
+    }
+    blocks = [Block("facts", facts)]
     ratios = impact_ratios_of(result.audit) or impact_ratios_of(result.effects)
     dropped = f"; {source.rows_dropped:,} rows left out (see table_report.csv)" if source.rows_dropped else ""
     filtered = (
@@ -448,6 +456,8 @@ def _tool_name(screener: Any) -> str:
 
 
 def _table_name(case: TableCase) -> str:
+    if case.table.tool.name:
+        return case.table.tool.name
     source = case.table.path or case.table.name or "query"
     return f"the tool whose decisions are recorded in {Path(str(source)).name}"
 

@@ -6,13 +6,37 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.types import Effects
+
+MAX_COLUMNS = 10  # wider tables (the LL144 table has 23 columns) show these, the rest is in effects.csv
+CONSOLE_COLUMNS = [
+    *EFFECT_COLUMNS,
+    "p_value",
+    "significant",
+    "n_applicants",
+    "rate",
+    "flag",
+    "flag_survives",
+    "n_pairs",
+    "mcnemar_p",
+    "case",
+]
 
 
 def format_effects(effects: Effects) -> str:
-    table = effects.table.copy()
+    """The effects table as text: every column when there are at most MAX_COLUMNS, else the
+    estimate, its interval and the decision columns, with the names of the others."""
+    table = effects.table
+    shown = list(table.columns)
+    if len(shown) > MAX_COLUMNS:
+        shown = [c for c in CONSOLE_COLUMNS if c in table.columns]
+    hidden = [c for c in table.columns if c not in shown]
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 140, "display.max_columns", 20):
-        return table.to_string()
+        text = table[shown].to_string()
+    if hidden:
+        text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
+    return text
 
 
 def timing_line(timings: Mapping[str, float], total: float | None = None) -> str:

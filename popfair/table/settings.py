@@ -5,6 +5,7 @@ Validated when the case is built, before anything is read: every error names its
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import re
 from collections.abc import Mapping
@@ -100,6 +101,32 @@ class OutcomeCoding:
 
 
 @dataclass(frozen=True)
+class ToolFacts:
+    """What published LL144 summaries state about the tool and the audit besides the numbers (the
+    `table.tool` node); None where the config does not say."""
+
+    name: str | None = None  # the automated employment decision tool's name
+    vendor: str | None = None  # who makes or distributes it
+    distribution_date: str | None = None  # YYYY-MM-DD: when the employer began using it
+    auditor: str | None = None  # the independent auditor
+
+    @classmethod
+    def from_config(cls, node: Mapping[str, Any]) -> ToolFacts:
+        allowed = set(cls.__dataclass_fields__)
+        unknown = sorted(set(node) - allowed)
+        require(not unknown, "table.tool", f"unknown keys {unknown}; allowed: {sorted(allowed)}")
+        facts = {key: None if node.get(key) is None else str(node[key]).strip() or None for key in allowed}
+        if facts["distribution_date"] is not None:
+            try:
+                facts["distribution_date"] = dt.date.fromisoformat(facts["distribution_date"]).isoformat()
+            except ValueError:
+                raise ConfigError(
+                    f"table.tool.distribution_date: must be a date YYYY-MM-DD, got {node['distribution_date']!r}"
+                ) from None
+        return cls(**facts)
+
+
+@dataclass(frozen=True)
 class TableSettings:
     """The `table` config node: where the table is, which columns play which role, and how values map.
 
@@ -123,6 +150,7 @@ class TableSettings:
     unmapped: str = "error"
     bad_rows: str = "error"
     kind: str = "historical"
+    tool: ToolFacts = field(default_factory=ToolFacts)
 
     @property
     def file_format(self) -> str:
@@ -211,6 +239,7 @@ class TableSettings:
             unmapped=node.get("unmapped", "error"),
             bad_rows=node.get("bad_rows", "error"),
             kind=node.get("kind", "historical"),
+            tool=ToolFacts.from_config(node.get("tool") or {}),
         )
 
 

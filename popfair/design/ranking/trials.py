@@ -12,7 +12,11 @@ Names: first names from the 2020 Census first-name table (share of the group's r
 >= `min_name_share` and of its sex >= 0.95), surnames from the 2010 Census surname table (share of
 the race/ethnicity >= `min_name_share`); the `names_per_group` most common of each pool; a trial
 never repeats a first name or surname. `middle_initial: true` adds a random middle initial (the
-parser matches names with or without it)."""
+parser matches names with or without it).
+
+Resumes: the candidates of a trial share one resume. Besides the profile, the drawn content (city,
+phone, employers, titles, bullets, schools) is seeded by `resume_id` = the trial, so the k documents
+differ only in the name and the email address made from it."""
 
 from __future__ import annotations
 
@@ -155,6 +159,7 @@ class RankingTrials:
         table = pd.DataFrame(
             {
                 "applicant_id": trial + ":" + position.astype(str),
+                "resume_id": trial,  # the candidates' resumes are drawn alike: only the names differ
                 "job_id": occupation.key,
                 TRIAL: trial,
                 POSITION: position,
