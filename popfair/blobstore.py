@@ -25,7 +25,7 @@ import logging
 import sqlite3
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -120,6 +120,10 @@ class BlobStore(ABC):
         """Number of stored blobs."""
 
     @abstractmethod
+    def items(self, chunk: int = 500) -> Iterator[list[tuple[str, bytes]]]:
+        """Every (key, blob), in key order, `chunk` at a time (to copy a store)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release connections."""
 
@@ -170,6 +174,14 @@ class SqliteBlobStore(BlobStore):
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM blobs").fetchone()[0])
 
+    def items(self, chunk: int = 500) -> Iterator[list[tuple[str, bytes]]]:
+        after = ""
+        while rows := self._db.execute(
+            "SELECT key, value FROM blobs WHERE key > ? ORDER BY key LIMIT ?", (after, chunk)
+        ).fetchall():
+            yield rows
+            after = rows[-1][0]
+
     def close(self) -> None:
         self._db.close()
 
@@ -206,6 +218,17 @@ class ServerBlobStore(BlobStore):
         with self._engine.connect() as conn:
             return int(conn.execute(text(f"SELECT COUNT(*) FROM {self._table.name}")).scalar_one())
 
+    def items(self, chunk: int = 500) -> Iterator[list[tuple[str, bytes]]]:
+        page = text(f"SELECT key, value FROM {self._table.name} WHERE key > :after ORDER BY key LIMIT :n")
+        after = ""
+        while True:
+            with self._engine.connect() as conn:
+                rows = [(key, bytes(value)) for key, value in conn.execute(page, {"after": after, "n": chunk})]
+            if not rows:
+                return
+            yield rows
+            after = rows[-1][0]
+
     def close(self) -> None:
         self._engine.dispose()
 
@@ -238,6 +261,11 @@ class MemoryBlobStore(BlobStore):
 
     def count(self) -> int:
         return len(self._blobs)
+
+    def items(self, chunk: int = 500) -> Iterator[list[tuple[str, bytes]]]:
+        pairs = sorted(self._blobs.items())
+        for start in range(0, len(pairs), chunk):
+            yield pairs[start : start + chunk]
 
     def close(self) -> None:
         pass

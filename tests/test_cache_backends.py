@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from popfair.blobstore import open_blob_store
 from popfair.errors import ConfigError
 from popfair.screen.cache import CachedAnswer, SqliteCache, open_cache
 from popfair.screen.cache.__main__ import main as cache_cli
@@ -125,8 +126,13 @@ def test_copy_moves_a_cache_to_the_server_and_back(tmp_path, pg_url, capsys):
             source.put(f"k{i}", "openai", "m", CachedAnswer(str(i), float(i), None, i, 1, 0.001 * i, 0.2, 1.0 + i))
         source.add_batch("b1", "anthropic", "https://y", "m", "callback", ["k1"])
         expected = sorted(row for rows in source.rows("responses") for row in rows)
+    pages = [(f"{i:04d}", bytes([i % 256]) * (i + 1)) for i in range(1_100)]  # copied 500 at a time
+    with open_blob_store(tmp_path / "a", "documents") as documents:
+        documents.put_many(pages)
     assert cache_cli(["copy", str(tmp_path / "a"), pg_url]) == 0
-    assert "responses: 25 rows read, 25 new" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "responses: 25 rows read, 25 new" in out and "documents: 1100 rows read, 1100 new" in out
+    assert "nuisances" not in out  # the folder has no such store: none is made
     assert cache_cli(["copy", str(tmp_path / "a"), pg_url]) == 0  # rerun: nothing new, nothing doubled
     assert "responses: 25 rows read, 0 new in target, 25 already there" in capsys.readouterr().out
     assert cache_cli(["copy", pg_url, str(tmp_path / "b")]) == 0
@@ -134,6 +140,8 @@ def test_copy_moves_a_cache_to_the_server_and_back(tmp_path, pg_url, capsys):
     with open_cache(tmp_path / "b") as back:
         assert sorted(row for rows in back.rows("responses") for row in rows) == expected
         assert [b.batch_id for b in back.open_batches("anthropic", "https://y", "m")] == ["b1"]
+    with open_blob_store(tmp_path / "b", "documents") as copied:
+        assert [pair for chunk in copied.items() for pair in chunk] == pages
     assert cache_cli(["count", pg_url]) == 0 and capsys.readouterr().out.strip() == "25"
     assert cache_cli(["copy", str(tmp_path / "a"), "postgresql+psycopg://u:pw@127.0.0.1:1/x"]) == 2
     assert "PGPASSWORD" in capsys.readouterr().err

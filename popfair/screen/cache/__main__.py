@@ -5,21 +5,32 @@ cluster sweep, and back:
     python -m popfair.screen.cache copy postgresql+psycopg://me@db.internal/popfair ./cache_copy
     python -m popfair.screen.cache count .popfair_cache
 
-Answers and provider batch ids are copied; rows already in the target are kept (a copy can be rerun,
-or merge two caches). Passwords come from the environment (PGPASSWORD / ~/.pgpass), never the URL."""
+Answers and provider batch ids are copied, and so are the blob stores kept beside them: rendered
+documents, DML nuisances and text embeddings (`documents.sqlite`, `nuisances.sqlite`,
+`embeddings.sqlite` in a folder; tables of those names in a database). Rows already in the target
+are kept (a copy can be rerun, or merge two caches). Passwords come from the environment
+(PGPASSWORD / ~/.pgpass), never the URL."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from popfair.blobstore import is_url, open_blob_store
 from popfair.entry import entry_point
 from popfair.errors import ConfigError
+from popfair.estimate.nuisance_cache import STORE_NAME as NUISANCES
+from popfair.render.store import STORE_NAME as DOCUMENTS
 from popfair.screen.cache import TABLES, open_cache
+from popfair.screen.embedding import STORE_NAME as EMBEDDINGS
+
+BLOB_STORES = (DOCUMENTS, NUISANCES, EMBEDDINGS)
 
 
 def copy(source: str, target: str) -> dict[str, tuple[int, int]]:
-    """Copy every answer and batch record; returns {table: (rows read, rows new in target)}."""
+    """Copy every answer and batch record, then every blob store the source has; returns
+    {table or store: (rows read, rows new in target)}."""
     counts: dict[str, tuple[int, int]] = {}
     with open_cache(source) as src, open_cache(target) as dst:
         for table in TABLES:
@@ -28,6 +39,15 @@ def copy(source: str, target: str) -> dict[str, tuple[int, int]]:
                 read += len(rows)
                 new += dst.insert_rows(table, rows)
             counts[table] = (read, new)
+    for name in BLOB_STORES:
+        if not is_url(source) and not (Path(source) / f"{name}.sqlite").is_file():
+            continue  # a folder without this store: nothing to copy, and no empty file made
+        with open_blob_store(source, name) as src_blobs, open_blob_store(target, name) as dst_blobs:
+            before, read = dst_blobs.count(), 0
+            for items in src_blobs.items():
+                read += len(items)
+                dst_blobs.put_many(items)
+            counts[name] = (read, dst_blobs.count() - before)
     return counts
 
 
@@ -37,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m popfair.screen.cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    copy_cmd = commands.add_parser("copy", help="copy answers and batch ids from SOURCE into TARGET")
+    copy_cmd = commands.add_parser(
+        "copy", help="copy answers, batch ids, documents, nuisances and embeddings from SOURCE into TARGET"
+    )
     copy_cmd.add_argument("source", help="cache folder (SQLite) or database URL")
     copy_cmd.add_argument("target", help="cache folder (SQLite) or database URL")
     count_cmd = commands.add_parser("count", help="number of answers in a cache")
