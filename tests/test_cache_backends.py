@@ -80,7 +80,8 @@ def test_claims_of_a_dead_process_on_this_host_are_taken_over_at_once_other_host
     import subprocess
     import sys
 
-    from popfair.screen.claims import HOST_ID, CacheThread, ClaimBroker
+    from popfair.owners import HOST_ID
+    from popfair.screen.claims import CacheThread, ClaimBroker
 
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()  # a process of this host that no longer runs

@@ -6,6 +6,7 @@ same documents and the same response-cache keys with and without the store; the 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -304,3 +305,67 @@ def test_a_store_that_cannot_be_opened_or_written_only_costs_the_reuse(tmp_path,
         documents = render_all(renderer, table, jobs, progress=False, processes=1, store=store)
     assert same(documents, fresh)
     assert "cannot read" in caplog.text and caplog.text.count("cannot store documents") == 1
+
+
+N_SHARED = 160  # pages two processes render at once
+
+
+def test_processes_rendering_the_same_pages_at_once_split_them(tmp_path):
+    """Two cases of a parallel sweep (or two cluster workers on a server cache) that need the same
+    pages at the same time render each page once between them, and both get every page."""
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    script = (
+        "import hashlib, sys, time\n"
+        "from pathlib import Path\n"
+        "from tests.conftest import compose_config; from popfair import Experiment\n"
+        "import popfair.render.base as base\n"
+        "base.ROUND_DOCUMENTS = 16  # small rounds: the two interleave\n"
+        f"cfg = compose_config(['population.n={N_SHARED}', 'tracking=none', 'renderer=image', 'cache_dir={cache}'])\n"
+        "e = Experiment.from_config(cfg); p = e.sample()\n"
+        "calls = []; render = e.renderer.render\n"
+        "e.renderer.render = lambda row, job: calls.append(1) or render(row, job)\n"
+        f"while not Path({str(go)!r}).exists(): time.sleep(0.01)\n"
+        "docs = base.render_all(e.renderer, p.table, p.jobs, progress=False, processes=1, store=e.documents)\n"
+        "print(len(calls), len(docs), hashlib.sha256(b''.join(d.image_png for d in docs)).hexdigest())\n"
+    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    time.sleep(1.0)  # both are importing and sampling; the file starts them together
+    go.touch()
+    outputs = [worker.communicate(timeout=300)[0].split() for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers)
+    rendered = [int(out[0]) for out in outputs]
+    assert sum(rendered) == N_SHARED and min(rendered) > 0  # every page once, by one or the other
+    assert [int(out[1]) for out in outputs] == [N_SHARED, N_SHARED]
+    assert outputs[0][2] == outputs[1][2]  # the same pages, byte for byte
+    renderer, _, table, jobs = case(tmp_path, "renderer=image", f"population.n={N_SHARED}")
+    fresh = render_all(renderer, table, jobs, progress=False, processes=1)
+    assert hashlib.sha256(b"".join(d.image_png for d in fresh)).hexdigest().encode() == outputs[0][2]
+
+
+@pytest.mark.parametrize("backend", ["folder", "memory", "server"])
+def test_claims_hold_against_live_owners_and_pass_from_dead_or_expired_ones(backend, tmp_path, request):
+    from popfair.owners import HOST_ID, new_owner
+
+    location = {"folder": tmp_path, "memory": None}.get(backend) or request.getfixturevalue("pg_url")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    me, elsewhere = new_owner(), "other-host#1234:1:00000000"
+    dead_here = f"{HOST_ID}:{int(ended.stdout)}:0000dead"
+    with open_blob_store(location, "claims_test") as store:
+        assert store.claim("a", me, 60) is None and store.claim("a", me, 60) is None  # held, then renewed
+        assert store.claim("a", elsewhere, 60) == me  # a live lease holds
+        store.release("a", elsewhere)  # not the holder: nothing happens
+        assert store.claim("a", elsewhere, 60) == me
+        store.release("a", me)
+        assert store.claim("a", elsewhere, 60) is None  # free again
+        assert store.claim("b", dead_here, 60) is None and store.claim("b", me, 60) is None  # dead: taken at once
+        assert store.claim("c", elsewhere, -1) is None and store.claim("c", me, 60) is None  # expired lease
+        assert store.claim("d", elsewhere, 60) is None and store.claim("d", me, 60) == elsewhere

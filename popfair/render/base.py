@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from operator import attrgetter
@@ -12,8 +13,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from popfair.parallel import forked_spans
-from popfair.render.store import DocumentStore, same_document
+from popfair.parallel import cpu_count, forked_spans
+from popfair.render.store import BUCKET_DIGITS, DocumentStore, same_document
 from popfair.types import Document, Job
 
 log = logging.getLogger("popfair")
@@ -85,25 +86,71 @@ def _render_table(
     for i, key in enumerate(keys):
         if i not in stored:
             first.setdefault(key, i)
-    todo = list(first.values())
     log.info("render: %d of %d documents from the document store (%s)", len(stored), len(rows), store.location)
-    rendered: list[Document] = []
     with tqdm(
         total=len(rows), initial=len(stored), desc="render", unit="doc", disable=not progress, leave=False
     ) as bar:
-        for batch in _rendered(renderer, [rows[i] for i in todo], jobs, processes):
-            store.save([(keys[todo[len(rendered) + j]], document) for j, document in enumerate(batch)])
-            rendered += batch
-            bar.update(len(batch))
-    by_key = {keys[i]: document for i, document in zip(todo, rendered)}
+        made = _render_claimed(renderer, rows, keys, list(first.values()), jobs, processes, store, bar)
     return [
         stored[i]
         if i in stored
-        else by_key[key]
+        else made[i]
         if first[key] == i
-        else same_document(by_key[key], row, jobs[row["job_id"]])
+        else same_document(made[first[key]], row, jobs[row["job_id"]])
         for i, (key, row) in enumerate(zip(keys, rows))
     ]
+
+
+ROUND_DOCUMENTS = 1_000  # documents claimed at a time at least (1,000 pages: a few seconds on two cores)
+CLAIM_POLL_S = 0.5  # how often a process whose buckets are all held by others looks again
+
+
+def _render_claimed(
+    renderer: Renderer,
+    rows: Sequence[dict[str, Any]],
+    keys: Sequence[str],
+    todo: Sequence[int],
+    jobs: Mapping[str, Job],
+    processes: int | None,
+    store: DocumentStore,
+    bar: tqdm,
+) -> dict[int, Document]:
+    """The documents of rows `todo` (row index -> document), shared with any process rendering
+    the same keys at once: claim free buckets until they hold a round's worth of documents (at
+    least ROUND_DOCUMENTS, and two spans per worker), read what others stored in them meanwhile,
+    render and save the rest batch by batch, release; buckets held by others are read once
+    released (or taken over when their holder has died)."""
+    waiting: dict[str, list[int]] = {}
+    for i in todo:
+        waiting.setdefault(keys[i][:BUCKET_DIGITS], []).append(i)
+    per_round = max(ROUND_DOCUMENTS, 2 * getattr(renderer, "rows_per_process", 0) * (processes or cpu_count()))
+    made: dict[int, Document] = {}
+    while waiting:
+        mine, claimed = [], 0
+        for bucket in list(waiting):
+            if claimed >= per_round:
+                break
+            if store.claim(bucket):
+                mine.append(bucket)
+                claimed += len(waiting[bucket])
+        if not mine:  # every bucket left is being rendered by another process
+            time.sleep(CLAIM_POLL_S)
+            continue
+        try:
+            wanted = [i for bucket in mine for i in waiting.pop(bucket)]
+            found = store.lookup([keys[i] for i in wanted], [rows[i] for i in wanted], jobs)
+            made.update((wanted[j], document) for j, document in found.items())
+            bar.update(len(found))
+            missing = [i for j, i in enumerate(wanted) if j not in found]
+            done = 0
+            for batch in _rendered(renderer, [rows[i] for i in missing], jobs, processes):
+                store.save([(keys[missing[done + j]], document) for j, document in enumerate(batch)])
+                made.update(zip(missing[done : done + len(batch)], batch))
+                done += len(batch)
+                bar.update(len(batch))
+        finally:
+            store.release(mine)
+    return made
 
 
 SERIAL_BATCH = 256  # documents per batch where a renderer renders in this process

@@ -17,7 +17,9 @@ the store equals a fresh render field for field (tests). Renderers that declare 
 
 The store lives beside the response cache: `<cache_dir>/documents.sqlite`, or table `documents` of
 the server cache (`cache_url`) for sweeps over machines. Every batch of rendered documents is
-committed as it arrives, so a killed sweep resumes without rendering again what it rendered."""
+committed as it arrives, so a killed sweep resumes without rendering again what it rendered.
+Processes rendering the same documents at the same time split them through claims on buckets of
+keys instead of each rendering all of them (see BUCKET_DIGITS)."""
 
 from __future__ import annotations
 
@@ -33,10 +35,18 @@ from typing import Any
 
 from popfair.blobstore import STORE_ERRORS, BlobStore, open_blob_store
 from popfair.errors import ConfigError, require
+from popfair.owners import new_owner
 from popfair.types import Document, Job
 
 log = logging.getLogger("popfair")
 STORE_NAME = "documents"
+# Processes that render the same pages at once (the gender and race cases of a parallel sweep, a
+# cluster's workers on one server cache) share the work: a key's first BUCKET_DIGITS hex digits
+# put it in a bucket (256 of them, the same for every case whatever rows it renders), and a process
+# claims a few buckets at a time, renders and saves what they lack, releases them, and reads the
+# buckets others hold once they are released.
+BUCKET_DIGITS = 2
+CLAIM_LEASE_S = 600.0  # a claim of a dead process on another host is free after this
 LOOKUP_CHUNK = 2_000  # keys read, then unpacked, at a time (about 100 MB of PNG pages)
 _RENDER_PACKAGE = Path(__file__).resolve().parent
 _RESUME_DATA = _RENDER_PACKAGE.parent / "data" / "resume"
@@ -134,6 +144,8 @@ class DocumentStore:
             default=repr,
         )
         self._prefix = hashlib.sha256(prefix.encode()).digest()
+        self.owner = new_owner()
+        self._claims_failed = False  # the store's claims failed: this process renders without them
 
     @classmethod
     def open(cls, location: str | Path, renderer: Any, settings: Mapping[str, Any]) -> DocumentStore:
@@ -186,6 +198,32 @@ class DocumentStore:
                     row = rows[i]
                     documents[i] = unpack(value, str(row["applicant_id"]), jobs[row["job_id"]].job_id, row)
         return documents
+
+    def claim(self, bucket: str) -> bool:
+        """Claim the rendering of `bucket` (keys starting with it) for this process: True when it
+        holds the claim (or the store's claims are unusable: it then renders unclaimed), False when
+        another live process renders that bucket now."""
+        if self._claims_failed:
+            return True
+        try:
+            return self.blobs.claim(self._claim_key(bucket), self.owner, CLAIM_LEASE_S) is None
+        except STORE_ERRORS as exc:
+            self._claims_failed = True
+            log.warning("document store %s: claims unusable (%s); rendering without them", self.location, exc)
+            return True
+
+    def release(self, buckets: Sequence[str]) -> None:
+        """Drop this process's claims of `buckets` (after their documents are saved)."""
+        if self._claims_failed:
+            return
+        try:
+            for bucket in buckets:
+                self.blobs.release(self._claim_key(bucket), self.owner)
+        except STORE_ERRORS as exc:  # the lease runs out instead
+            log.warning("document store %s: cannot release claims (%s)", self.location, exc)
+
+    def _claim_key(self, bucket: str) -> str:
+        return f"render:{self._prefix.hex()[:32]}:{bucket}"
 
     def save(self, items: Sequence[tuple[str, Document]]) -> None:
         """Store (key, document) pairs in one commit. A store that fails (disk full, database gone)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from popfair.constraints import Interval, Text, settings_from_config
+from popfair.owners import new_owner
 from popfair.screen.cache import CachedAnswer, ResponseCache
-from popfair.screen.claims import new_owner
 from popfair.screen.engine import POSITIVE, Answer, Call, EngineStats, run_coroutine
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
