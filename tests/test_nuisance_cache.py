@@ -114,3 +114,24 @@ def test_a_changed_input_is_not_served_from_the_cache(applicants, tmp_path, monk
         assert not result.tuning["from_cache"].any() and new == 3
     monkeypatch.undo()
     assert_identical(result, uncached(data, **settings))
+
+
+def test_a_server_cache_url_keeps_the_nuisances_for_every_machine(applicants, tmp_path, pg_url):
+    """cache_url (a sweep over machines) wins over cache_dir: the nuisances go to the server."""
+    first = estimate(applicants, tmp_path, cache_url=pg_url)
+    assert entries(tmp_path) == 0
+    with open_blob_store(pg_url, STORE_NAME) as server:
+        assert server.count() == 3
+    clear_tuning_cache()  # another machine: nothing in memory, no folder of its own
+    again = estimate(applicants, None, cache_url=pg_url)
+    assert again.tuning["from_cache"].all()
+    assert_identical(first, again)
+
+
+def test_the_config_passes_the_server_cache_to_the_estimator():
+    from popfair.experiment import build
+    from tests.conftest import compose_config
+
+    url = "postgresql+psycopg://popfair@db.internal:5432/popfair"
+    estimator = build(compose_config([f"cache_url={url}"]).estimator, "estimator")
+    assert estimator.settings.cache_url == url

@@ -164,6 +164,9 @@ class PseSettings:
         Column whose values are resampled whole (cluster-robust SEs).
     cache_dir : str or Path, optional
         Where reusable nuisances are kept (None: memory only).
+    cache_url : str, optional
+        A database URL for them instead (the server cache of a sweep over machines); wins over
+        `cache_dir`.
     """
 
     folds: int = 5  # cross-fitting folds L
@@ -185,6 +188,7 @@ class PseSettings:
     cache_dir: str | Path | None = (
         None  # where reusable nuisances are kept (popfair.estimate.nuisance_cache; None: memory)
     )
+    cache_url: str | None = None  # a database URL for them instead; wins over cache_dir
 
     @classmethod
     def build(cls, values: Mapping[str, Any]) -> PseSettings:
@@ -222,6 +226,7 @@ PSE_CONSTRAINTS: Rules = {
     "n_jobs": [None, Interval(int, 1, None)],
     "cluster": [None, Text()],
     "cache_dir": [None, PathRule()],
+    "cache_url": [None, Text()],
 }
 
 
@@ -263,7 +268,7 @@ def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) 
     ]
     timings["encode"] = time.perf_counter() - clock
 
-    with NuisanceCache.open(design, roles, settings, settings.cache_dir) as cache:
+    with NuisanceCache.open(design, roles, settings, settings.cache_url or settings.cache_dir) as cache:
         clock = time.perf_counter()
         params, from_cache = {}, {}
         for family in (OUTCOME, PROPENSITY):

@@ -10,7 +10,8 @@ that adds Y (a rerun of the same case reuses them); its fits stay per case. A re
 same bytes the fit gives, so cached and uncached estimates are identical.
 
 Location: ``<cache_dir>/nuisances.sqlite`` (the estimator's `cache_dir`, by default the run's
-response cache folder; a database URL works too); ``cache_dir=None`` keeps them in this process's
+response cache folder), or table ``nuisances`` of the estimator's `cache_url` database (the server
+cache of a sweep over machines; it wins); neither keeps them in this process's
 memory."""
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class NuisanceCache:
     @classmethod
     @contextmanager
     def open(
-        cls, design: _Design, roles: Roles, settings: PseSettings, cache_dir: str | Path | None
+        cls, design: _Design, roles: Roles, settings: PseSettings, location: str | Path | None
     ) -> Iterator[NuisanceCache]:
         learner = {
             "schema": SCHEMA,
@@ -79,7 +80,7 @@ class NuisanceCache:
             PROPENSITY: content_key(PROPENSITY, learner, *data),
             OUTCOME: content_key(OUTCOME, learner, *data, design.y),
         }
-        with open_blob_store(cache_dir, STORE_NAME) as store:
+        with open_blob_store(location, STORE_NAME) as store:
             yield cls(store, keys)
 
     def _get(self, key: str) -> bytes | None:
