@@ -18,6 +18,7 @@ without temporary files, and the lookup is batched."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -27,6 +28,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -380,6 +382,19 @@ def content_key(*parts: Any) -> str:
         else:
             feed("json", json.dumps(part, sort_keys=True, default=str).encode())
     return digest.hexdigest()
+
+
+@functools.cache
+def installed_versions(*names: str) -> dict[str, str]:
+    """Installed versions of the distributions `names` ("absent" where one is not installed): part
+    of the key of anything those libraries computed."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "absent"
+    return found
 
 
 def pack_arrays(arrays: Mapping[str, np.ndarray]) -> bytes:

@@ -16,18 +16,24 @@ memory."""
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popfair.blobstore import BlobStore, MemoryBlobStore, content_key, open_blob_store, pack_arrays, unpack_arrays
+from popfair.blobstore import (
+    BlobStore,
+    MemoryBlobStore,
+    content_key,
+    installed_versions,
+    open_blob_store,
+    pack_arrays,
+    unpack_arrays,
+)
 from popfair.estimate.nuisances import OUTCOME, PROPENSITIES, PROPENSITY, nuisance_names, xgb_params
 from popfair.types import Roles
 
@@ -40,16 +46,9 @@ SCHEMA = "pse-nuisances-v2"
 LIBRARIES = ("xgboost", "numpy", "scikit-learn", "popfair")
 
 
-@functools.cache
 def library_versions() -> dict[str, str]:
     """Installed versions of the libraries a cached nuisance depends on."""
-    found = {}
-    for name in LIBRARIES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "absent"
-    return found
+    return installed_versions(*LIBRARIES)
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from popfair.blobstore import STORE_ERRORS, BlobStore, content_key, open_blob_store
+from popfair.blobstore import STORE_ERRORS, BlobStore, content_key, installed_versions, open_blob_store
 from popfair.constraints import Interval, validate
 from popfair.errors import ConfigError, require
 from popfair.screen.local_runtime import require_extra, resolve_device
@@ -126,12 +125,7 @@ class EmbeddingScreener:
                 for pattern in ("*.safetensors", "*.bin")
                 for path in sorted(folder.rglob(pattern))
             }
-            versions = {}
-            for library in LIBRARIES:
-                try:
-                    versions[library] = version(library)
-                except PackageNotFoundError:
-                    versions[library] = "absent"
+            versions = installed_versions(*LIBRARIES)
             self._identity = content_key(SCHEMA, files, weights, versions, self.max_seq_length)
         return self._identity
 
