@@ -139,28 +139,31 @@ class BlobStore(ABC):
 
     # --- claims: one process computes what a key names while the others wait for it ---------
 
-    def claim(self, key: str, owner: str, lease_s: float) -> str | None:
-        """Take the claim on `key` for `owner` (`popfair.owners.new_owner`): a free claim, an
-        expired one, one of a process of this host that has died, or `owner`'s own (renewed).
-        Returns None when `owner` holds it, else the live owner that does."""
-        for _ in range(2):
+    def claim(self, keys: Sequence[str], owner: str, lease_s: float) -> dict[str, str]:
+        """Take the claims on `keys` for `owner` (`popfair.owners.new_owner`), in one transaction:
+        free claims, expired ones, those of a process of this host that has died, and `owner`'s own
+        (renewed). Returns the keys held by another live owner: key -> that owner."""
+        keys = list(dict.fromkeys(keys))
+        now = time.time()
+        others = {k: holder for k, holder in self._claim(keys, owner, now + lease_s, now).items() if holder != owner}
+        dead = {k: holder for k, holder in others.items() if owner_is_dead(holder)}
+        if dead:  # claims of killed processes of this host: taken over at once
+            for holder in set(dead.values()):
+                self.release([k for k, h in dead.items() if h == holder], holder)
             now = time.time()
-            holder = self._claim(key, owner, now + lease_s, now)
-            if holder == owner:
-                return None
-            if not owner_is_dead(holder):
-                return holder
-            self.release(key, holder)  # a killed process of this host: taken over at once
-        return holder
+            retaken = self._claim(list(dead), owner, now + lease_s, now)
+            others = {k: h for k, h in others.items() if k not in dead}
+            others.update({k: h for k, h in retaken.items() if h != owner})
+        return others
 
     @abstractmethod
-    def _claim(self, key: str, owner: str, expires: float, now: float) -> str:
-        """Set the claim to (owner, expires) unless a live lease of another owner holds it (expires
-        >= now); return the owner that holds it afterwards, in one transaction."""
+    def _claim(self, keys: Sequence[str], owner: str, expires: float, now: float) -> dict[str, str]:
+        """Set each key's claim to (owner, expires) unless a live lease of another owner holds it
+        (expires >= now); return each key's holder afterwards, in one transaction."""
 
     @abstractmethod
-    def release(self, key: str, owner: str) -> None:
-        """Drop `owner`'s claim on `key` (nothing if another owner holds it)."""
+    def release(self, keys: Sequence[str], owner: str) -> None:
+        """Drop `owner`'s claims on `keys` (keys another owner holds are left alone)."""
 
     def __enter__(self: _Store) -> _Store:
         return self
@@ -218,19 +221,23 @@ class SqliteBlobStore(BlobStore):
             yield rows
             after = rows[-1][0]
 
-    def _claim(self, key: str, owner: str, expires: float, now: float) -> str:
+    def _claim(self, keys: Sequence[str], owner: str, expires: float, now: float) -> dict[str, str]:
+        params = [{"key": key, "owner": owner, "expires": expires, "now": now} for key in keys]
+        holders: dict[str, str] = {}
         try:
-            params = {"key": key, "owner": owner, "expires": expires, "now": now}
-            self._db.execute(_UPSERT_CLAIM.format(table="claims"), params)
-            holder = self._db.execute("SELECT owner FROM claims WHERE key = ?", (key,)).fetchone()[0]
+            self._db.executemany(_UPSERT_CLAIM.format(table="claims"), params)
+            for start in range(0, len(keys), _SQLITE_CHUNK):
+                chunk = list(keys[start : start + _SQLITE_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                holders.update(self._db.execute(f"SELECT key, owner FROM claims WHERE key IN ({marks})", chunk))
             self._db.commit()
         except BaseException:
             self._db.rollback()
             raise
-        return str(holder)
+        return holders
 
-    def release(self, key: str, owner: str) -> None:
-        self._db.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, owner))
+    def release(self, keys: Sequence[str], owner: str) -> None:
+        self._db.executemany("DELETE FROM claims WHERE key = ? AND owner = ?", [(key, owner) for key in keys])
         self._db.commit()
 
     def close(self) -> None:
@@ -256,7 +263,7 @@ class ServerBlobStore(BlobStore):
         self._select = text(f"SELECT key, value FROM {name} WHERE key = ANY(:keys)")
         self._insert = text(f"INSERT INTO {name} (key, value) VALUES (:key, :value) ON CONFLICT (key) DO NOTHING")
         self._upsert_claim = text(_UPSERT_CLAIM.format(table=claims.name))
-        self._claim_owner = text(f"SELECT owner FROM {claims.name} WHERE key = :key")
+        self._claim_owners = text(f"SELECT key, owner FROM {claims.name} WHERE key = ANY(:keys)")
         self._release = text(f"DELETE FROM {claims.name} WHERE key = :key AND owner = :owner")
 
     def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
@@ -290,14 +297,17 @@ class ServerBlobStore(BlobStore):
             yield rows
             after = rows[-1][0]
 
-    def _claim(self, key: str, owner: str, expires: float, now: float) -> str:
+    def _claim(self, keys: Sequence[str], owner: str, expires: float, now: float) -> dict[str, str]:
         with self._engine.begin() as conn:
-            conn.execute(self._upsert_claim, {"key": key, "owner": owner, "expires": expires, "now": now})
-            return str(conn.execute(self._claim_owner, {"key": key}).scalar_one())
+            # sorted: two owners claiming overlapping keys lock their rows in the same order (no deadlock)
+            params = [{"key": key, "owner": owner, "expires": expires, "now": now} for key in sorted(keys)]
+            conn.execute(self._upsert_claim, params)
+            return {key: str(holder) for key, holder in conn.execute(self._claim_owners, {"keys": list(keys)})}
 
-    def release(self, key: str, owner: str) -> None:
-        with self._engine.begin() as conn:
-            conn.execute(self._release, {"key": key, "owner": owner})
+    def release(self, keys: Sequence[str], owner: str) -> None:
+        if keys:
+            with self._engine.begin() as conn:
+                conn.execute(self._release, [{"key": key, "owner": owner} for key in sorted(keys)])
 
     def close(self) -> None:
         self._engine.dispose()
@@ -339,15 +349,17 @@ class MemoryBlobStore(BlobStore):
         for start in range(0, len(pairs), chunk):
             yield pairs[start : start + chunk]
 
-    def _claim(self, key: str, owner: str, expires: float, now: float) -> str:
-        holder, until = self._claims.get(key, (owner, now - 1))
-        if until < now or holder == owner:
-            self._claims[key] = (owner, expires)
-        return self._claims[key][0]
+    def _claim(self, keys: Sequence[str], owner: str, expires: float, now: float) -> dict[str, str]:
+        for key in keys:
+            holder, until = self._claims.get(key, (owner, now - 1))
+            if until < now or holder == owner:
+                self._claims[key] = (owner, expires)
+        return {key: self._claims[key][0] for key in keys}
 
-    def release(self, key: str, owner: str) -> None:
-        if self._claims.get(key, ("", 0.0))[0] == owner:
-            del self._claims[key]
+    def release(self, keys: Sequence[str], owner: str) -> None:
+        for key in keys:
+            if self._claims.get(key, ("", 0.0))[0] == owner:
+                del self._claims[key]
 
     def close(self) -> None:
         pass

@@ -360,12 +360,12 @@ def test_claims_hold_against_live_owners_and_pass_from_dead_or_expired_ones(back
     me, elsewhere = new_owner(), "other-host#1234:1:00000000"
     dead_here = f"{HOST_ID}:{int(ended.stdout)}:0000dead"
     with open_blob_store(location, "claims_test") as store:
-        assert store.claim("a", me, 60) is None and store.claim("a", me, 60) is None  # held, then renewed
-        assert store.claim("a", elsewhere, 60) == me  # a live lease holds
-        store.release("a", elsewhere)  # not the holder: nothing happens
-        assert store.claim("a", elsewhere, 60) == me
-        store.release("a", me)
-        assert store.claim("a", elsewhere, 60) is None  # free again
-        assert store.claim("b", dead_here, 60) is None and store.claim("b", me, 60) is None  # dead: taken at once
-        assert store.claim("c", elsewhere, -1) is None and store.claim("c", me, 60) is None  # expired lease
-        assert store.claim("d", elsewhere, 60) is None and store.claim("d", me, 60) == elsewhere
+        assert store.claim(["a"], me, 60) == {} and store.claim(["a"], me, 60) == {}  # held, then renewed
+        assert store.claim(["a", "x"], elsewhere, 60) == {"a": me}  # a live lease holds; x is free
+        store.release(["a"], elsewhere)  # not the holder: nothing happens
+        assert store.claim(["a"], elsewhere, 60) == {"a": me}
+        store.release(["a"], me)
+        assert store.claim(["a"], elsewhere, 60) == {}  # free again
+        assert store.claim(["b"], dead_here, 60) == {} and store.claim(["b", "a"], me, 60) == {"a": elsewhere}
+        assert store.claim(["c"], elsewhere, -1) == {} and store.claim(["c"], me, 60) == {}  # expired lease
+        assert store.claim(["d"], elsewhere, 60) == {} and store.claim(["d"], me, 60) == {"d": elsewhere}

@@ -126,13 +126,7 @@ def _render_claimed(
     per_round = max(ROUND_DOCUMENTS, 2 * getattr(renderer, "rows_per_process", 0) * (processes or cpu_count()))
     made: dict[int, Document] = {}
     while waiting:
-        mine, claimed = [], 0
-        for bucket in list(waiting):
-            if claimed >= per_round:
-                break
-            if store.claim(bucket):
-                mine.append(bucket)
-                claimed += len(waiting[bucket])
+        mine = _claim_round(store, waiting, per_round)
         if not mine:  # every bucket left is being rendered by another process
             time.sleep(CLAIM_POLL_S)
             continue
@@ -151,6 +145,26 @@ def _render_claimed(
         finally:
             store.release(mine)
     return made
+
+
+def _claim_round(store: DocumentStore, waiting: Mapping[str, list[int]], per_round: int) -> list[str]:
+    """The buckets this process now holds, about a round's worth of documents: the waiting buckets
+    are offered in groups that would complete the round, each group claimed in one transaction."""
+    mine: list[str] = []
+    held, candidates = 0, iter(list(waiting))
+    while held < per_round:
+        group, size = [], held
+        for bucket in candidates:
+            group.append(bucket)
+            size += len(waiting[bucket])
+            if size >= per_round:
+                break
+        if not group:
+            break
+        claimed = store.claim(group)
+        mine += claimed
+        held += sum(len(waiting[bucket]) for bucket in claimed)
+    return mine
 
 
 SERIAL_BATCH = 256  # documents per batch where a renderer renders in this process

@@ -199,26 +199,26 @@ class DocumentStore:
                     documents[i] = unpack(value, str(row["applicant_id"]), jobs[row["job_id"]].job_id, row)
         return documents
 
-    def claim(self, bucket: str) -> bool:
-        """Claim the rendering of `bucket` (keys starting with it) for this process: True when it
-        holds the claim (or the store's claims are unusable: it then renders unclaimed), False when
-        another live process renders that bucket now."""
+    def claim(self, buckets: Sequence[str]) -> list[str]:
+        """Claim the rendering of `buckets` (keys starting with each) for this process, in one
+        transaction: the buckets it now holds (all of them when the store's claims are unusable:
+        it then renders unclaimed); the others are being rendered by another live process."""
         if self._claims_failed:
-            return True
+            return list(buckets)
         try:
-            return self.blobs.claim(self._claim_key(bucket), self.owner, CLAIM_LEASE_S) is None
+            held = self.blobs.claim([self._claim_key(b) for b in buckets], self.owner, CLAIM_LEASE_S)
         except STORE_ERRORS as exc:
             self._claims_failed = True
             log.warning("document store %s: claims unusable (%s); rendering without them", self.location, exc)
-            return True
+            return list(buckets)
+        return [bucket for bucket in buckets if self._claim_key(bucket) not in held]
 
     def release(self, buckets: Sequence[str]) -> None:
         """Drop this process's claims of `buckets` (after their documents are saved)."""
-        if self._claims_failed:
+        if self._claims_failed or not buckets:
             return
         try:
-            for bucket in buckets:
-                self.blobs.release(self._claim_key(bucket), self.owner)
+            self.blobs.release([self._claim_key(b) for b in buckets], self.owner)
         except STORE_ERRORS as exc:  # the lease runs out instead
             log.warning("document store %s: cannot release claims (%s)", self.location, exc)
 
