@@ -99,6 +99,7 @@ class StubState:
     held: int = 0
     granted: int = 0  # requests let through (for hold_after)
     reject_auth: bool = False  # answer 401 to everything (a revoked key)
+    batch_faults: list = field(default_factory=list)  # HTTP statuses for the next batch API requests, in order
     models: tuple = ("stub-model",)  # what GET /v1/models lists
     down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
@@ -233,6 +234,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(
                 404, {"type": "error", "error": {"type": "not_found_error", "message": "model not found"}}
             )
+        if path.startswith(("/v1/files", "/v1/batches", "/v1/messages/batches")) and self._batch_fault():
+            return None
         if m := re.fullmatch(r"/v1/files/([\w-]+)/content", path):
             return self._send(200, self.state.files[m.group(1)], content_type="application/octet-stream")
         if m := re.fullmatch(r"/v1/batches/([\w-]+)", path):
@@ -246,6 +249,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
         raw = self._body()
+        if path in ("/v1/files", "/v1/batches", "/v1/messages/batches") and self._batch_fault():
+            return None
         if path == "/v1/files":
             return self._openai_file(raw)
         if path == "/v1/batches":
@@ -255,6 +260,17 @@ class Handler(BaseHTTPRequestHandler):
         if path.endswith(("/chat/completions", "/messages", "/converse")):
             return self._chat(path, raw)
         self._send(404, {"error": {"message": f"no route {path}"}})
+
+    def _batch_fault(self) -> bool:
+        """Answer a batch API request with the next injected status (or 401 for a revoked key)."""
+        st = self.state
+        with st.lock:
+            status = st.batch_faults.pop(0) if st.batch_faults else (401 if st.reject_auth else None)
+        if status is None:
+            return False
+        message = "invalid key" if status == 401 else f"injected HTTP {status}"
+        self._send(status, {"type": "error", "error": {"type": "api_error", "message": message}, "message": message})
+        return True
 
     # --- online chat ----------------------------------------------------------------------------
     def _chat(self, path: str, raw: bytes) -> None:

@@ -77,6 +77,45 @@ def test_prompts_another_process_is_submitting_are_not_batched_twice(tmp_path, m
         assert len(stub.state.answered) == 20 and set(stub.state.answered.values()) == {1}
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_batch_api_calls_that_fail_for_a_while_are_retried(provider, tmp_path, monkeypatch):
+    docs = documents(12)
+    with StubServer(batch_polls=1) as stub:
+        stub.state.batch_faults = [500, 429, 503]  # the upload, then the retries, then polls fail once each
+        screener = make_screener(provider, stub.url, tmp_path, monkeypatch, mode="batch", batch=BATCH)
+        results = screener.screen(JOBS, docs, "callback")
+        assert all(r.error is None for r in results) and len(stub.state.batches) == 1
+        assert stub.state.batch_faults == []
+
+
+@pytest.mark.parametrize(
+    ("provider", "faults", "cause", "fix"),
+    [
+        ("openai", [401], "HTTP 401", "check OPENAI_API_KEY"),
+        ("anthropic", [401], "HTTP 401", "check ANTHROPIC_API_KEY"),
+        ("openai", [404], "HTTP 404", "wrong model id or path"),
+        ("openai", [500] * 10, "HTTP 500", "check the endpoint's status"),
+    ],
+)
+def test_a_batch_api_that_cannot_answer_stops_the_case_in_one_line(provider, faults, cause, fix, tmp_path, monkeypatch):
+    from popfair.errors import ScreeningStopped
+
+    docs = documents(8)
+    with StubServer() as stub:
+        stub.state.batch_faults = list(faults)
+        screener = make_screener(provider, stub.url, tmp_path, monkeypatch, mode="batch", batch=BATCH)
+        with pytest.raises(ScreeningStopped) as stopped:
+            screener.screen(JOBS, docs, "callback")
+        message = str(stopped.value)
+        assert "\n" not in message and f": {cause} (" in message and fix in message
+        assert "rerun to resume" in message and "test-key" not in message
+        assert stub.state.batches == {}  # nothing was submitted
+        assert len(stub.state.batch_faults) == len(faults) - (1 if cause != "HTTP 500" else 6)
+        stub.state.batch_faults = []  # fixed: the rerun submits and collects
+        again = make_screener(provider, stub.url, tmp_path, monkeypatch, mode="batch", batch=BATCH)
+        assert all(r.error is None for r in again.screen(JOBS, docs, "callback"))
+
+
 def test_batch_mode_is_refused_for_providers_without_a_batch_api(tmp_path, monkeypatch):
     from popfair.errors import ConfigError
 

@@ -3,24 +3,36 @@
 submit -> poll -> collect. Batch ids (with the cache keys they answer) are stored in the cache DB the
 moment a batch is accepted, so an interrupted run resumes: the rerun polls and collects the batches
 already submitted and submits only prompts that no batch covers. Results are committed to the cache
-one by one; failed or expired entries are recorded as failures (not cached) and are asked again next run."""
+one by one; failed or expired entries are recorded as failures (not cached) and are asked again next run.
+
+Each call to the batch API (upload and create, status, results) is retried like an online request
+(`screener.engine`: max_attempts, exponential backoff with jitter, Retry-After honoured) when it fails
+for a reason that may pass (429, 5xx, timeouts, connection errors). One that cannot (a rejected key, a
+wrong model or path) or that fails every attempt stops the case with one line: the endpoint, the
+cause and the fix; the batches already submitted stay recorded, so the rerun collects them."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
 from popfair.constraints import Interval, Text, settings_from_config
+from popfair.errors import ScreeningStopped
 from popfair.owners import new_owner
 from popfair.screen.cache import CachedAnswer, ResponseCache
-from popfair.screen.engine import POSITIVE, Answer, Call, EngineStats, run_coroutine
+from popfair.screen.engine import POSITIVE, Answer, Call, EngineSettings, EngineStats, run_coroutine
+from popfair.screen.failures import FailureHints, stop_message
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.providers import Completion, Provider
+from popfair.screen.providers.base import PermanentError, TransientError
 from popfair.types import Outcome
 
 log = logging.getLogger("popfair.screen")
@@ -59,9 +71,15 @@ class BatchRunner:
         outcome: Outcome,
         stats: EngineStats,
         budget_usd: float | None = None,
+        engine: EngineSettings | None = None,
+        name: str = "",
+        hints: FailureHints | None = None,
     ) -> None:
         self.settings, self.provider, self.cache, self.price = settings, provider, cache, price
         self.outcome, self.stats, self.budget_usd = outcome, stats, budget_usd
+        self.engine = engine or EngineSettings()  # retries and backoff of each batch API call
+        self.name = name or provider.kind
+        self.hints = hints or FailureHints(timeout_s=self.engine.timeout_s)
         if provider.batch_api is None:
             raise ValueError(f"provider {provider.kind!r} has no batch endpoint")
         self.api = provider.batch_api(provider)
@@ -95,7 +113,7 @@ class BatchRunner:
                 for start in range(0, len(fresh), self.settings.max_requests):
                     chunk = fresh[start : start + self.settings.max_requests]
                     lines = [(c.key, p.request_body(c.prompt)) for c in chunk]
-                    batch_id = await self.api.submit(lines, self.settings.completion_window)
+                    batch_id = await self._call(self.api.submit, lines, self.settings.completion_window)
                     self.cache.add_batch(batch_id, p.kind, p.endpoint, p.model, self.outcome, [c.key for c in chunk])
                     self.stats.requests += 1
                     log.info("submitted batch %s with %d requests", batch_id, len(chunk))
@@ -107,8 +125,7 @@ class BatchRunner:
                 status = await self._wait(batch_id, deadline)
                 if status is None:
                     continue  # still running: its rows stay pending; a rerun collects them
-                async for key, result in self.api.results(batch_id):
-                    self._record(key, result, answers)
+                await self._call(self._collect, batch_id, answers)
                 self.cache.finish_batch(batch_id, status)
         finally:
             await p.stop()
@@ -145,7 +162,7 @@ class BatchRunner:
 
     async def _wait(self, batch_id: str, deadline: float | None) -> str | None:
         while True:
-            status, done = await self.api.status(batch_id)
+            status, done = await self._call(self.api.status, batch_id)
             if done:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
@@ -154,6 +171,44 @@ class BatchRunner:
                 )
                 return None
             await asyncio.sleep(self.settings.poll_interval_s)
+
+    async def _collect(self, batch_id: str, answers: dict[str, Answer]) -> None:
+        """Record every entry of a finished batch (a retry records again what it already did: the
+        cache keeps the first answer of a key)."""
+        async for key, result in self.api.results(batch_id):
+            self._record(key, result, answers)
+
+    async def _call(self, method: Any, *args: Any) -> Any:
+        """`await method(*args)`, retried like an online request while it fails for a reason that may
+        pass; ScreeningStopped (endpoint, cause, fix) when it cannot pass or every attempt failed."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.engine.max_attempts),
+            wait=self._backoff,
+            retry=retry_if_exception_type(TransientError),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        self.stats.retries += 1
+                    return await method(*args)
+        except (TransientError, PermanentError) as exc:
+            raise ScreeningStopped(
+                stop_message(self.name, self.provider.display_url, exc.cause, str(exc), self.hints)
+            ) from None
+        raise AssertionError("unreachable: tenacity reraises the last error")
+
+    def _backoff(self, state: RetryCallState) -> float:
+        """Retry-After when the server sent one, else exponential backoff with jitter (screener.engine)."""
+        s = self.engine
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            return min(retry_after, s.retry_after_max_s)
+        return min(s.backoff_initial_s * 2 ** (state.attempt_number - 1), s.backoff_max_s) + random.uniform(
+            0, s.backoff_jitter_s
+        )
 
     def _record(self, key: str, result: Completion | str, answers: dict[str, Answer]) -> None:
         if isinstance(result, str):

@@ -20,6 +20,7 @@ from popfair.errors import ConfigError, DataError, require
 from popfair.screen import collector
 from popfair.screen.cache import StoredReply, open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
+from popfair.screen.failures import FailureHints
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
@@ -353,6 +354,7 @@ class LLMScreener:
         if todo:
             cached_rows = len(documents) - sum(c.rows for c in todo)
             desc = f"screen {self.name}"
+            key_hint = f"check {self.api_key_env}" if self.api_key_env else "check the credentials"
             if self.mode == "batch":
                 from popfair.screen.batch import BatchRunner
 
@@ -364,6 +366,11 @@ class LLMScreener:
                     outcome,
                     stats,
                     budget_usd=self.max_cost_usd,
+                    engine=self.settings,
+                    name=self.name,
+                    hints=FailureHints(
+                        self.config_keys["url_key"], self.config_keys["request_keys"], key_hint, self.settings.timeout_s
+                    ),
                 )
                 answers.update(runner.run(todo))
             else:
@@ -375,7 +382,7 @@ class LLMScreener:
                     outcome,
                     budget_usd=self.max_cost_usd,
                     stats=stats,
-                    key_hint=f"check {self.api_key_env}" if self.api_key_env else "check the credentials",
+                    key_hint=key_hint,
                     name=self.name,
                     **self.config_keys,
                     max_calls=self.max_calls,

@@ -6,7 +6,7 @@ from typing import Any
 
 from popfair.screen.prompts import ChatPrompt
 from popfair.screen.providers.base import Completion, Provider, TransientError, register_provider
-from popfair.screen.providers.openai_chat import MALFORMED, aiohttp_client, sdk_error
+from popfair.screen.providers.openai_chat import MALFORMED, aiohttp_client, sdk_error, sdk_errors
 
 
 class AnthropicBatches:
@@ -16,17 +16,27 @@ class AnthropicBatches:
         self.provider = provider
 
     async def submit(self, lines: list[tuple[str, dict[str, Any]]], window: str) -> str:
-        batch = await self.provider.client.messages.batches.create(
-            requests=[{"custom_id": key, "params": body} for key, body in lines]
-        )
+        import anthropic
+
+        async with sdk_errors(anthropic):
+            batch = await self.provider.client.messages.batches.create(
+                requests=[{"custom_id": key, "params": body} for key, body in lines]
+            )
         return batch.id
 
     async def status(self, batch_id: str) -> tuple[str, bool]:
-        batch = await self.provider.client.messages.batches.retrieve(batch_id)
+        import anthropic
+
+        async with sdk_errors(anthropic):
+            batch = await self.provider.client.messages.batches.retrieve(batch_id)
         return batch.processing_status, batch.processing_status == "ended"
 
     async def results(self, batch_id: str):
-        async for entry in await self.provider.client.messages.batches.results(batch_id):
+        import anthropic
+
+        async with sdk_errors(anthropic):
+            entries = await self.provider.client.messages.batches.results(batch_id)
+        async for entry in entries:
             result = entry.result
             if result.type == "succeeded":
                 try:

@@ -3,7 +3,9 @@ Google's OpenAI-compatible Gemini endpoint, xAI, local vLLM or Ollama servers)."
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from popfair.screen.prompts import ChatPrompt
@@ -56,8 +58,18 @@ def sdk_error(exc: Exception, sdk: Any) -> Exception:
     return exc
 
 
+@contextlib.asynccontextmanager
+async def sdk_errors(sdk: Any) -> AsyncIterator[None]:
+    """SDK exceptions raised inside as popfair's TransientError / PermanentError (`sdk_error`)."""
+    try:
+        yield
+    except (sdk.APIError, *MALFORMED) as exc:
+        raise sdk_error(exc, sdk) from None
+
+
 class OpenAIBatches:
-    """Files upload (purpose=batch) + /v1/batches over /v1/chat/completions."""
+    """Files upload (purpose=batch) + /v1/batches over /v1/chat/completions; SDK errors come out as
+    TransientError / PermanentError (`sdk_errors`), as in online mode."""
 
     TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
@@ -69,25 +81,34 @@ class OpenAIBatches:
             json.dumps({"custom_id": key, "method": "POST", "url": "/v1/chat/completions", "body": body})
             for key, body in lines
         ).encode()
+        import openai
+
         client = self.provider.client
-        upload = await client.files.create(file=("popfair-batch.jsonl", payload), purpose="batch")
-        batch = await client.batches.create(
-            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window=window
-        )
+        async with sdk_errors(openai):
+            upload = await client.files.create(file=("popfair-batch.jsonl", payload), purpose="batch")
+            batch = await client.batches.create(
+                input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window=window
+            )
         return batch.id
 
     async def status(self, batch_id: str) -> tuple[str, bool]:
-        batch = await self.provider.client.batches.retrieve(batch_id)
+        import openai
+
+        async with sdk_errors(openai):
+            batch = await self.provider.client.batches.retrieve(batch_id)
         self._files = getattr(self, "_files", {})
         self._files[batch_id] = (batch.output_file_id, batch.error_file_id)
         return batch.status, batch.status in self.TERMINAL
 
     async def results(self, batch_id: str):
+        import openai
+
         client = self.provider.client
         for file_id in self._files.get(batch_id, (None, None)):
             if not file_id:
                 continue
-            content = await client.files.content(file_id)
+            async with sdk_errors(openai):
+                content = await client.files.content(file_id)
             for line in content.text.splitlines():
                 if not line.strip():
                     continue
