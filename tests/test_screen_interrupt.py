@@ -70,13 +70,25 @@ def signal_while_held(stub: StubServer, cwd: Path, signum: int, *overrides: str)
     """A child screening the population, signalled while CONCURRENCY requests are held by the stub."""
     child = popfair(stub.url, cwd, *overrides)
     wait_until(
-        lambda: stub.state.held == CONCURRENCY and cache_rows(cwd, "responses") == ANSWER_FIRST,
+        lambda: stub.state.held == CONCURRENCY and cache_rows(cwd, "responses") == ANSWER_FIRST and run_exists(cwd),
         child,
         cwd,
         "the case reaching its held requests",
     )
     child.send_signal(signum)
     return child
+
+
+def run_exists(cwd: Path) -> bool:
+    """The case's MLflow run has been created (by the tracking worker, in the background)."""
+    path = cwd / "mlruns" / "mlflow.db"
+    if not path.exists():
+        return False
+    with sqlite3.connect(path) as db:
+        try:
+            return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0
+        except sqlite3.OperationalError:
+            return False
 
 
 def killed_run(cwd: Path):
@@ -143,6 +155,12 @@ def test_a_second_signal_mid_run_exits_at_once_keeping_the_committed_answers(tmp
             said(tmp_path)
         )
         assert cache_rows(tmp_path, "responses") == ANSWER_FIRST
+    # The process left at once; its tracking worker sees it go and ends the run FAILED (never RUNNING forever)
+    deadline = time.monotonic() + 30
+    while (status := killed_run(tmp_path).iloc[0]["status"]) == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status == "FAILED"
+    assert "ended before its run was complete" in killed_run(tmp_path).iloc[0]["tags.error"]
 
 
 SECOND_SIGNAL = """

@@ -36,7 +36,7 @@ from popfair.parallel import cpu_count
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow's limits per log_batch call
 MAX_METRICS_PER_BATCH = 1000
-NICENESS = 10  # the case's own stages come first; logging fills the gaps they leave
+NICENESS = 10  # after its first run exists, the case's own stages come first; logging fills their gaps
 ORPHANED = "the popfair process ended before its run was complete"
 
 _EXECUTOR: Executor | None = None
@@ -78,12 +78,12 @@ def _start() -> Executor:
 _RUNS: dict[str, tuple[str, str]] = {}  # token -> (tracking uri, run id) of the runs open here
 _ARTIFACT_URIS: dict[str, str] = {}  # token -> the run's artifact location
 _CLIENTS: dict[str, Any] = {}
+_NICED = False
 _EXPERIMENTS: dict[tuple[str, str], str] = {}
 
 
 def _init_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the case, which ends its run
-    os.nice(NICENESS)
     threading.Thread(target=_watch_parent, args=(parent,), name="popfair-tracking-watch", daemon=True).start()
 
 
@@ -127,6 +127,10 @@ def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str |
     experiment_id = open_experiment(uri, *experiment)
     run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolve_tags(dict(tags)))
     _RUNS[token] = (uri, run.info.run_id)
+    global _NICED
+    if not _NICED:  # MLflow imported and the run created at full priority: a stopped case has its run
+        os.nice(NICENESS)
+        _NICED = True
     _ARTIFACT_URIS[token] = run.info.artifact_uri
     return run.info.run_id
 
