@@ -124,9 +124,9 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
 
 def _logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]) -> Callable[[], tuple[Effects, Any]]:
     """Wait for the outcome audit (forked beside the estimate) in a thread and queue its artifacts
-    for the tracking worker the moment it ends: its figures (the impact ratio chart draws in about
-    0.5 s) are then drawn while the estimate still runs, not at the end of the case, and by the
-    worker, which has matplotlib imported already (a fork drawing them would import it every case).
+    for the tracking worker the moment it ends: its figures (the impact ratio chart) are then drawn
+    while the estimate still runs, not at the end of the case, and by the worker, which has
+    matplotlib imported already (a fork drawing them would import it every case).
     Returns the function that waits for the audit's result."""
 
     def wait_and_log() -> tuple[Effects, Any]:
