@@ -9,6 +9,7 @@ import importlib.util
 import numpy as np
 import pytest
 
+from popfair.blobstore import open_blob_store
 from popfair.errors import ConfigError
 from popfair.experiment import build
 from popfair.types import Document, Job
@@ -151,13 +152,16 @@ def test_a_stopped_case_keeps_the_embeddings_it_computed(tmp_path, monkeypatch):
     monkeypatch.setattr(screener, "encode", stopping)
     with pytest.raises(KeyboardInterrupt):
         screener.screen(JOBS, documents(), "score")
+    with open_blob_store(tmp_path, "embeddings") as store:
+        kept = store.count()
+    assert kept == sum(len(c) for c in calls[:2]) >= 2  # the two rounds encoded before the stop
     rerun = fresh_screener(tmp_path)
     encoded = counting(rerun, monkeypatch)
     fresh = fresh_screener("null")  # no store: everything encoded now
     assert [r.value for r in rerun.screen(JOBS, documents(), "score")] == pytest.approx(
         [r.value for r in fresh.screen(JOBS, documents(), "score")], abs=1e-4
     )
-    assert len(encoded) == 4 - 2  # 2 descriptions + 2 resumes, 2 of them stored before the stop
+    assert len(encoded) == 4 - kept  # 2 descriptions + 2 resumes, less what was stored before the stop
 
 
 @needs_extra
@@ -188,3 +192,49 @@ def test_missing_extra_is_named_when_the_screener_is_built(monkeypatch, tmp_path
     with pytest.raises(ConfigError) as info:
         build(compose_config(overrides).screener, "screener")
     assert f"pip install 'popfair[{extra}]'" in str(info.value)
+
+
+@needs_extra
+def test_processes_encoding_the_same_texts_at_once_split_them(tmp_path):
+    """Two cases of a parallel sweep that need the same embeddings at once encode each text once
+    between them, and both end with the same vectors."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root, go, n = Path(__file__).resolve().parents[1], tmp_path / "go", 240
+    script = (
+        "import hashlib, sys, time\n"
+        "from pathlib import Path\n"
+        "import numpy as np\n"
+        "from popfair.screen import embedding\n"
+        "from popfair.experiment import build\n"
+        "from tests.conftest import compose_config\n"
+        "embedding.STORE_CHUNK = 4  # small rounds: the two interleave\n"
+        f"s = build(compose_config(['screener=embedding_minilm', 'cache_dir={tmp_path}']).screener, 'screener')\n"
+        "s.model  # loaded before the start, so both begin together\n"
+        f"Path({str(tmp_path)!r}, 'ready-' + sys.argv[1]).touch()\n"
+        "encoded = []; encode = s.encode\n"
+        "s.encode = lambda texts: encoded.extend(texts) or encode(texts)\n"
+        f"while not Path({str(go)!r}).exists(): time.sleep(0.01)\n"
+        f"m = s.embed([f'Registered nurse number {{i}}: patient care, ward rounds, medication' for i in range({n})])\n"
+        "print(len(encoded), hashlib.sha256(np.ascontiguousarray(m).tobytes()).hexdigest())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(i)], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        for i in range(2)
+    ]
+    deadline = time.monotonic() + 240
+    while not all((tmp_path / f"ready-{i}").exists() for i in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # both import torch and load the model; the file starts them together
+    go.touch()
+    outputs = [worker.communicate(timeout=300)[0].split() for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers)
+    encoded = [int(out[0]) for out in outputs]
+    assert sum(encoded) == n and min(encoded) > 0  # every text once, by one or the other
+    assert outputs[0][1] == outputs[1][1]  # the same stored vectors in both

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from operator import attrgetter
@@ -14,7 +13,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from popfair.parallel import cpu_count, forked_spans
-from popfair.render.store import BUCKET_DIGITS, DocumentStore, same_document
+from popfair.render.store import DocumentStore, same_document
+from popfair.shared_work import claimed_rounds
 from popfair.types import Document, Job
 
 log = logging.getLogger("popfair")
@@ -102,7 +102,6 @@ def _render_table(
 
 
 ROUND_DOCUMENTS = 1_000  # documents claimed at a time at least (1,000 pages: a few seconds on two cores)
-CLAIM_POLL_S = 0.5  # how often a process whose buckets are all held by others looks again
 
 
 def _render_claimed(
@@ -115,56 +114,25 @@ def _render_claimed(
     store: DocumentStore,
     bar: tqdm,
 ) -> dict[int, Document]:
-    """The documents of rows `todo` (row index -> document), shared with any process rendering
-    the same keys at once: claim free buckets until they hold a round's worth of documents (at
-    least ROUND_DOCUMENTS, and two spans per worker), read what others stored in them meanwhile,
-    render and save the rest batch by batch, release; buckets held by others are read once
-    released (or taken over when their holder has died)."""
-    waiting: dict[str, list[int]] = {}
-    for i in todo:
-        waiting.setdefault(keys[i][:BUCKET_DIGITS], []).append(i)
+    """The documents of rows `todo` (row index -> document), shared with any process rendering the
+    same keys at once (`popfair.shared_work`): a round's worth at a time (at least ROUND_DOCUMENTS,
+    and two spans per worker), read from the store when another process has stored them
+    meanwhile, else rendered and saved batch by batch."""
     per_round = max(ROUND_DOCUMENTS, 2 * getattr(renderer, "rows_per_process", 0) * (processes or cpu_count()))
     made: dict[int, Document] = {}
-    while waiting:
-        mine = _claim_round(store, waiting, per_round)
-        if not mine:  # every bucket left is being rendered by another process
-            time.sleep(CLAIM_POLL_S)
-            continue
-        try:
-            wanted = [i for bucket in mine for i in waiting.pop(bucket)]
-            found = store.lookup([keys[i] for i in wanted], [rows[i] for i in wanted], jobs)
-            made.update((wanted[j], document) for j, document in found.items())
-            bar.update(len(found))
-            missing = [i for j, i in enumerate(wanted) if j not in found]
-            done = 0
-            for batch in _rendered(renderer, [rows[i] for i in missing], jobs, processes):
-                store.save([(keys[missing[done + j]], document) for j, document in enumerate(batch)])
-                made.update(zip(missing[done : done + len(batch)], batch))
-                done += len(batch)
-                bar.update(len(batch))
-        finally:
-            store.release(mine)
+    for positions in claimed_rounds(store.blobs, store.scope, [keys[i] for i in todo], per_round):
+        wanted = [todo[p] for p in positions]
+        found = store.lookup([keys[i] for i in wanted], [rows[i] for i in wanted], jobs)
+        made.update((wanted[j], document) for j, document in found.items())
+        bar.update(len(found))
+        missing = [i for j, i in enumerate(wanted) if j not in found]
+        done = 0
+        for batch in _rendered(renderer, [rows[i] for i in missing], jobs, processes):
+            store.save([(keys[missing[done + j]], document) for j, document in enumerate(batch)])
+            made.update(zip(missing[done : done + len(batch)], batch))
+            done += len(batch)
+            bar.update(len(batch))
     return made
-
-
-def _claim_round(store: DocumentStore, waiting: Mapping[str, list[int]], per_round: int) -> list[str]:
-    """The buckets this process now holds, about a round's worth of documents: the waiting buckets
-    are offered in groups that would complete the round, each group claimed in one transaction."""
-    mine: list[str] = []
-    held, candidates = 0, iter(list(waiting))
-    while held < per_round:
-        group, size = [], held
-        for bucket in candidates:
-            group.append(bucket)
-            size += len(waiting[bucket])
-            if size >= per_round:
-                break
-        if not group:
-            break
-        claimed = store.claim(group)
-        mine += claimed
-        held += sum(len(waiting[bucket]) for bucket in claimed)
-    return mine
 
 
 SERIAL_BATCH = 256  # documents per batch where a renderer renders in this process

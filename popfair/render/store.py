@@ -19,7 +19,7 @@ The store lives beside the response cache: `<cache_dir>/documents.sqlite`, or ta
 the server cache (`cache_url`) for sweeps over machines. Every batch of rendered documents is
 committed as it arrives, so a killed sweep resumes without rendering again what it rendered.
 Processes rendering the same documents at the same time split them through claims on buckets of
-keys instead of each rendering all of them (see BUCKET_DIGITS)."""
+keys instead of each rendering all of them (`popfair.shared_work`)."""
 
 from __future__ import annotations
 
@@ -35,18 +35,10 @@ from typing import Any
 
 from popfair.blobstore import STORE_ERRORS, BlobStore, open_blob_store
 from popfair.errors import ConfigError, require
-from popfair.owners import new_owner
 from popfair.types import Document, Job
 
 log = logging.getLogger("popfair")
 STORE_NAME = "documents"
-# Processes that render the same pages at once (the gender and race cases of a parallel sweep, a
-# cluster's workers on one server cache) share the work: a key's first BUCKET_DIGITS hex digits
-# put it in a bucket (256 of them, the same for every case whatever rows it renders), and a process
-# claims a few buckets at a time, renders and saves what they lack, releases them, and reads the
-# buckets others hold once they are released.
-BUCKET_DIGITS = 2
-CLAIM_LEASE_S = 600.0  # a claim of a dead process on another host is free after this
 LOOKUP_CHUNK = 2_000  # keys read, then unpacked, at a time (about 100 MB of PNG pages)
 _RENDER_PACKAGE = Path(__file__).resolve().parent
 _RESUME_DATA = _RENDER_PACKAGE.parent / "data" / "resume"
@@ -144,8 +136,7 @@ class DocumentStore:
             default=repr,
         )
         self._prefix = hashlib.sha256(prefix.encode()).digest()
-        self.owner = new_owner()
-        self._claims_failed = False  # the store's claims failed: this process renders without them
+        self.scope = self._prefix.hex()[:32]  # names this renderer's work in the store's claims
 
     @classmethod
     def open(cls, location: str | Path, renderer: Any, settings: Mapping[str, Any]) -> DocumentStore:
@@ -198,32 +189,6 @@ class DocumentStore:
                     row = rows[i]
                     documents[i] = unpack(value, str(row["applicant_id"]), jobs[row["job_id"]].job_id, row)
         return documents
-
-    def claim(self, buckets: Sequence[str]) -> list[str]:
-        """Claim the rendering of `buckets` (keys starting with each) for this process, in one
-        transaction: the buckets it now holds (all of them when the store's claims are unusable:
-        it then renders unclaimed); the others are being rendered by another live process."""
-        if self._claims_failed:
-            return list(buckets)
-        try:
-            held = self.blobs.claim([self._claim_key(b) for b in buckets], self.owner, CLAIM_LEASE_S)
-        except STORE_ERRORS as exc:
-            self._claims_failed = True
-            log.warning("document store %s: claims unusable (%s); rendering without them", self.location, exc)
-            return list(buckets)
-        return [bucket for bucket in buckets if self._claim_key(bucket) not in held]
-
-    def release(self, buckets: Sequence[str]) -> None:
-        """Drop this process's claims of `buckets` (after their documents are saved)."""
-        if self._claims_failed or not buckets:
-            return
-        try:
-            self.blobs.release([self._claim_key(b) for b in buckets], self.owner)
-        except STORE_ERRORS as exc:  # the lease runs out instead
-            log.warning("document store %s: cannot release claims (%s)", self.location, exc)
-
-    def _claim_key(self, bucket: str) -> str:
-        return f"render:{self._prefix.hex()[:32]}:{bucket}"
 
     def save(self, items: Sequence[tuple[str, Document]]) -> None:
         """Store (key, document) pairs in one commit. A store that fails (disk full, database gone)

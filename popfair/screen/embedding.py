@@ -7,7 +7,8 @@ Embeddings are kept in a content-addressed store beside the response cache (`pop
 `<cache_dir>/embeddings.sqlite`, or the `cache_url` database), keyed by the model (its files'
 digest and the library versions), `max_seq_length` and the text: the cases of a sweep that show
 the same resumes (the gender and the race case of an occupation, every estimator) encode each
-resume once, and a case whose texts are all stored does not load the model at all."""
+resume once, and a case whose texts are all stored does not load the model at all. Processes that
+encode the same texts at once split them (`popfair.shared_work`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from popfair.blobstore import STORE_ERRORS, BlobStore, content_key, installed_ve
 from popfair.constraints import Interval, validate
 from popfair.errors import ConfigError, require
 from popfair.screen.local_runtime import require_extra, resolve_device
+from popfair.shared_work import claimed_rounds
 from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 log = logging.getLogger("popfair")
@@ -37,7 +39,7 @@ STORE_NAME = "embeddings"
 SCHEMA = "embedding-v1"  # bump when what a stored vector stands for changes
 LIBRARIES = ("sentence-transformers", "transformers", "torch")
 MODEL_FILES = ("modules.json", "config.json", "sentence_bert_config.json", "config_sentence_transformers.json")
-STORE_CHUNK = 2_048  # texts encoded and stored per commit: a killed case keeps what it encoded
+STORE_CHUNK = 2_048  # texts encoded and stored per round at least: a killed case keeps what it encoded
 
 
 class EmbeddingScreener:
@@ -138,12 +140,18 @@ class EmbeddingScreener:
         with self._store() as store:
             found = {key: np.frombuffer(blob, dtype=np.float32) for key, blob in store.get_many(keys.values()).items()}
             missing = [text for text in unique if keys[text] not in found]
-            for start in range(0, len(missing), STORE_CHUNK):
-                chunk = missing[start : start + STORE_CHUNK]
-                vectors = np.asarray(self.encode(chunk), dtype=np.float32)
-                found.update((keys[text], vector) for text, vector in zip(chunk, vectors))
+            # shared with a process encoding the same texts at once (popfair.shared_work)
+            for positions in claimed_rounds(store, identity[:32], [keys[t] for t in missing], STORE_CHUNK):
+                chunk = [missing[p] for p in positions]
+                stored = store.get_many([keys[text] for text in chunk])  # by another process meanwhile
+                found.update((key, np.frombuffer(blob, dtype=np.float32)) for key, blob in stored.items())
+                new = [text for text in chunk if keys[text] not in found]
+                if not new:
+                    continue
+                vectors = np.asarray(self.encode(new), dtype=np.float32)
+                found.update((keys[text], vector) for text, vector in zip(new, vectors))
                 try:
-                    store.put_many([(keys[text], vector.tobytes()) for text, vector in zip(chunk, vectors)])
+                    store.put_many([(keys[text], vector.tobytes()) for text, vector in zip(new, vectors)])
                 except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
                     log.warning("screener %s: embeddings not stored (%s): %s", self.name, store.location, exc)
         return np.stack([found[keys[text]] for text in texts]) if texts else np.empty((0, 0), np.float32)
