@@ -20,14 +20,8 @@ from pathlib import Path
 import mlflow
 from playwright.sync_api import sync_playwright
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: chromium as the tests launch it
+from tests.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 
 def free_port() -> int:
@@ -73,7 +67,7 @@ def main(folder: Path, out: Path) -> None:
                 time.sleep(0.5)
         url = f"{base}/#/experiments/{run['experiment_id']}/runs/{run['run_id']}"
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(base + "/", wait_until="networkidle")
             page.get_by_text("Model training", exact=True).first.click()  # the classic run view, not GenAI's

@@ -376,6 +376,10 @@ def _nanmax(matrix: np.ndarray) -> np.ndarray:
         return np.nanmax(matrix, axis=1) if matrix.shape[1] else np.full(len(matrix), np.nan)
 
 
+# One BLAS thread: the products here are skinny (a few dozen columns x 200,000 clusters), and
+# OpenBLAS's threads spin on them on a busy machine (4-7x the CPU, 10x the wall time at load 10,
+# for the same exact sums of counts); a single thread does each in milliseconds.
+@threadpool_limits.wrap(limits=1)
 def infer_groupings(
     units: Units,
     groupings: Sequence[tuple[np.ndarray, Sequence[str], np.ndarray]],
@@ -389,22 +393,6 @@ def infer_groupings(
     """Inference per metric and per grouping of the same cells into categories (LL144: sex, race and
     their intersection from sex x race cells), all from one bootstrap. A grouping is (category of
     each cell, or -1 for a cell left out; category names; which categories are in the ratios)."""
-    # One BLAS thread: the products here are skinny (a few dozen columns x 200,000 clusters), and
-    # OpenBLAS's threads spin on them on a busy machine (4-7x the CPU, 10x the wall time at load 10,
-    # for the same exact sums of counts); a single thread does each in milliseconds.
-    with threadpool_limits(1):
-        return _infer_groupings(units, groupings, n_bootstrap, n_permutations, alpha, flag_below, seed)
-
-
-def _infer_groupings(
-    units: Units,
-    groupings: Sequence[tuple[np.ndarray, Sequence[str], np.ndarray]],
-    n_bootstrap: int,
-    n_permutations: int,
-    alpha: float,
-    flag_below: float,
-    seed: int,
-) -> list[list[RatioInference]]:
     boot_n, boot_s = bootstrap_totals(units, n_bootstrap, np.random.default_rng([seed, 23]))
     out: list[list[RatioInference]] = []
     for metric in range(units.selected.shape[1]):

@@ -63,7 +63,8 @@ def impact_ratio_figure(
     under their titles, and the four-fifths line. `table` holds every row (metric, dimension,
     category, status, impact_ratio, ci_low, ci_high, flag); `dimensions` maps each dimension to
     its title, in order. One panel per metric rather than per metric x dimension: the chart is
-    drawn for every case, and matplotlib's cost is per axes and label (0.3 s instead of 0.5 s)."""
+    drawn for every case, and matplotlib's cost is per axes and label (with the placement below:
+    0.23 s instead of 0.56 s)."""
     from matplotlib.figure import Figure
 
     rows = table[table["status"] == "included"]

@@ -75,8 +75,7 @@ def _start() -> Executor:
 # --------------------------------------------------------------------------------------------
 # In the worker
 
-_RUNS: dict[str, tuple[str, str]] = {}  # token -> (tracking uri, run id) of the runs open here
-_ARTIFACT_URIS: dict[str, str] = {}  # token -> the run's artifact location
+_RUNS: dict[str, tuple[str, str, str]] = {}  # token -> (tracking uri, run id, artifact uri) of the runs open here
 _CLIENTS: dict[str, Any] = {}
 _NICED = False
 _EXPERIMENTS: dict[tuple[str, str], str] = {}
@@ -126,19 +125,18 @@ def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str |
 
     experiment_id = open_experiment(uri, *experiment)
     run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolve_tags(dict(tags)))
-    _RUNS[token] = (uri, run.info.run_id)
+    _RUNS[token] = (uri, run.info.run_id, run.info.artifact_uri)
     global _NICED
     if not _NICED:  # MLflow imported and the run created at full priority: a stopped case has its run
         os.nice(NICENESS)
         _NICED = True
-    _ARTIFACT_URIS[token] = run.info.artifact_uri
     return run.info.run_id
 
 
 def _run(token: str) -> tuple[Any, str]:
     if token not in _RUNS:
         raise RuntimeError("the MLflow run was not started (see the first tracking error)")
-    uri, run_id = _RUNS[token]
+    uri, run_id, _ = _RUNS[token]
     return _client(uri), run_id
 
 
@@ -171,7 +169,7 @@ def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
     """Write each artifact once: straight into the run's artifact folder when it is local, else
     into a temporary folder that MLflow uploads."""
     client, run_id = _run(token)
-    location = urllib.parse.urlparse(_ARTIFACT_URIS[token])
+    location = urllib.parse.urlparse(_RUNS[token][2])
     if location.scheme == "file":
         write_artifacts(Path(urllib.request.url2pathname(location.path)), artifacts)
         return
@@ -201,7 +199,7 @@ def write_artifacts(folder: Path, artifacts: Mapping[str, Any]) -> None:
 def end_run(token: str, status: str) -> None:
     client, run_id = _run(token)
     client.set_terminated(run_id, status=status)
-    del _RUNS[token], _ARTIFACT_URIS[token]
+    del _RUNS[token]
 
 
 def fail(token: str, error: str, traceback_text: str, status: str = "FAILED") -> None:
