@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_engine import CONCURRENCY, JOBS, LATENCY_S, docs, screener, start_stub  # noqa: E402
-from popfair.screen.cache import CachedAnswer  # noqa: E402
+from popfair.store.responses import CachedAnswer  # noqa: E402
 from tests.pg_server import PASSWORD, start_postgres  # noqa: E402
 
 

@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popfair.screen.cache import CachedAnswer  # noqa: E402
+from popfair.core.types import Document, Job  # noqa: E402
 from popfair.screen.llm import LLMScreener  # noqa: E402
-from popfair.types import Document, Job  # noqa: E402
+from popfair.store.responses import CachedAnswer  # noqa: E402
 
 LATENCY_S, CONCURRENCY = 0.05, 16
 FAST_LATENCY_S, FAST_CONCURRENCY = 0.01, 64

@@ -74,7 +74,7 @@ STORE_READ = """
 import os, sys, time
 from hydra import compose, initialize_config_dir
 from popfair import Experiment
-from popfair.paths import CONF_DIR
+from popfair.runtime.paths import CONF_DIR
 from popfair.render.base import render_all
 with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
     cfg = compose(config_name="config", overrides=sys.argv[1:] + ["tracking=none"])

@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from popfair.core.types import Document, Job  # noqa: E402
 from popfair.screen.http_endpoint import HttpScreener  # noqa: E402
-from popfair.types import Document, Job  # noqa: E402
 from tests import vendor_stub  # noqa: E402
 
 LATENCY_S, CONCURRENCY = 0.05, 16

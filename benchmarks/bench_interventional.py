@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from popfair.experiment import Experiment  # noqa: E402
+from popfair.case.experiment import Experiment  # noqa: E402
+from popfair.core.types import FACTUAL, WORLD  # noqa: E402
 from popfair.render.base import render_all  # noqa: E402
-from popfair.types import FACTUAL, WORLD  # noqa: E402
 
 TARGET_SHARE = 0.10  # the bar: added cost beyond scoring under 10% of the run time
 

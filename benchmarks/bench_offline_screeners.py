@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from popfair.core.types import Document, Job
 from popfair.screen.simulated import SimulatedScreener
-from popfair.types import Document, Job
 
 N = 60_800  # PopResume: 60.8k resumes across five occupations
 JOBS = {

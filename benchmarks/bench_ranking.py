@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout thi
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from popfair.core.types import Document, Roles, ScreenResult  # noqa: E402
 from popfair.design.ranking.design import DESIGN  # noqa: E402
-from popfair.design.ranking.estimate import RankingEstimator  # noqa: E402
 from popfair.design.ranking.trials import DEFAULT_GROUPS, name_pools, williams_square  # noqa: E402
-from popfair.types import Document, Roles, ScreenResult  # noqa: E402
+from popfair.estimate.ranking.estimator import RankingEstimator  # noqa: E402
 
 STRENGTHS = np.array([0.1, 0.3, -0.1, 0.0, -0.2, 0.0, 0.1, 0.0])
 FIRST_BONUS = 0.5

@@ -30,7 +30,7 @@ import time
 from hydra import compose, initialize_config_dir
 
 from popfair import Experiment
-from popfair.paths import CONF_DIR
+from popfair.runtime.paths import CONF_DIR
 
 CELLS = [  # tfidf screener settings: one screener cell each
     f"screener.ngram_max={ngram}" + ("" if sublinear else " screener.sublinear_tf=false")

@@ -30,12 +30,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from popfair.case.experiment import Experiment  # noqa: E402
+from popfair.core.types import FACTUAL, WORLD  # noqa: E402
 from popfair.estimate.interventional import Interventional, expected_effects  # noqa: E402
 from popfair.estimate.sfm import EFFECTS  # noqa: E402
-from popfair.experiment import Experiment  # noqa: E402
 from popfair.population.worlds import draw_worlds  # noqa: E402
 from popfair.render.base import render_all  # noqa: E402
-from popfair.types import FACTUAL, WORLD  # noqa: E402
 
 
 def main() -> None:

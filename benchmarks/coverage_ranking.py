@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout thi
 
 import numpy as np  # noqa: E402
 
-from popfair.design.ranking.estimate import ranking_effects  # noqa: E402
-from popfair.design.ranking.power import simulate_rankings  # noqa: E402
 from popfair.design.ranking.trials import williams_square  # noqa: E402
+from popfair.estimate.ranking.estimator import ranking_effects  # noqa: E402
+from popfair.estimate.ranking.power import simulate_rankings  # noqa: E402
 
 K, TRIALS, REFERENCE = 8, 1000, "g1"
 STRENGTHS = np.array([0.2, 0.0, -0.3, -0.1, 0.1, 0.0, -0.2, 0.3])

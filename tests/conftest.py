@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # this checkout's (popfair.paths.CONF_DIR)
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # this checkout's (popfair.runtime.paths.CONF_DIR)
 
 
 def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None = None) -> DictConfig:

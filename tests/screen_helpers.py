@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from popfair.core.types import Document, Job
 from popfair.screen.llm import LLMScreener
-from popfair.types import Document, Job
 
 KEYS = {
     "openai": "OPENAI_API_KEY",

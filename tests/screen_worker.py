@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
-from popfair.screen.cache import is_url
 from popfair.screen.llm import LLMScreener
+from popfair.store.responses import is_url
 from tests.screen_helpers import FAST_ENGINE, JOBS, documents
 
 

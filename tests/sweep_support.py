@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from popfair.errors import MissingSecretError
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.core.errors import MissingSecretError
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 PRICE_PER_INPUT_TOKEN = 1e-6
 OUTPUT_TOKENS_PER_CALL = 3

@@ -1,82 +1,90 @@
-"""The package's layering, checked on the source with ast: estimators are functions of the scored
-table (no module in estimate/ imports the render, screen or population stages) and no two packages
-of popfair import each other, directly or through others."""
+"""The package's layering, checked on the source with ast (docs/concepts/architecture.md).
+
+Every import counts: module level, inside functions, under `if TYPE_CHECKING:`, relative ones and
+`import_module("popfair....")` strings of lazy exports. No module imports a module of a higher layer,
+and no two modules import each other, directly or through others."""
 
 from __future__ import annotations
 
 import ast
-from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
+
+import pytest
+
+from popfair.runtime.architecture import LAYERS, import_graph, layer_of, module_cycles, upward_imports
 
 PACKAGE = Path(__file__).resolve().parents[1] / "popfair"
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(PACKAGE)
 
 
-def _imports(path: Path) -> set[str]:
-    """popfair modules `path` imports at runtime (anywhere in the file, lazy imports included)."""
-    module = _module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    tree = ast.parse(path.read_text())
-    type_only = {
-        id(n)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and _is_type_checking(block.test)
-        for stmt in block.body
-        for n in ast.walk(stmt)
-    }
-    for node in ast.walk(tree):
-        if id(node) in type_only:  # `if TYPE_CHECKING:` imports are for type checkers, not at runtime
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                base = f"{anchor}.{base}" if base else anchor
-            found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
-    return {name for name in found if name == "popfair" or name.startswith("popfair.")}
+def test_every_module_has_a_layer(graph):
+    assert not [m for m in graph if layer_of(m) is None], "declare the layer of new top-level packages"
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def test_no_import_reaches_up_a_layer(graph):
+    found = upward_imports(graph)
+    assert not found, "\n".join(f"{a} ({layer_of(a)}) imports {b} ({layer_of(b)})" for a, b in found)
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+def test_no_module_cycle(graph):
+    cycles = module_cycles(graph)
+    assert not cycles, "modules import each other: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-def _package(module: str) -> str:
-    """popfair.estimate.pse -> popfair.estimate; top-level modules (popfair.experiment) stand alone."""
-    parts = module.split(".")
-    return ".".join(parts[:2])
-
-
-def test_estimators_import_no_other_pipeline_stage():
+def test_estimators_import_no_other_pipeline_stage(graph):
     forbidden = ("popfair.render", "popfair.screen", "popfair.population")
-    offending = {
-        module: sorted(m for m in imported if m.startswith(forbidden))
-        for module, imported in _graph().items()
-        if module.startswith("popfair.estimate")
+    offending = {m: sorted(i for i in imported if i.startswith(forbidden)) for m, imported in graph.items()}
+    assert not {m: v for m, v in offending.items() if v and m.startswith("popfair.estimate")}
+
+
+def test_type_only_function_level_and_relative_imports_count(tmp_path):
+    """The checker is not fooled by the ways imports hide (a planted upward import of each kind)."""
+    pkg = tmp_path / "popfair"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "report").mkdir()
+    for init in (pkg / "__init__.py", pkg / "core" / "__init__.py", pkg / "report" / "__init__.py"):
+        init.write_text("")
+    (pkg / "report" / "sweep.py").write_text("X = 1\n")
+    hidden = {
+        "typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from popfair.report.sweep import X\n",
+        "lazy.py": "def f():\n    import popfair.report.sweep\n",
+        "relative.py": "from ..report import sweep\n",
+        "named.py": "from importlib import import_module\nimport_module('popfair.report.sweep')\n",
     }
-    assert not {k: v for k, v in offending.items() if v}
+    for name, source in hidden.items():
+        (pkg / "core" / name).write_text(source)
+    found = {a for a, _ in upward_imports(import_graph(pkg))}
+    assert found == {f"popfair.core.{name[:-3]}" for name in hidden}
 
 
-def test_packages_import_each_other_without_a_cycle():
-    packages: dict[str, set[str]] = {}
-    for module, imported in _graph().items():
-        packages.setdefault(_package(module), set()).update(
-            _package(other) for other in imported if _package(other) not in (_package(module), "popfair")
-        )
-    try:
-        list(TopologicalSorter(packages).static_order())
-    except CycleError as exc:
-        raise AssertionError(f"packages import each other in a cycle: {exc.args[1]}") from None
+def test_layers_are_documented():
+    page = (PACKAGE.parent / "docs" / "concepts" / "architecture.md").read_text()
+    for layer, packages in LAYERS:
+        assert f"**{layer}**" in page, layer
+        for package in packages:
+            assert f"`{package}`" in page, package
+
+
+def test_at_most_four_loose_modules_at_the_top():
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert len(loose) <= 4, loose
+
+
+def test_no_file_over_500_lines():
+    long = {
+        str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert not long, long
+
+
+def test_every_module_says_what_it_owns():
+    missing = [
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if "data" not in p.relative_to(PACKAGE).parts[:1] and not ast.get_docstring(ast.parse(p.read_text()))
+    ]
+    assert not missing, missing

@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from popfair.errors import ConfigError
+from popfair.core.errors import ConfigError
+from popfair.core.types import Effects
 from popfair.report.audit import effects_blocks
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.sweep.case import case_from_config
-from popfair.types import Effects
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import compose_config
 from tests.test_table_source import CELLS, COLUMNS, decisions, write
@@ -142,7 +142,7 @@ def test_the_pdf_carries_the_summary(table_case):
 
 
 def test_tool_facts_are_checked():
-    from popfair.table.settings import ToolFacts
+    from popfair.design.table.settings import ToolFacts
 
     with pytest.raises(ConfigError, match="table.tool.distribution_date: must be a date YYYY-MM-DD"):
         ToolFacts.from_config({"distribution_date": "March 2024"})

@@ -1,4 +1,4 @@
-"""Helpers of the content-addressed store (popfair.blobstore) for computed results: keys follow
+"""Helpers of the content-addressed store (popfair.store.blobs) for computed results: keys follow
 content, arrays round-trip to the bit, the memory store for callers without a cache folder, and a
 writer killed mid-commit never leaves a partial blob."""
 
@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from popfair.blobstore import MemoryBlobStore, content_key, open_blob_store, pack_arrays, unpack_arrays
+from popfair.store.blobs import MemoryBlobStore, content_key, open_blob_store, pack_arrays, unpack_arrays
 
 
 def test_keys_follow_content_and_framing():

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from popfair.blobstore import open_blob_store
-from popfair.errors import ConfigError
-from popfair.screen.cache import CachedAnswer, SqliteCache, open_cache
-from popfair.screen.cache.__main__ import main as cache_cli
-from popfair.screen.cache.server import ServerCache
+from popfair.core.errors import ConfigError
+from popfair.store.__main__ import main as cache_cli
+from popfair.store.blobs import open_blob_store
+from popfair.store.responses import CachedAnswer, SqliteCache, open_cache
+from popfair.store.responses.server import ServerCache
 from tests.pg_server import PASSWORD
 
 ANSWER = CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0)
@@ -80,8 +80,8 @@ def test_claims_of_a_dead_process_on_this_host_are_taken_over_at_once_other_host
     import subprocess
     import sys
 
-    from popfair.owners import HOST_ID
-    from popfair.screen.claims import CacheThread, ClaimBroker
+    from popfair.store.claims import CacheThread, ClaimBroker
+    from popfair.store.owners import HOST_ID
 
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()  # a process of this host that no longer runs

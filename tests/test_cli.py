@@ -88,7 +88,7 @@ def test_multirun_makes_one_mlflow_run_per_case(tmp_path):
         ["popfair", "--help", "occupation=teacher"],  # Hydra's help
         ["popfair", "--cfg", "job"],  # Hydra prints inside its own error handler
         ["popfair.report", "--help"],
-        ["popfair.export", "--help"],
+        ["popfair.case.export", "--help"],
         ["popfair.population.fetch", "--help"],
     ],
     ids=lambda command: " ".join(command),

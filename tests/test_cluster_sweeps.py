@@ -19,8 +19,8 @@ import mlflow
 import pytest
 from omegaconf import OmegaConf
 
-from popfair.errors import ConfigError
-from popfair.preflight import check_shared_services
+from popfair.core.errors import ConfigError
+from popfair.sweep.preflight import check_shared_services
 from tests.conftest import CONF_DIR
 from tests.llm_stub import StubServer
 from tests.mlflow_server import mlflow_server

@@ -10,8 +10,8 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from popfair.errors import ConfigError
-from popfair.experiment import COMPONENT_GROUPS, Experiment, build
+from popfair.case.experiment import COMPONENT_GROUPS, Experiment, build
+from popfair.core.errors import ConfigError
 from tests.conftest import CONF_DIR, compose_config
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from popfair.preflight import drop_cells
+from popfair.sweep.preflight import drop_cells
 from tests.llm_stub import StubServer
 from tests.mlflow_server import mlflow_server
 from tests.pg_server import free_port

@@ -80,8 +80,8 @@ def test_different_seed_gives_different_applicants(small_run, tmp_path):
 def test_tfidf_scores_a_document_the_same_in_any_later_batch():
     """The vocabulary is fit on the first call, so re-screening a subset (as counterfactual
     worlds do) gives each document exactly the score it had in the case's own batch."""
+    from popfair.core.types import Document, Job
     from popfair.screen.tfidf import TfidfScreener
-    from popfair.types import Document, Job
 
     job = Job(
         job_id="j",
@@ -104,8 +104,8 @@ def test_tfidf_scores_a_document_the_same_in_any_later_batch():
 
 def test_tfidf_counts_words_unseen_when_it_was_fit():
     """A rare word first seen in a later batch still lowers the match (it is not dropped)."""
+    from popfair.core.types import Document, Job
     from popfair.screen.tfidf import TfidfScreener
-    from popfair.types import Document, Job
 
     job = Job(job_id="j", title="Nurse", description="registered nurse acute care patient assessment")
     base = [Document(applicant_id="a", job_id="j", kind="text", text="registered nurse acute care")]

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from popfair import Experiment
-from popfair.errors import DataError
-from popfair.export import export_case
+from popfair.case.export import export_case
+from popfair.core.errors import DataError
 from popfair.render.base import render_all
 from popfair.render.files import document_id
 from popfair.report.__main__ import main as report_main
@@ -66,7 +66,7 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
         [
             sys.executable,
             "-m",
-            "popfair.export",
+            "popfair.case.export",
             *PAIRED,
             *FILE_TOOL,
             f"screener.dir={folder}",

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from popfair.errors import DataError
+from popfair.core.errors import DataError
 from popfair.estimate import impact_inference
 from popfair.estimate.impact_inference import impact_ratio_inference, permutation_totals
 from popfair.estimate.impact_ratio import ImpactRatioSettings, impact_ratios, impact_ratios_from_counts

@@ -12,12 +12,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from popfair import Experiment
-from popfair.errors import ConfigError, DataError, EstimationError
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError, DataError, EstimationError
+from popfair.core.types import Roles
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.impact_ratio import ImpactRatio, ImpactRatioSettings, impact_ratios
-from popfair.experiment import build
-from popfair.report.figures import draw
-from popfair.types import Roles
+from popfair.track.figures import draw
 from tests.conftest import compose_config
 
 FAST = dict(n_bootstrap=400)

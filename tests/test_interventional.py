@@ -13,14 +13,14 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from popfair import Experiment
-from popfair.errors import ConfigError, EstimationError
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError, EstimationError
+from popfair.core.types import FACTUAL, WORLD, Roles
 from popfair.estimate.interventional import Interventional, expected_effects, paired_effects
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
 from popfair.estimate.side_by_side import SideBySide, compare
-from popfair.experiment import build
 from popfair.population.worlds import draw_worlds, sample_applicants
 from popfair.render.base import render_all
-from popfair.types import FACTUAL, WORLD, Roles
 from tests.conftest import compose_config
 
 # A zero-variance contrast (NDE of a text that never shows X: both documents are identical, so

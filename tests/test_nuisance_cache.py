@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from popfair.blobstore import open_blob_store
 from popfair.estimate import nuisance_cache
 from popfair.estimate.nuisance_cache import STORE_NAME
 from popfair.estimate.pse import PseOverlapWarning, PseResult, clear_tuning_cache, estimate_pse
 from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.store.blobs import open_blob_store
 
 GRID = {"n_estimators": [10, 30], "max_depth": [1, 2], "reg_lambda": [1.0]}
 SIM = SimulatedSFM()
@@ -129,7 +129,7 @@ def test_a_server_cache_url_keeps_the_nuisances_for_every_machine(applicants, tm
 
 
 def test_the_config_passes_the_server_cache_to_the_estimator():
-    from popfair.experiment import build
+    from popfair.case.experiment import build
     from tests.conftest import compose_config
 
     url = "postgresql+psycopg://popfair@db.internal:5432/popfair"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from popfair import paths
+from popfair.runtime import paths
 from tests.test_cli import ROOT
 
 

@@ -9,9 +9,9 @@ import pytest
 from hydra.utils import instantiate
 from scipy import stats
 
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError, DataError
 from popfair.design.paired.population import NAME_FIELDS, PairedAuditPopulation, load_name_pools
-from popfair.errors import ConfigError, DataError
-from popfair.experiment import build
 from popfair.population.occupation import Occupation
 from popfair.population.postings import ENTRY_LEVEL_TITLES, EntryLevelPostings
 from popfair.population.protected import ProtectedAttribute

@@ -9,10 +9,10 @@ import pytest
 from scipy import stats
 from statsmodels.stats.contingency_tables import mcnemar
 
-from popfair.errors import EstimationError
+from popfair.core.errors import EstimationError
+from popfair.core.types import Roles
 from popfair.estimate.inference import bootstrap_means
 from popfair.estimate.paired import PairedGap, paired_gap
-from popfair.types import Roles
 
 ROLES = Roles(x="race", x0="black", x1="white", z=("gender",), b=(), r=("first_name", "surname"))
 

@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 from scipy import stats
 
-from popfair.errors import DataError, EstimationError
+from popfair.core.errors import DataError, EstimationError
 from popfair.estimate.paired import paired_gap
 from popfair.report.panel import format_panel_table, panel_report, panel_row, panel_tables, race_gender_correlation
 from tests.test_paired_gap import pairs_with_counts

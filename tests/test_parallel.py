@@ -1,4 +1,4 @@
-"""popfair.parallel.forked_call: work in a forked process beside the caller, results and errors back."""
+"""popfair.runtime.parallel.forked_call: work in a forked process beside the caller, results and errors back."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 import pandas as pd
 import pytest
 
-from popfair import parallel
-from popfair.errors import ConfigError, EstimationError
+from popfair.core.errors import ConfigError, EstimationError
+from popfair.runtime import parallel
 
 
 def _pid_and_frame(n: int) -> tuple[int, pd.DataFrame]:

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError, DataError
+from popfair.core.types import Plot
 from popfair.data import data_file
-from popfair.errors import ConfigError, DataError
-from popfair.experiment import build
 from popfair.population.cache import disk_cached
 from popfair.population.names import census_surnames, ssa_first_names
 from popfair.population.occupation import Occupation, occupation_from_pums
@@ -21,8 +22,7 @@ from popfair.population.popresume import PopResumePopulation, roles_for
 from popfair.population.protected import ProtectedAttribute
 from popfair.population.pums import BUNDLED_PUMS
 from popfair.population.scm import keyed_uniforms
-from popfair.report.figures import draw
-from popfair.types import Plot
+from popfair.track.figures import draw
 from tests import population_reference as reference
 from tests.conftest import compose_config
 

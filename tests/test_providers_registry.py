@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from popfair.errors import ConfigError
+from popfair.core.errors import ConfigError
 from popfair.screen.providers import PROVIDERS, Completion, Provider, make_provider, register_provider
 from popfair.screen.providers.base import Generation
 from tests.screen_helpers import make_screener

@@ -12,14 +12,14 @@ import xgboost as xgb
 from matplotlib.figure import Figure
 from scipy import stats
 
-from popfair.errors import ConfigError, EstimationError
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError, EstimationError
+from popfair.core.types import Roles
 from popfair.estimate import dml, nuisances, pse
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm import EFFECTS, case_labels
 from popfair.estimate.sfm_sim import SimulatedSFM
-from popfair.experiment import build
-from popfair.report.figures import draw
-from popfair.types import Roles
+from popfair.track.figures import draw
 from tests.conftest import compose_config
 
 # A reduced grid keeps the suite fast; the paper's full grid runs in benchmarks/. Truth checks use

@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from popfair.errors import ConfigError
-from popfair.estimate.dml import BINARY_SPLITS
+from popfair.core.errors import ConfigError
+from popfair.estimate.dml_settings import BINARY_SPLITS
 from popfair.estimate.inference import mean_inference
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm_sim import SimulatedSFM

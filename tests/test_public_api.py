@@ -19,7 +19,7 @@ STAGES = [
     "popfair.screen",
     "popfair.track",
     "popfair.report",
-    "popfair.table",
+    "popfair.design.table",
 ]
 DOCUMENTED = ["Experiment", "RunResult", "estimate_pse", "paired_gap", "impact_ratios", "panel_report", "TableCase"]
 
@@ -62,7 +62,7 @@ def test_import_popfair_loads_no_heavy_dependency():
         "popfair.estimate.paired",
         "popfair.estimate.impact_ratio",
         "popfair.design.ranking.parse",
-        "popfair.design.ranking.estimate",
+        "popfair.estimate.ranking.estimator",
     ],
 )
 def test_docstring_examples_run(module):

@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 
 from popfair import Experiment
-from popfair.design.ranking.estimate import design_matrix, fit_rank_logit, ranking_effects
+from popfair.core.errors import ConfigError
 from popfair.design.ranking.parse import parse_ranking
-from popfair.design.ranking.power import simulate_rankings, trials_needed
 from popfair.design.ranking.trials import williams_square
-from popfair.errors import ConfigError
+from popfair.estimate.ranking.estimator import ranking_effects
+from popfair.estimate.ranking.model import design_matrix, fit_rank_logit
+from popfair.estimate.ranking.power import simulate_rankings, trials_needed
 from tests.conftest import compose_config
 
 NAMES = ["Maria L. Garcia", "Wei Chen", "Tyrone Washington", "Emily Walsh"]  # shown as candidates 1..4

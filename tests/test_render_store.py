@@ -20,11 +20,11 @@ import pandas as pd
 import pytest
 
 from popfair import Experiment
-from popfair.blobstore import open_blob_store
-from popfair.errors import ConfigError
+from popfair.core.errors import ConfigError
+from popfair.core.types import WORLD
 from popfair.render.base import render_all
 from popfair.render.store import STORE_NAME, DocumentStore
-from popfair.types import WORLD
+from popfair.store.blobs import open_blob_store
 from tests.conftest import compose_config
 from tests.llm_stub import StubServer
 from tests.screen_helpers import make_screener
@@ -354,7 +354,7 @@ def test_processes_rendering_the_same_pages_at_once_split_them(tmp_path):
 
 @pytest.mark.parametrize("backend", ["folder", "memory", "server"])
 def test_claims_hold_against_live_owners_and_pass_from_dead_or_expired_ones(backend, tmp_path, request):
-    from popfair.owners import HOST_ID, new_owner
+    from popfair.store.owners import HOST_ID, new_owner
 
     location = {"folder": tmp_path, "memory": None}.get(backend) or request.getfixturevalue("pg_url")
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)

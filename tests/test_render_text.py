@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from popfair.errors import ConfigError, DataError
-from popfair.experiment import build
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError, DataError
+from popfair.core.types import Job
 from popfair.render.base import render_all, sample_artifacts
 from popfair.render.content import DEMOGRAPHIC_WORDS, cities_by_state, demographic_words_in
 from popfair.render.text import COMPLETION_AGE, TextRenderer, education_years, number_of_roles, role_periods
-from popfair.types import Job
 from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from popfair.core.types import Document
 from popfair.population.postings import EntryLevelPostings
 from popfair.report.panel import bonferroni_note, panel_tables
 from popfair.screen.prompts import PROMPT_DIR, PromptSet
-from popfair.types import Document
 from tests.conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]

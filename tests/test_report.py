@@ -10,14 +10,14 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from popfair.errors import DataError
+from popfair.core.errors import DataError
+from popfair.core.types import Effects
 from popfair.estimate.sfm import CASE_LABELS
 from popfair.report.document import markdown_table
 from popfair.report.patterns import pattern_tally
 from popfair.report.runs import effects_long, load_runs
 from popfair.report.sweep import case_table, write_report
 from popfair.track.mlflow_tracker import MlflowTracker
-from popfair.types import Effects
 
 PSE = ["TE", "NDE", "NIE", "BIE", "RIE"]
 PANEL = {  # model -> release date, race gap, gender gap, cluster p (race), cluster p (gender)

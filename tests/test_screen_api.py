@@ -9,7 +9,7 @@ import time
 import pytest
 from tenacity import RetryCallState
 
-from popfair.errors import MissingSecretError, ScreeningStopped
+from popfair.core.errors import MissingSecretError, ScreeningStopped
 from popfair.screen.engine import Engine, EngineSettings, RateLimiter
 from popfair.screen.parse import parse_answer
 from popfair.screen.providers import TransientError
@@ -75,7 +75,7 @@ def test_faulty_server_every_row_scored_or_recorded_and_each_prompt_answered_onc
 
 @pytest.mark.parametrize("provider,fmt", [("openai", "openai"), ("anthropic", "anthropic"), ("bedrock", "bedrock:png")])
 def test_images_reach_the_provider_in_its_own_base64_format(provider, fmt, tmp_path, monkeypatch):
-    from popfair.types import Document
+    from popfair.core.types import Document
 
     docs = [Document(f"i{k}", "nurse", "image", "", image_png=png(k)) for k in range(6)]
     with StubServer() as stub:
@@ -90,8 +90,8 @@ def test_images_reach_the_provider_in_its_own_base64_format(provider, fmt, tmp_p
 
 
 def test_text_only_model_refuses_images_before_any_call(tmp_path, monkeypatch):
-    from popfair.errors import ConfigError
-    from popfair.types import Document
+    from popfair.core.errors import ConfigError
+    from popfair.core.types import Document
 
     with StubServer() as stub:
         screener = make_screener("openai", stub.url, tmp_path, monkeypatch, vision=False)

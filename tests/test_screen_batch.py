@@ -98,7 +98,7 @@ def test_batch_api_calls_that_fail_for_a_while_are_retried(provider, tmp_path, m
     ],
 )
 def test_a_batch_api_that_cannot_answer_stops_the_case_in_one_line(provider, faults, cause, fix, tmp_path, monkeypatch):
-    from popfair.errors import ScreeningStopped
+    from popfair.core.errors import ScreeningStopped
 
     docs = documents(8)
     with StubServer() as stub:
@@ -117,7 +117,7 @@ def test_a_batch_api_that_cannot_answer_stops_the_case_in_one_line(provider, fau
 
 
 def test_batch_mode_is_refused_for_providers_without_a_batch_api(tmp_path, monkeypatch):
-    from popfair.errors import ConfigError
+    from popfair.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="screener.mode"):
         make_screener("bedrock", "http://127.0.0.1:9", tmp_path, monkeypatch, mode="batch")

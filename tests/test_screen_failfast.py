@@ -16,7 +16,7 @@ import mlflow
 import pytest
 
 from popfair import Experiment
-from popfair.errors import ScreeningStopped, TooManyFailures
+from popfair.core.errors import ScreeningStopped, TooManyFailures
 from popfair.screen.http_endpoint import HttpScreener
 from tests.conftest import compose_config
 from tests.llm_stub import Faults, StubServer

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from popfair.errors import ConfigError
-from popfair.experiment import build
-from popfair.types import Document, Job
+from popfair.case.experiment import build
+from popfair.core.errors import ConfigError
+from popfair.core.types import Document, Job
 from tests.conftest import compose_config
 
 torch = pytest.importorskip("torch", reason="needs the hflocal extra: pip install 'popfair[hflocal]'")

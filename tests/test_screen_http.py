@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from popfair import Experiment
-from popfair.errors import ConfigError, MissingSecretError
+from popfair.core.errors import ConfigError, MissingSecretError
+from popfair.core.types import Document, Job
 from popfair.render.files import document_id
 from popfair.screen.http_endpoint import HttpScreener
-from popfair.types import Document, Job
 from tests import vendor_stub
 from tests.conftest import compose_config
 

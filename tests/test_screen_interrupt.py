@@ -165,7 +165,7 @@ def test_a_second_signal_mid_run_exits_at_once_keeping_the_committed_answers(tmp
 
 SECOND_SIGNAL = """
 import asyncio, sys, time
-from popfair.interrupts import engine_signals
+from popfair.runtime.interrupts import engine_signals
 
 async def main():
     def first(name):  # a clean stop that takes far too long

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from popfair.errors import ConfigError
+from popfair.core.errors import ConfigError
+from popfair.core.types import Document, Job
 from popfair.screen.parse import parse_answer
 from popfair.screen.prompts import PromptSet
-from popfair.types import Document, Job
 from tests.conftest import compose_config
 
 

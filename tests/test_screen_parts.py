@@ -8,16 +8,16 @@ import math
 
 import pytest
 
-from popfair.errors import ConfigError
-from popfair.screen.cache import SqliteCache
+from popfair.core.errors import ConfigError
+from popfair.core.types import Document
+from popfair.runtime.secrets import REDACTED, RedactSecrets, register_secret
 from popfair.screen.pricing import (
     MESSAGE_OVERHEAD_TOKENS,
     Price,
     estimate_input_tokens,
     image_tokens,
 )
-from popfair.secrets import REDACTED, RedactSecrets, register_secret
-from popfair.types import Document
+from popfair.store.responses import SqliteCache
 from tests.llm_stub import StubServer
 from tests.screen_helpers import JOBS, documents, make_screener, png
 
@@ -123,7 +123,7 @@ def test_cache_key_covers_model_params_endpoint_and_prompt(tmp_path, monkeypatch
 
 
 def test_cache_survives_reopening_and_ignores_missing_keys(tmp_path):
-    from popfair.screen.cache import CachedAnswer
+    from popfair.store.responses import CachedAnswer
 
     cache = SqliteCache(tmp_path)
     cache.put("k1", "openai", "m", CachedAnswer("85", 85.0, None, 10, 1, 0.001, 0.2, 1.0))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from popfair.screen.cache import open_cache
+from popfair.store.responses import open_cache
 from tests.llm_stub import StubServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,10 +14,10 @@ import mlflow
 import pytest
 from omegaconf import OmegaConf
 
-from popfair.errors import MissingSecretError
-from popfair.experiment import Experiment
-from popfair.screen.routes import AWS_VARIABLES
-from popfair.secrets import KNOWN_SECRET_VARIABLES
+from popfair.case.experiment import Experiment
+from popfair.core.errors import MissingSecretError
+from popfair.runtime.routes import AWS_VARIABLES
+from popfair.runtime.secrets import KNOWN_SECRET_VARIABLES
 from tests.conftest import compose_config
 from tests.llm_stub import StubServer
 

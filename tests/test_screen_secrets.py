@@ -58,8 +58,8 @@ def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
 
 
 def test_missing_key_fails_when_the_case_is_built_naming_the_variable(tmp_path, monkeypatch):
-    from popfair.errors import MissingSecretError
-    from popfair.experiment import Experiment
+    from popfair.case.experiment import Experiment
+    from popfair.core.errors import MissingSecretError
     from tests.conftest import compose_config
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -10,10 +10,10 @@ import statsmodels.formula.api as smf
 from omegaconf import OmegaConf
 from scipy import integrate, special, stats
 
-from popfair.errors import ConfigError, DataError
-from popfair.experiment import Experiment, build
+from popfair.case.experiment import Experiment, build
+from popfair.core.errors import ConfigError, DataError
+from popfair.core.types import Document, Job
 from popfair.screen.simulated import SimulatedScreener
-from popfair.types import Document, Job
 from tests.conftest import compose_config
 
 JOBS = {"nurse": Job(job_id="nurse", title="Registered nurse", description="Care for patients.")}

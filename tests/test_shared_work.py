@@ -1,4 +1,4 @@
-"""Work shared through claims (popfair.shared_work): every key is handed out once, buckets another
+"""Work shared through claims (popfair.store.shared_work): every key is handed out once, buckets another
 live process holds wait until it releases them, and a store whose claims fail is worked through."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import threading
 
-from popfair.blobstore import MemoryBlobStore, open_blob_store
-from popfair.shared_work import BUCKET_DIGITS, _claim_key, claimed_rounds
+from popfair.store.blobs import MemoryBlobStore, open_blob_store
+from popfair.store.shared_work import BUCKET_DIGITS, _claim_key, claimed_rounds
 
 KEYS = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(60)]
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from popfair.errors import MissingSecretError
-from popfair.experiment import Experiment
+from popfair.case.experiment import Experiment
+from popfair.core.errors import MissingSecretError
 from popfair.report.__main__ import main as report_main
 from popfair.sweep.state import read_case_records, sweep_grid
 from tests.conftest import CONF_DIR, compose_config

@@ -8,7 +8,7 @@ from __future__ import annotations
 import mlflow
 import pandas as pd
 
-from popfair.experiment import Experiment
+from popfair.case.experiment import Experiment
 from popfair.sweep import plan
 from tests.conftest import compose_config
 from tests.llm_stub import StubServer

@@ -64,7 +64,7 @@ class FailingLoader(CountingLoader):
 
 
 def test_a_large_batch_is_composed_on_two_cores_in_order(plugin, monkeypatch):
-    from popfair import parallel
+    from popfair.runtime import parallel
 
     monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
     counting = CountingLoader()
@@ -77,7 +77,7 @@ def test_a_large_batch_is_composed_on_two_cores_in_order(plugin, monkeypatch):
 
 
 def test_a_case_the_worker_cannot_compose_fails_with_hydras_error(plugin, monkeypatch):
-    from popfair import parallel
+    from popfair.runtime import parallel
 
     monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
     loader = plugin.ComposeOnceLoader(FailingLoader())

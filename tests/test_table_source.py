@@ -1,5 +1,5 @@
 """A table as the source of a case: every format and database gives the same mapped counts, equal to a
-hand count; every bad input is a one-line error naming its config key (popfair/table/)."""
+hand count; every bad input is a one-line error naming its config key (popfair/design/table/)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from popfair.errors import ConfigError, DataError
+from popfair.case.table import TableCase
+from popfair.core.errors import ConfigError, DataError
 from popfair.sweep.case import case_from_config
-from popfair.table.case import TableCase
 from tests.conftest import compose_config
 
 # (sex, race) -> (applicants, selected): known selection rates per category. "" sex and "Prefer not

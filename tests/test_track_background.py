@@ -71,8 +71,8 @@ def test_the_run_is_complete_when_the_case_returns(tmp_path):
 
 def test_an_equal_figure_is_drawn_once_per_process(monkeypatch):
     """The population's figures are the same for every screener cell of a sweep: drawn once."""
-    from popfair.report import figures
-    from popfair.types import Plot
+    from popfair.core.types import Plot
+    from popfair.track import figures
 
     drawn = []
     monkeypatch.setattr(figures, "_DRAWN", {})

@@ -148,8 +148,8 @@ def config_keys(text: str) -> list[Key]:
 
 
 def config_groups() -> dict[str, list[str]]:
-    """Group -> options, as `popfair --help` lists them (popfair.cli_help is the one definition)."""
-    from popfair.cli_help import config_groups as groups
+    """Group -> options, as `popfair --help` lists them (popfair.runtime.cli_help is the one definition)."""
+    from popfair.runtime.cli_help import config_groups as groups
 
     return groups(CONF)
 
@@ -331,14 +331,14 @@ def write_guides() -> None:
 API_OUT = DOCS / "reference" / "api" / "index.md"
 # Sections of the API page by the defining module's package; a name from a new package goes under "Other".
 API_SECTIONS = [
-    ("popfair.experiment", "Running a case", "A case composed from a Hydra config, run and logged."),
-    ("popfair.table", "Table cases", "Audits of decisions that already exist: a table is the case's source."),
+    ("popfair.case.experiment", "Running a case", "A case composed from a Hydra config, run and logged."),
+    ("popfair.design.table", "Table cases", "Audits of decisions that already exist: a table is the case's source."),
     ("popfair.estimate", "Estimators", "Functions of a scored table: effects with confidence intervals."),
     ("popfair.design", "Designs", "How applicants become prompts and replies become rows (ranking: k per prompt)."),
     ("popfair.render", "Documents", "Rendered documents and the store that keeps them for later cases."),
     ("popfair.report", "Reports", "Tables and figures over many cases."),
-    ("popfair.types", "Data types", "What flows between the pipeline's stages."),
-    ("popfair.errors", "Errors", "What popfair raises: one line naming the config key or input at fault."),
+    ("popfair.core.types", "Data types", "What flows between the pipeline's stages."),
+    ("popfair.core.errors", "Errors", "What popfair raises: one line naming the config key or input at fault."),
 ]
 
 

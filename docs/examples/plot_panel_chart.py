@@ -15,8 +15,8 @@ import pandas as pd
 import yaml
 
 import popfair
-from popfair.paths import CONF_DIR
 from popfair.report.panel import panel_row
+from popfair.runtime.paths import CONF_DIR
 
 true_gap_pp = {  # (race, gender): callback-rate gaps built into the simulation, in percentage points
     "gpt35_turbo": (4.0, -3.0),

@@ -12,8 +12,8 @@ anything.
 from hydra import compose, initialize_config_dir
 
 import popfair
-from popfair.paths import CONF_DIR
-from popfair.report.figures import draw
+from popfair.runtime.paths import CONF_DIR
+from popfair.track.figures import draw
 
 with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
     cfg = compose(

@@ -17,8 +17,8 @@ import tempfile
 from hydra import compose, initialize_config_dir
 
 import popfair
-from popfair.paths import CONF_DIR
-from popfair.report.figures import forest_plot
+from popfair.runtime.paths import CONF_DIR
+from popfair.track.figures import forest_plot
 
 with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
     cfg = compose(

@@ -22,10 +22,10 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 
 import popfair
-from popfair.paths import CONF_DIR
 from popfair.report.plots import effects_overview
 from popfair.report.runs import effects_long, load_runs
 from popfair.report.sweep import popresume_effects, write_report
+from popfair.runtime.paths import CONF_DIR
 
 # Each case logs notes on its population (how California and Texas were rebuilt, ...), shows progress
 # bars and may warn that 300 applicants give the propensity models little overlap: eight cases' worth

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, open_dict
 log = logging.getLogger(__name__)
 
 # imported once by the fork server, so that every case's process starts with them loaded
-PRELOAD = ["popfair.sweep.case", "popfair.experiment"]
+PRELOAD = ["popfair.sweep.case", "popfair.case.experiment"]
 
 
 def _run_in_worker(payload: bytes, results: Connection) -> None:

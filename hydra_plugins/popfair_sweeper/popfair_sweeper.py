@@ -28,7 +28,7 @@ from hydra.plugins.config_source import ConfigResult
 from hydra.types import HydraContext, RunMode, TaskFunction
 from omegaconf import DictConfig
 
-from popfair.parallel import forked_call
+from popfair.runtime.parallel import forked_call
 
 _PARSED: dict[tuple[Any, ...], ConfigResult | None] = {}  # (config sources, config path) -> parsed file
 

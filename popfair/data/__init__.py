@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from popfair.errors import DataError
+from popfair.core.errors import DataError
 
 DATA_DIR = Path(__file__).resolve().parent
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from popfair._lazy import lazy_exports
+from popfair.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from popfair.design.base import Design
@@ -28,7 +28,7 @@ DESIGNS = {  # design name -> the module holding its DESIGN
 
 def design_named(name: str) -> Design:
     """The design called `name` (a key of DESIGNS)."""
-    from popfair.errors import ConfigError
+    from popfair.core.errors import ConfigError
 
     if name not in DESIGNS:
         raise ConfigError(f"population.design: unknown design {name!r}; choose one of {', '.join(DESIGNS)}")
@@ -46,7 +46,7 @@ def for_outcome(outcome: str) -> Design:
         design = design_named(name)
         if design.outcome == outcome:
             return design
-    from popfair.errors import ConfigError
+    from popfair.core.errors import ConfigError
 
     outcomes = ", ".join(design_named(name).outcome for name in DESIGNS)
     raise ConfigError(f"outcome: must be one of {outcomes}, got {outcome!r}")

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from popfair.errors import ConfigError
-from popfair.types import Document, Outcome, Profiles, ScreenResult
+from popfair.core.errors import ConfigError
+from popfair.core.types import Document, Outcome, Profiles, ScreenResult
 
 
 class Design(Protocol):

@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from popfair.core.types import Outcome
 from popfair.design.base import OnePromptPerDocument, check_estimator
-from popfair.types import Outcome
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 

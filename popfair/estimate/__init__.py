@@ -1,17 +1,17 @@
 """The estimate stage: estimators are functions of the scored table and the SFM roles.
 
-Public names are imported on first use (`popfair._lazy`)."""
+Public names are imported on first use (`popfair.core.lazy`)."""
 
 from __future__ import annotations
 
-from popfair._lazy import lazy_exports
+from popfair.core.lazy import lazy_exports
 
 _EXPORTS = {
     "estimate_pse": "popfair.estimate.pse",
     "PseResult": "popfair.estimate.pse",
     "PseDml": "popfair.estimate.pse",
-    "PseSettings": "popfair.estimate.dml",
-    "TuningGrid": "popfair.estimate.dml",
+    "PseSettings": "popfair.estimate.dml_settings",
+    "TuningGrid": "popfair.estimate.dml_settings",
     "paired_gap": "popfair.estimate.paired",
     "PairedGap": "popfair.estimate.paired",
     "PairedGapResult": "popfair.estimate.paired",

@@ -6,8 +6,8 @@ from typing import Protocol
 
 import pandas as pd
 
-from popfair.errors import EstimationError
-from popfair.types import FACTUAL, WORLD, Effects, Roles, WorldDesign
+from popfair.core.errors import EstimationError
+from popfair.core.types import FACTUAL, WORLD, Effects, Roles, WorldDesign
 
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high"]
 

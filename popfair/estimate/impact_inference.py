@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from popfair.errors import DataError
+from popfair.core.errors import DataError
 from popfair.estimate.inference import bootstrap_counts, bootstrap_se, class_counts, percentile_ci, poisson_weights
 
 POISSON_MIN_CLUSTERS = 20_000  # from here on clusters get Poisson(1) bootstrap weights

@@ -31,13 +31,13 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
-from popfair.errors import DataError, EstimationError
+from popfair.core.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
+from popfair.core.errors import DataError, EstimationError
+from popfair.core.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
+from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.impact_inference import RatioInference, Units, count_values, infer_groupings
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
-from popfair.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
-from popfair.types import Effects, Plot, Roles
 
 DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
 UNKNOWN = "unknown"
@@ -259,7 +259,7 @@ class ImpactRatios:
 
     def plot(self) -> Plot:
         """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line
-        (`popfair.report.figures.draw` makes the Figure)."""
+        (`popfair.track.figures.draw` makes the Figure)."""
         return Plot(
             "impact_ratio",
             self.table.assign(category=[_display(c) for c in self.table["category"]]),  # the report's names
@@ -356,7 +356,7 @@ def impact_ratios(
     ImpactRatios
         `table` (one row per metric x dimension x category: rates, impact ratios with bootstrap CIs,
         flags, Fisher and chi-square tests), `summary()` / `markdown()` in the layout of published
-        audits, `plot()` (drawn by `popfair.report.figures.draw`), `metrics()` and `effects()`.
+        audits, `plot()` (drawn by `popfair.track.figures.draw`), `metrics()` and `effects()`.
 
     Examples
     --------

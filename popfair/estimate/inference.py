@@ -19,12 +19,12 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Interval
+from popfair.core.constraints import Interval
 
 CHUNK_ENTRIES = 4_000_000  # replicate weights held at once (replicates x units): bounds memory
 CI_METHODS = ("t", "bootstrap")
 
-# The rules every estimator's inference settings follow (popfair.constraints vocabulary).
+# The rules every estimator's inference settings follow (popfair.core.constraints vocabulary).
 N_BOOTSTRAP = Interval(int, 100, None)
 ALPHA = Interval(float, 0, 0.5, closed="neither")
 SEED = Interval(int, None, None)

@@ -31,12 +31,12 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Interval, Options, Rules, validate
-from popfair.errors import EstimationError
+from popfair.core.constraints import Interval, Options, Rules, validate
+from popfair.core.errors import EstimationError
+from popfair.core.types import FACTUAL, WORLD, Effects, Plot, Roles, WorldDesign
 from popfair.estimate.base import contrast_rows
 from popfair.estimate.inference import ALPHA, CI_METHODS, N_BOOTSTRAP, SEED, mean_inference
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
-from popfair.types import FACTUAL, WORLD, Effects, Plot, Roles, WorldDesign
 
 log = logging.getLogger("popfair")
 

@@ -1,4 +1,4 @@
-"""The DML nuisances worth keeping, content-addressed (`popfair.blobstore`) beside the response cache.
+"""The DML nuisances worth keeping, content-addressed (`popfair.store.blobs`) beside the response cache.
 
 The propensity models P(X|Z), P(X|R,Z), P(X|B,R,Z) do not involve Y: every screener that scores
 the same applicants (the 12 screener cells of an (occupation, attribute) in the paper's grid) needs
@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popfair.blobstore import (
+from popfair.core.types import Roles
+from popfair.estimate.nuisances import OUTCOME, PROPENSITIES, PROPENSITY, nuisance_names, xgb_params
+from popfair.store.blobs import (
+    NUISANCES,
     BlobStore,
     MemoryBlobStore,
     content_key,
@@ -34,13 +37,12 @@ from popfair.blobstore import (
     pack_arrays,
     unpack_arrays,
 )
-from popfair.estimate.nuisances import OUTCOME, PROPENSITIES, PROPENSITY, nuisance_names, xgb_params
-from popfair.types import Roles
 
 if TYPE_CHECKING:
-    from popfair.estimate.dml import PseSettings, _Design
+    from popfair.estimate.dml_encoding import NumericRoles
+    from popfair.estimate.dml_settings import PseSettings
 
-STORE_NAME = "nuisances"
+STORE_NAME = NUISANCES  # popfair.store.blobs.BLOB_STORES
 # Bump when what a key stands for changes (the search, the fits, the layout of an entry).
 SCHEMA = "pse-nuisances-v2"
 LIBRARIES = ("xgboost", "numpy", "scikit-learn", "popfair")
@@ -53,7 +55,7 @@ def library_versions() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class NuisanceCache:
-    """The cache entries of one design: `tuning(family)` and `propensities(folds, split)`, each
+    """The cache entries of one encoded: `tuning(family)` and `propensities(folds, split)`, each
     None until stored."""
 
     store: BlobStore
@@ -62,7 +64,7 @@ class NuisanceCache:
     @classmethod
     @contextmanager
     def open(
-        cls, design: _Design, roles: Roles, settings: PseSettings, location: str | Path | None
+        cls, encoded: NumericRoles, roles: Roles, settings: PseSettings, location: str | Path | None
     ) -> Iterator[NuisanceCache]:
         learner = {
             "schema": SCHEMA,
@@ -74,10 +76,10 @@ class NuisanceCache:
             "classifier": xgb_params("classifier", 0, 0.0, settings),
             "regressor": xgb_params("regressor", 0, 0.0, settings),
         }
-        data: list[Any] = [roles.as_dict()] + [design.blocks[name] for name in "brxz"]
+        data: list[Any] = [roles.as_dict()] + [encoded.blocks[name] for name in "brxz"]
         keys = {
             PROPENSITY: content_key(PROPENSITY, learner, *data),
-            OUTCOME: content_key(OUTCOME, learner, *data, design.y),
+            OUTCOME: content_key(OUTCOME, learner, *data, encoded.y),
         }
         with open_blob_store(location, STORE_NAME) as store:
             yield cls(store, keys)

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xgboost as xgb
 
+from popfair.estimate.dml_encoding import NumericRoles
 from popfair.estimate.sfm import TARGETS
 
 if TYPE_CHECKING:
-    from popfair.estimate.dml import PseSettings, _Design
+    from popfair.estimate.dml_settings import PseSettings
 
-# Feature blocks of each nuisance (b, r, x, z); "x" is the 0/1 indicator of X = x1.
-FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "rz", "p_brz": "brz"}
 PROPENSITIES = ("p_z", "p_rz", "p_brz")
 MU2_KEYS = (0, 1)  # x_y
 MU1_KEYS = ((0, 0), (1, 1), (1, 0))  # (x_y, x_b) used by TARGETS
@@ -221,7 +220,7 @@ def _start_search(
 
 
 def tune(
-    design: _Design, settings: PseSettings, families: Collection[str] = (OUTCOME, PROPENSITY)
+    encoded: NumericRoles, settings: PseSettings, families: Collection[str] = (OUTCOME, PROPENSITY)
 ) -> dict[str, dict[str, float]]:
     """Grid search for every nuisance of `families` on one stratified train/validation split of all rows.
 
@@ -232,22 +231,22 @@ def tune(
     deterministic and none depends on another family's, so tuning one family alone selects what
     tuning both does."""
     rng = np.random.default_rng([settings.seed, 2])
-    valid_mask = np.zeros(len(design.y), bool)
+    valid_mask = np.zeros(len(encoded.y), bool)
     for value in (0, 1):
-        idx = rng.permutation(np.flatnonzero(design.a == value))
+        idx = rng.permutation(np.flatnonzero(encoded.a == value))
         valid_mask[idx[: max(1, round(settings.validation_fraction * len(idx)))]] = True
     train, valid = np.flatnonzero(~valid_mask), np.flatnonzero(valid_mask)
-    lo, hi = design.y.min(), design.y.max()
+    lo, hi = encoded.y.min(), encoded.y.max()
 
     with closing(Runner(settings.n_jobs)) as runner:
 
         def start(name: str, target: np.ndarray, ref: xgb.QuantileDMatrix | None = None):
-            return _start_search(design.features(name), target, _kind(name), train, valid, settings, runner, ref)
+            return _start_search(encoded.features(name), target, _kind(name), train, valid, settings, runner, ref)
 
         out: dict[str, dict[str, float]] = {}
-        mu3_search = start("mu3", design.y)[0] if OUTCOME in families else None
+        mu3_search = start("mu3", encoded.y)[0] if OUTCOME in families else None
         propensity = (
-            {name: start(name, design.a.astype(np.float32))[0] for name in PROPENSITIES}
+            {name: start(name, encoded.a.astype(np.float32))[0] for name in PROPENSITIES}
             if PROPENSITY in families
             else {}
         )
@@ -255,13 +254,13 @@ def tune(
             out["mu3"], mu3 = mu3_search()
             mu2_searches, ref = {}, None
             for x_y in MU2_KEYS:
-                mu2_searches[x_y], ref = start("mu2", np.clip(mu3.predict(design.features("mu3", x_y)), lo, hi), ref)
+                mu2_searches[x_y], ref = start("mu2", np.clip(mu3.predict(encoded.features("mu3", x_y)), lo, hi), ref)
             mu1_searches, ref = {}, None
             for x_y in MU2_KEYS:
                 out[f"mu2[x_y={x_y}]"], mu2 = mu2_searches[x_y]()
                 for key in MU1_KEYS:
                     if key[0] == x_y:
-                        pseudo = np.clip(mu2.predict(design.features("mu2", key[1])), lo, hi)
+                        pseudo = np.clip(mu2.predict(encoded.features("mu2", key[1])), lo, hi)
                         mu1_searches[key], ref = start("mu1", pseudo, ref)
             for key, search in mu1_searches.items():
                 out[f"mu1[x_y={key[0]},x_b={key[1]}]"] = search()[0]
@@ -277,28 +276,32 @@ def nuisance_names(families: Collection[str] = (OUTCOME, PROPENSITY)) -> list[st
 
 
 def fit_outcome_chain(
-    design: _Design, fold_of: np.ndarray, fold: int, params: Mapping[str, Mapping[str, float]], settings: PseSettings
+    encoded: NumericRoles,
+    fold_of: np.ndarray,
+    fold: int,
+    params: Mapping[str, Mapping[str, float]],
+    settings: PseSettings,
 ) -> tuple[dict, dict, dict]:
     """The fold's outcome chain: mu3 at x_y, mu2 at (x_y, x_b) on every row, mu1 at (x_y, x_b, x_r)
     on the held-out rows, each nested model fit on the training rows' pseudo-outcomes."""
     train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
-    y = design.y
+    y = encoded.y
     lo, hi = y[train].min(), y[train].max()
 
     def predict(model: Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
-        features = design.features(name, x_value)
+        features = encoded.features(name, x_value)
         return np.clip(model.predict(features if rows is None else features[rows]), lo, hi)
 
-    mu3, _ = fit(design.features("mu3")[train], y[train], "regressor", params["mu3"], settings)
+    mu3, _ = fit(encoded.features("mu3")[train], y[train], "regressor", params["mu3"], settings)
     mu3_at = {v: predict(mu3, "mu3", v) for v in MU2_KEYS}
     mu2_at: dict[tuple[int, int], np.ndarray] = {}
-    features, ref = design.features("mu2")[train], None
+    features, ref = encoded.features("mu2")[train], None
     for v in MU2_KEYS:
         mu2, ref = fit(features, mu3_at[v][train], "regressor", params[f"mu2[x_y={v}]"], settings, ref)
         for w in sorted({w for vv, w in MU1_KEYS if vv == v}):
             mu2_at[(v, w)] = predict(mu2, "mu2", w)
     mu1_at: dict[tuple[int, int, int], np.ndarray] = {}
-    features, ref = design.features("mu1")[train], None
+    features, ref = encoded.features("mu1")[train], None
     for v, w in MU1_KEYS:
         mu1, ref = fit(features, mu2_at[(v, w)][train], "regressor", params[f"mu1[x_y={v},x_b={w}]"], settings, ref)
         for u in sorted({t[2] for t in TARGETS.values() if t[:2] == (v, w)}):
@@ -307,7 +310,7 @@ def fit_outcome_chain(
 
 
 def fit_propensity(
-    design: _Design,
+    encoded: NumericRoles,
     fold_of: np.ndarray,
     fold: int,
     name: str,
@@ -317,6 +320,6 @@ def fit_propensity(
     """P(X = x1 | .) of one propensity model, fit without the fold, on the fold's held-out rows
     (unclipped: what the nuisance cache keeps)."""
     train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
-    features = design.features(name)
-    model, _ = fit(features[train], design.a[train].astype(np.float32), "classifier", params[name], settings)
+    features = encoded.features(name)
+    model, _ = fit(features[train], encoded.a[train].astype(np.float32), "classifier", params[name], settings)
     return model.predict(features[held])

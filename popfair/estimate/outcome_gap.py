@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from popfair.constraints import validate
+from popfair.core.constraints import validate
+from popfair.core.types import Effects, Roles
 from popfair.estimate.base import EFFECT_COLUMNS, contrast_rows
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_group_means
-from popfair.types import Effects, Roles
 
 
 class OutcomeGap:

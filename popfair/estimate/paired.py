@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Text, validate
-from popfair.errors import EstimationError
+from popfair.core.constraints import Text, validate
+from popfair.core.errors import EstimationError
+from popfair.core.types import Effects, Roles
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED, bootstrap_means, cluster_t_test, mcnemar_cc
-from popfair.types import Effects, Roles
 
 
 @dataclass(frozen=True)

@@ -29,20 +29,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import ParameterError
-from popfair.errors import EstimationError
+from popfair.core.constraints import ParameterError
+from popfair.core.errors import EstimationError
+from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.dml import (
-    PSE_CONSTRAINTS,
-    PseOverlapWarning,
-    PseSettings,
-    TuningGrid,
-    clear_tuning_cache,
-    dml_scores,
-)
+from popfair.estimate.dml import clear_tuning_cache, dml_scores
+from popfair.estimate.dml_settings import PSE_CONSTRAINTS, PseOverlapWarning, PseSettings, TuningGrid
 from popfair.estimate.inference import mean_inference
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
-from popfair.types import Effects, Plot, Roles
 
 __all__ = [
     "PseDml",
@@ -105,7 +99,7 @@ class PseResult:
         return "; ".join(self.labels) if self.labels else "none"
 
     def plot(self, title: str = "Path-specific effects") -> Plot:
-        """The five effects with their CIs (`popfair.report.figures.draw` makes the Figure).
+        """The five effects with their CIs (`popfair.track.figures.draw` makes the Figure).
 
         Parameters
         ----------

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import ParameterError
-from popfair.errors import EstimationError
+from popfair.core.constraints import ParameterError
+from popfair.core.errors import EstimationError
+from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS, Estimator, factual_rows
 from popfair.estimate.interventional import Interventional
 from popfair.estimate.sfm import EFFECTS
-from popfair.types import Effects, Plot, Roles
 
 INTERVENTIONAL_PREFIX = "intv_"
 

@@ -1,10 +1,10 @@
 """The population stage: who the applicants are, and the counterfactual worlds an estimator declares.
 
-Public names are imported on first use (`popfair._lazy`)."""
+Public names are imported on first use (`popfair.core.lazy`)."""
 
 from __future__ import annotations
 
-from popfair._lazy import lazy_exports
+from popfair.core.lazy import lazy_exports
 
 _EXPORTS = {
     "Population": "popfair.population.base",

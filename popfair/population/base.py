@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from popfair.core.types import Profiles
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
-from popfair.types import Profiles
 
 
 class Population(Protocol):

@@ -14,6 +14,7 @@ import pandas as pd
 import yaml
 from scipy.stats import norm
 
+from popfair.core.types import Plot
 from popfair.population.cache import disk_cached
 from popfair.population.experience import (
     EDU_TO_NLSY,
@@ -28,10 +29,9 @@ from popfair.population.experience import (
     psid_cells,
 )
 from popfair.population.occupation import Occupation
-from popfair.types import Plot
 
 if TYPE_CHECKING:
-    from popfair.population.popresume import OccupationModel
+    from popfair.population.occupation_model import OccupationModel
 
 COMPOSITION_ATTRIBUTES = ("gender", "race", "edu_level", "edu_group", "region")
 
@@ -287,7 +287,7 @@ def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation
         "population_experience_fit_pdii.csv": fit_pdii,
         "population_experience_race_gap.csv": gap_cells,
         "population_summary.yaml": yaml.safe_dump(summary_doc, sort_keys=False),
-        # figures as data, drawn when the run is logged (popfair.report.figures)
+        # figures as data, drawn when the run is logged (popfair.track.figures)
         "population_age_vs_experience.png": Plot(
             "age_experience", age_experience(table), f"{occupation.title}: age vs experience"
         ),

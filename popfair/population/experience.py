@@ -44,8 +44,8 @@ import pandas as pd
 import xgboost as xgb
 from scipy.special import log_ndtr, ndtr
 
+from popfair.core.errors import DataError
 from popfair.data import data_file
-from popfair.errors import DataError
 from popfair.population.pums import AGE_RANGE, EDU_LEVELS, GENDERS, RACES
 from popfair.population.scm import abduct_from_cdf, cdf_rows, draw_from_cdf
 

@@ -41,10 +41,10 @@ from tenacity import (
 )
 from tqdm import tqdm
 
-from popfair.entry import entry_point
-from popfair.errors import DataError
+from popfair.core.errors import DataError
 from popfair.population.cache import cache_dir
 from popfair.population.pums import AGE_RANGE, state_table
+from popfair.runtime.entry import entry_point
 
 CENSUS_PUMS = "https://www2.census.gov/programs-surveys/acs/data/pums"
 # Columns kept; the state is ST (2023 and before) or STATE (2024 on) in the Census files.

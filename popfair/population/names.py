@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popfair.core.errors import DataError
 from popfair.data import data_file
-from popfair.errors import DataError
-from popfair.parallel import forked_call
 from popfair.population import scm
 from popfair.population.cache import cached_path, disk_cached, file_fingerprint
 from popfair.population.pums import AGE_RANGE, RACES
 from popfair.population.scm import codes, interior
+from popfair.runtime.parallel import forked_call
 
 # Census surname percentage columns per race level ('other' = AIAN + two or more races).
 SURNAME_RACE_COLUMNS = {

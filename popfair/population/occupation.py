@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from popfair.errors import require
-from popfair.types import Job
+from popfair.core.errors import require
+from popfair.core.types import Job
 
 
 @dataclass

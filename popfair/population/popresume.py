@@ -35,7 +35,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,16 +42,16 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Boolean, Interval, Options, Rules, validate
-from popfair.constraints import Path as FilePath
+from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
+from popfair.core.constraints import Path as FilePath
+from popfair.core.errors import ConfigError, DataError, require
+from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
-from popfair.errors import ConfigError, DataError, require
 from popfair.population import experience, pums, scm, transport
 from popfair.population.cache import disk_cached, file_fingerprint
 from popfair.population.experience import (
     AGE_GROUPS,
     EXPERIENCE_SOURCES,
-    ExperienceModel,
     age_group,
     experience_model_for,
     source_digest,
@@ -60,6 +59,7 @@ from popfair.population.experience import (
 from popfair.population.fetch import resolve_pums_path
 from popfair.population.names import first_names, name_groupings, prefetch_names, surnames
 from popfair.population.occupation import Occupation
+from popfair.population.occupation_model import OccupationModel
 from popfair.population.protected import LEVELS, ProtectedAttribute
 from popfair.population.pums import (
     BELOW_HS_POLICIES,
@@ -79,7 +79,6 @@ from popfair.population.pums import (
     state_table,
 )
 from popfair.population.scm import DiscreteConditional, keyed_uniforms
-from popfair.types import Profiles, Roles
 
 MAX_N = 1_000_000  # beyond this a resample is a typo, not a study
 MAX_RESAMPLE_FACTOR = 20  # n above this many times the occupation's records only duplicates records
@@ -87,20 +86,6 @@ SMOOTHING = 10.0  # pseudo-records pulling a sparse conditional cell toward its 
 REGIONS = ("Northeast", "Midwest", "South", "West")
 # Paper Table 3: structured profiles per occupation (ACS PUMS 2023, national).
 TABLE3 = {3255: 17_632, 2310: 16_188, 1021: 13_370, 800: 7_784, 6260: 5_910}
-
-
-@dataclass(frozen=True)
-class OccupationModel:
-    """Everything the SCM needs for one occupation: its records and fitted conditionals."""
-
-    records: pd.DataFrame  # decoded PUMS records (after the below-HS policy), CA/TX transported rows last
-    survey_year: int
-    dropped_below_hs: int
-    state: DiscreteConditional
-    education: DiscreteConditional
-    experience: ExperienceModel
-    source: str  # which population this is (logged as population.source)
-    transport: pd.DataFrame | None  # one row per transported state (None: no transport)
 
 
 @lru_cache(maxsize=32)

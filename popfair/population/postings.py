@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from popfair.errors import DataError, require
-from popfair.types import Job
+from popfair.core.errors import DataError, require
+from popfair.core.types import Job
 
 POSTING_COLUMNS = ("firm", "title", "metro", "state", "post_date")
 

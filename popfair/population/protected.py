@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from popfair.errors import require
+from popfair.core.errors import require
 
 # Values the profile columns take; positive effects favour x1, as in both papers.
 LEVELS = {

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from popfair.core.errors import ConfigError, DataError
 from popfair.data import data_file
-from popfair.errors import ConfigError, DataError
 
 BUNDLED_PUMS = ("population", "acs_pums_2024_1yr_employed_age18_44_top20occ_48states_dc.csv.gz")
 BUNDLED_NOTE = (
@@ -136,7 +136,7 @@ def occupation_records(pums: pd.DataFrame, occp: int) -> pd.DataFrame:
 def decode_race(rac1p: pd.Series, hisp: pd.Series) -> np.ndarray:
     """RAC1P + HISP -> white, black, api, hispanic, other (Hispanic of any race first). The paper lists
     no categories: this coding is popfair's (docs/replication.md R1; the LL144 table can use finer
-    ones, popfair.race_coding)."""
+    ones, popfair.core.race_coding)."""
     race = np.select(
         [hisp.to_numpy() != 1, rac1p.to_numpy() == 1, rac1p.to_numpy() == 2, np.isin(rac1p.to_numpy(), [6, 7])],
         ["hispanic", "white", "black", "api"],

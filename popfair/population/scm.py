@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popfair.errors import DataError
+from popfair.core.errors import DataError
 
 _HASH_KEY = "popfair-scm-u-01"  # pandas' hash key must be 16 bytes
 # Abducted noise stays this far inside its interval, so float rounding can never move it across

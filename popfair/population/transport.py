@@ -33,8 +33,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from popfair.core.errors import DataError
 from popfair.data import data_file
-from popfair.errors import DataError
 from popfair.population.experience import age_group
 from popfair.population.pums import (
     decode_education,

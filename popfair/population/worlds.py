@@ -1,5 +1,5 @@
 """Counterfactual worlds as a design step: the population draws the worlds an estimator declared
-(`popfair.types.WorldDesign`), so the pipeline renders and screens them with the factual
+(`popfair.core.types.WorldDesign`), so the pipeline renders and screens them with the factual
 applicants (one plan, one response cache) and estimators stay functions of the scored table.
 
 A population supports worlds by redrawing its applicants under interventions on X
@@ -12,11 +12,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from popfair.errors import ConfigError
+from popfair.core.errors import ConfigError
+from popfair.core.types import WORLD, Profiles, WorldDesign
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
-from popfair.types import WORLD, Profiles, WorldDesign
 
 
 @runtime_checkable

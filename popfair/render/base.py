@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from popfair.parallel import cpu_count, forked_spans
+from popfair.core.types import Document, Job
 from popfair.render.store import DocumentStore, same_document
-from popfair.shared_work import claimed_rounds
-from popfair.types import Document, Job
+from popfair.runtime.parallel import cpu_count, forked_spans
+from popfair.store.shared_work import claimed_rounds
 
 log = logging.getLogger("popfair")
 N_SAMPLE_DOCUMENTS = 3  # sample resumes logged with every run
@@ -115,7 +115,7 @@ def _render_claimed(
     bar: tqdm,
 ) -> dict[int, Document]:
     """The documents of rows `todo` (row index -> document), shared with any process rendering the
-    same keys at once (`popfair.shared_work`): a round's worth at a time (at least ROUND_DOCUMENTS,
+    same keys at once (`popfair.store.shared_work`): a round's worth at a time (at least ROUND_DOCUMENTS,
     and two spans per worker), read from the store when another process has stored them
     meanwhile, else rendered and saved batch by batch."""
     per_round = max(ROUND_DOCUMENTS, 2 * getattr(renderer, "rows_per_process", 0) * (processes or cpu_count()))

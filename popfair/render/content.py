@@ -25,8 +25,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from popfair.core.errors import ConfigError, DataError
 from popfair.data import data_file
-from popfair.errors import ConfigError, DataError
 
 SENIORITY = ("junior", "mid", "senior")
 EDU_LEVELS = ("hs_ged", "some_college", "associate", "bachelor", "master", "professional", "doctorate")

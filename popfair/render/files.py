@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from popfair.types import Document
+from popfair.core.types import Document
 
 MEDIA_TYPES = {
     "text": ("txt", "text/plain"),

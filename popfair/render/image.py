@@ -23,12 +23,12 @@ import PIL
 import PIL.features
 from PIL import Image, ImageDraw, ImageFont
 
-from popfair.errors import ConfigError, DataError, require
+from popfair.core.errors import ConfigError, DataError, require
+from popfair.core.types import Document, Job
 from popfair.render.content import ResumePools
 from popfair.render.photos import PhotoLibrary
 from popfair.render.store import file_digest
 from popfair.render.text import LAYOUT_CONSTRAINTS, RESUME_FIELDS, Resume, ResumeBuilder, validate_layout_options
-from popfair.types import Document, Job
 
 MIN_FONT_SIZE = 9
 PNG_COMPRESS_LEVEL = 1  # fastest zlib level; pages are mostly white, so files stay small

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
-from popfair.errors import DataError
-from popfair.types import Document, Job
+from popfair.core.errors import DataError
+from popfair.core.types import Document, Job
 
 REQUIRED_FIELDS = ("first_name", "surname", "age", "state", "school", "degree", "major", "gpa", "graduation_year")
 EMPLOYMENT_SLOTS = ("emp1", "emp2")

@@ -16,10 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from popfair.errors import ConfigError
+from popfair.core.errors import ConfigError
+from popfair.core.types import Document, Job
 from popfair.render.image import RULE, ImageRenderer
 from popfair.render.text import Resume
-from popfair.types import Document, Job
 
 POINTS_PER_PIXEL = 72 / 100  # the layout is in pixels at 100 dpi (850 x 1100 = US Letter)
 

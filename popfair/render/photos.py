@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
-from popfair.errors import ConfigError, DataError, require
+from popfair.core.errors import ConfigError, DataError, require
 
 GENDERS = ("female", "male")
 RACES = ("black", "white", "hispanic", "api", "other")

@@ -19,7 +19,7 @@ The store lives beside the response cache: `<cache_dir>/documents.sqlite`, or ta
 the server cache (`cache_url`) for sweeps over machines. Every batch of rendered documents is
 committed as it arrives, so a killed sweep resumes without rendering again what it rendered.
 Processes rendering the same documents at the same time split them through claims on buckets of
-keys instead of each rendering all of them (`popfair.shared_work`)."""
+keys instead of each rendering all of them (`popfair.store.shared_work`)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from popfair.blobstore import STORE_ERRORS, BlobStore, open_blob_store
-from popfair.errors import ConfigError, require
-from popfair.types import Document, Job
+from popfair.core.errors import ConfigError, require
+from popfair.core.types import Document, Job
+from popfair.store.blobs import DOCUMENTS, STORE_ERRORS, BlobStore, open_blob_store
 
 log = logging.getLogger("popfair")
-STORE_NAME = "documents"
+STORE_NAME = DOCUMENTS  # popfair.store.blobs.BLOB_STORES
 LOOKUP_CHUNK = 2_000  # keys read, then unpacked, at a time (about 100 MB of PNG pages)
 _RENDER_PACKAGE = Path(__file__).resolve().parent
 _RESUME_DATA = _RENDER_PACKAGE.parent / "data" / "resume"
@@ -140,7 +140,7 @@ class DocumentStore:
 
     @classmethod
     def open(cls, location: str | Path, renderer: Any, settings: Mapping[str, Any]) -> DocumentStore:
-        """The store at a cache folder or database URL (see popfair.blobstore.open_blob_store)."""
+        """The store at a cache folder or database URL (see popfair.store.blobs.open_blob_store)."""
         return cls(open_blob_store(location, STORE_NAME), renderer, settings)
 
     @classmethod

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from popfair.constraints import Constraint, Interval, validate
-from popfair.errors import DataError
+from popfair.core.constraints import Constraint, Interval, validate
+from popfair.core.errors import DataError
+from popfair.core.types import Document, Job
 from popfair.render.content import EDU_LEVELS, MAX_ROLES, ResumePools, applicant_stream, cities_by_state, school_pools
-from popfair.types import Document, Job
 
 # Survey year when a profile has no birth_year; otherwise survey year = birth_year + age (the
 # population dates birth years from its PUMS file's survey year).

@@ -12,15 +12,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from popfair.entry import entry_point
-from popfair.errors import PopfairError
+from popfair.core.errors import PopfairError
+from popfair.runtime.entry import entry_point
 
 
 def latest_sweep(tracking_uri: str, experiment_name: str) -> str:
     """Run id of the newest sweep parent run in the experiment."""
     from mlflow import MlflowClient
 
-    from popfair.errors import DataError
+    from popfair.core.errors import DataError
     from popfair.report.runs import PARENT_TAG
 
     client = MlflowClient(tracking_uri)

@@ -25,20 +25,62 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pandas as pd
 
-import popfair
+from popfair.core.types import Effects
+from popfair.data import DATA_DIR
 from popfair.estimate.impact_ratio import DIMENSION_TITLES, ImpactRatios, _display
 from popfair.report.document import Block, to_html, to_markdown, to_pdf
-from popfair.types import Effects
+from popfair.runtime.version import __version__
 
-if TYPE_CHECKING:
-    from popfair.experiment import Experiment, RunResult
-    from popfair.table.case import TableCase, TableRunResult
 
-DATA_DIR = Path(popfair.__file__).parent / "data"
+class Experiment(Protocol):
+    """What the report reads of a generated case (popfair.case.experiment.Experiment)."""
+
+    config: dict[str, Any]
+    population: Any
+    occupation: Any
+    renderer: Any
+    screener: Any
+    estimator: Any
+    protected: Any
+    seed: int
+
+    def case_name(self) -> str: ...
+
+
+class RunResult(Protocol):
+    """What the report reads of a generated case's result (popfair.case.experiment.RunResult)."""
+
+    effects: Effects
+    audit: Effects | None
+    scored: pd.DataFrame
+    notes: list[str]
+    run_id: str | None
+    screening: dict[str, float]
+
+
+class TableCase(Protocol):
+    """What the report reads of a table case (popfair.case.table.TableCase)."""
+
+    table: Any
+    estimator: Any
+    protected: Any
+
+
+class TableRunResult(Protocol):
+    """What the report reads of a table case's result (popfair.case.table.TableRunResult)."""
+
+    effects: Effects
+    audit: Effects | None
+    notes: list[str]
+    run_id: str | None
+    mapping: pd.DataFrame | None
+    source: Any
+
+
 ARTIFACT_DIR = "audit_report"
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high", "p_value", "mcnemar_p", "cluster_p", "n_pairs", "b", "c"]
 PSE_EFFECTS = ("TE", "NDE", "NIE", "BIE", "RIE")  # estimators whose labels are PopResume's patterns
@@ -64,7 +106,7 @@ class AuditData:
 
 def ll144_blocks(ratios: ImpactRatios, data: AuditData, out: Path) -> list[Block]:
     """The law's summary of results: the data, then per rate one table per category set."""
-    from popfair.report.figures import draw
+    from popfair.track.figures import draw
 
     callback = ratios.outcome == "callback"
     unknown = ratios.n_unknown()
@@ -447,7 +489,7 @@ def _header_facts(tool: str, audit_date: dt.date, run_id: str | None) -> dict[st
     return {
         "Automated employment decision tool": tool,
         "Date of the bias audit": audit_date.isoformat(),
-        "Computed by": f"popfair {popfair.__version__}" + (f" (MLflow run {run_id})" if run_id else ""),
+        "Computed by": f"popfair {__version__}" + (f" (MLflow run {run_id})" if run_id else ""),
     }
 
 
@@ -499,7 +541,7 @@ def fetch_audit_report(tracking_uri: str, run_id: str, out_dir: str | Path) -> P
     """Download a run's audit report (`popfair-report --audit`); DataError if the run has none."""
     from mlflow import MlflowClient
 
-    from popfair.errors import DataError
+    from popfair.core.errors import DataError
 
     client = MlflowClient(tracking_uri)
     if not [f for f in client.list_artifacts(run_id, ARTIFACT_DIR)]:

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from popfair.core.types import Effects
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.types import Effects
 
 MAX_COLUMNS = 10  # wider tables (the LL144 table has 23 columns) show these, the rest is in effects.csv
 CONSOLE_COLUMNS = [

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from popfair.errors import DataError, EstimationError, require  # noqa: E402
+from popfair.core.errors import DataError, EstimationError, require  # noqa: E402
 from popfair.estimate.paired import PairedGapResult  # noqa: E402
 
 PANEL_INPUT_COLUMNS = (

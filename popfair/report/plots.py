@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from popfair.report.figures import forest_plot as effects_forest_plot
+from popfair.track.figures import forest_plot as effects_forest_plot
 
 PSE_ORDER = ["TE", "NDE", "NIE", "BIE", "RIE"]
 
@@ -28,7 +28,7 @@ def _errors(table: pd.DataFrame) -> np.ndarray:
 
 def forest_plot(case: pd.DataFrame, title: str) -> Figure:
     """Effects of one case (long form: one row per effect) with 95% CIs, TE..RIE first;
-    drawn like a run's artifact (`popfair.report.figures.forest_plot`)."""
+    drawn like a run's artifact (`popfair.track.figures.forest_plot`)."""
     order = [e for e in PSE_ORDER if e in set(case["effect"])] + sorted(set(case["effect"]) - set(PSE_ORDER))
     return effects_forest_plot(case.set_index("effect").loc[order], title)
 

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from popfair.report.document import Block
-from popfair.report.figures import forest_plot
+from popfair.track.figures import forest_plot
 
 ESTIMATOR = "ranking"
 COLOURS = [f"C{i}" for i in range(10)]

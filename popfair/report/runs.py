@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from popfair.errors import DataError
+from popfair.core.errors import DataError
 
 PARENT_TAG = "popfair.sweep"  # set to "parent" on a sweep's parent run
 CASE_COLUMNS = [

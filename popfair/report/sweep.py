@@ -17,7 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from popfair.errors import DataError, PopfairError
+from popfair.core.errors import DataError, PopfairError
 from popfair.report import panel, patterns, plots, ranking
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.report.runs import effects_long, load_runs

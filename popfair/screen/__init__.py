@@ -1,10 +1,10 @@
 """The screen stage: a screener reads (job, document) and answers a score or a callback.
 
-Public names are imported on first use (`popfair._lazy`)."""
+Public names are imported on first use (`popfair.core.lazy`)."""
 
 from __future__ import annotations
 
-from popfair._lazy import lazy_exports
+from popfair.core.lazy import lazy_exports
 
 _EXPORTS = {
     "Screener": "popfair.screen.base",

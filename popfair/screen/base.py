@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 
 class Screener(Protocol):

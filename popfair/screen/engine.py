@@ -33,18 +33,18 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tqdm.auto import tqdm
 
-from popfair.constraints import Boolean, Interval, settings_from_config
-from popfair.errors import Interrupted, ScreeningStopped
-from popfair.interrupts import engine_signals
+from popfair.core.constraints import Boolean, Interval, settings_from_config
+from popfair.core.errors import Interrupted, ScreeningStopped
+from popfair.core.types import Outcome
+from popfair.runtime.interrupts import engine_signals
 from popfair.screen import collector
-from popfair.screen.cache import CachedAnswer, ResponseCache, StoredReply
-from popfair.screen.claims import CacheThread, ClaimBroker
 from popfair.screen.failures import FailureHints, safe_url, stop_message
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.prompts import ChatPrompt
 from popfair.screen.providers import PermanentError, Provider, TransientError
-from popfair.types import Outcome
+from popfair.store.claims import CacheThread, ClaimBroker
+from popfair.store.responses import CachedAnswer, ResponseCache, StoredReply
 
 log = logging.getLogger("popfair.screen")
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from popfair.errors import TooManyFailures
+from popfair.core.errors import TooManyFailures
 
 log = logging.getLogger("popfair.screen")
 

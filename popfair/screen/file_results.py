@@ -28,11 +28,11 @@ from typing import Any
 
 import pandas as pd
 
-from popfair.errors import DataError, require
+from popfair.core.errors import DataError, require
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.render.files import document_file, document_id
-from popfair.screen.cache import CachedAnswer, open_cache
 from popfair.screen.values import ValueMapping
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.store.responses import CachedAnswer, open_cache
 
 log = logging.getLogger("popfair.screen")
 

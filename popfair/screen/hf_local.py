@@ -14,12 +14,12 @@ from typing import Any, cast
 import numpy as np
 from tqdm.auto import tqdm
 
-from popfair.constraints import Boolean, Interval, Options, validate
-from popfair.errors import ConfigError, require
+from popfair.core.constraints import Boolean, Interval, Options, validate
+from popfair.core.errors import ConfigError, require
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.parse import parse_answer
 from popfair.screen.prompts import PromptSet
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 EXTRA_MODULES = {"transformers": "transformers", "torch": "torch"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -22,9 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from popfair.errors import ConfigError, DataError, MissingSecretError, require
+from popfair.core.errors import ConfigError, DataError, MissingSecretError, require
+from popfair.core.types import CallPlan, Document, Job, Outcome
 from popfair.render.files import MEDIA_TYPES, document_binary, document_id
-from popfair.screen.cache import StoredReply, open_cache
+from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen.engine import Answer, EngineSettings
 from popfair.screen.llm import LLMScreener
 from popfair.screen.pricing import Price
@@ -36,8 +37,7 @@ from popfair.screen.providers import (
 )
 from popfair.screen.providers.base import classify_status, network_error
 from popfair.screen.values import ValueMapping
-from popfair.secrets import install_log_redaction, read_secret
-from popfair.types import CallPlan, Document, Job, Outcome
+from popfair.store.responses import StoredReply, open_cache
 
 METHODS = ("GET", "POST", "PUT")
 PLACEHOLDER_HELP = {

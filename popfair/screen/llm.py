@@ -14,20 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from popfair.constraints import Boolean, Interval, Options, validate
+from popfair.core.constraints import Boolean, Interval, Options, validate
+from popfair.core.errors import ConfigError, DataError, require
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.design import for_outcome
-from popfair.errors import ConfigError, DataError, require
+from popfair.runtime.routes import AUTO, choose_route, no_credentials_message
+from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen import collector
-from popfair.screen.cache import StoredReply, open_cache
 from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
 from popfair.screen.failures import FailureHints
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, make_provider
-from popfair.screen.routes import AUTO, choose_route, no_credentials_message
-from popfair.secrets import install_log_redaction, read_secret
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.store.responses import StoredReply, open_cache
 
 log = logging.getLogger("popfair.screen")
 
@@ -84,7 +84,7 @@ def _check_aws_credentials(region: str | None) -> None:
     import boto3
 
     if boto3.Session(region_name=region).get_credentials() is None:
-        from popfair.errors import MissingSecretError
+        from popfair.core.errors import MissingSecretError
 
         raise MissingSecretError(
             "screener.api_key_env: no AWS credentials found for Bedrock. Set AWS_ACCESS_KEY_ID and "
@@ -153,7 +153,7 @@ class LLMScreener:
                 f"is computed from screener.route; set screener.route={chosen_route} instead",
             )
             if route == AUTO and not choice.ready and require_key:
-                from popfair.errors import MissingSecretError
+                from popfair.core.errors import MissingSecretError
 
                 raise MissingSecretError(no_credentials_message(name, routes))
             route = choice.name
@@ -338,7 +338,7 @@ class LLMScreener:
         """One result per document, in order: parsed value, or a failure with the reason (and the raw
         text when the model answered something unparseable)."""
         if self._missing_key:
-            from popfair.errors import MissingSecretError
+            from popfair.core.errors import MissingSecretError
 
             raise MissingSecretError(
                 f"screener.api_key_env: {self.name} was built without its key (dry run); "

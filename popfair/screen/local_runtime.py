@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 
-from popfair.errors import ConfigError, require
+from popfair.core.errors import ConfigError, require
 
 
 def require_extra(extra: str, modules: Mapping[str, str], screener: str) -> None:

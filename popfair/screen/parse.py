@@ -5,8 +5,8 @@ Anything else is a parse failure: the raw text is kept and the row is excluded f
 
 from __future__ import annotations
 
+from popfair.core.types import Outcome
 from popfair.design import for_outcome
-from popfair.types import Outcome
 
 
 def parse_answer(raw: str, outcome: Outcome) -> tuple[float | None, str | None]:

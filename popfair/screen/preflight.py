@@ -13,10 +13,10 @@ import asyncio
 import importlib.util
 from typing import Any
 
+from popfair.core.types import Check
+from popfair.runtime.routes import credential_variable, has_credentials
 from popfair.screen.failures import FailureHints, safe_url
 from popfair.screen.providers import PermanentError, TransientError
-from popfair.screen.routes import credential_variable, has_credentials
-from popfair.types import Check
 
 SDKS = {
     "openai": "openai",

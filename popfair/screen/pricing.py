@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from popfair.errors import require
+from popfair.core.errors import require
 
 CHARS_PER_TOKEN = 4.0  # English text in BPE tokenizers: about 4 characters per token
 MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators per request

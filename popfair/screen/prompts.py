@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from popfair.core.errors import ConfigError, DataError, require
+from popfair.core.types import Document, Job, Outcome
 from popfair.design import prompt_defaults
-from popfair.errors import ConfigError, DataError, require
-from popfair.paths import CONF_DIR
-from popfair.types import Document, Job, Outcome
+from popfair.runtime.paths import CONF_DIR
 
 PROMPT_DIR = CONF_DIR / "prompts"
 DEFAULT_PROMPTS = prompt_defaults()  # each design names the files of its question (popfair.design)

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from popfair.constraints import Constraint, Interval, ParameterError, validate
-from popfair.errors import DataError
+from popfair.core.constraints import Constraint, Interval, ParameterError, validate
+from popfair.core.errors import DataError
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.population.protected import LEVELS
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 log = logging.getLogger("popfair")
 

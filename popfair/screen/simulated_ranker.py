@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Interval, ParameterError, validate
-from popfair.errors import DataError
+from popfair.core.constraints import Interval, ParameterError, validate
+from popfair.core.errors import DataError
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.simulated import hash_uniforms
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 REFUSAL = "I'm sorry, but I can't rank candidates against each other."
 

@@ -12,9 +12,9 @@ from scipy import sparse
 from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
-from popfair.constraints import Boolean, Interval, validate
-from popfair.parallel import forked_spans
-from popfair.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.core.constraints import Boolean, Interval, validate
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.runtime.parallel import forked_spans
 
 ROWS_PER_PROCESS = 4_000  # documents counted per forked span (about 1 s of tokenising)
 DEFAULT_TOKEN_PATTERN = HashingVectorizer().token_pattern

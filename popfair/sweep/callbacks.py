@@ -17,8 +17,8 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.errors import ConfigError
-from popfair.preflight import check_shared_services
+from popfair.core.errors import ConfigError
+from popfair.sweep.preflight import check_shared_services
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records, sweep_grid
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ GRID_SWEEPERS = (
 def abandon_parent(config: DictConfig, reason: str) -> None:
     """Close the sweep's parent run FAILED, tagged with why, when the sweep stops before any case
     (its pre-flight checks failed); on_multirun_end, which would close it, is not reached then."""
-    from popfair.experiment import build
+    from popfair.case.experiment import build
 
     parent_run_id = os.environ.pop(ENV_PARENT_RUN_ID, None)
     os.environ.pop(ENV_SWEEP_DIR, None)
@@ -59,7 +59,7 @@ class SweepCallback(Callback):
         self.tracker: MlflowTracker | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from popfair.experiment import build
+        from popfair.case.experiment import build
 
         if config.get("check", False):  # popfair doctor: the sweeper checks the cases and exits
             return

@@ -19,11 +19,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from popfair.errors import PopfairError
+from popfair.core.errors import PopfairError
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
 
 if TYPE_CHECKING:
-    from popfair.table.case import TableCase
+    from popfair.case.table import TableCase
 
 log = logging.getLogger("popfair")
 
@@ -50,7 +50,7 @@ def current_sweep(hydra_cfg: Any = None) -> SweepInfo | None:
 def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
     """The config option chosen per group (what the report groups by: renderer image vs image_photo)
     and, in a sweep, the overrides of this case whose key varies across the sweep."""
-    from popfair.experiment import COMPONENT_GROUPS
+    from popfair.case.experiment import COMPONENT_GROUPS
 
     tags = {
         f"choice.{group}": str(option)
@@ -63,9 +63,9 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
 
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
+    from popfair.case.table import TableCase
     from popfair.report.console import summary
     from popfair.sweep.plan import plan_case
-    from popfair.table.case import TableCase
 
     if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
         from popfair.sweep.doctor import doctor_case
@@ -127,9 +127,9 @@ def run_case(cfg: DictConfig) -> float | None:
 
 def case_from_config(cfg: DictConfig, *, dry_run: bool = False) -> Any:
     """The composed case: an audit of an existing table when the `table` group is set
-    (`popfair.table.case.TableCase`), else the generated pipeline (`popfair.experiment.Experiment`)."""
-    from popfair.experiment import Experiment
-    from popfair.table.case import TableCase
+    (`popfair.case.table.TableCase`), else the generated pipeline (`popfair.case.experiment.Experiment`)."""
+    from popfair.case.experiment import Experiment
+    from popfair.case.table import TableCase
 
     if cfg.get("table") is not None:
         return TableCase.from_config(cfg, dry_run=dry_run)
@@ -182,7 +182,7 @@ def _close_orphan_run(cfg: DictConfig, sweep: SweepInfo | None, tags: dict[str, 
         return None
     from mlflow import MlflowClient
 
-    from popfair.experiment import build
+    from popfair.case.experiment import build
 
     try:
         tracker = build(cfg.tracking, "tracking")
@@ -210,7 +210,7 @@ def _record_failed_run(
     cfg: DictConfig, experiment, sweep: SweepInfo | None, tags: dict[str, str], trace: str, exc: Exception
 ) -> str | None:
     """A FAILED MLflow run for the case, under the sweep's parent; None if tracking is unusable."""
-    from popfair.experiment import build
+    from popfair.case.experiment import build
     from popfair.track.mlflow_tracker import flatten
 
     try:

@@ -1,4 +1,4 @@
-"""`popfair doctor [overrides]`: the pre-flight checks (popfair/preflight.py) of the case or sweep the
+"""`popfair doctor [overrides]`: the pre-flight checks (popfair/sweep/preflight.py) of the case or sweep the
 overrides compose, as a table of checks with what to fix; exit status 0 only when every check passes.
 
 `popfair doctor ARGS` is `python -m popfair check=true ARGS`: Hydra composes exactly what the run
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from omegaconf import DictConfig
 
-from popfair.preflight import Finding, Preflight, drop_cells, format_findings
+from popfair.sweep.preflight import Finding, Preflight, drop_cells, format_findings
 
 log = logging.getLogger("popfair")
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pandas as pd
 
+from popfair.case.experiment import Experiment
+from popfair.core.types import WORLD, CallPlan, Document, Profiles
 from popfair.design import design_of
-from popfair.experiment import Experiment
 from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
-from popfair.types import WORLD, CallPlan, Document, Profiles
 
 # planning memo: population config -> profiles, their rows and the rows' digest
 _SAMPLES: dict[str, tuple[Profiles, pd.DataFrame, str]] = {}

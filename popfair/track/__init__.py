@@ -1,10 +1,10 @@
 """Tracking: every case is one MLflow run.
 
-Public names are imported on first use (`popfair._lazy`)."""
+Public names are imported on first use (`popfair.core.lazy`)."""
 
 from __future__ import annotations
 
-from popfair._lazy import lazy_exports
+from popfair.core.lazy import lazy_exports
 
 _EXPORTS = {
     "MlflowTracker": "popfair.track.mlflow_tracker",

@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from popfair.parallel import cpu_count
+from popfair.runtime.parallel import cpu_count
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow's limits per log_batch call
 MAX_METRICS_PER_BATCH = 1000
@@ -180,8 +180,8 @@ def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
 
 def write_artifacts(folder: Path, artifacts: Mapping[str, Any]) -> None:
     """name -> DataFrame (.parquet/.csv by name), Plot or matplotlib Figure (.png), bytes, or text."""
-    from popfair.report.figures import png
-    from popfair.types import Plot
+    from popfair.core.types import Plot
+    from popfair.track.figures import png
 
     for name, obj in artifacts.items():
         path = folder / name

@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from popfair.errors import require
+from popfair.core.errors import require
 from popfair.track import background
 
 MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead

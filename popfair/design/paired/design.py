@@ -10,10 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from popfair.core.errors import ConfigError
+from popfair.core.types import Outcome
 from popfair.design.base import OnePromptPerDocument, check_estimator
-from popfair.errors import ConfigError
 from popfair.population.postings import EntryLevelPostings
-from popfair.types import Outcome
 
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 AXES = {"race": ("black", "white"), "gender": ("female", "male")}  # axis -> (x0, x1)

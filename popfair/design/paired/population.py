@@ -25,12 +25,12 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Interval, ListOf, Options, Rules, validate
+from popfair.core.constraints import Interval, ListOf, Options, Rules, validate
+from popfair.core.types import Profiles, Roles
 from popfair.design.paired.design import AXES, check_postings_and_axis
 from popfair.population.postings import audit_data_path
 from popfair.population.profile_bank import PROFILE_FIELDS, build_profiles, pick_by_group
 from popfair.population.protected import ProtectedAttribute
-from popfair.types import Profiles, Roles
 
 NAME_LISTS = {
     "bertrand_mullainathan_2004": "names_bertrand_mullainathan_2004.csv",

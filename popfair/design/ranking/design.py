@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popfair.core.errors import ConfigError
+from popfair.core.types import Document, Outcome, Profiles, ScreenResult
 from popfair.design.base import check_estimator
 from popfair.design.ranking.parse import parse_ranking
 from popfair.design.ranking.trials import GROUP, TRIAL
-from popfair.errors import ConfigError
-from popfair.types import Document, Outcome, Profiles, ScreenResult
 
 TEXT_KINDS = ("text",)  # PopResume profiles render as text resumes (the JSON renderer is the paired design's)
 CANDIDATE_HEADER = "=== Candidate "  # heads each resume in a trial's prompt

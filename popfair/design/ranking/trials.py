@@ -27,13 +27,14 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from popfair.constraints import Boolean, Interval, ListOf, Options, Rules, validate
+from popfair.core.constraints import Boolean, Interval, ListOf, Options, Rules, validate
+from popfair.core.errors import ConfigError, DataError
+from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
-from popfair.errors import ConfigError, DataError
+from popfair.estimate.ranking.model import williams_square
 from popfair.population.occupation import Occupation
 from popfair.population.popresume import PopResumePopulation
 from popfair.population.protected import ProtectedAttribute
-from popfair.types import Profiles, Roles
 
 RACE_COLUMNS = {"white": "pctwhite", "black": "pctblack", "hispanic": "pcthispanic", "api": "pctapi"}
 DEFAULT_GROUPS = tuple(f"{race} {sex}" for race in RACE_COLUMNS for sex in ("female", "male"))
@@ -41,22 +42,6 @@ ORDERS = ("latin_square", "random")
 GROUP = "group"  # column: "<race> <gender>" of the name a candidate carries
 TRIAL = "trial_id"
 POSITION = "position"  # 1-based place in the order the candidates are shown
-
-
-def williams_square(k: int) -> np.ndarray:
-    """Rows of a balanced Latin square (Williams 1949): each symbol once per row and column, and each
-    ordered pair of symbols adjacent once (k even) or twice over the 2k rows (k odd)."""
-    first = [0]
-    low, high = 1, k - 1
-    for i in range(1, k):
-        if i % 2:
-            first.append(low)
-            low += 1
-        else:
-            first.append(high)
-            high -= 1
-    rows = (np.array(first)[None, :] + np.arange(k)[:, None]) % k
-    return rows if k % 2 == 0 else np.vstack([rows, rows[:, ::-1]])
 
 
 @lru_cache(maxsize=8)

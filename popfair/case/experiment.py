@@ -1,0 +1,557 @@
+"""Experiment: one audit case composed from config, run as population -> render -> screen -> estimate,
+logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw config."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pandas as pd
+import yaml
+from hydra.errors import InstantiationException
+from hydra.utils import get_object, instantiate
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from popfair.core.constraints import ParameterError, validate
+from popfair.core.errors import ConfigError, Interrupted, PopfairError, require
+from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
+from popfair.design import design_of
+from popfair.design.base import Design
+from popfair.estimate.base import Estimator
+from popfair.population import worlds
+from popfair.population.base import Population
+from popfair.population.occupation import Occupation
+from popfair.population.protected import ProtectedAttribute
+from popfair.render.base import Renderer, render_all, sample_artifacts
+from popfair.render.store import DocumentStore
+from popfair.report import patterns
+from popfair.runtime.interrupts import sigterm_as_interrupt
+from popfair.runtime.parallel import forked_call, frozen_heap
+from popfair.runtime.version import __version__
+from popfair.screen.base import Screener
+from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE, check_failure_share
+from popfair.track.mlflow_tracker import MlflowTracker, RunLogger, flatten, git_commit
+
+log = logging.getLogger("popfair")
+
+COMPONENT_GROUPS = ("population", "occupation", "renderer", "screener", "estimator", "protected_attr")
+
+
+@dataclass
+class RunResult:
+    """What `Experiment.run` returns.
+
+    Parameters
+    ----------
+    effects : Effects
+        The estimator's table (estimate, se, ci_low, ci_high, ...), case labels, metrics, artifacts.
+    scored : DataFrame
+        One row per sampled applicant: profile columns, document, raw answer, y, error.
+    run_id : str or None
+        The MLflow run (None with tracking=none).
+    notes : list of str, optional
+        Caveats shown to the user and logged (population notes, screening failures, ...).
+    timings : dict, optional
+        Seconds per stage (population, render, screen, estimate, track), the `time.*_s` metrics.
+    audit : Effects, optional
+        The LL144 impact ratios logged for every case (config `outcome_audit`).
+    samples : dict, optional
+        A few rendered documents, logged under `samples/`.
+    screening : dict, optional
+        The screener's metrics for this case (calls, tokens, cost, failures by reason).
+    profiles : Profiles, optional
+        The sampled applicants and counterfactual worlds (not logged).
+    scored_worlds : DataFrame, optional
+        The counterfactual world rows as scored (an estimator's `WorldDesign`).
+    report : dict, optional
+        The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
+
+    Examples
+    --------
+    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
+    >>> result.effects.table, result.effects.case, result.failure_rate  # doctest: +SKIP
+    """
+
+    effects: Effects
+    scored: pd.DataFrame
+    run_id: str | None
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
+    samples: dict[str, Any] = field(default_factory=dict)  # a few rendered documents, logged as artifacts
+    screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's screening
+    profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
+    scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
+    report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
+
+    @property
+    def failure_rate(self) -> float:
+        return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.scored)
+
+    @property
+    def n_failed(self) -> int:
+        return int(self.scored["error"].notna().sum())
+
+
+def effects_metrics(effects: Effects) -> dict[str, float]:
+    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
+    metrics: dict[str, float] = {}
+    for effect, row in effects.table.iterrows():
+        for column, value in row.items():
+            if isinstance(value, (int, float)):
+                metrics[f"{effect}.{column}"] = value
+    metrics.update(effects.metrics)
+    return metrics
+
+
+def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    """fn(*args) and its wall seconds."""
+    start = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - start
+
+
+def _logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]) -> Callable[[], tuple[Effects, Any]]:
+    """Wait for the outcome audit (forked beside the estimate) in a thread and queue its artifacts
+    for the tracking worker the moment it ends: its figures (the impact ratio chart) are then drawn
+    while the estimate still runs, not at the end of the case, and by the worker, which has
+    matplotlib imported already (a fork drawing them would import it every case).
+    Returns the function that waits for the audit's result."""
+
+    def wait_and_log() -> tuple[Effects, Any]:
+        audit, seconds = pending()
+        run.artifacts(audit.artifacts)
+        return audit, seconds
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="popfair-outcome-audit")
+    future = pool.submit(wait_and_log)
+    pool.shutdown(wait=False)
+    return future.result
+
+
+def resolved(node: DictConfig) -> dict[Any, Any] | None:
+    """A config node's values, interpolations resolved, as plain values; None when an interpolation
+    is broken (building the node then says which)."""
+    try:
+        values = OmegaConf.to_container(node, resolve=True)
+    except Exception:  # noqa: BLE001 - a broken interpolation: instantiate says why
+        return None
+    assert isinstance(values, dict)
+    return values
+
+
+def check_node(node: DictConfig, path: str, values: dict[Any, Any] | None = None) -> None:
+    """Check a config node, and every nested component node, against the `parameter_constraints`
+    its `_target_` declares, before anything is built; errors name the full config path. `values`:
+    the node already resolved (one resolved copy is checked as plain values)."""
+    values = values if values is not None else resolved(node)
+    if values is not None:
+        _check_values(values, path)
+
+
+def _check_values(values: dict[Any, Any], path: str) -> None:
+    try:
+        target = get_object(values["_target_"]) if "_target_" in values else None
+    except Exception:  # noqa: BLE001 - an unknown target: instantiate says why
+        return
+    constraints = getattr(target, "parameter_constraints", {})
+    for key, value in values.items():
+        if value == MISSING:  # `???`: instantiate names it as required
+            continue
+        if isinstance(value, dict) and "_target_" in value:
+            _check_values(value, f"{path}.{key}")
+        else:
+            try:
+                validate(constraints, {str(key): value})
+            except ParameterError as exc:
+                raise exc.at(path) from None
+
+
+def build(node: DictConfig, group: str, *, values: dict[Any, Any] | None = None, **kwargs: Any) -> Any:
+    """Instantiate one config group, after checking its settings against their declared constraints;
+    surface our own validation errors unwrapped, with the config path of the setting. `values`: the
+    node already resolved, when the caller has it."""
+    check_node(node, group, values)
+    try:
+        return instantiate(node, _convert_="all", **kwargs)
+    except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
+        raise ConfigError(f"{exc.full_key}: is required; set it on the command line ({exc.full_key}=...)") from None
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ParameterError):  # named relative to the component
+            raise cause.at(group) from None
+        if isinstance(cause, PopfairError):
+            raise cause from None
+        raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
+
+
+def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
+    """`audit_report`: auto = for screeners that audit an outside tool (http, file), true, false."""
+    require(setting in ("auto", True, False), "audit_report", f"must be auto, true or false, got {setting!r}")
+    return bool(getattr(screener, "audits_a_tool", False)) if setting == "auto" else bool(setting)
+
+
+def _failure_share(value: Any) -> float | None:
+    require(
+        value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1),
+        "max_failure_share",
+        f"must be a share in [0, 1] or null (estimate whatever failed), got {value!r}",
+    )
+    return None if value is None else float(value)
+
+
+# What a dry run may build a component without: keyword -> the external resource it waives.
+PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
+
+
+def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Any:
+    """Build a component; in a dry run with `<PLANNING_RELAXATIONS[group]>=False` when its class takes
+    that keyword: it can plan without the external resource (an API key, a photo folder) and still
+    uses the resource when it is there.
+
+    A dry run builds each distinct component once per process: the cases of a sweep share most of
+    their components (one estimator, a few renderers and populations, a dozen screeners), and
+    planning only reads them. The memo is keyed by the resolved settings, not by the contents of
+    files they name: a process that edits a data file between two dry runs plans with the first
+    build. `values`: the node already resolved, when the caller has it."""
+    if not dry_run:
+        return build(node, group, values=values)
+    relax = PLANNING_RELAXATIONS.get(group)
+    kwargs: dict[str, Any] = {relax: False} if relax is not None and relax in _keywords(node.get("_target_")) else {}
+    values = values if values is not None else resolved(node)
+    if values is None:  # a broken interpolation: building says which
+        return build(node, group, **kwargs)
+    key = json.dumps([group, values, kwargs], sort_keys=True, default=repr)
+    if key not in _PLANNING_PARTS:
+        _PLANNING_PARTS[key] = build(node, group, values=values, **kwargs)
+    return _PLANNING_PARTS[key]
+
+
+_PLANNING_PARTS: dict[str, Any] = {}  # dry runs: (group, resolved settings, relaxation) -> built component
+
+
+def _keywords(target: Any) -> set[str]:
+    """The keyword parameters of a config's `_target_` (none when it cannot be resolved)."""
+    try:
+        return set(inspect.signature(get_object(str(target))).parameters)
+    except Exception:  # noqa: BLE001 - an unknown target: building it says why
+        return set()
+
+
+@dataclass
+class Experiment:
+    """One audit case: population -> render -> screen -> estimate, logged as one MLflow run.
+
+    Built from a composed Hydra config with `Experiment.from_config`, which validates and builds
+    every component before any work (a bad value fails naming its config key); nothing downstream
+    reads the raw config. Counterfactual worlds the estimator declares (`estimator.design`) are
+    drawn by the population and rendered and screened with the factual applicants.
+
+    Parameters
+    ----------
+    population, occupation, renderer, screener, estimator, protected
+        The case's components (config groups population, occupation, renderer, screener,
+        estimator, protected_attr).
+    tracker : MlflowTracker
+        Where the run is logged (config group tracking).
+    seed : int
+        The population sample's seed.
+    run_name, config, outcome_audit, parent_run_id, tags
+        MLflow run name, the resolved config (logged only), the impact-ratio add-on estimator,
+        the sweep's parent run and extra tags.
+    audit_report : bool, default False
+        Write the auditor's report (LL144 summary and effects), logged as `audit_report/`.
+    max_failure_share : float or None
+        A case whose share of failed screens exceeds this stops before the estimator (None: never).
+    design : Design, optional
+        The study design (popfair.design): how the documents are grouped into prompts, what is
+        asked, how replies are read and which estimators apply. Default: the population's.
+    documents : DocumentStore, optional
+        Rendered documents kept for every later case (config `document_store`).
+
+    Returns
+    -------
+    `run()` returns a `RunResult` (effects, scored table, MLflow run id).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from hydra import compose, initialize_config_dir
+    >>> import popfair
+    >>> with initialize_config_dir(version_base="1.3", config_dir=str(Path("conf").resolve())):  # doctest: +SKIP
+    ...     cfg = compose(config_name="config", overrides=["population.n=300", "estimator=outcome_gap"])
+    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
+    >>> result.effects.table.loc["gap", ["estimate", "ci_low", "ci_high"]]  # doctest: +SKIP
+    """
+
+    population: Population
+    occupation: Occupation
+    renderer: Renderer
+    screener: Screener
+    estimator: Estimator
+    protected: ProtectedAttribute
+    tracker: MlflowTracker
+    seed: int = 0
+    run_name: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # resolved config, for logging only
+    outcome_audit: Estimator | None = None  # impact ratios for every case (config `outcome_audit`)
+    parent_run_id: str | None = None  # MLflow parent run when the case belongs to a sweep
+    tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
+    audit_report: bool = False  # write the auditor's report (logged as audit_report/)
+    max_failure_share: float | None = DEFAULT_MAX_FAILURE_SHARE  # more failed screens: no estimate (None: any)
+    design: Design | None = None  # how applicants become prompts and answers (default: the population's)
+    documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
+        """Validate and build every component before any work is done.
+
+        Parameters
+        ----------
+        cfg : DictConfig
+            A composed config (`hydra.compose(config_name="config", overrides=[...])`).
+        dry_run : bool, default False
+            Build API screeners without keys and photo renderers without photos (planning needs
+            neither).
+        values : dict, optional
+            `cfg` already resolved, when the caller has it (the pre-flight checks).
+
+        Returns
+        -------
+        Experiment
+            The case, every component built; `run()` runs it.
+        """
+        for group in COMPONENT_GROUPS:
+            require(
+                group in cfg and cfg[group] is not None,
+                group,
+                f"missing config group; pick an option, e.g. {group}=<option>",
+            )
+        require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
+        values = values if values is not None else resolved(cfg)  # one resolved copy: checked per group,
+        # logged, and a dry run's memo key
+        parts = {
+            group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
+            for group in COMPONENT_GROUPS
+        }
+        design = design_of(parts["population"])
+        design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
+        return cls(
+            population=parts["population"],
+            occupation=parts["occupation"],
+            renderer=parts["renderer"],
+            screener=parts["screener"],
+            estimator=parts["estimator"],
+            protected=parts["protected_attr"],
+            design=design,
+            tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values and values["tracking"]),
+            seed=int(cfg.seed),
+            run_name=cfg.get("run_name"),
+            outcome_audit=(
+                build_for_plan(
+                    cfg.outcome_audit, "outcome_audit", dry_run=dry_run, values=values and values["outcome_audit"]
+                )
+                if cfg.get("outcome_audit") is not None
+                else None
+            ),
+            config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
+            audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
+            max_failure_share=_failure_share(cfg.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)),
+            documents=None
+            if dry_run
+            else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
+        )
+
+    def case_name(self) -> str:
+        return "-".join(
+            [self.occupation.key, self.protected.name, self.renderer.kind, self.screener.name, self.estimator.name]
+        )
+
+    def __post_init__(self) -> None:
+        if self.design is None:
+            self.design = design_of(self.population)
+        # worlds the estimator declares but the population cannot draw fail here, before any work
+        worlds.check_design(self.population, self.estimator.design)
+
+    def sample(self) -> Profiles:
+        """The population stage: the applicants and the counterfactual worlds the estimator declares."""
+        return worlds.sample(self.population, self.occupation, self.protected, self.seed, self.estimator.design)
+
+    def run(self) -> RunResult:
+        # frozen: what exists before the run is left out of its garbage collections. The MLflow run
+        # is logged in the background while the stages compute and is complete when this returns.
+        name, tags = self.run_name or self.case_name(), {"case_name": self.case_name(), **self.tags}
+        with frozen_heap(), sigterm_as_interrupt():
+            try:
+                with self.tracker.run(name, tags, self.parent_run_id) as run:
+                    return self._run(run)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: a KILLED run says what was done
+                raise self._killed(exc) from None
+
+    def _killed(self, exc: KeyboardInterrupt) -> Interrupted:
+        """Record what the stopped case did (rows answered, dollars) on its KILLED MLflow run;
+        the message says how to resume."""
+        interrupted = (
+            exc
+            if isinstance(exc, Interrupted)
+            else Interrupted(
+                f"case {self.case_name()} stopped by {exc or 'SIGINT'}; answers received are saved. "
+                "Rerun the same command to resume: nothing is asked twice."
+            )
+        )
+        metrics = interrupted.metrics or getattr(self.screener, "metrics", dict)()
+        message = f"{interrupted}"
+        try:
+            run_id = self.tracker.record_failure(
+                self.run_name or self.case_name(),
+                {"case_name": self.case_name(), **self.tags, **getattr(self.screener, "run_tags", {})},
+                flatten(self.config),
+                message,
+                parent_run_id=self.parent_run_id,
+                metrics=metrics,
+                status="KILLED",
+            )
+        except Exception as tracking_exc:  # noqa: BLE001 - the interrupt, not the tracking store, is the news
+            log.warning("could not record the interrupted case in MLflow: %s", tracking_exc)
+            run_id = None
+        where = f" (MLflow run {run_id}, KILLED)" if run_id else ""
+        return Interrupted(f"{message}{where}", metrics)
+
+    def _run(self, run: RunLogger) -> RunResult:
+        timings: dict[str, float] = {}
+
+        def stage(name: str, fn, *args):
+            log.info("stage %s ...", name)
+            start = time.perf_counter()
+            out = fn(*args)
+            timings[name] = time.perf_counter() - start
+            log.info("stage %s done in %.2fs", name, timings[name])
+            return out
+
+        profiles: Profiles = stage("population", self.population.sample, self.occupation, self.protected, self.seed)
+        if self.estimator.design is not None:
+            profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, self.estimator.design)
+        for note in profiles.notes:
+            log.warning("note: %s", note)
+        run.params(flatten(self.config))
+        run.artifacts(
+            {
+                "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
+                "roles.yaml": yaml.safe_dump(profiles.roles.as_dict(), sort_keys=False),
+                **profiles.artifacts,
+            }
+        )
+        # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
+        rows = profiles.rows()
+        documents = stage(
+            "render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs, True, None, self.documents
+        )
+        design = self.design or design_of(self.population)
+        prompts = design.prompts(profiles, rows, documents)  # the design groups documents into prompts
+        results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
+        # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
+        check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
+        screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
+        screening = screen_metrics() if callable(screen_metrics) else {}
+        scored_rows = design.scored(profiles, rows, documents, prompts, results)
+        is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
+        scored = scored_rows[is_factual].drop(columns=WORLD)
+        ok = scored[scored["error"].isna()]
+        # the estimator sees the factual rows that were scored, and the world rows it asked for
+        scored_worlds = None if self.estimator.design is None else scored_rows[~is_factual].reset_index(drop=True)
+        data = (
+            ok
+            if scored_worlds is None
+            else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds], ignore_index=True)
+        )
+        audit_result = None
+        if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
+            # the impact ratios need only the factual scored rows: computed in a forked process
+            # beside the estimator (forked before any of its threads start)
+            log.info("stage outcome_audit ... (beside estimate)")
+            audit_result = _logged_when_done(
+                run, forked_call(_timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
+            )
+        samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
+        run.artifacts({"scored.parquet": scored, **samples})
+        effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
+        audit = None
+        if audit_result is not None:
+            try:
+                audit, timings["outcome_audit"] = audit_result()
+                log.info("stage outcome_audit done in %.2fs", timings["outcome_audit"])
+            except PopfairError as exc:  # an add-on: report it, keep the case's own results
+                log.warning("outcome audit skipped: %s", exc)
+                profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
+        result = RunResult(
+            effects=effects,
+            scored=scored,
+            run_id=None,
+            notes=profiles.notes,
+            timings=timings,
+            audit=audit,
+            samples=samples,
+            screening=screening,
+            profiles=profiles,
+            scored_worlds=scored_worlds,
+        )
+        if self.audit_report:
+            from popfair.report.audit import audit_report
+
+            result.report = stage("report", audit_report, self, result)
+        result.run_id = stage("track", self._track, run, result, profiles)
+        return result
+
+    def _track(self, run: RunLogger, result: RunResult, profiles: Profiles) -> str | None:
+        """Log what the estimate and report stages made (the config, roles, population artifacts,
+        documents and scored table are logged as their stages finish) and wait for the run."""
+        effects = result.effects
+        metrics: dict[str, float] = {
+            "n_rows": result.n_rows,
+            "n_failed": result.n_failed,
+            "failure_rate": result.failure_rate,
+            **effects_metrics(effects),
+        }
+        metrics.update(result.screening)
+        metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
+        # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).
+        case = "; ".join(patterns.applicable_labels(effects.case, self.renderer.kind)) or "none"
+        tags = {
+            "case": case,
+            "case_name": self.case_name(),
+            "git_commit": git_commit(),
+            "popfair_version": __version__,
+            "occupation": self.occupation.key,
+            "protected_attr": self.protected.name,
+            "screener": self.screener.name,
+            "renderer": self.renderer.kind,
+            "estimator": self.estimator.name,
+            **profiles.tags,
+            **self.tags,
+        }
+        tags.update(getattr(self.screener, "run_tags", {}))  # e.g. the route `route: auto` chose, and why
+        # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
+        tags.update(
+            {f"popfair_choice.{key}": value for key, value in getattr(self.screener, "popfair_choices", {}).items()}
+        )
+        artifacts: dict[str, Any] = {"effects.csv": effects.table}
+        if result.notes:
+            artifacts["notes.txt"] = "\n".join(result.notes)
+        artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
+        artifacts.update(effects.artifacts)
+        if result.audit is not None:  # its artifacts were queued when it ended
+            metrics.update(result.audit.metrics)
+        run.artifacts(artifacts)
+        run.log(metrics=metrics, tags=tags)
+        return run.end()

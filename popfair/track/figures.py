@@ -1,0 +1,197 @@
+"""Figures of one case (matplotlib `Figure` objects, no pyplot state, Agg-safe): the effects forest
+plot (one estimate or observational vs interventional side by side), the impact ratio chart, and
+the population's age-vs-experience and Q-Q plots. Estimators and the population ask for them as
+data (`popfair.core.types.Plot` artifacts) and `draw` renders them when the run is logged; the sweep report reuses `forest_plot` so a report and a run's
+artifact look alike. matplotlib is imported when drawing, which keeps `import popfair` light."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from popfair.core.types import Plot
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+Series = tuple[tuple[str, str, str], ...]
+
+
+def forest_plot(
+    table: pd.DataFrame, title: str = "Path-specific effects", series: Series = (("", "", "C0"),)
+) -> Figure:
+    """Forest plot of effect estimates with CI whiskers. `series` lists (column prefix, legend
+    label, colour) per estimate drawn side by side (e.g. observational and interventional). With
+    one series, effects whose `significant` flag is set are drawn filled, the others hollow."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 3.2 + 0.3 * (len(series) - 1)), layout="constrained")
+    ax = fig.add_subplot()
+    rows = list(table.index)[::-1]
+    ypos = np.arange(len(rows), dtype=float)
+    offsets = np.linspace(0.15, -0.15, len(series)) if len(series) > 1 else [0.0]
+    for offset, (prefix, label, colour) in zip(offsets, series):
+        est = table.loc[rows, prefix + "estimate"].to_numpy(float)
+        lo = table.loc[rows, prefix + "ci_low"].to_numpy(float)
+        hi = table.loc[rows, prefix + "ci_high"].to_numpy(float)
+        y = ypos + offset
+        ax.hlines(y, lo, hi, color=colour, lw=2)
+        if len(series) > 1:
+            ax.scatter(est, y, color=colour, zorder=3, label=label)
+            continue
+        sig = table.loc[rows, "significant"].to_numpy(bool) if "significant" in table else np.zeros(len(rows), bool)
+        ax.scatter(est[sig], y[sig], color="C3", zorder=3, label="CI excludes 0")
+        ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=colour, zorder=3, label="CI covers 0")
+    ax.axvline(0.0, color="0.5", lw=1, ls="--")
+    ax.set_yticks(ypos, rows)
+    ax.set_xlabel("effect on Y (positive favours x1)")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=8)
+    return fig
+
+
+def impact_ratio_figure(
+    table: pd.DataFrame, title: str = "", *, dimensions: Mapping[str, str], flag_below: float, alpha: float
+) -> Figure:
+    """Horizontal bars of impact ratios with CIs, one panel per metric with the dimensions stacked
+    under their titles, and the four-fifths line. `table` holds every row (metric, dimension,
+    category, status, impact_ratio, ci_low, ci_high, flag); `dimensions` maps each dimension to
+    its title, in order. One panel per metric rather than per metric x dimension: the chart is
+    drawn for every case, and matplotlib's cost is per axes and label (with the placement below:
+    0.23 s instead of 0.56 s)."""
+    from matplotlib.figure import Figure
+
+    rows = table[table["status"] == "included"]
+    metrics: Sequence[str] = list(dict.fromkeys(table["metric"])) or [""]
+    panels = [_ratio_panel(rows[rows["metric"] == metric], dimensions) for metric in metrics]
+    # Placed in inches from the labels' lengths, not by a layout engine: laying out measures every
+    # label's extent, a third of the drawing time of a chart that is drawn for every case.
+    label_in = 0.2 + IN_PER_CHAR * max(len(label) for labels, _, _ in panels for label in labels)
+    plot_in, gap_in, top_in, bottom_in = 4.2, 0.35, 0.75, 0.55
+    bars_in = 0.22 * max(len(labels) for labels, _, _ in panels)
+    width, height = len(panels) * (label_in + plot_in + gap_in), top_in + bars_in + bottom_in
+    fig = Figure(figsize=(width, height))
+    for i, (metric, (labels, headers, shown)) in enumerate(zip(metrics, panels)):
+        left = i * (label_in + plot_in + gap_in) + label_in
+        ax = fig.add_axes((left / width, bottom_in / height, plot_in / width, bars_in / height))
+        ypos = -shown["position"].to_numpy(float)  # first dimension on top
+        ratio = shown["impact_ratio"].to_numpy(float)
+        lo, hi = shown["ci_low"].to_numpy(float), shown["ci_high"].to_numpy(float)
+        ax.barh(ypos, np.nan_to_num(ratio), color=np.where(shown["flag"].astype(bool), "#c0392b", "#2e86c1"))
+        err = np.vstack([np.clip(ratio - lo, 0, None), np.clip(hi - ratio, 0, None)])
+        ax.errorbar(ratio, ypos, xerr=np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
+        ax.axvline(flag_below, color="#c0392b", linestyle="--", linewidth=1)
+        ax.set_yticks(-np.arange(len(labels), dtype=float), labels, fontsize=8)
+        for j in headers:
+            ax.get_yticklabels()[j].set_fontweight("bold")
+        ax.set_ylim(-len(labels) + 0.4, 0.6)
+        ax.set_xlim(0, 1.05)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("impact ratio (rate / highest rate)", fontsize=9)
+    fig.suptitle(
+        title
+        or f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
+        f"dashed line: {flag_below:g} (four-fifths rule)",
+        fontsize=10,
+        y=1 - 0.25 / height,
+    )
+    return fig
+
+
+IN_PER_CHAR = 0.056  # width of a character of an 8-point tick label (DejaVu Sans, bold: at most this)
+
+
+def _ratio_panel(rows: pd.DataFrame, dimensions: Mapping[str, str]) -> tuple[list[str], list[int], pd.DataFrame]:
+    """One metric's labels top to bottom (each dimension's title, then its categories), the
+    positions of the titles, and its rows with their `position`."""
+    labels: list[str] = []
+    headers: list[int] = []
+    shown = []
+    for dimension, dimension_title in dimensions.items():
+        block = rows[rows["dimension"] == dimension]
+        headers.append(len(labels))
+        labels.append(dimension_title)
+        shown.append(block.assign(position=np.arange(len(labels), len(labels) + len(block))))
+        labels += [str(c) for c in block["category"]]
+    return labels, headers, pd.concat(shown)
+
+
+def qq_figure(points: pd.DataFrame, title: str = "") -> Figure:
+    """Q-Q plot of standardised experience against the normal (columns theoretical, empirical,
+    weight: marker size), with the identity line."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.5, 4.5), layout="constrained")
+    ax = fig.subplots()
+    jitter = np.random.default_rng(0).normal(0, 0.02, len(points))
+    ax.scatter(
+        points["theoretical"] + jitter,
+        points["empirical"],
+        s=8 + 40 * points["weight"] / points["weight"].max(),
+        alpha=0.5,
+    )
+    lim = [-2.5, 2.5]
+    ax.plot(lim, lim, color="k", lw=1)
+    ax.set(xlabel="normal quantile", ylabel="empirical quantile, standardised", title=title, xlim=lim, ylim=lim)
+    return fig
+
+
+def age_experience_figure(stats: pd.DataFrame, title: str = "") -> Figure:
+    """Mean experience by age per gender with the 10th-90th percentile band (columns gender, age,
+    mean, p10, p90) and the age - 18 upper bound."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for gender, rows in stats.groupby("gender", sort=True):
+        ax.plot(rows["age"], rows["mean"], label=f"{gender} mean")
+        ax.fill_between(rows["age"], rows["p10"], rows["p90"], alpha=0.2)
+    ages = np.arange(18, 45)
+    ax.plot(ages, ages - 18, "k--", lw=1, label="age - 18 (upper bound)")
+    ax.set(xlabel="age", ylabel="years of experience", title=title)
+    ax.legend()
+    return fig
+
+
+DRAW: dict[str, Callable[..., Figure]] = {
+    "forest": forest_plot,
+    "impact_ratio": impact_ratio_figure,
+    "qq": qq_figure,
+    "age_experience": age_experience_figure,
+}
+
+
+def draw(plot: Plot) -> Figure:
+    """The matplotlib Figure of a `Plot` artifact."""
+    return DRAW[plot.kind](plot.table, plot.title, **plot.options)
+
+
+_DRAWN: dict[str, bytes] = {}  # content key of a Plot -> its PNG, for the cases of one process
+_DRAWN_MAX = 64
+
+
+def png(figure: Plot | Figure, dpi: int = 120) -> bytes:
+    """A `Plot` or Figure as the PNG bytes a run logs. A Plot equal to one this process has drawn
+    (the population's figures, the same for every screener cell of a sweep) is not drawn again."""
+    key = None
+    if isinstance(figure, Plot):
+        key = hashlib.sha256(
+            pickle.dumps((figure.kind, figure.title, dict(figure.options), figure.table, dpi))
+        ).hexdigest()
+        if key in _DRAWN:
+            return _DRAWN[key]
+        figure = draw(figure)
+    buffer = io.BytesIO()
+    # the figures lay themselves out; bbox_inches="tight" would draw each once more to measure it
+    figure.savefig(buffer, format="png", dpi=dpi)
+    if key is not None:
+        if len(_DRAWN) >= _DRAWN_MAX:
+            del _DRAWN[next(iter(_DRAWN))]
+        _DRAWN[key] = buffer.getvalue()
+    return buffer.getvalue()
