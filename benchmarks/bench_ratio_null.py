@@ -27,7 +27,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from popfair.estimate import impact_inference
+from popfair.estimate import resampling
 from popfair.estimate.impact_inference import impact_ratio_inference
 
 CATEGORIES = list("ABCDEFGH")
@@ -80,8 +80,8 @@ def main() -> None:
     )
     for design in args.designs:
         sample = ranking_sample if design == "ranking" else postings_sample
-        budget = impact_inference.EXACT_DRAWS
-        impact_inference.EXACT_DRAWS = 0 if design == "postings-normal" else 10**12
+        budget = resampling.EXACT_DRAWS
+        resampling.EXACT_DRAWS = 0 if design == "postings-normal" else 10**12
         rng = np.random.default_rng(args.seed)
         rejected = flagged = survived = 0
         methods = set()
@@ -98,7 +98,7 @@ def main() -> None:
             flagged += bool(result.table["flag"].any())
             survived += bool(result.table["flag_survives"].any())
             methods.add(result.null_method.split(" over ")[0])
-        impact_inference.EXACT_DRAWS = budget
+        resampling.EXACT_DRAWS = budget
         seconds = time.perf_counter() - start
         k = args.simulations
         se = np.sqrt(args.alpha * (1 - args.alpha) / k)

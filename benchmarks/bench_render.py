@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from popfair.case.experiment import build  # noqa: E402
+from popfair.case.compose import build  # noqa: E402
 from popfair.render.base import render_all  # noqa: E402
 
 OCCUPATIONS = ("nurse", "teacher", "software_developer", "accountant", "construction_laborer")

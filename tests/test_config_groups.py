@@ -10,7 +10,8 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from popfair.case.experiment import COMPONENT_GROUPS, Experiment, build
+from popfair.case.compose import build
+from popfair.case.experiment import COMPONENT_GROUPS, Experiment
 from popfair.core.errors import ConfigError
 from tests.conftest import CONF_DIR, compose_config
 

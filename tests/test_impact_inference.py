@@ -11,9 +11,10 @@ import pytest
 from scipy import stats
 
 from popfair.core.errors import DataError
-from popfair.estimate import impact_inference
-from popfair.estimate.impact_inference import impact_ratio_inference, permutation_totals
+from popfair.estimate import resampling
+from popfair.estimate.impact_inference import impact_ratio_inference
 from popfair.estimate.impact_ratio import ImpactRatioSettings, impact_ratios, impact_ratios_from_counts
+from popfair.estimate.resampling import permutation_totals
 
 CATEGORIES = list("ABCDEFGH")
 
@@ -99,8 +100,8 @@ def test_permutation_within_clusters_matches_a_brute_force_shuffle_and_the_exact
     n = counts["n"].unstack(fill_value=0).to_numpy()
     s = counts["selected"].unstack(fill_value=0).to_numpy()
     if path == "normal":
-        monkeypatch.setattr(impact_inference, "EXACT_DRAWS", 0)
-        monkeypatch.setattr(impact_inference, "MULTINOMIAL_PROFILES", 0)
+        monkeypatch.setattr(resampling, "EXACT_DRAWS", 0)
+        monkeypatch.setattr(resampling, "MULTINOMIAL_PROFILES", 0)
     drawn, method = permutation_totals(n, s, 20000, np.random.default_rng(1))
     assert method.startswith("exact" if path == "exact" else "normal approximation")
     # the multivariate hypergeometric mean and covariance, summed over clusters
@@ -179,7 +180,7 @@ def test_cis_hold_when_categories_tie():
 def test_poisson_bootstrap_of_many_clusters_agrees_with_resampling(monkeypatch):
     counts = postings(np.random.default_rng(2), 3000, np.array([1.0, 0.9, 0.8, 0.7]))
     resampled = impact_ratio_inference(counts, n_bootstrap=2000, seed=3).table
-    monkeypatch.setattr(impact_inference, "POISSON_MIN_CLUSTERS", 100)
+    monkeypatch.setattr(resampling, "POISSON_MIN_CLUSTERS", 100)
     poisson = impact_ratio_inference(counts, n_bootstrap=2000, seed=3).table
     for column in ("rate_ci_low", "rate_ci_high", "ci_low", "ci_high"):
         assert poisson[column].to_numpy() == pytest.approx(resampled[column].to_numpy(), abs=0.012)

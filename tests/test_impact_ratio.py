@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from popfair import Experiment
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError, DataError, EstimationError
 from popfair.core.types import Roles
 from popfair.estimate.base import EFFECT_COLUMNS

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from popfair import Experiment
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import FACTUAL, WORLD, Roles
 from popfair.estimate.interventional import Interventional, expected_effects, paired_effects

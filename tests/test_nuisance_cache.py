@@ -129,7 +129,7 @@ def test_a_server_cache_url_keeps_the_nuisances_for_every_machine(applicants, tm
 
 
 def test_the_config_passes_the_server_cache_to_the_estimator():
-    from popfair.case.experiment import build
+    from popfair.case.compose import build
     from tests.conftest import compose_config
 
     url = "postgresql+psycopg://popfair@db.internal:5432/popfair"

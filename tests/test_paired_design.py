@@ -9,7 +9,7 @@ import pytest
 from hydra.utils import instantiate
 from scipy import stats
 
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError, DataError
 from popfair.design.paired.population import NAME_FIELDS, PairedAuditPopulation, load_name_pools
 from popfair.population.occupation import Occupation

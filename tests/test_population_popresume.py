@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError, DataError
 from popfair.core.types import Plot
 from popfair.data import data_file

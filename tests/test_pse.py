@@ -12,10 +12,10 @@ import xgboost as xgb
 from matplotlib.figure import Figure
 from scipy import stats
 
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import Roles
-from popfair.estimate import dml, nuisances, pse
+from popfair.estimate import dml, dml_settings, nuisances, pse
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.sfm import EFFECTS, case_labels
 from popfair.estimate.sfm_sim import SimulatedSFM
@@ -161,8 +161,8 @@ def test_tree_count_search_matches_separately_trained_models():
     rng = np.random.default_rng(0)
     features = rng.normal(size=(600, 3)).astype(np.float32)
     target = features[:, 0] - features[:, 1] ** 2 + rng.normal(size=600)
-    settings = dml.PseSettings(
-        n_bootstrap=100, grid=dml.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0))
+    settings = dml_settings.PseSettings(
+        n_bootstrap=100, grid=dml_settings.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0))
     )
     train, valid = np.arange(480), np.arange(480, 600)
     best, _ = nuisances.search(features, target, "regressor", train, valid, settings)

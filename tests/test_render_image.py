@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from popfair import Experiment
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError, DataError
 from popfair.render.image import ImagePhotoRenderer, ImageRenderer
 from tests.conftest import PHOTO_CELL_COLOURS, compose_config, synthetic_photos_dir

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError, DataError
 from popfair.core.types import Job
 from popfair.render.base import render_all, sample_artifacts

@@ -10,7 +10,9 @@ import pytest
 from tenacity import RetryCallState
 
 from popfair.core.errors import MissingSecretError, ScreeningStopped
-from popfair.screen.engine import Engine, EngineSettings, RateLimiter
+from popfair.screen.calls import EngineSettings
+from popfair.screen.engine import Engine
+from popfair.screen.limits import RateLimiter
 from popfair.screen.parse import parse_answer
 from popfair.screen.providers import TransientError
 from tests.llm_stub import Faults, StubServer, expected_answer, prompt_text

@@ -9,7 +9,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from popfair.case.experiment import build
+from popfair.case.compose import build
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Job
 from popfair.store.blobs import open_blob_store

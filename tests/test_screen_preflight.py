@@ -4,7 +4,7 @@ refused connection, a rejected key and an unknown model id as the engine does.""
 
 from __future__ import annotations
 
-from popfair.case.experiment import build_for_plan
+from popfair.case.compose import build_for_plan
 from popfair.screen.http_endpoint import HttpScreener
 from popfair.screen.preflight import probe_endpoint, screener_checks
 from tests.conftest import compose_config

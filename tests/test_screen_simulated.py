@@ -10,7 +10,8 @@ import statsmodels.formula.api as smf
 from omegaconf import OmegaConf
 from scipy import integrate, special, stats
 
-from popfair.case.experiment import Experiment, build
+from popfair.case.compose import build
+from popfair.case.experiment import Experiment
 from popfair.core.errors import ConfigError, DataError
 from popfair.core.types import Document, Job
 from popfair.screen.simulated import SimulatedScreener

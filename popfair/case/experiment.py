@@ -3,8 +3,6 @@ logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw c
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -14,13 +12,10 @@ from typing import Any, cast
 
 import pandas as pd
 import yaml
-from hydra.errors import InstantiationException
-from hydra.utils import get_object, instantiate
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf import DictConfig, OmegaConf
 
-from popfair.core.constraints import ParameterError, validate
-from popfair.core.errors import ConfigError, Interrupted, PopfairError, require
+from popfair.case.compose import build_for_plan, resolved
+from popfair.core.errors import Interrupted, PopfairError, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
 from popfair.design import design_of
 from popfair.design.base import Design
@@ -140,62 +135,6 @@ def _logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]
     return future.result
 
 
-def resolved(node: DictConfig) -> dict[Any, Any] | None:
-    """A config node's values, interpolations resolved, as plain values; None when an interpolation
-    is broken (building the node then says which)."""
-    try:
-        values = OmegaConf.to_container(node, resolve=True)
-    except Exception:  # noqa: BLE001 - a broken interpolation: instantiate says why
-        return None
-    assert isinstance(values, dict)
-    return values
-
-
-def check_node(node: DictConfig, path: str, values: dict[Any, Any] | None = None) -> None:
-    """Check a config node, and every nested component node, against the `parameter_constraints`
-    its `_target_` declares, before anything is built; errors name the full config path. `values`:
-    the node already resolved (one resolved copy is checked as plain values)."""
-    values = values if values is not None else resolved(node)
-    if values is not None:
-        _check_values(values, path)
-
-
-def _check_values(values: dict[Any, Any], path: str) -> None:
-    try:
-        target = get_object(values["_target_"]) if "_target_" in values else None
-    except Exception:  # noqa: BLE001 - an unknown target: instantiate says why
-        return
-    constraints = getattr(target, "parameter_constraints", {})
-    for key, value in values.items():
-        if value == MISSING:  # `???`: instantiate names it as required
-            continue
-        if isinstance(value, dict) and "_target_" in value:
-            _check_values(value, f"{path}.{key}")
-        else:
-            try:
-                validate(constraints, {str(key): value})
-            except ParameterError as exc:
-                raise exc.at(path) from None
-
-
-def build(node: DictConfig, group: str, *, values: dict[Any, Any] | None = None, **kwargs: Any) -> Any:
-    """Instantiate one config group, after checking its settings against their declared constraints;
-    surface our own validation errors unwrapped, with the config path of the setting. `values`: the
-    node already resolved, when the caller has it."""
-    check_node(node, group, values)
-    try:
-        return instantiate(node, _convert_="all", **kwargs)
-    except MissingMandatoryValue as exc:  # a `???` the user must fill (screener.url, screener.dir)
-        raise ConfigError(f"{exc.full_key}: is required; set it on the command line ({exc.full_key}=...)") from None
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        if isinstance(cause, ParameterError):  # named relative to the component
-            raise cause.at(group) from None
-        if isinstance(cause, PopfairError):
-            raise cause from None
-        raise ConfigError(f"{group}: cannot build {node.get('_target_')}: {cause or exc}") from None
-
-
 def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
     """`audit_report`: auto = for screeners that audit an outside tool (http, file), true, false."""
     require(setting in ("auto", True, False), "audit_report", f"must be auto, true or false, got {setting!r}")
@@ -209,44 +148,6 @@ def _failure_share(value: Any) -> float | None:
         f"must be a share in [0, 1] or null (estimate whatever failed), got {value!r}",
     )
     return None if value is None else float(value)
-
-
-# What a dry run may build a component without: keyword -> the external resource it waives.
-PLANNING_RELAXATIONS = {"screener": "require_key", "renderer": "require_photos"}
-
-
-def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Any:
-    """Build a component; in a dry run with `<PLANNING_RELAXATIONS[group]>=False` when its class takes
-    that keyword: it can plan without the external resource (an API key, a photo folder) and still
-    uses the resource when it is there.
-
-    A dry run builds each distinct component once per process: the cases of a sweep share most of
-    their components (one estimator, a few renderers and populations, a dozen screeners), and
-    planning only reads them. The memo is keyed by the resolved settings, not by the contents of
-    files they name: a process that edits a data file between two dry runs plans with the first
-    build. `values`: the node already resolved, when the caller has it."""
-    if not dry_run:
-        return build(node, group, values=values)
-    relax = PLANNING_RELAXATIONS.get(group)
-    kwargs: dict[str, Any] = {relax: False} if relax is not None and relax in _keywords(node.get("_target_")) else {}
-    values = values if values is not None else resolved(node)
-    if values is None:  # a broken interpolation: building says which
-        return build(node, group, **kwargs)
-    key = json.dumps([group, values, kwargs], sort_keys=True, default=repr)
-    if key not in _PLANNING_PARTS:
-        _PLANNING_PARTS[key] = build(node, group, values=values, **kwargs)
-    return _PLANNING_PARTS[key]
-
-
-_PLANNING_PARTS: dict[str, Any] = {}  # dry runs: (group, resolved settings, relaxation) -> built component
-
-
-def _keywords(target: Any) -> set[str]:
-    """The keyword parameters of a config's `_target_` (none when it cannot be resolved)."""
-    try:
-        return set(inspect.signature(get_object(str(target))).parameters)
-    except Exception:  # noqa: BLE001 - an unknown target: building it says why
-        return set()
 
 
 @dataclass

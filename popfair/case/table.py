@@ -123,7 +123,7 @@ class TableCase:
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> TableCase:
         """Check the table settings and build the estimator, protected attribute and tracker;
         nothing is read yet."""
-        from popfair.case.experiment import build_for_plan, resolved
+        from popfair.case.compose import build_for_plan, resolved
 
         values = resolved(cfg) or cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
         table = TableSettings.from_config(values["table"])

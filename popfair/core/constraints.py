@@ -5,7 +5,7 @@ A component declares `parameter_constraints = {"n_bootstrap": Interval(int, 100,
 Interval(float, 0, 0.5, closed="neither"), "ci": Options(("t", "bootstrap")), "n": [None, ...]}`
 (a list allows any of its rules; None allows null) and checks its arguments with `validate`. Errors
 name the parameter relative to the component (`n_bootstrap: must be an integer >= 100, got 5`);
-the builder (`popfair.case.experiment.build`) checks every config node against the constraints of its
+the builder (`popfair.case.compose.build`) checks every config node against the constraints of its
 `_target_` before anything is built and names the full config path
 (`estimator.observational.folds: ...`), so neither the YAML nor the constructors carry their path.
 """

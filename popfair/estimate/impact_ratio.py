@@ -23,308 +23,30 @@ the choice of reference. Score cutoffs (median, top share) are the sample's, hel
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
-from popfair.core.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
+from popfair.core.constraints import Options, Rules, Text, validate
 from popfair.core.errors import DataError, EstimationError
-from popfair.core.race_coding import LL144_DISPLAY, RACE_SCHEMES, recode_race
-from popfair.core.types import Effects, Plot, Roles
-from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.impact_inference import RatioInference, Units, count_values, infer_groupings
-from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
-
-DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
-UNKNOWN = "unknown"
-OUTCOMES = ("auto", "score", "callback")
-DEFAULT_CLUSTER = "posting_id"
-# Display labels for the published-summary layout; other values are shown as they are.
-DISPLAY = {
-    "female": "Female",
-    "male": "Male",
-    "black": "Black or African American",
-    "white": "White",
-    "hispanic": "Hispanic or Latino",
-    "api": "Asian or Pacific Islander",
-    "other": "Other race",
-    UNKNOWN: "Unknown",
-    **LL144_DISPLAY,
-}
-
-
-EXCLUSION_JUSTIFICATION = (
-    "Categories with fewer than 2% of the applicants in the audited data are left out of the "
-    "impact-ratio calculation (6 RCNY 5-301): their rates rest on too few applicants to be compared "
-    "reliably. Their numbers of applicants and rates are shown."
+from popfair.core.race_coding import RACE_SCHEMES, recode_race
+from popfair.core.types import Effects, Roles
+from popfair.estimate.impact_inference import RatioInference, count_values, infer_groupings
+from popfair.estimate.impact_ratio_settings import (
+    DEFAULT_CLUSTER,
+    EXCLUSION_JUSTIFICATION,
+    IMPACT_RATIO_CONSTRAINTS,
+    UNKNOWN,
+    ImpactRatioSettings,
+    _display,
+    _Metric,
+    _metrics_for,
 )
-
-
-@dataclass(frozen=True)
-class ImpactRatioSettings:
-    """What to compute and how (`check` validates against IMPACT_RATIO_CONSTRAINTS).
-
-    Parameters
-    ----------
-    outcome : {"auto", "score", "callback"}, default "auto"
-        "auto": 0/1 values are callbacks (selection rates), others scores (scoring rates).
-    top_share : float or None, default 0.2
-        Scores: also the rate of landing in the top share (None = off).
-    min_score : float or None
-        Scores: also the rate of scoring at least this value (None = off).
-    min_category_share : float, default 0.02
-        LL144: categories under this share of the sample are small.
-    exclude_small : bool, default True
-        Leave small categories out of the ratios (their counts and rates are still reported).
-    flag_below : float, default 0.8
-        The four-fifths rule: ratios below this are flagged.
-    cluster : str, default "auto"
-        "auto" (posting_id when present), "none", or a column whose values are resampled whole.
-    unknown_labels : tuple of str
-        Category values meaning "unknown" (NaN too).
-    exclusion_justification : str
-        The auditor's reason, printed with the exclusions.
-    n_bootstrap : int, default 2000
-        Bootstrap resamples.
-    n_permutations : int or None
-        Permutations of the "no category differs" test (None: n_bootstrap).
-    alpha : float, default 0.05
-        1 - CI level, and the level of the test.
-    seed : int, default 0
-        Seeds the bootstrap and the permutations.
-    """
-
-    outcome: str = "auto"  # auto (0/1 values = callback), score or callback
-    top_share: float | None = 0.2  # scores: also the rate of landing in the top share (None = off)
-    min_score: float | None = None  # scores: also the rate of scoring >= this value (None = off)
-    min_category_share: float = 0.02  # LL144: categories under this share of the sample are small
-    exclude_small: bool = True  # leave small categories out of the ratios (still reported)
-    flag_below: float = 0.8  # four-fifths rule
-    cluster: str = "auto"  # auto (posting_id when present), none, or a column name
-    unknown_labels: tuple[str, ...] = (UNKNOWN, "")  # category values meaning "unknown" (and NaN)
-    exclusion_justification: str = EXCLUSION_JUSTIFICATION  # the auditor's reason, printed with exclusions
-    n_bootstrap: int = 2000
-    n_permutations: int | None = None  # permutations of the "no category differs" test (None: n_bootstrap)
-    alpha: float = 0.05
-    seed: int = 0
-
-    def check(self) -> None:
-        """ParameterError naming the first setting that breaks `IMPACT_RATIO_CONSTRAINTS`."""
-        validate(IMPACT_RATIO_CONSTRAINTS, asdict(self))
-
-
-IMPACT_RATIO_CONSTRAINTS: Rules = {
-    "outcome": Options(OUTCOMES),
-    "top_share": [None, Interval(float, 0, 1, closed="neither")],
-    "min_score": [None, Interval(float, None, None)],
-    "min_category_share": Interval(float, 0, 0.5, closed="left"),  # LL144 uses 0.02
-    "exclude_small": Boolean(),
-    "flag_below": Interval(float, 0, 1, closed="right"),  # the four-fifths rule uses 0.8
-    "cluster": Text(),  # auto, none or a column name
-    "unknown_labels": ListOf(str, "strings"),
-    "exclusion_justification": Text(),
-    "n_bootstrap": N_BOOTSTRAP,
-    "n_permutations": [None, N_BOOTSTRAP],
-    "alpha": ALPHA,
-    "seed": SEED,
-}
-
-
-@dataclass(frozen=True)
-class _Metric:
-    """One rate: `selection` (callbacks) or a score rule: above the median, top share, >= value."""
-
-    name: str
-    rule: str  # selected | above_median | top_share | min_score
-    value: float | None = None
-
-
-def _metrics_for(outcome: str, settings: ImpactRatioSettings) -> list[_Metric]:
-    if outcome == "callback":
-        return [_Metric("selection", "selected")]
-    metrics = [_Metric("scoring_median", "above_median")]
-    if settings.top_share is not None:
-        metrics.append(_Metric(f"top_{settings.top_share * 100:g}pct", "top_share", settings.top_share))
-    if settings.min_score is not None:
-        metrics.append(_Metric(f"score_ge_{settings.min_score:g}", "min_score", settings.min_score))
-    return metrics
-
-
-@dataclass
-class ImpactRatios:
-    """The LL144 table and what it was computed from.
-
-    `table`: one row per metric x dimension x category (plus an `unknown` row per dimension) with
-    n_applicants, share, n_selected, rate (+ CI), impact_ratio (+ se, CI), status (included /
-    excluded / unknown), small, is_reference, flag (ratio < flag_below), flag_ci (CI upper bound
-    below it too), p_adjusted and flag_survives (the reference-aware test: `RatioInference`),
-    threshold (the cutoff the metric used on the sample). `tests`: per metric x dimension, the
-    test of "no category differs" (p_value, min_ratio, null_flag_rate, null_method, explanation)."""
-
-    table: pd.DataFrame
-    outcome: str
-    n: int
-    thresholds: dict[str, float]
-    cluster: str | None
-    n_clusters: int | None
-    settings: ImpactRatioSettings
-    tests: pd.DataFrame = field(default_factory=pd.DataFrame)  # per metric x dimension: the permutation test
-    notes: list[str] = field(default_factory=list)
-
-    def included(self) -> pd.DataFrame:
-        return self.table[self.table["status"] == "included"]
-
-    def n_unknown(self) -> dict[str, int]:
-        rows = self.table[self.table["status"] == "unknown"].drop_duplicates("dimension")
-        return dict(zip(rows["dimension"], rows["n_applicants"].astype(int)))
-
-    def summary(self) -> pd.DataFrame:
-        """The layout of published LL144 audit summaries, one block per metric and dimension."""
-        t = self.table
-        selected_header = "n_selected" if self.outcome == "callback" else "n_above_threshold"
-        ci = [
-            f"{lo:.3f} - {hi:.3f}" if np.isfinite(lo) and np.isfinite(hi) else ""
-            for lo, hi in zip(t["ci_low"], t["ci_high"])
-        ]
-        share_pct = (t["share"] * 100).round(2)
-        notes = np.select(
-            [t["status"] == "unknown", t["status"] == "excluded", t["is_reference"], t["small"]],
-            [
-                "unknown category: not in the ratios",
-                [f"excluded: {s}% of sample (< {self.settings.min_category_share * 100:g}%)" for s in share_pct],
-                "reference (highest rate)",
-                [f"small: {s}% of sample, kept" for s in share_pct],
-            ],
-            default="",
-        )
-        out = pd.DataFrame(
-            {
-                "metric": t["metric"],
-                "dimension": t["dimension"].map(DIMENSION_TITLES),
-                "category": [_display(c) for c in t["category"]],
-                "n_applicants": t["n_applicants"].astype(int),
-                selected_header: t["n_selected"].astype(int),
-                "rate": t["rate"].round(4),
-                "impact_ratio": t["impact_ratio"].round(3),
-                f"ci_{round((1 - self.settings.alpha) * 100):d}": ci,
-                f"flag_below_{self.settings.flag_below:g}": np.where(t["flag"], "yes", ""),
-                "adjusted_p": t["p_adjusted"].round(4),
-                "flag_survives_test": np.where(t["flag"], np.where(t["flag_survives"], "yes", "no"), ""),
-                "note": notes,
-            }
-        )
-        return out.reset_index(drop=True)
-
-    def markdown(self) -> str:
-        """The summary as Markdown: one table per metric x dimension, as audits publish it."""
-        summary = self.summary()
-        lines = [
-            "# Impact ratios (NYC Local Law 144 / four-fifths rule)",
-            "",
-            f"Applicants: {self.n}; outcome: {self.outcome}; "
-            + (
-                f"bootstrap clustered by {self.cluster} ({self.n_clusters} clusters)"
-                if self.cluster
-                else "bootstrap over applicants"
-            )
-            + f", {self.settings.n_bootstrap} resamples.",
-        ]
-        for metric, cutoff in self.thresholds.items():
-            lines.append(
-                f"- `{metric}`: {_metric_description(metric)}"
-                + (f" (cutoff on this sample: {cutoff:g})" if np.isfinite(cutoff) else "")
-            )
-        for dimension, count in self.n_unknown().items():
-            lines.append(f"- Applicants with unknown {DIMENSION_TITLES[dimension].lower()} category: {count}")
-        lines.extend(f"- Note: {note}" for note in self.notes)
-        if self.table["status"].eq("excluded").any():
-            lines.append(f"- Excluded categories: {self.settings.exclusion_justification}")
-        explanations = self.explanations()
-        for (metric, dimension), block in summary.groupby(["metric", "dimension"], sort=False):
-            lines += ["", f"## {metric}: {dimension}", "", _markdown_table(block.drop(columns=["metric", "dimension"]))]
-            key = (metric, next(d for d, title in DIMENSION_TITLES.items() if title == dimension))
-            if key in explanations:
-                lines += ["", explanations[key]]
-        return "\n".join(lines) + "\n"
-
-    def explanations(self) -> dict[tuple[str, str], str]:
-        """Per (metric, dimension): the reference-aware test and the flags, in plain words."""
-        if self.tests.empty:
-            return {}
-        return {(r.metric, r.dimension): r.explanation for r in self.tests.itertuples()}
-
-    def plot(self) -> Plot:
-        """Horizontal bars of impact ratios with CIs, one panel per metric x dimension, 0.8 line
-        (`popfair.track.figures.draw` makes the Figure)."""
-        return Plot(
-            "impact_ratio",
-            self.table.assign(category=[_display(c) for c in self.table["category"]]),  # the report's names
-            options={
-                "dimensions": DIMENSION_TITLES,
-                "flag_below": self.settings.flag_below,
-                "alpha": self.settings.alpha,
-            },
-        )
-
-    def metrics(self) -> dict[str, float]:
-        """Key ratios for MLflow: per included category ratio + CI, per block min ratio and flags."""
-        out: dict[str, float] = {f"ll144.{d}.n_unknown": float(c) for d, c in self.n_unknown().items()}
-        for metric, cutoff in self.thresholds.items():
-            if np.isfinite(cutoff):
-                out[f"ll144.{metric}.cutoff"] = float(cutoff)
-        for (metric, dimension), block in self.included().groupby(["metric", "dimension"], sort=False):
-            prefix = f"ll144.{metric}.{dimension}"
-            out[f"{prefix}.min_ratio"] = float(block["impact_ratio"].min())
-            out[f"{prefix}.n_flagged"] = float(block["flag"].sum())
-            out[f"{prefix}.n_flags_surviving"] = float(block["flag_survives"].sum())
-            for row in block.itertuples():
-                name = f"{prefix}.{_metric_safe(row.category)}"
-                out[f"{name}.ratio"] = float(row.impact_ratio)
-                out[f"{name}.ci_low"] = float(row.ci_low)
-                out[f"{name}.ci_high"] = float(row.ci_high)
-        for test in self.tests.itertuples():
-            out[f"ll144.{test.metric}.{test.dimension}.p_value"] = float(test.p_value)
-            out[f"ll144.{test.metric}.{test.dimension}.null_flag_rate"] = float(test.null_flag_rate)
-        return out
-
-    def labels(self) -> list[str]:
-        """One label per metric with ratios below the four-fifths line: how many, and the lowest."""
-        labels = []
-        for metric, block in self.included().groupby("metric", sort=False):
-            compared, flagged = block[~block["is_reference"]], block[block["flag"]]
-            if len(flagged):
-                worst = flagged.loc[flagged["impact_ratio"].idxmin()]
-                labels.append(
-                    f"impact ratio < {self.settings.flag_below:g} ({metric}): {len(flagged)} of "
-                    f"{len(compared)} categories compared, lowest {worst['dimension']}="
-                    f"{worst['category']} {worst['impact_ratio']:.2f} "
-                    f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]; "
-                    f"{int(flagged['flag_survives'].sum())} survive the test of no difference"
-                )
-        return labels
-
-    def effects(self) -> Effects:
-        """As an estimator's output: effects rows `<metric>/<dimension>/<category>`, estimate =
-        impact ratio; the LL144 summary (CSV + Markdown), the full table and the chart as artifacts."""
-        known = self.table[self.table["status"] != "unknown"]
-        table = known.assign(estimate=known["impact_ratio"], se=known["ratio_se"])
-        table.index = pd.Index(
-            [f"{m}/{d}/{c}" for m, d, c in zip(table["metric"], table["dimension"], table["category"])], name="effect"
-        )
-        table = table.drop(columns=["impact_ratio", "ratio_se"])
-        table = table[EFFECT_COLUMNS + [c for c in table.columns if c not in EFFECT_COLUMNS]]
-        artifacts = {
-            "impact_ratios/summary.csv": self.summary().set_index(["metric", "dimension"]),
-            "impact_ratios/summary.md": self.markdown(),
-            "impact_ratios/table.csv": self.table.set_index(["metric", "dimension", "category"]),
-            "impact_ratios/tests.csv": self.tests.set_index(["metric", "dimension"]),
-            "impact_ratios/impact_ratios.png": self.plot(),
-        }
-        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts, detail=self)
+from popfair.estimate.impact_ratio_table import ImpactRatios
+from popfair.estimate.resampling import Units
 
 
 def impact_ratios(
@@ -684,35 +406,6 @@ def _category_codes(column: pd.Series, unknown_labels: tuple[str, ...]) -> tuple
     levels = sorted(text[~unknown].unique().tolist())
     codes = pd.Categorical(text.where(~unknown), categories=levels).codes.astype(np.int64)
     return np.append(codes, -1)[rows], levels  # rows = -1: NaN, unknown
-
-
-def _display(category: str) -> str:
-    return " / ".join(DISPLAY.get(part, part) for part in str(category).split("-"))
-
-
-def _metric_safe(category: str) -> str:
-    """MLflow metric names allow letters, digits, _ - . / and space; replace anything else."""
-    return re.sub(r"[^\w\-/ ]", "_", str(category)).replace(".", "_")
-
-
-def _metric_description(metric: str) -> str:
-    if metric == "selection":
-        return "selection rate (share called back)"
-    if metric == "scoring_median":
-        return "LL144 scoring rate (share scoring above the sample's median)"
-    if metric.startswith("top_"):
-        return "share in the top of the score distribution (ties at the cutoff included)"
-    return "share scoring at or above the absolute threshold"
-
-
-def _markdown_table(frame: pd.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = [
-        "| " + " | ".join("" if (isinstance(v, float) and not np.isfinite(v)) else str(v) for v in row) + " |"
-        for row in frame.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *body])
 
 
 class ImpactRatio:

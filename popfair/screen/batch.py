@@ -26,8 +26,9 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from popfair.core.constraints import Interval, Text, settings_from_config
 from popfair.core.errors import ScreeningStopped
 from popfair.core.types import Outcome
-from popfair.screen.engine import POSITIVE, Answer, Call, EngineSettings, EngineStats, run_coroutine
+from popfair.screen.calls import POSITIVE, Answer, Call, EngineSettings, EngineStats
 from popfair.screen.failures import FailureHints, stop_message
+from popfair.screen.limits import run_coroutine
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.providers import Completion, Provider

@@ -19,368 +19,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import math
 import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tqdm.auto import tqdm
 
-from popfair.core.constraints import Boolean, Interval, settings_from_config
 from popfair.core.errors import Interrupted, ScreeningStopped
 from popfair.core.types import Outcome
 from popfair.runtime.interrupts import engine_signals
 from popfair.screen import collector
+from popfair.screen.calls import EARLY_FAILURES, FAIL_FAST_CAUSES, Answer, Call, EngineSettings, EngineStats
 from popfair.screen.failures import FailureHints, safe_url, stop_message
+from popfair.screen.limits import (
+    AdaptiveLimit,
+    Breaker,
+    Budget,
+    InFlight,
+    RateLimiter,
+    _Stopped,
+    log,
+    run_coroutine,
+    within,
+)
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import Price
-from popfair.screen.prompts import ChatPrompt
 from popfair.screen.providers import PermanentError, Provider, TransientError
 from popfair.store.claims import CacheThread, ClaimBroker
-from popfair.store.responses import CachedAnswer, ResponseCache, StoredReply
-
-log = logging.getLogger("popfair.screen")
-T = TypeVar("T")
-
-
-POSITIVE = Interval(float, 0, None, closed="neither")
-# Before any request of a run succeeds, these failures stop it (retrying cannot fix them): the
-# endpoint cannot be reached, or does not take the request.
-FAIL_FAST_CAUSES = frozenset(
-    {
-        "connection refused",
-        "DNS lookup failed",
-        "TLS error",
-        "proxy error",
-        "HTTP 400",
-        "HTTP 404",
-        "HTTP 401",
-        "HTTP 403",
-    }
-)
-EARLY_FAILURES = 3  # 400s from this many different calls (and no success) stop the run
-NON_NEGATIVE = Interval(float, 0, None)
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How hard to push a provider. Every field is a key under `screener.engine`."""
-
-    concurrency: int = 8  # most requests in flight at once
-    requests_per_minute: float | None = None  # provider RPM limit; null = none
-    tokens_per_minute: float | None = None  # provider TPM limit (input + max output); null = none
-    timeout_s: float = 60.0  # per request
-    max_attempts: int = 6  # tries per request before it is a recorded failure
-    backoff_initial_s: float = 1.0  # first retry wait (doubles each try)
-    backoff_max_s: float = 60.0  # longest exponential wait
-    backoff_jitter_s: float = 1.0  # uniform random extra wait, de-synchronises clients
-    retry_after_max_s: float = 300.0  # longest Retry-After honoured
-    adaptive: bool = True  # halve concurrency on bursts of 429s, regrow on success
-    progress: bool = True  # tqdm bar on stderr
-    claim_lease_s: float = 60.0  # a claimed call is ours this long unless renewed (heartbeat)
-    claim_poll_s: float = 0.5  # how often a call another worker holds is looked up
-    fail_fast: bool = True  # stop a run whose first requests fail for a reason retrying cannot fix
-    breaker_failures: int = 20  # consecutive transport failures that pause sending (circuit breaker)
-    breaker_probe_s: float = 5.0  # while paused, one probe request this often
-    breaker_max_s: float = 120.0  # paused this long without an answer: the run stops (rerun resumes)
-    interrupt_grace_s: float = 30.0  # after Ctrl-C/SIGTERM, wait this long for the requests in flight
-
-    parameter_constraints: ClassVar[dict[str, Any]] = {
-        "concurrency": Interval(int, 1, None),
-        "requests_per_minute": [None, POSITIVE],
-        "tokens_per_minute": [None, POSITIVE],
-        "timeout_s": POSITIVE,
-        "max_attempts": Interval(int, 1, None),
-        "backoff_initial_s": NON_NEGATIVE,
-        "backoff_max_s": NON_NEGATIVE,
-        "backoff_jitter_s": NON_NEGATIVE,
-        "retry_after_max_s": NON_NEGATIVE,
-        "adaptive": Boolean(),
-        "progress": Boolean(),
-        "claim_lease_s": POSITIVE,
-        "claim_poll_s": POSITIVE,
-        "fail_fast": Boolean(),
-        "breaker_failures": Interval(int, 1, None),
-        "breaker_probe_s": POSITIVE,
-        "breaker_max_s": POSITIVE,
-        "interrupt_grace_s": NON_NEGATIVE,
-    }
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> EngineSettings:
-        """The settings under the screener's `engine` key (errors name `engine.<key>`)."""
-        return settings_from_config(cls, config, "engine")
-
-
-@dataclass(frozen=True)
-class Call:
-    """One unique request to make; `rows` documents share its answer."""
-
-    key: str
-    prompt: ChatPrompt
-    input_tokens_estimate: int
-    rows: int = 1
-
-
-class Answer(NamedTuple):
-    """Outcome of one unique call: parsed value, or an error (API failure or unparseable text).
-    Its first five fields are a StoredReply's, so a cached reply becomes an Answer without a
-    per-row constructor call (a named tuple: cheap to make by the 60,000)."""
-
-    raw: str | None
-    value: float | None
-    error: str | None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    cached: bool = False
-
-    @classmethod
-    def from_cache(cls, cached: CachedAnswer, *, paid_now: bool = False) -> Answer:
-        return cls(
-            raw=cached.raw,
-            value=cached.value,
-            error=cached.parse_error,
-            input_tokens=cached.input_tokens,
-            output_tokens=cached.output_tokens,
-            cost_usd=cached.cost_usd if paid_now else 0.0,
-            cached=not paid_now,
-        )
-
-    @classmethod
-    def from_replies(cls, replies: Mapping[str, StoredReply]) -> dict[str, Answer]:
-        """Answers of cached replies in bulk (nothing paid now)."""
-        new, tail = tuple.__new__, (0.0, True)
-        return {key: new(cls, reply + tail) for key, reply in replies.items()}
-
-
-@dataclass
-class EngineStats:
-    requests: int = 0  # HTTP attempts, including retried ones
-    answered: int = 0  # unique calls answered (and cached) in this run
-    failed: int = 0  # unique calls that ended as API failures (not cached)
-    retries: int = 0
-    rate_limited: int = 0  # 429 responses
-    timeouts: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    min_concurrency: int = 0  # lowest adaptive concurrency reached
-    waited: int = 0  # unique calls another worker (process, machine) answered while this one waited
-    taken_over: int = 0  # calls claimed from a worker whose lease had run out (it died)
-    wall_s: float = 0.0
-
-    def as_metrics(self, prefix: str = "screen.") -> dict[str, float]:
-        return {f"{prefix}{name}": float(value) for name, value in vars(self).items()}
-
-
-class _Stopped(Exception):
-    """The run stopped sending (rejected key, endpoint down) while this request was waiting."""
-
-
-class Breaker:
-    """Circuit breaker over transport failures (endpoint unreachable, timeouts, 502/503/504).
-    `threshold` consecutive ones open it: requests wait at `gate` instead of being sent, except one
-    probe every `probe_s`; an answer closes it. Open for `max_s`: `gate` raises _Stopped for all."""
-
-    def __init__(self, threshold: int, probe_s: float, max_s: float) -> None:
-        self.threshold, self.probe_s, self.max_s = threshold, probe_s, max_s
-        self.streak = 0
-        self.streak_since = 0.0  # wall time of the streak's first failure
-        self.opened_at: float | None = None  # monotonic
-        self.probing = False
-        self.next_probe = 0.0
-        self.stopped: str | None = None
-        self.closed = asyncio.Event()
-        self.closed.set()
-
-    def succeeded(self) -> None:
-        self.streak = 0
-        if self.opened_at is not None:
-            log.warning("endpoint answers again after %.0fs: sending resumes", time.monotonic() - self.opened_at)
-            self.opened_at = None
-            self.closed.set()
-
-    def failed(self, transport: bool, quiet: bool = False) -> None:
-        if not transport:  # the endpoint answered (with an error): it is reachable
-            self.streak = 0
-            return
-        if self.streak == 0:
-            self.streak_since = time.time()
-        self.streak += 1
-        if self.streak >= self.threshold and self.opened_at is None:
-            self.opened_at = time.monotonic()
-            self.next_probe = self.opened_at + self.probe_s
-            self.closed.clear()
-            if quiet:  # the caller stops the run instead of waiting
-                return
-            log.warning(
-                "%d consecutive requests could not reach the endpoint: new requests paused, one probe every "
-                "%.0fs, the run stops after %.0fs without an answer",
-                self.streak,
-                self.probe_s,
-                self.max_s,
-            )
-
-    async def gate(self, stop_message: Callable[[float], str]) -> bool:
-        """Wait while the breaker is open; True when this request goes out as the probe."""
-        while self.opened_at is not None or self.stopped is not None:
-            now = time.monotonic()
-            if self.stopped is not None:
-                raise _Stopped(self.stopped)
-            assert self.opened_at is not None
-            if now - self.opened_at >= self.max_s:
-                self.stop(stop_message(self.streak_since))  # wakes every waiter: they all stop
-                continue
-            if not self.probing and now >= self.next_probe:
-                self.probing = True
-                return True
-            wake = min(self.next_probe, self.opened_at + self.max_s) - now
-            try:
-                await asyncio.wait_for(self.closed.wait(), max(0.01, wake))
-            except asyncio.TimeoutError:
-                pass
-        return False
-
-    def stop(self, reason: str) -> None:
-        """The run stopped: requests waiting at the gate stop too."""
-        self.stopped = self.stopped or reason
-        self.closed.set()
-
-    def probed(self) -> None:
-        self.probing = False
-        self.next_probe = time.monotonic() + self.probe_s
-
-
-class InFlight:
-    """Requests sent and not yet settled (answer committed, or failed): what a clean stop waits for."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    def sent(self) -> None:
-        self.count += 1
-        self.idle.clear()
-
-    def settled(self) -> None:
-        self.count -= 1
-        if self.count == 0:
-            self.idle.set()
-
-
-class RateLimiter:
-    """Token buckets for requests/min and tokens/min, refilled continuously, one second of burst.
-    A request larger than one second's allowance may drive a bucket negative (it then pays the debt)."""
-
-    def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None) -> None:
-        self.buckets = [
-            [rate / 60.0, rate / 60.0] for rate in (requests_per_minute, tokens_per_minute) if rate is not None
-        ]  # [level, rate per second]
-        self.kinds = [
-            k for k, rate in (("requests", requests_per_minute), ("tokens", tokens_per_minute)) if rate is not None
-        ]
-        self.last = time.monotonic()
-
-    async def acquire(self, tokens: int) -> None:
-        if not self.buckets:
-            return
-        amounts = {"requests": 1.0, "tokens": float(tokens)}
-        while True:
-            now = time.monotonic()
-            elapsed, self.last = now - self.last, now
-            wait = 0.0
-            for bucket, kind in zip(self.buckets, self.kinds):
-                capacity = bucket[1]  # one second's worth
-                bucket[0] = min(capacity, bucket[0] + elapsed * bucket[1])
-                need = min(amounts[kind], capacity)
-                if bucket[0] < need:
-                    wait = max(wait, (need - bucket[0]) / bucket[1])
-            if wait <= 0:
-                for bucket, kind in zip(self.buckets, self.kinds):
-                    bucket[0] -= amounts[kind]
-                return
-            await asyncio.sleep(wait)
-
-
-class AdaptiveLimit:
-    """At most `limit` requests in flight. A 429 halves the limit (at most once per `cooldown_s`, so a
-    burst counts once); every `limit` consecutive successes add one back, up to the configured maximum."""
-
-    def __init__(self, maximum: int, adaptive: bool, cooldown_s: float = 1.0) -> None:
-        self.maximum = self.limit = self.lowest = maximum
-        self.adaptive, self.cooldown_s = adaptive, cooldown_s
-        self.in_flight = self.streak = 0
-        self.last_cut = -math.inf
-        self.cond = asyncio.Condition()
-
-    async def acquire(self) -> None:
-        async with self.cond:
-            await self.cond.wait_for(lambda: self.in_flight < self.limit)
-            self.in_flight += 1
-
-    async def release(self, rate_limited: bool, succeeded: bool) -> None:
-        async with self.cond:
-            self.in_flight -= 1
-            if self.adaptive and rate_limited:
-                now = time.monotonic()
-                self.streak = 0
-                if now - self.last_cut >= self.cooldown_s and self.limit > 1:
-                    self.limit = max(1, self.limit // 2)
-                    self.lowest = min(self.lowest, self.limit)
-                    self.last_cut = now
-                    log.warning("rate limited (HTTP 429): concurrency lowered to %d", self.limit)
-            elif self.adaptive and succeeded and self.limit < self.maximum:
-                self.streak += 1
-                if self.streak >= self.limit:
-                    self.limit, self.streak = self.limit + 1, 0
-            self.cond.notify(max(0, self.limit - self.in_flight))  # wake only as many as may start
-
-
-class Budget:
-    """Dollar cap for one screening run: a call is sent only if its worst-case cost (estimated input,
-    full max_tokens output) fits next to what is spent and reserved by calls in flight."""
-
-    def __init__(self, limit_usd: float | None) -> None:
-        self.limit, self.spent, self.reserved = limit_usd, 0.0, 0.0
-
-    def try_reserve(self, amount: float) -> bool:
-        if self.limit is not None and self.spent + self.reserved + amount > self.limit:
-            return False
-        self.reserved += amount
-        return True
-
-    def settle(self, reserved: float, actual: float) -> None:
-        self.reserved -= reserved
-        self.spent += actual
-
-
-async def within(awaitable: Awaitable[T], seconds: float) -> T:
-    """`awaitable` or asyncio.TimeoutError after `seconds`; on Python >= 3.11 without the extra task
-    per request that wait_for makes."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await awaitable
-    return await asyncio.wait_for(awaitable, seconds)
-
-
-def run_coroutine(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine to completion from sync code, also when an event loop is already running
-    (e.g. in Jupyter): then it runs in a fresh loop on a worker thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(factory())).result()
+from popfair.store.responses import CachedAnswer, ResponseCache
 
 
 @dataclass

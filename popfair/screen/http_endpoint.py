@@ -26,7 +26,7 @@ from popfair.core.errors import ConfigError, DataError, MissingSecretError, requ
 from popfair.core.types import CallPlan, Document, Job, Outcome
 from popfair.render.files import MEDIA_TYPES, document_binary, document_id
 from popfair.runtime.secrets import install_log_redaction, read_secret
-from popfair.screen.engine import Answer, EngineSettings
+from popfair.screen.calls import Answer, EngineSettings
 from popfair.screen.llm import LLMScreener
 from popfair.screen.pricing import Price
 from popfair.screen.providers import (

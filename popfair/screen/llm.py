@@ -21,7 +21,8 @@ from popfair.design import for_outcome
 from popfair.runtime.routes import AUTO, choose_route, no_credentials_message
 from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen import collector
-from popfair.screen.engine import Answer, Call, Engine, EngineSettings, EngineStats
+from popfair.screen.calls import Answer, Call, EngineSettings, EngineStats
+from popfair.screen.engine import Engine
 from popfair.screen.failures import FailureHints
 from popfair.screen.parse import parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens

@@ -115,7 +115,7 @@ def probe_endpoint(screener: Any, timeout_s: float = 10.0) -> list[Check]:
 
 
 def _run(coroutine_factory: Any) -> Any:
-    from popfair.screen.engine import run_coroutine
+    from popfair.screen.limits import run_coroutine
 
     return run_coroutine(coroutine_factory)
 

@@ -36,7 +36,7 @@ GRID_SWEEPERS = (
 def abandon_parent(config: DictConfig, reason: str) -> None:
     """Close the sweep's parent run FAILED, tagged with why, when the sweep stops before any case
     (its pre-flight checks failed); on_multirun_end, which would close it, is not reached then."""
-    from popfair.case.experiment import build
+    from popfair.case.compose import build
 
     parent_run_id = os.environ.pop(ENV_PARENT_RUN_ID, None)
     os.environ.pop(ENV_SWEEP_DIR, None)
@@ -59,7 +59,7 @@ class SweepCallback(Callback):
         self.tracker: MlflowTracker | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from popfair.case.experiment import build
+        from popfair.case.compose import build
 
         if config.get("check", False):  # popfair doctor: the sweeper checks the cases and exits
             return

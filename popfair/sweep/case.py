@@ -182,7 +182,7 @@ def _close_orphan_run(cfg: DictConfig, sweep: SweepInfo | None, tags: dict[str, 
         return None
     from mlflow import MlflowClient
 
-    from popfair.case.experiment import build
+    from popfair.case.compose import build
 
     try:
         tracker = build(cfg.tracking, "tracking")
@@ -210,7 +210,7 @@ def _record_failed_run(
     cfg: DictConfig, experiment, sweep: SweepInfo | None, tags: dict[str, str], trace: str, exc: Exception
 ) -> str | None:
     """A FAILED MLflow run for the case, under the sweep's parent; None if tracking is unusable."""
-    from popfair.case.experiment import build
+    from popfair.case.compose import build
     from popfair.track.mlflow_tracker import flatten
 
     try:

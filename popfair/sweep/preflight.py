@@ -133,7 +133,8 @@ class Preflight:
             self._check_launcher(job, config)
 
     def _check_components(self, job: int, task: DictConfig, choices: Any, cache_ok: bool) -> None:
-        from popfair.case.experiment import PLANNING_RELAXATIONS, Experiment, build, resolved
+        from popfair.case.compose import PLANNING_RELAXATIONS, build, resolved
+        from popfair.case.experiment import Experiment
 
         # one resolved copy: the memo keys and the case's build (a dry run resolves just the parts)
         values = resolved(task) if self.whole_case else None
@@ -172,7 +173,7 @@ class Preflight:
         Its checks name their screener and route, which becomes the row's subject. A screener opens its
         response cache when built: with the cache already reported broken, it is built on a scratch
         cache, so its own checks still run."""
-        from popfair.case.experiment import build_for_plan
+        from popfair.case.compose import build_for_plan
         from popfair.screen.preflight import probe_endpoint, screener_checks
 
         with tempfile.TemporaryDirectory(prefix="popfair-preflight-") as scratch:
