@@ -65,12 +65,12 @@ def main() -> None:
     rows = []
     for rep in range(args.reps):
         estimator = Interventional(n=args.n, ci=args.ci, seed=rep)
-        worlds = draw_worlds(experiment.population, profiles, estimator.design)
+        worlds = draw_worlds(experiment.population, profiles, estimator.counterfactuals)
         documents = render_all(experiment.renderer, worlds.drop(columns=WORLD), profiles.jobs, progress=False)
         results = experiment.screener.screen(profiles.jobs, documents, profiles.outcome)
         scored = worlds.assign(y=[r.value for r in results])
         table = estimator.estimate(pd.concat([factual, scored], ignore_index=True), profiles.roles).table
-        everyone = draw_worlds(experiment.population, profiles, dataclasses.replace(estimator.design, n=None))
+        everyone = draw_worlds(experiment.population, profiles, dataclasses.replace(estimator.counterfactuals, n=None))
         truth = expected_effects(everyone, experiment.screener.expected(everyone, profiles.outcome))
         for effect in EFFECTS:
             lo, hi = table.loc[effect, "ci_low"], table.loc[effect, "ci_high"]

@@ -48,7 +48,7 @@ def simulated_both(request, tmp_path_factory):
     experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
     result = experiment.run()
     # the truth over every x0/x1 applicant (the finite population the estimate samples), same seed
-    everyone = dataclasses.replace(experiment.estimator.design, n=None)
+    everyone = dataclasses.replace(experiment.estimator.counterfactuals, n=None)
     worlds = draw_worlds(experiment.population, result.profiles, everyone)
     truth = expected_effects(worlds, experiment.screener.expected(worlds, result.profiles.outcome))
     return experiment, result, truth, tmp
@@ -281,7 +281,7 @@ def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_
             ]
         )
     )
-    design = experiment.estimator.design
+    design = experiment.estimator.counterfactuals
     profiles = experiment.sample()
     worlds = profiles.worlds
     assert len(worlds) == 5 * 300 and list(pd.unique(worlds[WORLD])) == list(TARGETS)

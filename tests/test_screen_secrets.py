@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+import pytest
 
 from tests.llm_stub import StubServer
 
@@ -71,3 +72,26 @@ def test_missing_key_fails_when_the_case_is_built_naming_the_variable(tmp_path, 
     else:
         raise AssertionError("no MissingSecretError")
     assert not (tmp_path / "mlflow.db").exists()  # nothing tracked: no work was done
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql+psycopg://me:s3cret@db.internal:5432/popfair?sslmode=require",
+            "postgresql+psycopg://me:***@db.internal:5432/popfair",
+        ),
+        ("https://api.vendor.example/v1/score?api_key=s3cret#frag", "https://api.vendor.example/v1/score"),
+        ("https://user@host.example/p", "https://user@host.example/p"),
+        ("http://127.0.0.1:1", "http://127.0.0.1:1"),
+        ("sqlite:///mlruns/mlflow.db", "sqlite:///mlruns/mlflow.db"),
+        ("http://[::1]:8080/x?token=s3cret", "http://[::1]:8080/x"),
+    ],
+)
+def test_one_url_redaction_rule(url, shown):
+    """Every message naming an endpoint or a database goes through the one rule: password hidden,
+    query and fragment dropped."""
+    from popfair.runtime.secrets import safe_url
+
+    assert safe_url(url) == shown
+    assert "s3cret" not in safe_url(url)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
 from popfair.core.errors import Interrupted, PopfairError, require
-from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
+from popfair.core.types import FACTUAL, WORLD, Document, Effects, Profiles
 from popfair.design import design_of
 from popfair.design.base import Design
 from popfair.estimate.base import Estimator
@@ -64,7 +64,7 @@ class RunResult:
     profiles : Profiles, optional
         The sampled applicants and counterfactual worlds (not logged).
     scored_worlds : DataFrame, optional
-        The counterfactual world rows as scored (an estimator's `WorldDesign`).
+        The counterfactual world rows as scored (an estimator's `WorldRequest`).
     report : dict, optional
         The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
 
@@ -108,6 +108,21 @@ def effects_metrics(effects: Effects) -> dict[str, float]:
                 metrics[f"{effect}.{column}"] = value
     metrics.update(effects.metrics)
     return metrics
+
+
+@dataclass
+class CasePrompts:
+    """What a case shows its screener (`Experiment.prompts`): the rows to screen (factual then
+    counterfactual worlds, column `world`), each row's rendered document, and the design's prompts."""
+
+    rows: pd.DataFrame
+    documents: list[Document]
+    prompts: Sequence[Document]
+
+
+def _untimed(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """A stage run without timing it (the run passes its timed `stage`)."""
+    return fn(*args)
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -156,7 +171,7 @@ class Experiment:
 
     Built from a composed Hydra config with `Experiment.from_config`, which validates and builds
     every component before any work (a bad value fails naming its config key); nothing downstream
-    reads the raw config. Counterfactual worlds the estimator declares (`estimator.design`) are
+    reads the raw config. Counterfactual worlds the estimator declares (`estimator.counterfactuals`) are
     drawn by the population and rendered and screened with the factual applicants.
 
     Parameters
@@ -283,11 +298,40 @@ class Experiment:
         if self.design is None:
             self.design = design_of(self.population)
         # worlds the estimator declares but the population cannot draw fail here, before any work
-        worlds.check_design(self.population, self.estimator.design)
+        worlds.check_request(self.population, self.estimator.counterfactuals)
 
     def sample(self) -> Profiles:
         """The population stage: the applicants and the counterfactual worlds the estimator declares."""
-        return worlds.sample(self.population, self.occupation, self.protected, self.seed, self.estimator.design)
+        return worlds.sample(
+            self.population, self.occupation, self.protected, self.seed, self.estimator.counterfactuals
+        )
+
+    def prompts(
+        self,
+        profiles: Profiles,
+        *,
+        renderer: Renderer | None = None,
+        progress: bool = True,
+        store: DocumentStore | None = None,
+        stage: Callable[..., Any] = _untimed,
+    ) -> CasePrompts:
+        """The render step and the design's grouping: what the screener is shown, one Document per
+        prompt, for the factual applicants then the counterfactual worlds (one render pass, one
+        screening, one cache). The run and the dry-run plan both take this step; a plan passes the
+        text layout of an image renderer (`renderer`) and no document store."""
+        rows = profiles.rows()
+        documents = stage(
+            "render",
+            render_all,
+            renderer or self.renderer,
+            rows.drop(columns=WORLD),
+            profiles.jobs,
+            progress,
+            None,
+            store,
+        )
+        design = self.design or design_of(self.population)
+        return CasePrompts(rows, documents, design.prompts(profiles, rows, documents))
 
     def run(self) -> RunResult:
         # frozen: what exists before the run is left out of its garbage collections. The MLflow run
@@ -341,8 +385,10 @@ class Experiment:
             return out
 
         profiles: Profiles = stage("population", self.population.sample, self.occupation, self.protected, self.seed)
-        if self.estimator.design is not None:
-            profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, self.estimator.design)
+        if self.estimator.counterfactuals is not None:
+            profiles.worlds = stage(
+                "worlds", worlds.draw_worlds, self.population, profiles, self.estimator.counterfactuals
+            )
         for note in profiles.notes:
             log.warning("note: %s", note)
         run.params(flatten(self.config))
@@ -354,12 +400,9 @@ class Experiment:
             }
         )
         # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
-        rows = profiles.rows()
-        documents = stage(
-            "render", render_all, self.renderer, rows.drop(columns=WORLD), profiles.jobs, True, None, self.documents
-        )
+        shown = self.prompts(profiles, store=self.documents, stage=stage)
+        rows, documents, prompts = shown.rows, shown.documents, shown.prompts
         design = self.design or design_of(self.population)
-        prompts = design.prompts(profiles, rows, documents)  # the design groups documents into prompts
         results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
         # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
         check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
@@ -370,7 +413,9 @@ class Experiment:
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
         # the estimator sees the factual rows that were scored, and the world rows it asked for
-        scored_worlds = None if self.estimator.design is None else scored_rows[~is_factual].reset_index(drop=True)
+        scored_worlds = (
+            None if self.estimator.counterfactuals is None else scored_rows[~is_factual].reset_index(drop=True)
+        )
         data = (
             ok
             if scored_worlds is None

@@ -28,8 +28,6 @@ def export_case(cfg: DictConfig):
     """Build the case (no keys needed), render its documents and write them with the file screener's
     `export`. Returns its ExportSummary."""
     from popfair.case.experiment import Experiment
-    from popfair.core.types import WORLD
-    from popfair.render.base import render_all
     from popfair.screen.file_results import FileScreener
 
     require(
@@ -41,8 +39,7 @@ def export_case(cfg: DictConfig):
     screener = experiment.screener
     assert isinstance(screener, FileScreener)
     profiles = experiment.sample()  # the applicants and the counterfactual worlds the estimator declares
-    documents = render_all(experiment.renderer, profiles.rows().drop(columns=WORLD), profiles.jobs)
-    return screener.export(profiles.jobs, documents)
+    return screener.export(profiles.jobs, experiment.prompts(profiles).prompts)
 
 
 @entry_point

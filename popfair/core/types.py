@@ -70,10 +70,10 @@ class Job:
 
 
 @dataclass(frozen=True)
-class WorldDesign:
+class WorldRequest:
     """Counterfactual worlds an estimator needs scored beside the factual documents.
 
-    A design step, declared by the estimator and carried out by the pipeline: the population draws
+    Declared by the estimator (its `counterfactuals`) and carried out by the pipeline: the population draws
     the worlds, the renderer and screener treat them like the factual rows (one plan, one cache).
 
     Parameters
@@ -90,6 +90,9 @@ class WorldDesign:
     worlds: Mapping[str, tuple[int, int, int]]
     n: int | None
     seed: int
+
+
+WorldDesign = WorldRequest  # its name in popfair.__all__ since 0.1 (kept for the public API)
 
 
 @dataclass
@@ -113,7 +116,7 @@ class Profiles:
     tags : dict, optional
         MLflow tags (e.g. ``population.source``).
     worlds : DataFrame, optional
-        When an estimator declared a `WorldDesign`: the counterfactual rows, the profile columns
+        When an estimator declared a `WorldRequest`: the counterfactual rows, the profile columns
         plus `world` (the world's name), world-major, each keeping its applicant's applicant_id.
     """
 

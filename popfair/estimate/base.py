@@ -7,22 +7,22 @@ from typing import Protocol
 import pandas as pd
 
 from popfair.core.errors import EstimationError
-from popfair.core.types import FACTUAL, WORLD, Effects, Roles, WorldDesign
+from popfair.core.types import FACTUAL, WORLD, Effects, Roles, WorldRequest
 
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high"]
 
 
 class Estimator(Protocol):
     """A function of the scored table and the roles. An estimator that needs counterfactual worlds
-    scored (interventional) declares them in `design`; the pipeline then draws, renders and screens
+    scored (interventional) declares them in `counterfactuals`; the pipeline then draws, renders and screens
     them with the factual applicants and passes their rows too (column `world`)."""
 
     name: str
-    design: WorldDesign | None
+    counterfactuals: WorldRequest | None
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         """`data` holds one row per scored applicant with the role columns and outcome `y`
-        (failed screens already removed); with a `design`, also the world rows (failed screens
+        (failed screens already removed); with `counterfactuals`, also the world rows (failed screens
         kept, `y` missing). Positive effects favour roles.x1."""
         ...
 

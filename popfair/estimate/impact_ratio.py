@@ -414,7 +414,7 @@ class ImpactRatio:
     their intersection), not the case's protected attribute, so `roles` is not used."""
 
     name = "impact_ratio"
-    design = None  # a function of the factual scored table alone: no counterfactual worlds
+    counterfactuals = None  # a function of the factual scored table alone: no counterfactual worlds
     parameter_constraints: ClassVar[Rules] = {
         **IMPACT_RATIO_CONSTRAINTS,
         "sex_column": Text(),

@@ -33,7 +33,7 @@ import pandas as pd
 
 from popfair.core.constraints import Interval, Options, Rules, validate
 from popfair.core.errors import EstimationError
-from popfair.core.types import FACTUAL, WORLD, Effects, Plot, Roles, WorldDesign
+from popfair.core.types import FACTUAL, WORLD, Effects, Plot, Roles, WorldRequest
 from popfair.estimate.base import contrast_rows
 from popfair.estimate.inference import ALPHA, CI_METHODS, N_BOOTSTRAP, SEED, mean_inference
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
@@ -67,7 +67,7 @@ class Interventional:
             self.parameter_constraints, {"n": n, "ci": ci, "n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed}
         )
         self.n, self.ci, self.n_bootstrap, self.alpha, self.seed = n, ci, n_bootstrap, alpha, seed
-        self.design = WorldDesign(worlds=TARGETS, n=n, seed=seed)
+        self.counterfactuals = WorldRequest(worlds=TARGETS, n=n, seed=seed)
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         """Effects from the scored world rows of `data` (column `world` names TARGETS; failed screens

@@ -18,7 +18,7 @@ class OutcomeGap:
     CI: percentile bootstrap resampling within each group; p-value: Welch's t-test."""
 
     name = "outcome_gap"
-    design = None  # a function of the factual scored table alone: no counterfactual worlds
+    counterfactuals = None  # a function of the factual scored table alone: no counterfactual worlds
     parameter_constraints = {"n_bootstrap": N_BOOTSTRAP, "alpha": ALPHA, "seed": SEED}
 
     def __init__(self, n_bootstrap: int = 2000, alpha: float = 0.05, seed: int = 0) -> None:

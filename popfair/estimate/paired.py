@@ -226,7 +226,7 @@ class PairedGap:
     """Estimator `paired_gap`: pivots the scored table within pair_key and runs `paired_gap`."""
 
     name = "paired_gap"
-    design = None  # a function of the factual scored table alone: no counterfactual worlds
+    counterfactuals = None  # a function of the factual scored table alone: no counterfactual worlds
     parameter_constraints = {
         "n_bootstrap": N_BOOTSTRAP,
         "alpha": ALPHA,

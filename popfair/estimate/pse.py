@@ -220,7 +220,7 @@ class PseDml:
     Takes the `PseSettings` fields as keywords."""
 
     name = "pse_dml"
-    design = None  # a function of the factual scored table alone: no counterfactual worlds
+    counterfactuals = None  # a function of the factual scored table alone: no counterfactual worlds
     parameter_constraints = PSE_CONSTRAINTS
 
     def __init__(self, **settings: Any) -> None:

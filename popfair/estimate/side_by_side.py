@@ -49,7 +49,7 @@ class SideBySide:
                 f"must be popfair.estimate.interventional.Interventional, got {type(interventional).__name__}",
             )
         self.observational, self.interventional = observational, interventional
-        self.design = interventional.design  # the interventional part's worlds
+        self.counterfactuals = interventional.counterfactuals  # the interventional part's worlds
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         observed = self.observational.estimate(factual_rows(data), roles, y)  # never the world rows

@@ -1,5 +1,5 @@
-"""Counterfactual worlds as a design step: the population draws the worlds an estimator declared
-(`popfair.core.types.WorldDesign`), so the pipeline renders and screens them with the factual
+"""Counterfactual worlds as a pipeline step: the population draws the worlds an estimator declared
+(`popfair.core.types.WorldRequest`), so the pipeline renders and screens them with the factual
 applicants (one plan, one response cache) and estimators stay functions of the scored table.
 
 A population supports worlds by redrawing its applicants under interventions on X
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.errors import ConfigError
-from popfair.core.types import WORLD, Profiles, WorldDesign
+from popfair.core.types import WORLD, Profiles, WorldRequest
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
@@ -29,9 +29,9 @@ class CounterfactualPopulation(Protocol):
         ...
 
 
-def check_design(population: Population, design: WorldDesign | None, key: str = "estimator") -> None:
+def check_request(population: Population, request: WorldRequest | None, key: str = "estimator") -> None:
     """ConfigError before any work when the estimator declares worlds the population cannot draw."""
-    if design is not None and not isinstance(population, CounterfactualPopulation):
+    if request is not None and not isinstance(population, CounterfactualPopulation):
         raise ConfigError(
             f"{key}: needs counterfactual worlds (the interventional estimator), which only a "
             f"population with counterfactual draws provides (population=popresume); "
@@ -44,39 +44,39 @@ def sample(
     occupation: Occupation,
     protected: ProtectedAttribute,
     seed: int,
-    design: WorldDesign | None = None,
+    request: WorldRequest | None = None,
 ) -> Profiles:
-    """The population stage: applicants, plus the worlds `design` asks for (in `Profiles.worlds`)."""
+    """The population stage: applicants, plus the worlds `request` asks for (in `Profiles.worlds`)."""
     profiles = population.sample(occupation, protected, seed)
-    if design is not None:
-        check_design(population, design)
-        profiles.worlds = draw_worlds(population, profiles, design)  # type: ignore[arg-type]
+    if request is not None:
+        check_request(population, request)
+        profiles.worlds = draw_worlds(population, profiles, request)  # type: ignore[arg-type]
     return profiles
 
 
-def sample_applicants(profiles: Profiles, design: WorldDesign) -> Profiles:
-    """The applicants to intervene on: rows with X in {x0, x1}, `design.n` of them drawn without
+def sample_applicants(profiles: Profiles, request: WorldRequest) -> Profiles:
+    """The applicants to intervene on: rows with X in {x0, x1}, `request.n` of them drawn without
     replacement (seeded), in their original order; all of them when n is None or larger."""
     roles = profiles.roles
     rows = profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])]
-    if design.n is not None and design.n < len(rows):
-        rng = np.random.default_rng([design.seed, 9])
-        rows = rows.iloc[np.sort(rng.choice(len(rows), size=design.n, replace=False))]
+    if request.n is not None and request.n < len(rows):
+        rng = np.random.default_rng([request.seed, 9])
+        rows = rows.iloc[np.sort(rng.choice(len(rows), size=request.n, replace=False))]
     return Profiles(table=rows, roles=roles, jobs=profiles.jobs, outcome=profiles.outcome)
 
 
-def draw_worlds(population: CounterfactualPopulation, profiles: Profiles, design: WorldDesign) -> pd.DataFrame:
-    """The sampled applicants in every world of `design`, world-major (all applicants of the first
+def draw_worlds(population: CounterfactualPopulation, profiles: Profiles, request: WorldRequest) -> pd.DataFrame:
+    """The sampled applicants in every world of `request`, world-major (all applicants of the first
     world, then the second, ...), with a `world` column; one seed for all worlds (common random
     numbers). Worlds that differ only in x_y share their B and R draws (the counterfactual contract
     sets only the X column to x_y), so four draws serve the five PSE worlds."""
-    sampled = sample_applicants(profiles, design)
+    sampled = sample_applicants(profiles, request)
     roles = sampled.roles
     levels = (roles.x0, roles.x1)
     drawn: dict[tuple[int, int], pd.DataFrame] = {}
     tables = []
-    for name, (x_y, x_b, x_r) in design.worlds.items():
+    for name, (x_y, x_b, x_r) in request.worlds.items():
         if (x_b, x_r) not in drawn:
-            drawn[(x_b, x_r)] = population.counterfactual(sampled, levels[x_y], levels[x_b], levels[x_r], design.seed)
+            drawn[(x_b, x_r)] = population.counterfactual(sampled, levels[x_y], levels[x_b], levels[x_r], request.seed)
         tables.append(drawn[(x_b, x_r)].assign(**{roles.x: levels[x_y], WORLD: name}))
     return pd.concat(tables, ignore_index=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from urllib.parse import urlsplit, urlunsplit
 
 from popfair.core.errors import MissingSecretError
 
@@ -89,3 +90,20 @@ def install_log_redaction() -> None:
     for target in [root, *root.handlers]:
         if _filter not in target.filters:
             target.addFilter(_filter)
+
+
+def safe_url(url: str) -> str:
+    """A URL fit for messages and logs, by one rule: the password hidden (user:***@), the query and
+    fragment dropped (where tokens hide); scheme, user, host, port and path kept. Works for HTTP
+    endpoints and database URLs (postgresql+psycopg://user:***@host/db) alike."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<unparseable URL>"
+    if not parts.scheme or not parts.netloc:
+        return url.split("?")[0].split("#")[0]
+    user = f"{parts.username}{':***' if parts.password is not None else ''}@" if parts.username else ""
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return urlunsplit((parts.scheme, f"{user}{host}{f':{port}' if port else ''}", parts.path, "", ""))

@@ -33,9 +33,10 @@ from tqdm.auto import tqdm
 from popfair.core.errors import Interrupted, ScreeningStopped
 from popfair.core.types import Outcome
 from popfair.runtime.interrupts import engine_signals
+from popfair.runtime.secrets import safe_url
 from popfair.screen import collector
 from popfair.screen.calls import EARLY_FAILURES, FAIL_FAST_CAUSES, Answer, Call, EngineSettings, EngineStats
-from popfair.screen.failures import FailureHints, safe_url, stop_message
+from popfair.screen.failures import FailureHints, stop_message
 from popfair.screen.limits import (
     AdaptiveLimit,
     Breaker,

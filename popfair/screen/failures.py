@@ -9,9 +9,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 from popfair.core.errors import TooManyFailures
+from popfair.runtime.secrets import safe_url
 
 log = logging.getLogger("popfair.screen")
 
@@ -38,17 +38,6 @@ _CAUSE = re.compile(
     r"|rejected the API key|case stopped)",
     re.IGNORECASE,
 )
-
-
-def safe_url(url: str) -> str:
-    """`url` without user info, query or fragment (where a secret could hide)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", "")) if parts.scheme else url.split("?")[0]
 
 
 def failure_cause(error: str) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 
 from popfair.core.types import Check
 from popfair.runtime.routes import credential_variable, has_credentials
-from popfair.screen.failures import FailureHints, safe_url
+from popfair.runtime.secrets import safe_url
+from popfair.screen.failures import FailureHints
 from popfair.screen.providers import PermanentError, TransientError
 
 SDKS = {

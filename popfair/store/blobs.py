@@ -39,6 +39,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from popfair.core.errors import ConfigError
+from popfair.runtime.secrets import safe_url
 from popfair.store.owners import owner_is_dead
 
 log = logging.getLogger("popfair")
@@ -62,14 +63,6 @@ _UPSERT_CLAIM = (
 
 # what a store's backend raises when it fails mid-run (disk full, database gone, file locked too long)
 STORE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, SQLAlchemyError)
-
-
-def safe_url(url: str) -> str:
-    """The URL with any password hidden (for messages and logs)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparseable cache_url>"
 
 
 def is_url(location: str | Path) -> bool:

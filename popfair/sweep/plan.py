@@ -20,8 +20,6 @@ import pandas as pd
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Profiles
-from popfair.design import design_of
-from popfair.render.base import render_all
 from popfair.render.text import TextRenderer
 
 # planning memo: population config -> profiles, their rows and the rows' digest
@@ -79,17 +77,6 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
     return TextRenderer(**{k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS})
 
 
-def planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], bool]:
-    """Profiles and the prompts to plan (the design's grouping of the documents: one per document
-    but in the ranking design), the factual ones then those of the counterfactual worlds the
-    estimator declares; for image renderers the text layout of each resume (flag True).
-    Memoised per process: cases sharing a population and design sample it once, and cases whose
-    profile rows and renderer settings agree render them once (the text and image formats of an
-    occupation share the text layout, and the gender and race cases the same applicants)."""
-    profiles, documents, _, image = _planning_documents(experiment)
-    return profiles, documents, image
-
-
 def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], str, bool]:
     # screeners priced per call, not per token (http, file), plan the real pages: their cache keys
     # and file placeholders need the PNG itself
@@ -103,7 +90,7 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
             "occupation": config.get("occupation"),
             "protected_attr": config.get("protected_attr"),
             "seed": experiment.seed,
-            "design": repr(experiment.estimator.design),
+            "design": repr(experiment.estimator.counterfactuals),
         }
     )
     if sample_key not in _SAMPLES:
@@ -122,10 +109,9 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
     )
     document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
-        renderer = text_layout_renderer(renderer_config) if text_layout else experiment.renderer
-        rendered = render_all(renderer, rows, profiles.jobs, progress=False)
-        design = experiment.design or design_of(experiment.population)
-        documents = list(design.prompts(profiles, rows, rendered))  # what the screener is shown, per prompt
+        renderer = text_layout_renderer(renderer_config) if text_layout else None
+        # the run's own step (`Experiment.prompts`): what the screener is shown, per prompt
+        documents = list(experiment.prompts(profiles, renderer=renderer, progress=False).prompts)
         # what makes two documents the same prompt for one screener: the job text and the document
         identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         _DOCUMENTS[document_key] = (documents, identities)

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from popfair.core.errors import MissingSecretError, PopfairError, require
 from popfair.core.types import Check
+from popfair.runtime.secrets import safe_url
 
 log = logging.getLogger("popfair")
 
@@ -193,7 +194,7 @@ class Preflight:
         """The cache, tracking store and disk of one case; whether its response cache opens."""
         cache = task.get("cache_url") or task.get("cache_dir")
         if cache:
-            shown = f"cache {redact_url(str(cache))}"
+            shown = f"cache {safe_url(str(cache))}"
             self._once(job, "cache", str(cache), shown, lambda: [(shown, check_cache(str(cache)))])
         tracking = task.get("tracking") or {}
         if tracking.get("enabled", False):
@@ -276,11 +277,6 @@ def check_shared_services(config: DictConfig) -> None:
         f"hydra/launcher runs cases on several machines ({name}): point it at an "
         "`mlflow server` (http://host:port) that every node can reach",
     )
-
-
-def redact_url(location: str) -> str:
-    """A database URL without its password (user:secret@ -> user:***@)."""
-    return re.sub(r"(://[^:/@]+):[^@]+@", r"\1:***@", location)
 
 
 def check_cache(location: str) -> Check:

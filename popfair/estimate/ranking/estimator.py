@@ -77,7 +77,7 @@ class RankingEstimator:
     """
 
     name = "ranking"
-    design = None  # no counterfactual worlds (popfair.core.types.WorldDesign)
+    counterfactuals = None  # no counterfactual worlds (popfair.core.types.WorldRequest)
     parameter_constraints: ClassVar[Rules] = {
         "reference_position": Options(["first", "last"]),
         "se": Options(list(SE_KINDS)),

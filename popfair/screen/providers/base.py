@@ -225,7 +225,7 @@ class Provider(ABC):
 
     @property
     def display_url(self) -> str:
-        """Where requests go, for messages (the caller hides any secret in it: failures.safe_url)."""
+        """Where requests go, for messages (the caller hides any secret in it: popfair.runtime.secrets.safe_url)."""
         endpoint = self.endpoint
         return self.default_url or endpoint if endpoint == "default" else endpoint
 
