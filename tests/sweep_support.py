@@ -9,12 +9,13 @@ from typing import Any
 
 from popfair.core.errors import MissingSecretError
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.screen.base import Screener
 
 PRICE_PER_INPUT_TOKEN = 1e-6
 OUTPUT_TOKENS_PER_CALL = 3
 
 
-class ExplodingScreener:
+class ExplodingScreener(Screener):
     """Builds fine, raises in the middle of a case (at the screen stage)."""
 
     def __init__(self, name: str = "exploding", **_: Any) -> None:
@@ -27,7 +28,7 @@ class ExplodingScreener:
         raise RuntimeError("boom: the model endpoint fell over")
 
 
-class CountingScreener:
+class CountingScreener(Screener):
     """A priced 'API' screener: one call per distinct (job, text), tokens = characters / 4.
     Reads its key at construction (MissingSecretError unless require_key=False); never screens."""
 

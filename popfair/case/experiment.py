@@ -153,7 +153,7 @@ def _logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]
 def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
     """`audit_report`: auto = for screeners that audit an outside tool (http, file), true, false."""
     require(setting in ("auto", True, False), "audit_report", f"must be auto, true or false, got {setting!r}")
-    return bool(getattr(screener, "audits_a_tool", False)) if setting == "auto" else bool(setting)
+    return screener.audits_a_tool if setting == "auto" else bool(setting)
 
 
 def _failure_share(value: Any) -> float | None:
@@ -261,6 +261,11 @@ class Experiment:
             group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
             for group in COMPONENT_GROUPS
         }
+        require(
+            isinstance(parts["screener"], Screener),
+            "screener",
+            f"{type(parts['screener']).__name__} is not a screener: subclass popfair.screen.base.Screener",
+        )
         design = design_of(parts["population"])
         design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
         return cls(
@@ -355,12 +360,12 @@ class Experiment:
                 "Rerun the same command to resume: nothing is asked twice."
             )
         )
-        metrics = interrupted.metrics or getattr(self.screener, "metrics", dict)()
+        metrics = interrupted.metrics or self.screener.metrics()
         message = f"{interrupted}"
         try:
             run_id = self.tracker.record_failure(
                 self.run_name or self.case_name(),
-                {"case_name": self.case_name(), **self.tags, **getattr(self.screener, "run_tags", {})},
+                {"case_name": self.case_name(), **self.tags, **self.screener.run_tags},
                 flatten(self.config),
                 message,
                 parent_run_id=self.parent_run_id,
@@ -406,8 +411,7 @@ class Experiment:
         results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
         # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
         check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
-        screen_metrics = getattr(self.screener, "metrics", None)  # API screeners: calls, cache hits, dollars
-        screening = screen_metrics() if callable(screen_metrics) else {}
+        screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
         scored_rows = design.scored(profiles, rows, documents, prompts, results)
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
@@ -486,11 +490,9 @@ class Experiment:
             **profiles.tags,
             **self.tags,
         }
-        tags.update(getattr(self.screener, "run_tags", {}))  # e.g. the route `route: auto` chose, and why
+        tags.update(self.screener.run_tags)  # e.g. the route `route: auto` chose, and why
         # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
-        tags.update(
-            {f"popfair_choice.{key}": value for key, value in getattr(self.screener, "popfair_choices", {}).items()}
-        )
+        tags.update({f"popfair_choice.{key}": value for key, value in self.screener.popfair_choices.items()})
         artifacts: dict[str, Any] = {"effects.csv": effects.table}
         if result.notes:
             artifacts["notes.txt"] = "\n".join(result.notes)

@@ -222,7 +222,7 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
             Block("text", "Failed rows are left out of the estimates; each keeps its reason:"),
             Block("table", reasons),
         ]
-    problems = getattr(screener, "problems", None)  # screener=file: the results sheets' problems by row
+    problems = screener.problems  # screener=file: the results sheets' problems by row
     if problems:
         shown = pd.DataFrame([vars(p) for p in problems[:MAX_PROBLEMS]])
         more = f" (the first {MAX_PROBLEMS} of {len(problems)})" if len(problems) > MAX_PROBLEMS else ""
@@ -307,7 +307,7 @@ def _header_facts(tool: str, audit_date: dt.date, run_id: str | None) -> dict[st
 
 
 def _tool_name(screener: Any) -> str:
-    return str(getattr(screener, "display_name", None) or screener.name)
+    return str(screener.display_name or screener.name)
 
 
 def _table_name(case: TableCase) -> str:

@@ -1,21 +1,61 @@
-"""Screen stage interface: a screener reads (job, document) and answers a score or a callback."""
+"""The screener seam (`Screener`): what every screener does, and the optional abilities a screener
+declares by overriding the defaults (never probed with getattr)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 
+_NONE: Mapping[str, Any] = MappingProxyType({})
 
-class Screener(Protocol):
+
+class Screener(ABC):
+    """A screener: `screen` and `plan`, and every optional ability with its default. A screener
+    subclasses this and overrides what it has; the pipeline, the plan, pre-flight and the report
+    read these names (a new screener is one module and one config file under conf/screener/).
+
+    Abilities (class attributes unless noted):
+    audits_a_tool: it audits an outside tool (http, file): the run writes the auditor's report.
+    plans_real_documents: a dry run plans the real pages (image cache keys and files need them).
+    answers_rankings: it can rank k candidates in one prompt (the ranking design).
+    display_name: the tool's name in reports (default: `name`).
+    problems: the rows its answers had problems with (file: the results sheets'), or None.
+    run_tags / popfair_choices: MLflow tags of the run (the route chosen and why; choices neither
+        paper states, one `popfair_choice.<key>` tag each).
+    metrics(): its counters for the case (calls, cache hits, tokens, dollars, failures by reason).
+    Hosted-model abilities (pre-flight reads them): provider (the request adapter, or None),
+    api_key_env (the variable its key comes from), route / routes (the route taken, every route
+    with its variable), config_keys (config key -> what it sets), missing_key (built keyless for a
+    dry run)."""
+
     name: str
+    audits_a_tool: ClassVar[bool] = False
+    plans_real_documents: ClassVar[bool] = False
+    answers_rankings: ClassVar[bool] = False
+    display_name: str | None = None
+    problems: Any = None
+    run_tags: Mapping[str, str] = _NONE
+    popfair_choices: Mapping[str, Any] = _NONE
+    provider: Any = None
+    api_key_env: str | None = None
+    route: str | None = None
+    routes: Mapping[str, Any] = _NONE
+    config_keys: Mapping[str, str] = _NONE
+    missing_key: bool = False
 
+    @abstractmethod
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         """One result per document, in order. `outcome` says what to answer: "score" (0-100)
         or "callback" (1 yes / 0 no). Failures are results with `error` set, never dropped."""
-        ...
 
+    @abstractmethod
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Calls, tokens and dollars `screen` would spend (for dry runs and budgets); no calls made."""
-        ...
+
+    def metrics(self) -> dict[str, float]:
+        """The screener's counters for the case (API screeners: calls, cache hits, dollars)."""
+        return {}

@@ -24,6 +24,7 @@ import pandas as pd
 from popfair.core.constraints import Interval, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.screen.base import Screener
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.store.blobs import EMBEDDINGS, STORE_ERRORS, BlobStore, content_key, installed_versions, open_blob_store
 from popfair.store.shared_work import claimed_rounds
@@ -42,7 +43,7 @@ MODEL_FILES = ("modules.json", "config.json", "sentence_bert_config.json", "conf
 STORE_CHUNK = 2_048  # texts encoded and stored per round at least: a killed case keeps what it encoded
 
 
-class EmbeddingScreener:
+class EmbeddingScreener(Screener):
     """Score = 100 x cosine(embedding(job description), embedding(resume)), in [-100, 100]
     (not clipped; related texts score well above 0). Callback = 1 when the score reaches
     `callback_threshold`. Embeddings are kept per text in the embeddings store at `cache_url`,

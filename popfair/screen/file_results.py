@@ -31,6 +31,7 @@ import pandas as pd
 from popfair.core.errors import DataError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.render.files import document_file, document_id
+from popfair.screen.base import Screener
 from popfair.screen.values import ValueMapping
 from popfair.store.responses import CachedAnswer, open_cache
 
@@ -71,7 +72,7 @@ class ExportSummary:
     skipped_answered: int  # left out because an imported answer exists (export_missing_only)
 
 
-class FileScreener:
+class FileScreener(Screener):
     """Reads a tool's results sheets for the case's documents. `results`: one path or a list (later
     sheets win over earlier ones and over earlier imports); relative paths are under `dir`."""
 

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from popfair.core.constraints import Boolean, Interval, Options, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.screen.base import Screener
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.parse import parse_answer
 from popfair.screen.prompts import PromptSet
@@ -25,7 +26,7 @@ EXTRA_MODULES = {"transformers": "transformers", "torch": "torch"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-class HFLocalScreener:
+class HFLocalScreener(Screener):
     """Greedy chat generation with a transformers causal LM loaded from `model_path`.
 
     Prompts are tokenised once, sorted by length and generated in batches (left padding). Each

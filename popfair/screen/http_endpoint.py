@@ -267,7 +267,7 @@ class HttpScreener(LLMScreener):
                 missing = True
         for header in resolved:
             require(bool(_HEADER_NAME.fullmatch(header)), "screener.headers", f"{header!r} is not a header name")
-        self._missing_key = missing
+        self.missing_key = missing
         self.api_key_env = ", ".join(self.secret_variables) or None
         # what identifies the endpoint's answers: secret values are left out (they must not enter a
         # key that is stored), their header names are in
@@ -395,7 +395,7 @@ class HttpScreener(LLMScreener):
         return CallPlan(calls=calls, cost_usd=calls * self.call_price.per_call_usd)
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome):
-        if self._missing_key:
+        if self.missing_key:
             raise MissingSecretError(
                 f"screener.secret_headers: {self.name} was built without its secrets (dry "
                 f"run); set environment variable(s) {self.api_key_env} to screen"

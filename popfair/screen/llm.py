@@ -21,6 +21,7 @@ from popfair.design import for_outcome
 from popfair.runtime.routes import AUTO, choose_route, no_credentials_message
 from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen import collector
+from popfair.screen.base import Screener
 from popfair.screen.calls import Answer, Call, EngineSettings, EngineStats
 from popfair.screen.engine import Engine
 from popfair.screen.failures import FailureHints
@@ -93,7 +94,7 @@ def _check_aws_credentials(region: str | None) -> None:
         )
 
 
-class LLMScreener:
+class LLMScreener(Screener):
     """Screens documents with one hosted model. Construction validates every setting and reads the
     API key from the environment (MissingSecretError naming the variable) before any work.
     `require_key=False` (dry runs) builds it without a key that is not set: it can `plan`, and
@@ -102,6 +103,7 @@ class LLMScreener:
     Single settings follow `parameter_constraints` (checked by the builder before construction, and
     here); the rules that tie settings together (a provider's URL, region or key) are checked below."""
 
+    answers_rankings = True  # a chat model can rank the candidates of one prompt (design/ranking)
     parameter_constraints = {
         "mode": Options(MODES),
         "expected_output_tokens": Interval(int, 1, None),
@@ -234,7 +236,7 @@ class LLMScreener:
                 logging.getLogger(noisy).setLevel(logging.WARNING)
         keyed = bool(api_key_env) and (require_key or bool(os.environ.get(str(api_key_env))))
         api_key = read_secret(str(api_key_env), "screener.api_key_env") if keyed else None
-        self._missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
+        self.missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
         if provider == "bedrock" and api_key_env is None and require_key:
             _check_aws_credentials(region)
         self.provider = make_provider(
@@ -338,7 +340,7 @@ class LLMScreener:
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         """One result per document, in order: parsed value, or a failure with the reason (and the raw
         text when the model answered something unparseable)."""
-        if self._missing_key:
+        if self.missing_key:
             from popfair.core.errors import MissingSecretError
 
             raise MissingSecretError(

@@ -16,6 +16,7 @@ from typing import Any
 from popfair.core.types import Check
 from popfair.runtime.routes import credential_variable, has_credentials
 from popfair.runtime.secrets import safe_url
+from popfair.screen.base import Screener
 from popfair.screen.failures import FailureHints
 from popfair.screen.providers import PermanentError, TransientError
 
@@ -28,14 +29,14 @@ SDKS = {
 }
 
 
-def _subject(screener: Any) -> str:
-    route = getattr(screener, "route", None)
+def _subject(screener: Screener) -> str:
+    route = screener.route
     return f"screener {screener.name}" + (f" (route {route})" if route else "")
 
 
-def _hints(screener: Any) -> FailureHints:
-    keys = getattr(screener, "config_keys", {})
-    variable = getattr(screener, "api_key_env", None)
+def _hints(screener: Screener) -> FailureHints:
+    keys = screener.config_keys
+    variable = screener.api_key_env
     return FailureHints(
         keys.get("url_key", "screener.base_url"),
         keys.get("request_keys", "screener.model"),
@@ -44,20 +45,20 @@ def _hints(screener: Any) -> FailureHints:
     )
 
 
-def screener_checks(screener: Any) -> list[Check]:
+def screener_checks(screener: Screener) -> list[Check]:
     """The offline checks of one built screener: route, key, SDK. [] for screeners that call nothing."""
-    provider: Any = getattr(screener, "provider", None)
+    provider: Any = screener.provider
     kind = getattr(provider, "kind", None)
     if kind not in SDKS:
         return []
     subject = _subject(screener)
     checks = []
-    reason = getattr(screener, "run_tags", {}).get("route_reason")
+    reason = screener.run_tags.get("route_reason")
     if reason:
         checks.append(Check("route", True, f"{subject}: {reason}"))
-    routes: dict[str, Any] = getattr(screener, "routes", {}) or {}
-    variable = getattr(screener, "api_key_env", None)
-    if getattr(screener, "_missing_key", False):
+    routes: dict[str, Any] = dict(screener.routes)
+    variable = screener.api_key_env
+    if screener.missing_key:
         others = [
             f"screener.route={name}"
             for name, route in routes.items()
@@ -85,9 +86,9 @@ def probe_endpoint(screener: Any, timeout_s: float = 10.0) -> list[Check]:
     """One request that generates nothing: the endpoint reachable, the key accepted, the model id
     known (where the endpoint lists or looks up models). [] for screeners that call nothing or
     whose key is missing (screener_checks reports that)."""
-    provider: Any = getattr(screener, "provider", None)
+    provider: Any = screener.provider
     kind = getattr(provider, "kind", None)
-    if kind not in SDKS or getattr(screener, "_missing_key", False):
+    if kind not in SDKS or screener.missing_key:
         return []
     subject, url = _subject(screener), safe_url(provider.display_url)
     try:

@@ -27,6 +27,7 @@ from popfair.core.constraints import Constraint, Interval, ParameterError, valid
 from popfair.core.errors import DataError
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.population.protected import LEVELS
+from popfair.screen.base import Screener
 
 log = logging.getLogger("popfair")
 
@@ -70,7 +71,7 @@ class Coefficients(Constraint):
                     raise ParameterError(key, f"unknown level(s) {unknown}; {column} takes {list(LEVELS[column])}")
 
 
-class SimulatedScreener:
+class SimulatedScreener(Screener):
     """A screener whose discrimination is whatever its coefficients say (see module docstring).
 
     coefficients: {column: {level: coef}} for a categorical profile column (unlisted levels add 0)

@@ -19,12 +19,13 @@ import pandas as pd
 from popfair.core.constraints import Interval, ParameterError, validate
 from popfair.core.errors import DataError
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
+from popfair.screen.base import Screener
 from popfair.screen.simulated import hash_uniforms
 
 REFUSAL = "I'm sorry, but I can't rank candidates against each other."
 
 
-class SimulatedRanker:
+class SimulatedRanker(Screener):
     """Ranks each trial's candidates by Plackett-Luce with log-worth strengths[group] +
     position_bonus[position] (positions 1-based; unlisted groups and positions add 0)."""
 

@@ -15,6 +15,7 @@ from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 from popfair.core.constraints import Boolean, Interval, validate
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.runtime.parallel import forked_spans
+from popfair.screen.base import Screener
 
 ROWS_PER_PROCESS = 4_000  # documents counted per forked span (about 1 s of tokenising)
 DEFAULT_TOKEN_PATTERN = HashingVectorizer().token_pattern
@@ -62,7 +63,7 @@ class _WordHashing(HashingVectorizer):
         return analyze
 
 
-class TfidfScreener:
+class TfidfScreener(Screener):
     """Resume-Matcher-style lexical score. Terms are hashed (no fixed vocabulary, so no word is
     ever dropped) and IDF weights are fit once, on the job descriptions plus the resumes of the
     first `screen` call (the case's own applicants), then reused: a document's score is a fixed

@@ -80,9 +80,7 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
 def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], str, bool]:
     # screeners priced per call, not per token (http, file), plan the real pages: their cache keys
     # and file placeholders need the PNG itself
-    image = str(experiment.renderer.kind).startswith("image") and not getattr(
-        experiment.screener, "plans_real_documents", False
-    )
+    image = str(experiment.renderer.kind).startswith("image") and not experiment.screener.plans_real_documents
     config = experiment.config
     sample_key = _key(
         {

@@ -49,9 +49,9 @@ class RankingDesign:
                 f"renderer: the ranking design puts k text resumes in one prompt; use renderer=text, got "
                 f"renderer={renderer.kind}"
             )
-        if not getattr(screener, "answers_rankings", hasattr(screener, "prompts")):
+        if not screener.answers_rankings:
             raise ConfigError(
-                f"screener: {getattr(screener, 'name', screener)} cannot rank candidates; use a chat model "
+                f"screener: {screener.name} cannot rank candidates; use a chat model "
                 "(screener=gpt4o_mini, ...) or the offline twin screener=simulated_ranker"
             )
         check_estimator(self, parts["estimator"])
