@@ -16,7 +16,7 @@ from popfair.runtime.version import __version__
 
 _EXPORTS = {
     "Experiment": "popfair.case.experiment",
-    "RunResult": "popfair.case.experiment",
+    "RunResult": "popfair.case.result",
     "TableCase": "popfair.case.table",
     "TableRunResult": "popfair.case.table",
     "TableSettings": "popfair.design.table.settings",

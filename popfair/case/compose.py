@@ -1,4 +1,6 @@
-"""Building a case's components from a composed config: every setting checked against the constraints\nits `_target_` declares before anything is built (errors name the config key), and a dry run's\nbuilds that need no API key or photo folder, made once per process."""
+"""Building a case's components from a composed config: every setting checked against the constraints
+its `_target_` declares before anything is built (errors name the config key), and a dry run's
+builds that need no API key or photo folder, made once per process."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -15,10 +15,11 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
+from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.core.errors import Interrupted, PopfairError, require
-from popfair.core.types import FACTUAL, WORLD, Document, Effects, Profiles
+from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
 from popfair.design import design_of
-from popfair.design.base import Design
+from popfair.design.base import ScreenedDesign
 from popfair.estimate.base import Estimator
 from popfair.population import worlds
 from popfair.population.base import Population
@@ -37,87 +38,6 @@ from popfair.track.mlflow_tracker import MlflowTracker, RunLogger, flatten, git_
 log = logging.getLogger("popfair")
 
 COMPONENT_GROUPS = ("population", "occupation", "renderer", "screener", "estimator", "protected_attr")
-
-
-@dataclass
-class RunResult:
-    """What `Experiment.run` returns.
-
-    Parameters
-    ----------
-    effects : Effects
-        The estimator's table (estimate, se, ci_low, ci_high, ...), case labels, metrics, artifacts.
-    scored : DataFrame
-        One row per sampled applicant: profile columns, document, raw answer, y, error.
-    run_id : str or None
-        The MLflow run (None with tracking=none).
-    notes : list of str, optional
-        Caveats shown to the user and logged (population notes, screening failures, ...).
-    timings : dict, optional
-        Seconds per stage (population, render, screen, estimate, track), the `time.*_s` metrics.
-    audit : Effects, optional
-        The LL144 impact ratios logged for every case (config `outcome_audit`).
-    samples : dict, optional
-        A few rendered documents, logged under `samples/`.
-    screening : dict, optional
-        The screener's metrics for this case (calls, tokens, cost, failures by reason).
-    profiles : Profiles, optional
-        The sampled applicants and counterfactual worlds (not logged).
-    scored_worlds : DataFrame, optional
-        The counterfactual world rows as scored (an estimator's `WorldRequest`).
-    report : dict, optional
-        The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
-
-    Examples
-    --------
-    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
-    >>> result.effects.table, result.effects.case, result.failure_rate  # doctest: +SKIP
-    """
-
-    effects: Effects
-    scored: pd.DataFrame
-    run_id: str | None
-    notes: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
-    samples: dict[str, Any] = field(default_factory=dict)  # a few rendered documents, logged as artifacts
-    screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's screening
-    profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
-    scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
-    report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
-
-    @property
-    def failure_rate(self) -> float:
-        return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.scored)
-
-    @property
-    def n_failed(self) -> int:
-        return int(self.scored["error"].notna().sum())
-
-
-def effects_metrics(effects: Effects) -> dict[str, float]:
-    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
-    metrics: dict[str, float] = {}
-    for effect, row in effects.table.iterrows():
-        for column, value in row.items():
-            if isinstance(value, (int, float)):
-                metrics[f"{effect}.{column}"] = value
-    metrics.update(effects.metrics)
-    return metrics
-
-
-@dataclass
-class CasePrompts:
-    """What a case shows its screener (`Experiment.prompts`): the rows to screen (factual then
-    counterfactual worlds, column `world`), each row's rendered document, and the design's prompts."""
-
-    rows: pd.DataFrame
-    documents: list[Document]
-    prompts: Sequence[Document]
 
 
 def _untimed(name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -190,7 +110,7 @@ class Experiment:
         Write the auditor's report (LL144 summary and effects), logged as `audit_report/`.
     max_failure_share : float or None
         A case whose share of failed screens exceeds this stops before the estimator (None: never).
-    design : Design, optional
+    design : ScreenedDesign, optional
         The study design (popfair.design): how the documents are grouped into prompts, what is
         asked, how replies are read and which estimators apply. Default: the population's.
     documents : DocumentStore, optional
@@ -226,7 +146,7 @@ class Experiment:
     tags: dict[str, str] = field(default_factory=dict)  # extra MLflow tags (e.g. the sweep's varying overrides)
     audit_report: bool = False  # write the auditor's report (logged as audit_report/)
     max_failure_share: float | None = DEFAULT_MAX_FAILURE_SHARE  # more failed screens: no estimate (None: any)
-    design: Design | None = None  # how applicants become prompts and answers (default: the population's)
+    design: ScreenedDesign | None = None  # how applicants become prompts and answers (default: the population's)
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
 
     @classmethod

@@ -1,7 +1,7 @@
 """A table case: the estimators run on decisions that already exist, nothing rendered or screened.
 
 `python -m popfair experiment=table_audit table.path=decisions.csv table.columns.outcome=hired ...`
-composes the `table` group; `popfair.case.experiment.case_from_config` then builds a `TableCase` instead of
+composes the `table` group; `popfair.sweep.case.case_from_config` then builds a `TableCase` instead of
 the generated pipeline. The case reads the table (`popfair.design.table.source`), maps it
 (`popfair.design.table.mapped`) and runs the configured estimator:
 
@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from popfair.core.errors import ConfigError, PopfairError, require
 from popfair.core.types import Effects, Roles
+from popfair.design import design_named
 from popfair.design.table.mapped import FRAME_NAMES, MappedTable, TableCounts, TableSource
 from popfair.design.table.settings import TableSettings
 from popfair.design.table.source import open_source
@@ -40,7 +41,6 @@ from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 log = logging.getLogger("popfair")
 
 IMPACT_RATIO = "impact_ratio"
-ROW_ESTIMATORS = ("paired_gap", "outcome_gap", "pse_dml")
 CONFIG_GROUPS = ("table", "estimator", "protected_attr", "outcome_audit", "tracking")  # what a table case uses
 
 
@@ -130,11 +130,7 @@ class TableCase:
         for group in ("estimator", "protected_attr", "tracking"):
             require(cfg.get(group) is not None, group, f"missing config group; pick an option, e.g. {group}=<option>")
         estimator = build_for_plan(cfg.estimator, "estimator", dry_run=dry_run, values=values["estimator"])
-        require(
-            estimator.name in (IMPACT_RATIO, *ROW_ESTIMATORS),
-            "estimator",
-            f"{estimator.name} needs generated applicants; on a table choose one of {[IMPACT_RATIO, *ROW_ESTIMATORS]}",
-        )
+        design_named("table").check_case({"estimator": estimator})  # the estimators registered for tables
         audit = None
         if cfg.get("outcome_audit") is not None and estimator.name != IMPACT_RATIO:
             audit = build_for_plan(cfg.outcome_audit, "outcome_audit", dry_run=dry_run, values=values["outcome_audit"])
@@ -284,20 +280,17 @@ class TableCase:
         )
 
     def _audit_report(self, result: TableRunResult) -> dict[str, str | bytes]:
-        """The auditor's report, where `popfair.report.audit` can write one for a table."""
+        """The auditor's report of a table (`popfair.report.audit`); a note instead when it cannot be written."""
         from popfair.report import audit
 
-        writer = getattr(audit, "table_audit_report", None)
-        if writer is None:
-            return {}
         try:
-            return cast(dict[str, str | bytes], writer(self, result))
+            return audit.table_audit_report(self, result)
         except PopfairError as exc:
             result.notes.append(f"audit report skipped: {exc}")
             return {}
 
     def _track(self, result: TableRunResult) -> str | None:
-        from popfair.case.experiment import effects_metrics
+        from popfair.case.result import effects_metrics
 
         source = result.source
         metrics: dict[str, float] = {

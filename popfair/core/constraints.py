@@ -146,16 +146,6 @@ class ListOf(Constraint):
         return f"a {'non-empty ' if self.non_empty else ''}list of {self.what}"
 
 
-class Component(Constraint):
-    """A nested component (built from its own config node, checked against its own constraints)."""
-
-    def is_satisfied_by(self, value: Any) -> bool:
-        return value is not None
-
-    def __str__(self) -> str:
-        return "a component"
-
-
 Rule = Constraint | None | list[Constraint | None]
 Rules = Mapping[str, Rule]  # parameter -> rule, as a component declares them
 

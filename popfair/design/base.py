@@ -1,7 +1,8 @@
-"""What a study design is: how sampled applicants are grouped into prompts, what the screener is
-asked and how its reply is read, which estimators apply. The pipeline stages (population, render,
-screen, estimate) are shared; everything one design knows lives in its own module of popfair.design.
-"""
+"""The design seam: what a study design is. Every design names the estimators that apply (read from
+popfair.estimate.registry) and checks a composed case; a design that asks a screener (`ScreenedDesign`)
+also says what is asked, how applicants are grouped into prompts and how a reply becomes a value.
+The pipeline stages (population, render, screen, estimate) are shared; everything one design knows
+lives in its own folder or module of popfair.design."""
 
 from __future__ import annotations
 
@@ -13,20 +14,35 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Outcome, Profiles, ScreenResult
+from popfair.estimate.registry import estimators_for
 
 
 class Design(Protocol):
-    """One study design (population audit, paired audit, ranking audit, ...).
+    """One study design (population audit, paired audit, ranking audit, table audit, ...).
 
-    name: the design's name (a population's `design` attribute names it).
-    outcome: what the screener is asked; names the prompt files `<outcome>_system` / `<outcome>_user`.
-    prompt_files: the default prompt file of each part ("system", "user") under conf/prompts/.
-    estimators: names of the estimators that apply to its scored table."""
+    name: the design's name (a population's `design` attribute names it; DESIGNS registers it).
+    estimators: names of the estimators that apply to its data (popfair.estimate.registry).
+    asks_screener: whether a screener is asked (False: the decisions exist already, the table design)."""
 
     name: str
+    asks_screener: bool
+
+    @property
+    def estimators(self) -> tuple[str, ...]: ...
+
+    def check_case(self, parts: Mapping[str, Any]) -> None:
+        """Cross-group checks of a composed case (config group -> built component), before any work."""
+        ...
+
+
+class ScreenedDesign(Design, Protocol):
+    """A design that asks a screener.
+
+    outcome: what the screener is asked; names the prompt files `<outcome>_system` / `<outcome>_user`.
+    prompt_files: the default prompt file of each part ("system", "user") under conf/prompts/."""
+
     outcome: Outcome
     prompt_files: Mapping[str, str]
-    estimators: tuple[str, ...]
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         """A model's reply as y: (value, None), or (None, reason) for an unparseable reply."""
@@ -35,10 +51,6 @@ class Design(Protocol):
     def reply_tokens(self, users: Sequence[str]) -> np.ndarray | None:
         """Output tokens a reply to each user message is expected to take (dry-run plans), or None:
         the screener's `expected_output_tokens`."""
-        ...
-
-    def check_case(self, parts: Mapping[str, Any]) -> None:
-        """Cross-group checks of a composed case (config group -> built component), before any work."""
         ...
 
     def prompts(self, profiles: Profiles, rows: pd.DataFrame, documents: Sequence[Document]) -> Sequence[Document]:
@@ -59,11 +71,22 @@ class Design(Protocol):
         ...
 
 
-class OnePromptPerDocument:
-    """Designs that show the screener one applicant's document per prompt (population, paired)."""
+class DesignBase:
+    """What every design shares: its estimators are those registered for its name."""
 
     name: str
-    estimators: tuple[str, ...]
+    asks_screener = True
+
+    @property
+    def estimators(self) -> tuple[str, ...]:
+        return estimators_for(self.name)
+
+    def check_case(self, parts: Mapping[str, Any]) -> None:
+        check_estimator(self, parts["estimator"])
+
+
+class OnePromptPerDocument(DesignBase):
+    """Designs that show the screener one applicant's document per prompt (population, paired)."""
 
     def prompts(self, profiles: Profiles, rows: pd.DataFrame, documents: Sequence[Document]) -> Sequence[Document]:
         return documents
@@ -88,10 +111,10 @@ class OnePromptPerDocument:
 
 
 def check_estimator(design: Design, estimator: Any) -> None:
-    """ConfigError unless `estimator` applies to `design`: named in `design.estimators`, or (an
-    estimator of one's own) naming the design in its `designs` attribute."""
-    name = getattr(estimator, "name", None)
-    if name not in design.estimators and design.name not in getattr(estimator, "designs", ()):
+    """ConfigError unless `estimator` applies to `design`: registered for it in
+    popfair.estimate.registry."""
+    name = estimator.name
+    if name not in design.estimators:
         raise ConfigError(
             f"estimator: {name!r} does not apply to the {design.name} design; choose one of "
             f"{', '.join(design.estimators)}"

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from popfair.core.types import Outcome
-from popfair.design.base import OnePromptPerDocument, check_estimator
+from popfair.design.base import OnePromptPerDocument
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -21,7 +20,6 @@ class PopulationDesign(OnePromptPerDocument):
     name = "population"
     outcome: Outcome = "score"
     prompt_files: Mapping[str, str] = {"system": "score_system.txt", "user": "score_user.txt"}
-    estimators: tuple[str, ...] = ("pse_dml", "interventional", "both", "outcome_gap", "impact_ratio")
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         match = _NUMBER.search(raw)
@@ -34,9 +32,6 @@ class PopulationDesign(OnePromptPerDocument):
         if value > 100:
             return None, f"unparseable answer: first integer {value} is outside 0-100"
         return float(value), None
-
-    def check_case(self, parts: Mapping[str, Any]) -> None:
-        check_estimator(self, parts["estimator"])
 
 
 DESIGN = PopulationDesign()

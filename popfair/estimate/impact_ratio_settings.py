@@ -1,4 +1,5 @@
-"""The settings of the LL144 impact-ratio audit (config `estimator=impact_ratio`, `outcome_audit`), its\nmetrics and how categories are named in tables and metric keys."""
+"""The settings of the LL144 impact-ratio audit (config `estimator=impact_ratio`, `outcome_audit`), its
+metrics and how categories are named in tables and metric keys."""
 
 from __future__ import annotations
 

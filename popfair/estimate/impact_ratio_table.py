@@ -1,4 +1,5 @@
-"""The result of an impact-ratio audit (`ImpactRatios`): the LL144 tables with their CIs, as Markdown,\na figure, MLflow metrics and an effects table."""
+"""The result of an impact-ratio audit (`ImpactRatios`): the LL144 tables with their CIs, as Markdown,
+a figure, MLflow metrics and an effects table."""
 
 from __future__ import annotations
 

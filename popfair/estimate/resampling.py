@@ -1,4 +1,6 @@
-"""Resampled group totals for impact-ratio inference: the cluster bootstrap (Poisson or multinomial\nweights over distinct rows) and the permutation null (exact hypergeometric draws or a normal\napproximation)."""
+"""Resampled group totals for impact-ratio inference: the cluster bootstrap (Poisson or multinomial
+weights over distinct rows) and the permutation null (exact hypergeometric draws or a normal
+approximation)."""
 
 from __future__ import annotations
 

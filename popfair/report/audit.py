@@ -52,7 +52,7 @@ class Experiment(Protocol):
 
 
 class RunResult(Protocol):
-    """What the report reads of a generated case's result (popfair.case.experiment.RunResult)."""
+    """What the report reads of a generated case's result (popfair.case.result.RunResult)."""
 
     effects: Effects
     audit: Effects | None

@@ -1,4 +1,5 @@
-"""The LL144 part of the auditor's report: the impact-ratio tables by sex, race/ethnicity and their\nintersection in the layout of published bias-audit summaries, with the method notes."""
+"""The LL144 part of the auditor's report: the impact-ratio tables by sex, race/ethnicity and their
+intersection in the layout of published bias-audit summaries, with the method notes."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from popfair.estimate.registry import in_section
 from popfair.report.document import Block
 from popfair.track.figures import forest_plot
 
-ESTIMATOR = "ranking"
 COLOURS = [f"C{i}" for i in range(10)]
 
 
@@ -23,7 +23,7 @@ def ranking_effects(effects: pd.DataFrame) -> pd.DataFrame:
     """The effect rows of the ranking cases."""
     if effects.empty or "estimator" not in effects:
         return effects.iloc[0:0]
-    return effects[effects["estimator"] == ESTIMATOR]
+    return effects[effects["estimator"].isin(in_section("ranking"))]
 
 
 def ranking_summary(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -18,11 +18,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from popfair.core.errors import DataError, PopfairError
+from popfair.estimate.registry import ESTIMATORS, in_section
 from popfair.report import panel, patterns, plots, ranking
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.report.runs import effects_long, load_runs
 
-PAIRED_ESTIMATORS = {"paired_gap"}
 CASE_KEYS = ["occupation", "protected_attr", "format", "model"]
 
 
@@ -30,7 +30,7 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
     """Effects of the score-based (non-paired, non-ranking) cases, one row per case x effect."""
     if effects.empty:
         return effects
-    rows = effects[~effects["estimator"].isin(PAIRED_ESTIMATORS | {ranking.ESTIMATOR})]
+    rows = effects[effects["estimator"].isin(in_section("effects")) | ~effects["estimator"].isin(ESTIMATORS)]
     keep = CASE_KEYS + [
         "estimator",
         "effect",
@@ -78,7 +78,7 @@ UNDATED = "1900-01-01"  # sort key for models whose screener config has no relea
 
 def panel_results(effects: pd.DataFrame) -> pd.DataFrame:
     """One panel input row (popfair.report.panel) per model x axis of the paired_gap cases."""
-    rows = effects[effects["estimator"].isin(PAIRED_ESTIMATORS)]
+    rows = effects[effects["estimator"].isin(in_section("paired"))]
     rows = rows.drop_duplicates(["model", "protected_attr"], keep="last")
     return pd.DataFrame(
         [

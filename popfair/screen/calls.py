@@ -1,4 +1,5 @@
-"""What the call engine is given and returns: its settings (`EngineSettings`), one call, one answer\nand the counters of a screening (`EngineStats`)."""
+"""What the call engine is given and returns: its settings (`EngineSettings`), one call, one answer
+and the counters of a screening (`EngineStats`)."""
 
 from __future__ import annotations
 

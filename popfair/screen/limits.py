@@ -1,4 +1,5 @@
-"""The call engine's brakes: the circuit breaker that stops a failing case, concurrency and rate\nlimits (fixed and adaptive), the dollar budget, and the asyncio helpers they share."""
+"""The call engine's brakes: the circuit breaker that stops a failing case, concurrency and rate
+limits (fixed and adaptive), the dollar budget, and the asyncio helpers they share."""
 
 from __future__ import annotations
 

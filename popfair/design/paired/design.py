@@ -23,7 +23,6 @@ class PairedDesign(OnePromptPerDocument):
     name = "paired"
     outcome: Outcome = "callback"
     prompt_files: Mapping[str, str] = {"system": "callback_system.txt", "user": "callback_user.txt"}
-    estimators: tuple[str, ...] = ("paired_gap", "outcome_gap", "impact_ratio")
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         match = _YES_NO.search(raw)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Outcome, Profiles, ScreenResult
-from popfair.design.base import check_estimator
+from popfair.design.base import DesignBase, check_estimator
 from popfair.design.ranking.parse import parse_ranking
 from popfair.design.ranking.trials import GROUP, TRIAL
 
@@ -28,11 +28,10 @@ TOKENS_PER_NAME = 8  # "3. Maria Garcia-Lopez" and a newline, in common tokenise
 RANK = "rank"  # column: 1 = ranked first; NaN = not ranked (failed trial, or left out of a partial ranking)
 
 
-class RankingDesign:
+class RankingDesign(DesignBase):
     name = "ranking"
     outcome: Outcome = "rank"
     prompt_files: Mapping[str, str] = {"system": "rank_system.txt", "user": "rank_user.txt"}
-    estimators: tuple[str, ...] = ("ranking",)
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         """The screen stage's check: a reply is there (its ranking is read in `scored`)."""

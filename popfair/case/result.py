@@ -1,0 +1,93 @@
+"""What a generated case returns (`RunResult`) and shows its screener (`CasePrompts`), and an effects
+table as MLflow metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from popfair.core.types import Document, Effects, Profiles
+
+
+@dataclass
+class RunResult:
+    """What `Experiment.run` returns.
+
+    Parameters
+    ----------
+    effects : Effects
+        The estimator's table (estimate, se, ci_low, ci_high, ...), case labels, metrics, artifacts.
+    scored : DataFrame
+        One row per sampled applicant: profile columns, document, raw answer, y, error.
+    run_id : str or None
+        The MLflow run (None with tracking=none).
+    notes : list of str, optional
+        Caveats shown to the user and logged (population notes, screening failures, ...).
+    timings : dict, optional
+        Seconds per stage (population, render, screen, estimate, track), the `time.*_s` metrics.
+    audit : Effects, optional
+        The LL144 impact ratios logged for every case (config `outcome_audit`).
+    samples : dict, optional
+        A few rendered documents, logged under `samples/`.
+    screening : dict, optional
+        The screener's metrics for this case (calls, tokens, cost, failures by reason).
+    profiles : Profiles, optional
+        The sampled applicants and counterfactual worlds (not logged).
+    scored_worlds : DataFrame, optional
+        The counterfactual world rows as scored (an estimator's `WorldRequest`).
+    report : dict, optional
+        The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
+
+    Examples
+    --------
+    >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
+    >>> result.effects.table, result.effects.case, result.failure_rate  # doctest: +SKIP
+    """
+
+    effects: Effects
+    scored: pd.DataFrame
+    run_id: str | None
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
+    samples: dict[str, Any] = field(default_factory=dict)  # a few rendered documents, logged as artifacts
+    screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's screening
+    profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
+    scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
+    report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
+
+    @property
+    def failure_rate(self) -> float:
+        return float(self.scored["error"].notna().mean()) if len(self.scored) else 0.0
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.scored)
+
+    @property
+    def n_failed(self) -> int:
+        return int(self.scored["error"].notna().sum())
+
+
+@dataclass
+class CasePrompts:
+    """What a case shows its screener (`Experiment.prompts`): the rows to screen (factual then
+    counterfactual worlds, column `world`), each row's rendered document, and the design's prompts."""
+
+    rows: pd.DataFrame
+    documents: list[Document]
+    prompts: Sequence[Document]
+
+
+def effects_metrics(effects: Effects) -> dict[str, float]:
+    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
+    metrics: dict[str, float] = {}
+    for effect, row in effects.table.iterrows():
+        for column, value in row.items():
+            if isinstance(value, (int, float)):
+                metrics[f"{effect}.{column}"] = value
+    metrics.update(effects.metrics)
+    return metrics

@@ -1,0 +1,163 @@
+"""One seam per kind of change (docs/concepts/architecture.md): a toy design, a toy screener and a
+toy estimator plug in from this file alone, each with one registry entry, and a case runs through
+all three; the designs' estimator lists, the table case and the sweep report follow the registry."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from popfair.case.experiment import Experiment
+from popfair.core.errors import ConfigError
+from popfair.core.types import CallPlan, Document, Effects, Job, Outcome, Profiles, Roles, ScreenResult
+from popfair.design import DESIGNS, design_named, for_outcome
+from popfair.design.base import OnePromptPerDocument
+from popfair.estimate import registry
+from popfair.population.popresume import PopResumePopulation
+from popfair.screen.base import Screener
+from tests.conftest import compose_config
+
+GRADES = {"A": 100.0, "B": 75.0, "C": 50.0, "D": 25.0, "F": 0.0}
+
+
+class GradedDesign(OnePromptPerDocument):
+    """A fifth design: the screener answers a letter grade, read as 100, 75, 50, 25 or 0."""
+
+    name = "graded"
+    outcome: Outcome = "grade"  # type: ignore[assignment] - a design of one's own asks its own question
+    prompt_files: Mapping[str, str] = {"system": "score_system.txt", "user": "score_user.txt"}
+
+    def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
+        match = re.search(r"\b([ABCDF])\b", raw)
+        return (GRADES[match.group(1)], None) if match else (None, "unparseable answer: no letter grade")
+
+
+DESIGN = GradedDesign()
+
+
+class GradedPopulation(PopResumePopulation):
+    """PopResume applicants, drawn for the graded design."""
+
+    design = "graded"
+
+    def sample(self, occupation: Any, protected: Any, seed: int) -> Profiles:
+        profiles = super().sample(occupation, protected, seed)
+        profiles.outcome = "grade"  # type: ignore[assignment]
+        return profiles
+
+
+class LetterScreener(Screener):
+    """A toy screener: grades a resume by its length (longer = better), replying in words; the reply
+    becomes a value by the rule of the design that asked (`for_outcome`)."""
+
+    name = "letters"
+
+    def __init__(self, **_: Any) -> None:
+        self.calls = 0
+
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
+        rule = for_outcome(outcome)
+        results = []
+        for document in documents:
+            self.calls += 1
+            grade = "ABCDF"[len(document.text) % 5]
+            value, error = rule.parse_reply(f"I would give this resume a {grade}.")
+            results.append(ScreenResult(document.applicant_id, f"grade {grade}", value, error))
+        return results
+
+    def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
+        return CallPlan(calls=len(documents))
+
+    def metrics(self) -> dict[str, float]:
+        return {"toy.calls": float(self.calls)}
+
+
+class MedianGap:
+    """A toy estimator: the difference in median outcome of x1 and x0 (no inference)."""
+
+    name = "median_gap"
+    counterfactuals = None
+
+    def __init__(self, **_: Any) -> None:
+        pass
+
+    def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
+        by = data.groupby(roles.x)[y].median()
+        gap = float(by[roles.x1] - by[roles.x0])
+        table = pd.DataFrame(
+            {"estimate": [gap], "se": [np.nan], "ci_low": [np.nan], "ci_high": [np.nan]},
+            index=pd.Index(["median_gap"], name="effect"),
+        )
+        return Effects(table=table)
+
+
+@pytest.fixture
+def plugged(monkeypatch):
+    """The one registry entry each: DESIGNS for the design, the estimator registry for the estimator
+    (the screener needs none: its config names its class)."""
+    monkeypatch.setitem(DESIGNS, "graded", __name__)
+    monkeypatch.setitem(registry.ESTIMATORS, "median_gap", registry.EstimatorEntry(("graded", "table")))
+
+
+def _case(*overrides: str, estimator: str = f"{__name__}.MedianGap"):
+    return compose_config(
+        [
+            f"population._target_={__name__}.GradedPopulation",
+            f"screener._target_={__name__}.LetterScreener",
+            "estimator=outcome_gap",
+            f"estimator._target_={estimator}",
+            "population.n=300",
+            "tracking=none",
+            "outcome_audit=null",
+            "document_store=false",
+            *overrides,
+        ]
+    )
+
+
+def test_a_case_runs_through_a_toy_design_screener_and_estimator(plugged):
+    experiment = Experiment.from_config(_case())
+    assert experiment.design is DESIGN and isinstance(experiment.screener, LetterScreener)
+    result = experiment.run()
+    assert set(result.scored["y"].dropna().unique()) <= set(GRADES.values())
+    assert result.scored["raw"].str.startswith("grade ").all()  # the screener's own answers, read by the design
+    assert result.screening == {"toy.calls": 300.0}  # a declared ability: the screener's metrics
+    by = result.scored.groupby("gender")["y"].median()
+    assert result.effects.table.loc["median_gap", "estimate"] == pytest.approx(by["male"] - by["female"])
+
+
+def test_the_registry_decides_which_estimators_apply(plugged):
+    assert design_named("graded").estimators == ("median_gap",)
+    assert "median_gap" in design_named("table").estimators  # registered for tables too
+    assert "median_gap" not in design_named("population").estimators
+    with pytest.raises(ConfigError, match="does not apply to the graded design; choose one of median_gap"):
+        Experiment.from_config(_case(estimator="popfair.estimate.outcome_gap.OutcomeGap"))  # not registered for it
+
+
+def test_a_component_that_is_not_a_screener_is_refused_by_name(plugged):
+    with pytest.raises(ConfigError, match="MedianGap is not a screener: subclass popfair.screen.base.Screener"):
+        Experiment.from_config(_case(f"screener._target_={__name__}.MedianGap"))
+
+
+def test_the_sweep_report_sections_follow_the_registry(monkeypatch):
+    from popfair.report import sweep
+
+    effects = pd.DataFrame(
+        {
+            "estimator": ["pse_dml", "paired_gap", "ranking", "own_gap"],
+            **{key: ["x"] * 4 for key in sweep.CASE_KEYS},
+            "effect": ["TE", "gap", "top1", "gap"],
+            "estimate": [1.0, 2.0, 3.0, 4.0],
+            **{c: [0.0] * 4 for c in ("se", "ci_low", "ci_high", "p_value", "significant", "pattern", "case_name")},
+            "run_id": list("abcd"),
+        }
+    )
+    kept = set(sweep.popresume_effects(effects)["estimator"])
+    assert kept == {"pse_dml", "own_gap"}  # an unregistered estimator's effects are shown as effects
+    monkeypatch.setitem(registry.ESTIMATORS, "own_gap", registry.EstimatorEntry(("paired",), section="paired"))
+    assert set(sweep.popresume_effects(effects)["estimator"]) == {"pse_dml"}
