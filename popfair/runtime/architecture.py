@@ -144,25 +144,3 @@ def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if len(group) > 1:
                     cycles.append(sorted(group))
     return cycles
-
-
-def package_edges(graph: dict[str, set[str]], depth: int = 2) -> set[tuple[str, str]]:
-    """The graph folded to packages (`popfair.screen`, `popfair.store`, ...) for the picture."""
-
-    def fold(module: str) -> str:
-        return ".".join(module.split(".")[:depth])
-
-    return {(fold(a), fold(b)) for a, imported in graph.items() for b in imported if fold(a) != fold(b)}
-
-
-def dot(edges: Iterable[tuple[str, str]]) -> str:
-    """Graphviz source of a package graph, one cluster row per layer (lowest at the bottom)."""
-    lines = ["digraph popfair {", "  rankdir=BT; node [shape=box, fontname=Helvetica, fontsize=11];"]
-    nodes = sorted({n for edge in edges for n in edge})
-    for layer, _ in LAYERS:
-        members = [n for n in nodes if layer_of(n) == layer]
-        if members:
-            lines.append(f"  {{ rank=same; {'; '.join(chr(34) + m + chr(34) for m in members)}; }}")
-    lines.extend(f'  "{a}" -> "{b}";' for a, b in sorted(edges))
-    lines.append("}")
-    return "\n".join(lines)
