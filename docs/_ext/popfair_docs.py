@@ -331,8 +331,9 @@ def write_guides() -> None:
 API_OUT = DOCS / "reference" / "api" / "index.md"
 # Sections of the API page by the defining module's package; a name from a new package goes under "Other".
 API_SECTIONS = [
-    ("popfair.case.experiment", "Running a case", "A case composed from a Hydra config, run and logged."),
-    ("popfair.design.table", "Table cases", "Audits of decisions that already exist: a table is the case's source."),
+    ("popfair.case", "Running a case", "A case composed from a Hydra config, run and logged."),
+    ("popfair.case.table", "Table cases", "Audits of decisions that already exist: a table is the case's source."),
+    ("popfair.design.table", "Tables", "What a table case reads and how its columns map to popfair's."),
     ("popfair.estimate", "Estimators", "Functions of a scored table: effects with confidence intervals."),
     ("popfair.design", "Designs", "How applicants become prompts and replies become rows (ranking: k per prompt)."),
     ("popfair.render", "Documents", "Rendered documents and the store that keeps them for later cases."),
@@ -352,7 +353,8 @@ def write_api_reference() -> None:
         raise RuntimeError(f"popfair.__all__ names without a module in popfair._EXPORTS: {missing}")
     sections: dict[str, list[str]] = {}
     for name, module in exports.items():
-        prefix = next((p for p, _, _ in API_SECTIONS if module == p or module.startswith(p + ".")), "other")
+        owners = [p for p, _, _ in API_SECTIONS if module == p or module.startswith(p + ".")]
+        prefix = max(owners, key=len) if owners else "other"  # the most specific section
         sections.setdefault(prefix, []).append(name)
     parts = [
         "# Python API",

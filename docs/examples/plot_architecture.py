@@ -39,7 +39,7 @@ folders = sorted({folder(m) for m in graph})
 rows = {layer: [f for f in folders if layer_of(f) == layer] for layer, _ in LAYERS}
 rows = {layer: members for layer, members in rows.items() if members}
 
-fig, ax = plt.subplots(figsize=(12, 0.75 * len(rows) + 1), layout="constrained")
+fig, ax = plt.subplots(figsize=(9, 0.55 * len(rows) + 1), layout="constrained")
 where = {}
 for level, (layer, members) in enumerate(rows.items()):
     ax.text(-0.02, level, layer, ha="right", va="center", fontsize=10, fontweight="bold")
@@ -48,7 +48,7 @@ for level, (layer, members) in enumerate(rows.items()):
         where[name] = (x, level)
         label = name.removeprefix("popfair.") if name != "popfair" else "popfair (API)"
         box = {"boxstyle": "round,pad=0.3", "facecolor": "#e8eef7", "edgecolor": "#4a6fa5"}
-        ax.text(x, level, label, ha="center", va="center", fontsize=8, bbox=box)
+        ax.text(x, level, label, ha="center", va="center", fontsize=9, bbox=box)
 for source, target in sorted(edges):
     if source in where and target in where:
         (x0, y0), (x1, y1) = where[source], where[target]
