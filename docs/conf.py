@@ -38,6 +38,7 @@ extensions = [
     "sphinx.ext.autosummary",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
+    "sphinx_copybutton",  # a copy button on every code block (its script and icon are bundled: offline)
     "popfair_docs",  # generated config and CLI reference, MathML math, no remote assets
 ]
 
@@ -78,6 +79,13 @@ sphinx_gallery_conf = {
     "show_memory": False,
     "write_computation_times": False,  # its timing page loads DataTables from a CDN: the site is offline
 }
+
+# Copy what a reader would type: the prompts of console sessions ("$ ") and doctest/gallery ">>> " are
+# left out, and so are output lines.
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
+copybutton_exclude = ".linenos, .gp, .go"
 
 html_theme = "pydata_sphinx_theme"
 html_title = "popfair"

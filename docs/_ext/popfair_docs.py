@@ -300,7 +300,7 @@ GUIDES_OUT = DOCS / "guides.md"
 # Topic pages written beside the code they document; any other top-level page lands here too, so a
 # new docs/<topic>.md is part of the site (and of its search) as soon as it exists.
 GUIDE_ORDER = ["tables", "ranking", "troubleshooting", "performance"]
-NOT_GUIDES = {"index", "getting_started", "replication", "guides"}
+NOT_GUIDES = {"index", "getting_started", "replication", "guides", "changelog"}
 
 
 def write_guides() -> None:
