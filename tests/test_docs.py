@@ -34,7 +34,15 @@ GENERATED = ("_build", "auto_examples", "reference/config", "reference/api", "re
 
 missing = [
     m
-    for m in ("sphinx", "sphinx_gallery", "pydata_sphinx_theme", "numpydoc", "myst_parser", "playwright")
+    for m in (
+        "sphinx",
+        "sphinx_gallery",
+        "pydata_sphinx_theme",
+        "numpydoc",
+        "myst_parser",
+        "sphinx_copybutton",
+        "playwright",
+    )
     if importlib.util.find_spec(m) is None
 ]
 pytestmark = [
@@ -268,3 +276,88 @@ def test_reference_has_every_public_api_name_and_cli_tool(site):
     benchmarks = _text(site / "reference" / "benchmarks.html")
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         assert f"python benchmarks/{script.name}" in benchmarks, f"{script.name} missing from the benchmarks page"
+
+
+def _plain(text: str) -> str:
+    """Text as a reader sees it, for comparing a comment with its rendered paragraph."""
+    text = text.replace("---", "\u2014").replace("--", "\u2013").replace("...", "\u2026")  # smartquotes
+    text = text.translate(str.maketrans("\u2018\u2019\u201c\u201d", "''\"\"", "`*\\"))
+    return " ".join(text.split())
+
+
+def _expected_entries() -> dict[str, list[tuple[str, str]]]:
+    """Per config page: (key, comment) of every entry, in order, from the YAML files themselves."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    import popfair_docs as gen
+
+    pages: dict[str, list[tuple[str, str]]] = {}
+    groups = {
+        **gen.config_groups(),
+        **{g: sorted(p.stem for p in (gen.CONF / g).glob("*.yaml")) for g in gen.HYDRA_GROUPS},
+    }
+    for group, options in groups.items():
+        entries = []
+        for option in options:
+            keys = gen.config_keys((gen.CONF / group / f"{option}.yaml").read_text())
+            entries += [(e.key.path, e.key.comment) for e in gen._entries(keys)]
+        pages[f"{group.replace('/', '_')}.html"] = entries
+    top = gen._entries(gen.config_keys((gen.CONF / "config.yaml").read_text()))
+    pages["index.html"] = [(e.key.path, e.key.comment) for e in top]
+    return pages
+
+
+def test_config_reference_is_readable_at_1280_px(site, served, browser):
+    """Every config page at 1280 px: no table wider than the page column, and every key with its
+    explanation on screen inside the column (nothing clipped, nothing to scroll sideways to)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    expected = _expected_entries()
+    assert sum(len(v) for v in expected.values()) > 500
+    for name, entries in expected.items():
+        page.goto(f"{served}/reference/config/{name}", wait_until="load")
+        found = page.evaluate(
+            """() => {
+              const article = document.querySelector('.bd-article');
+              const column = article.getBoundingClientRect();
+              const tables = [...article.querySelectorAll('table')].map(t => ({
+                wide: t.scrollWidth > t.clientWidth + 1 || t.getBoundingClientRect().right > column.right + 1}));
+              const keys = [...article.querySelectorAll('.config-keys > ul > li')].map(li => {
+                const box = li.getBoundingClientRect();
+                const explanation = li.querySelector(':scope > p + p');
+                const e = explanation ? explanation.getBoundingClientRect() : null;
+                return {
+                  key: li.querySelector(':scope > p > code').innerText,
+                  comment: explanation ? explanation.innerText : '',
+                  inside: box.left >= column.left - 1 && box.right <= column.right + 1 && li.scrollWidth <= li.clientWidth + 1,
+                  shown: !explanation || (explanation.checkVisibility() && e.width > 0 && e.height > 0
+                                          && e.left >= column.left - 1 && e.right <= column.right + 1),
+                };
+              });
+              return {width: column.width, tables, keys, overflow: document.documentElement.scrollWidth > window.innerWidth};
+            }"""
+        )
+        assert found["width"] > 500, (name, found["width"])
+        if found["overflow"]:
+            problems.append(f"{name}: the page scrolls sideways")
+        problems += [f"{name}: a table wider than its column" for t in found["tables"] if t["wide"]]
+        keys = found["keys"]
+        if [k["key"] for k in keys] != [key for key, _ in entries]:
+            shown_keys = [k["key"] for k in keys]
+            at = next(
+                (i for i, (a, b) in enumerate(zip(shown_keys, entries)) if a != b[0]), min(len(keys), len(entries))
+            )
+            problems.append(
+                f"{name}: {len(keys)} keys shown, {len(entries)} in conf/; first difference at {at}: "
+                f"{shown_keys[at : at + 2]} vs {[k for k, _ in entries[at : at + 2]]}"
+            )
+            continue
+        for shown, (key, comment) in zip(keys, entries):
+            if not shown["inside"]:
+                problems.append(f"{name}: {key} overflows the page column")
+            if not shown["shown"]:
+                problems.append(f"{name}: the explanation of {key} is not visible")
+            if _plain(shown["comment"]) != _plain(comment):
+                problems.append(f"{name}: {key}: explanation {shown['comment'][:60]!r} is not {comment[:60]!r}")
+    context.close()
+    assert not problems, "\n".join(problems[:30])

@@ -81,7 +81,8 @@ def _header(lines: list[str]) -> tuple[list[str], str | None]:
 def _source(text_lines: list[str], node: yaml.Node) -> str:
     """A node's text as written in the file (flow collections, interpolations, quotes kept)."""
     start, end = node.start_mark, node.end_mark
-    if isinstance(node, yaml.MappingNode) and node.value and node.value[-1][1].end_mark.line == start.line:
+    block_mapping = isinstance(node, yaml.MappingNode) and not node.flow_style
+    if block_mapping and node.value and node.value[-1][1].end_mark.line == start.line:
         end = node.value[-1][1].end_mark  # a one-line block mapping (a defaults entry) ends at its last value
     if start.line == end.line:
         return text_lines[start.line][start.column : end.column]
@@ -178,7 +179,7 @@ def _header_markdown(header: list[str]) -> list[str]:
     for line in [*header, ""]:
         if line.startswith((" ", "\t")) and line.strip():
             if prose:
-                out += [" ".join(prose), ""]
+                out += [_text(" ".join(prose)), ""]
                 prose = []
             code.append(line.strip() if not code else line[2:] if line.startswith("  ") else line)
             continue
@@ -188,8 +189,62 @@ def _header_markdown(header: list[str]) -> list[str]:
         if line.strip():
             prose.append(line.strip())
         elif prose:
-            out += [" ".join(prose), ""]
+            out += [_text(" ".join(prose)), ""]
             prose = []
+    return out
+
+
+def _text(text: str) -> str:
+    """Comment text as Markdown: `<race> <sex>` outside code spans is text, not an HTML tag to drop."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else part.replace("<", "\\<") for part in parts)
+
+
+def _prose(text: str) -> str:
+    """A comment as one Markdown paragraph of a list item: never read as a list, quote or heading."""
+    text = _text(" ".join(text.split()))
+    return "\\" + text if re.match(r"([-+*#>|]|\d+[.)])(\s|$)", text) else text
+
+
+@dataclass
+class Entry:
+    """One key as the reference lists it, with the items of its list (a `key[]` row each in `config_keys`)."""
+
+    key: Key
+    items: list[Key]
+
+
+def _entries(keys: list[Key]) -> list[Entry]:
+    entries: list[Entry] = []
+    for key in keys:
+        if key.path.endswith("[]") and entries and entries[-1].key.path == key.path[:-2]:
+            entries[-1].items.append(key)
+        else:
+            entries.append(Entry(key, []))
+    return entries
+
+
+def key_list(keys: list[Key]) -> list[str]:
+    """An option's keys as a two-line list that wraps in the page column at any width: the key and its
+    default on the first line, its comment below (a key without a comment takes one line). A list's
+    items follow its key: inline when none has a comment, one line each otherwise."""
+    out = [":::{container} config-keys", ""]
+    for entry in _entries(keys):
+        key = entry.key
+        first = f"- {_code(key.path)}" + (f" = {_code(key.value)}" if key.value else "")
+        if entry.items and not any(item.comment for item in entry.items):
+            first += f" ({len(entry.items)} items): " + ", ".join(_code(item.value) for item in entry.items)
+        out.append(first)
+        if key.comment:
+            out += ["", f"  {_prose(key.comment)}"]
+        if entry.items and any(item.comment for item in entry.items):
+            out.append("")
+            out += [
+                f"  - {_code(item.value)}" + (f": {_prose(item.comment)}" if item.comment else "")
+                for item in entry.items
+            ]
+        out.append("")
+    out += [":::", ""]
     return out
 
 
@@ -203,9 +258,7 @@ def option_section(group: str, option: str, path: Path, level: str = "##") -> st
     out.append("")
     out += _header_markdown(header)
     if keys:
-        out += ["| key | default | comment |", "|---|---|---|"]
-        out += [f"| {_code(k.path)} | {_code(k.value)} | {_cell(k.comment)} |" for k in keys]
-        out.append("")
+        out += key_list(keys)
     return "\n".join(out)
 
 
