@@ -20,6 +20,8 @@ os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import popfair_docs  # noqa: E402  (docs/_ext)
+
 import popfair  # noqa: E402
 
 # Warnings the gallery's examples raise are shown on their pages: as the reader would see them,
@@ -57,7 +59,71 @@ autodoc_typehints = "none"  # numpydoc renders the types written in the docstrin
 autodoc_default_options = {"members": True, "inherited-members": False}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
-numpydoc_xref_param_type = False
+# Types in Parameters/Returns link to their API pages: every public name, and the classes public
+# functions return that `popfair.__all__` does not name (API_RETURNED in _ext/popfair_docs.py). Types
+# with no page here (DataFrame, str, ...) stay plain text: the site is offline, no intersphinx.
+numpydoc_xref_param_type = True
+from numpydoc.xref import DEFAULT_LINKS  # noqa: E402
+
+numpydoc_xref_aliases = {
+    **{word: word for word in DEFAULT_LINKS},  # numpydoc's links to Python's docs need intersphinx: plain
+    **{name: f"popfair.{name}" for name in popfair.__all__ if name != "__version__"},
+    **{full.rsplit(".", 1)[1]: full for full in popfair_docs.API_RETURNED},
+}
+numpydoc_xref_ignore = "all"  # only the aliases above become links; "of", "optional" ... stay words
+
+# Each API page names the concept pages that explain it, and shows its module's docstring when its
+# own docstring refers to it ("see the module docstring"): _templates/autosummary/_context.rst.
+_CONCEPTS = {
+    "estimands": ":doc:`/concepts/estimands`",
+    "inference": ":doc:`/concepts/inference`",
+    "designs": ":doc:`/concepts/designs`",
+    "cases": ":doc:`/concepts/cases`",
+    "tables": ":doc:`/tables`",
+    "ranking": ":doc:`/ranking`",
+    "panel": ":doc:`/tutorials/callback_panel`",
+    "troubleshooting": ":doc:`/troubleshooting`",
+}
+_CONCEPT_PAGES = {
+    ("estimands", "inference"): [
+        "estimate_pse",
+        "PseResult",
+        "PseSettings",
+        "Effects",
+        "Roles",
+        "WorldDesign",
+        "paired_gap",
+        "PairedGapResult",
+    ],
+    ("estimands", "inference", "tables"): [
+        "impact_ratios",
+        "ImpactRatioSettings",
+        "impact_ratios_from_counts",
+        "impact_ratio_inference",
+        "RatioInference",
+        "ImpactRatios",
+    ],
+    ("tables", "cases"): ["TableCase", "TableRunResult", "TableSettings", "TableSource", "TableCounts"],
+    ("ranking", "designs"): ["parse_ranking", "RankingEstimator"],
+    ("cases", "designs"): ["Experiment", "RunResult", "Profiles", "Document", "Job", "DocumentStore"],
+    ("panel", "estimands"): ["panel_report"],
+    ("troubleshooting", "cases"): ["PopfairError", "ConfigError", "DataError", "EstimationError"],
+}
+_FULL = {name: f"popfair.{name}" for name in popfair.__all__} | {
+    full.rsplit(".", 1)[1]: full for full in popfair_docs.API_RETURNED
+}
+autosummary_context = {
+    "concepts": {
+        _FULL[name]: "Concepts: " + ", ".join(_CONCEPTS[c] for c in concepts)
+        for concepts, names in _CONCEPT_PAGES.items()
+        for name in names
+    },
+    "module_docs": {
+        f"popfair.{name}": module
+        for name, module in popfair._EXPORTS.items()
+        if "module docstring" in (getattr(popfair, name).__doc__ or "")
+    },
+}
 # Checked as errors: a summary line, no parameter documented that the signature lacks, types and
 # return descriptions. PR01 (every parameter documented) is not yet: the table-case and document-store
 # classes still list their dataclass fields in comments only.

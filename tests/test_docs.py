@@ -361,3 +361,50 @@ def test_config_reference_is_readable_at_1280_px(site, served, browser):
                 problems.append(f"{name}: {key}: explanation {shown['comment'][:60]!r} is not {comment[:60]!r}")
     context.close()
     assert not problems, "\n".join(problems[:30])
+
+
+API = HTML / "reference" / "api" / "generated"
+
+
+def test_api_pages_link_return_types_settings_and_concepts(site):
+    import popfair
+
+    links = {
+        name: {urlsplit(url).path for tag, _, url in parsed(API / f"popfair.{name}.html").links if tag == "a"}
+        for name in popfair.__all__
+        if name != "__version__"
+    }
+    assert {"popfair.estimate.ImpactRatios.html", "popfair.ImpactRatioSettings.html"} <= links["impact_ratios"]
+    assert "popfair.PseResult.html" in links["estimate_pse"] and "popfair.PseSettings.html" in links["estimate_pse"]
+    assert "popfair.RatioInference.html" in links["impact_ratio_inference"]
+    assert "popfair.TableSettings.html" in links["TableCase"]
+    concept_pages = ("concepts/", "tables.html", "ranking.html", "tutorials/", "troubleshooting.html")
+    lacking = [name for name, found in links.items() if not any(c in url for url in found for c in concept_pages)]
+    assert not lacking, f"API pages without a link to a concept page: {lacking}"
+
+
+def test_impact_ratios_result_has_its_page(site):
+    page = API / "popfair.estimate.ImpactRatios.html"
+    assert page.exists(), "ImpactRatios (what impact_ratios returns) has no API page"
+    ids = parsed(page).ids
+    for method in ("markdown", "plot", "summary", "metrics", "effects"):
+        assert f"popfair.estimate.ImpactRatios.{method}" in ids, f"ImpactRatios.{method} not documented"
+    text = _text(page)
+    assert "The summary as Markdown" in text and "Horizontal bars of impact ratios" in text
+
+
+def test_module_docstrings_referred_to_are_shown(site):
+    import importlib
+
+    import popfair
+
+    referring = [
+        n for n in popfair.__all__ if n != "__version__" and "module docstring" in (getattr(popfair, n).__doc__ or "")
+    ]
+    assert {"TableCase", "RankingEstimator", "parse_ranking"} <= set(referring)
+    for name in referring:
+        module = importlib.import_module(popfair._EXPORTS[name])
+        first = " ".join(module.__doc__.split("\n\n")[0].split())[:60].split("`")[0]
+        text = _text(API / f"popfair.{name}.html")
+        assert f"Module docstring: {module.__name__}" in text, f"popfair.{name}: its module's docstring is not shown"
+        assert first in text, f"popfair.{name}: {first!r} missing"

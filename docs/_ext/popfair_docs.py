@@ -396,6 +396,11 @@ API_SECTIONS = [
 ]
 
 
+# Classes public functions return that `popfair.__all__` does not name: each gets its page too, under
+# the stage package that exports it (`impact_ratios` returns an ImpactRatios).
+API_RETURNED = ["popfair.estimate.ImpactRatios"]
+
+
 def write_api_reference() -> None:
     """The API page: every name of `popfair.__all__`, one autosummary table per section."""
     import popfair
@@ -444,6 +449,16 @@ def write_api_reference() -> None:
         parts += ["   :toctree: generated", "   :nosignatures:", ""]
         parts += [f"   {name}" for name in names]
         parts += ["```", ""]
+    parts += [
+        "## Returned types",
+        "",
+        "What the functions above return, where `popfair` itself does not export the class.",
+        "",
+    ]
+    for full in API_RETURNED:
+        package, name = full.rsplit(".", 1)
+        parts += ["```{eval-rst}", f".. currentmodule:: {package}", "", ".. autosummary::"]
+        parts += ["   :toctree: generated", "   :nosignatures:", "", f"   {name}", "```", ""]
     _write(API_OUT, "\n".join(parts))
 
 

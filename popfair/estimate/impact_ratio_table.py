@@ -42,9 +42,11 @@ class ImpactRatios:
     notes: list[str] = field(default_factory=list)
 
     def included(self) -> pd.DataFrame:
+        """The rows of `table` that enter the impact ratios (neither excluded as small nor unknown)."""
         return self.table[self.table["status"] == "included"]
 
     def n_unknown(self) -> dict[str, int]:
+        """Applicants of unknown category per dimension (sex, race, intersection), as the report gives them."""
         rows = self.table[self.table["status"] == "unknown"].drop_duplicates("dimension")
         return dict(zip(rows["dimension"], rows["n_applicants"].astype(int)))
 

@@ -1,13 +1,16 @@
 """Read a ranking from a model's free-text reply, given the names of the trial's candidates.
 
 Rules, in order (the first that finds a candidate wins):
-1. JSON: an array (or an object holding one, e.g. {"ranking": [...]}) of names or of objects with a
-   name (sorted by their "rank" field when every item has one); each item counts for the first
-   candidate it names.
-2. A list: lines that start with a list marker (1. 1) (1) #1 - * • "Rank 1:"), each counting for the
-   first candidate the line names; text outside the list (a preamble, reasons) is ignored.
+
+1. JSON: an array (or an object holding one, e.g. ``{"ranking": [...]}``) of names or of objects
+   with a name (sorted by their "rank" field when every item has one); each item counts for the
+   first candidate it names.
+2. A list: lines that start with a list marker (``1.`` ``1)`` ``(1)`` ``#1`` ``-`` ``*`` ``•``
+   ``Rank 1:``), each counting for the first candidate the line names; text outside the list (a
+   preamble, reasons) is ignored.
 3. Otherwise the order in which the candidates are first named (names in order, one per line or
    "A > B > C", or prose).
+
 Names match without regard to case, accents or middle initials, as "First Last" or "Last, First";
 "Candidate 3" (the label the prompt shows) names the third candidate shown. A partial ranking keeps
 the ranks it has (the unnamed candidates are `missing`); a reply that names no candidate, or
