@@ -118,6 +118,13 @@ autosummary_context = {
         for concepts, names in _CONCEPT_PAGES.items()
         for name in names
     },
+    # a public name bound to a class of another name (WorldDesign = WorldRequest): autodoc would
+    # document it as a bare alias, so its page documents the class under its own name
+    "aliases": {
+        f"popfair.{name}": f"{getattr(popfair, name).__module__}.{getattr(popfair, name).__qualname__}"
+        for name in popfair._EXPORTS
+        if isinstance(getattr(popfair, name), type) and getattr(popfair, name).__name__ != name
+    },
     "module_docs": {
         f"popfair.{name}": module
         for name, module in popfair._EXPORTS.items()
@@ -129,6 +136,7 @@ autosummary_context = {
 # classes still list their dataclass fields in comments only.
 numpydoc_validation_checks = {"GL08", "PR02", "PR07", "RT02", "SS01"}
 
+popfair_docs.quiet_progress_bars()  # the gallery's output blocks show what examples print, not bars
 sphinx_gallery_conf = {
     "examples_dirs": "examples",
     "gallery_dirs": "auto_examples",

@@ -182,6 +182,7 @@ GALLERY = [
     "plot_ll144_chart",
     "plot_population_diagnostics",
     "plot_ranking",
+    "plot_sfm_paths",
 ]
 
 
@@ -408,3 +409,52 @@ def test_module_docstrings_referred_to_are_shown(site):
         text = _text(API / f"popfair.{name}.html")
         assert f"Module docstring: {module.__name__}" in text, f"popfair.{name}: its module's docstring is not shown"
         assert first in text, f"popfair.{name}: {first!r} missing"
+
+
+def test_gallery_output_is_html_tables_without_progress_bars(site):
+    """Output blocks show tables as HTML, never as raw Markdown, and no frozen progress bar."""
+    html_tables = 0
+    for example in GALLERY:
+        page = (site / "auto_examples" / f"{example}.html").read_text()
+        outputs = re.findall(r'<div class="highlight-none notranslate">.*?</pre>', page, re.S)
+        for block in outputs:
+            text = html.unescape(re.sub(r"<[^>]+>", "", block))
+            assert not re.search(r"^\s*\|[-: |]+\|\s*$", text, re.M), f"{example}: a raw Markdown table in its output"
+            assert not re.search(r"\d+%\|[^|]*\|\s*\d+/\d+", text), f"{example}: a progress bar in its output"
+        html_tables += page.count('class="dataframe')
+    assert html_tables >= 5
+
+
+def test_concepts_show_the_path_diagram_and_aligned_equations(site, served, browser):
+    estimands = site / "concepts" / "estimands.html"
+    images = [url for tag, _, url in parsed(estimands).links if tag == "img" and "sphx_glr_plot_sfm_paths" in url]
+    assert images and (estimands.parent / images[0]).stat().st_size > 20_000, "no path diagram on the estimands page"
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{served}/concepts/estimands.html", wait_until="load")
+    rows = page.eval_on_selector_all(
+        "mtable.ams-align > mtr",
+        """rows => rows.map(r => { const cells = r.querySelectorAll(':scope > mtd');
+             const eq = cells[1].querySelector('mo');
+             return {name: cells[0].textContent.trim(), lhs: cells[0].getBoundingClientRect().right,
+                     eq: eq.textContent, eqx: eq.getBoundingClientRect().left}; })""",
+    )
+    page.close()
+    assert [r["name"] for r in rows] == ["TE", "NDE", "NIE", "BIE", "RIE"], rows
+    assert all(r["eq"] == "=" for r in rows)
+    xs = [r["eqx"] for r in rows]
+    assert max(xs) - min(xs) < 1.5, f"the = signs of TE/NDE/NIE/BIE/RIE do not line up: {xs}"
+
+
+def test_copy_buttons_changelog_and_compare_runs_picture(site, served, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{served}/getting_started.html", wait_until="load")
+    page.locator("div.highlight pre").first.hover()
+    assert page.locator("button.copybtn").count() >= 3, "no copy button on the code blocks"
+    page.close()
+    changelog = _text(site / "changelog.html")
+    assert "Changelog" in changelog and "0.1.0" in changelog
+    sweeps = site / "tutorials" / "sweeps.html"
+    assert any(tag == "img" and "mlflow_compare" in url for tag, _, url in parsed(sweeps).links)
+    text = _text(sweeps)
+    section = text[text.index("Compare runs in the MLflow UI") :][:2500]
+    assert section.count(". ") >= 5 and "Show diff only" in section

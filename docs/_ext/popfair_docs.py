@@ -531,6 +531,26 @@ def setup(app: Sphinx) -> dict[str, Any]:
 
 # --- gallery: figures are shown where an example's code block ends with one ----------------------
 
+
+def quiet_progress_bars() -> None:
+    """No progress bars in the gallery's output blocks: the examples run inside the build, where a bar
+    would be frozen as a line of escape codes ("render: 100%|####| 400/400 ..."). popfair draws its bars
+    with tqdm and sets `disable` itself (from `screener.engine.progress`), so the build switches tqdm
+    off at its class; a reader running an example in a terminal sees the bars."""
+    from tqdm import std
+
+    init = std.tqdm.__init__
+    if getattr(init, "_popfair_quiet", False):
+        return
+
+    def quiet(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    quiet._popfair_quiet = True  # type: ignore[attr-defined]
+    std.tqdm.__init__ = quiet  # type: ignore[method-assign]
+
+
 _shown: dict[str, set[int]] = {}
 
 

@@ -45,7 +45,7 @@ ratios = popfair.impact_ratios(
     race="race",
     settings=popfair.ImpactRatioSettings(n_bootstrap=500),
 )
-print(ratios.markdown())
+ratios.summary()  # ratios.markdown() gives the same table as Markdown, for a report
 
 # %%
 # The chart of the auditor's report: one panel per metric x dimension, bars with CIs, the 0.8 line.

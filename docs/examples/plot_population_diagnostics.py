@@ -28,12 +28,12 @@ with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
 experiment = popfair.Experiment.from_config(cfg)
 profiles = experiment.sample()  # the population stage alone: no rendering, no screening
 
-print(profiles.table[["gender", "race", "age", "edu_level", "exp_year", "state"]].head())
 print("\n".join(profiles.notes[:2]))
+profiles.table[["gender", "race", "age", "edu_level", "exp_year", "state"]].head()
 
 # %%
 # The composition of the sample by sex and race (weighted shares, as logged with the run).
-print(profiles.artifacts["population_composition.csv"].head(12).to_string(index=False))
+profiles.artifacts["population_composition.csv"].head(12)
 
 # %%
 # Age against years of experience: the generated applicants (truncated normal around an XGBoost

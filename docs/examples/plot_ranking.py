@@ -35,7 +35,7 @@ table = popfair.Experiment.from_config(cfg).run().effects.table
 # %%
 # Top-1 rates and impact ratios per group (the LL144 view: who is ranked first).
 shown = ["estimate", "ci_low", "ci_high"]
-print(table.loc[table.index.str.startswith(("top1.", "impact_ratio."))][shown].round(3))
+table.loc[table.index.str.startswith(("top1.", "impact_ratio."))][shown].round(3)
 
 # %%
 # The rank-ordered logit's group effects (log-worth relative to the reference group, white_male) and

@@ -79,8 +79,8 @@ effects_overview(pse)
 # The pattern table: how many cases fall under each of PopResume's five discrimination patterns,
 # with the paper's denominators (Case 1 only over resumes without a photo) and the paper's own
 # counts on its 120-case grid.
-print(pd.read_csv(files["pattern_tally.csv"]).to_string(index=False))
+pd.read_csv(files["pattern_tally.csv"])
 
 # %%
 # The detail: one row per case, each effect as ``estimate [CI]`` (``*``: CI excludes 0).
-print(pd.read_csv(files["popresume_cases.csv"]).to_string(index=False))
+pd.read_csv(files["popresume_cases.csv"])
