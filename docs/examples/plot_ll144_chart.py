@@ -45,7 +45,20 @@ ratios = popfair.impact_ratios(
     race="race",
     settings=popfair.ImpactRatioSettings(n_bootstrap=500),
 )
-ratios.summary()  # ratios.markdown() gives the same table as Markdown, for a report
+# The race/ethnicity block of the summary (``ratios.summary()`` holds sex and the intersection too;
+# ``ratios.markdown()`` gives all of it as Markdown, for a report).
+summary = ratios.summary()
+race = summary[summary["dimension"] == "Race/Ethnicity"]
+shown = [
+    "metric",
+    "category",
+    "n_applicants",
+    "rate",
+    "impact_ratio",
+    "ci_95",
+    "flag_below_0.8",
+]
+race[[*shown, "flag_survives_test"]]
 
 # %%
 # The chart of the auditor's report: one panel per metric x dimension, bars with CIs, the 0.8 line.
