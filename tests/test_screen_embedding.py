@@ -210,7 +210,7 @@ def test_processes_encoding_the_same_texts_at_once_split_them(tmp_path):
         "from pathlib import Path\n"
         "import numpy as np\n"
         "from popfair.screen import embedding\n"
-        "from popfair.case.experiment import build\n"
+        "from popfair.case.compose import build\n"
         "from tests.conftest import compose_config\n"
         "embedding.STORE_CHUNK = 4  # small rounds: the two interleave\n"
         f"s = build(compose_config(['screener=embedding_minilm', 'cache_dir={tmp_path}']).screener, 'screener')\n"

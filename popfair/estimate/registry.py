@@ -42,10 +42,10 @@ def in_section(section: str) -> set[str]:
     return {name for name, entry in ESTIMATORS.items() if entry.section == section}
 
 
+register_estimator("paired_gap", ("paired", "table"), section="paired")  # first: the paired design's own
 register_estimator("pse_dml", ("population", "table"))
 register_estimator("interventional", ("population",))
 register_estimator("both", ("population",))
 register_estimator("outcome_gap", ("population", "paired", "table"))
 register_estimator("impact_ratio", ("population", "paired", "table"))
-register_estimator("paired_gap", ("paired", "table"), section="paired")
 register_estimator("ranking", ("ranking",), section="ranking")
