@@ -100,7 +100,7 @@ def test_permutation_within_clusters_matches_a_brute_force_shuffle_and_the_exact
     n = counts["n"].unstack(fill_value=0).to_numpy()
     s = counts["selected"].unstack(fill_value=0).to_numpy()
     if path == "normal":
-        monkeypatch.setattr(resampling, "EXACT_DRAWS", 0)
+        monkeypatch.setattr(resampling, "NORMAL_ERROR", 1.0)
         monkeypatch.setattr(resampling, "MULTINOMIAL_PROFILES", 0)
     drawn, method = permutation_totals(n, s, 20000, np.random.default_rng(1))
     assert method.startswith("exact" if path == "exact" else "normal approximation")
@@ -118,6 +118,62 @@ def test_permutation_within_clusters_matches_a_brute_force_shuffle_and_the_exact
     # totals are conserved exactly by every exact permutation
     if path == "exact":
         assert np.allclose(drawn.sum(axis=1), s.sum())
+
+
+def _exact_total_cdf_error(n: np.ndarray, chosen: np.ndarray, category: int) -> float:
+    """The largest gap between the exact permutation CDF of one category's total over clusters (a
+    convolution of scipy's hypergeometric pmfs) and the normal law with its mean and sd."""
+    pmf = np.array([1.0])
+    for row, c in zip(n, chosen):
+        pmf = np.convolve(pmf, stats.hypergeom(row.sum(), row[category], c).pmf(np.arange(min(row[category], c) + 1)))
+    x = np.arange(len(pmf))
+    mean = (x * pmf).sum()
+    normal = stats.norm.cdf((x - mean) / np.sqrt(((x - mean) ** 2 * pmf).sum()))
+    cdf = np.cumsum(pmf)
+    return float(max(np.abs(cdf - normal).max(), np.abs(np.concatenate([[0.0], cdf[:-1]]) - normal).max()))
+
+
+@pytest.mark.parametrize(
+    ("clusters", "shares"), [(50, [0.5, 0.5]), (2000, [0.5, 0.5]), (2000, [0.9, 0.1]), (5000, [0.8, 0.2])]
+)
+def test_the_normal_error_estimate_matches_the_exact_distribution(clusters, shares):
+    """What decides exact vs normal draws: the estimated CDF error of the normal law, against the
+    exact one computed by convolution (within 5% of it, from 50 to 5,000 clusters)."""
+    rng = np.random.default_rng(3)
+    size = rng.integers(3, 8, clusters)
+    n = np.stack([rng.multinomial(k, shares) for k in size])
+    chosen = rng.binomial(size, 0.3)
+    keep = (chosen > 0) & (chosen < size) & ((n > 0).sum(axis=1) > 1)
+    n, chosen = n[keep], chosen[keep]
+    exact = max(_exact_total_cdf_error(n, chosen, j) for j in range(n.shape[1]))
+    assert resampling.normal_error(n, chosen) == pytest.approx(exact, rel=0.05)
+
+
+def test_the_permutation_path_depends_on_the_data_not_the_replicates():
+    """Few clusters: exact draws however few replicates; many: the normal law however many, so 200
+    replicates never take a slower path than 2,000 (the issue: they used to)."""
+    rng = np.random.default_rng(5)
+    for clusters, expected in ((300, "exact"), (60_000, "normal approximation")):
+        size = rng.integers(3, 8, clusters)
+        n = np.stack([rng.multinomial(k, [0.6, 0.4]) for k in size])
+        s = np.minimum(n, rng.binomial(n, 0.35))
+        methods = {
+            permutation_totals(n, s, reps, np.random.default_rng(1))[1].split(" (")[0] for reps in (20, 200, 2000)
+        }
+        assert methods == {expected if expected == "exact" else f"normal approximation over {_rest(n, s)} clusters"}
+        error = resampling.normal_error(n[_rest_mask(n, s)], s.sum(axis=1)[_rest_mask(n, s)])
+        assert (error > resampling.NORMAL_ERROR) == (expected == "exact")
+
+
+def _rest_mask(n: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Clusters drawn hypergeometrically or from the normal law: neither constant nor one-selected."""
+    size, chosen = n.sum(axis=1), s.sum(axis=1)
+    fixed = (chosen == 0) | (chosen == size) | ((n > 0).sum(axis=1) <= 1)
+    return ~fixed & ~((chosen == 1) | (chosen == size - 1))
+
+
+def _rest(n: np.ndarray, s: np.ndarray) -> int:
+    return int(_rest_mask(n, s).sum())
 
 
 def test_ranking_trials_flag_two_samples_in_three_but_the_test_keeps_its_size():

@@ -183,6 +183,7 @@ class TableCase:
     def run(self) -> TableRunResult:
         timings: dict[str, float] = {}
         start = time.perf_counter()
+        self.tracker.prepare()  # MLflow imported in the tracking worker while the table is read
         mapped = self.read()
         try:  # take what the estimators need from DuckDB, then free its memory before they run
             frame = roles = None
@@ -221,13 +222,7 @@ class TableCase:
             if counts is not None:
                 result.audit = self._impact_add_on(counts, result)
         timings["estimate"] = time.perf_counter() - start
-        if self.audit_report:
-            start = time.perf_counter()
-            result.report = self._audit_report(result)
-            timings["report"] = time.perf_counter() - start
-        start = time.perf_counter()
         result.run_id = self._track(result)
-        timings["track"] = time.perf_counter() - start
         return result
 
     def _impact_add_on(self, counts: TableCounts, result: TableRunResult) -> Effects | None:
@@ -290,6 +285,8 @@ class TableCase:
             return {}
 
     def _track(self, result: TableRunResult) -> str | None:
+        """Log the case's run; the auditor's report is written meanwhile, while the tracking worker
+        logs the rest (the `report` stage, and `track`: the time spent waiting for the worker)."""
         from popfair.case.result import effects_metrics
 
         source = result.source
@@ -300,7 +297,6 @@ class TableCase:
             "table.rows_dropped": source.rows_dropped,
             "table.rows_used": source.rows_used,
             **effects_metrics(result.effects),
-            **{f"time.{k}_s": v for k, v in result.timings.items()},
         }
         tags = {
             "case": "; ".join(result.effects.labels) or "none",
@@ -328,17 +324,26 @@ class TableCase:
             artifacts["table/counts.csv"] = cells
         if result.report_path is not None:
             artifacts["table/table_report.csv"] = result.report_path.read_bytes()
-        if result.notes:
-            artifacts["notes.txt"] = "\n".join(result.notes)
         if result.audit is not None:
             metrics.update(result.audit.metrics)
             artifacts.update(result.audit.artifacts)
-        artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
+        timings, start = result.timings, time.perf_counter()
         with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)
             run.artifacts(artifacts)  # figures (Plot) are drawn by the tracking worker
-            return run.end()
+            if self.audit_report:  # drawn here while the worker logs the above
+                drawn = time.perf_counter()
+                result.report = self._audit_report(result)
+                timings["report"] = time.perf_counter() - drawn
+            final = {f"audit_report/{name}": content for name, content in result.report.items()}
+            if result.notes:
+                final["notes.txt"] = "\n".join(result.notes)
+            run.artifacts(final)
+            run.metrics({f"time.{k}_s": v for k, v in timings.items()})
+            run_id = run.end()
+        timings["track"] = time.perf_counter() - start - timings.get("report", 0.0)
+        return run_id
 
 
 def _impact_ratios(estimator: Any, counts: TableCounts) -> Any:

@@ -22,9 +22,11 @@ counts so that their cost grows with clusters, not applicants:
 The permutation distribution is drawn exactly where that is affordable: clusters with nobody or
 everybody selected are constant; clusters with one selected (or one not selected), as in ranking
 trials, give multinomial counts; other clusters are drawn category by category from hypergeometric
-distributions. Past `EXACT_DRAWS` hypergeometric draws, the sum over those other clusters is drawn
-from the normal distribution with its exact permutation mean and covariance (a central limit over
-many independent clusters, as in the Cochran-Mantel-Haenszel test); `null_method` says which.
+distributions. Where the normal law is accurate for those other clusters (each category's total
+within `NORMAL_ERROR` of it in CDF, estimated from the data's skewness and lattice: many clusters,
+none dominating), their sum is drawn from the normal distribution with its exact permutation mean and
+covariance (a central limit over many independent clusters, as in the Cochran-Mantel-Haenszel test);
+`null_method` says which. The choice depends on the data only: more replicates never switch paths.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class RatioInference:
     null_flag_rate : float
         How often the four-fifths rule flags some category when no category differs, in this design.
     null_method : str
-        "exact", or "normal approximation over N clusters" (see the module docstring).
+        "exact", or "normal approximation over N clusters (CDF error about E)" (see the module docstring).
     n_clusters : int or None
         Clusters resampled (None: independent applicants).
     n_bootstrap, n_permutations : int

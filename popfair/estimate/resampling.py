@@ -13,7 +13,7 @@ from popfair.estimate.inference import bootstrap_counts, class_counts, poisson_w
 POISSON_MIN_CLUSTERS = 20_000  # from here on clusters get Poisson(1) bootstrap weights
 
 
-EXACT_DRAWS = 20_000_000  # hypergeometric draws (clusters x categories x permutations) drawn exactly
+NORMAL_ERROR = 0.005  # the normal law replaces exact draws where its estimated CDF error is at most this
 
 
 MULTINOMIAL_PROFILES = 2_000  # distinct one-selected cluster profiles drawn as multinomials
@@ -116,13 +116,38 @@ def permutation_totals(
     rest = ~fixed & ~one
     methods = ["exact"]
     if rest.any():
-        draws = int(rest.sum()) * (n.shape[1] - 1) * n_permutations
-        if draws <= EXACT_DRAWS:
+        error = normal_error(n[rest], chosen[rest])
+        if error > NORMAL_ERROR:  # the normal law is not accurate enough at this size: draw exactly
             out += _hypergeometric_sums(n[rest], chosen[rest], n_permutations, rng)
         else:
             out += _normal_sums(n[rest], chosen[rest], n_permutations, rng)
-            methods = [f"normal approximation over {int(rest.sum())} clusters"]
+            methods = [f"normal approximation over {int(rest.sum())} clusters (CDF error about {error:.1g})"]
     return out, methods[0]
+
+
+def normal_error(n: np.ndarray, chosen: np.ndarray) -> float:
+    """How far the normal law is from the permutation distribution of each category's total over
+    these clusters (rows of `n`: clusters x categories, `chosen` selected per cluster), at most over
+    the categories: the first-order Edgeworth terms of the largest CDF error, skewness
+    (0.0665 |skewness|, sup of phi(z) (z^2 - 1) / 6) plus half the largest atom of a sum of counts
+    (0.2 / sd). It depends on the data alone, never on the number of replicates drawn.
+
+    A category's count in a cluster is hypergeometric (N applicants, K of the category, s chosen):
+    variance s (N - s) / (N - 1) K/N (1 - K/N), third central moment variance (N - 2K) (N - 2s) / (N (N - 2))."""
+    total = n.sum(axis=1).astype(float)[:, None]
+    good = n.astype(float)
+    draws = np.asarray(chosen, dtype=float)[:, None]
+    share = good / total
+    var = draws * (total - draws) / np.maximum(total - 1, 1) * share * (1 - share)
+    third = np.where(
+        total > 2, var * (total - 2 * good) * (total - 2 * draws) / (total * np.maximum(total - 2, 1)), 0.0
+    )
+    variance, skew = var.sum(axis=0), third.sum(axis=0)
+    varying = variance > 0
+    if not varying.any():
+        return 0.0
+    sd = np.sqrt(variance[varying])
+    return float(np.max(0.0665 * np.abs(skew[varying]) / sd**3 + 0.2 / sd))
 
 
 def _hypergeometric_sums(n: np.ndarray, chosen: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
