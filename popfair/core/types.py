@@ -194,6 +194,7 @@ class CallPlan:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cached: int = 0  # distinct prompts already answered in the response cache (reused, not paid)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import pandas as pd
 
 from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
@@ -78,7 +77,7 @@ from popfair.population.pums import (
     region_of,
     state_table,
 )
-from popfair.population.scm import DiscreteConditional, keyed_uniforms
+from popfair.population.scm import DRAW_TAG, IID_DRAW, DiscreteConditional, keyed_choice, keyed_uniforms
 
 MAX_N = 1_000_000  # beyond this a resample is a typo, not a study
 MAX_RESAMPLE_FACTOR = 20  # n above this many times the occupation's records only duplicates records
@@ -275,10 +274,11 @@ class PopResumePopulation:
                     f"{len(records)} PUMS records of OCCP {occupation.occp}; a resample that "
                     f"large only repeats records. Use at most {limit} or null for all records."
                 )
-            rng = np.random.default_rng([seed, 1])
-            weights = records["weight"].to_numpy(dtype=float)
-            pick = rng.choice(len(records), size=self.n, replace=True, p=weights / weights.sum())
-            records = records.iloc[np.sort(pick)].reset_index(drop=True).assign(weight=1)  # self-weighting
+            # applicant i's record is keyed by (its id, seed), in draw order: a sample of n is the
+            # first n of any larger sample (growing population.n re-draws and re-pays for nothing)
+            drawn = pd.Series([f"{occupation.key}-{i:06d}" for i in range(self.n)], dtype=object)
+            pick = keyed_choice(keyed_uniforms(drawn, seed, "record"), records["weight"].to_numpy(dtype=float))
+            records = records.iloc[pick].reset_index(drop=True).assign(weight=1)  # self-weighting
         ids = pd.Series([f"{occupation.key}-{i:06d}" for i in range(len(records))], dtype=object)
         table = pd.DataFrame(
             {
@@ -335,7 +335,11 @@ class PopResumePopulation:
             jobs={occupation.key: occupation.job},
             notes=notes,
             artifacts=artifacts,
-            tags={"population.source": model.source, "population.table3": table3},
+            tags={
+                "population.source": model.source,
+                "population.table3": table3,
+                **({DRAW_TAG: IID_DRAW} if self.n is not None else {}),
+            },
         )
 
     def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from popfair.core.errors import DataError, require
 from popfair.core.types import Job
+from popfair.population.scm import keyed_choice, keyed_streams
 
 POSTING_COLUMNS = ("firm", "title", "metro", "state", "post_date")
 
@@ -215,7 +216,7 @@ class EntryLevelPostings:
     def postings(self) -> pd.DataFrame:
         """One row per posting: posting_id, firm, industry, title, metro, metro_city, state, post_date."""
         table = self._read_csv() if self.postings_csv is not None else self._generate()
-        table.insert(0, "posting_id", [f"p{i:05d}" for i in range(len(table))])
+        table.insert(0, "posting_id", posting_ids(len(table)))
         return table.reset_index(drop=True)
 
     @property
@@ -250,25 +251,27 @@ class EntryLevelPostings:
 
     def _generate(self) -> pd.DataFrame:
         self._n_excluded = 0
-        rng = np.random.default_rng([self.seed, 6006])
+        # every field of posting i is keyed by (its id, seed): n postings are the first n of any
+        # larger n_postings (nested samples: growing the audit re-pays for no posting it has)
+        n = self.n_postings
+        u = keyed_streams(posting_ids(n), self.seed, "posting", 4)
         firms = pd.read_csv(audit_data_path("firms.csv"))
         metros = pd.read_csv(audit_data_path("metros.csv"))
-        n = self.n_postings
-        firm_idx = rng.choice(len(firms), size=n, p=firms["n_jobs"] / firms["n_jobs"].sum())
-        metro_idx = rng.choice(len(metros), size=n, p=metros["population_2023"] / metros["population_2023"].sum())
+        firm_idx = keyed_choice(u[0], firms["n_jobs"].to_numpy(dtype=float))
+        metro_idx = keyed_choice(u[1], metros["population_2023"].to_numpy(dtype=float))
         industry = firms["industry_name"].to_numpy()[firm_idx]
-        # Title: uniform within the industry's pool, drawn for all postings at once.
+        # Title: uniform within the industry's pool.
         pools = {k: np.array(v, dtype=object) for k, v in ENTRY_LEVEL_TITLES.items()}
         unknown = sorted(set(industry) - set(pools))
         if unknown:
             raise DataError(f"firms.csv: industries without entry-level titles: {unknown}")
-        u = rng.random(n)
         title = np.empty(n, dtype=object)
         for name, pool in pools.items():
             mask = industry == name
-            title[mask] = pool[(u[mask] * len(pool)).astype(int)]
+            title[mask] = pool[np.minimum((u[2][mask] * len(pool)).astype(int), len(pool) - 1)]
         start, end = pd.Timestamp(self.date_start), pd.Timestamp(self.date_end)
-        days = rng.integers(0, (end - start).days + 1, size=n)
+        n_days = (end - start).days + 1
+        days = np.minimum((u[3] * n_days).astype(int), n_days - 1)
         post_date = (start + pd.to_timedelta(days, unit="D")).strftime("%Y-%m-%d")
         chosen = metros.iloc[metro_idx]
         return pd.DataFrame(
@@ -316,6 +319,11 @@ class EntryLevelPostings:
         table["metro_city"] = principal_city(table["metro"])
         ordered = ["firm", "industry", "title", "metro", "metro_city", "state", "post_date"]
         return table[ordered + [c for c in table.columns if c not in ordered]]
+
+
+def posting_ids(n: int) -> list[str]:
+    """The ids of the first n postings (p00000, p00001, ...)."""
+    return [f"p{i:05d}" for i in range(n)]
 
 
 def _industry_of(firm: pd.Series) -> pd.Series:

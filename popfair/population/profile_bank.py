@@ -231,14 +231,20 @@ def _month(index: np.ndarray) -> np.ndarray:
     return pd.Series(years).astype(str).str.cat(pd.Series(months + 1).astype(str).str.zfill(2), sep="-").to_numpy()
 
 
-def build_profiles(slots: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+N_PROFILE_STREAMS = 16  # uniforms per profile (rows of `build_profiles`' u)
+
+
+def build_profiles(slots: pd.DataFrame, u: np.ndarray) -> pd.DataFrame:
     """One profile per row of `slots` (columns firm, industry, metro, metro_city, state, post_date).
 
-    The profile is what both members of a pair share: everything but the name."""
+    The profile is what both members of a pair share: everything but the name. `u`: an
+    (N_PROFILE_STREAMS, len(slots)) array of Uniform(0, 1), one column per slot (key it by the slot,
+    e.g. `popfair.population.scm.keyed_streams`, and a slot's profile never depends on the others)."""
     n = len(slots)
     firms = pd.read_csv(audit_data_path("firms.csv"))
     states = pd.read_csv(audit_data_path("us_states.csv"), dtype={"fips": str})
-    u = rng.random((16, n))
+    if u.shape != (N_PROFILE_STREAMS, n):
+        raise ValueError(f"build_profiles: u must have shape ({N_PROFILE_STREAMS}, {n}), got {u.shape}")
     state = slots["state"].to_numpy(dtype=object)
     post = pd.to_datetime(slots["post_date"])
     post_month = (post.dt.year * 12 + post.dt.month - 1).to_numpy()

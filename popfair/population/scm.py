@@ -15,6 +15,10 @@ import pandas as pd
 
 from popfair.core.errors import DataError
 
+# Profiles tag of a population drawn i.i.d. (keyed by unit id): its rows are in draw order, so its
+# first n rows are a sample of n (see popfair.population.worlds.sample_applicants).
+DRAW_TAG = "population.draw"
+IID_DRAW = "keyed resample, in draw order"
 _HASH_KEY = "popfair-scm-u-01"  # pandas' hash key must be 16 bytes
 # Abducted noise stays this far inside its interval, so float rounding can never move it across
 # an interval boundary (intervals are at least ~1e-7 wide; the shift of the posterior is negligible).
@@ -29,6 +33,21 @@ def keyed_uniforms(ids: pd.Series | np.ndarray, seed: int, variable: str) -> np.
     keys = pd.Series(np.asarray(ids, dtype=object)).astype(str) + f"|{variable}|{int(seed)}"
     hashed = pd.util.hash_array(keys.to_numpy(dtype=object), hash_key=_HASH_KEY)
     return ((hashed >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+
+
+def keyed_streams(ids: pd.Series | np.ndarray, seed: int, stream: str, k: int) -> np.ndarray:
+    """(k, len(ids)) uniforms: k independent keyed streams per id (`keyed_uniforms` of stream0..k-1).
+
+    A pure function of (id, seed, stream), so a sample of n units is the first n of any larger
+    sample with the same seed (nested samples: growing an audit re-draws nothing it already has)."""
+    return np.stack([keyed_uniforms(ids, seed, f"{stream}{j}") for j in range(k)]) if k else np.empty((0, len(ids)))
+
+
+def keyed_choice(u: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Index drawn with probability proportional to `weights` for each uniform in `u` (inverse CDF)."""
+    cdf = np.cumsum(np.asarray(weights, dtype=float))
+    cdf /= cdf[-1]
+    return np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1)
 
 
 def interior(v: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from popfair.core.types import WORLD, Profiles, WorldRequest
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
+from popfair.population.scm import DRAW_TAG, IID_DRAW, keyed_uniforms
 
 
 @runtime_checkable
@@ -56,12 +57,20 @@ def sample(
 
 def sample_applicants(profiles: Profiles, request: WorldRequest) -> Profiles:
     """The applicants to intervene on: rows with X in {x0, x1}, `request.n` of them drawn without
-    replacement (seeded), in their original order; all of them when n is None or larger."""
+    replacement, in their original order; all of them when n is None or larger.
+
+    Nested: the n kept are the n with the smallest keyed uniform of (applicant_id, seed), so a
+    larger `request.n` keeps every applicant a smaller one kept. When the population is itself a
+    draw (`population.draw` tag: its rows are i.i.d. in draw order) they are its first n eligible
+    rows instead, which also stays nested when population.n grows."""
     roles = profiles.roles
     rows = profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])]
     if request.n is not None and request.n < len(rows):
-        rng = np.random.default_rng([request.seed, 9])
-        rows = rows.iloc[np.sort(rng.choice(len(rows), size=request.n, replace=False))]
+        if profiles.tags.get(DRAW_TAG) == IID_DRAW:
+            rows = rows.iloc[: request.n]
+        else:
+            u = keyed_uniforms(rows["applicant_id"], request.seed, "world_sample")
+            rows = rows.iloc[np.sort(np.argsort(u, kind="stable")[: request.n])]
     return Profiles(table=rows, roles=roles, jobs=profiles.jobs, outcome=profiles.outcome)
 
 

@@ -390,9 +390,10 @@ class HttpScreener(LLMScreener):
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Requests still to send (distinct requests not in the cache, capped by max_calls) and dollars."""
         keys, request = self._keys(jobs, documents, outcome)
-        todo = self._todo(keys, request, self.cache.get_replies(keys))
+        replies = self.cache.get_replies(keys)
+        todo = self._todo(keys, request, replies)
         calls = len(todo) if self.max_calls is None else min(len(todo), self.max_calls)
-        return CallPlan(calls=calls, cost_usd=calls * self.call_price.per_call_usd)
+        return CallPlan(calls=calls, cost_usd=calls * self.call_price.per_call_usd, cached=len(set(replies)))
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome):
         if self.missing_key:

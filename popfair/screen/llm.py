@@ -335,6 +335,7 @@ class LLMScreener(Screener):
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"),
+            cached=len(todo) - calls,
         )
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:

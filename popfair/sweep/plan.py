@@ -49,6 +49,7 @@ class CasePlan:
     image_estimated_from_text: bool = False
     estimator_documents: int = 0  # of `documents`, the counterfactual worlds the estimator declared (interventional)
     note: str = ""  # what the estimator says about the case's size (ranking: trials needed for a given effect)
+    cached_calls: int = 0  # distinct prompts the response cache already answers: reused, not paid (a grown case)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,7 +61,9 @@ class CasePlan:
             f"plan {self.case_name}: {self.documents:,} documents{own}, {self.calls:,} calls "
             f"({self.new_calls:,} not yet planned), {self.input_tokens:,} input + "
             f"{self.output_tokens:,} output tokens, ${self.cost_usd:,.2f} "
-            f"(${self.new_cost_usd:,.2f} new){estimate}" + (f"\n  {self.note}" if self.note else "")
+            f"(${self.new_cost_usd:,.2f} new){estimate}"
+            + (f"; {self.cached_calls:,} answers reused from the response cache" if self.cached_calls else "")
+            + (f"\n  {self.note}" if self.note else "")
         )
 
 
@@ -188,6 +191,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
         image_estimated_from_text=image,
         estimator_documents=0 if profiles.worlds is None else len(profiles.worlds),
         note=str(plan_note(profiles)) if (plan_note := getattr(experiment.estimator, "plan_note", None)) else "",
+        cached_calls=total.cached,
     )
 
 

@@ -29,8 +29,9 @@ from popfair.core.constraints import Interval, ListOf, Options, Rules, validate
 from popfair.core.types import Profiles, Roles
 from popfair.design.paired.design import AXES, check_postings_and_axis
 from popfair.population.postings import audit_data_path
-from popfair.population.profile_bank import PROFILE_FIELDS, build_profiles, pick_by_group
+from popfair.population.profile_bank import N_PROFILE_STREAMS, PROFILE_FIELDS, build_profiles, pick_by_group
 from popfair.population.protected import ProtectedAttribute
+from popfair.population.scm import keyed_streams
 
 NAME_LISTS = {
     "bertrand_mullainathan_2004": "names_bertrand_mullainathan_2004.csv",
@@ -83,20 +84,23 @@ class PairedAuditPopulation:
         """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""
         check_postings_and_axis(occupation, protected, self.axis)
         x0, x1 = AXES[self.axis]
-        rng = np.random.default_rng([seed, 6])
         postings = occupation.postings
         k = self.pairs_per_posting
         slots = postings.loc[postings.index.repeat(k)].reset_index(drop=True)
         slots["pair_id"] = np.tile(np.arange(k), len(postings))
-        profiles = build_profiles(slots, rng)
+        # every draw is keyed by (pair, seed): a posting's pairs never depend on how many postings
+        # or pairs there are, so a smaller audit is the start of a larger one (nested samples)
+        pair = (slots["posting_id"] + ":" + slots["pair_id"].astype(str)).to_numpy(dtype=object)
+        u = keyed_streams(pair, seed, "pair_profile", N_PROFILE_STREAMS + 1)
+        profiles = build_profiles(slots, u[:N_PROFILE_STREAMS])
         base = pd.concat([slots[["posting_id", "pair_id"]], profiles], axis=1)
-        base["pair_gender"] = np.where(rng.random(len(base)) < 0.5, "female", "male")
+        base["pair_gender"] = np.where(u[N_PROFILE_STREAMS] < 0.5, "female", "male")
         conditions: list[tuple[str, str | None]]  # (race, gender); None = the pair's own gender
         if self.axis == "race":
             conditions = [("black", None), ("white", None)]
         else:
             conditions = [(r, g) for r in ("black", "white") for g in ("male", "female")]
-        table = self._cross(base, conditions, rng)
+        table = self._cross(base, conditions, seed)
         roles = Roles(
             x=self.axis,
             x0=x0,
@@ -108,9 +112,7 @@ class PairedAuditPopulation:
         notes = list(occupation.notes)
         return Profiles(table=table, roles=roles, jobs=occupation.jobs, outcome="callback", notes=notes)
 
-    def _cross(
-        self, base: pd.DataFrame, conditions: list[tuple[str, str | None]], rng: np.random.Generator
-    ) -> pd.DataFrame:
+    def _cross(self, base: pd.DataFrame, conditions: list[tuple[str, str | None]], seed: int) -> pd.DataFrame:
         """Stack one copy of the base profiles per (race, gender) condition and draw the names.
 
         gender None = the pair's own gender (race axis: both members share it)."""
@@ -120,8 +122,16 @@ class PairedAuditPopulation:
         gender = np.repeat(np.array([g or "" for _, g in conditions], dtype=object), n)
         table["gender"] = np.where(gender == "", table["pair_gender"].to_numpy(dtype=object), gender)
         cell = (table["race"] + "|" + table["gender"]).to_numpy(dtype=object)
-        table["first_name"] = pick_by_group(cell, self.first_pools, rng.random(len(table)))
-        table["surname"] = pick_by_group(table["race"].to_numpy(dtype=object), self.last_pools, rng.random(len(table)))
+        member = (
+            table["posting_id"]
+            + ":"
+            + table["pair_id"].astype(str)
+            + ":"
+            + pd.Series(np.repeat(np.arange(m), n)).astype(str)
+        ).to_numpy(dtype=object)
+        u = keyed_streams(member, seed, "pair_name", 2)
+        table["first_name"] = pick_by_group(cell, self.first_pools, u[0])
+        table["surname"] = pick_by_group(table["race"].to_numpy(dtype=object), self.last_pools, u[1])
         # Order rows posting, pair_id, condition so the members of a pair sit next to each other.
         table["_condition"] = np.repeat(np.arange(m), n)
         table = table.sort_values(["posting_id", "pair_id", "_condition"], kind="stable").reset_index(drop=True)

@@ -35,6 +35,7 @@ from popfair.estimate.ranking.model import williams_square
 from popfair.population.occupation import Occupation
 from popfair.population.popresume import PopResumePopulation
 from popfair.population.protected import ProtectedAttribute
+from popfair.population.scm import keyed_streams, keyed_uniforms
 
 RACE_COLUMNS = {"white": "pctwhite", "black": "pctblack", "hispanic": "pcthispanic", "api": "pctapi"}
 DEFAULT_GROUPS = tuple(f"{race} {sex}" for race in RACE_COLUMNS for sex in ("female", "male"))
@@ -110,10 +111,10 @@ class RankingTrials:
     def k(self) -> int:
         return len(self.groups)
 
-    def orders(self, rng: np.random.Generator) -> np.ndarray:
-        """(n_trials, k): the group index shown at each position of each trial."""
+    def orders(self, trials: np.ndarray, seed: int) -> np.ndarray:
+        """(n_trials, k): the group index shown at each position of each trial (`trials`: their ids)."""
         if self.order == "random":
-            return np.argsort(rng.random((self.n_trials, self.k)), axis=1)
+            return np.argsort(keyed_streams(trials, seed, "trial_order", self.k).T, axis=1)
         square = williams_square(self.k)
         return square[np.arange(self.n_trials) % len(square)]
 
@@ -125,22 +126,24 @@ class RankingTrials:
                 f"occupation.key={getattr(occupation, 'key', '?')!r}"
             )
         base = self.profiles.sample(occupation, protected, seed)
-        rng = np.random.default_rng([seed, 24])
+        # every draw is keyed by (trial id, seed): n trials are the first n of any larger n_trials
         k, n = self.k, self.n_trials
-        orders = self.orders(rng)
+        trials = np.array([f"{occupation.key}-{t:06d}" for t in range(n)], dtype=object)
+        orders = self.orders(trials, seed)
         group = np.array(self.groups, dtype=object)[orders.ravel()]
         race = np.array([g.split(" ")[0] for g in self.groups], dtype=object)[orders.ravel()]
         gender = np.array([g.split(" ")[1] for g in self.groups], dtype=object)[orders.ravel()]
         first_pools, last_pools = name_pools(self.min_name_share, self.names_per_group)
-        first = _distinct_draws(group.reshape(n, k), first_pools, rng)
-        last = _distinct_draws(race.reshape(n, k), last_pools, rng)
+        first = _distinct_draws(group.reshape(n, k), first_pools, trials, seed, "first")
+        last = _distinct_draws(race.reshape(n, k), last_pools, trials, seed, "last")
+        trial = np.repeat(trials, k).astype(object)
+        position = np.tile(np.arange(1, k + 1), n)
         if self.middle_initial:
-            initials = np.array(list("ABCDEFGHJKLMNPRSTW"), dtype=object)[rng.integers(0, 18, n * k)]
+            u = keyed_uniforms(trial + ":" + position.astype(str), seed, "middle_initial")
+            initials = np.array(list("ABCDEFGHJKLMNPRSTW"), dtype=object)[np.minimum((u * 18).astype(int), 17)]
             first = first + " " + initials + "."
         shared = base.table.drop(columns=["applicant_id", "gender", "race", "first_name", "surname"], errors="ignore")
         shared = shared.loc[shared.index.repeat(k)].reset_index(drop=True)
-        trial = np.repeat([f"{occupation.key}-{t:06d}" for t in range(n)], k).astype(object)
-        position = np.tile(np.arange(1, k + 1), n)
         table = pd.DataFrame(
             {
                 "applicant_id": trial + ":" + position.astype(str),
@@ -175,9 +178,12 @@ class RankingTrials:
         )
 
 
-def _distinct_draws(keys: np.ndarray, pools: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+def _distinct_draws(
+    keys: np.ndarray, pools: dict[str, np.ndarray], trials: np.ndarray, seed: int, stream: str
+) -> np.ndarray:
     """One name per cell of `keys` (n, k) from the pool of its key, no name twice within a row: cells
-    sharing a pool in a row get distinct names (a random permutation of the pool per row)."""
+    sharing a pool in a row get distinct names (consecutive pool names from a start keyed by
+    (trial id, pool, seed), so a trial's names never depend on the other trials)."""
     n, k = keys.shape
     out = np.empty((n, k), dtype=object)
     for key, pool in pools.items():
@@ -191,6 +197,7 @@ def _distinct_draws(keys: np.ndarray, pools: dict[str, np.ndarray], rng: np.rand
         rank = np.arange(len(rows)) - first_of_row
         if rank.max() >= len(pool):
             raise DataError(f"population.names_per_group: {len(pool)} names for {key} cannot fill a trial")
-        offset = rng.integers(0, len(pool), len(rows))[first_of_row]
+        start = keyed_uniforms(trials[rows[first_of_row]], seed, f"{stream}|{key}")
+        offset = np.minimum((start * len(pool)).astype(int), len(pool) - 1)
         out[rows, cols] = pool[(offset + rank) % len(pool)]
     return out.ravel()
