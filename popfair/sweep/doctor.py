@@ -91,6 +91,20 @@ def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: i
     raise SystemExit(1)
 
 
+def doctor_help() -> str:
+    """`popfair doctor --help`: what the command does and how it is called (not the main help)."""
+    return (
+        "popfair doctor [-m] [group=option ...] [key=value ...]\n\n"
+        "The pre-flight checks of the case (or, with -m, the sweep) the same arguments would run with\n"
+        "`popfair`: extras installed, API keys set, model and tracking server reachable, config settings\n"
+        "valid, and the cost of what would be sent. Prints one line per check with the fix, and exits 0\n"
+        "only when every check passes. Nothing is screened, paid for or logged.\n\n"
+        "  popfair doctor screener=gpt4o_mini occupation=teacher\n"
+        "  popfair doctor -m experiment=popresume_grid\n\n"
+        "`popfair --help` lists the config groups and their options."
+    )
+
+
 def command_line(args: Sequence[str]) -> list[str]:
     """The `python -m popfair` arguments `popfair doctor ARGS` stands for: check mode, and Hydra's own
     output (run or sweep folder, .hydra/, log file) kept out of the user's folder. Appended after the

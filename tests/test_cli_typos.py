@@ -1,0 +1,128 @@
+"""Typos on the command line: a group option, a key, a route that does not exist, and a `+key` that nothing
+reads, each stopped with one line naming the closest option or key, for `popfair`, `popfair doctor` and
+`popfair-export` (in process: the entry points' main functions, with sys.argv set); sub-command help."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from popfair.core.errors import ConfigError
+from popfair.runtime.overrides import check_overrides
+from popfair.runtime.paths import CONF_DIR
+
+
+def _run(monkeypatch, capsys, main, argv: list[str]) -> tuple[int | None, str, str]:
+    monkeypatch.setattr(sys, "argv", argv)
+    code: int | None = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["screener=gpt4omini"], "screener=gpt4omini: no such option in group screener; did you mean gpt4o_mini?"),
+        (["protected_attr=age"], "protected_attr=age: no such option in group protected_attr"),
+        (["occupation=plumber"], "occupation=plumber: no such option in group occupation"),
+        (["-m", "occupation=nurse,plumbr"], "occupation=plumbr: no such option"),
+        (["popultion.n=100"], "popultion.n: no such config key; did you mean population.n?"),
+        (["+popultion.n=100"], "+popultion.n: nothing reads popultion.n"),
+        (["screener=gpt4o_mini", "screener.route=azure"], "screener.route=azure: no such route for gpt4o_mini"),
+        (["-m", "screener=gpt4o_mini", "screener.route=openai,azur"], "screener.route=azur: no such route"),
+        (["+screener.no_such_setting=1"], "+screener.no_such_setting: nothing reads"),
+        (["table.path=a.csv"], "the table group is not selected here"),
+    ],
+)
+def test_typos_are_one_line_with_the_closest_name(args, expected):
+    with pytest.raises(ConfigError) as caught:
+        check_overrides(args, CONF_DIR)
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_route_error_lists_the_routes():
+    with pytest.raises(ConfigError, match=r"routes: auto, openrouter, openai"):
+        check_overrides(["screener=gpt4o_mini", "screener.route=azure"], CONF_DIR)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["screener=gpt4o_mini", "occupation=teacher", "population.n=100", "screener.route=openai"],
+        ["-m", "occupation=nurse,teacher", "seed=range(0,3)"],
+        ["experiment=table_audit", "table.path=a.csv", "table.columns.outcome=hired"],
+        ["+table=default", "table.path=a.csv"],
+        ["screener=simulated", "~screener.coefficients", "+screener.coefficients={gender: {male: 4.0}}"],
+        ["table=default", "+table.read_options.delim=;"],
+        ["screener=gpt4o_mini", "+screener.routes.local={provider: openai_compatible, model: m}"],
+        ["hydra/launcher=joblib", "hydra.sweep.dir=x", "+hydra.callbacks.popfair_sweep.report=false"],
+        ["--cfg", "job", "estimator@outcome_audit=impact_ratio", "outcome_audit=null"],
+        ["--config-dir", "/elsewhere", "whatever.key=1"],
+    ],
+)
+def test_valid_command_lines_pass(args):
+    check_overrides(args, CONF_DIR)
+
+
+def test_popfair_entry_point_stops_a_typo_in_one_line(monkeypatch, capsys):
+    from popfair.__main__ import main
+
+    code, out, err = _run(monkeypatch, capsys, main, ["popfair", "popultion.n=100", "dry_run=true"])
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "popfair: popultion.n: no such config key; did you mean population.n? (run `popfair --cfg job` to list the keys)"
+    ]
+
+
+def test_plus_key_nothing_reads_is_refused_not_run(monkeypatch, capsys):
+    """Hydra's advice `+popultion.n=100` used to run the full default case with the typo ignored."""
+    from popfair.__main__ import main
+
+    code, out, err = _run(monkeypatch, capsys, main, ["popfair", "+popultion.n=100", "dry_run=true"])
+    assert code == 2
+    assert "plan " not in out
+    assert "nothing reads popultion.n" in err and "population.n" in err
+
+
+def test_doctor_stops_a_typo_in_one_line(monkeypatch, capsys):
+    from popfair.__main__ import main
+
+    code, _, err = _run(monkeypatch, capsys, main, ["popfair", "doctor", "screener=gpt4omini"])
+    assert code == 2
+    assert err.strip().startswith("popfair doctor: screener=gpt4omini: no such option")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_export_stops_a_typo_in_one_line(monkeypatch, capsys):
+    from popfair.case.export import main
+
+    code, _, err = _run(monkeypatch, capsys, main, ["popfair-export", "screener=fle"])
+    assert code == 2
+    assert err.strip().startswith("popfair-export: screener=fle: no such option in group screener; did you mean file?")
+
+
+def test_doctor_help_is_its_own(monkeypatch, capsys):
+    from popfair.__main__ import main
+
+    code, out, _ = _run(monkeypatch, capsys, main, ["popfair", "doctor", "--help"])
+    assert code == 0
+    assert out.startswith("popfair doctor [-m]")
+    assert "pre-flight checks" in out
+    assert "== Config groups ==" not in out and "Powered by Hydra" not in out
+
+
+def test_export_help_is_its_own(monkeypatch, capsys):
+    from popfair.case.export import main
+
+    code, out, _ = _run(monkeypatch, capsys, main, ["popfair-export", "--help"])
+    assert code == 0
+    assert out.startswith("`popfair-export [group=option ...] screener=file screener.dir=DIR`")
+    assert "screener: " in out and "gpt4o_mini" in out
