@@ -126,3 +126,51 @@ def test_export_help_is_its_own(monkeypatch, capsys):
     assert code == 0
     assert out.startswith("`popfair-export [group=option ...] screener=file screener.dir=DIR`")
     assert "screener: " in out and "gpt4o_mini" in out
+
+
+def test_doctor_with_no_key_at_all_names_every_route_whose_key_would_do(tmp_path, monkeypatch):
+    from popfair.case.compose import build_for_plan
+    from popfair.screen.preflight import screener_checks
+    from tests.conftest import compose_config
+
+    for variable in ("OPENROUTER_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    cfg = compose_config(["screener=gpt4o_mini"], tmp_path=tmp_path)
+    screener = build_for_plan(cfg.screener, "screener", dry_run=True)
+    key = {check.name: check for check in screener_checks(screener)}["key"]
+    assert not key.ok
+    assert key.fix == (
+        "export OPENROUTER_API_KEY=... (screener.route=openrouter) or export OPENAI_API_KEY=... (screener.route=openai)"
+    )
+
+
+def test_doctor_key_line_reads_as_english(tmp_path, monkeypatch):
+    from popfair.case.compose import build_for_plan
+    from popfair.screen.preflight import screener_checks
+    from tests.conftest import compose_config
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key-preflight-0123456789")
+    cfg = compose_config(["screener=gpt4o_mini", "screener.route=openai"], tmp_path=tmp_path)
+    key = {c.name: c for c in screener_checks(build_for_plan(cfg.screener, "screener", dry_run=True))}["key"]
+    assert key.ok and key.detail.endswith("OPENAI_API_KEY is set")
+    assert "needed set" not in key.detail
+
+
+def test_a_sweep_with_a_typo_leaves_no_parent_run(monkeypatch, capsys, tmp_path):
+    """`-m occupation=nurse,plumber` used to open the sweep's MLflow parent and leave it RUNNING."""
+    import mlflow
+
+    from popfair.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(
+        monkeypatch,
+        capsys,
+        main,
+        ["popfair", "-m", "occupation=nurse,plumber", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
+    )
+    assert code == 2 and "occupation=plumber: no such option" in err
+    if (tmp_path / "mlflow.db").exists():
+        mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+        runs = mlflow.search_runs(search_all_experiments=True)
+        assert not len(runs) or "RUNNING" not in set(runs["status"])
