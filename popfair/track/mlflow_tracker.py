@@ -126,7 +126,7 @@ class MlflowTracker:
             yield RunLogger(None)
             return
         self._seed_store()  # here, in the foreground: a fast file copy that needs this process's settings
-        all_tags = {k: str(v) for k, v in (tags or {}).items()}
+        all_tags = {**background.process_tags(), **{k: str(v) for k, v in (tags or {}).items()}}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         logger = RunLogger(uuid.uuid4().hex, self.uri, self._keep_dir(run_name))
@@ -158,8 +158,10 @@ class MlflowTracker:
         from mlflow import MlflowClient
 
         experiment_id = self._open_experiment()
-        run = MlflowClient(self.uri).create_run(
-            experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()}
+        client = MlflowClient(self.uri)
+        background.close_orphans(client, experiment_id)  # runs of killed sweeps left RUNNING
+        run = client.create_run(
+            experiment_id, run_name=run_name, tags={**background.process_tags(), **{k: str(v) for k, v in tags.items()}}
         )
         return run.info.run_id
 
