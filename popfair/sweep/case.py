@@ -47,15 +47,19 @@ def current_sweep(hydra_cfg: Any = None) -> SweepInfo | None:
     return info
 
 
+TABLE_GROUPS = ("table", "estimator", "protected_attr")  # the groups a table audit's case is made of
+
+
 def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
     """The config option chosen per group (what the report groups by: renderer image vs image_photo)
     and, in a sweep, the overrides of this case whose key varies across the sweep."""
     from popfair.case.experiment import COMPONENT_GROUPS
 
+    choices = hydra_cfg.runtime.choices
+    # a table audit screens nothing: its population, occupation, renderer and screener are not its own
+    groups = TABLE_GROUPS if choices.get("table") is not None else COMPONENT_GROUPS
     tags = {
-        f"choice.{group}": str(option)
-        for group, option in hydra_cfg.runtime.choices.items()
-        if group in COMPONENT_GROUPS and option is not None
+        f"choice.{group}": str(option) for group, option in choices.items() if group in groups and option is not None
     }
     tags.update(varying_tags(list(hydra_cfg.overrides.task), sweep.varying) if sweep else {})
     return tags
