@@ -174,3 +174,26 @@ def test_a_sweep_with_a_typo_leaves_no_parent_run(monkeypatch, capsys, tmp_path)
         mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
         runs = mlflow.search_runs(search_all_experiments=True)
         assert not len(runs) or "RUNNING" not in set(runs["status"])
+
+
+def test_doctor_on_a_grid_prints_progress(monkeypatch, capsys, tmp_path):
+    """`popfair doctor -m ...` used to print nothing until every case was checked (41 s on a grid)."""
+    from popfair.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(
+        monkeypatch,
+        capsys,
+        main,
+        [
+            "popfair",
+            "doctor",
+            "-m",
+            "occupation=nurse,teacher,accountant",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            f"cache_dir={tmp_path}/cache",
+        ],
+    )
+    assert "popfair doctor: checking case 1 of 3" in err
+    assert "popfair doctor: 3 cases checked in" in err
+    assert "popfair doctor: sweep, 3 case(s)" in out
