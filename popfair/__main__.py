@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from popfair.core.errors import Interrupted
 from popfair.runtime.entry import entry_point
 from popfair.runtime.interrupts import EXIT_INTERRUPTED
+from popfair.runtime.overrides import check_command_line
 from popfair.runtime.paths import CONF_DIR
 
 
@@ -31,9 +32,15 @@ def run(cfg: DictConfig) -> float | None:
 def main() -> float | None:
     """Entry point. A bare `--help` is answered from the config folder (popfair.runtime.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
+    program = "popfair"
     if sys.argv[1:2] == ["doctor"]:  # `popfair doctor ARGS`: the pre-flight checks (popfair.sweep.doctor)
-        from popfair.sweep.doctor import command_line
+        from popfair.sweep.doctor import command_line, doctor_help
 
+        if set(sys.argv[2:]) & {"--help", "-h"}:
+            print(doctor_help())
+            return None
+        program = "popfair doctor"
+        check_command_line(sys.argv[2:], CONF_DIR, program)
         sys.argv[1:] = command_line(sys.argv[2:])
     if sys.argv[1:] in (["--help"], ["-h"]):
         from popfair.runtime.cli_help import render_help
@@ -42,6 +49,8 @@ def main() -> float | None:
         if text is not None:
             print(text)
             return None
+    if program == "popfair":  # a typo'd group option, key or route: one line with the closest name
+        check_command_line(sys.argv[1:], CONF_DIR, program)
     _register_plugins()
     try:
         return run()

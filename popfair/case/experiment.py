@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
-from popfair.core.errors import Interrupted, PopfairError, require
+from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
 from popfair.design import design_of
 from popfair.design.base import ScreenedDesign
@@ -380,7 +380,12 @@ class Experiment:
             from popfair.report.audit import audit_report
 
             result.report = stage("report", audit_report, self, result)
-        result.run_id = stage("track", self._track, run, result, profiles)
+        try:
+            result.run_id = stage("track", self._track, run, result, profiles)
+        except TrackingFailed as exc:  # the results are kept: the command prints them, then the error
+            exc.result = result
+            raise
+
         return result
 
     def _track(self, run: RunLogger, result: RunResult, profiles: Profiles) -> str | None:

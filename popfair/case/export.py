@@ -42,9 +42,8 @@ def export_case(cfg: DictConfig):
     return screener.export(profiles.jobs, experiment.prompts(profiles).prompts)
 
 
-@entry_point
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> None:
+def export(cfg: DictConfig) -> None:
     """Export the composed case's documents to screener.dir."""
     try:
         summary = export_case(cfg)
@@ -56,6 +55,29 @@ def main(cfg: DictConfig) -> None:
         f"exported {summary.files:,} documents ({summary.documents:,} in the case{skipped}) to "
         f"{summary.dir} (manifest.csv, jobs.csv, README.txt)"
     )
+
+
+def export_help() -> str:
+    """`popfair-export --help`: this command's own help, with the config groups it takes."""
+    from popfair.runtime.cli_help import config_groups
+
+    groups = "".join(f"  {name}: {', '.join(options)}\n" for name, options in config_groups(CONF_DIR).items())
+    return (
+        f"{__doc__}\n\nExample:\n  popfair-export occupation=teacher screener=file screener.dir=upload/\n\n"
+        f"Config groups (the same as popfair's):\n{groups}"
+    )
+
+
+@entry_point
+def main() -> None:
+    """Entry point: its own --help; a typo'd group option or key stopped with one line; then Hydra."""
+    from popfair.runtime.overrides import check_command_line
+
+    if set(sys.argv[1:]) & {"--help", "-h"}:
+        print(export_help())
+        return
+    check_command_line(sys.argv[1:], CONF_DIR, "popfair-export")
+    export()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.core.errors import ConfigError, PopfairError, require
+from popfair.core.errors import ConfigError, PopfairError, TrackingFailed, require
 from popfair.core.types import Effects, Roles
 from popfair.design import design_named
 from popfair.design.table.mapped import FRAME_NAMES, MappedTable, TableCounts, TableSource
@@ -222,7 +222,11 @@ class TableCase:
             if counts is not None:
                 result.audit = self._impact_add_on(counts, result)
         timings["estimate"] = time.perf_counter() - start
-        result.run_id = self._track(result)
+        try:
+            result.run_id = self._track(result)
+        except TrackingFailed as exc:  # the results are kept: the command prints them, then the error
+            exc.result = result
+            raise
         return result
 
     def _impact_add_on(self, counts: TableCounts, result: TableRunResult) -> Effects | None:

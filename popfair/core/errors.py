@@ -34,6 +34,17 @@ class TooManyFailures(PopfairError):
     the message counts the failures by cause."""
 
 
+class TrackingFailed(PopfairError):
+    """The MLflow tracking store failed while a case was being logged. The case's results are not
+    lost: its artifacts are written to `folder` and `result` (set by the case) holds what it computed,
+    so the command prints the effects table and exits non-zero, naming the server in one line."""
+
+    def __init__(self, message: str, uri: str = "", folder: str | None = None) -> None:
+        super().__init__(message)
+        self.uri, self.folder = uri, folder
+        self.result: object | None = None
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped a case: answers received are committed and claims released. A
     KeyboardInterrupt, so a sweep stops too; `metrics` holds what was done (rows answered, dollars)."""

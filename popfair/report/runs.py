@@ -26,6 +26,8 @@ CASE_COLUMNS = [
     "pattern",
     "release_date",
     "error",
+    "design",  # "table" for the audit of an existing table (its own report section), else None
+    "source",  # a table audit's file or query (tag table.source)
 ]
 
 
@@ -75,6 +77,8 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "pattern": tags.get("case"),
                 "release_date": params.get("screener.release_date"),
                 "error": tags.get("error"),
+                "design": tags.get("design"),
+                "source": tags.get("table.source"),
                 "metrics": dict(run.data.metrics),
             }
         )

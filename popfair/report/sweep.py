@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -31,6 +32,8 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
     if effects.empty:
         return effects
     rows = effects[effects["estimator"].isin(in_section("effects")) | ~effects["estimator"].isin(ESTIMATORS)]
+    if "design" in rows:  # table audits have no occupation, format or model: their own section
+        rows = rows[rows["design"].ne("table") | rows["design"].isna()]
     keep = CASE_KEYS + [
         "estimator",
         "effect",
@@ -175,6 +178,29 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def table_blocks(effects: pd.DataFrame, csv: Any) -> list[Block]:
+    """The table audits of the sweep (design=table), side by side: per effect, each file's estimate and
+    interval, with the run ids; written as table_audits.csv."""
+    if effects.empty or "design" not in effects:
+        return []
+    rows = effects[effects["design"].eq("table")]
+    if rows.empty:
+        return []
+    columns = [
+        c for c in ("source", "run_id", "estimator", "effect", "estimate", "ci_low", "ci_high", "p_value") if c in rows
+    ]
+    table = rows[columns].sort_values(["effect", "source"], kind="stable")
+    csv("table_audits.csv", table)
+    wide = table.pivot_table(index="effect", columns="source", values="estimate", aggfunc="first")
+    runs = rows.drop_duplicates("run_id")[["source", "run_id", "case_name"]]
+    return [
+        Block("h2", "Table audits"),
+        Block("text", f"{len(runs)} tables audited; each file's run, then each effect's estimate per file."),
+        Block("table", runs),
+        Block("table", wide.reset_index()),
+    ]
+
+
 def write_report(
     tracking_uri: str,
     experiment_name: str | None,
@@ -266,6 +292,7 @@ def write_report(
             files[f"forest/{path.name}"] = path
             blocks.append(Block("figure", path))
 
+    blocks += table_blocks(effects, csv)
     blocks += panel_blocks(effects, out, alpha, csv)
     blocks += ranking.ranking_blocks(effects, runs, lambda fig, name: _save(fig, out / "plots" / name), csv)
     files.update({f"plots/{p.name}": p for p in (out / "plots").glob("*.png")})

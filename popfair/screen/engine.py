@@ -141,6 +141,7 @@ class Engine:
             smoothing=0.1,
         )
         self._failed_rows = 0
+        self._unsent_rows = 0
         self._last_postfix = 0.0
         answers: dict[str, Answer] = {}
         started = time.perf_counter()
@@ -192,14 +193,27 @@ class Engine:
         finally:
             await self.provider.stop()
             self._db.close()
-            self._bar.close()
+            self._close_bar()
             self.stats.min_concurrency = self._limit.lowest
             self.stats.waited += broker.waited
             self.stats.taken_over += broker.taken_over
             self.stats.wall_s += time.perf_counter() - started
         return answers
 
+    def _close_bar(self) -> None:
+        """The bar's last state: rows done, failed and, for a stopped case, how many were not sent."""
+        st = self.stats
+        stopped = f" STOPPED: {self._unsent_rows} not sent" if self._unsent_rows else ""
+        self._bar.set_postfix_str(
+            f"fail={self._failed_rows} tok={st.input_tokens + st.output_tokens:,} ${st.cost_usd:,.4f}{stopped}",
+            refresh=True,
+        )
+        self._bar.close()
+
     def _progress(self, call: Call, answer: Answer) -> None:
+        if answer.raw is None and answer.error is not None and "not sent" in answer.error:
+            self._unsent_rows += call.rows  # a stopped case: the bar must not run to 100%
+            return
         if answer.error is not None:
             self._failed_rows += call.rows
         self._bar.update(call.rows)

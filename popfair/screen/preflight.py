@@ -64,7 +64,17 @@ def screener_checks(screener: Screener) -> list[Check]:
             for name, route in routes.items()
             if name != screener.route and credential_variable(route) and has_credentials(route)
         ]
-        fix = f"export {str(variable).split(', ')[0]}=..." + (f", or {' / '.join(others)}" if others else "")
+        if others:  # another route's key is set: pinning it is enough
+            fix = f"export {str(variable).split(', ')[0]}=..., or {' / '.join(others)}"
+        else:  # no key at all: every route's key would do
+            fix = (
+                " or ".join(
+                    f"export {credential_variable(route)}=... (screener.route={name})"
+                    for name, route in routes.items()
+                    if credential_variable(route)
+                )
+                or f"export {str(variable).split(', ')[0]}=..."
+            )
         checks.append(Check("key", False, f"{subject}: {variable} is not set", fix))
     elif kind == "bedrock" and not has_credentials({"provider": "bedrock"}):
         checks.append(
@@ -73,9 +83,14 @@ def screener_checks(screener: Screener) -> list[Check]:
             )
         )
     else:
-        checks.append(
-            Check("key", True, f"{subject}: {variable or 'no key needed' if kind != 'bedrock' else 'AWS'} set")
+        found = (
+            "AWS credentials found"
+            if kind == "bedrock"
+            else f"{variable} is set"
+            if variable
+            else "no key needed (a local server)"
         )
+        checks.append(Check("key", True, f"{subject}: {found}"))
     module = SDKS[kind]
     if importlib.util.find_spec(module) is None:
         checks.append(Check("extra", False, f"{subject}: the {module} package is missing", f"pip install {module}"))

@@ -144,9 +144,10 @@ class SweepCallback(Callback):
         if self.info.dry_run:
             lines.append(self._plan_totals(records, sweep_dir))
         print("\n".join(lines))
+        report_failed = False
         if self.info.parent_run_id and self.tracker is not None:
-            self._finish_parent(records, failed, missing, sweep_dir)
-        if failed or missing > 0:  # after the summary: scripts and CI see that the sweep is incomplete
+            report_failed = self._finish_parent(records, failed, missing, sweep_dir)
+        if failed or missing > 0 or report_failed:  # after the summary: scripts and CI see that the sweep is incomplete
             raise SystemExit(1)
 
     @staticmethod
@@ -164,13 +165,15 @@ class SweepCallback(Callback):
             f"(new_* = calls not already bought by an earlier case of this sweep: the response cache)"
         )
 
-    def _finish_parent(self, records: list, failed: list, missing: int, sweep_dir: Path) -> None:
-        """Write the report (if any case finished), log it with the summary to the parent, close it."""
+    def _finish_parent(self, records: list, failed: list, missing: int, sweep_dir: Path) -> bool:
+        """Write the report (if any case finished), log it with the summary to the parent, close it;
+        True when the report failed (the sweep then exits non-zero, its runs kept)."""
         assert self.tracker and self.info and self.info.parent_run_id  # a parent run was started
         report_dir = sweep_dir / "report"
         report_dir.mkdir(parents=True, exist_ok=True)
         (report_dir / "summary.csv").write_bytes((sweep_dir / "summary.csv").read_bytes())
         finished = sum(r.status == "finished" for r in records)
+        report_error = None
         if self.report and finished:
             try:
                 from popfair.report.sweep import write_report
@@ -180,7 +183,8 @@ class SweepCallback(Callback):
                 )
                 print(f"report: {report_dir / 'report.html'}")
             except Exception as exc:  # noqa: BLE001 - the sweep's runs stay valid without a report
-                log.error("popfair: sweep report failed: %s", exc)
+                log.error("popfair: sweep report failed: %s: %s", type(exc).__name__, exc)
+                report_error = f"{type(exc).__name__}: {exc}"
         self.tracker.finish_parent(
             self.info.parent_run_id,
             status="FINISHED" if finished else "FAILED",
@@ -188,6 +192,7 @@ class SweepCallback(Callback):
                 "sweep.cases": len(records),
                 "sweep.failed": len(failed),
                 "sweep.failed_jobs": ",".join(str(r.job) for r in failed) or "none",
+                **({"sweep.report_error": report_error[:4900]} if report_error else {}),
             },
             metrics={
                 "cases": len(records),
@@ -197,3 +202,4 @@ class SweepCallback(Callback):
             },
             artifact_dir=report_dir,
         )
+        return report_error is not None

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from popfair.core.errors import PopfairError
+from popfair.core.errors import ConfigError, PopfairError, TrackingFailed
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
 
 if TYPE_CHECKING:
@@ -47,15 +47,19 @@ def current_sweep(hydra_cfg: Any = None) -> SweepInfo | None:
     return info
 
 
+TABLE_GROUPS = ("table", "estimator", "protected_attr")  # the groups a table audit's case is made of
+
+
 def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
     """The config option chosen per group (what the report groups by: renderer image vs image_photo)
     and, in a sweep, the overrides of this case whose key varies across the sweep."""
     from popfair.case.experiment import COMPONENT_GROUPS
 
+    choices = hydra_cfg.runtime.choices
+    # a table audit screens nothing: its population, occupation, renderer and screener are not its own
+    groups = TABLE_GROUPS if choices.get("table") is not None else COMPONENT_GROUPS
     tags = {
-        f"choice.{group}": str(option)
-        for group, option in hydra_cfg.runtime.choices.items()
-        if group in COMPONENT_GROUPS and option is not None
+        f"choice.{group}": str(option) for group, option in choices.items() if group in groups and option is not None
     }
     tags.update(varying_tags(list(hydra_cfg.overrides.task), sweep.varying) if sweep else {})
     return tags
@@ -64,7 +68,6 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
     from popfair.case.table import TableCase
-    from popfair.report.console import summary
     from popfair.sweep.plan import plan_case
 
     if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
@@ -82,6 +85,8 @@ def run_case(cfg: DictConfig) -> float | None:
     record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
     experiment = None
     try:
+        if not dry_run and not in_sweep:  # a sweep's store is checked once, before its first case
+            check_tracking_store(cfg)
         experiment = case_from_config(cfg, dry_run=dry_run)
         record.case_name = experiment.case_name()
         if dry_run:
@@ -92,20 +97,13 @@ def run_case(cfg: DictConfig) -> float | None:
         else:
             experiment.parent_run_id = sweep.parent_run_id if sweep else None
             experiment.tags = tags
-            result = experiment.run()
-            print(
-                summary(
-                    experiment.case_name(),
-                    result.effects,
-                    result.run_id,
-                    result.n_rows,
-                    result.n_failed,
-                    experiment.tracker.uri,
-                    timings=result.timings,
-                    total=time.perf_counter() - start,
-                    failed_label="rows left out" if isinstance(experiment, TableCase) else "failed screens",
-                )
-            )
+            try:
+                result = experiment.run()
+            except TrackingFailed as failed:  # the store failed, not the case: its results first
+                if failed.result is not None:
+                    _print_summary(experiment, failed.result, start)
+                raise
+            _print_summary(experiment, result, start)
             record.status, record.run_id = "finished", result.run_id
             value = float(result.effects.table["estimate"].iloc[0])
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
@@ -123,6 +121,43 @@ def run_case(cfg: DictConfig) -> float | None:
     if sweep:
         record.write(sweep.sweep_dir)
     return value
+
+
+def _print_summary(experiment: Any, result: Any, start: float) -> None:
+    """The case's console summary: the effects table, counts, timings and where the run went."""
+    from popfair.case.table import TableCase
+    from popfair.report.console import summary
+
+    print(
+        summary(
+            experiment.case_name(),
+            result.effects,
+            result.run_id,
+            result.n_rows,
+            result.n_failed,
+            experiment.tracker.uri,
+            timings=result.timings,
+            total=time.perf_counter() - start,
+            failed_label="rows left out" if isinstance(experiment, TableCase) else "failed screens",
+        )
+    )
+
+
+def check_tracking_store(cfg: DictConfig) -> None:
+    """Before anything is built or paid for: the MLflow store of the case can be written or its
+    server answers (popfair.sweep.preflight.check_tracking: one request, seconds, no retries);
+    ConfigError naming the server and the fix otherwise."""
+    from popfair.runtime.secrets import safe_url
+    from popfair.sweep.preflight import check_tracking
+
+    tracking = cfg.get("tracking") or {}
+    if not tracking.get("enabled", False):
+        return
+    uri = str(tracking.get("uri"))
+    root = tracking.get("artifact_root")
+    check = check_tracking(uri, None if root is None else str(root))
+    if not check.ok:
+        raise ConfigError(f"tracking.uri={safe_url(uri)}: {check.detail}; nothing was run. Fix: {check.fix}")
 
 
 def case_from_config(cfg: DictConfig, *, dry_run: bool = False) -> Any:

@@ -55,6 +55,36 @@ def doctor_case(cfg: DictConfig) -> int:
     return _report(preflight, title="one case")
 
 
+class _Progress:
+    """A grid's checks take seconds per distinct component: a line on standard error at the first case,
+    then every PROGRESS_EVERY_S seconds, and when done, so a long check does not look hung."""
+
+    PROGRESS_EVERY_S = 2.0
+
+    def __init__(self, total: int, program: str) -> None:
+        self.total, self.program = total, program
+        self.start = self.last = time.perf_counter()
+        self.shown = False
+
+    def step(self, index: int) -> None:
+        now = time.perf_counter()
+        if self.total > 1 and (index == 0 or now - self.last >= self.PROGRESS_EVERY_S):
+            print(
+                f"{self.program}: checking case {index + 1} of {self.total} ({now - self.start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.last, self.shown = now, True
+
+    def done(self) -> None:
+        if self.shown:
+            print(
+                f"{self.program}: {self.total} cases checked in {time.perf_counter() - self.start:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: int) -> None:
     """Called by the sweeper with every composed case of a batch, before any of them is launched.
     check=true: print every check and exit. dry_run=true: print the failures as warnings. Otherwise a
@@ -62,8 +92,11 @@ def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: i
     start = time.perf_counter()
     doctor = bool(master.get("check", False))
     preflight = Preflight(whole_case=doctor or not master.get("dry_run", False), probe=doctor)
+    progress = _Progress(len(configs), "popfair doctor" if doctor else "popfair pre-flight")
     for offset, config in enumerate(configs):
+        progress.step(offset)
         preflight.add_case(first_job + offset, config)
+    progress.done()
     log.info("popfair pre-flight: %d cases checked in %.1f s", len(configs), time.perf_counter() - start)
     if doctor:
         raise SystemExit(_report(preflight, title="sweep"))
@@ -89,6 +122,20 @@ def before_sweep(master: DictConfig, configs: Sequence[DictConfig], first_job: i
     abandon_parent(master, f"pre-flight: {len(failures)} problem(s) in {len(cases)} case(s)")
     print("popfair: fix the above (or leave those cases out) and run the sweep again", file=sys.stderr)
     raise SystemExit(1)
+
+
+def doctor_help() -> str:
+    """`popfair doctor --help`: what the command does and how it is called (not the main help)."""
+    return (
+        "popfair doctor [-m] [group=option ...] [key=value ...]\n\n"
+        "The pre-flight checks of the case (or, with -m, the sweep) the same arguments would run with\n"
+        "`popfair`: extras installed, API keys set, model and tracking server reachable, config settings\n"
+        "valid, and the cost of what would be sent. Prints one line per check with the fix, and exits 0\n"
+        "only when every check passes. Nothing is screened, paid for or logged.\n\n"
+        "  popfair doctor screener=gpt4o_mini occupation=teacher\n"
+        "  popfair doctor -m experiment=popresume_grid\n\n"
+        "`popfair --help` lists the config groups and their options."
+    )
 
 
 def command_line(args: Sequence[str]) -> list[str]:

@@ -19,6 +19,7 @@ import multiprocessing as mp
 import multiprocessing.util
 import os
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -112,11 +113,71 @@ def open_experiment(uri: str, name: str, artifact_root: str) -> str:
         found = client.get_experiment_by_name(name)
         if found is not None:
             _EXPERIMENTS[(uri, name)] = found.experiment_id
+            close_orphans(client, found.experiment_id)
         else:
             location = Path(artifact_root).resolve()
             location.mkdir(parents=True, exist_ok=True)
             _EXPERIMENTS[(uri, name)] = client.create_experiment(name, artifact_location=location.as_uri())
     return _EXPERIMENTS[(uri, name)]
+
+
+def process_tags(pid: int | None = None) -> dict[str, str]:
+    """Tags naming the popfair process that owns a run (host, pid, the pid's start time), so a later
+    run can tell a run whose process was killed (kill -9: nothing could close it) from a live one."""
+    pid = os.getpid() if pid is None else pid
+    return {"popfair.host": socket.gethostname(), "popfair.pid": str(pid), "popfair.pid_start": _started(pid)}
+
+
+def _started(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc); '' where there is no /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _alive(pid: int, started: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process has that pid now, or ours under another user
+        return not started or _started(pid) == started
+    return not started or not _started(pid) or _started(pid) == started
+
+
+def close_orphans(client: Any, experiment_id: str) -> list[str]:
+    """Close as FAILED, with the reason as tag `error`, the RUNNING runs of this experiment whose popfair
+    process, on this host, is gone (killed with its whole process group, the machine rebooted);
+    returns their ids. Runs of live processes and of other hosts are left alone."""
+    host = socket.gethostname()
+    closed = []
+    try:
+        runs = client.search_runs(
+            [experiment_id], f"attributes.status = 'RUNNING' and tags.`popfair.host` = '{host}'", max_results=1000
+        )
+    except Exception:  # noqa: BLE001 - a store that cannot search still takes new runs
+        return []
+    for run in runs:
+        tags = run.data.tags
+        try:
+            pid = int(tags.get("popfair.pid", ""))
+        except ValueError:
+            continue
+        if _alive(pid, tags.get("popfair.pid_start", "")):
+            continue
+        reason = (
+            f"the popfair process (pid {pid} on {host}) ended without closing this run (killed, e.g. kill -9, "
+            "or the machine stopped); closed by a later run of the experiment"
+        )
+        try:
+            client.set_tag(run.info.run_id, "error", reason)
+            client.set_tag(run.info.run_id, "error_type", "ProcessDied")
+            client.set_terminated(run.info.run_id, status="FAILED")
+            closed.append(run.info.run_id)
+        except Exception:  # noqa: BLE001 - another process closed it first
+            continue
+    return closed
 
 
 def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str | None, tags: Mapping[str, str]) -> str:

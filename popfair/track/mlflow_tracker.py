@@ -22,7 +22,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from popfair.core.errors import require
+from popfair.core.errors import TrackingFailed, require
+from popfair.runtime.secrets import safe_url
 from popfair.track import background
 
 MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead
@@ -90,6 +91,13 @@ class MlflowTracker:
         location.mkdir(parents=True, exist_ok=True)
         return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
 
+    def _keep_dir(self, run_name: str | None) -> Path:
+        """Where a run's artifacts are kept when the tracking store fails before they are logged:
+        <artifact_root>/unlogged/<run name>-<time> (./popfair_unlogged/... for a remote artifact root)."""
+        root = Path(self.artifact_root) if "://" not in str(self.artifact_root) else Path("popfair_unlogged")
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in (run_name or "run"))
+        return (root / "unlogged" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+
     def _seed_store(self) -> None:
         if self.uri.startswith("sqlite:///"):
             path = Path(self.uri.removeprefix("sqlite:///"))
@@ -118,10 +126,10 @@ class MlflowTracker:
             yield RunLogger(None)
             return
         self._seed_store()  # here, in the foreground: a fast file copy that needs this process's settings
-        all_tags = {k: str(v) for k, v in (tags or {}).items()}
+        all_tags = {**background.process_tags(), **{k: str(v) for k, v in (tags or {}).items()}}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
-        logger = RunLogger(uuid.uuid4().hex)
+        logger = RunLogger(uuid.uuid4().hex, self.uri, self._keep_dir(run_name))
         logger._submit(
             background.start_run,
             self.uri,
@@ -150,8 +158,10 @@ class MlflowTracker:
         from mlflow import MlflowClient
 
         experiment_id = self._open_experiment()
-        run = MlflowClient(self.uri).create_run(
-            experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()}
+        client = MlflowClient(self.uri)
+        background.close_orphans(client, experiment_id)  # runs of killed sweeps left RUNNING
+        run = client.create_run(
+            experiment_id, run_name=run_name, tags={**background.process_tags(), **{k: str(v) for k, v in tags.items()}}
         )
         return run.info.run_id
 
@@ -286,8 +296,10 @@ class RunLogger:
 
     `run_id` is the MLflow run's id once the worker has created it (`end` waits for that)."""
 
-    def __init__(self, token: str | None) -> None:
-        self.token = token
+    def __init__(self, token: str | None, uri: str = "", keep_dir: Path | None = None) -> None:
+        self.token, self.uri, self.keep_dir = token, uri, keep_dir
+        self._kept: dict[str, Any] = {}  # what was queued, written to keep_dir if the store fails
+        self._logged: dict[str, dict[str, Any]] = {"params": {}, "metrics": {}, "tags": {}}
         self._run_id: str | None = None
         self._pending: list[Future] = []
         self._started: Future | None = None
@@ -322,6 +334,9 @@ class RunLogger:
             text = "null" if value is None else str(value)
             clean[key] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
         finite = {k: float(v) for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))}
+        tag_text = {k: str(v) for k, v in (tags or {}).items()}
+        for kind, values in (("params", clean), ("metrics", finite), ("tags", tag_text)):
+            self._logged[kind].update(values)
         self._submit(background.log_batch, clean, finite, {k: str(v) for k, v in (tags or {}).items()}, _now())
 
     def params(self, params: Mapping[str, Any]) -> None:
@@ -337,6 +352,8 @@ class RunLogger:
         """name -> DataFrame (.parquet/.csv by name), `Plot` or matplotlib Figure (.png), str, or
         bytes; Plots are drawn by the worker. The objects are copied (pickled) when queued."""
         if artifacts:
+            if self.token is not None:
+                self._kept.update(artifacts)
             self._submit(background.log_artifacts, dict(artifacts))
 
     def end(self, status: str = "FINISHED", exc: BaseException | None = None) -> str | None:
@@ -362,10 +379,33 @@ class RunLogger:
                     background.fail, self.token, text, trace, "FAILED" if exc is None else status
                 ).result()
             if exc is None and error is not None:
-                raise error
+                raise self._kept_locally(error) from error
             return self.run_id
         background.submit(background.end_run, self.token, status).result()
         return self.run_id
+
+    def _kept_locally(self, error: BaseException) -> BaseException:
+        """The tracking store failed: write what was queued (artifacts, params, metrics, tags) to
+        keep_dir and return a TrackingFailed naming the server and the folder (the error itself when
+        nothing could be kept)."""
+        if self.keep_dir is None:
+            return error
+        import json
+
+        try:
+            background.write_artifacts(self.keep_dir, self._kept)
+            for kind, values in self._logged.items():
+                (self.keep_dir / f"{kind}.json").write_text(json.dumps(values, indent=1, sort_keys=True))
+        except Exception as write_error:  # noqa: BLE001 - the store's error is the news
+            log.error("could not keep the run's artifacts in %s: %s", self.keep_dir, write_error)
+            return error
+        cause = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        return TrackingFailed(
+            f"the MLflow tracking store {safe_url(self.uri)} failed while the case was logged "
+            f"({type(error).__name__}: {cause}); its results were kept in {self.keep_dir}",
+            self.uri,
+            str(self.keep_dir),
+        )
 
 
 def _now() -> int:

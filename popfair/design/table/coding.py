@@ -136,6 +136,22 @@ class TableCoding:
             "callback",
         )
 
+    def _refuse_rank_as_score(self) -> None:
+        """An outcome holding 1..k once per cluster looks like a rank (1 = best); read as a score
+        (higher = better) it would invert the audit, so auto does not guess: ConfigError."""
+        cluster = self.columns.cluster
+        found = _rank_like(self.source, self.columns.outcome, cluster)
+        if found is None:
+            return
+        groups, k = found
+        where = f"in each of its {groups:,} clusters ({cluster})" if cluster else "over the table"
+        raise ConfigError(
+            f"table.columns.outcome: column {self.columns.outcome!r} holds the whole numbers 1..k once each {where} "
+            f"(k up to {k}), as a rank does; read as a score (higher is better) it would invert the audit. "
+            "Set table.outcome.kind=rank with table.outcome.k=<how many ranks count as selected>, or "
+            "table.outcome.kind=score if higher values are better"
+        )
+
     def _detect_kind(self, column_type: str, numeric: bool, as_number: str, labels: dict[str, int]) -> str:
         """auto: booleans and 0/1 are binary, other numbers scores, text labels when labels match."""
         column = self.columns.outcome
@@ -146,7 +162,10 @@ class TableCoding:
                 f"SELECT count(*) FILTER (WHERE {_quote(column)} NOT IN (0, 1)) FROM {FILTERED}",
                 "table.columns.outcome",
             ).fetchone()
-            return "binary" if row is not None and row[0] == 0 else "score"
+            if row is not None and row[0] == 0:
+                return "binary"
+            self._refuse_rank_as_score()
+            return "score"
         values = self.source.fetch(
             f"SELECT lower(trim(CAST({_quote(column)} AS VARCHAR))) AS value, ({as_number}) AS number, count(*)::BIGINT AS rows "
             f"FROM {FILTERED} GROUP BY ALL ORDER BY rows DESC LIMIT 100000",
@@ -166,6 +185,22 @@ class TableCoding:
             f"table.columns.outcome: column {column!r} holds {odd}: not 0/1, a known label, numbers or ranks; "
             "name its labels in table.outcome.selected / table.outcome.not_selected, or set table.outcome.kind"
         )
+
+
+def _rank_like(source: Any, column: str, cluster: str | None) -> tuple[int, int] | None:
+    """(groups, largest k) when every value is a whole number and each cluster's (or, without one, the
+    table's) values are exactly 1..k, each once, as ranks are; None otherwise."""
+    o = _quote(column)
+    group = f"GROUP BY {_quote(cluster)}" if cluster else ""
+    row = source.sql(
+        f"SELECT count(*), max(n), count(*) FILTER (WHERE NOT (lo = 1 AND hi = n AND distinct_values = n AND whole)) "
+        f"FROM (SELECT min({o}) AS lo, max({o}) AS hi, count({o}) AS n, count(DISTINCT {o}) AS distinct_values, "
+        f"bool_and({o} = floor({o})) AS whole FROM {FILTERED} WHERE {o} IS NOT NULL {group})",
+        "table.columns.outcome",
+    ).fetchone()
+    if row is None or not row[0] or row[1] is None or row[1] < 3 or row[2]:
+        return None
+    return int(row[0]), int(row[1])
 
 
 def _literal(value: Any) -> str:

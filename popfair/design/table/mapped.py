@@ -11,6 +11,7 @@ inference, and `frame()` gives the row-level frame the other estimators take.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,9 @@ import pandas as pd
 from popfair.core.errors import ConfigError, DataError
 from popfair.design.table.coding import FILTERED, TableCoding, _literal
 from popfair.design.table.settings import UNKNOWN, TableSettings
-from popfair.design.table.source import SOURCE, Source, _quote
+from popfair.design.table.source import ROW_HASH, SOURCE, Source, _quote
+
+log = logging.getLogger("popfair")
 
 MAPPED = "mapped_rows"
 REPORT_NAME = "table_report.csv"
@@ -141,6 +144,7 @@ class MappedTable(TableCoding):
             raise ConfigError(
                 f"table.where: no rows left after the filters ({'; '.join(self.filters)}); {rows_read:,} rows read"
             )
+        rows_after = self._duplicates(where, rows_after)
         self.mapping = self._map_categories()
         # each dimension's categories (unknown last): the codes of the counts' cells
         self.levels = {
@@ -183,6 +187,37 @@ class MappedTable(TableCoding):
             date_max=date_max,
             notes=self.notes,
         )
+
+    def _duplicates(self, where: str, rows: int) -> int:
+        """Exact duplicate rows, where no applicant id column tells applicants apart: counted, then by
+        table.dedupe warned about (a note), stopped on, dropped (one of each kept) or kept. The rows left."""
+        if ROW_HASH not in self.types:  # an applicant id column, table.dedupe=keep, or a database source
+            return rows
+        distinct = self._count(f"(SELECT DISTINCT {ROW_HASH} FROM {FILTERED})", "table.dedupe")
+        duplicates = rows - distinct
+        if duplicates == 0:
+            return rows
+        what = (
+            f"{duplicates:,} of {rows:,} rows are exact copies of another row, and no applicant id column "
+            "(table.columns.applicant_id) tells whether they are different applicants"
+        )
+        if self.settings.dedupe == "error":
+            raise DataError(
+                f"table.dedupe: {what}; set table.dedupe=drop to keep one of each, table.dedupe=keep to count "
+                "them as separate applicants, or name the applicant id column"
+            )
+        if self.settings.dedupe == "drop":
+            self.source.sql(
+                f"CREATE OR REPLACE VIEW {FILTERED} AS SELECT * FROM {SOURCE} WHERE {where} "
+                f"QUALIFY row_number() OVER (PARTITION BY {ROW_HASH}) = 1",
+                "table.dedupe",
+            )
+            self.notes.append(f"{duplicates:,} exact duplicate rows left out (table.dedupe=drop): one of each kept")
+            return distinct
+        note = f"{what}: all counted (table.dedupe=drop keeps one of each, table.dedupe=error stops)"
+        log.warning("table: %s", note)
+        self.notes.append(note)
+        return rows
 
     # ---- outputs -------------------------------------------------------------------------------
 

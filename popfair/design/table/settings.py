@@ -41,6 +41,7 @@ OUTCOME_KINDS = ("auto", "binary", "label", "score", "rank")
 KINDS = ("historical", "test")
 ON_BAD_ROWS = ("error", "drop")
 ON_UNMAPPED = ("error", "unknown")
+ON_DUPLICATES = ("warn", "error", "drop", "keep")  # exact duplicate rows, where no applicant id tells them apart
 # Single-column roles (frame column name = the role's name) and the list-valued PSE roles.
 SINGLE_COLUMNS = ("outcome", "sex", "race", "applicant_id", "cluster", "date", "pair_id", "posting_id")
 ROLE_LISTS = ("z", "b", "r")
@@ -149,6 +150,7 @@ class TableSettings:
     unknown_labels: tuple[str, ...] = ("", UNKNOWN)
     unmapped: str = "error"
     bad_rows: str = "error"
+    dedupe: str = "warn"
     kind: str = "historical"
     tool: ToolFacts = field(default_factory=ToolFacts)
 
@@ -209,7 +211,12 @@ class TableSettings:
             require(name is None and query is None, "table.url", "table.name / table.query need table.url")
         fmt = node.get("format", "auto")
         require(fmt in FORMATS, "table.format", f"must be one of {list(FORMATS)}, got {fmt!r}")
-        for key, options in (("unmapped", ON_UNMAPPED), ("bad_rows", ON_BAD_ROWS), ("kind", KINDS)):
+        for key, options in (
+            ("unmapped", ON_UNMAPPED),
+            ("bad_rows", ON_BAD_ROWS),
+            ("dedupe", ON_DUPLICATES),
+            ("kind", KINDS),
+        ):
             value = node.get(key, options[0])
             require(value in options, f"table.{key}", f"must be one of {list(options)}, got {value!r}")
         read_options = node.get("read_options") or {}
@@ -238,6 +245,7 @@ class TableSettings:
             unknown_labels=tuple(str(u) for u in unknown_labels),
             unmapped=node.get("unmapped", "error"),
             bad_rows=node.get("bad_rows", "error"),
+            dedupe=node.get("dedupe", "warn"),
             kind=node.get("kind", "historical"),
             tool=ToolFacts.from_config(node.get("tool") or {}),
         )

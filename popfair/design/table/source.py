@@ -38,6 +38,7 @@ log = logging.getLogger("popfair")
 MEMORY_LIMIT = os.environ.get("POPFAIR_TABLE_MEMORY", "1GB")  # DuckDB's buffer; beyond it, it spills to disk
 FETCH_BATCH = 100_000  # database rows per batch moved into DuckDB
 SOURCE = "source_rows"  # the relation every later query reads
+ROW_HASH = "__popfair_row_hash"  # a file's whole row, hashed: exact duplicates without an applicant id
 
 
 @dataclass
@@ -142,7 +143,10 @@ def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> Sourc
     except TypeError as exc:  # an unknown reader option
         raise ConfigError(f"table.read_options: {exc}") from None
     check_columns(settings, available, description)
-    projected = relation.project(", ".join(_quote(c) for c in settings.read_columns(available)))
+    columns = [_quote(c) for c in settings.read_columns(available)]
+    if settings.columns.applicant_id is None and settings.dedupe != "keep":  # exact duplicate rows are counted
+        columns.append(f"hash({', '.join(_quote(c) for c in available)}) AS {ROW_HASH}")
+    projected = relation.project(", ".join(columns))
     source = Source(con, description, fmt, available, "table.path", {"sha256": ""}, _hash=hasher)
     try:
         if fmt == "parquet":  # columnar: every pass reads only its columns, in place

@@ -1,0 +1,265 @@
+"""The command line's overrides checked before Hydra sees them: a group option, a config key or a route
+that does not exist, and a `+key` that nothing reads, each stopped with one line naming the closest
+option or key (difflib), instead of Hydra's multi-line error or a run of the default case.
+
+Used by every Hydra entry point (`popfair`, `popfair doctor`, `popfair-export`). Group options come
+from the config folder's listing (no composition); keys and routes are checked against one
+composition of the groups the overrides choose (the first value of each sweep), about 0.2 s."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from popfair.core.errors import ConfigError
+
+# Hydra flags followed by a value (the value is not an override).
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--experimental-rerun", "--info", "-i"}
+# Flags under which popfair cannot know the config folder or what is asked: the check stands aside.
+_FLAGS_UNCHECKED = {
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--shell-completion",
+    "-sc",
+    "--info",
+    "-i",
+    "--version",
+    "--experimental-rerun",
+}
+
+
+def _closest(word: str, choices: Sequence[str]) -> str:
+    """'; did you mean X?' for the closest choice (a key's siblings first), or ''."""
+    parent = word.rpartition(".")[0]
+    siblings = [c for c in choices if c.rpartition(".")[0] == parent]
+    match = difflib.get_close_matches(word, siblings, n=1, cutoff=0.6) or difflib.get_close_matches(
+        word, list(choices), n=1, cutoff=0.6
+    )
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def override_strings(args: Sequence[str]) -> list[str] | None:
+    """The overrides among command-line arguments (flags and their values left out); None when a flag
+    makes the check stand aside (another config folder, --help, --info, shell completion)."""
+    overrides: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in _FLAGS_UNCHECKED:
+            return None
+        if arg.startswith("-"):
+            skip = flag in _FLAGS_WITH_VALUE and "=" not in arg
+            continue
+        overrides.append(arg)
+    return overrides
+
+
+def _values(override: Any) -> list[Any]:
+    """Every value an override sets: the choices of a sweep, the one value otherwise ([] for a glob
+    sweep, which only Hydra's config loader can expand)."""
+    from hydra.core.override_parser.types import ValueType
+
+    if override.is_delete():
+        return []
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        return []
+    if override.is_sweep_override():
+        return list(override.sweep_string_iterator())
+    return [override.value()]
+
+
+def _first(override: Any) -> str:
+    """The override with a sweep replaced by its first value (what one composition can check)."""
+    if not override.is_sweep_override():
+        return str(override.input_line)
+    values = _values(override)
+    return f"{override.get_key_element()}={values[0]}" if values else ""
+
+
+def _paths(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every key path of a composed config (nodes and leaves), dotted."""
+    from omegaconf import DictConfig
+
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            path = f"{prefix}{key}"
+            yield path
+            try:
+                child = node._get_node(key)
+            except Exception:  # noqa: BLE001 - an unreadable node: its own path is listed
+                continue
+            yield from _paths(child, path + ".")
+
+
+def _accepts(target: str, key: str) -> bool:
+    """Whether the class or function a `_target_` names takes `key` (or any keyword); True when it
+    cannot be looked up (building it says why)."""
+    from hydra.utils import get_object
+
+    try:
+        parameters = inspect.signature(get_object(target)).parameters
+    except Exception:  # noqa: BLE001 - an unknown target is reported when the case is built
+        return True
+    return key in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def _check_added(key: str, config: Any, paths: Sequence[str]) -> None:
+    """A `+key` must add to something that reads it: a component's keyword (its `_target_` takes it),
+    or an open map (an empty `{}` such as table.read_options, or a map of dicts such as routes)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    parent_path, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(config, parent_path) if parent_path else config
+    if isinstance(parent, DictConfig) and parent_path:
+        if "_target_" in parent:
+            if _accepts(str(parent._get_node("_target_")._value()), leaf):
+                return
+        elif len(parent) == 0 or all(isinstance(parent._get_node(k), DictConfig) for k in parent.keys()):
+            return
+    raise ConfigError(
+        f"+{key}: nothing reads {key}, so the case would run as if it were not there{_closest(key, paths)} "
+        f"(drop the +, or run `popfair --cfg job` to list the keys)"
+    )
+
+
+def _check_route(key: str, values: Sequence[Any], config: Any) -> None:
+    """`<component>.route=X`: X must be `auto` or one of the component's routes."""
+    from omegaconf import DictConfig, OmegaConf
+
+    parent_path = key.rpartition(".")[0]
+    node = OmegaConf.select(config, parent_path) if parent_path else None
+    if not isinstance(node, DictConfig) or not isinstance(node.get("routes"), DictConfig):
+        return
+    routes = [str(name) for name in node.routes.keys()]
+    for value in values:
+        if value is not None and str(value) != "auto" and str(value) not in routes:
+            raise ConfigError(
+                f"{key}={value}: no such route for {node.get('name', parent_path)}{_closest(str(value), routes)} "
+                f"(routes: auto, {', '.join(routes)})"
+            )
+
+
+def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "config") -> None:
+    """Raise ConfigError with one line for the first override that names a group option, a key or a
+    route that does not exist, or adds a key nothing reads. Hydra's own keys (hydra.*, hydra/...) and
+    anything this check cannot read are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from popfair.runtime.cli_help import config_groups
+
+    strings = override_strings(args)
+    if strings is None:
+        return
+    try:
+        overrides = OverridesParser.create().parse_overrides(strings)
+    except HydraException:
+        return  # a syntax error: Hydra's own message points at the character
+    if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
+        return
+    overrides = [
+        o for o in overrides if not (o.key_or_group == "hydra" or o.key_or_group.startswith(("hydra.", "hydra/")))
+    ]
+    groups = config_groups(conf_dir)
+    group_overrides, key_overrides = [], []
+    for override in overrides:
+        group = override.key_or_group
+        if group not in groups:
+            key_overrides.append(override)
+            continue
+        group_overrides.append(override)
+        for value in _values(override):
+            if value is not None and str(value) not in groups[group]:
+                raise ConfigError(
+                    f"{group}={value}: no such option in group {group}{_closest(str(value), groups[group])} "
+                    f"(options: {', '.join(groups[group])})"
+                )
+    if not key_overrides:
+        return
+    config = _compose(conf_dir, config_name, [s for s in (_first(o) for o in group_overrides) if s])
+    if config is None:
+        return
+    paths = sorted({p for p in _paths(config) if "._" not in p and not p.startswith("_")} | set(groups))
+    deleted: set[str] = set()
+    for override in key_overrides:
+        key = override.key_or_group
+        exists = _has(config, key) and key not in deleted
+        if override.is_delete():
+            if not exists:
+                raise ConfigError(f"~{key}: there is no key {key} to delete{_closest(key, paths)}")
+            deleted.add(key)
+        elif override.is_add() and not override.is_force_add():
+            if not exists:
+                _check_added(key, config, paths)
+        elif override.is_force_add():
+            if not exists:
+                _check_added(key, config, paths)
+        elif not exists:
+            top = key.split(".", 1)[0]
+            hint = (
+                f"; the {top} group is not selected here (choose one: {top}={'|'.join(groups[top])})"
+                if top in groups and top not in config
+                else _closest(key, paths)
+            )
+            raise ConfigError(f"{key}: no such config key{hint} (run `popfair --cfg job` to list the keys)")
+        if key.endswith(".route") or key == "route":
+            _check_route(key, _values(override), config)
+
+
+def _has(config: Any, key: str) -> bool:
+    """Whether the composed config has the key path (a `???` value counts: it is there to be set)."""
+    from omegaconf import DictConfig, ListConfig
+
+    node = config
+    for part in key.split("."):
+        if isinstance(node, DictConfig):
+            child = node._get_node(part) if part in node.keys() else None
+        elif isinstance(node, ListConfig) and part.isdigit():
+            child = node._get_node(int(part)) if int(part) < len(node) else None
+        else:
+            return False
+        if child is None:
+            return False
+        node = child
+    return True
+
+
+def _compose(conf_dir: Path, config_name: str, overrides: list[str]) -> Any:
+    """The config the group overrides choose (None when it cannot be composed: Hydra then says why)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    was = GlobalHydra.instance().is_initialized()
+    if was:
+        return None  # inside a running Hydra app (a test's compose): nothing to check against safely
+    try:
+        with initialize_config_dir(str(conf_dir), version_base="1.3"):
+            return compose(config_name, overrides=overrides)
+    except Exception:  # noqa: BLE001 - Hydra's own run reports what is wrong with the groups
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def check_command_line(args: Sequence[str], conf_dir: Path, program: str) -> None:
+    """check_overrides, its error printed as one line `<program>: ...` on standard error, exit 2."""
+    import sys
+
+    try:
+        check_overrides(args, conf_dir)
+    except ConfigError as exc:
+        print(f"{program}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
