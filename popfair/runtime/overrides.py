@@ -95,7 +95,7 @@ def _paths(node: Any, prefix: str = "") -> Iterator[str]:
 
     if isinstance(node, DictConfig):
         for key in node.keys():
-            path = f"{prefix}{key}"
+            path = f"{prefix}{key!s}"
             yield path
             try:
                 child = node._get_node(key)
@@ -125,7 +125,7 @@ def _check_added(key: str, config: Any, paths: Sequence[str]) -> None:
     parent = OmegaConf.select(config, parent_path) if parent_path else config
     if isinstance(parent, DictConfig) and parent_path:
         if "_target_" in parent:
-            if _accepts(str(parent._get_node("_target_")._value()), leaf):
+            if _accepts(str(parent.get("_target_")), leaf):
                 return
         elif len(parent) == 0 or all(isinstance(parent._get_node(k), DictConfig) for k in parent.keys()):
             return
@@ -225,6 +225,7 @@ def _has(config: Any, key: str) -> bool:
 
     node = config
     for part in key.split("."):
+        child: Any
         if isinstance(node, DictConfig):
             child = node._get_node(part) if part in node.keys() else None
         elif isinstance(node, ListConfig) and part.isdigit():
