@@ -301,7 +301,27 @@ def test_poor_overlap_is_reported_and_warned():
         )
     props = result.overlap[result.overlap["kind"] == "propensity"]
     assert props.loc["p_rz", "share_clipped"] > 0.01
-    assert np.isfinite(result.table["estimate"]).all()
+    # The gate: effects resting on the means the data cannot reach are reported as not identified,
+    # with the reason, and no number or label; TE (only the two factual means) stays.
+    table = result.table
+    assert bool(table.loc["TE", "identified"]) and np.isfinite(table.loc["TE", "estimate"])
+    hidden = table[~table["identified"]]
+    assert set(hidden.index) >= {"NDE", "NIE"}
+    assert hidden[["estimate", "se", "ci_low", "ci_high", "p_value"]].isna().all().all()
+    assert not hidden["significant"].any()
+    assert hidden["reason"].str.startswith("not identified at n=3000").all()
+    assert "E[Y_x1,W_x0]" in hidden.loc["NDE", "reason"]
+    assert not any(label.startswith("Case 1") for label in result.labels)
+    assert not result.identification.loc["E[Y_x1,W_x0]", "identified"]
+    # gate=False keeps the would-be numbers (for diagnosis), with the same verdict in `identification`
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PseOverlapWarning)
+        ungated = estimate_pse(data, **sim.role_kwargs, clip=0.05, gate=False, **FAST)
+    assert np.isfinite(ungated.table["estimate"]).all() and ungated.table["identified"].all()
+    assert not ungated.identification.loc["E[Y_x1,W_x0]", "identified"]
+    sens = result.sensitivity
+    assert set(sens["clip"]) >= {0.001, 0.01, 0.05} and set(sens["effect"]) == set(result.table.index)
+    assert sens.loc[sens["case_clip"], "estimate"].notna().all()
 
 
 def test_estimator_returns_effects_with_labels_plot_and_metrics():

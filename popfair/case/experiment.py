@@ -21,6 +21,7 @@ from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
 from popfair.design import design_of
 from popfair.design.base import ScreenedDesign
 from popfair.estimate.base import Estimator
+from popfair.estimate.identification import identification_tags
 from popfair.population import worlds
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
@@ -413,6 +414,7 @@ class Experiment:
             "renderer": self.renderer.kind,
             "estimator": self.estimator.name,
             **profiles.tags,
+            **identification_tags(effects.table),
             **self.tags,
         }
         tags.update(self.screener.run_tags)  # e.g. the route `route: auto` chose, and why

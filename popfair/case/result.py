@@ -3,6 +3,7 @@ table as MLflow metrics."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,7 +88,7 @@ def effects_metrics(effects: Effects) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for effect, row in effects.table.iterrows():
         for column, value in row.items():
-            if isinstance(value, (int, float)):
+            if isinstance(value, (int, float)) and math.isfinite(value):  # not identified: no number
                 metrics[f"{effect}.{column}"] = value
     metrics.update(effects.metrics)
     return metrics

@@ -41,6 +41,7 @@ import pandas as pd
 from popfair.core.types import Roles
 from popfair.estimate.dml_encoding import NumericRoles, _assign_folds
 from popfair.estimate.dml_settings import PseOverlapWarning, PseSettings, resolve_splits
+from popfair.estimate.identification import mean_diagnostics, worst
 from popfair.estimate.nuisance_cache import NuisanceCache, clear_memory_cache
 from popfair.estimate.nuisances import (
     OUTCOME,
@@ -52,9 +53,10 @@ from popfair.estimate.nuisances import (
     nuisance_names,
     tune,
 )
-from popfair.estimate.sfm import TARGETS
+from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
 
 log = logging.getLogger("popfair.pse")
+SENSITIVITY_CLIPS = (0.001, 0.005, 0.01, 0.02, 0.05)  # clipping bounds the sensitivity table re-scores
 
 
 @dataclass
@@ -64,6 +66,8 @@ class DmlScores:
     phi_splits: np.ndarray  # n_splits x n x len(TARGETS): one cross-fit per fold assignment
     cluster: np.ndarray | None  # cluster code per row (0..G-1) when settings.cluster is set
     overlap: pd.DataFrame  # propensity ranges, clipped shares and largest weights
+    identification: pd.DataFrame  # per TARGETS mean: weight masses, ESS, crossing rows (worst over splits)
+    sensitivity: pd.DataFrame  # clip x effect: estimate, se, per-mean diagnostics (first fold assignment)
     tuning: pd.DataFrame  # chosen hyperparameters per nuisance, with `from_cache`
     timings: dict[str, float]
     n_excluded: int  # rows whose X is neither x0 nor x1 or whose Y is missing
@@ -105,8 +109,8 @@ def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) 
 
         clock = time.perf_counter()
         fits = [_cross_fit(encoded, folds, split, params, settings, cache) for split, folds in enumerate(fold_of)]
-        phi_splits = np.stack([phi for phi, _ in fits])
-        overlap = [row for _, rows in fits for row in rows]
+        phi_splits = np.stack([fit[0] for fit in fits])
+        overlap = [row for fit in fits for row in fit[1]]
         timings["cross_fit"] = time.perf_counter() - clock
     names = nuisance_names()
     tuning = pd.DataFrame.from_dict({name: params[name] for name in names}, orient="index").rename_axis("nuisance")
@@ -115,6 +119,8 @@ def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) 
         phi_splits=phi_splits,
         cluster=encoded.cluster,
         overlap=_overlap_table(overlap, settings.clip, settings.folds),
+        identification=worst([fit[2] for fit in fits]),
+        sensitivity=fits[0][3],
         tuning=tuning,
         timings=timings,
         n_excluded=n_excluded,
@@ -129,7 +135,7 @@ def _cross_fit(
     params: Mapping[str, Mapping[str, float]],
     settings: PseSettings,
     cache: NuisanceCache,
-) -> tuple[np.ndarray, list[dict[str, Any]]]:
+) -> tuple[np.ndarray, list[dict[str, Any]], pd.DataFrame, pd.DataFrame]:
     """Per-row scores phi (n x 5 targets), each row scored by nuisances fit without its fold.
     Per fold, the outcome chain is one task and each propensity model another, all on one pool;
     the propensities' predictions come from the cache when this encoding's fold assignment `split`
@@ -137,6 +143,7 @@ def _cross_fit(
     n = len(encoded.y)
     phi = np.empty((n, len(TARGETS)))
     overlap: list[dict[str, Any]] = []
+    weight_rows = {key: np.empty((n, len(TARGETS))) for key in ("pi2", "pi3", "crossing")}
     raw = cache.propensities(settings.folds, split)
     with closing(Runner(settings.n_jobs)) as runner:
         tasks = [
@@ -157,16 +164,65 @@ def _cross_fit(
                 for row, future in zip(raw, propensities):
                     row[fold_of == fold] = future.result()
             cache.store_propensities(settings.folds, split, raw)
-        for fold, (outcomes, _) in enumerate(tasks):
-            held = fold_of == fold
-            prob1, diagnostics = {}, []
-            for name, predictions in zip(PROPENSITIES, raw):
-                prob1[name], diagnostic = _clipped(predictions[held], name, settings.clip)
-                diagnostics.append(diagnostic)
-            held_rows, scores, weights = _fold_scores(encoded, fold_of, fold, outcomes.result(), prob1)
+        fitted = [outcomes.result() for outcomes, _ in tasks]
+    for fold, outcome_fits in enumerate(fitted):
+        held = fold_of == fold
+        prob1, diagnostics = {}, []
+        for name, predictions in zip(PROPENSITIES, raw):
+            prob1[name], diagnostic = _clipped(predictions[held], name, settings.clip)
+            diagnostics.append(diagnostic)
+        held_rows, scores, weights, per_row = _fold_scores(encoded, fold_of, fold, outcome_fits, prob1)
+        phi[held_rows] = scores
+        for key, values in per_row.items():
+            weight_rows[key][held_rows] = values
+        overlap.extend({**row, "fold": fold} for row in diagnostics + weights)
+    clipped_rows = ((raw < settings.clip) | (raw > 1 - settings.clip)).any(axis=0)
+    diagnostics_frame = mean_diagnostics(
+        encoded.a,
+        weight_rows["pi2"],
+        weight_rows["pi3"],
+        weight_rows["crossing"].astype(bool),
+        np.repeat(clipped_rows[:, None], len(TARGETS), axis=1),
+    )
+    sensitivity = _clip_sensitivity(encoded, fold_of, fitted, raw, settings)
+    return phi, overlap, diagnostics_frame, sensitivity
+
+
+def _clip_sensitivity(
+    encoded: NumericRoles, fold_of: np.ndarray, fitted: list, raw: np.ndarray, settings: PseSettings
+) -> pd.DataFrame:
+    """Each effect's estimate and influence-function SE, and each mean's diagnostics, re-scored with
+    the same nuisances at every clipping bound of `SENSITIVITY_CLIPS` (and the case's own)."""
+    frames = []
+    for clip in sorted({*SENSITIVITY_CLIPS, settings.clip}):
+        phi = np.empty((len(encoded.y), len(TARGETS)))
+        rows = {key: np.empty((len(encoded.y), len(TARGETS))) for key in ("pi2", "pi3", "crossing")}
+        for fold, outcome_fits in enumerate(fitted):
+            prob1 = {name: np.clip(p[fold_of == fold], clip, 1 - clip) for name, p in zip(PROPENSITIES, raw)}
+            held_rows, scores, _, per_row = _fold_scores(encoded, fold_of, fold, outcome_fits, prob1)
             phi[held_rows] = scores
-            overlap.extend({**row, "fold": fold} for row in diagnostics + weights)
-    return phi, overlap
+            for key, values in per_row.items():
+                rows[key][held_rows] = values
+        clipped = ((raw < clip) | (raw > 1 - clip)).any(axis=0)
+        diag = mean_diagnostics(
+            encoded.a,
+            rows["pi2"],
+            rows["pi3"],
+            rows["crossing"].astype(bool),
+            np.repeat(clipped[:, None], len(TARGETS), axis=1),
+        )
+        effects = phi @ CONTRASTS.T
+        frames.append(
+            pd.DataFrame(
+                {
+                    "clip": clip,
+                    "effect": list(EFFECTS),
+                    "estimate": effects.mean(axis=0),
+                    "se": effects.std(axis=0, ddof=1) / np.sqrt(len(effects)),
+                }
+            ).assign(diagnostics=[diag] * len(EFFECTS))
+        )
+    return pd.concat(frames, ignore_index=True)
 
 
 def _clipped(raw: np.ndarray, name: str, clip: float) -> tuple[np.ndarray, dict[str, Any]]:
@@ -189,8 +245,10 @@ def _fold_scores(
     fold: int,
     outcomes: tuple[dict, dict, dict],
     prob1: Mapping[str, np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
-    """The held-out rows' doubly robust scores from the fold's nuisances, and the weights' ranges."""
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]], dict[str, np.ndarray]]:
+    """The held-out rows' doubly robust scores from the fold's nuisances, the weights' ranges, and
+    per row and TARGETS mean the weights pi2, pi3 and whether the row is a crossing applicant
+    (`popfair.estimate.identification`)."""
     held = np.flatnonzero(fold_of == fold)
     mu3_at, mu2_at, mu1_at = outcomes
 
@@ -198,7 +256,9 @@ def _fold_scores(
         return prob1[name] if level == 1 else 1.0 - prob1[name]
 
     a_h, y_h = encoded.a[held], encoded.y[held]
+    share = {1: float(encoded.a.mean()), 0: 1.0 - float(encoded.a.mean())}
     scores = np.empty((len(held), len(TARGETS)))
+    rows = {key: np.empty((len(held), len(TARGETS))) for key in ("pi2", "pi3", "crossing")}
     diagnostics: list[dict[str, Any]] = []
     for j, (target, (v, w, u)) in enumerate(TARGETS.items()):
         ratio_r = prob("p_rz", u) / prob("p_z", u)
@@ -207,6 +267,10 @@ def _fold_scores(
         pi3 = (a_h == v) / prob("p_brz", v) * prob("p_brz", w) / prob("p_rz", w) * ratio_r
         m3, m2, m1 = mu3_at[v][held], mu2_at[(v, w)][held], mu1_at[(v, w, u)]
         scores[:, j] = pi3 * (y_h - m3) + pi2 * (m3 - m2) + pi1 * (m2 - m1) + m1
+        # crossing: a row of x_v whose covariates are more typical of the other group than average
+        # (its held-out probability of that group above the group's share of all rows)
+        looks_other = prob("p_brz", w) > share[w] if v != w else prob("p_rz", u) > share[u]
+        rows["pi2"][:, j], rows["pi3"][:, j], rows["crossing"][:, j] = pi2, pi3, (a_h == v) & looks_other
         for term, weight in (("pi1", pi1), ("pi2", pi2), ("pi3", pi3)):
             diagnostics.append(
                 {
@@ -218,7 +282,7 @@ def _fold_scores(
                     "n": len(held),
                 }
             )
-    return held, scores, diagnostics
+    return held, scores, diagnostics, rows
 
 
 def _overlap_table(rows: list[dict[str, Any]], clip: float, folds: int) -> pd.DataFrame:

@@ -10,7 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from popfair.core.constraints import Constraint, Interval, ListOf, Options, ParameterError, Rules, Text, validate
+from popfair.core.constraints import (
+    Boolean,
+    Constraint,
+    Interval,
+    ListOf,
+    Options,
+    ParameterError,
+    Rules,
+    Text,
+    validate,
+)
 from popfair.core.constraints import Path as PathRule
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
 
@@ -121,6 +131,10 @@ class PseSettings:
     cache_url : str, optional
         A database URL for them instead (the server cache of a sweep over machines); wins over
         `cache_dir`.
+    gate : bool, default True
+        Report effects the data do not identify as not identified (`popfair.estimate.identification`).
+    max_mass_error, min_ess, min_crossing : float, float, int
+        The identification rule's thresholds (0.1, 100, 50).
     """
 
     folds: int = 5  # cross-fitting folds L
@@ -143,6 +157,12 @@ class PseSettings:
         None  # where reusable nuisances are kept (popfair.estimate.nuisance_cache; None: memory)
     )
     cache_url: str | None = None  # a database URL for them instead; wins over cache_dir
+    # Identification gate (popfair.estimate.identification, docs/concepts/identification.md): an effect
+    # whose means fail it is reported as not identified, without numbers or labels. gate=False: report all.
+    gate: bool = True
+    max_mass_error: float = 0.1  # |mean weight - 1| allowed for pi3 and pi2 of each counterfactual mean
+    min_ess: float = 100.0  # effective sample size of each mean's pi3 weights
+    min_crossing: int = 50  # applicants of x_y whose covariates look like the other group, per mixing mean
 
     @classmethod
     def build(cls, values: Mapping[str, Any]) -> PseSettings:
@@ -188,4 +208,8 @@ PSE_CONSTRAINTS: Rules = {
     "cluster": [None, Text()],
     "cache_dir": [None, PathRule()],
     "cache_url": [None, Text()],
+    "gate": Boolean(),
+    "max_mass_error": Interval(float, 0, 1, closed="neither"),
+    "min_ess": Interval(float, 1, None),
+    "min_crossing": Interval(int, 0, None),
 }

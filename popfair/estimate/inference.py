@@ -146,7 +146,9 @@ def mean_inference(
     Standard errors are influence-function ones: sd / sqrt(n), or cluster-robust with `cluster`
     (integer codes 0..G-1; sums of residuals per cluster, G/(G-1) correction). CIs: `ci="bootstrap"`
     is the percentile interval of `bootstrap_means` over rows or whole clusters, `ci="t"` the t
-    interval with n-1 (G-1) df. p-values: normal (`reference="normal"`) or t reference. Returns the
+    interval with n-1 (G-1) df. p-values come from the same inference as the CI: with `ci="bootstrap"`
+    twice the smaller share of replicates on either side of 0 (so `significant`, the CI excluding 0,
+    and p < alpha agree), with `ci="t"` the t (or normal, `reference="normal"`) test. Returns the
     table (estimate, se, ci_low, ci_high, p_value, significant) indexed by `index`, and G or None.
 
     Scores of several cross-fitting splits (a 3-D array, splits x units x columns) estimate the mean
@@ -180,11 +182,16 @@ def mean_inference(
         lo, hi = estimate - half, estimate + half
     else:
         raise ValueError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        stat = np.where(se > 0, estimate / np.where(se > 0, se, 1.0), np.where(estimate == 0, 0.0, np.inf))
-    from scipy import stats
+    if ci == "bootstrap":
+        # The p-value of the same bootstrap as the CI (twice the smaller tail share at 0), so p < alpha
+        # exactly when the percentile CI excludes 0, up to the quantiles' interpolation; one rule.
+        p_value = np.minimum(1.0, 2 * np.minimum((boot <= 0).mean(axis=0), (boot >= 0).mean(axis=0)))
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stat = np.where(se > 0, estimate / np.where(se > 0, se, 1.0), np.where(estimate == 0, 0.0, np.inf))
+        from scipy import stats
 
-    p_value = 2 * (stats.t.sf(np.abs(stat), df=df) if reference == "t" else stats.norm.sf(np.abs(stat)))
+        p_value = 2 * (stats.t.sf(np.abs(stat), df=df) if reference == "t" else stats.norm.sf(np.abs(stat)))
     frame = pd.DataFrame(
         {
             "estimate": estimate,

@@ -21,6 +21,7 @@ This module is the entry point (`estimate_pse`) and the `estimator=pse_dml` adap
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.dml import clear_tuning_cache, dml_scores
 from popfair.estimate.dml_settings import PSE_CONSTRAINTS, PseOverlapWarning, PseSettings, TuningGrid
+from popfair.estimate.identification import IdentificationRule, gate, mean_problems
 from popfair.estimate.inference import mean_inference
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
 
@@ -79,6 +81,11 @@ class PseResult:
         Caveats (poor overlap, pooled categories, ...).
     n_splits : int, default 1
         Fold assignments cross-fit and averaged (n_splits="auto": 5 for 0/1 outcomes, else 1).
+    identification : DataFrame, optional
+        Per counterfactual mean: weight masses, effective sample size, crossing applicants, clipped
+        share, `identified` and `reason` (`popfair.estimate.identification`).
+    sensitivity : DataFrame, optional
+        Per clipping bound and effect: estimate and SE from the same nuisances, identified or not.
     """
 
     table: pd.DataFrame
@@ -93,6 +100,8 @@ class PseResult:
     n_clusters: int | None = None
     notes: list[str] = field(default_factory=list)
     n_splits: int = 1  # fold assignments cross-fit and averaged (n_splits="auto": 5 for 0/1 outcomes, else 1)
+    identification: pd.DataFrame | None = None  # per counterfactual mean: masses, ESS, crossing, identified, reason
+    sensitivity: pd.DataFrame | None = None  # clip x effect: estimate, se, identified at that bound
 
     @property
     def case(self) -> str:
@@ -193,6 +202,15 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) -
     )
     means, table = both.iloc[: len(TARGETS)].copy(), both.iloc[len(TARGETS) :].copy()
     timings = {**scores.timings, "bootstrap": time.perf_counter() - clock}
+    rule = IdentificationRule(settings.max_mass_error, settings.min_ess, settings.min_crossing)
+    groups = (str(roles.x0), str(roles.x1))
+    problems = mean_problems(scores.identification, rule, groups)  # judged always, applied with gate=True
+    table = gate(table, problems if settings.gate else {}, len(scores.phi))
+    identification = scores.identification.assign(
+        identified=[t not in problems for t in scores.identification.index],
+        reason=[problems.get(t, "") for t in scores.identification.index],
+    )
+    sensitivity = _sensitivity_table(scores.sensitivity, rule, groups, settings)
     labels = case_labels(table)
     table["case"] = "; ".join(labels) if labels else "none"
     return PseResult(
@@ -208,7 +226,32 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) -
         n_clusters=n_clusters,
         notes=scores.notes,
         n_splits=len(scores.phi_splits),
+        identification=identification,
+        sensitivity=sensitivity,
     )
+
+
+def _sensitivity_table(
+    raw: pd.DataFrame, rule: IdentificationRule, groups: tuple[str, str], settings: PseSettings
+) -> pd.DataFrame:
+    """clip x effect: estimate and SE with the same nuisances, and whether the rule identifies it
+    at that bound (the numbers are shown for every bound: this table is the diagnosis, not the finding)."""
+    rows = []
+    for clip, block in raw.groupby("clip", sort=True):
+        problems = mean_problems(block["diagnostics"].iloc[0], rule, groups)
+        judged = gate(block.set_index("effect")[["estimate"]].assign(se=block["se"].to_numpy()), problems, 0)
+        for effect, row in block.set_index("effect").iterrows():
+            rows.append(
+                {
+                    "clip": float(clip),
+                    "effect": effect,
+                    "estimate": float(row["estimate"]),
+                    "se": float(row["se"]),
+                    "identified": bool(judged.loc[effect, "identified"]),
+                    "case_clip": bool(np.isclose(float(clip), settings.clip)),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +289,19 @@ class PseDml:
             "pse_overlap.csv": result.overlap,
             "pse_tuning.csv": result.tuning,
         }
-        if result.notes:
-            artifacts["pse_notes.txt"] = "\n".join(result.notes)
+        if result.identification is not None:
+            artifacts["pse_identification.csv"] = result.identification
+            metrics["pse.identified_effects"] = float(result.table["identified"].sum())
+            for target, row in result.identification.iterrows():
+                key = re.sub(r"[^0-9A-Za-z]+", "_", str(target)).strip("_")
+                metrics[f"pse.ess.{key}"] = float(row["ess"])
+                metrics[f"pse.mass_pi3.{key}"] = float(row["mass_pi3"])
+                if np.isfinite(row["crossing"]):
+                    metrics[f"pse.crossing.{key}"] = float(row["crossing"])
+        if result.sensitivity is not None:
+            artifacts["pse_clip_sensitivity.csv"] = result.sensitivity
+        notes = list(result.notes) + [r for r in result.table["reason"] if r]
+        if notes:
+            artifacts["pse_notes.txt"] = "\n".join(notes)
         table = result.table[EFFECT_COLUMNS + [c for c in result.table if c not in EFFECT_COLUMNS]]
         return Effects(table=table, labels=result.labels, metrics=metrics, artifacts=artifacts)

@@ -38,8 +38,25 @@ CASE_LABELS = {
 }
 
 
+# The effects each section 5.2 pattern reads: a pattern is not decided when one of them is not
+# identified (column `identified`, popfair.estimate.identification).
+LABEL_DEPENDS: dict[int, tuple[str, ...]] = {
+    1: ("NDE",),
+    2: ("TE", "NDE", "NIE"),
+    3: ("NDE", "RIE", "BIE"),
+    4: ("NDE", "BIE", "RIE"),
+    5: ("BIE", "RIE"),
+}
+
+
 def case_labels(table: pd.DataFrame) -> list[str]:
-    """Section 5.2 patterns from the `significant` column (CI excludes 0) of an effects table."""
+    """Section 5.2 patterns from the `significant` column (CI excludes 0) of an effects table; with an
+    `identified` column, no pattern that reads an unidentified effect."""
+    missing = (
+        {e for e in EFFECTS if e in table.index and not bool(table.loc[e, "identified"])}
+        if "identified" in table
+        else set()
+    )
     sig = {effect: bool(table.loc[effect, "significant"]) for effect in EFFECTS}
     est = {effect: float(table.loc[effect, "estimate"]) for effect in EFFECTS}
     cases = []
@@ -53,4 +70,4 @@ def case_labels(table: pd.DataFrame) -> list[str]:
         cases.append(4)
     if sig["BIE"] and sig["RIE"]:
         cases.append(5)
-    return [CASE_LABELS[c] for c in cases]
+    return [CASE_LABELS[c] for c in cases if not missing & set(LABEL_DEPENDS[c])]

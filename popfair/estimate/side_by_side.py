@@ -30,7 +30,8 @@ class SideBySide:
     so labels, metrics and downstream reports read it as usual, and adds intv_estimate, intv_se,
     intv_ci_low, intv_ci_high, intv_significant, difference (observational minus interventional),
     ci_overlap (the two CIs intersect) and same_conclusion (both CIs exclude 0 on the same side,
-    or both cover 0). Case labels are the observational ones; the interventional ones are in
+    or both cover 0); `identified` and `reason` are the observational gate's (an unidentified DML effect
+    has no numbers, so its difference is missing and it overlaps nothing). Case labels are the observational ones; the interventional ones are in
     `interventional_case.txt` and the metrics."""
 
     name = "both"
@@ -95,6 +96,11 @@ def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     table["difference"] = obs["estimate"] - intv["estimate"]
     table["ci_overlap"] = np.maximum(obs["ci_low"], intv["ci_low"]) <= np.minimum(obs["ci_high"], intv["ci_high"])
     table["same_conclusion"] = _direction(obs) == _direction(intv)
+    if "identified" in observed:  # an effect DML cannot identify has nothing to compare: say so
+        identified = observed.loc[list(EFFECTS), "identified"].astype(bool)
+        table["identified"] = identified
+        table["reason"] = observed.loc[list(EFFECTS), "reason"]
+        table.loc[~identified, "same_conclusion"] = False
     table.index.name = "effect"
     return table
 

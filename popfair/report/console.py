@@ -28,15 +28,31 @@ def format_effects(effects: Effects) -> str:
     """The effects table as text: every column when there are at most MAX_COLUMNS, else the
     estimate, its interval and the decision columns, with the names of the others."""
     table = effects.table
+    reasons = table["reason"] if "reason" in table else pd.Series(dtype=str)
+    if "identified" in table:  # an unidentified effect prints "not identified", never a number
+        table = table.drop(columns=["reason"], errors="ignore").astype(object)
+        hidden_rows = ~effects.table["identified"].astype(bool)
+        for column in ("estimate", "se", "ci_low", "ci_high", "p_value", "significant"):
+            if column in table:
+                table.loc[hidden_rows, column] = "not identified" if column == "estimate" else "-"
+        table = table.drop(columns=["identified"])
     shown = list(table.columns)
     if len(shown) > MAX_COLUMNS:
         shown = [c for c in CONSOLE_COLUMNS if c in table.columns]
     hidden = [c for c in table.columns if c not in shown]
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 140, "display.max_columns", 20):
-        text = table[shown].to_string()
+        text = _rounded(table[shown]).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
+    for effect, reason in reasons.items():
+        if reason:
+            text += f"\n{effect} {reason}"
     return text
+
+
+def _rounded(table: pd.DataFrame) -> pd.DataFrame:
+    """Floats of an object table (one mixing numbers and "not identified") as 4 significant digits."""
+    return table.apply(lambda column: column.map(lambda v: f"{v:.4g}" if isinstance(v, float) else v))
 
 
 def timing_line(timings: Mapping[str, float], total: float | None = None) -> str:

@@ -162,6 +162,7 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
         cases = rows_of[attr]
         grid = np.full((len(cases), len(columns)), np.nan)
         sig = np.zeros(grid.shape, bool)
+        unidentified = np.zeros(grid.shape, bool)
         sub = pse[pse["protected_attr"] == attr].set_index(["format", "model", "occupation", "effect"])
         for (i, case), (j, (occ, eff)) in ((a, b) for a in enumerate(cases) for b in enumerate(columns)):
             key = (*case, occ, eff)
@@ -169,6 +170,9 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
                 row = sub.loc[key]
                 row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
                 grid[i, j], sig[i, j] = float(row["estimate"]), bool(row["significant"])
+                unidentified[i, j] = "identified" in row.index and not bool(row["identified"])
+                if unidentified[i, j]:  # no colour, no outline: the data cannot answer it
+                    grid[i, j], sig[i, j] = np.nan, False
         image = ax.imshow(grid, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
         for i, j in zip(*np.nonzero(sig)):
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=1.6))
@@ -184,6 +188,10 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
                     fontweight="bold" if sig[i, j] else "normal",
                     color="white" if abs(grid[i, j]) > 0.6 * vmax else "black",  # legible on dark cells
                 )
+        for i, j in zip(*np.nonzero(unidentified)):
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
+            if annotate:
+                ax.text(j, i, "n.i.", ha="center", va="center", fontsize=6, color="0.3")
         for k in range(1, len(occupations)):
             ax.axvline(k * len(effects) - 0.5, color="white", lw=3)
         ax.set_xticks(range(len(columns)), [eff for _, eff in columns], fontsize=7)
@@ -196,5 +204,7 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
         ax.set_title(f"protected attribute: {attr}", fontsize=9, pad=18)
     if image is not None:
         fig.colorbar(image, ax=axes[:, 0].tolist(), shrink=0.8, label="estimate (positive favours x1)")
-    fig.suptitle("Every case's effects (outlined: 95% CI excludes 0)", fontsize=10)
+    fig.suptitle(
+        "Every case's effects (outlined: 95% CI excludes 0; hatched n.i.: not identified at this n)", fontsize=10
+    )
     return fig

@@ -93,7 +93,10 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     rows = []
     for run in runs[runs["status"] == "FINISHED"].itertuples(index=False):
         metrics: dict[str, float] = run.metrics
-        effects = [k[: -len(".estimate")] for k in metrics if k.endswith(".estimate")]
+        # An effect that is not identified logs `<effect>.identified` = 0 and no estimate.
+        effects = list(
+            dict.fromkeys(k.rsplit(".", 1)[0] for k in metrics if k.endswith(".estimate") or k.endswith(".identified"))
+        )
         for effect in effects:
             values = {k[len(effect) + 1 :]: v for k, v in metrics.items() if k.startswith(effect + ".")}
             row = {c: getattr(run, c) for c in CASE_COLUMNS if c not in ("status", "error")}
@@ -102,9 +105,12 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    for column in ("se", "ci_low", "ci_high", "p_value"):
+    for column in ("estimate", "se", "ci_low", "ci_high", "p_value"):
         if column not in table:
             table[column] = math.nan
+    table["identified"] = (
+        table["identified"].fillna(1).astype(bool) if "identified" in table else pd.Series(True, index=table.index)
+    )
     by_ci = (table["ci_low"] > 0) | (table["ci_high"] < 0)
     computed = table["p_value"].lt(alpha).where(table["p_value"].notna(), by_ci).astype(bool)
     if "significant" in table:  # the estimator's own flag (a 0/1 metric) wins where it was logged
@@ -112,4 +118,5 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         table["significant"] = own.fillna(0).astype(bool).where(own.notna(), computed)
     else:
         table["significant"] = computed
+    table["significant"] = table["significant"] & table["identified"]
     return table

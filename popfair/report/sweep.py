@@ -34,6 +34,7 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
     rows = effects[effects["estimator"].isin(in_section("effects")) | ~effects["estimator"].isin(ESTIMATORS)]
     if "design" in rows:  # table audits have no occupation, format or model: their own section
         rows = rows[rows["design"].ne("table") | rows["design"].isna()]
+    rows = rows.assign(identified=rows["identified"].fillna(True).astype(bool) if "identified" in rows else True)
     keep = CASE_KEYS + [
         "estimator",
         "effect",
@@ -43,6 +44,7 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
         "ci_high",
         "p_value",
         "significant",
+        "identified",
         "pattern",
         "case_name",
         "run_id",
@@ -58,7 +60,8 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
 
 
 def case_table(pse: pd.DataFrame) -> pd.DataFrame:
-    """One row per case: each effect as `estimate [ci_low, ci_high]` with * when significant, and the
+    """One row per case: each effect as `estimate [ci_low, ci_high]` with * when significant ("not
+    identified" where the data cannot answer it, popfair.estimate.identification), and the
     patterns that apply to the case's format (no Case 1 where the resume shows a photo)."""
     if pse.empty:
         return pse
@@ -66,7 +69,11 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
         pattern=[("; ".join(patterns.applicable_labels(p, f)) or "none") for p, f in zip(pse["pattern"], pse["format"])]
     )
     cell = pse.apply(
-        lambda r: f"{r['estimate']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]" + ("*" if r["significant"] else ""),
+        lambda r: (
+            f"{r['estimate']:+.3g} [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]" + ("*" if r["significant"] else "")
+            if bool(r.get("identified", True))
+            else "not identified"
+        ),
         axis=1,
     )
     wide = pse.assign(cell=cell).pivot_table(
