@@ -1,0 +1,161 @@
+"""Path-specific effects that are true or reported as not identified (issue 31).
+
+Simulated screeners with known truth on every bundled PUMS nurse (18,963 applicants, the default
+case's population): (a) one that reads gender directly, (b) a gender-blind one that reads only raw
+first names, (c) one with no group effect (qualifications only); and race on nurses, where overlap
+is good. Every effect the default estimator (pse_dml, gated) reports has a CI covering the truth
+(the screener's expected score averaged over every applicant's counterfactual worlds), the
+gender-blind screener is never labelled direct discrimination, and the effects the data cannot
+answer carry no number, no significance and no label."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from popfair.case.experiment import Experiment
+from popfair.core.types import Effects, WorldDesign
+from popfair.estimate.identification import gate, identification_tags
+from popfair.estimate.interventional import expected_effects
+from popfair.estimate.sfm import EFFECTS, TARGETS, case_labels
+from popfair.population.worlds import draw_worlds
+from popfair.report.console import format_effects
+from popfair.report.sweep import case_table
+from tests.conftest import compose_config
+
+FAST_DML = [
+    "estimator.n_bootstrap=300",
+    "estimator.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}",
+]
+MALE_NAMES = (
+    "James Michael John Robert David William Christopher Joseph Daniel Matthew "
+    "Richard Thomas Anthony Brian Kevin Mark Steven Jason Eric Andrew"
+).split()
+QUALIFICATIONS = "edu_group: {medium: 6.0, high: 12.0}, exp_year: 0.8"
+SCREENERS = {
+    "direct": [],  # conf/screener/simulated.yaml: +2 men, +2 White, proxies, qualifications
+    "blind": [
+        "~screener.coefficients",
+        "+screener.coefficients={first_name: {"
+        + ", ".join(f"{n}: 4.0" for n in MALE_NAMES)
+        + "}, "
+        + QUALIFICATIONS
+        + "}",
+    ],
+    "qualifications": ["~screener.coefficients", "+screener.coefficients={" + QUALIFICATIONS + "}"],
+}
+
+
+def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
+    base = ["screener=simulated", "tracking=none", "outcome_audit=null", "population.diagnostics=false"]
+    experiment = Experiment.from_config(compose_config(base + FAST_DML + overrides, tmp_path=tmp))
+    result = experiment.run()
+    everyone = draw_worlds(experiment.population, result.profiles, WorldDesign(worlds=TARGETS, n=None, seed=0))
+    truth = expected_effects(everyone, experiment.screener.expected(everyone, result.profiles.outcome))
+    return experiment, result, truth
+
+
+@pytest.fixture(scope="module", params=[*SCREENERS, "race"])
+def nurse_case(request, tmp_path_factory):
+    """One full-size nurse case per screener (gender), and the direct screener on race."""
+    tmp = tmp_path_factory.mktemp(f"ident_{request.param}")
+    overrides = ["protected_attr=race"] if request.param == "race" else SCREENERS[request.param]
+    return request.param, *_run(overrides, tmp)
+
+
+def test_every_reported_effect_covers_the_truth(nurse_case):
+    kind, experiment, result, truth = nurse_case
+    table = result.effects.table
+    assert len(result.profiles.table) == 18963  # every bundled PUMS nurse: the real overlap
+    reported = table[table["identified"]]
+    assert "TE" in reported.index  # TE needs no mediator model and is identified (few clipped)
+    for effect, row in reported.iterrows():
+        assert row["ci_low"] <= truth[effect] <= row["ci_high"], (kind, effect, row.to_dict(), truth[effect])
+    hidden = table[~table["identified"]]
+    assert hidden[["estimate", "se", "ci_low", "ci_high", "p_value"]].isna().all().all()
+    assert not hidden["significant"].any()
+    assert hidden["reason"].str.startswith("not identified at n=").all()
+    if kind == "race":  # overlap is good: all five effects are reported
+        assert table["identified"].all(), table["reason"].tolist()
+    else:  # men with female-typical names are too few for the mediated means (issue 31)
+        assert not table.loc[["NDE", "NIE", "RIE"], "identified"].any()
+
+
+def test_gender_blind_screener_is_never_labelled_direct_discrimination(nurse_case):
+    kind, experiment, result, truth = nurse_case
+    labels = result.effects.labels
+    if kind in ("blind", "qualifications"):
+        assert truth["NDE"] == pytest.approx(0.0, abs=1e-3)  # text resumes never show gender
+        assert not any(label.startswith("Case 1") for label in labels), labels
+    # no label that reads an unidentified effect (sfm.LABEL_DEPENDS)
+    for label in labels:
+        assert not label.startswith(("Case 1", "Case 2", "Case 3", "Case 4")) or bool(
+            result.effects.table.loc["NDE", "identified"]
+        )
+
+
+def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
+    kind, experiment, result, truth = nurse_case
+    text = format_effects(result.effects)
+    tags = identification_tags(result.effects.table)
+    assert set(tags) == {f"identification.{e}" for e in EFFECTS}
+    if kind == "race":
+        assert "not identified" not in text and set(tags.values()) == {"identified"}
+        return
+    assert "NDE not identified at n=18963" in text
+    assert "outcome model extrapolating" in text or "only" in text
+    assert tags["identification.TE"] == "identified"
+    assert tags["identification.NDE"].startswith("not identified")
+    sens = result.effects.artifacts["pse_clip_sensitivity.csv"]
+    assert set(sens["clip"]) >= {0.001, 0.01, 0.05}
+    assert not sens.loc[(sens["effect"] == "NDE"), "identified"].any()  # no clip bound rescues it
+
+
+def test_labels_skip_patterns_that_read_unidentified_effects():
+    table = pd.DataFrame(
+        {
+            "estimate": [3.0, 2.0, 1.0, 0.1, 0.9],
+            "se": 0.1,
+            "ci_low": [2.8, 1.8, 0.8, -0.1, 0.7],
+            "ci_high": [3.2, 2.2, 1.2, 0.3, 1.1],
+            "p_value": [0.0, 0.0, 0.0, 0.3, 0.0],
+            "significant": [True, True, True, False, True],
+        },
+        index=pd.Index(list(EFFECTS), name="effect"),
+    )
+    assert any(label.startswith("Case 1") for label in case_labels(table))
+    problems = {"E[Y_x1,W_x0]": "E[Y_x1,W_x0]: only 26 male applicants ..."}
+    gated = gate(table, problems, 18963)
+    assert list(gated.index[~gated["identified"]]) == ["NDE", "NIE", "BIE", "RIE"]
+    assert case_labels(gated) == []  # every pattern reads NDE, BIE or RIE
+    effects = Effects(table=gated, labels=case_labels(gated))
+    text = format_effects(effects)
+    assert text.count("not identified") >= 4 and "only 26 male applicants" in text
+    # the sweep's case table shows the words, not a number
+    long = gated.reset_index().assign(
+        occupation="nurse", protected_attr="gender", format="text", model="simulated", pattern="none"
+    )
+    cells = case_table(long).iloc[0]
+    assert cells["NDE"] == "not identified" and cells["TE"].startswith("+3")
+
+
+def test_bootstrap_p_value_and_ci_agree():
+    """One significance rule: with percentile CIs the p-value comes from the same bootstrap."""
+    from popfair.estimate.inference import mean_inference
+
+    rng = np.random.default_rng(0)
+    scores = rng.normal(0.02, 1.0, size=(3000, 4)) + np.array([0.0, 0.03, 0.05, 0.1])
+    table, _ = mean_inference(scores, list("abcd"), alpha=0.05, n_bootstrap=2000, rng=np.random.default_rng(1))
+    for _, row in table.iterrows():
+        excludes = row["ci_low"] > 0 or row["ci_high"] < 0
+        assert bool(row["significant"]) == excludes
+        if abs(row["p_value"] - 0.05) > 0.005:  # away from the boundary, p < alpha iff the CI excludes 0
+            assert (row["p_value"] < 0.05) == excludes, row.to_dict()
+
+
+def test_gate_off_keeps_numbers_but_not_the_verdict():
+    table = pd.DataFrame({"estimate": [1.0] * 5, "significant": [True] * 5}, index=list(EFFECTS))
+    kept = gate(table, {}, 10)
+    assert kept["identified"].all() and (kept["reason"] == "").all()
+    assert (kept["estimate"] == 1.0).all() and kept["significant"].all()
