@@ -41,7 +41,7 @@ import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.case.experiment import Experiment  # noqa: E402
-from popfair.core.types import WorldDesign  # noqa: E402
+from popfair.core.types import WorldRequest  # noqa: E402
 from popfair.estimate.dml_settings import PseOverlapWarning  # noqa: E402
 from popfair.estimate.identification import gate  # noqa: E402
 from popfair.estimate.interventional import expected_effects  # noqa: E402
@@ -51,6 +51,7 @@ from popfair.population.worlds import draw_worlds  # noqa: E402
 from popfair.screen.simulated import SimulatedScreener  # noqa: E402
 
 QUALIFICATIONS = {"edu_group": {"medium": 6.0, "high": 12.0}, "exp_year": 0.8}
+KINDS = ("direct", "blind", "qualifications")
 SMALL_GRID = {"n_estimators": [50, 100], "max_depth": [2, 3], "reg_lambda": [1.0]}
 
 
@@ -77,9 +78,11 @@ def replication(experiment: Experiment, occupation: str, pop_seed: int, kind: st
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, pop_seed)
     table = profiles.table
     screener = SimulatedScreener(intercept=45.0, coefficients=coefficients(kind, table), noise_sd=8.0, seed=rep)
-    everyone = draw_worlds(experiment.population, profiles, WorldDesign(worlds=TARGETS, n=None, seed=pop_seed))
+    # the screener's `seed` only hashes document noise in `screen`; this study draws it in `score`
+    everyone = draw_worlds(experiment.population, profiles, WorldRequest(worlds=TARGETS, n=None, seed=pop_seed))
     truth = expected_effects(everyone, screener.expected(everyone, "score"))
-    data = table.assign(y=score(screener, table, 1000 * pop_seed + rep))
+    noise_seed = 1000 * pop_seed + 100 * list(KINDS).index(kind) + rep  # independent across screeners
+    data = table.assign(y=score(screener, table, noise_seed))
     roles = profiles.roles
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PseOverlapWarning)

@@ -23,8 +23,11 @@ def test_case_runs_end_to_end(small_run):
     assert len(result.scored) == 400
     assert result.scored["y"].between(0, 100).all()
     assert set(result.effects.table.columns) >= {"estimate", "se", "ci_low", "ci_high"}
-    row = result.effects.table.iloc[0]
+    table = result.effects.table
+    row = table.iloc[0]
     assert row["ci_low"] <= row["estimate"] <= row["ci_high"]
+    # 400 nurses hold about 50 men: the means that need men with female-typical names are not identified
+    assert bool(table.loc["TE", "identified"]) and not table["identified"].all()
 
 
 def test_mlflow_round_trip(small_run):

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from popfair.case.experiment import Experiment
-from popfair.core.types import Effects, WorldDesign
+from popfair.core.types import Effects, WorldRequest
 from popfair.estimate.identification import gate, identification_tags
 from popfair.estimate.interventional import expected_effects
 from popfair.estimate.sfm import EFFECTS, TARGETS, case_labels
@@ -51,7 +51,7 @@ def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
     base = ["screener=simulated", "tracking=none", "outcome_audit=null", "population.diagnostics=false"]
     experiment = Experiment.from_config(compose_config(base + FAST_DML + overrides, tmp_path=tmp))
     result = experiment.run()
-    everyone = draw_worlds(experiment.population, result.profiles, WorldDesign(worlds=TARGETS, n=None, seed=0))
+    everyone = draw_worlds(experiment.population, result.profiles, WorldRequest(worlds=TARGETS, n=None, seed=0))
     truth = expected_effects(everyone, experiment.screener.expected(everyone, result.profiles.outcome))
     return experiment, result, truth
 

@@ -13,7 +13,8 @@ pi3 (the weight of each row's residual) and pi2 (the middle term), worst over fo
 1. weight mass: |mean(pi3) - 1| and |mean(pi2) - 1| at most `max_mass_error` (0.1). Correct weights
    average 1; clipping or extrapolation moves the mass away, and that share of the estimate is the
    outcome model's guess.
-2. effective sample size of pi3, (sum w)^2 / sum w^2, at least `min_ess` (100).
+2. for a mean that mixes groups, the effective sample size of pi3, (sum w)^2 / sum w^2, at least
+   `min_ess` (100); a mean within one group (E[Y_x0], E[Y_x1]) rests on that group's own rows.
 3. crossing applicants, for a mean that mixes groups, at least `min_crossing` (50): rows of x_y whose
    held-out propensity gives the other group a higher probability than its share of all rows (given
    B, R, Z when x_b differs from x_y; given R, Z when only x_r does): the applicants whose covariates
@@ -111,7 +112,7 @@ def mean_problems(diagnostics: pd.DataFrame, rule: IdentificationRule, groups: t
                     f"{min(abs(1 - mass), 1):.0%} of it is the outcome model extrapolating"
                 )
                 break
-        if row["ess"] < rule.min_ess:
+        if np.isfinite(row["crossing"]) and row["ess"] < rule.min_ess:  # a mean within one group: its own rows
             reasons.append(f"effective sample size {row['ess']:.0f} (need {rule.min_ess:.0f})")
         if reasons:
             problems[str(target)] = f"{target}: " + "; ".join(reasons)

@@ -167,6 +167,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
     profiles, documents, document_key, image = _planning_documents(experiment)
     screener = experiment.screener
+    plan_note = getattr(experiment.estimator, "plan_note", None)
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
     # the image page of the same resume, so those two never share answers)
@@ -190,8 +191,37 @@ def plan_case(experiment: Experiment) -> CasePlan:
         new_cost_usd=new.cost_usd,
         image_estimated_from_text=image,
         estimator_documents=0 if profiles.worlds is None else len(profiles.worlds),
-        note=str(plan_note(profiles)) if (plan_note := getattr(experiment.estimator, "plan_note", None)) else "",
+        note="\n  ".join(
+            n
+            for n in (
+                str(plan_note(profiles)) if plan_note else "",
+                estimator_costs(experiment, profiles, total),
+            )
+            if n
+        ),
         cached_calls=total.cached,
+    )
+
+
+def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan) -> str:
+    """For a path-specific-effects case: the calls and dollars each PSE estimator needs beyond the
+    factual screening, so a paid audit chooses knowingly. pse_dml: none (it reads the factual scores,
+    and reports what the data cannot identify as not identified); interventional / both: up to five
+    counterfactual documents per sampled applicant (an applicant's own world is its factual document,
+    and cached answers are free, so this is an upper bound), priced at this case's mean cost per call."""
+    name = getattr(experiment.estimator, "name", "")
+    if name not in ("pse_dml", "interventional", "both") or not hasattr(experiment.population, "counterfactual"):
+        return ""
+    per_call = total.cost_usd / total.calls if total.calls else 0.0
+    eligible = int(profiles.table[profiles.roles.x].isin([profiles.roles.x0, profiles.roles.x1]).sum())
+    design = getattr(experiment.estimator, "counterfactuals", None)
+    n = getattr(design, "n", None) if design is not None else 2000  # conf/estimator/interventional.yaml
+    n = eligible if n is None else min(int(n), eligible)
+    extra = 5 * n
+    return (
+        f"PSE estimators: pse_dml 0 extra calls ($0.00; unidentified effects reported as not identified); "
+        f"interventional or both (n={n:,}) up to {extra:,} extra calls (~${extra * per_call:,.2f}), "
+        "which measure all five effects on counterfactual resumes"
     )
 
 
