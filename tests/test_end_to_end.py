@@ -24,7 +24,7 @@ def test_case_runs_end_to_end(small_run):
     assert result.scored["y"].between(0, 100).all()
     assert set(result.effects.table.columns) >= {"estimate", "se", "ci_low", "ci_high"}
     table = result.effects.table
-    row = table.iloc[0]
+    row = table.loc["TE"]
     assert row["ci_low"] <= row["estimate"] <= row["ci_high"]
     # 400 nurses hold about 50 men: the means that need men with female-typical names are not identified
     assert bool(table.loc["TE", "identified"]) and not table["identified"].all()

@@ -12,7 +12,8 @@ pi3 (the weight of each row's residual) and pi2 (the middle term), worst over fo
 
 1. weight mass: |mean(pi3) - 1| and |mean(pi2) - 1| at most `max_mass_error` (0.1). Correct weights
    average 1; clipping or extrapolation moves the mass away, and that share of the estimate is the
-   outcome model's guess.
+   outcome model's guess. A mean within one group (E[Y_x0], E[Y_x1]) is held to it only where more
+   than 1% of its rows used a clipped propensity.
 2. for a mean that mixes groups, the effective sample size of pi3, (sum w)^2 / sum w^2, at least
    `min_ess` (100); a mean within one group (E[Y_x0], E[Y_x1]) rests on that group's own rows.
 3. crossing applicants, for a mean that mixes groups, at least `min_crossing` (50): rows of x_y whose
@@ -104,15 +105,17 @@ def mean_problems(diagnostics: pd.DataFrame, rule: IdentificationRule, groups: t
                 f"only {int(row['crossing'])} {groups[v]} applicants have covariates more typical of "
                 f"{groups[1 - v]} than average (need {rule.min_crossing})"
             )
+        mixing = np.isfinite(row["crossing"])
         for term in ("pi3", "pi2"):
             mass = row[f"mass_{term}"]
-            if abs(mass - 1) > rule.max_mass_error:
+            # a mean within one group is gated on mass only where clipping touched its rows
+            if abs(mass - 1) > rule.max_mass_error and (mixing or row["share_clipped"] > 0.01):
                 reasons.append(
                     f"its weights ({term}) average {mass:.2f} instead of 1, so about "
                     f"{min(abs(1 - mass), 1):.0%} of it is the outcome model extrapolating"
                 )
                 break
-        if np.isfinite(row["crossing"]) and row["ess"] < rule.min_ess:  # a mean within one group: its own rows
+        if mixing and row["ess"] < rule.min_ess:  # a mean within one group rests on its own rows
             reasons.append(f"effective sample size {row['ess']:.0f} (need {rule.min_ess:.0f})")
         if reasons:
             problems[str(target)] = f"{target}: " + "; ".join(reasons)
