@@ -134,7 +134,7 @@ class PseSettings:
     gate : bool, default True
         Report effects the data do not identify as not identified (`popfair.estimate.identification`).
     max_mass_error, min_ess, min_crossing : float, float, int
-        The identification rule's thresholds (0.1, 100, 50).
+        The identification rule's thresholds (0.1, 200, 50).
     """
 
     folds: int = 5  # cross-fitting folds L
@@ -161,7 +161,7 @@ class PseSettings:
     # whose means fail it is reported as not identified, without numbers or labels. gate=False: report all.
     gate: bool = True
     max_mass_error: float = 0.1  # |mean weight - 1| allowed for pi3 and pi2 of each counterfactual mean
-    min_ess: float = 100.0  # effective sample size of each mean's pi3 weights
+    min_ess: float = 200.0  # effective sample size of each mean's pi3 weights
     min_crossing: int = 50  # applicants of x_y whose covariates look like the other group, per mixing mean
 
     @classmethod

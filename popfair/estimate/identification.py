@@ -15,7 +15,7 @@ pi3 (the weight of each row's residual) and pi2 (the middle term), worst over fo
    outcome model's guess. A mean within one group (E[Y_x0], E[Y_x1]) is held to it only where more
    than 1% of its rows used a clipped propensity.
 2. for a mean that mixes groups, the effective sample size of pi3, (sum w)^2 / sum w^2, at least
-   `min_ess` (100); a mean within one group (E[Y_x0], E[Y_x1]) rests on that group's own rows.
+   `min_ess` (200); a mean within one group (E[Y_x0], E[Y_x1]) rests on that group's own rows.
 3. crossing applicants, for a mean that mixes groups, at least `min_crossing` (50): rows of x_y whose
    held-out propensity gives the other group a higher probability than its share of all rows (given
    B, R, Z when x_b differs from x_y; given R, Z when only x_r does): the applicants whose covariates
@@ -42,7 +42,7 @@ class IdentificationRule:
     """Thresholds of the rule above (config `estimator.identification`)."""
 
     max_mass_error: float = 0.1
-    min_ess: float = 100.0
+    min_ess: float = 200.0
     min_crossing: int = 50
 
     @classmethod
