@@ -30,18 +30,29 @@ def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None 
         return compose(config_name="config", overrides=overrides + extra)
 
 
-def popfair_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def popfair_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m popfair ARGS` run in this process (popfair.__main__.main with that argv, in `cwd`):
     for tests of what the command prints, where a fresh interpreter is not the point. Its exit status
     (a SystemExit's code, else 0) and both streams come back as a CompletedProcess. Tests of signals,
-    exit statuses and installs start a real process instead."""
-    from popfair.__main__ import main
+    exit statuses and installs start a real process instead. With `env`, the environment is exactly
+    that mapping during the call. The root logger's handlers and level (which a Hydra job sets up) are
+    put back afterwards, so nothing of the run leaks into later tests."""
+    import logging
 
-    argv, here = sys.argv, os.getcwd()
+    from popfair.__main__ import main
+    from popfair.sweep import plan
+
+    plan._PLANNED.clear()  # a process plans one sweep: documents planned by an earlier call are not this one's
+
+    argv, here, environ = sys.argv, os.getcwd(), dict(os.environ)
+    handlers, level = logging.root.handlers[:], logging.root.level
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
     sys.argv = ["popfair", *args]
     os.chdir(cwd)
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -51,6 +62,14 @@ def popfair_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     finally:
         sys.argv = argv
         os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        for handler in logging.root.handlers[:]:
+            if handler not in handlers:
+                logging.root.removeHandler(handler)
+                handler.close()
+        logging.root.handlers[:] = handlers
+        logging.root.setLevel(level)
     status = code if isinstance(code, int) else (0 if code is None else 1)
     return subprocess.CompletedProcess(["popfair", *args], status, out.getvalue(), err.getvalue())
 
