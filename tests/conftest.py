@@ -35,9 +35,11 @@ def popfair_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None)
     for tests of what the command prints, where a fresh interpreter is not the point. Its exit status
     (a SystemExit's code, else 0) and both streams come back as a CompletedProcess. Tests of signals,
     exit statuses and installs start a real process instead. With `env`, the environment is exactly
-    that mapping during the call. The root logger's handlers and level (which a Hydra job sets up) are
-    put back afterwards, so nothing of the run leaks into later tests."""
+    that mapping during the call. The root logger's handlers and level (which a Hydra job sets up) and
+    Hydra's HydraConfig are put back afterwards, so nothing of the run leaks into later tests."""
     import logging
+
+    from hydra.core.hydra_config import HydraConfig
 
     from popfair.__main__ import main
     from popfair.sweep import plan
@@ -46,6 +48,7 @@ def popfair_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None)
 
     argv, here, environ = sys.argv, os.getcwd(), dict(os.environ)
     handlers, level = logging.root.handlers[:], logging.root.level
+    hydra_config = HydraConfig.instance().cfg  # a run leaves its own behind, which later code would read
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
     sys.argv = ["popfair", *args]
@@ -70,6 +73,7 @@ def popfair_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None)
                 handler.close()
         logging.root.handlers[:] = handlers
         logging.root.setLevel(level)
+        HydraConfig.instance().cfg = hydra_config
     status = code if isinstance(code, int) else (0 if code is None else 1)
     return subprocess.CompletedProcess(["popfair", *args], status, out.getvalue(), err.getvalue())
 
