@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,54 @@ def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None 
         return compose(config_name="config", overrides=overrides + extra)
 
 
+def popfair_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m popfair ARGS` run in this process (popfair.__main__.main with that argv, in `cwd`):
+    for tests of what the command prints, where a fresh interpreter is not the point. Its exit status
+    (a SystemExit's code, else 0) and both streams come back as a CompletedProcess. Tests of signals,
+    exit statuses and installs start a real process instead. With `env`, the environment is exactly
+    that mapping during the call. The root logger's handlers and level (which a Hydra job sets up) and
+    Hydra's HydraConfig are put back afterwards, so nothing of the run leaks into later tests."""
+    import logging
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from popfair.__main__ import main
+    from popfair.sweep import plan
+
+    plan._PLANNED.clear()  # a process plans one sweep: documents planned by an earlier call are not this one's
+
+    argv, here, environ = sys.argv, os.getcwd(), dict(os.environ)
+    handlers, level = logging.root.handlers[:], logging.root.level
+    hydra_config = HydraConfig.instance().cfg  # a run leaves its own behind, which later code would read
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    sys.argv = ["popfair", *args]
+    os.chdir(cwd)
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        sys.argv = argv
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        for handler in logging.root.handlers[:]:
+            if handler not in handlers:
+                logging.root.removeHandler(handler)
+                handler.close()
+        logging.root.handlers[:] = handlers
+        logging.root.setLevel(level)
+        HydraConfig.instance().cfg = hydra_config
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(["popfair", *args], status, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL server on 127.0.0.1 for the whole session (tests/pg_server.py)."""
@@ -34,6 +86,17 @@ def postgres():
     server = start_postgres()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_tracking_server(tmp_path_factory):
+    """One real `mlflow server` on 127.0.0.1 for the whole session (tests/mlflow_server.py): each
+    server start imports MLflow's whole stack, so tests that only need *a* tracking server share
+    this one and keep apart by experiment name. Tests that serve a store of their own start theirs."""
+    from tests.mlflow_server import mlflow_server
+
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-shared")) as uri:
+        yield uri
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""The command line: --help, --cfg job, overrides, multirun, and clean errors."""
+"""The command line: --help, --cfg job, overrides, multirun, and clean errors. What the command prints
+is checked in this process (tests.conftest.popfair_in_process); exit statuses, a closed pipe and a
+multirun in a real `python -m popfair` process."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from pathlib import Path
 
 import mlflow
 import pytest
+
+from tests.conftest import popfair_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +29,7 @@ def popfair(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_help_lists_groups(tmp_path):
-    out = popfair("--help", cwd=tmp_path)
+    out = popfair_in_process("--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     for group in ("population", "occupation", "renderer", "screener", "estimator", "protected_attr"):
         assert group in out.stdout
@@ -34,15 +38,15 @@ def test_help_lists_groups(tmp_path):
 def test_fast_help_is_hydras_help(tmp_path):
     """A bare --help is answered from the config folder (no composition); with an override it goes
     through Hydra. Both must print the same text."""
-    fast = popfair("--help", cwd=tmp_path)
-    hydra_help = popfair("--help", "seed=0", cwd=tmp_path)
+    fast = popfair_in_process("--help", cwd=tmp_path)
+    hydra_help = popfair_in_process("--help", "seed=0", cwd=tmp_path)
     assert hydra_help.returncode == 0, hydra_help.stderr
     assert fast.stdout == hydra_help.stdout
     assert "\nrenderer: " in fast.stdout and "screener/base: " in fast.stdout  # nested groups listed too
 
 
 def test_cfg_job_prints_composed_config(tmp_path):
-    out = popfair("--cfg", "job", "occupation=teacher", cwd=tmp_path)
+    out = popfair_in_process("--cfg", "job", "occupation=teacher", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "occp: 2310" in out.stdout
 

@@ -23,16 +23,14 @@ from popfair.core.errors import ConfigError
 from popfair.sweep.preflight import check_shared_services
 from tests.conftest import CONF_DIR
 from tests.llm_stub import StubServer
-from tests.mlflow_server import mlflow_server
 from tests.pg_server import free_port
 from tests.test_cli import popfair
 from tests.test_sweep_shared_cache import CASES, SMALL, planned_after_sharing
 
 
-@pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory):
-    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as uri:
-        yield uri
+@pytest.fixture
+def tracking_uri(mlflow_tracking_server):
+    return mlflow_tracking_server  # the session's server (conftest); each sweep has its own experiment
 
 
 def run_sweep(

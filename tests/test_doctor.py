@@ -13,7 +13,6 @@ import pytest
 
 from popfair.sweep.preflight import drop_cells
 from tests.llm_stub import StubServer
-from tests.mlflow_server import mlflow_server
 from tests.pg_server import free_port
 from tests.test_cli import ROOT
 
@@ -47,9 +46,10 @@ def rows(out: str, status: str) -> dict[str, str]:
     return found
 
 
-def test_doctor_passes_on_a_good_setup(tmp_path, pg_url):
+def test_doctor_passes_on_a_good_setup(tmp_path, pg_url, mlflow_tracking_server):
     env = {**without_keys(), "OPENAI_API_KEY": "test-key-doctor-0123456789"}
-    with StubServer(models=(MODEL,)) as stub, mlflow_server(tmp_path / "mlflow") as tracking:
+    tracking = mlflow_tracking_server  # the session's server (conftest)
+    with StubServer(models=(MODEL,)) as stub:
         out = popfair(
             "doctor",
             "screener=gpt4o_mini",  # route auto: openai, the one route whose key is set

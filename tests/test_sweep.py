@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from popfair.case.experiment import Experiment
 from popfair.core.errors import MissingSecretError
 from popfair.report.__main__ import main as report_main
 from popfair.sweep.state import read_case_records, sweep_grid
-from tests.conftest import CONF_DIR, compose_config
+from tests.conftest import CONF_DIR, compose_config, popfair_in_process
 from tests.mlflow_server import mlflow_server
-from tests.test_cli import ROOT, popfair
+from tests.test_cli import popfair
 
 SMALL = ["population.n=300", "estimator=outcome_gap", "estimator.n_bootstrap=200"]
 TFIDF = "popfair.screen.tfidf.TfidfScreener"
@@ -199,23 +198,15 @@ def test_dry_run_plans_every_case_and_calls_nothing(tmp_path):
     """A priced screener whose key is unset and whose screen() would fail: the dry run still plans
     every case (built keyless), prints per-case plans and per-model totals."""
     env_free = {k: v for k, v in os.environ.items() if k != "POPFAIR_TEST_KEY"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "popfair",
-            "-m",
-            "dry_run=true",
-            "occupation=nurse",
-            "protected_attr=gender,race",
-            "population.n=200",
-            "screener._target_=tests.sweep_support.CountingScreener",
-        ],
+    out = popfair_in_process(
+        "-m",
+        "dry_run=true",
+        "occupation=nurse",
+        "protected_attr=gender,race",
+        "population.n=200",
+        "screener._target_=tests.sweep_support.CountingScreener",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**env_free, "PYTHONPATH": str(ROOT)},
+        env=env_free,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("\nplan ") + out.stdout.startswith("plan ") == 2
@@ -284,14 +275,8 @@ def test_launchers_are_installed_and_compose(launcher, target):
 def _dry_sweep(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
     """A dry-run sweep with every API key variable removed from the environment."""
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_")}
-    out = subprocess.run(
-        [sys.executable, "-m", "popfair", "dry_run=true", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**env, "PYTHONPATH": str(ROOT)},
-    )
+    cwd.mkdir(parents=True, exist_ok=True)
+    out = popfair_in_process("dry_run=true", *args, cwd=cwd, env=env)  # what it prints and writes: in process
     assert out.returncode == 0, out.stderr[-3000:]
     return out, pd.read_csv(sweep_dir(cwd) / "plan.csv")
 

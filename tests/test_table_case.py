@@ -15,24 +15,28 @@ import pytest
 
 from popfair import Experiment
 from popfair.sweep.case import case_from_config
-from tests.conftest import compose_config
+from tests.conftest import compose_config, popfair_in_process
 from tests.test_table_source import CELLS, COLUMNS, RACE, SEX, decisions, write
 
 ROOT = Path(__file__).resolve().parents[1]
 N_BOOTSTRAP = "estimator.n_bootstrap=200"
 
 
-def popfair_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def popfair_cli(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, in_process: bool = False
+) -> subprocess.CompletedProcess:
+    """`python -m popfair ARGS` tracking into tmp_path: in a real process (exit statuses), or with
+    in_process=True through tests.conftest.popfair_in_process (what a run logs; no interpreter start)."""
+    args = (
+        *args,
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"tracking.artifact_root={tmp_path}/artifacts",
+        f"hydra.run.dir={tmp_path}/out",
+    )
+    if in_process:
+        return popfair_in_process(*args, cwd=tmp_path, env={**os.environ, **(env or {})})
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "popfair",
-            *args,
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            f"tracking.artifact_root={tmp_path}/artifacts",
-            f"hydra.run.dir={tmp_path}/out",
-        ],
+        [sys.executable, "-m", "popfair", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -101,7 +105,9 @@ def csv_tables(tmp_path_factory, table) -> dict[str, pd.DataFrame]:
         path = tmp / f"decisions.{suffix}"
         write(table, path, fmt)
         sheet = ["table.sheet=Decisions"] if fmt == "excel" else []
-        done = popfair_cli(tmp, "experiment=table_audit", f"table.path={path}", *COLUMNS, *sheet, N_BOOTSTRAP)
+        done = popfair_cli(
+            tmp, "experiment=table_audit", f"table.path={path}", *COLUMNS, *sheet, N_BOOTSTRAP, in_process=True
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         out[fmt], run = logged_table(tmp)
         assert run.data.tags["table.sha256"] and run.data.metrics["table.rows_used"] == len(table)
@@ -131,6 +137,7 @@ def test_command_line_on_a_postgres_table_gives_the_same_tables(tmp_path, table,
         *COLUMNS,
         N_BOOTSTRAP,
         env={"PGPASSWORD": PASSWORD},
+        in_process=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     logged, run = logged_table(tmp_path)
