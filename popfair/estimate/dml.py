@@ -176,7 +176,7 @@ def _cross_fit(
         for key, values in per_row.items():
             weight_rows[key][held_rows] = values
         overlap.extend({**row, "fold": fold} for row in diagnostics + weights)
-    clipped_rows = ((raw < settings.clip) | (raw > 1 - settings.clip)).any(axis=0)
+    clipped_rows = np.asarray(((raw < settings.clip) | (raw > 1 - settings.clip)).any(axis=0))
     diagnostics_frame = mean_diagnostics(
         encoded.a,
         weight_rows["pi2"],
@@ -203,7 +203,7 @@ def _clip_sensitivity(
             phi[held_rows] = scores
             for key, values in per_row.items():
                 rows[key][held_rows] = values
-        clipped = ((raw < clip) | (raw > 1 - clip)).any(axis=0)
+        clipped = np.asarray(((raw < clip) | (raw > 1 - clip)).any(axis=0))
         diag = mean_diagnostics(
             encoded.a,
             rows["pi2"],
