@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, LABEL_DEPENDS, TARGETS
+from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
 
 NUMBER_COLUMNS = ("estimate", "se", "ci_low", "ci_high", "p_value")
 
@@ -145,14 +145,6 @@ def gate(table: pd.DataFrame, problems: dict[str, str], n: int) -> pd.DataFrame:
     if "significant" in table:
         table["significant"] = table["significant"].astype(bool) & table["identified"]
     return table
-
-
-def undecided_labels(table: pd.DataFrame) -> list[int]:
-    """Section 5.2 patterns that cannot be decided because an effect they read is not identified."""
-    if "identified" not in table:
-        return []
-    missing = {e for e in EFFECTS if e in table.index and not bool(table.loc[e, "identified"])}
-    return [case for case, depends in LABEL_DEPENDS.items() if missing & set(depends)]
 
 
 def identification_tags(table: pd.DataFrame) -> dict[str, str]:
