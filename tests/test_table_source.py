@@ -347,7 +347,10 @@ def test_source_and_estimator_errors_at_build(tmp_path, csv_path):
         table_case(tmp_path, [*COLUMNS])
     with pytest.raises(ConfigError, match=r"^table.columns.outcome: is required"):
         table_case(tmp_path, [f"table.path={csv_path}"])
-    with pytest.raises(ConfigError, match=r"^estimator: interventional needs generated applicants"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^estimator: 'interventional' does not apply to the table design \(it needs generated applicants",
+    ):
         table_case(tmp_path, [f"table.path={csv_path}", *COLUMNS, "estimator=interventional"])
     with pytest.raises(ConfigError, match=r"^table.sheet: no sheet 'Decisons'"):
         path = csv_path.with_suffix(".xlsx")

@@ -110,12 +110,13 @@ class OnePromptPerDocument(DesignBase):
         )
 
 
-def check_estimator(design: Design, estimator: Any) -> None:
+def check_estimator(design: Design, estimator: Any, why: str = "") -> None:
     """ConfigError unless `estimator` applies to `design`: registered for it in
-    popfair.estimate.registry."""
+    popfair.estimate.registry. `why` says, in the design's words, what the others need."""
     name = estimator.name
     if name not in design.estimators:
+        reason = f" ({why})" if why else ""
         raise ConfigError(
-            f"estimator: {name!r} does not apply to the {design.name} design; choose one of "
+            f"estimator: {name!r} does not apply to the {design.name} design{reason}; choose one of "
             f"{', '.join(design.estimators)}"
         )

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from popfair.core.errors import ConfigError
-from popfair.design.base import DesignBase
+from popfair.design.base import DesignBase, check_estimator
 
 
 class TableDesign(DesignBase):
@@ -18,11 +17,7 @@ class TableDesign(DesignBase):
 
     def check_case(self, parts: Mapping[str, Any]) -> None:
         """The estimator takes recorded decisions (interventional effects need applicants to re-ask)."""
-        if parts["estimator"].name not in self.estimators:
-            raise ConfigError(
-                f"estimator: {parts['estimator'].name} needs generated applicants; on a table choose one of "
-                f"{list(self.estimators)}"
-            )
+        check_estimator(self, parts["estimator"], why="it needs generated applicants to re-ask")
 
 
 DESIGN = TableDesign()
