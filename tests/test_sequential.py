@@ -103,6 +103,12 @@ def test_group_rates_box_gives_simultaneous_differences_ratios_and_impact_ratios
     assert diff.low == pytest.approx(ra.low - rb.high) and diff.high == pytest.approx(ra.high - rb.low)
     assert ratio.low == pytest.approx(rb.low / ra.high) and ratio.high == pytest.approx(rb.high / ra.low)
     assert irs["a"].high <= 1.0 and rates.n == n
+    low_group, lowest = rates.lowest_impact_ratio()
+    assert low_group == min(irs, key=lambda k: irs[k].estimate)
+    assert lowest.low == min(iv.low for iv in irs.values()) and lowest.high == min(iv.high for iv in irs.values())
+    scores = sq.GroupRates(["a", "b"], bounds=(0.0, 100.0), method="bernstein")
+    scores.update([80.0, 60.0, 75.0, 55.0], ["a", "b", "a", "b"])
+    assert scores.difference("a", "b").estimate == pytest.approx(20.0)
     alone = sq.MeanSequence((0.0, 1.0), alpha=0.05 / 3, method="bernstein").update(y[g == "a"])
     assert ra.low == pytest.approx(alone.low) and ra.high == pytest.approx(alone.high)
 

@@ -30,9 +30,10 @@ The API (stateful objects for a stream fed batch by batch; functions for a whole
 
 ``MeanSequence(bounds=(0, 1), alpha=0.05, method="betting")``
     ``.update(x) -> AnytimeInterval`` adds a batch of units (in sampling order); ``.interval``, ``.n``.
-``GroupRates(groups, alpha=0.05, method="betting")``
+``GroupRates(groups, alpha=0.05, method="betting", bounds=(0, 1))``
     ``.update(y, group)``; ``.rate(g)``, ``.difference(a, b)``, ``.ratio(a, b)``,
-    ``.impact_ratios() -> {group: AnytimeInterval}``; ``.n``. All intervals hold simultaneously.
+    ``.impact_ratios() -> {group: AnytimeInterval}``, ``.lowest_impact_ratio() -> (group, interval)``;
+    ``.n``. All intervals hold simultaneously.
 ``rate_sequence(y, looks)``, ``paired_gap_sequence(diff, looks)``,
 ``rate_difference_sequence(y, group, a, b, looks)``, ``rate_ratio_sequence(y, group, a, b, looks)``,
 ``impact_ratio_sequence(y, group, looks, groups=None)``
@@ -163,10 +164,17 @@ class MeanSequence:
 
 class GroupRates:
     """Anytime-valid rates of several groups held simultaneously (alpha / G each), with the
-    differences, ratios and impact ratios that follow from them."""
+    differences, ratios and impact ratios that follow from them. `bounds`: the range of a unit's
+    value (default 0/1 outcomes; (0, 100) for scores, whose "rate" is then a mean score)."""
 
     def __init__(
-        self, groups: Sequence[Any], *, alpha: float = 0.05, method: str = DEFAULT_METHOD, grid: int = GRID
+        self,
+        groups: Sequence[Any],
+        *,
+        alpha: float = 0.05,
+        method: str = DEFAULT_METHOD,
+        grid: int = GRID,
+        bounds: tuple[float, float] = (0.0, 1.0),
     ) -> None:
         names = list(dict.fromkeys(groups))
         if len(names) < 1:
@@ -174,16 +182,16 @@ class GroupRates:
         self.alpha = _check_alpha(alpha)
         self.method = _check_method(method)
         self.groups = names
-        self._seq = {
-            g: MeanSequence((0.0, 1.0), alpha=self.alpha / len(names), method=method, grid=grid) for g in names
-        }
+        if bounds[0] < 0:
+            raise ConfigError(f"GroupRates: group means must be nonnegative (ratios), got bounds {bounds!r}")
+        self._seq = {g: MeanSequence(bounds, alpha=self.alpha / len(names), method=method, grid=grid) for g in names}
 
     @property
     def n(self) -> int:
         return sum(s.n for s in self._seq.values())
 
     def update(self, y: Iterable[float], group: Iterable[Any]) -> None:
-        """Add a batch of 0/1 outcomes and their groups, in sampling order."""
+        """Add a batch of outcomes (0/1, or values in `bounds`) and their groups, in sampling order."""
         y_arr = np.asarray(list(y) if not isinstance(y, np.ndarray) else y, dtype=float).ravel()
         g_arr = np.asarray(list(group) if not isinstance(group, np.ndarray) else group, dtype=object).ravel()
         if y_arr.shape != g_arr.shape:
@@ -231,6 +239,21 @@ class GroupRates:
                 _div(r.estimate, top_est), _div(r.low, top_high, low=True), high, self.n, self.alpha, self.method
             )
         return out
+
+    def lowest_impact_ratio(self) -> tuple[Any, AnytimeInterval]:
+        """The lowest impact ratio (min over groups) and the group that has it now: its interval is
+        [min_g L_g, min_g U_g], valid because all group intervals hold at once."""
+        irs = self.impact_ratios()
+        low_group = min(irs, key=lambda g: (math.isnan(irs[g].estimate), irs[g].estimate))
+        iv = AnytimeInterval(
+            min((r.estimate for r in irs.values() if not math.isnan(r.estimate)), default=float("nan")),
+            min(r.low for r in irs.values()),
+            min(r.high for r in irs.values()),
+            self.n,
+            self.alpha,
+            self.method,
+        )
+        return low_group, iv
 
 
 def _div(a: float, b: float, *, low: bool = False) -> float:
