@@ -31,13 +31,14 @@ def unit(*parts: object) -> float:
     return int(digest[:12], 16) / 16**12
 
 
-def expected_answer(system: str, user: str, garbage_rate: float = 0.0) -> str:
-    """What the stub model answers for this prompt (tests compare parsed values against it)."""
+def expected_answer(system: str, user: str, garbage_rate: float = 0.0, yes_share=None) -> str:
+    """What the stub model answers for this prompt (tests compare parsed values against it).
+    `yes_share(user)`: the callback "yes" probability of a prompt (default 0.5): a biased model."""
     text = prompt_text(system, user)
     if unit("garbage", text) < garbage_rate:
         return "I cannot decide."
     if "callback" in system:
-        return "yes" if unit("answer", text) < 0.5 else "no"
+        return "yes" if unit("answer", text) < (0.5 if yes_share is None else yes_share(user)) else "no"
     if "Rank all candidates" in system:
         return ranking_answer(text, stub_ranking(user))
     return str(int(unit("answer", text) * 101))
@@ -103,6 +104,7 @@ class StubState:
     models: tuple = ("stub-model",)  # what GET /v1/models lists
     down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
+    yes_share: object = None  # callable user -> P(callback "yes"), e.g. higher for some names (a biased model)
 
 
 def _user_text(content) -> str:
@@ -334,7 +336,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(504, {"error": {"message": "too late"}, "message": "too late"})
         if kind == "malformed":
             return self._send(200, '{"id": "x", "choices": [{"message": {"con')
-        answer = expected_answer(system, user, st.garbage_rate)
+        answer = expected_answer(system, user, st.garbage_rate, st.yes_share)
         tokens_in = max(1, len(prompt) // 4)
         model = body.get("model", "stub")
         if bedrock:
@@ -383,7 +385,7 @@ class Handler(BaseHTTPRequestHandler):
                 return prompt, None
             st.answered[prompt] += 1
         return prompt, {
-            "text": expected_answer(system, user, st.garbage_rate),
+            "text": expected_answer(system, user, st.garbage_rate, st.yes_share),
             "tokens_in": max(1, len(prompt) // 4),
             "model": model,
         }

@@ -20,6 +20,7 @@ from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, requi
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
 from popfair.design import design_of
 from popfair.design.base import ScreenedDesign
+from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
 from popfair.estimate.identification import identification_tags
 from popfair.population import worlds
@@ -149,6 +150,7 @@ class Experiment:
     max_failure_share: float | None = DEFAULT_MAX_FAILURE_SHARE  # more failed screens: no estimate (None: any)
     design: ScreenedDesign | None = None  # how applicants become prompts and answers (default: the population's)
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
+    sequential: SequentialSettings | None = None  # screen in looks and stop by a rule (config sequential)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
@@ -189,6 +191,9 @@ class Experiment:
         )
         design = design_of(parts["population"])
         design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
+        sequential = SequentialSettings.from_config(values["sequential"] if values else cfg.get("sequential"))
+        if sequential.on:  # the target and the design's units, checked before any work
+            check_sequential(design, sequential, parts["population"])
         return cls(
             population=parts["population"],
             occupation=parts["occupation"],
@@ -213,6 +218,7 @@ class Experiment:
             documents=None
             if dry_run
             else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
+            sequential=sequential if sequential.on else None,
         )
 
     def case_name(self) -> str:
@@ -325,15 +331,25 @@ class Experiment:
                 **profiles.artifacts,
             }
         )
-        # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
-        shown = self.prompts(profiles, store=self.documents, stage=stage)
-        rows, documents, prompts = shown.rows, shown.documents, shown.prompts
         design = self.design or design_of(self.population)
-        results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
-        # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
-        check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
-        screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
-        scored_rows = design.scored(profiles, rows, documents, prompts, results)
+        sequential = None
+        if self.sequential is None:
+            # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
+            shown = self.prompts(profiles, store=self.documents, stage=stage)
+            prompts = shown.prompts
+            results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
+            # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
+            check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
+            screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
+            scored_rows = design.scored(profiles, shown.rows, shown.documents, prompts, results)
+        else:  # rendered and screened in looks, stopped by the rule (popfair.case.sequential)
+            from popfair.case.sequential import record_artifacts, screen_in_looks
+
+            sequential = stage("screen", screen_in_looks, self, profiles)
+            profiles, prompts, results = sequential.profiles, sequential.prompts, sequential.results
+            run.artifacts(record_artifacts(sequential.record))
+            check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
+            screening, scored_rows = sequential.metrics, sequential.scored_rows
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
@@ -376,6 +392,7 @@ class Experiment:
             screening=screening,
             profiles=profiles,
             scored_worlds=scored_worlds,
+            sequential=None if sequential is None else sequential.record,
         )
         if self.audit_report:
             from popfair.report.audit import audit_report
@@ -427,6 +444,9 @@ class Experiment:
         artifacts.update(effects.artifacts)
         if result.audit is not None:  # its artifacts were queued when it ended
             metrics.update(result.audit.metrics)
+        if result.sequential is not None:  # the looks, why it stopped, both intervals
+            metrics.update(result.sequential.metrics())
+            tags.update(result.sequential.tags())
         run.artifacts(artifacts)
         run.log(metrics=metrics, tags=tags)
         return run.end()

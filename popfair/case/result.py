@@ -41,6 +41,8 @@ class RunResult:
         The counterfactual world rows as scored (an estimator's `WorldRequest`).
     report : dict, optional
         The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
+    sequential : SequentialRecord, optional
+        A sequential case's looks, why it stopped, the n used and both intervals (config `sequential`).
 
     Examples
     --------
@@ -59,6 +61,7 @@ class RunResult:
     profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
     scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
     report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
+    sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.sequential): looks, stop, CIs
 
     @property
     def failure_rate(self) -> float:

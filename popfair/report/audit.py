@@ -216,6 +216,20 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
             ),
         ),
     ]
+    sequential = getattr(result, "sequential", None)  # a sequential case: its looks, stop, both intervals
+    if sequential is not None:
+        blocks += [
+            Block("h2", "Sequential audit: looks and stopping"),
+            Block(
+                "text",
+                "The tool was asked in batches, and after each batch the target effect's anytime-valid "
+                "confidence interval (a confidence sequence: it holds at every look at once) decided whether "
+                "to go on. The effects below are the fixed-n analysis of the answers used; its interval is "
+                "valid only for a sample size planned in advance, so the decision rests on the anytime-valid one.",
+            ),
+            Block("list", sequential.sentences()),
+            Block("table", sequential.table().round(4)),
+        ]
     reasons = _failure_reasons(scored)
     if len(reasons):
         blocks += [

@@ -72,15 +72,19 @@ def summary(
     timings: Mapping[str, float] | None = None,
     total: float | None = None,
     failed_label: str = "failed screens",
+    sequential: list[str] | None = None,
 ) -> str:
     """The case's closing lines; `failed_label` names what `n_failed` counts (a table case drops rows,
-    it screens nothing)."""
+    it screens nothing); `sequential`: a sequential case's record in words (looks, stop, both CIs),
+    printed under the effects table, which is then the fixed-n analysis of the n used."""
     lines = [
         f"\n=== popfair case: {case_name} ===",
         f"applicants: {n_rows}   {failed_label}: {n_failed}",
         format_effects(effects),
         f"case label: {effects.case}",
     ]
+    if sequential:
+        lines += ["(the table above is the fixed-n analysis of the n used)", *sequential]
     if run_id:
         lines += [f"MLflow run id: {run_id}", f"open the UI:   mlflow ui --backend-store-uri {tracking_uri}"]
     if timings:

@@ -44,7 +44,7 @@ def _all_runs(client, experiment_ids: list[str], filter_string: str) -> list[Any
 def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_id: str | None = None) -> pd.DataFrame:
     """Case runs of a sweep (children of `parent_run_id`) or of an experiment (all but parents).
 
-    Columns: CASE_COLUMNS plus `metrics` (dict) for each run."""
+    Columns: CASE_COLUMNS plus `metrics` (dict) and `stopped_by` (a sequential case's stop) for each run."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -80,9 +80,10 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "design": tags.get("design"),
                 "source": tags.get("table.source"),
                 "metrics": dict(run.data.metrics),
+                "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped
             }
         )
-    return pd.DataFrame(rows, columns=CASE_COLUMNS + ["metrics"])
+    return pd.DataFrame(rows, columns=CASE_COLUMNS + ["metrics", "stopped_by"])
 
 
 def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:

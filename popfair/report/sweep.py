@@ -208,6 +208,44 @@ def table_blocks(effects: pd.DataFrame, csv: Any) -> list[Block]:
     ]
 
 
+def sequential_blocks(runs: pd.DataFrame) -> list[Block]:
+    """The sequential cases (config `sequential`): looks, answers used against the fixed-n plan, why
+    each stopped, and its anytime-valid and fixed-n intervals at the stop, in plain words."""
+    rows = []
+    for run in runs[runs["status"] == "FINISHED"].itertuples(index=False):
+        m = run.metrics
+        if "sequential.looks" not in m:
+            continue
+        rows.append(
+            {
+                "case": run.case_name,
+                "looks": f"{m['sequential.looks']:.0f} of {m.get('sequential.looks_planned', float('nan')):.0f}",
+                "n used": f"{m['sequential.n_used']:.0f} of {m['sequential.n_planned']:.0f}",
+                "answers not needed": f"{100 * m.get('sequential.saved_share', 0.0):.0f}%",
+                "stopped because": run.stopped_by,
+                "anytime-valid CI": _interval(m, "sequential.anytime_low", "sequential.anytime_high"),
+                "fixed-n CI (n used)": _interval(m, "sequential.fixed_n_low", "sequential.fixed_n_high"),
+            }
+        )
+    if not rows:
+        return []
+    return [
+        Block("h2", "Sequential cases"),
+        Block(
+            "text",
+            "These cases asked the tool in batches and stopped when the target effect's anytime-valid "
+            "confidence interval (valid at every look at once) settled the question, or when the planned "
+            "n was spent. The fixed-n interval of the answers used is shown beside it; it would be valid "
+            "only had that n been planned without looking.",
+        ),
+        Block("table", pd.DataFrame(rows)),
+    ]
+
+
+def _interval(metrics: dict[str, float], low: str, high: str) -> str:
+    return f"[{metrics[low]:.4g}, {metrics[high]:.4g}]" if low in metrics and high in metrics else "-"
+
+
 def write_report(
     tracking_uri: str,
     experiment_name: str | None,
@@ -299,6 +337,7 @@ def write_report(
             files[f"forest/{path.name}"] = path
             blocks.append(Block("figure", path))
 
+    blocks += sequential_blocks(runs)
     blocks += table_blocks(effects, csv)
     blocks += panel_blocks(effects, out, alpha, csv)
     blocks += ranking.ranking_blocks(effects, runs, lambda fig, name: _save(fig, out / "plots" / name), csv)

@@ -139,6 +139,7 @@ def _print_summary(experiment: Any, result: Any, start: float) -> None:
             timings=result.timings,
             total=time.perf_counter() - start,
             failed_label="rows left out" if isinstance(experiment, TableCase) else "failed screens",
+            sequential=result.sequential.sentences() if getattr(result, "sequential", None) else None,
         )
     )
 
