@@ -1,5 +1,5 @@
 """Sequential audits through the real case path (config `sequential`): a paired race audit against
-the local stub of a biased chat model screens in looks of 5 postings, stops once the anytime-valid
+the local stub of a biased chat model screens in looks of 10 postings, stops once the anytime-valid
 CI excludes 0, and pays for each posting once, counted as distinct prompts at the stub; an audit
 stopped by its budget resumes and extends from the response cache; the run records the looks,
 the n used, the spend saved and both intervals, labelled."""
@@ -26,7 +26,7 @@ from tests.llm_stub import StubServer
 from tests.screen_helpers import make_screener
 
 PROMPTS_PER_POSTING = 8  # 4 pairs x 2 members
-LOOKS = ["sequential.looks=null", "sequential.batch=5"]
+LOOKS = ["sequential.looks=null", "sequential.batch=10"]
 
 
 def _biased_model():
@@ -41,22 +41,23 @@ def _biased_model():
 def test_a_sequential_paired_audit_stops_early_and_a_resume_extends_it(tmp_path, monkeypatch):
     def case(n: int, *extra: str, tracked: bool = False) -> Experiment:
         overrides = ["experiment=paired_race", f"occupation.n_postings={n}", "sequential.rule=excludes_zero", *LOOKS]
+        overrides += ["outcome_audit=null", "estimator.n_bootstrap=200"]
         overrides += [] if tracked else ["tracking=none"]
         experiment = Experiment.from_config(compose_config([*overrides, *extra], tmp_path=tmp_path))
         return dataclasses.replace(experiment, screener=screener)
 
     with StubServer(yes_share=_biased_model()) as stub:
         screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
-        short = case(5, "outcome_audit=null").run()  # a budget of 5 postings: one look, not settled
+        short = case(10).run()  # a budget of 10 postings: one look, not settled
         rec = short.sequential
         assert rec.stopped_by == "the planned n is spent (occupation.n_postings)" and not rec.final.excludes(0.0)
-        assert len(stub.state.answered) == 5 * PROMPTS_PER_POSTING
+        assert len(stub.state.answered) == 10 * PROMPTS_PER_POSTING
 
         grown = case(300, tracked=True).run()  # more budget: continues from the cache, stops by the rule
         rec = grown.sequential
         assert rec.stopped_by == "the anytime-valid CI excludes 0 (no effect)" and rec.final.low > 0
-        assert 5 < rec.n_used < 300 and len(rec.looks) == rec.n_used // 5
-        assert len(stub.state.answered) == rec.n_used * PROMPTS_PER_POSTING  # the first 5 not paid again
+        assert 10 < rec.n_used < 300 and len(rec.looks) == rec.n_used // 10
+        assert len(stub.state.answered) == rec.n_used * PROMPTS_PER_POSTING  # the first 10 not paid again
         assert sum(stub.state.answered.values()) == len(stub.state.answered)  # nothing asked twice
         assert rec.prompts_used == rec.n_used * PROMPTS_PER_POSTING
         assert rec.prompts_planned == 300 * PROMPTS_PER_POSTING and rec.saved_share > 0.5
@@ -80,7 +81,7 @@ def test_a_sequential_paired_audit_stops_early_and_a_resume_extends_it(tmp_path,
         assert looks.count("\n") == len(rec.looks) + 1
 
         answered = len(stub.state.answered)
-        again = case(300, "outcome_audit=null").run()  # the same command again: a free replay, same stop
+        again = case(300).run()  # the same command again: a free replay, same stop
         assert len(stub.state.answered) == answered and again.sequential.n_used == rec.n_used
 
 
@@ -188,3 +189,13 @@ def test_a_paired_audit_can_target_the_impact_ratio_of_callback_rates():
     report = result.report["report.md"]
     assert "Sequential audit: looks and stopping" in report and "anytime-valid 95% CI" in report
     assert "fixed-n 95% CI at the n used" in report and "decision (anytime-valid)" in report
+
+
+def test_a_table_audit_refuses_a_stopping_rule():
+    from popfair.case.table import TableCase
+
+    table = ["table.path=docs/data/sample_decisions.csv", "table.columns.outcome=advanced"]
+    table += ["table.columns.sex=gender", "table.columns.race=ethnicity"]
+    cfg = compose_config(["experiment=table_audit", *table, "sequential.rule=budget"])
+    with pytest.raises(ConfigError, match="sequential.rule: a table audit reads decisions that exist"):
+        TableCase.from_config(cfg)

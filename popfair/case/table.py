@@ -131,6 +131,12 @@ class TableCase:
             require(cfg.get(group) is not None, group, f"missing config group; pick an option, e.g. {group}=<option>")
         estimator = build_for_plan(cfg.estimator, "estimator", dry_run=dry_run, values=values["estimator"])
         design_named("table").check_case({"estimator": estimator})  # the estimators registered for tables
+        require(
+            str((values.get("sequential") or {}).get("rule", "off")) in ("off", "False"),
+            "sequential.rule",
+            "a table audit reads decisions that exist and asks no screener: it has no looks to stop at; "
+            "set sequential.rule=off",
+        )
         audit = None
         if cfg.get("outcome_audit") is not None and estimator.name != IMPACT_RATIO:
             audit = build_for_plan(cfg.outcome_audit, "outcome_audit", dry_run=dry_run, values=values["outcome_audit"])
