@@ -199,3 +199,29 @@ def test_a_table_audit_refuses_a_stopping_rule():
     cfg = compose_config(["experiment=table_audit", *table, "sequential.rule=budget"])
     with pytest.raises(ConfigError, match="sequential.rule: a table audit reads decisions that exist"):
         TableCase.from_config(cfg)
+
+
+def test_the_sweep_report_says_how_each_sequential_case_stopped():
+    from popfair.report.sweep import sequential_blocks
+
+    metrics = {"sequential.looks": 4.0, "sequential.looks_planned": 10.0, "sequential.n_used": 120.0}
+    metrics |= {"sequential.n_planned": 300.0, "sequential.saved_share": 0.6, "sequential.anytime_low": 1.5}
+    metrics |= {"sequential.anytime_high": 9.25, "sequential.fixed_n_low": 3.0, "sequential.fixed_n_high": 7.5}
+    runs = pd.DataFrame(
+        [
+            {
+                "status": "FINISHED",
+                "case_name": "seq",
+                "metrics": metrics,
+                "stopped_by": "the anytime-valid CI excludes 0",
+            },
+            {"status": "FINISHED", "case_name": "fixed", "metrics": {"gap.estimate": 1.0}, "stopped_by": None},
+        ]
+    )
+    blocks = sequential_blocks(runs)
+    table = blocks[-1].content
+    assert list(table["case"]) == ["seq"]  # fixed-n cases are not listed
+    row = table.iloc[0]
+    assert row["looks"] == "4 of 10" and row["n used"] == "120 of 300" and row["answers not needed"] == "60%"
+    assert row["anytime-valid CI"] == "[1.5, 9.25]" and row["fixed-n CI (n used)"] == "[3, 7.5]"
+    assert sequential_blocks(runs.iloc[1:]) == []

@@ -191,7 +191,7 @@ class Experiment:
         )
         design = design_of(parts["population"])
         design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
-        sequential = SequentialSettings.from_config(values["sequential"] if values else cfg.get("sequential"))
+        sequential = SequentialSettings.from_config((values or {}).get("sequential", cfg.get("sequential")))
         if sequential.on:  # the target and the design's units, checked before any work
             check_sequential(design, sequential, parts["population"])
         return cls(
