@@ -21,6 +21,7 @@ from popfair.design.paired.population import load_name_pools
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.sequential import GroupRates
 from popfair.population.popresume import PopResumePopulation
+from popfair.sweep.plan import plan_case
 from tests.conftest import compose_config
 from tests.llm_stub import StubServer
 from tests.screen_helpers import make_screener
@@ -176,7 +177,9 @@ def test_a_paired_audit_can_target_the_impact_ratio_of_callback_rates():
     overrides = ["experiment=paired_race", "screener=simulated_paired", "occupation.n_postings=40", "tracking=none"]
     overrides += ["outcome_audit=null", "sequential.rule=equivalence", "sequential.target=impact_ratio"]
     overrides += ["sequential.margin=0.5", "sequential.batch=20", "sequential.looks=null", "audit_report=true"]
-    result = Experiment.from_config(compose_config(overrides)).run()
+    experiment = Experiment.from_config(compose_config(overrides))
+    assert "sequential (equivalence, a look every 20 units): this plan is the budget" in plan_case(experiment).line()
+    result = experiment.run()
     rec, scored = result.sequential, result.scored
     unit = scored["posting_id"].str[1:].astype(int)
     frame = pd.DataFrame({"unit": unit, "group": scored["race"], "value": scored["y"]})

@@ -163,6 +163,18 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
     )
 
 
+def _sequential_note(experiment: Experiment) -> str:
+    """A sequential case (config `sequential`): the plan is its budget, the most it can cost."""
+    settings = getattr(experiment, "sequential", None)
+    if settings is None:
+        return ""
+    looks = f"{settings.looks} looks" if settings.looks is not None else f"a look every {settings.batch} units"
+    return (
+        f"sequential ({settings.rule}, {looks}): this plan is the budget, the most the case can cost; it stops "
+        "earlier once the anytime-valid CI settles the rule"
+    )
+
+
 def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
     profiles, documents, document_key, image = _planning_documents(experiment)
@@ -196,6 +208,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
             for n in (
                 str(plan_note(profiles)) if plan_note else "",
                 estimator_costs(experiment, profiles, total),
+                _sequential_note(experiment),
             )
             if n
         ),
