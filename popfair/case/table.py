@@ -60,6 +60,8 @@ class TableRunResult:
     timings: dict[str, float] = field(default_factory=dict)
     report: dict[str, str | bytes] = field(default_factory=dict)
     report_path: Path | None = None  # table_report.csv, when rows had problems
+    periods: Any = None  # the PeriodRatios of table.period (popfair.estimate.impact_trend)
+    watch: Any = None  # a watch's look (popfair.case.table_watch.WatchLook)
 
     @property
     def n_rows(self) -> int:
@@ -187,6 +189,8 @@ class TableCase:
             mapped.source.close()
 
     def run(self) -> TableRunResult:
+        if self.table.watch:  # one look of a watch: the rows added since the last one
+            return self._watch()
         timings: dict[str, float] = {}
         start = time.perf_counter()
         self.tracker.prepare()  # MLflow imported in the tracking worker while the table is read
@@ -194,14 +198,24 @@ class TableCase:
         try:  # take what the estimators need from DuckDB, then free its memory before they run
             frame = roles = None
             add_on, counts, notes = self.outcome_audit, None, list(mapped.notes)
+            by_period = None
             if self.estimator.name == IMPACT_RATIO:  # names the missing sex / race columns if need be
                 counts = mapped.counts(self._metrics(self.estimator, mapped))
+                if self.table.period is not None:
+                    by_period = mapped.counts(self._metrics(self.estimator, mapped), by_period=True)
             elif add_on is not None and (mapped.columns.sex is not None or mapped.columns.race is not None):
                 try:
                     counts = mapped.counts(self._metrics(add_on, mapped))
+                    if self.table.period is not None:
+                        by_period = mapped.counts(self._metrics(add_on, mapped), by_period=True)
                 except PopfairError as exc:  # an add-on: report it, keep the case
                     log.warning("outcome audit skipped: %s", exc)
                     notes.append(f"outcome audit (impact ratios) skipped: {exc}")
+            if self.table.period is not None and by_period is None:
+                notes.append(
+                    f"table.period={self.table.period}: no impact ratios by period (they need a sex or race column "
+                    "and the impact-ratio audit: estimator=impact_ratio, or outcome_audit)"
+                )
             if self.estimator.name != IMPACT_RATIO:
                 frame = mapped.frame()
                 roles = self.roles(mapped, frame)
@@ -227,12 +241,35 @@ class TableCase:
             result.effects = self.estimator.estimate(frame, roles, "y")
             if counts is not None:
                 result.audit = self._impact_add_on(counts, result)
+        if by_period is not None:
+            from popfair.case.table_watch import periods_of
+
+            ratios_estimator = self.estimator if self.estimator.name == IMPACT_RATIO else self.outcome_audit
+            result.periods = periods_of(by_period, str(self.table.period), ratios_estimator.settings)
         timings["estimate"] = time.perf_counter() - start
         try:
             result.run_id = self._track(result)
         except TrackingFailed as exc:  # the results are kept: the command prints them, then the error
             exc.result = result
             raise
+        return result
+
+    def _watch(self) -> TableRunResult:
+        """One look of a watch (`popfair.case.table_watch`): logged when it read new rows."""
+        from popfair.case.table_watch import watch_look
+
+        outcome = watch_look(self)
+        result = TableRunResult(
+            effects=outcome.ratios.effects() if outcome.ratios is not None else Effects(table=pd.DataFrame()),
+            source=outcome.source,
+            ratios=outcome.ratios,
+            periods=outcome.periods,
+            watch=outcome.look,
+            notes=outcome.notes,
+            timings={"estimate": outcome.seconds},
+        )
+        if outcome.ratios is not None:
+            result.run_id = self._track(result)
         return result
 
     def _impact_add_on(self, counts: TableCounts, result: TableRunResult) -> Effects | None:
@@ -337,10 +374,19 @@ class TableCase:
         if result.audit is not None:
             metrics.update(result.audit.metrics)
             artifacts.update(result.audit.artifacts)
+        steps = []
+        for part in (result.periods, result.watch):
+            if part is not None:  # by period (each period a step) and a watch's look
+                metrics.update(part.metrics())
+                artifacts.update(part.artifacts())
+                tags.update(part.tags())
+                steps += part.steps()
         timings, start = result.timings, time.perf_counter()
         with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)
+            if steps:
+                run.steps(steps)
             run.artifacts(artifacts)  # figures (Plot) are drawn by the tracking worker
             if self.audit_report:  # drawn here while the worker logs the above
                 drawn = time.perf_counter()

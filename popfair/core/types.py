@@ -202,7 +202,8 @@ class Plot:
     """A figure a stage asks for, as data: `popfair.track.figures.draw` turns it into a matplotlib
     Figure when the run is logged, so estimators and populations stay free of plotting code.
     kind: "forest" (effects with CIs; options: series), "impact_ratio" (options: dimensions,
-    flag_below, alpha), "qq" or "age_experience" (population diagnostics); table: what is drawn."""
+    flag_below, alpha), "trend" (rates and ratios by period; options: periods, dimensions, flag_below,
+    flagged), "qq" or "age_experience" (population diagnostics); table: what is drawn."""
 
     kind: str
     table: pd.DataFrame

@@ -33,6 +33,7 @@ from popfair.data import DATA_DIR
 from popfair.estimate.impact_ratio_table import ImpactRatios
 from popfair.report.document import Block, to_html, to_markdown, to_pdf
 from popfair.report.ll144 import AuditData, ll144_blocks
+from popfair.report.trend import period_blocks, watch_blocks
 from popfair.runtime.version import __version__
 
 
@@ -299,6 +300,10 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
     )
     if ratios is not None:
         blocks += ll144_blocks(ratios, data, out)
+    if getattr(result, "periods", None) is not None:  # table.period (popfair.report.trend)
+        blocks += period_blocks(result.periods, out)
+    if getattr(result, "watch", None) is not None:  # table.watch
+        blocks += watch_blocks(result.watch)
     if impact_ratios_of(result.effects) is None:
         blocks += effects_blocks(result.effects, f"Effect of {case.protected.name} ({case.estimator.name})")
     if result.mapping is not None and len(result.mapping):

@@ -84,6 +84,7 @@ def run_case(cfg: DictConfig) -> float | None:
     start = time.perf_counter()
     record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
     experiment = None
+    alert = False  # a watch's look crossed its boundary: exit status 3 (popfair.case.table_watch)
     try:
         if not dry_run and not in_sweep:  # a sweep's store is checked once, before its first case
             check_tracking_store(cfg)
@@ -103,9 +104,17 @@ def run_case(cfg: DictConfig) -> float | None:
                 if failed.result is not None:
                     _print_summary(experiment, failed.result, start)
                 raise
-            _print_summary(experiment, result, start)
+            watch = getattr(result, "watch", None)
+            if watch is None or watch.rows_read:
+                _print_summary(experiment, result, start)
+            if getattr(result, "periods", None) is not None:
+                print(f"By {result.periods.period}:\n" + "\n".join(f"  {line}" for line in result.periods.sentences()))
+            if watch is not None:
+                print(watch.line())
+                alert = watch.alert
             record.status, record.run_id = "finished", result.run_id
-            value = float(result.effects.table["estimate"].iloc[0])
+            table = result.effects.table
+            value = float(table["estimate"].iloc[0]) if len(table) else None
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
         if not in_sweep:
             if isinstance(exc, PopfairError):
@@ -120,6 +129,10 @@ def run_case(cfg: DictConfig) -> float | None:
     record.seconds = time.perf_counter() - start
     if sweep:
         record.write(sweep.sweep_dir)
+    if alert and not in_sweep:  # for schedulers: the look's line is printed, the run logged
+        from popfair.case.table_watch import EXIT_ALERT
+
+        sys.exit(EXIT_ALERT)
     return value
 
 

@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -216,6 +216,16 @@ def log_batch(
         t, tag_list = tag_list[: MAX_PARAMS_PER_BATCH - len(p)], tag_list[MAX_PARAMS_PER_BATCH - len(p) :]
         m, metric_list = metric_list[:MAX_METRICS_PER_BATCH], metric_list[MAX_METRICS_PER_BATCH:]
         client.log_batch(run_id, metrics=m, params=p, tags=t)
+
+
+def log_steps(token: str, steps: Sequence[tuple[int, int, Mapping[str, float]]]) -> None:
+    """Metrics at several steps (each with its own timestamp), in batches of MLflow's limit."""
+    from mlflow.entities import Metric
+
+    client, run_id = _run(token)
+    metric_list = [Metric(k, v, stamp, step) for step, stamp, values in steps for k, v in values.items()]
+    for start in range(0, len(metric_list), MAX_METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=metric_list[start : start + MAX_METRICS_PER_BATCH])
 
 
 def annotate(uri: str, run_id: str, metrics: Mapping[str, float], tags: Mapping[str, str], timestamp: int) -> None:

@@ -1,5 +1,6 @@
 """Figures of one case (matplotlib `Figure` objects, no pyplot state, Agg-safe): the effects forest
-plot (one estimate or observational vs interventional side by side), the impact ratio chart, and
+plot (one estimate or observational vs interventional side by side), the impact ratio chart, the
+rates and impact ratios by period (the trend chart), and
 the population's age-vs-experience and Q-Q plots. Estimators and the population ask for them as
 data (`popfair.core.types.Plot` artifacts) and `draw` renders them when the run is logged; the sweep report reuses `forest_plot` so a report and a run's
 artifact look alike. matplotlib is imported when drawing, which keeps `import popfair` light."""
@@ -159,9 +160,69 @@ def age_experience_figure(stats: pd.DataFrame, title: str = "") -> Figure:
     return fig
 
 
+def trend_figure(
+    table: pd.DataFrame,
+    title: str = "",
+    *,
+    periods: Sequence[str],
+    dimensions: Mapping[str, str],
+    flag_below: float,
+    flagged: Mapping[str, Sequence[str]],
+) -> Figure:
+    """Selection (scoring) rates and impact ratios by period with their CIs: one row of two panels
+    per dimension (rates left, ratios right, the four-fifths line dashed), a line per category, the
+    periods whose change test flagged the dimension shaded. `table`: period, dimension, category,
+    rate, rate_ci_low, rate_ci_high, impact_ratio, ci_low, ci_high (the included rows)."""
+    from matplotlib.figure import Figure
+
+    rows = list(dimensions) or [""]
+    fig = Figure(figsize=(10.0, 2.9 * len(rows) + 0.4), layout="constrained")
+    axes = fig.subplots(len(rows), 2, squeeze=False)
+    x_of = {p: i for i, p in enumerate(periods)}
+    for (rate_ax, ratio_ax), dimension in zip(axes, rows):
+        block = table[table["dimension"] == dimension]
+        categories = list(dict.fromkeys(block["category"]))
+        offsets = np.linspace(-0.12, 0.12, len(categories)) if len(categories) > 1 else [0.0]
+        for offset, (colour, category) in zip(offsets, enumerate(categories)):
+            line = block[block["category"] == category].sort_values("period", key=lambda s: s.map(x_of))
+            x = line["period"].map(x_of).to_numpy(float) + offset
+            for ax, (value, low, high) in (
+                (rate_ax, ("rate", "rate_ci_low", "rate_ci_high")),
+                (ratio_ax, ("impact_ratio", "ci_low", "ci_high")),
+            ):
+                y = line[value].to_numpy(float)
+                err = np.vstack([np.clip(y - line[low], 0, None), np.clip(line[high] - y, 0, None)])
+                ax.errorbar(
+                    x,
+                    y,
+                    yerr=np.nan_to_num(err),
+                    marker="o",
+                    ms=3,
+                    lw=1.2,
+                    capsize=2,
+                    color=f"C{colour % 10}",
+                    label=str(category),
+                )
+        for period in flagged.get(dimension, ()):
+            for ax in (rate_ax, ratio_ax):
+                ax.axvspan(x_of[period] - 0.4, x_of[period] + 0.4, color="#f5b7b1", alpha=0.5, lw=0)
+        ratio_ax.axhline(flag_below, color="#c0392b", ls="--", lw=1)
+        ratio_ax.set_ylim(0, 1.08)
+        title_of = dimensions.get(dimension, dimension)
+        rate_ax.set(ylabel="rate", title=f"{title_of}: rates")
+        ratio_ax.set(ylabel="impact ratio", title=f"{title_of}: impact ratios (shaded: changed)")
+        for ax in (rate_ax, ratio_ax):
+            ax.set_xticks(range(len(periods)), list(periods), fontsize=8, rotation=45 if len(periods) > 8 else 0)
+            ax.set_xlim(-0.5, len(periods) - 0.5)
+        rate_ax.legend(fontsize=7, loc="best")
+    fig.suptitle(title or "Rates and impact ratios by period", fontsize=10)
+    return fig
+
+
 DRAW: dict[str, Callable[..., Figure]] = {
     "forest": forest_plot,
     "impact_ratio": impact_ratio_figure,
+    "trend": trend_figure,
     "qq": qq_figure,
     "age_experience": age_experience_figure,
 }

@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -341,6 +341,21 @@ class RunLogger:
 
     def params(self, params: Mapping[str, Any]) -> None:
         self.log(params=params)
+
+    def steps(self, steps: Sequence[tuple[int, int, Mapping[str, float]]]) -> None:
+        """Metrics with a history: (step, timestamp in ms, metrics) per step, e.g. one step per
+        period of a table (the MLflow UI draws each metric's trend over the steps)."""
+        rows = [
+            (
+                int(step),
+                int(stamp),
+                {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))},
+            )
+            for step, stamp, values in steps
+        ]
+        for _, _, values in rows:
+            self._logged["metrics"].update(values)
+        self._submit(background.log_steps, rows)
 
     def metrics(self, metrics: Mapping[str, float]) -> None:
         self.log(metrics=metrics)

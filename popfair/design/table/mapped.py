@@ -41,6 +41,13 @@ FRAME_NAMES = {
     "pair_id": "pair_key",
     "posting_id": "posting_id",
 }
+DATE_PROBLEM = "date is missing or not a date (table.period needs one per row: YYYY-MM-DD or a timestamp)"
+# table.period -> the DuckDB expression of a row's period label (sorts in time order as text)
+PERIOD_SQL = {
+    "month": "strftime(TRY_CAST(date AS DATE), '%Y-%m')",
+    "quarter": "CAST(year(TRY_CAST(date AS DATE)) AS VARCHAR) || '-Q' || CAST(quarter(TRY_CAST(date AS DATE)) AS VARCHAR)",
+    "year": "CAST(year(TRY_CAST(date AS DATE)) AS VARCHAR)",
+}
 CODE = {"sex": "sex_code__", "race": "race_code__"}  # integer category columns of the mapped view (counts only)
 
 
@@ -221,10 +228,12 @@ class MappedTable(TableCoding):
 
     # ---- outputs -------------------------------------------------------------------------------
 
-    def counts(self, metrics: list[Any] | None = None) -> TableCounts:
+    def counts(self, metrics: list[Any] | None = None, *, by_period: bool = False) -> TableCounts:
         """Cluster x sex x race counts with one selected-count column per metric (`metrics`: the
         impact-ratio metrics, `popfair.estimate.impact_ratio._Metric`; default: selection, or the
-        LL144 scoring rate for scores)."""
+        LL144 scoring rate for scores). With `by_period` (table.period set) the cells are also split
+        by a `period` column (2024-03, 2024-Q1 or 2024); score cutoffs stay the whole table's, so
+        the periods' rates are comparable."""
         from popfair.estimate.impact_ratio import _Metric
 
         if self.columns.sex is None and self.columns.race is None:
@@ -258,13 +267,15 @@ class MappedTable(TableCoding):
         n_race = len(self.levels["race"])
         sex = CODE["sex"] if self.columns.sex is not None else "0"
         race = CODE["race"] if self.columns.race is not None else "0"
+        period = f"{PERIOD_SQL[str(self.settings.period)]} AS period, " if by_period else ""
         counts = self.source.fetch(
-            f"SELECT {cluster} AS cluster, ({sex}) * {n_race} + ({race}) AS cell, count(*)::BIGINT AS n, "
+            f"SELECT {period}{cluster} AS cluster, ({sex}) * {n_race} + ({race}) AS cell, count(*)::BIGINT AS n, "
             f"{', '.join(sums)} FROM {MAPPED} GROUP BY ALL"  # unordered: the inference sorts clusters and categories
         )
         cell = counts.pop("cell").to_numpy()
-        counts.insert(1, "sex", pd.Categorical.from_codes(cell // n_race, self.levels["sex"]))
-        counts.insert(2, "race", pd.Categorical.from_codes(cell % n_race, self.levels["race"]))
+        at = 1 + by_period
+        counts.insert(at, "sex", pd.Categorical.from_codes(cell // n_race, self.levels["sex"]))
+        counts.insert(at + 1, "race", pd.Categorical.from_codes(cell % n_race, self.levels["race"]))
         return TableCounts(counts, outcome, thresholds, cluster_column, self.record)
 
     def frame(self) -> pd.DataFrame:
@@ -306,6 +317,9 @@ class MappedTable(TableCoding):
             column = getattr(self.columns, role)
             if column is not None:
                 checks.append((f"{_quote(column)} IS NULL", f"{role} is missing"))
+        if self.settings.period is not None:  # every row needs its period
+            date = _quote(str(self.columns.date))
+            checks.append((f"TRY_CAST({date} AS DATE) IS NULL", DATE_PROBLEM))
         return checks
 
     def _problem_rows(self) -> pd.DataFrame:
@@ -349,6 +363,8 @@ class MappedTable(TableCoding):
         return self.source.fetch(" UNION ALL ".join(parts) + " ORDER BY source_row", "table.columns")
 
     def _column_of(self, problem: str) -> str:
+        if problem == DATE_PROBLEM:
+            return str(self.columns.date)
         for role in ("cluster", "posting_id", "pair_id"):
             if problem.startswith(role):
                 return str(getattr(self.columns, role))

@@ -41,6 +41,8 @@ OUTCOME_KINDS = ("auto", "binary", "label", "score", "rank")
 KINDS = ("historical", "test")
 ON_BAD_ROWS = ("error", "drop")
 ON_UNMAPPED = ("error", "unknown")
+PERIODS = ("month", "quarter", "year")  # table.period: rates, ratios and the change test by period
+WATCH_FORMATS = ("csv", "jsonl")  # files a watch reads from a byte offset (rows appended at the end)
 ON_DUPLICATES = ("warn", "error", "drop", "keep")  # exact duplicate rows, where no applicant id tells them apart
 # Single-column roles (frame column name = the role's name) and the list-valued PSE roles.
 SINGLE_COLUMNS = ("outcome", "sex", "race", "applicant_id", "cluster", "date", "pair_id", "posting_id")
@@ -153,6 +155,10 @@ class TableSettings:
     dedupe: str = "warn"
     kind: str = "historical"
     tool: ToolFacts = field(default_factory=ToolFacts)
+    period: str | None = None  # month | quarter | year: by-period rates, ratios, change test (needs columns.date)
+    watch: bool = False  # read only the rows added since the last look (popfair.design.table.watermark)
+    watch_state: str | None = None  # the watch's state file (None: outputs/watch/<source>.json)
+    watch_column: str | None = None  # database watch: the growing column (id / timestamp); rows > watermark
 
     @property
     def file_format(self) -> str:
@@ -173,6 +179,8 @@ class TableSettings:
     def read_columns(self, available: list[str]) -> list[str]:
         """The source columns to read: the mapped ones, and any the `where` filter names."""
         mapped = self.columns.source_columns()
+        if self.watch_column is not None and self.watch_column not in mapped:
+            mapped = [*mapped, self.watch_column]  # its largest value read is the watch's next watermark
         if not self.where:
             return mapped
         named = [c for c in available if c not in mapped and re.search(rf"(?<![\w]){re.escape(c)}(?![\w])", self.where)]
@@ -228,7 +236,12 @@ class TableSettings:
             "table.unknown_labels",
             "must be a list of labels meaning unknown",
         )
+        period, watch = _period_and_watch(node, columns, path, fmt)
         return cls(
+            period=period,
+            watch=watch,
+            watch_state=None if node.get("watch_state") is None else str(node["watch_state"]),
+            watch_column=None if node.get("watch_column") is None else str(node["watch_column"]),
             columns=columns,
             path=None if path is None else str(path),
             format=fmt,
@@ -249,6 +262,52 @@ class TableSettings:
             kind=node.get("kind", "historical"),
             tool=ToolFacts.from_config(node.get("tool") or {}),
         )
+
+
+def _period_and_watch(node: Mapping[str, Any], columns: Columns, path: Any, fmt: str) -> tuple[str | None, bool]:
+    """table.period (needs the date column) and table.watch (a growing CSV / JSON lines file, or a
+    database query with table.watch_column), checked before anything is read."""
+    period = node.get("period")
+    if period is not None:
+        hint = closest(str(period), PERIODS)
+        require(
+            period in PERIODS,
+            "table.period",
+            f"must be one of {list(PERIODS)} (or null), got {period!r}"
+            + (f" (did you mean {hint[0]}?)" if hint else ""),
+        )
+        require(
+            columns.date is not None,
+            "table.period",
+            f"period={period} needs table.columns.date (the column holding each decision's date)",
+        )
+    watch = node.get("watch", False)
+    require(isinstance(watch, bool), "table.watch", f"must be true or false, got {watch!r}")
+    if watch and path is not None:
+        suffixes = Path(str(path)).suffixes
+        wanted = fmt if fmt != "auto" else SUFFIX_FORMATS.get(suffixes[-1].lower() if suffixes else "", "")
+        require(
+            wanted in WATCH_FORMATS and not str(path).lower().endswith(".gz"),
+            "table.watch",
+            f"reads the rows appended to an uncompressed CSV or JSON lines file, or a database table "
+            f"(table.url with table.watch_column); {path!r} is not one",
+        )
+        require(
+            node.get("watch_column") is None,
+            "table.watch_column",
+            "is for databases; a file's new rows are its appended lines",
+        )
+    if watch and path is None:
+        require(
+            node.get("watch_column") is not None,
+            "table.watch_column",
+            "table.watch on a database needs the column that grows with each new row (an id or a timestamp): "
+            "each look reads the rows whose value is above the largest one read before",
+        )
+    if not watch:
+        for key in ("watch_state", "watch_column"):
+            require(node.get(key) is None, f"table.{key}", "is used only with table.watch=true")
+    return period, watch
 
 
 def _columns(node: Mapping[str, Any]) -> Columns:

@@ -81,14 +81,19 @@ class Source:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
 
-def open_source(settings: TableSettings) -> Source:
-    """Open the configured file or database; the relation `SOURCE` has the mapped columns only."""
+def open_source(settings: TableSettings, *, shown_as: str | None = None) -> Source:
+    """Open the configured file or database; the relation `SOURCE` has the mapped columns only.
+    `shown_as`: how messages name the source instead of its path or query (a watch's new rows)."""
     workdir = tempfile.mkdtemp(prefix="popfair-table-")
     con = duckdb.connect()  # in memory; beyond MEMORY_LIMIT DuckDB spills to the temporary folder
     con.execute(f"SET memory_limit='{MEMORY_LIMIT}'")
     con.execute(f"SET temp_directory='{Path(workdir) / 'spill'}'")
     try:
-        source = _open_file(con, settings) if settings.path is not None else _open_database(con, settings)
+        source = (
+            _open_file(con, settings, shown_as)
+            if settings.path is not None
+            else _open_database(con, settings, shown_as)
+        )
     except BaseException:
         con.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -104,6 +109,8 @@ def check_columns(settings: TableSettings, available: list[str], description: st
     wanted += [
         (f"table.columns.{role}[{i}]", name) for role in ("z", "b", "r") for i, name in enumerate(getattr(c, role))
     ]
+    if settings.watch_column is not None:
+        wanted.append(("table.watch_column", settings.watch_column))
     for key, name in wanted:
         if name not in available:
             hint = closest(name, available)
@@ -113,7 +120,7 @@ def check_columns(settings: TableSettings, available: list[str], description: st
             )
 
 
-def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> Source:
+def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings, shown_as: str | None = None) -> Source:
     assert settings.path is not None
     path = Path(settings.path).expanduser()
     if not path.is_file():
@@ -122,7 +129,7 @@ def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> Sourc
             + (f" (relative to {os.getcwd()})" if not path.is_absolute() else "")
         )
     fmt = settings.file_format
-    description = str(path.resolve())
+    description = shown_as or str(path.resolve())
     hasher: Future[str] = Future()
     threading.Thread(target=_sha256_into, args=(path, hasher), daemon=True).start()  # beside the reading
     options = dict(settings.read_options)
@@ -193,7 +200,7 @@ def _uniform_column(column: pd.Series) -> pd.Series:
     return column.astype("string")
 
 
-def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> Source:
+def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings, shown_as: str | None = None) -> Source:
     from sqlalchemy import create_engine, inspect, text
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
@@ -217,7 +224,9 @@ def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings) -> S
         engine = create_engine(url)
     except (NoSuchModuleError, ModuleNotFoundError) as exc:
         raise ConfigError(f"table.url: no driver for {shown} ({exc}); pip install 'popfair[postgres]'") from None
-    description = f"{shown} " + (f"table {settings.name}" if settings.name is not None else f"query: {settings.query}")
+    description = f"{shown} " + (
+        shown_as or (f"table {settings.name}" if settings.name is not None else f"query: {settings.query}")
+    )
     try:
         with engine.connect() as conn:
             preparer = engine.dialect.identifier_preparer
