@@ -110,13 +110,16 @@ def lr_test(cells: pd.DataFrame, current: int | None) -> tuple[float, int, float
 
 
 def holm(p_values: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values (nan entries stay nan and do not count)."""
-    from statsmodels.stats.multitest import multipletests
-
+    """Holm-adjusted p-values (nan entries stay nan and do not count): the step-down formula,
+    max over j <= i of (m - j + 1) p_(j), capped at 1. statsmodels' multipletests(method="holm")
+    gives the same numbers (tests/test_table_periods.py checks it) but runs a full gc.collect() per
+    call, a third of a second in a process holding a case."""
     out = np.full(len(p_values), np.nan)
-    tested = np.isfinite(p_values)
-    if tested.any():
-        out[tested] = multipletests(p_values[tested], method="holm")[1]
+    tested = np.flatnonzero(np.isfinite(p_values))
+    if tested.size:
+        order = tested[np.argsort(p_values[tested], kind="stable")]
+        factors = np.arange(tested.size, 0, -1)
+        out[order] = np.minimum(np.maximum.accumulate(factors * p_values[order]), 1.0)
     return out
 
 
