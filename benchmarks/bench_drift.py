@@ -177,7 +177,10 @@ def main() -> None:
     )
     print(f"time {seconds:.0f} s, load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     met = hits / args.tables_drop >= 0.9 and rate_null <= 0.05
-    print("acceptance (flagged in the drop quarter in >= 90% of drop tables, <= 5% false alarms):", "met" if met else "NOT met")
+    print(
+        "acceptance (flagged in the drop quarter in >= 90% of drop tables, <= 5% false alarms):",
+        "met" if met else "NOT met",
+    )
     if not met:
         sys.exit(1)
 

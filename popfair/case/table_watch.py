@@ -163,16 +163,13 @@ class WatchLook:
         return lines
 
     def metrics(self) -> dict[str, float]:
-        out = {
+        """This look's own figures (rows counted, the alert and the lowest upper end are steps: one
+        per look, the last one this look's)."""
+        return {
             "watch.look": float(self.look),
             "watch.rows_new": float(self.rows_read),
-            "watch.rows_total": float(self.rows_total),
-            "watch.alert": float(self.alert),
             "watch.n_crossed": float(len(self.crossed)),
         }
-        if len(self.bounds):
-            out["watch.min_ratio_upper"] = float(self.bounds["high"].min())
-        return out
 
     def tags(self) -> dict[str, str]:
         tags = {

@@ -265,7 +265,7 @@ def _moved(cells: pd.DataFrame, metric: str, dimension: str, periods: list[str],
     block = cells[(cells["metric"] == metric) & (cells["dimension"] == dimension)]
     earlier = block[block["period"].isin(periods[: periods.index(period)])].groupby("category")[["n", "selected"]].sum()
     now = block[block["period"] == period].groupby("category")[["n", "selected"]].sum()
-    both = earlier.join(now, lsuffix="_before", rsuffix="_now", how="inner")
+    both = earlier.merge(now, left_index=True, right_index=True, suffixes=("_before", "_now"))
     both = both[(both["n_before"] > 0) & (both["n_now"] > 0)]
     if both.empty:
         return "no category in both"

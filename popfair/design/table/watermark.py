@@ -122,13 +122,20 @@ class WatchState:
                 f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'}); nothing was read and the file is "
                 "untouched: restore it, or move it away to start a new watch"
             ) from None
-        changed = sorted(k for k in set(record) | set(state.settings) if record.get(k) != state.settings.get(k))
+        changed = sorted(
+            k for k in set(record) | set(state.settings) if k != "values" and record.get(k) != state.settings.get(k)
+        )
+        old_values, new_values = state.settings.get("values") or {}, record.get("values") or {}
+        for role, mapping in old_values.items():  # a new value may be mapped; one mapped before may not move
+            if any(new_values.get(role, {}).get(raw) != category for raw, category in mapping.items()):
+                changed.append(f"values.{role}")
         if changed:
             raise DataError(
                 f"table.watch_state: {path} was made by a watch with other table settings (changed: {changed}); "
-                "its counts would mix rows read two ways: restore those settings, or point table.watch_state "
-                "at a new file to start a new watch"
+                "its counts would mix rows read two ways: restore those settings (mapping a value not mapped "
+                "before is fine), or point table.watch_state at a new file to start a new watch"
             )
+        state.settings = record  # values mapped since are kept with the next save
         return state
 
     def save(self) -> None:
