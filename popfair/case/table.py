@@ -244,7 +244,7 @@ class TableCase:
         if by_period is not None:
             from popfair.case.table_watch import periods_of
 
-            ratios_estimator = self.estimator if self.estimator.name == IMPACT_RATIO else self.outcome_audit
+            ratios_estimator: Any = self.estimator if self.estimator.name == IMPACT_RATIO else self.outcome_audit
             result.periods = periods_of(by_period, str(self.table.period), ratios_estimator.settings)
         timings["estimate"] = time.perf_counter() - start
         try:

@@ -80,6 +80,8 @@ class TableRunResult(Protocol):
     run_id: str | None
     mapping: pd.DataFrame | None
     source: Any
+    periods: Any  # PeriodRatios (table.period) or None
+    watch: Any  # a watch's look (table.watch) or None
 
 
 ARTIFACT_DIR = "audit_report"
@@ -300,9 +302,9 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
     )
     if ratios is not None:
         blocks += ll144_blocks(ratios, data, out)
-    if getattr(result, "periods", None) is not None:  # table.period (popfair.report.trend)
+    if result.periods is not None:  # table.period (popfair.report.trend)
         blocks += period_blocks(result.periods, out)
-    if getattr(result, "watch", None) is not None:  # table.watch
+    if result.watch is not None:  # table.watch
         blocks += watch_blocks(result.watch)
     if impact_ratios_of(result.effects) is None:
         blocks += effects_blocks(result.effects, f"Effect of {case.protected.name} ({case.estimator.name})")
