@@ -126,6 +126,7 @@ def test_a_drop_in_one_quarter_is_flagged_there_logged_by_step_and_reported(tmp_
         *columns,
         "table.period=quarter",
         "estimator.n_bootstrap=200",
+        "audit_report=false",  # the report's wording: test_the_report_says_by_period_what_changed
         in_process=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -145,9 +146,35 @@ def test_a_drop_in_one_quarter_is_flagged_there_logged_by_step_and_reported(tmp_
     assert run.data.tags["periods.changes_flagged"].startswith("2024-Q3 race")
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "periods")}
     assert {"periods/trend.png", "periods/table.csv", "periods/changes.csv"} <= artifacts
-    report = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/audit_report/report.md")
-    assert "## Impact ratios by quarter" in report and "Black or African American fell" in report
-    assert "trend.png" in report
+
+
+def test_the_report_says_by_period_what_changed(tmp_path):
+    from popfair.estimate.impact_ratio_settings import ImpactRatioSettings
+    from popfair.estimate.impact_trend import impact_ratios_by_period
+    from popfair.report.document import to_markdown
+    from popfair.report.trend import period_blocks
+
+    table = drop_table(np.random.default_rng(5))
+    quarter = "2024-Q" + pd.to_datetime(table["Decided"]).dt.quarter.astype(str)
+    race = table["Race_Ethnicity"].map(
+        {"White": "white", "Black or African American": "black", "Hispanic or Latino": "hispanic"}
+    )
+    counts = (
+        table.assign(period=quarter, race=race, sex=table["Sex"].map({"F": "female", "Male": "male"}), cluster="all")
+        .assign(selection=table["Decision"].eq("Yes").astype(int))
+        .groupby(["period", "cluster", "sex", "race"], as_index=False)
+        .agg(n=("selection", "size"), selection=("selection", "sum"))
+    )
+    periods = impact_ratios_by_period(counts, period="quarter", settings=ImpactRatioSettings(n_bootstrap=100))
+    report = to_markdown("report", period_blocks(periods, tmp_path), tmp_path)
+    assert "## Impact ratios by quarter" in report
+    assert (
+        "2024-Q3: impact ratios changed against the earlier periods; race/ethnicity: Black or African American fell"
+        in report
+    )
+    assert "2024-Q2: no change in impact ratios against the earlier periods" in report
+    assert "### Race/Ethnicity: impact ratio by quarter (selection)" in report and "trend.png" in report
+    assert (tmp_path / "trend.png").stat().st_size > 10_000
 
 
 def test_bad_period_inputs_are_one_line_and_lose_nothing(tmp_path):
