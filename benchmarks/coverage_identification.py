@@ -41,17 +41,18 @@ import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.case.experiment import Experiment  # noqa: E402
-from popfair.core.types import WorldRequest  # noqa: E402
+from popfair.core.types import WORLD, WorldRequest  # noqa: E402
 from popfair.estimate.dml_settings import PseOverlapWarning  # noqa: E402
-from popfair.estimate.identification import gate  # noqa: E402
+from popfair.estimate.identification import IdentificationRule, gate, mean_problems  # noqa: E402
 from popfair.estimate.interventional import expected_effects  # noqa: E402
 from popfair.estimate.pse import estimate_pse  # noqa: E402
-from popfair.estimate.sfm import EFFECTS, TARGETS  # noqa: E402
+from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS  # noqa: E402
 from popfair.population.worlds import draw_worlds  # noqa: E402
 from popfair.screen.simulated import SimulatedScreener  # noqa: E402
 
 QUALIFICATIONS = {"edu_group": {"medium": 6.0, "high": 12.0}, "exp_year": 0.8}
 KINDS = ("direct", "blind", "qualifications")
+DIAGNOSTICS = ("mass_pi3", "mass_pi2", "ess", "crossing", "share_clipped")  # recorded per mean
 SMALL_GRID = {"n_estimators": [50, 100], "max_depth": [2, 3], "reg_lambda": [1.0]}
 
 
@@ -74,13 +75,23 @@ def score(screener: SimulatedScreener, table: pd.DataFrame, seed: int) -> np.nda
     return np.clip(index + noise, 0.0, 100.0)
 
 
-def replication(experiment: Experiment, occupation: str, pop_seed: int, kind: str, rep: int, grid: dict) -> list[dict]:
+def population_draw(experiment: Experiment, pop_seed: int) -> tuple:
+    """One population draw (every applicant) and every applicant's five counterfactual worlds."""
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, pop_seed)
+    everyone = draw_worlds(experiment.population, profiles, WorldRequest(worlds=TARGETS, n=None, seed=pop_seed))
+    return profiles, everyone
+
+
+def replication(draw: tuple, occupation: str, pop_seed: int, kind: str, rep: int, grid: dict | None) -> list[dict]:
+    profiles, everyone = draw
     table = profiles.table
     screener = SimulatedScreener(intercept=45.0, coefficients=coefficients(kind, table), noise_sd=8.0, seed=rep)
     # the screener's `seed` only hashes document noise in `screen`; this study draws it in `score`
-    everyone = draw_worlds(experiment.population, profiles, WorldRequest(worlds=TARGETS, n=None, seed=pop_seed))
-    truth = expected_effects(everyone, screener.expected(everyone, "score"))
+    expected = screener.expected(everyone, "score")
+    truth = expected_effects(everyone, expected)
+    means = pd.Series(np.asarray(expected, float), index=everyone.index).groupby(everyone[WORLD]).mean()
+    for name, row in zip(COARSE_EFFECTS, COARSE_CONTRASTS):  # the coarser split's truth, same worlds
+        truth[name] = float(row @ means.reindex(list(TARGETS)).to_numpy())
     noise_seed = 1000 * pop_seed + 100 * list(KINDS).index(kind) + rep  # independent across screeners
     data = table.assign(y=score(screener, table, noise_seed))
     roles = profiles.roles
@@ -96,16 +107,29 @@ def replication(experiment: Experiment, occupation: str, pop_seed: int, kind: st
             r=roles.r,
             y="y",
             n_bootstrap=300,
-            seed=rep,
+            seed=noise_seed,  # folds and bootstrap too: replications of different screeners are independent
             gate=False,
             grid=grid,
             n_jobs=1,
         )
     problems = {t: r for t, r in result.identification["reason"].items() if r}
-    judged = gate(result.table, problems, result.n)
+    judged = pd.concat(
+        [
+            gate(result.table, problems, result.n),
+            gate(result.coarse, problems, result.n, COARSE_EFFECTS, COARSE_CONTRASTS),
+        ]
+    )
+    ungated = pd.concat([result.table, result.coarse])
+    # every mean's diagnostics, so any stated rule can be re-applied to the rows afterwards
+    diagnostics = {
+        f"{column}:{target}": float(value)
+        for target, row in result.identification.iterrows()
+        for column, value in row.items()
+        if column in DIAGNOSTICS
+    }
     rows = []
-    for effect in EFFECTS:
-        lo, hi = result.table.loc[effect, "ci_low"], result.table.loc[effect, "ci_high"]
+    for effect in (*EFFECTS, *COARSE_EFFECTS):
+        lo, hi = ungated.loc[effect, "ci_low"], ungated.loc[effect, "ci_high"]
         rows.append(
             {
                 "occupation": occupation,
@@ -114,18 +138,57 @@ def replication(experiment: Experiment, occupation: str, pop_seed: int, kind: st
                 "rep": rep,
                 "effect": effect,
                 "truth": float(truth[effect]),
-                "estimate": float(result.table.loc[effect, "estimate"]),
+                "estimate": float(ungated.loc[effect, "estimate"]),
+                "se": float(ungated.loc[effect, "se"]),
                 "ci_low": float(lo),
                 "ci_high": float(hi),
                 "covered": bool(lo <= truth[effect] <= hi),
                 "identified": bool(judged.loc[effect, "identified"]),
                 "reason": judged.loc[effect, "reason"],
+                **diagnostics,
             }
         )
     return rows
 
 
+def regate(results: pd.DataFrame, rule: IdentificationRule) -> pd.DataFrame:
+    """`identified` re-decided from each replication's recorded diagnostics under `rule` (the rule in
+    popfair.estimate.identification, so a changed rule is judged on the same replications)."""
+    columns = [c for c in results if ":" in c]
+    if not columns:
+        return results
+    verdicts = []
+    for _, rows in results.groupby(["occupation", "screener", "population_seed", "rep"], sort=False):
+        first = rows.iloc[0]
+        diagnostics = pd.DataFrame(
+            {name: {c.split(":", 1)[1]: first[c] for c in columns if c.startswith(name + ":")} for name in DIAGNOSTICS}
+        ).reindex(list(TARGETS))
+        problems = mean_problems(diagnostics, rule, ("x0", "x1"))
+        contrasts = dict(zip((*EFFECTS, *COARSE_EFFECTS), np.vstack([CONTRASTS, COARSE_CONTRASTS])))
+        verdicts.append(
+            pd.Series(
+                [not any(c != 0 and t in problems for t, c in zip(TARGETS, contrasts[e])) for e in rows["effect"]],
+                index=rows.index,
+            )
+        )
+    return results.assign(identified=pd.concat(verdicts).reindex(results.index))
+
+
+def answerable(results: pd.DataFrame, alpha: float = 0.05) -> pd.Series:
+    """Per occupation x screener x effect: whether the ungated CI covers consistently with its nominal
+    level (one-sided binomial test of its misses against alpha at level 0.05). A cell that fails it is
+    an effect the data cannot answer: its ungated CI misses more often than a valid one would."""
+    from scipy.stats import binomtest
+
+    return results.groupby(["occupation", "screener", "effect"], sort=False)["covered"].agg(
+        lambda c: binomtest(int((~c).sum()), len(c), alpha, alternative="greater").pvalue >= 0.05
+    )
+
+
 def summarise(results: pd.DataFrame) -> pd.DataFrame:
+    """Per occupation x screener x effect: reps, share reported, coverage of the reported CIs, ungated
+    coverage, ungated misses and the share of them the gate reports as not identified, and whether the
+    ungated estimator is valid there (`answerable`)."""
     results = results.assign(miss=~results["covered"])
     grouped = results.groupby(["occupation", "screener", "effect"], sort=False)
     summary = grouped.apply(
@@ -141,7 +204,43 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
         ),
         include_groups=False,
     )
-    return summary
+    return summary.assign(answerable=answerable(results))
+
+
+def verdict(results: pd.DataFrame, label: str) -> str:
+    """The acceptance figures over `results`: coverage of the reported CIs, and the share of would-be
+    misses reported as not identified, over all misses and over the misses of effects the data cannot
+    answer (cells whose ungated CI covers below its nominal level, `answerable`)."""
+    reported = results[results["identified"]]
+    misses = results[~results["covered"]]
+    cells = answerable(results)
+    key = pd.MultiIndex.from_frame(misses[["occupation", "screener", "effect"]])
+    unanswerable = misses[~cells.reindex(key).to_numpy(bool)]
+    low, high = binom_ci(int(reported["covered"].sum()), len(reported))
+    return (
+        f"{label}: reported {len(reported)} of {len(results)} effects, coverage {reported['covered'].mean():.3f} "
+        f"(95% CI {low:.3f}-{high:.3f}); would-be misses {len(misses)}, reported as not identified "
+        f"{(~misses['identified']).mean() if len(misses) else float('nan'):.3f} of all, "
+        f"{(~unanswerable['identified']).mean() if len(unanswerable) else float('nan'):.3f} of the "
+        f"{len(unanswerable)} in cells the data cannot answer"
+    )
+
+
+def binom_ci(successes: int, n: int) -> tuple[float, float]:
+    """Clopper-Pearson 95% interval of a share (the coverage over this many replications)."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return float("nan"), float("nan")
+    interval = binomtest(successes, n).proportion_ci(0.95)
+    return float(interval.low), float(interval.high)
+
+
+def blind_labelled_direct(results: pd.DataFrame) -> int:
+    """Replications where the gender-blind screener (true NDE 0) would be labelled Case 1: its NDE
+    reported (identified) with a CI that excludes 0."""
+    nde = results[(results["screener"] == "blind") & (results["effect"] == "NDE") & results["identified"]]
+    return int(((nde["ci_low"] > 0) | (nde["ci_high"] < 0)).sum())
 
 
 def main() -> None:
@@ -161,6 +260,7 @@ def main() -> None:
         else pd.DataFrame()
     )
     start = time.perf_counter()
+    experiments = {}
     for occupation in args.occupations.split(","):
         overrides = [
             "screener=simulated",
@@ -170,36 +270,40 @@ def main() -> None:
             "tracking=none",
         ]
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            experiment = Experiment.from_config(compose(config_name="config", overrides=overrides))
-        for pop_seed in range(args.populations):
+            experiments[occupation] = Experiment.from_config(compose(config_name="config", overrides=overrides))
+    keys = (
+        set(done[["occupation", "screener", "population_seed", "rep"]].itertuples(index=False, name=None))
+        if not done.empty
+        else set()
+    )
+    # population draws outermost: a study cut short is balanced over occupations and screeners
+    for pop_seed in range(args.populations):
+        for occupation, experiment in experiments.items():
+            draw = None
             for kind in args.screeners.split(","):
                 for rep in range(args.reps):
-                    key = (occupation, kind, pop_seed, rep)
-                    if (
-                        not done.empty
-                        and (
-                            done[["occupation", "screener", "population_seed", "rep"]].apply(tuple, axis=1) == key
-                        ).any()
-                    ):
+                    if (occupation, kind, pop_seed, rep) in keys:
                         continue
-                    rows = pd.DataFrame(replication(experiment, occupation, pop_seed, kind, rep, grid))
+                    draw = draw or population_draw(experiment, pop_seed)
+                    rows = pd.DataFrame(replication(draw, occupation, pop_seed, kind, rep, grid))
                     done = pd.concat([done, rows], ignore_index=True)
                     if args.csv:
                         done.to_csv(args.csv, index=False)
                     print(
                         f"{occupation} {kind} pop {pop_seed} rep {rep}: {time.perf_counter() - start:.0f} s", flush=True
                     )
-    summary = summarise(done)
+    done = regate(done, IdentificationRule())  # the rule as it stands, on the recorded diagnostics
+    fine = done[done["effect"].isin(EFFECTS)]
+    coarse = done[done["effect"].isin(COARSE_EFFECTS)]
     with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 160):
-        print(summary.to_string())
-    reported = done[done["identified"]]
-    misses = done[~done["covered"]]
-    print(
-        f"\n{done.groupby(['occupation', 'screener', 'population_seed', 'rep']).ngroups} replications, "
-        f"{time.perf_counter() - start:.0f} s; reported effects: {len(reported)} of {len(done)}, coverage "
-        f"{reported['covered'].mean():.3f}; ungated misses: {len(misses)}, reported as not identified: "
-        f"{(~misses['identified']).mean() if len(misses) else float('nan'):.3f}"
-    )
+        print(summarise(fine).to_string())
+        print("\ncoarser split (offered where the fine decomposition is not identified):")
+        print(summarise(coarse).to_string())
+    n_reps = done.groupby(["occupation", "screener", "population_seed", "rep"]).ngroups
+    print(f"\n{n_reps} replications, {time.perf_counter() - start:.0f} s")
+    print(verdict(fine, "five effects"))
+    print(verdict(coarse, "coarser split"))
+    print(f"gender-blind screener labelled Case 1 (NDE reported, CI excludes 0): {blind_labelled_direct(fine)}")
 
 
 if __name__ == "__main__":

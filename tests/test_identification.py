@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from popfair.case.experiment import Experiment
-from popfair.core.types import Effects, WorldRequest
+from popfair.core.types import WORLD, Effects, WorldRequest
 from popfair.estimate.identification import gate, identification_tags
 from popfair.estimate.interventional import expected_effects
-from popfair.estimate.sfm import EFFECTS, TARGETS, case_labels
+from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, case_labels
 from popfair.population.worlds import draw_worlds
 from popfair.report.console import format_effects
 from popfair.report.sweep import case_table
@@ -52,7 +52,11 @@ def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
     experiment = Experiment.from_config(compose_config(base + FAST_DML + overrides, tmp_path=tmp))
     result = experiment.run()
     everyone = draw_worlds(experiment.population, result.profiles, WorldRequest(worlds=TARGETS, n=None, seed=0))
-    truth = expected_effects(everyone, experiment.screener.expected(everyone, result.profiles.outcome))
+    expected = experiment.screener.expected(everyone, result.profiles.outcome)
+    truth = expected_effects(everyone, expected)
+    means = pd.Series(np.asarray(expected, float), index=everyone.index).groupby(everyone[WORLD]).mean()
+    for name, row in zip(COARSE_EFFECTS, COARSE_CONTRASTS):  # the coarser split's truth, same worlds
+        truth[name] = float(row @ means.reindex(list(TARGETS)).to_numpy())
     return experiment, result, truth
 
 
@@ -80,6 +84,17 @@ def test_every_reported_effect_covers_the_truth(nurse_case):
         assert table["identified"].all(), table["reason"].tolist()
     else:  # men with female-typical names are too few for the mediated means (issue 31)
         assert not table.loc[["NDE", "NIE", "RIE"], "identified"].any()
+    # the coarser split (qualification path vs everything else): the same bootstrap, the same gate
+    coarse = result.effects.artifacts["pse_coarse.csv"]
+    assert list(coarse.index) == list(COARSE_EFFECTS)
+    for name, row in coarse.iterrows():
+        if row["identified"]:
+            assert row["ci_low"] <= truth[name] <= row["ci_high"], (kind, name, row.to_dict(), truth[name])
+        else:
+            assert np.isnan(row["estimate"]) and row["reason"].startswith("not identified at n=")
+    reported = coarse.loc[coarse["identified"], "estimate"].sum()
+    if coarse["identified"].all():  # TE = BIE_coarse + TE_minus_BIE exactly
+        assert reported == pytest.approx(table.loc["TE", "estimate"], abs=1e-9)
 
 
 def test_gender_blind_screener_is_never_labelled_direct_discrimination(nurse_case):
@@ -100,9 +115,16 @@ def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
     text = format_effects(result.effects)
     tags = identification_tags(result.effects.table)
     assert set(tags) == {f"identification.{e}" for e in EFFECTS}
+    # the estimand in plain words: text resumes never show the protected attribute; R is grouped
+    attribute = "race" if kind == "race" else "gender"
+    assert f"The text documents never display {attribute}, so the direct path X -> Y is structurally absent" in text
+    assert "name_gender_typicality (grouped from the raw first_name)" in text and "exp_year (raw)" in text
+    assert result.effects.artifacts["estimand.txt"].startswith("Estimand: ")
     if kind == "race":
         assert "not identified" not in text and set(tags.values()) == {"identified"}
+        assert "coarser split" not in text  # offered only where the fine decomposition is not identified
         return
+    assert "The coarser split (the qualification path against everything else) is not identified" in text
     assert "NDE not identified at n=18963" in text
     assert "outcome model extrapolating" in text or "only" in text
     assert tags["identification.TE"] == "identified"
@@ -159,3 +181,82 @@ def test_gate_off_keeps_numbers_but_not_the_verdict():
     kept = gate(table, {}, 10)
     assert kept["identified"].all() and (kept["reason"] == "").all()
     assert (kept["estimate"] == 1.0).all() and kept["significant"].all()
+
+
+def test_the_coarser_split_is_offered_only_where_it_is_identified():
+    """Fine decomposition blocked by psi(x1,x0,x0) and psi(x1,x1,x0): the coarser split, which needs only
+    psi(x1,x0,x1), is offered with its numbers; blocked by psi(x1,x0,x1) too, it is not identified."""
+    from popfair.estimate.estimand import coarse_metrics, coarse_notes
+
+    fine = pd.DataFrame(
+        {"estimate": [3.0, 2.0, 1.0, 0.1, 0.9], "se": 0.1, "ci_low": 0.0, "ci_high": 4.0, "significant": True},
+        index=pd.Index(list(EFFECTS), name="effect"),
+    )
+    coarse = pd.DataFrame(
+        {"estimate": [0.5, 2.5], "se": 0.1, "ci_low": [0.3, 2.3], "ci_high": [0.7, 2.7], "significant": True},
+        index=pd.Index(list(COARSE_EFFECTS), name="effect"),
+    )
+    blocked = {t: f"{t}: only 26 male applicants ..." for t in ("E[Y_x1,W_x0]", "E[Y_x1,B_x1R_x0,R_x0]")}
+    gated, offered = gate(fine, blocked, 100), gate(coarse, blocked, 100, COARSE_EFFECTS, COARSE_CONTRASTS)
+    assert list(gated.index[gated["identified"]]) == ["TE"] and offered["identified"].all()
+    (line,) = coarse_notes(gated, offered, "female", "male")
+    assert line.startswith("The fine decomposition is not identified; the coarser split is: BIE_coarse = +0.5 [0.3")
+    assert "qualifications moved from their female to their male distribution" in line
+    assert coarse_metrics(offered)["coarse.BIE_coarse.estimate"] == 0.5
+    blocked["E[Y_x1,B_x0R_x1,R_x1]"] = "E[Y_x1,B_x0R_x1,R_x1]: its weights (pi2) average 0.35 instead of 1"
+    offered = gate(coarse, blocked, 100, COARSE_EFFECTS, COARSE_CONTRASTS)
+    assert not offered["identified"].any() and offered["estimate"].isna().all()
+    (line,) = coarse_notes(gate(fine, blocked, 100), offered, "female", "male")
+    assert "is not identified at n=100: E[Y_x1,B_x0R_x1,R_x1]: its weights (pi2) average 0.35" in line
+    assert coarse_metrics(offered) == {"coarse.BIE_coarse.identified": 0.0, "coarse.TE_minus_BIE.identified": 0.0}
+    assert coarse_notes(gate(fine, {}, 100), offered, "female", "male") == []  # fine identified: nothing offered
+
+
+def test_the_renderer_declares_what_its_documents_show():
+    """Every bundled renderer declares `shows`; the estimand note follows it (photo: NDE includes reading
+    gender; text: the direct path is structurally absent; undeclared: nothing is claimed)."""
+    from popfair.estimate.estimand import estimand_notes
+    from popfair.population.popresume import PopResumePopulation, roles_for
+    from popfair.population.protected import ProtectedAttribute
+    from popfair.render.base import displayed_attributes
+    from popfair.render.image import ImagePhotoRenderer, ImageRenderer
+    from popfair.render.json_profile import JsonRenderer
+    from popfair.render.pdf import PdfRenderer
+    from popfair.render.text import TextRenderer
+
+    assert displayed_attributes(ImagePhotoRenderer) == {"gender", "race"}
+    assert displayed_attributes(JsonRenderer) == {"age"}
+    for plain in (TextRenderer, ImageRenderer, PdfRenderer):
+        assert displayed_attributes(plain) == frozenset()
+    assert displayed_attributes(object()) is None  # a renderer that does not declare it
+    roles = roles_for(ProtectedAttribute(name="gender", x0="female", x1="male"))
+    grouped = PopResumePopulation.grouped_from
+    text = " ".join(estimand_notes(roles, frozenset(), grouped, "text"))
+    assert "structurally absent" in text and "the raw first_name, state, surname beyond their grouping" in text
+    assert "region (grouped from the raw state)" in text and "edu_group (grouped from the raw edu_level)" in text
+    photo = " ".join(estimand_notes(roles, displayed_attributes(ImagePhotoRenderer), grouped, "image_photo"))
+    assert "display gender: NDE includes the screener reading it directly" in photo
+    assert "does not declare" in " ".join(estimand_notes(roles, None, grouped, "custom"))
+
+
+def test_estimator_both_keeps_its_comparison_in_the_report():
+    """estimator=both: the report's effects section shows DML beside the interventional estimate, and
+    "not identified" (no difference, no conclusion) where the DML estimate is gated."""
+    from popfair.estimate.side_by_side import compare
+    from popfair.report.audit import effects_blocks, side_by_side_rows
+
+    base = {"se": 0.1, "significant": True}
+    observed = gate(
+        pd.DataFrame({"estimate": 1.0, "ci_low": 0.8, "ci_high": 1.2, **base}, index=list(EFFECTS)),
+        {"E[Y_x1,W_x0]": "E[Y_x1,W_x0]: only 26 male applicants ..."},
+        100,
+    )
+    measured = pd.DataFrame({"estimate": 1.1, "ci_low": 0.9, "ci_high": 1.3, **base}, index=list(EFFECTS))
+    table = compare(observed, measured)
+    rows = side_by_side_rows(table).set_index("effect")
+    assert rows.loc["TE", "DML-UCA"] == "+1 [0.8, 1.2]" and rows.loc["TE", "interventional"] == "+1.1 [0.9, 1.3]"
+    assert rows.loc["TE", "same conclusion"] and rows.loc["TE", "difference"] == pytest.approx(-0.1)
+    assert rows.loc["NDE", "DML-UCA"] == "not identified" and rows.loc["NDE", "same conclusion"] is None
+    blocks = effects_blocks(Effects(table=table, labels=[]), "Effect of gender (both)")
+    assert any(b.kind == "table" and "interventional" in getattr(b.content, "columns", []) for b in blocks)
+    assert any(b.kind == "list" and any("NDE not identified at n=100" in x for x in b.content) for b in blocks)

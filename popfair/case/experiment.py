@@ -22,12 +22,14 @@ from popfair.design import design_of
 from popfair.design.base import ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
+from popfair.estimate.estimand import estimand_notes
 from popfair.estimate.identification import identification_tags
+from popfair.estimate.sfm import EFFECTS
 from popfair.population import worlds
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
-from popfair.render.base import Renderer, render_all, sample_artifacts
+from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
 from popfair.runtime.interrupts import sigterm_as_interrupt
@@ -373,6 +375,10 @@ class Experiment:
         samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
         run.artifacts({"scored.parquet": scored, **samples})
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
+        if set(EFFECTS) <= set(effects.table.index):  # path-specific effects: say what they mean in this case
+            shows, grouped = displayed_attributes(self.renderer), getattr(self.population, "grouped_from", {})
+            effects.notes[:0] = estimand_notes(profiles.roles, shows, grouped, self.renderer.kind)
+            effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
         audit = None
         if audit_result is not None:
             try:

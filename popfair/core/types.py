@@ -229,6 +229,9 @@ class Effects:
         Files logged with the run: name -> DataFrame, `Plot` or text.
     detail : object, optional
         The estimator's own result (e.g. `ImpactRatios`) for reports built in the same run.
+    notes : list of str, optional
+        Plain-words lines the console and the report print under the table (what the effects
+        mean for this case: the estimand, a coarser split offered where the fine one is not identified).
     """
 
     table: pd.DataFrame
@@ -236,6 +239,7 @@ class Effects:
     metrics: dict[str, float] = field(default_factory=dict)
     artifacts: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame | Plot | str
     detail: Any = None  # the estimator's own result (e.g. ImpactRatios) for reports built in the same run
+    notes: list[str] = field(default_factory=list)  # printed under the table (console, report)
 
     @property
     def case(self) -> str:

@@ -122,12 +122,20 @@ def mean_problems(diagnostics: pd.DataFrame, rule: IdentificationRule, groups: t
     return problems
 
 
-def gate(table: pd.DataFrame, problems: dict[str, str], n: int) -> pd.DataFrame:
-    """The effects table with `identified` and `reason`; unidentified effects lose their numbers."""
+def gate(
+    table: pd.DataFrame,
+    problems: dict[str, str],
+    n: int,
+    effects: tuple[str, ...] = EFFECTS,
+    contrasts: np.ndarray = CONTRASTS,
+) -> pd.DataFrame:
+    """The effects table with `identified` and `reason`; unidentified effects lose their numbers.
+    `effects` / `contrasts`: the rows and their coefficients on TARGETS (default the five effects;
+    `sfm.COARSE_EFFECTS` / `COARSE_CONTRASTS` for the coarser split)."""
     table = table.copy()
     identified, reasons = [], []
-    for i in range(len(EFFECTS)):
-        needed = [t for t, c in zip(TARGETS, CONTRASTS[i]) if c != 0 and t in problems]
+    for i in range(len(effects)):
+        needed = [t for t, c in zip(TARGETS, contrasts[i]) if c != 0 and t in problems]
         identified.append(not needed)
         reasons.append(
             ""
@@ -136,8 +144,8 @@ def gate(table: pd.DataFrame, problems: dict[str, str], n: int) -> pd.DataFrame:
             + " | ".join(problems[t] for t in needed)
             + " (estimator=interventional measures it on counterfactual resumes)"
         )
-    table["identified"] = pd.Series(identified, index=list(EFFECTS)).reindex(table.index).fillna(True).astype(bool)
-    table["reason"] = pd.Series(reasons, index=list(EFFECTS)).reindex(table.index).fillna("")
+    table["identified"] = pd.Series(identified, index=list(effects)).reindex(table.index).fillna(True).astype(bool)
+    table["reason"] = pd.Series(reasons, index=list(effects)).reindex(table.index).fillna("")
     hidden = ~table["identified"]
     for column in NUMBER_COLUMNS:
         if column in table:

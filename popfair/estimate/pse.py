@@ -36,9 +36,10 @@ from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.dml import clear_tuning_cache, dml_scores
 from popfair.estimate.dml_settings import PSE_CONSTRAINTS, PseOverlapWarning, PseSettings, TuningGrid
+from popfair.estimate.estimand import coarse_metrics, coarse_notes
 from popfair.estimate.identification import IdentificationRule, gate, mean_problems
 from popfair.estimate.inference import mean_inference
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
+from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS, case_labels
 
 __all__ = [
     "PseDml",
@@ -86,6 +87,10 @@ class PseResult:
         share, `identified` and `reason` (`popfair.estimate.identification`).
     sensitivity : DataFrame, optional
         Per clipping bound and effect: estimate and SE from the same nuisances, identified or not.
+    coarse : DataFrame, optional
+        The coarser split (`popfair.estimate.sfm.COARSE_EFFECTS`: the qualification path BIE_coarse
+        and everything else, TE_minus_BIE) with the effects' columns, from the same bootstrap and
+        gated by the same rule; it needs one mixing mean, psi(x1, x0, x1), instead of three.
     """
 
     table: pd.DataFrame
@@ -102,6 +107,7 @@ class PseResult:
     n_splits: int = 1  # fold assignments cross-fit and averaged (n_splits="auto": 5 for 0/1 outcomes, else 1)
     identification: pd.DataFrame | None = None  # per counterfactual mean: masses, ESS, crossing, identified, reason
     sensitivity: pd.DataFrame | None = None  # clip x effect: estimate, se, identified at that bound
+    coarse: pd.DataFrame | None = None  # the coarser split (sfm.COARSE_EFFECTS), gated by the same rule
 
     @property
     def case(self) -> str:
@@ -193,19 +199,24 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) -
     scores = dml_scores(data, roles, y, settings)
     clock = time.perf_counter()
     both, n_clusters = mean_inference(
-        np.concatenate([scores.phi_splits, scores.phi_splits @ CONTRASTS.T], axis=2),
-        list(TARGETS) + list(EFFECTS),
+        np.concatenate(
+            [scores.phi_splits, scores.phi_splits @ CONTRASTS.T, scores.phi_splits @ COARSE_CONTRASTS.T], axis=2
+        ),
+        list(TARGETS) + list(EFFECTS) + list(COARSE_EFFECTS),
         alpha=settings.alpha,
         n_bootstrap=settings.n_bootstrap,
         cluster=scores.cluster,
         rng=np.random.default_rng([settings.seed, 3]),
     )
-    means, table = both.iloc[: len(TARGETS)].copy(), both.iloc[len(TARGETS) :].copy()
+    means = both.iloc[: len(TARGETS)].copy()
+    table = both.iloc[len(TARGETS) : len(TARGETS) + len(EFFECTS)].copy()
+    coarse = both.iloc[len(TARGETS) + len(EFFECTS) :].copy()
     timings = {**scores.timings, "bootstrap": time.perf_counter() - clock}
     rule = IdentificationRule(settings.max_mass_error, settings.min_ess, settings.min_crossing)
     groups = (str(roles.x0), str(roles.x1))
     problems = mean_problems(scores.identification, rule, groups)  # judged always, applied with gate=True
     table = gate(table, problems if settings.gate else {}, len(scores.phi))
+    coarse = gate(coarse, problems if settings.gate else {}, len(scores.phi), COARSE_EFFECTS, COARSE_CONTRASTS)
     identification = scores.identification.assign(
         identified=[t not in problems for t in scores.identification.index],
         reason=[problems.get(t, "") for t in scores.identification.index],
@@ -228,6 +239,7 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) -
         n_splits=len(scores.phi_splits),
         identification=identification,
         sensitivity=sensitivity,
+        coarse=coarse,
     )
 
 
@@ -300,8 +312,12 @@ class PseDml:
                     metrics[f"pse.crossing.{key}"] = float(row["crossing"])
         if result.sensitivity is not None:
             artifacts["pse_clip_sensitivity.csv"] = result.sensitivity
+        if result.coarse is not None:
+            artifacts["pse_coarse.csv"] = result.coarse
+            metrics.update(coarse_metrics(result.coarse))
         notes = list(result.notes) + [r for r in result.table["reason"] if r]
         if notes:
             artifacts["pse_notes.txt"] = "\n".join(notes)
         table = result.table[EFFECT_COLUMNS + [c for c in result.table if c not in EFFECT_COLUMNS]]
-        return Effects(table=table, labels=result.labels, metrics=metrics, artifacts=artifacts)
+        offered = coarse_notes(result.table, result.coarse, str(roles.x0), str(roles.x1))
+        return Effects(table=table, labels=result.labels, metrics=metrics, artifacts=artifacts, notes=offered)

@@ -29,6 +29,17 @@ CONTRASTS = np.array(
         [0.0, 0.5, -0.5, 0.5, -0.5],  # RIE = 1/2[(E[Y_x1] - psi(x1,x1,x0)) + (psi(x1,x0,x1) - E[Y_x1,W_x0])]
     ]
 )
+# The coarser split offered where the fine decomposition is not identified: the qualification path
+# against everything else. Both contrast only E[Y_x0], E[Y_x1] and psi(x1, x0, x1), so they need one
+# mixing mean instead of three; TE = BIE_coarse + TE_minus_BIE exactly.
+COARSE_EFFECTS = ("BIE_coarse", "TE_minus_BIE")
+# BIE_coarse   = E[Y_x1] - psi(x1, x0, x1): qualifications x0 -> x1, proxies at x1
+# TE_minus_BIE = psi(x1, x0, x1) - E[Y_x0]: the direct and proxy paths, qualifications at x0
+COARSE_CONTRASTS = np.array([[0.0, 1.0, 0.0, -1.0, 0.0], [-1.0, 0.0, 0.0, 1.0, 0.0]])
+COARSE_MEANING = {
+    "BIE_coarse": "the qualification path: qualifications moved from their {x0} to their {x1} distribution (proxies and X at {x1})",
+    "TE_minus_BIE": "everything else (TE - BIE_coarse): the direct and proxy paths, qualifications at their {x0} distribution",
+}
 CASE_LABELS = {
     1: "Case 1: direct discrimination without explicit demographics",
     2: "Case 2: discrimination masked by cancellation",

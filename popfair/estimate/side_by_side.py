@@ -73,7 +73,7 @@ class SideBySide:
             "side_by_side_forest.png": side_by_side_plot(table, title),
             "interventional_case.txt": measured.case,
         }
-        return Effects(table=table, labels=observed.labels, metrics=metrics, artifacts=artifacts)
+        return Effects(table=table, labels=observed.labels, metrics=metrics, artifacts=artifacts, notes=observed.notes)
 
 
 def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:

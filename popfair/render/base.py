@@ -22,11 +22,25 @@ N_SAMPLE_DOCUMENTS = 3  # sample resumes logged with every run
 
 
 class Renderer(Protocol):
+    """What the render stage needs of a renderer. `shows` declares the protected attributes (profile
+    columns) its documents display explicitly: a gender field, pronouns, a photo. A name is not one:
+    it is a proxy (R). The declaration tells a case when the direct path X -> Y is structurally
+    absent (`popfair.estimate.estimand`); None (the default) means "not declared", and then nothing
+    is claimed. Read it with `displayed_attributes`, which gives renderers without it the default."""
+
     kind: str  # the renderer's name (text, json, image, image_photo), used in case names and tags
+    shows: frozenset[str] | None = None  # protected attributes the documents display; None: not declared
 
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:
         """One document for one profile row (deterministic given the row)."""
         ...
+
+
+def displayed_attributes(renderer: object) -> frozenset[str] | None:
+    """The protected attributes a renderer's documents display explicitly (`Renderer.shows`), or None
+    where the renderer does not declare them (the Protocol's default, for renderers that do not subclass it)."""
+    shows = getattr(renderer, "shows", None)
+    return None if shows is None else frozenset(str(s) for s in shows)
 
 
 def render_all(

@@ -143,6 +143,26 @@ def _failure_reasons(scored: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def side_by_side_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """estimator=both's comparison as a report table: each side's estimate and CI, the difference, and
+    whether they reach the same conclusion; "not identified" where the DML estimate is gated."""
+    rows = []
+    for effect, row in table.iterrows():
+        identified = bool(row.get("identified", True))
+        rows.append(
+            {
+                "effect": effect,
+                "DML-UCA": f"{row['estimate']:+.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"
+                if identified
+                else "not identified",
+                "interventional": f"{row['intv_estimate']:+.4g} [{row['intv_ci_low']:.4g}, {row['intv_ci_high']:.4g}]",
+                "difference": round(float(row["difference"]), 4) if identified else None,
+                "same conclusion": bool(row["same_conclusion"]) if identified else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def effects_blocks(effects: Effects, heading: str) -> list[Block]:
     """An estimator's effects table and what it found: PopResume's discrimination patterns for the
     path-specific effects, the estimator's own findings otherwise."""
@@ -150,8 +170,24 @@ def effects_blocks(effects: Effects, heading: str) -> list[Block]:
     table = effects.table[columns].reset_index(names="effect")
     table = table.round({c: 4 for c in columns if c not in ("n_pairs", "b", "c")})
     blocks = [Block("h2", heading), Block("table", table)]
+    if "intv_estimate" in effects.table:  # estimator=both: the observational estimate beside the measured one
+        blocks += [
+            Block(
+                "text",
+                "Observational (DML-UCA, from the factual resumes) beside interventional (measured on "
+                "counterfactual resumes of the same applicants); an effect DML cannot identify has no "
+                "observational number:",
+            ),
+            Block("table", side_by_side_rows(effects.table)),
+        ]
     if set(PSE_EFFECTS) <= set(effects.table.index):
         blocks.append(Block("text", "Discrimination pattern (PopResume, section 5.2): " + effects.case))
+        if "reason" in effects.table:  # the effects reported as not identified, and why
+            unidentified = [f"{e} {r}" for e, r in effects.table["reason"].items() if r]
+            if unidentified:
+                blocks.append(Block("list", unidentified))
+        if effects.notes:
+            blocks.append(Block("list", list(effects.notes)))
     elif effects.labels:
         blocks += [Block("text", "Findings:"), Block("list", list(effects.labels))]
     else:

@@ -47,6 +47,8 @@ def format_effects(effects: Effects) -> str:
     for effect, reason in reasons.items():
         if reason:
             text += f"\n{effect} {reason}"
+    for note in effects.notes:  # what the effects mean here (estimand, a coarser split where offered)
+        text += f"\n{note}"
     return text
 
 
