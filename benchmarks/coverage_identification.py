@@ -1,26 +1,38 @@
 """Coverage study of the identification gate: DML-UCA on populations with the real overlap of the
-bundled PUMS occupations (nurse x gender, software developer x gender), simulated screeners with
-known truth.
+bundled PUMS occupations (nurse x gender, software developer x gender; `nurse:race` adds race on
+nurses), simulated screeners with known truth.
 
 Screeners (popfair.screen.simulated, noise sd 8):
-- direct: reads gender (+2 men) and the grouped name typicality (+1.5 male-typical), education, experience;
-- blind: gender-blind, reads only raw first names (+4 for the 20 most common male first names of
-  the population) plus education and experience; its true NDE is exactly 0 (text resumes never show gender);
+- direct: reads gender (+2 men) and the grouped name typicality (+1.5 male-typical), education,
+  experience (race: +2 White, -1.5 Black-typical surname);
+- blind: reads only raw first names (+4 for the 20 most common male first names of the population;
+  race: the 20 most common surnames of White applicants) plus education and experience; its true NDE
+  is exactly 0 (it never reads the attribute), and its name effect is a proxy (R) effect;
 - qualifications: education and experience only; every group effect is 0 except through B.
 
 Each replication: a population draw (seed p: names, experience; every PUMS record of the
-occupation, or `--population-n`), the screener's scores with noise seed r, `estimate_pse` with the
-gate off (so the would-be numbers are kept) and its identification verdict. The truth is the
-screener's expected score averaged over every applicant's five counterfactual worlds of that
-population draw (`expected_effects`): the finite-population effect, which the super-population CI
-covers at least as often as nominal. Prints, per occupation x screener x effect: the share reported
-(identified), coverage of the reported CIs, how often the ungated CI would miss, and the share of
-those would-be misses that the gate reports as not identified.
+occupation, or `--population-n`), the screener's scores with noise seed r, `estimate_pse` (folds and
+bootstrap seeded by the same independent seed) with the gate off, so the would-be numbers are kept,
+and every counterfactual mean's diagnostics, so the summary re-applies the rule as it stands in
+popfair.estimate.identification to the recorded rows. The truth is the screener's expected score
+averaged over every applicant's five counterfactual worlds of that population draw
+(`expected_effects`): the finite-population effect. The coarser split (BIE_coarse, TE_minus_BIE) is
+judged the same way.
 
-    python benchmarks/coverage_identification.py --reps 4 --populations 2 --grid small --csv cov.csv
+Prints, per occupation x screener x effect: the share reported (identified), coverage of the
+reported CIs, the ungated coverage, the would-be misses and the share of them the gate reports as
+not identified, and whether the cell is answerable (its ungated CI misses no more often than a valid
+95% CI would: one-sided binomial test at 0.05). Then the acceptance figures: coverage of every
+reported CI (with its Clopper-Pearson interval) and the share of would-be misses reported as not
+identified, over all misses and over the misses in unanswerable cells (a valid CI still misses 5% of
+the time; those misses are the coverage figure's, not the gate's).
 
-`--grid small` (depth 2-3, lambda 1, 50-100 trees) makes a replication a few seconds; `paper` is
-the estimator's default grid (C.5). `--csv` keeps per-replication rows and resumes from them.
+    nice python benchmarks/coverage_identification.py --reps 5 --populations 8 --grid small --csv cov.csv
+
+`--grid small` (depth 2-3, lambda 1, 50-100 trees) makes a replication about 8 s on a quiet core;
+`paper` is the estimator's default grid (C.5). `--csv` keeps per-replication rows and resumes from
+them; rerunning with the same arguments prints the table from the file. Population draws are the
+outer loop, so a study cut short stays balanced over occupations and screeners.
 """
 
 from __future__ import annotations
@@ -43,29 +55,44 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from popfair.case.experiment import Experiment  # noqa: E402
 from popfair.core.types import WORLD, WorldRequest  # noqa: E402
 from popfair.estimate.dml_settings import PseOverlapWarning  # noqa: E402
+from popfair.estimate.estimand import grouping_problems  # noqa: E402
 from popfair.estimate.identification import IdentificationRule, gate, mean_problems  # noqa: E402
 from popfair.estimate.interventional import expected_effects  # noqa: E402
 from popfair.estimate.pse import estimate_pse  # noqa: E402
 from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS  # noqa: E402
+from popfair.population.popresume import PopResumePopulation, roles_for  # noqa: E402
+from popfair.population.protected import ProtectedAttribute  # noqa: E402
 from popfair.population.worlds import draw_worlds  # noqa: E402
 from popfair.screen.simulated import SimulatedScreener  # noqa: E402
 
 QUALIFICATIONS = {"edu_group": {"medium": 6.0, "high": 12.0}, "exp_year": 0.8}
 KINDS = ("direct", "blind", "qualifications")
+LEVELS_OF = {"gender": ("female", "male"), "race": ("black", "white")}  # conf/protected_attr
 DIAGNOSTICS = ("mass_pi3", "mass_pi2", "ess", "crossing", "share_clipped")  # recorded per mean
 SMALL_GRID = {"n_estimators": [50, 100], "max_depth": [2, 3], "reg_lambda": [1.0]}
 
 
-def coefficients(kind: str, table: pd.DataFrame) -> dict:
-    """The simulated screener's coefficients for one kind (see the module docstring)."""
+def coefficients(kind: str, table: pd.DataFrame, attribute: str = "gender") -> dict:
+    """The simulated screener's coefficients for one kind (see the module docstring); with
+    `attribute` race the direct screener reads race and the surname's race typicality, the blind one
+    the 20 most common surnames of White applicants."""
     if kind == "direct":
+        if attribute == "race":
+            return {"race": {"white": 2.0}, "surname_race_typicality": {"black": -1.5}, **QUALIFICATIONS}
         return {"gender": {"male": 2.0}, "name_gender_typicality": {"male": 1.5}, **QUALIFICATIONS}
     if kind == "blind":
-        names = table.loc[table["gender"] == "male", "first_name"].value_counts().index[:20]
-        return {"first_name": {str(name): 4.0 for name in names}, **QUALIFICATIONS}
+        column, group = ("surname", "white") if attribute == "race" else ("first_name", "male")
+        names = table.loc[table[attribute] == group, column].value_counts().index[:20]
+        return {column: {str(name): 4.0 for name in names}, **QUALIFICATIONS}
     if kind == "qualifications":
         return dict(QUALIFICATIONS)
     raise ValueError(kind)
+
+
+def reads(kind: str, attribute: str) -> frozenset[str]:
+    """The profile columns a screener of this kind reads (its coefficients' keys)."""
+    sample = pd.DataFrame({attribute: ["x"], "first_name": ["x"], "surname": ["x"]})
+    return frozenset(coefficients(kind, sample, attribute))
 
 
 def score(screener: SimulatedScreener, table: pd.DataFrame, seed: int) -> np.ndarray:
@@ -85,7 +112,10 @@ def population_draw(experiment: Experiment, pop_seed: int) -> tuple:
 def replication(draw: tuple, occupation: str, pop_seed: int, kind: str, rep: int, grid: dict | None) -> list[dict]:
     profiles, everyone = draw
     table = profiles.table
-    screener = SimulatedScreener(intercept=45.0, coefficients=coefficients(kind, table), noise_sd=8.0, seed=rep)
+    attribute = profiles.roles.x
+    screener = SimulatedScreener(
+        intercept=45.0, coefficients=coefficients(kind, table, attribute), noise_sd=8.0, seed=rep
+    )
     # the screener's `seed` only hashes document noise in `screen`; this study draws it in `score`
     expected = screener.expected(everyone, "score")
     truth = expected_effects(everyone, expected)
@@ -151,9 +181,11 @@ def replication(draw: tuple, occupation: str, pop_seed: int, kind: str, rep: int
     return rows
 
 
-def regate(results: pd.DataFrame, rule: IdentificationRule) -> pd.DataFrame:
+def regate(results: pd.DataFrame, rule: IdentificationRule, structural: bool = True) -> pd.DataFrame:
     """`identified` re-decided from each replication's recorded diagnostics under `rule` (the rule in
-    popfair.estimate.identification, so a changed rule is judged on the same replications)."""
+    popfair.estimate.identification, so a changed rule is judged on the same replications), and with
+    `structural` the case's grouping check (`popfair.estimate.estimand.grouping_problems`) on the
+    columns the screener reads."""
     columns = [c for c in results if ":" in c]
     if not columns:
         return results
@@ -164,6 +196,12 @@ def regate(results: pd.DataFrame, rule: IdentificationRule) -> pd.DataFrame:
             {name: {c.split(":", 1)[1]: first[c] for c in columns if c.startswith(name + ":")} for name in DIAGNOSTICS}
         ).reindex(list(TARGETS))
         problems = mean_problems(diagnostics, rule, ("x0", "x1"))
+        if structural:  # the screener's known columns: a raw name read while R holds it grouped
+            occupation, kind = str(first["occupation"]), str(first["screener"])
+            attribute = occupation.partition(":")[2] or "gender"
+            roles = roles_for(ProtectedAttribute(attribute, *LEVELS_OF[attribute]))
+            known = grouping_problems(roles, reads(kind, attribute), PopResumePopulation.grouped_from)
+            problems = {**known, **problems}
         contrasts = dict(zip((*EFFECTS, *COARSE_EFFECTS), np.vstack([CONTRASTS, COARSE_CONTRASTS])))
         verdicts.append(
             pd.Series(
@@ -248,7 +286,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=4, help="screener noise seeds per population draw")
     parser.add_argument("--populations", type=int, default=2, help="population draws (seeds) per occupation")
     parser.add_argument("--population-n", type=int, default=None, help="resample n applicants (default: all)")
-    parser.add_argument("--occupations", default="nurse,software_developer")
+    parser.add_argument(
+        "--occupations",
+        default="nurse,software_developer",
+        help="comma-separated occupation[:attribute] (attribute gender by default; e.g. nurse:race)",
+    )
     parser.add_argument("--screeners", default="direct,blind,qualifications")
     parser.add_argument("--grid", choices=["small", "paper"], default="small")
     parser.add_argument("--csv", type=Path, default=None)
@@ -261,16 +303,18 @@ def main() -> None:
     )
     start = time.perf_counter()
     experiments = {}
-    for occupation in args.occupations.split(","):
+    for case in args.occupations.split(","):  # occupation or occupation:attribute (default gender)
+        occupation, _, attribute = case.partition(":")
         overrides = [
             "screener=simulated",
             f"occupation={occupation}",
+            f"protected_attr={attribute or 'gender'}",
             f"population.n={'null' if args.population_n is None else args.population_n}",
             "population.diagnostics=false",
             "tracking=none",
         ]
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            experiments[occupation] = Experiment.from_config(compose(config_name="config", overrides=overrides))
+            experiments[case] = Experiment.from_config(compose(config_name="config", overrides=overrides))
     keys = (
         set(done[["occupation", "screener", "population_seed", "rep"]].itertuples(index=False, name=None))
         if not done.empty
@@ -292,6 +336,7 @@ def main() -> None:
                     print(
                         f"{occupation} {kind} pop {pop_seed} rep {rep}: {time.perf_counter() - start:.0f} s", flush=True
                     )
+    overlap_only = regate(done, IdentificationRule(), structural=False)
     done = regate(done, IdentificationRule())  # the rule as it stands, on the recorded diagnostics
     fine = done[done["effect"].isin(EFFECTS)]
     coarse = done[done["effect"].isin(COARSE_EFFECTS)]
@@ -303,7 +348,10 @@ def main() -> None:
     print(f"\n{n_reps} replications, {time.perf_counter() - start:.0f} s")
     print(verdict(fine, "five effects"))
     print(verdict(coarse, "coarser split"))
-    print(f"gender-blind screener labelled Case 1 (NDE reported, CI excludes 0): {blind_labelled_direct(fine)}")
+    print(f"blind screener labelled Case 1 (NDE reported, CI excludes 0): {blind_labelled_direct(fine)}")
+    fine_overlap = overlap_only[overlap_only["effect"].isin(EFFECTS)]
+    print(verdict(fine_overlap, "five effects, overlap checks alone (without the grouping check)"))
+    print(f"  blind screener labelled Case 1 then: {blind_labelled_direct(fine_overlap)}")
 
 
 if __name__ == "__main__":

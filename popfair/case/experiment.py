@@ -22,7 +22,7 @@ from popfair.design import design_of
 from popfair.design.base import ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
-from popfair.estimate.estimand import estimand_notes
+from popfair.estimate.estimand import estimand_notes, grouping_problems, structural_gate
 from popfair.estimate.identification import identification_tags
 from popfair.estimate.sfm import EFFECTS
 from popfair.population import worlds
@@ -376,8 +376,10 @@ class Experiment:
         run.artifacts({"scored.parquet": scored, **samples})
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         if set(EFFECTS) <= set(effects.table.index):  # path-specific effects: say what they mean in this case
-            shows, grouped = displayed_attributes(self.renderer), getattr(self.population, "grouped_from", {})
-            effects.notes[:0] = estimand_notes(profiles.roles, shows, grouped, self.renderer.kind)
+            roles, grouped = profiles.roles, getattr(self.population, "grouped_from", {})
+            effects.notes[:0] = estimand_notes(roles, displayed_attributes(self.renderer), grouped, self.renderer.kind)
+            known = grouping_problems(roles, self.screener.reads, grouped)  # a raw column read, held grouped
+            effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))
             effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
         audit = None
         if audit_result is not None:

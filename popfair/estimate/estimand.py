@@ -14,7 +14,18 @@ B and proxies R. Two facts of the case decide what "direct" means:
   raw first names gets a "direct" effect from the grouping alone).
 
 `estimand_notes` says both in plain words; the case puts them under its effects table (console,
-report, `estimand.txt`)."""
+report, `estimand.txt`).
+
+Where the screener is known to read a raw column that the roles hold only grouped (the screener's
+`reads`, e.g. a simulated screener's coefficients), the grouping is a known failure of the model, not
+a conjecture: a counterfactual mean that sets R to the other group's distribution while X stays
+(psi(x1, ., x0)) moves only the group, and the raw value then follows X. Such a mean does not
+estimate the screener's counterfactual, and every effect that contrasts it is not identified
+(`grouping_problems`, applied by `structural_gate` with the overlap rule's problems: one rule,
+docs/concepts/identification.md). The same holds for a grouped B and the means that set B to the
+other group's distribution (psi(x1, x0, .)). psi(x1, x0, x1), behind the coarser split, keeps R with
+X and is unaffected by a grouped R. A screener that reads the document (`reads` None) gets the note,
+not the gate: what it reads is not known."""
 
 from __future__ import annotations
 
@@ -23,8 +34,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from popfair.core.types import Roles
-from popfair.estimate.sfm import COARSE_EFFECTS, COARSE_MEANING, EFFECTS
+from popfair.core.types import Effects, Roles
+from popfair.estimate.identification import gate
+from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, case_labels
 
 
 def _columns(columns: tuple[str, ...], grouped_from: Mapping[str, str]) -> str:
@@ -93,3 +105,64 @@ def coarse_metrics(coarse: pd.DataFrame | None) -> dict[str, float]:
                 if column in row and np.isfinite(float(row[column])):
                     metrics[f"coarse.{name}.{column}"] = float(row[column])
     return metrics
+
+
+def grouping_problems(roles: Roles, reads: frozenset[str] | None, grouped_from: Mapping[str, str]) -> dict[str, str]:
+    """Target mean -> why it is not the screener's counterfactual: the screener reads a raw column that
+    B or R hold only grouped, and the mean moves that role to the other group's distribution while X
+    stays. Empty when the screener's columns are unknown (`reads` None) or it reads no such column."""
+    if not reads:
+        return {}
+    modeled = {*roles.b, *roles.r}
+    problems: dict[str, list[str]] = {}
+    for role, position in ((roles.b, 1), (roles.r, 2)):
+        for column in role:
+            raw = grouped_from.get(column)
+            if raw is None or raw not in reads or raw in modeled:
+                continue
+            for target, levels in TARGETS.items():
+                if levels[position] != levels[0]:  # the role moves to the other group, X stays
+                    problems.setdefault(target, []).append(
+                        f"the screener reads the raw {raw}, which the model holds only grouped ({column}); "
+                        f"this mean moves {column} to the other group's distribution while X stays, so the raw "
+                        f"{raw} follows X and the estimate is not the screener's counterfactual"
+                    )
+    return {target: f"{target}: " + "; ".join(dict.fromkeys(reasons)) for target, reasons in problems.items()}
+
+
+def structural_gate(effects: Effects, problems: Mapping[str, str], x0: str, x1: str) -> Effects:
+    """The path-specific effects gated again with `problems` added to the overlap rule's (from the
+    estimator's `pse_identification.csv`): the numbers, significance and labels of the effects that
+    contrast a failing mean are dropped, the coarser split is gated the same way and offered anew."""
+    table = effects.table
+    identification = effects.artifacts.get("pse_identification.csv")
+    if not problems or "identified" not in table or identification is None:
+        return effects
+    if not table["reason"].astype(bool).any() and identification["reason"].astype(bool).any():
+        return effects  # estimator.gate=false: every number is kept, for diagnosis
+    merged = {t: str(r) for t, r in identification["reason"].items() if r}
+    for target, reason in problems.items():
+        merged[target] = f"{merged[target]}; {reason.split(': ', 1)[1]}" if target in merged else reason
+    n = int(effects.metrics.get("pse.n", 0)) or len(table)
+    gated = gate(table.drop(columns=["identified", "reason"]), merged, n)
+    if "difference" in gated:  # estimator=both: nothing to compare where DML is not identified
+        gated.loc[~gated["identified"], "difference"] = np.nan
+        gated.loc[~gated["identified"], "same_conclusion"] = False
+    labels = case_labels(gated)
+    if "case" in gated:
+        gated["case"] = "; ".join(labels) if labels else "none"
+    artifacts = dict(effects.artifacts)
+    artifacts["pse_identification.csv"] = identification.assign(
+        identified=[t not in merged for t in identification.index],
+        reason=[merged.get(t, "") for t in identification.index],
+    )
+    coarse = artifacts.get("pse_coarse.csv")
+    if coarse is not None:
+        coarse = gate(coarse.drop(columns=["identified", "reason"]), merged, n, COARSE_EFFECTS, COARSE_CONTRASTS)
+        artifacts["pse_coarse.csv"] = coarse
+    old_coarse = [note for note in effects.notes if "coarser split" in note]
+    notes = [note for note in effects.notes if note not in old_coarse] + coarse_notes(gated, coarse, x0, x1)
+    metrics = {k: v for k, v in effects.metrics.items() if not k.startswith("coarse.")}
+    metrics.update(coarse_metrics(coarse))
+    metrics["pse.identified_effects"] = float(gated["identified"].sum())
+    return Effects(table=gated, labels=labels, metrics=metrics, artifacts=artifacts, detail=effects.detail, notes=notes)

@@ -23,6 +23,8 @@ class Screener(ABC):
     plans_real_documents: a dry run plans the real pages (image cache keys and files need them).
     answers_rankings: it can rank k candidates in one prompt (the ranking design).
     display_name: the tool's name in reports (default: `name`).
+    reads: the profile columns its answer depends on, where that is known (simulated: its
+        coefficients' columns), else None: it reads the document (popfair.estimate.estimand).
     problems: the rows its answers had problems with (file: the results sheets'), or None.
     run_tags / popfair_choices: MLflow tags of the run (the route chosen and why; choices neither
         paper states, one `popfair_choice.<key>` tag each).
@@ -37,6 +39,7 @@ class Screener(ABC):
     plans_real_documents: ClassVar[bool] = False
     answers_rankings: ClassVar[bool] = False
     display_name: str | None = None
+    reads: frozenset[str] | None = None
     problems: Any = None
     run_tags: Mapping[str, str] = _NONE
     popfair_choices: Mapping[str, Any] = _NONE

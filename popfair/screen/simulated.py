@@ -115,6 +115,7 @@ class SimulatedScreener(Screener):
         self.callback_scale = float(callback_scale)
         self.seed = seed
         self.categorical, self.numeric = _split_coefficients(coefficients or {})
+        self.reads = frozenset(self.columns)  # what its score depends on (the estimand's structural check)
 
     @property
     def columns(self) -> list[str]:
