@@ -159,7 +159,7 @@ class ImageRenderer:
     """PNG resume without a photo (kind "image")."""
 
     kind = "image"
-    shows: frozenset[str] = frozenset()  # the text resume's content as a page: no demographic field, no photo
+    shows: frozenset[str] | None = frozenset()  # the text resume's content as a page: no demographic field, no photo
     parameter_constraints = LAYOUT_CONSTRAINTS  # page geometry is checked in __init__ (width vs margin)
     with_photo = False
     rows_per_process = 32  # render_all forks workers for 64 pages or more (about 0.3 s of work each)
@@ -365,6 +365,8 @@ class ImagePhotoRenderer(ImageRenderer):
     "image"). Needs photos_dir with a manifest (schema in popfair/render/photos.py)."""
 
     kind = "image_photo"
-    shows = frozenset({"gender", "race"})  # the headshot shows both (chosen by the applicant's gender and race)
+    shows: frozenset[str] | None = frozenset(
+        {"gender", "race"}
+    )  # the headshot shows both (chosen by the applicant's gender and race)
     with_photo = True
     store_fields = (*RESUME_FIELDS, "gender", "race")  # and the photo's cell

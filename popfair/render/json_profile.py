@@ -41,7 +41,9 @@ class JsonRenderer:
     """Render a paired-audit profile row (see population.profile_bank) as compact, stable JSON."""
 
     kind = "json"
-    shows = frozenset({"age"})  # an explicit age field; no gender or race field (the name is a proxy)
+    shows: frozenset[str] | None = frozenset(
+        {"age"}
+    )  # an explicit age field; no gender or race field (the name is a proxy)
     rows_per_process = 5_000  # render_all forks workers above this many rows (96,096 documents per panel case)
 
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:

@@ -42,7 +42,7 @@ class PdfRenderer(ImageRenderer):
     """One-page PDF resume with a text layer (kind "pdf")."""
 
     kind = "pdf"
-    shows: frozenset[str] = frozenset()  # no photo, no demographic field
+    shows: frozenset[str] | None = frozenset()  # no photo, no demographic field
     with_photo = False
     rows_per_process = 64  # render_all forks workers for 128 pages or more (about 0.3 s of work each)
 

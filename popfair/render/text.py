@@ -322,7 +322,7 @@ class TextRenderer:
     profile and seed."""
 
     kind = "text"
-    shows: frozenset[str] = frozenset()  # no gender, race or age field, no pronouns, no photo
+    shows: frozenset[str] | None = frozenset()  # no gender, race or age field, no pronouns, no photo
     parameter_constraints = LAYOUT_CONSTRAINTS
     rows_per_process = 5_000  # render_all forks workers for tables of twice this (about 0.25 s of work each)
     store_fields = RESUME_FIELDS  # what a document depends on besides the settings (render/store.py)
