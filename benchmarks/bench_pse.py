@@ -9,15 +9,29 @@ threads); both must select the same hyperparameters and give the same table. The
 tuned hyperparameters from the cache. Target (issue 18): cold, 2 threads, at most 8 s on 2 cores. Wall and CPU
 seconds are printed with the load average: on a shared machine wall time includes waiting for a core.
 
+`--vs-reference` (issue 35) times, cold, each in a fresh process and interleaved in `--pairs` pairs
+(alternating which goes first), popfair's tuned estimator (n_jobs = the last `--jobs`) against an
+untuned fixed-parameter DML of the same five means (benchmarks/pse_reference.py: XGBoost's default
+hyperparameters, single-threaded fits on the same number of threads, cross-fit on popfair's fold assignment so the
+estimates differ by the nuisances alone). It prints both times, their ratio (target <= 1.0x), each
+side's estimates with the truth, and the largest |difference| of the effects (target <= 0.02).
+`--reference-params max_depth=2 ...` overrides the reference's XGBoost keywords.
+
     python benchmarks/bench_pse.py [--n 17632] [--jobs 1 2]
+    PYTHONPATH=. python benchmarks/bench_pse.py --vs-reference [--pairs 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 import warnings
+from pathlib import Path
+from statistics import median
 
 import pandas as pd
 
@@ -25,11 +39,93 @@ from popfair.estimate.pse import PseOverlapWarning, clear_tuning_cache, estimate
 from popfair.estimate.sfm_sim import SimulatedSFM
 
 
+def child(side: str, n: int, n_jobs: int, reference_params: dict[str, object]) -> None:
+    """One cold estimate in this fresh process; prints a JSON line (seconds, estimates)."""
+    sim = SimulatedSFM()
+    data = sim.sample(n, seed=2026)
+    start, cpu = time.perf_counter(), time.process_time()
+    if side == "pse":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PseOverlapWarning)
+            result = estimate_pse(data, **sim.role_kwargs, folds=5, n_bootstrap=500, seed=0, n_jobs=n_jobs)
+        estimates, extra = result.table["estimate"], {"stages": result.timings}
+    else:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from pse_reference import reference_pse
+
+        from popfair.core.types import Roles
+        from popfair.estimate.dml_encoding import NumericRoles, _assign_folds
+
+        kw = sim.role_kwargs
+        roles = Roles(x=kw["x"], x0=kw["x0"], x1=kw["x1"], z=kw["z"], b=kw["b"], r=kw["r"])
+        encoded = NumericRoles.from_frame(data, roles, "y", cluster=None, max_categories=32)[0]
+        fold_of = _assign_folds(encoded.a, 5, 0, x=roles.x, levels=(roles.x0, roles.x1))
+        start, cpu = time.perf_counter(), time.process_time()  # the fold assignment is not the reference's cost
+        table = reference_pse(data, **kw, folds=fold_of, seed=0, params=reference_params, threads=n_jobs)
+        estimates, extra = table["estimate"], {}
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(json.dumps({"wall": wall, "cpu": cpu, "estimates": estimates.to_dict(), **extra}))
+
+
+def vs_reference(args: argparse.Namespace) -> None:
+    """Interleaved cold pairs in separate processes: popfair's tuned PSE vs the untuned reference."""
+    n_jobs = args.jobs[-1]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    print(
+        f"cpu cores visible: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f} (machine shared); "
+        f"n={args.n}, n_jobs={n_jobs}, reference params: XGBoost defaults {args.reference_params or ''}"
+    )
+    runs: dict[str, list[dict]] = {"pse": [], "reference": []}
+    for pair in range(args.pairs):
+        for side in ("pse", "reference") if pair % 2 == 0 else ("reference", "pse"):
+            command = [sys.executable, __file__, "--child", side, "--n", str(args.n), "--jobs", str(n_jobs)]
+            command += ["--reference-params", *args.reference_params] if args.reference_params else []
+            began = time.perf_counter()
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if done.returncode:
+                raise SystemExit(f"{side} run failed:\n{done.stderr[-3000:]}")
+            run = json.loads(done.stdout.strip().splitlines()[-1])
+            run["process"] = time.perf_counter() - began
+            runs[side].append(run)
+            stages = "  ".join(f"{k}={v:.2f}s" for k, v in run.get("stages", {}).items())
+            print(
+                f"pair {pair + 1} {side:>9}: wall={run['wall']:.2f}s cpu={run['cpu']:.2f}s "
+                f"process={run['process']:.2f}s  {stages}  (load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
+    wall = {side: median(r["wall"] for r in rs) for side, rs in runs.items()}
+    cpu = {side: median(r["cpu"] for r in rs) for side, rs in runs.items()}
+    ratios = [p["wall"] / r["wall"] for p, r in zip(runs["pse"], runs["reference"])]
+    ratio = wall["pse"] / wall["reference"]
+    print(
+        f"median wall: pse {wall['pse']:.2f}s, reference {wall['reference']:.2f}s, ratio {ratio:.2f}x "
+        f"(per pair {', '.join(f'{r:.2f}' for r in ratios)}; target <= 1.0x: {'PASS' if ratio <= 1.0 else 'FAIL'}); "
+        f"median cpu: pse {cpu['pse']:.2f}s, reference {cpu['reference']:.2f}s, ratio {cpu['pse'] / cpu['reference']:.2f}x"
+    )
+    estimates = pd.DataFrame(
+        {side: pd.Series(rs[0]["estimates"]) for side, rs in runs.items()} | {"truth": SimulatedSFM().truth()}
+    )
+    estimates["|pse - reference|"] = (estimates["pse"] - estimates["reference"]).abs()
+    print(estimates.round(3).to_string())
+    gap = float(estimates["|pse - reference|"].max())
+    print(f"max |pse - reference| = {gap:.3f} (target <= 0.02: {'PASS' if gap <= 0.02 else 'FAIL'})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=17_632)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--vs-reference", action="store_true", help="cold pairs against the untuned reference")
+    parser.add_argument("--pairs", type=int, default=3, help="interleaved pairs with --vs-reference")
+    parser.add_argument("--reference-params", nargs="*", default=[], help="KEY=VALUE XGBoost keywords")
+    parser.add_argument("--child", choices=["pse", "reference"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    reference_params = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.reference_params)}
+    if args.child:
+        return child(args.child, args.n, args.jobs[-1], reference_params)
+    if args.vs_reference:
+        return vs_reference(args)
     sim = SimulatedSFM()
     data = sim.sample(args.n, seed=2026)
     truth = sim.truth()

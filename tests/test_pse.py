@@ -161,15 +161,22 @@ def test_tree_count_search_matches_separately_trained_models():
     rng = np.random.default_rng(0)
     features = rng.normal(size=(600, 3)).astype(np.float32)
     target = features[:, 0] - features[:, 1] ** 2 + rng.normal(size=600)
-    settings = dml_settings.PseSettings(
-        n_bootstrap=100, grid=dml_settings.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0))
-    )
+    grid = dml_settings.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0))
+    settings = dml_settings.PseSettings(n_bootstrap=100, grid=grid, early_stopping=False)
     train, valid = np.arange(480), np.arange(480, 600)
     best, _ = nuisances.search(features, target, "regressor", train, valid, settings)
+    losses = separate_fit_losses(features, target, train, valid, grid)
+    chosen = min(losses, key=losses.get)
+    assert (best["max_depth"], best["reg_lambda"], best["n_estimators"]) == chosen
+    assert best["loss"] == pytest.approx(losses[chosen], rel=1e-5)
+
+
+def separate_fit_losses(features, target, train, valid, grid) -> dict[tuple[int, float, int], float]:
+    """Validation MSE of an XGBRegressor trained for each grid point on its own."""
     losses = {}
-    for depth in (1, 3):
-        for lam in (1.0, 5.0):
-            for trees in (5, 20, 50):
+    for depth in grid.max_depth:
+        for lam in grid.reg_lambda:
+            for trees in grid.n_estimators:
                 model = xgb.XGBRegressor(
                     n_estimators=trees,
                     max_depth=depth,
@@ -181,9 +188,31 @@ def test_tree_count_search_matches_separately_trained_models():
                 )
                 model.fit(features[train], target[train])
                 losses[(depth, lam, trees)] = np.mean((model.predict(features[valid]) - target[valid]) ** 2)
-    chosen = min(losses, key=losses.get)
+    return losses
+
+
+def test_early_stopping_stops_each_model_at_its_first_rise():
+    """With early stopping (the default), a (depth, lambda) model is scored at the grid's tree counts
+    up to the first whose validation loss is above the previous one's: the selection is the best of
+    those counts of separately trained models, and the chosen model holds only the trees it grew."""
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(500, 4)).astype(np.float32)
+    target = features[:, 0] + rng.normal(scale=2.0, size=500)  # noisy: deep models overfit early
+    grid = dml_settings.TuningGrid(n_estimators=(5, 20, 50, 100), max_depth=(1, 5), reg_lambda=(0.5,))
+    train, valid = np.arange(400), np.arange(400, 500)
+    losses = separate_fit_losses(features, target, train, valid, grid)
+    scored = {}
+    for depth in grid.max_depth:
+        curve = [losses[(depth, 0.5, trees)] for trees in grid.n_estimators]
+        rise = next((i for i in range(1, len(curve)) if curve[i] > curve[i - 1]), len(curve) - 1)
+        scored.update({(depth, 0.5, trees): curve[i] for i, trees in enumerate(grid.n_estimators[: rise + 1])})
+    assert len(scored) < len(losses)  # some model did stop early, so the rule is exercised
+    best, model = nuisances.search(features, target, "regressor", train, valid, dml_settings.PseSettings(grid=grid))
+    chosen = min(scored, key=scored.get)
     assert (best["max_depth"], best["reg_lambda"], best["n_estimators"]) == chosen
-    assert best["loss"] == pytest.approx(losses[chosen], rel=1e-5)
+    assert best["loss"] == pytest.approx(scored[chosen], rel=1e-5)
+    grown = max(trees for depth, _, trees in scored if depth == chosen[0])
+    assert model.booster.num_boosted_rounds() == grown
 
 
 def test_threaded_tuning_selects_the_serial_hyperparameters():

@@ -35,8 +35,9 @@ class PseOverlapWarning(UserWarning):
 class TuningGrid:
     """Hyperparameter grid for every XGBoost nuisance (the paper's C.5 by default).
 
-    One model per (max_depth, reg_lambda) is fit with max(n_estimators) trees and evaluated at each
-    tree count through `iteration_range`, so the grid costs len(max_depth) * len(reg_lambda) fits."""
+    One model per (max_depth, reg_lambda) is fit with up to max(n_estimators) trees and evaluated at
+    each tree count as the trees are added, so the grid costs len(max_depth) * len(reg_lambda) fits
+    (with `PseSettings.early_stopping`, each stops at the first count whose validation loss rose)."""
 
     n_estimators: tuple[int, ...] = (5, 10, 20, 50, 100)
     max_depth: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -116,6 +117,9 @@ class PseSettings:
         Propensities are clipped to [clip, 1 - clip].
     grid : TuningGrid
         XGBoost hyperparameter grid (the paper's C.5).
+    early_stopping : bool, default True
+        A (max_depth, reg_lambda) model of the search stops growing at the first grid tree count
+        whose validation loss is above the previous count's (False: score every grid point).
     validation_fraction : float, default 0.2
         Share of rows held out to choose hyperparameters.
     max_categories : int, default 32
@@ -148,6 +152,9 @@ class PseSettings:
     alpha: float = 0.05  # 1 - CI level
     clip: float = 0.01  # propensities clipped to [clip, 1 - clip]
     grid: TuningGrid = field(default_factory=TuningGrid)  # XGBoost hyperparameter grid (paper's C.5)
+    # A (depth, lambda) model stops at the first grid tree count whose validation loss rose (False:
+    # every grid point is scored, the paper's exhaustive search; benchmarks/bench_pse.py --vs-reference).
+    early_stopping: bool = True
     validation_fraction: float = 0.2  # tuning split
     max_categories: int = 32  # one-hot levels kept per categorical column
     max_bin: int = 64  # XGBoost histogram bins
@@ -201,6 +208,7 @@ PSE_CONSTRAINTS: Rules = {
     "alpha": ALPHA,
     "clip": Interval(float, 0, 0.1, closed="neither"),
     "grid": GridRule(),
+    "early_stopping": Boolean(),
     "validation_fraction": Interval(float, 0.05, 0.5),
     "max_categories": Interval(int, 2, None),
     "max_bin": Interval(int, 2, 1024),

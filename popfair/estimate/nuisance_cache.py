@@ -70,6 +70,7 @@ class NuisanceCache:
             "schema": SCHEMA,
             "libraries": library_versions(),
             "grid": asdict(settings.grid),
+            "early_stopping": settings.early_stopping,
             "seed": settings.seed,
             "validation_fraction": settings.validation_fraction,
             "max_categories": settings.max_categories,

@@ -117,12 +117,12 @@ def _train(
     dtrain: xgb.DMatrix,
     rounds: int,
     checkpoints: Sequence[int] = (),
-    on_checkpoint: Callable[[xgb.Booster, int], None] | None = None,
+    on_checkpoint: Callable[[xgb.Booster, int], bool] | None = None,
 ) -> xgb.Booster:
     """`xgb.train(params, dtrain, rounds)` (the same trees: one `Booster`, one update per round)
     without its per-round callback machinery; `on_checkpoint(booster, rounds)` runs after each round count
-    in `checkpoints` (the search scores its validation rows there). The training caches are
-    released at the end, as `xgb.train` does."""
+    in `checkpoints` (the search scores its validation rows there) and stops the training when it
+    returns False. The training caches are released at the end, as `xgb.train` does."""
     booster = xgb.Booster(dict(params), [dtrain])
     wanted = set(checkpoints)
     for i in range(rounds):
@@ -130,8 +130,8 @@ def _train(
             booster.update(dtrain, iteration=i)  # the first round also records the feature names
         else:
             _ONE_ITER(booster, i, dtrain)
-        if on_checkpoint is not None and i + 1 in wanted:
-            on_checkpoint(booster, i + 1)
+        if on_checkpoint is not None and i + 1 in wanted and not on_checkpoint(booster, i + 1):
+            break
     return booster.reset()
 
 
@@ -162,7 +162,10 @@ def search(
     runner: Runner | None = None,
     ref: xgb.QuantileDMatrix | None = None,
 ) -> tuple[dict[str, float], Fit]:
-    """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model."""
+    """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model.
+    With `settings.early_stopping`, a (max_depth, reg_lambda) model stops growing at the first tree
+    count of the grid whose validation loss is above the previous count's, and the larger counts
+    are not candidates."""
     return _start_search(features, target, kind, train, valid, settings, runner or Runner(1), ref)[0]()
 
 
@@ -178,7 +181,8 @@ def _start_search(
 ) -> tuple[Callable[[], tuple[dict[str, float], Fit]], xgb.QuantileDMatrix]:
     """Submit one fit per (max_depth, reg_lambda) to `runner`; returns a function that waits for
     them and picks the best grid point exactly as a serial loop over the grid would, and the
-    training matrix (a `ref` for searches on the same features)."""
+    training matrix (a `ref` for searches on the same features). Early stopping (`search`) is
+    decided inside each fit from its own losses, so the selection does not depend on n_jobs."""
     grid = settings.grid
     dtrain = _matrix(features[train], target[train], settings, ref)
     x_valid, y_valid = features[valid], target[valid]
@@ -188,16 +192,22 @@ def _start_search(
         # whole model reuses XGBoost's prediction cache, so each tree is evaluated once (100 tree
         # evaluations instead of 5 + 10 + 20 + 50 + 100), and the sums are the same floats, in the
         # same order, as `inplace_predict(x_valid, iteration_range=(0, n_trees))` gives.
+        # Early stopping: a loss above the previous tree count's ends the fit (the rounds after it
+        # are never trained; on the paper's grid and the simulated SFM this skips about 30% of the
+        # rounds, the deepest, without changing a selection); unscored counts get an infinite loss.
         dvalid = xgb.DMatrix(x_valid, nthread=1)
         losses: dict[int, float] = {}
 
-        def score(booster: xgb.Booster, n_trees: int) -> None:
-            losses[n_trees] = float(np.mean((booster.predict(dvalid) - y_valid) ** 2))
+        def score(booster: xgb.Booster, n_trees: int) -> bool:
+            loss = float(np.mean((booster.predict(dvalid) - y_valid) ** 2))
+            previous = losses[max(losses)] if losses else np.inf
+            losses[n_trees] = loss
+            return not (settings.early_stopping and loss > previous)
 
         booster = _train(
             xgb_params(kind, depth, lam, settings), dtrain, max(grid.n_estimators), grid.n_estimators, score
         )
-        return booster, [losses[n_trees] for n_trees in grid.n_estimators]
+        return booster, [losses.get(n_trees, np.inf) for n_trees in grid.n_estimators]
 
     pending = [(depth, lam, runner.submit(fit, depth, lam)) for depth in grid.max_depth for lam in grid.reg_lambda]
 
