@@ -122,7 +122,9 @@ def _train(
     """`xgb.train(params, dtrain, rounds)` (the same trees: one `Booster`, one update per round)
     without its per-round callback machinery; `on_checkpoint(booster, rounds)` runs after each round count
     in `checkpoints` (the search scores its validation rows there) and stops the training when it
-    returns False. The training caches are released at the end, as `xgb.train` does."""
+    returns False. Unlike `xgb.train`, the booster is not `reset()`: that re-serialises the model
+    (about 5 ms a fit, 225 fits a case) to free the training caches, which these short-lived
+    models free when they are dropped; predictions are the same."""
     booster = xgb.Booster(dict(params), [dtrain])
     wanted = set(checkpoints)
     for i in range(rounds):
@@ -132,7 +134,7 @@ def _train(
             _ONE_ITER(booster, i, dtrain)
         if on_checkpoint is not None and i + 1 in wanted and not on_checkpoint(booster, i + 1):
             break
-    return booster.reset()
+    return booster
 
 
 def fit(
