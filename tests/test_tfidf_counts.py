@@ -33,3 +33,30 @@ def test_other_settings_fall_back_to_sklearns_analyzer():
     assert _WordHashing(**options).build_analyzer()(DOCS[0]) == HashingVectorizer(**options).build_analyzer()(DOCS[0])
     options = dict(ngram_range=(1, 3))
     assert _WordHashing(**options).build_analyzer()(DOCS[4]) == HashingVectorizer(**options).build_analyzer()(DOCS[4])
+
+
+def test_stored_scores_are_read_back_and_a_later_call_scores_as_without_the_store(tmp_path):
+    """A rerun's screener reads each call's scores from <cache_dir>/tfidf_scores.sqlite (the same
+    floats, nothing counted); a later call after a read fits the IDF on the first call's corpus, so
+    it scores as the screener that counted everything; a changed text is not served from the store."""
+    import sqlite3
+
+    from popfair.core.types import Document, Job
+
+    jobs = {"j": Job(job_id="j", title="Nurse", description="registered nurse patient care ICU telemetry")}
+    docs = [Document(applicant_id=str(i), job_id="j", kind="text", text=t) for i, t in enumerate(DOCS)]
+    later = [Document(applicant_id="x", job_id="j", kind="text", text="nurse with telemetry and ICU shifts")]
+    plain = TfidfScreener()  # memory only
+    expected = [r.value for r in plain.screen(jobs, docs, "score")], plain.screen(jobs, later, "score")[0].value
+    first = TfidfScreener(cache_dir=str(tmp_path))
+    assert [r.value for r in first.screen(jobs, docs, "score")] == expected[0]
+    with sqlite3.connect(tmp_path / "tfidf_scores.sqlite") as db:
+        assert db.execute("select count(*) from blobs").fetchone()[0] == 1
+    rerun = TfidfScreener(cache_dir=str(tmp_path))
+    rerun._count = None  # type: ignore[assignment]  # a read must not count
+    assert [r.raw for r in rerun.screen(jobs, docs, "score")] == [r.raw for r in first.screen(jobs, docs, "score")]
+    assert [r.value for r in rerun.screen(jobs, docs, "callback")] == [float(v >= 20.0) for v in expected[0]]
+    del rerun._count  # the class's own counting again
+    assert rerun.screen(jobs, later, "score")[0].value == expected[1]
+    changed = [*docs[:-1], Document(applicant_id="4", job_id="j", kind="text", text="nurse ICU")]
+    assert TfidfScreener(cache_dir=str(tmp_path)).screen(jobs, changed, "score")[-1].value > 0

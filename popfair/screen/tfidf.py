@@ -1,7 +1,15 @@
-"""Lexical matcher: cosine similarity of TF-IDF vectors of job description and resume, x 100."""
+"""Lexical matcher: cosine similarity of TF-IDF vectors of job description and resume, x 100.
+
+The scores of a `screen` call are kept in a content-addressed store beside the response cache
+(`popfair.store.blobs`: `<cache_dir>/tfidf_scores.sqlite`, or the `cache_url` database), keyed by
+the matcher's settings, the library versions, the jobs and every document's job and text (and, for
+a later call, the first call's key: the IDF corpus): a rerun of a case reads its scores instead of
+counting every resume again."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import Any
@@ -13,9 +21,25 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
 from popfair.core.constraints import Boolean, Interval, validate
+from popfair.core.errors import ConfigError
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.runtime.parallel import forked_spans
 from popfair.screen.base import Screener
+from popfair.store.blobs import (
+    STORE_ERRORS,
+    TFIDF_SCORES,
+    BlobStore,
+    content_key,
+    installed_versions,
+    open_blob_store,
+    pack_arrays,
+    unpack_arrays,
+)
+
+log = logging.getLogger("popfair")
+STORE_NAME = TFIDF_SCORES  # popfair.store.blobs.BLOB_STORES
+SCHEMA = "tfidf-scores-v1"  # bump when what a stored score is changes (counting, weighting, the score)
+LIBRARIES = ("scikit-learn", "scipy", "numpy", "popfair")
 
 ROWS_PER_PROCESS = 4_000  # documents counted per forked span (about 1 s of tokenising)
 DEFAULT_TOKEN_PATTERN = HashingVectorizer().token_pattern
@@ -77,7 +101,13 @@ class TfidfScreener(Screener):
     }
 
     def __init__(
-        self, name: str = "tfidf", sublinear_tf: bool = True, ngram_max: int = 2, callback_threshold: float = 20.0
+        self,
+        name: str = "tfidf",
+        sublinear_tf: bool = True,
+        ngram_max: int = 2,
+        callback_threshold: float = 20.0,
+        cache_dir: str | None = None,
+        cache_url: str | None = None,
     ) -> None:
         validate(
             self.parameter_constraints,
@@ -90,6 +120,9 @@ class TfidfScreener(Screener):
         )
         self.idf = TfidfTransformer(sublinear_tf=sublinear_tf)  # smooth IDF, rows L2-normalised
         self._fitted = False
+        self.store_location = cache_url or cache_dir  # None for both: this process's memory
+        self._idf_key: str | None = None  # key of the first call: the corpus the IDF is (to be) fit on
+        self._idf_corpus: list[str] | None = None  # that corpus, while its scores came from the store
 
     def _count(self, texts: Sequence[str]) -> sparse.csr_matrix:
         """`self.counts.transform(texts)` with each distinct term hashed once: the terms of all
@@ -115,27 +148,24 @@ class TfidfScreener(Screener):
         return CallPlan(calls=0)  # local computation: no paid calls
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
-        """Score = 100 x cosine; a callback is yes when the score reaches `callback_threshold`."""
+        """Score = 100 x cosine; a callback is yes when the score reaches `callback_threshold`.
+        Stored scores of the same call are read instead of computed (same floats)."""
         job_ids = list(jobs)
         corpus = [jobs[j].description for j in job_ids] + [d.text for d in documents]
-        # hashing is stateless: spans of the corpus are counted in forked workers and stacked
-        counts = sparse.vstack(
-            [
-                part
-                for _, part in forked_spans(
-                    lambda start, stop: self._count(corpus[start:stop]), len(corpus), ROWS_PER_PROCESS
-                )
-            ],
-            format="csr",
-        )
-        if not self._fitted:
-            self.idf.fit(counts)
-            self._fitted = True
-        matrix = self.idf.transform(counts)
-        job_rows = {j: i for i, j in enumerate(job_ids)}
-        docs = matrix[len(job_ids) :]
-        job_index = np.array([job_rows[d.job_id] for d in documents])
-        scores = np.asarray(docs.multiply(matrix[job_index]).sum(axis=1)).ravel() * 100.0
+        key = self._key(job_ids, corpus, documents)
+        first, self._idf_key = self._idf_key is None, self._idf_key or key
+        with self._store() as store:
+            blob = store.get_many([key]).get(key)
+            scores = unpack_arrays(blob).get("scores") if blob is not None else None
+            if scores is not None and scores.shape == (len(documents),):
+                if first:
+                    self._idf_corpus = corpus  # fit only if a later call needs it
+            else:
+                scores = self._scores(job_ids, corpus, documents)
+                try:
+                    store.put_many([(key, pack_arrays({"scores": scores}))])
+                except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
+                    log.warning("screener %s: scores not stored (%s): %s", self.name, store.location, exc)
         if outcome == "callback":
             values = (scores >= self.callback_threshold).astype(float)
         else:
@@ -144,3 +174,49 @@ class TfidfScreener(Screener):
             ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))
             for d, s, v in zip(documents, scores, values)
         ]
+
+    def _key(self, job_ids: list[str], corpus: list[str], documents: Sequence[Document]) -> str:
+        """What the call's scores depend on: settings, versions, jobs, each document's job and
+        text, and (after the first call) the first call's key, whose corpus fits the IDF."""
+        digest = hashlib.sha256()
+        for text in [*job_ids, *corpus, *(d.job_id for d in documents)]:
+            data = text.encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+        settings = {
+            "counts": {k: repr(v) for k, v in sorted(self.counts.get_params().items())},
+            "idf": {k: repr(v) for k, v in sorted(self.idf.get_params().items())},
+        }
+        call = content_key(SCHEMA, settings, installed_versions(*LIBRARIES), len(job_ids), digest.digest())
+        return call if self._idf_key is None else content_key(self._idf_key, call)
+
+    def _store(self) -> BlobStore:
+        try:
+            return open_blob_store(self.store_location, STORE_NAME)
+        except ConfigError as exc:  # the store only saves time: count everything instead
+            log.warning("screener %s: scores store off, every document is counted: %s", self.name, exc)
+            return open_blob_store(None, STORE_NAME)
+
+    def _counted(self, corpus: list[str]) -> sparse.csr_matrix:
+        # hashing is stateless: spans of the corpus are counted in forked workers and stacked
+        return sparse.vstack(
+            [
+                part
+                for _, part in forked_spans(
+                    lambda start, stop: self._count(corpus[start:stop]), len(corpus), ROWS_PER_PROCESS
+                )
+            ],
+            format="csr",
+        )
+
+    def _scores(self, job_ids: list[str], corpus: list[str], documents: Sequence[Document]) -> np.ndarray:
+        """100 x cosine of each document with its job; the IDF is fit on the first call's corpus."""
+        counts = self._counted(corpus)
+        if not self._fitted:
+            self.idf.fit(counts if self._idf_corpus is None else self._counted(self._idf_corpus))
+            self._fitted, self._idf_corpus = True, None
+        matrix = self.idf.transform(counts)
+        job_rows = {j: i for i, j in enumerate(job_ids)}
+        docs = matrix[len(job_ids) :]
+        job_index = np.array([job_rows[d.job_id] for d in documents], dtype=int)
+        return np.asarray(docs.multiply(matrix[job_index]).sum(axis=1)).ravel() * 100.0
