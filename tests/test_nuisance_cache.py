@@ -58,11 +58,12 @@ def test_a_second_screener_on_the_same_applicants_reuses_the_propensities_bit_fo
     first = estimate(applicants, tmp_path)
     assert not first.tuning["from_cache"].any()
     written = entries(tmp_path)
-    assert written == 3  # propensity tuning, outcome tuning, propensity predictions of the one split
+    # propensity tuning, outcome tuning, propensity and outcome-chain predictions of the one split
+    assert written == 4
     second = estimate(other_screener, tmp_path)
     propensity = second.tuning.index.str.startswith("p_")
     assert second.tuning["from_cache"][propensity].all() and not second.tuning["from_cache"][~propensity].any()
-    assert entries(tmp_path) - written == 1  # only the new outcome's tuning: no propensity was refit
+    assert entries(tmp_path) - written == 2  # only the new outcome's tuning and chain: no propensity was refit
     assert_identical(second, uncached(other_screener))
     assert_identical(first, uncached(applicants))
 
@@ -82,7 +83,8 @@ def test_binary_outcomes_share_the_first_fold_assignment_with_scores(applicants,
     callback = applicants.assign(y=(applicants["y"] > applicants["y"].median()).astype(float))
     before = entries(tmp_path)
     cached = estimate(callback, tmp_path)
-    assert entries(tmp_path) - before == 1 + 4  # outcome tuning, predictions of splits 1-4
+    # outcome tuning, propensity predictions of splits 1-4, outcome-chain predictions of splits 0-4
+    assert entries(tmp_path) - before == 1 + 4 + 5
     assert_identical(cached, uncached(callback))
 
 
@@ -109,9 +111,9 @@ def test_a_changed_input_is_not_served_from_the_cache(applicants, tmp_path, monk
     result = estimate(data, tmp_path, **settings)
     new = entries(tmp_path) - before
     if change == "folds":  # the tuning split does not depend on the folds; the cross-fit does
-        assert result.tuning["from_cache"].all() and new == 1
+        assert result.tuning["from_cache"].all() and new == 2
     else:
-        assert not result.tuning["from_cache"].any() and new == 3
+        assert not result.tuning["from_cache"].any() and new == 4
     monkeypatch.undo()
     assert_identical(result, uncached(data, **settings))
 
@@ -121,7 +123,7 @@ def test_a_server_cache_url_keeps_the_nuisances_for_every_machine(applicants, tm
     first = estimate(applicants, tmp_path, cache_url=pg_url)
     assert entries(tmp_path) == 0
     with open_blob_store(pg_url, STORE_NAME) as server:
-        assert server.count() == 3
+        assert server.count() == 4
     clear_tuning_cache()  # another machine: nothing in memory, no folder of its own
     again = estimate(applicants, None, cache_url=pg_url)
     assert again.tuning["from_cache"].all()

@@ -139,16 +139,19 @@ def _cross_fit(
     """Per-row scores phi (n x 5 targets), each row scored by nuisances fit without its fold.
     Per fold, the outcome chain is one task and each propensity model another, all on one pool;
     the propensities' predictions come from the cache when this encoding's fold assignment `split`
-    is there."""
+    is there, the outcome chain's when this case (same Y, same hyperparameters) ran before."""
     n = len(encoded.y)
     phi = np.empty((n, len(TARGETS)))
     overlap: list[dict[str, Any]] = []
     weight_rows = {key: np.empty((n, len(TARGETS))) for key in ("pi2", "pi3", "crossing")}
     raw = cache.propensities(settings.folds, split)
+    held_rows_of = cache.outcomes(settings.folds, split, params)  # a rerun of the same case
     with closing(Runner(settings.n_jobs)) as runner:
         tasks = [
             (
-                runner.submit(fit_outcome_chain, encoded, fold_of, fold, params, settings),
+                None
+                if held_rows_of is not None
+                else runner.submit(fit_outcome_chain, encoded, fold_of, fold, params, settings),
                 []
                 if raw is not None
                 else [
@@ -164,7 +167,10 @@ def _cross_fit(
                 for row, future in zip(raw, propensities):
                     row[fold_of == fold] = future.result()
             cache.store_propensities(settings.folds, split, raw)
-        fitted = [outcomes.result() for outcomes, _ in tasks]
+        if held_rows_of is None:
+            held_rows_of = _held_out(fold_of, [outcomes.result() for outcomes, _ in tasks if outcomes is not None])
+            cache.store_outcomes(settings.folds, split, params, held_rows_of)
+    fitted = _per_fold(fold_of, settings.folds, held_rows_of)
     for fold, outcome_fits in enumerate(fitted):
         held = fold_of == fold
         prob1, diagnostics = {}, []
@@ -186,6 +192,37 @@ def _cross_fit(
     )
     sensitivity = _clip_sensitivity(encoded, fold_of, fitted, raw, settings)
     return phi, overlap, diagnostics_frame, sensitivity
+
+
+def _held_out(fold_of: np.ndarray, fitted: list[tuple[dict, dict, dict]]) -> dict[str, np.ndarray]:
+    """The outcome chain's predictions that the scores read, one value per row from the chain fit
+    without that row's fold: mu3 at x_y, mu2 at (x_y, x_b), mu1 at (x_y, x_b, x_r) (the nuisance cache's
+    entry)."""
+    rows: dict[str, np.ndarray] = {}
+    for fold, levels in enumerate(fitted):
+        held = fold_of == fold
+        for prefix, at in zip(("mu3", "mu2", "mu1"), levels):
+            for key, values in at.items():
+                name = "_".join([prefix, *map(str, key if isinstance(key, tuple) else (key,))])
+                column = rows.setdefault(name, np.empty(len(fold_of), np.asarray(values).dtype))
+                column[held] = values if prefix == "mu1" else values[held]  # mu1 is predicted on held rows only
+    return rows
+
+
+def _per_fold(fold_of: np.ndarray, folds: int, rows: Mapping[str, np.ndarray]) -> list[tuple[dict, dict, dict]]:
+    """`_held_out` back as each fold's (mu3_at, mu2_at, mu1_at), as `_fold_scores` reads them (mu3 and
+    mu2 indexed by the held-out rows, mu1 given on them)."""
+    out = []
+    for fold in range(folds):
+        held = fold_of == fold
+        levels: tuple[dict, dict, dict] = ({}, {}, {})
+        for name, column in rows.items():
+            prefix, *key = name.split("_")
+            codes = tuple(int(k) for k in key)
+            index = ("mu3", "mu2", "mu1").index(prefix)
+            levels[index][codes[0] if index == 0 else codes] = column[held] if index == 2 else column
+        out.append(levels)
+    return out
 
 
 def _clip_sensitivity(

@@ -7,7 +7,9 @@ are kept under a key of the encoded role columns and the role names, the seed, t
 learner setting, and the versions of the libraries that compute them; the predictions' key adds
 the folds and the fold assignment. The outcome chain's hyperparameters are kept too, under a key
 that adds Y (a rerun of the same case reuses them); its fits stay per case. A reused value is the
-same bytes the fit gives, so cached and uncached estimates are identical.
+same bytes the fit gives, so cached and uncached estimates are identical. The outcome chain's
+cross-fitted predictions on the held-out rows are kept under the same key plus the folds, the
+fold assignment and its hyperparameters: a rerun of the same case refits nothing.
 
 Location: ``<cache_dir>/nuisances.sqlite`` (the estimator's `cache_dir`, by default the run's
 response cache folder), or table ``nuisances`` of the estimator's `cache_url` database (the server
@@ -17,7 +19,7 @@ memory."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -109,6 +111,20 @@ class NuisanceCache:
 
     def store_propensities(self, folds: int, split: int, raw: np.ndarray) -> None:
         self.store.put_many([(self._predictions_key(folds, split), pack_arrays({"raw": raw}))])
+
+    def _outcomes_key(self, folds: int, split: int, params: Mapping[str, Any]) -> str:
+        chosen = {name: params[name] for name in nuisance_names((OUTCOME,))}
+        return content_key("outcome-predictions", self.keys[OUTCOME], folds, split, chosen)
+
+    def outcomes(self, folds: int, split: int, params: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """Cross-fitted outcome-chain predictions of fold assignment `split` on the held-out rows
+        (name -> one value per row, from the chain fit without that row's fold), or None. Keyed
+        with Y and the chain's hyperparameters: a rerun of the same case reads them."""
+        blob = self._get(self._outcomes_key(folds, split, params))
+        return None if blob is None else unpack_arrays(blob)
+
+    def store_outcomes(self, folds: int, split: int, params: Mapping[str, Any], rows: dict[str, np.ndarray]) -> None:
+        self.store.put_many([(self._outcomes_key(folds, split, params), pack_arrays(rows))])
 
 
 def clear_memory_cache() -> None:
