@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     copy_cmd = commands.add_parser(
-        "copy", help="copy answers, batch ids, documents, nuisances and embeddings from SOURCE into TARGET"
+        "copy",
+        help="copy answers, batch ids, documents, nuisances, embeddings and tfidf scores from SOURCE into TARGET",
     )
     copy_cmd.add_argument("source", help="cache folder (SQLite) or database URL")
     copy_cmd.add_argument("target", help="cache folder (SQLite) or database URL")
