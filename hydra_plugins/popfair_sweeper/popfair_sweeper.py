@@ -134,9 +134,16 @@ class ComposeOnceLoader(ConfigLoader):
 
 
 class PopfairSweeper(BasicSweeper):
-    """BasicSweeper whose validation pass composes each case for the launcher too, then checks them all."""
+    """BasicSweeper whose validation pass composes each case for the launcher too, then checks them all.
+    A dry run under the basic launcher plans its cases in this process (popfair.sweep.in_process)
+    unless `plan_in_process` is false."""
 
     checked = 0  # cases already through the pre-flight checks: the next batch's first job number
+    planner: Any = None  # popfair.sweep.in_process.InProcessPlanner, for a dry run planned here
+
+    def __init__(self, max_batch_size: int | None, params: dict[str, str] | None = None, plan_in_process: bool = True):
+        super().__init__(max_batch_size=max_batch_size, params=params)
+        self.plan_in_process = plan_in_process
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         loader = hydra_context.config_loader
@@ -145,6 +152,10 @@ class PopfairSweeper(BasicSweeper):
         self.compose_once = ComposeOnceLoader(hydra_context.config_loader)
         context = HydraContext(config_loader=self.compose_once, callbacks=hydra_context.callbacks)
         super().setup(hydra_context=context, task_function=task_function, config=config)
+        from popfair.sweep.in_process import InProcessPlanner, plans_here
+
+        if plans_here(config, self.launcher, self.plan_in_process):
+            self.planner = self.launcher = InProcessPlanner(self.launcher)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Compose every case of the batch (Hydra's validation, kept for the launcher), then popfair's
@@ -154,5 +165,10 @@ class PopfairSweeper(BasicSweeper):
         assert self.config is not None
         self.compose_once.composed.clear()  # a launcher composing elsewhere left the last batch's
         self.compose_once.compose_all(self.config, batch)
-        before_sweep(self.config, [self.compose_once.composed[tuple(o)] for o in batch], self.checked)
+        configs = [self.compose_once.composed[tuple(o)] for o in batch]
+        if self.planner is not None:  # one task view and one resolved copy per case, for checks and plan
+            from popfair.sweep.in_process import prepare
+
+            prepare(configs, self.checked)
+        before_sweep(self.config, configs, self.checked)
         self.checked += len(batch)

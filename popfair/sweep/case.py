@@ -68,6 +68,7 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
     from popfair.case.table import TableCase
+    from popfair.sweep.in_process import resolved_of
     from popfair.sweep.plan import plan_case
 
     if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
@@ -88,7 +89,7 @@ def run_case(cfg: DictConfig) -> float | None:
     try:
         if not dry_run and not in_sweep:  # a sweep's store is checked once, before its first case
             check_tracking_store(cfg)
-        experiment = case_from_config(cfg, dry_run=dry_run)
+        experiment = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg))
         record.case_name = experiment.case_name()
         if dry_run:
             plan = plan_table(experiment) if isinstance(experiment, TableCase) else plan_case(experiment)
@@ -174,15 +175,16 @@ def check_tracking_store(cfg: DictConfig) -> None:
         raise ConfigError(f"tracking.uri={safe_url(uri)}: {check.detail}; nothing was run. Fix: {check.fix}")
 
 
-def case_from_config(cfg: DictConfig, *, dry_run: bool = False) -> Any:
+def case_from_config(cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Any:
     """The composed case: an audit of an existing table when the `table` group is set
-    (`popfair.case.table.TableCase`), else the generated pipeline (`popfair.case.experiment.Experiment`)."""
+    (`popfair.case.table.TableCase`), else the generated pipeline (`popfair.case.experiment.Experiment`).
+    `values`: `cfg` already resolved (a dry run planned in process resolved it for its checks)."""
     from popfair.case.experiment import Experiment
     from popfair.case.table import TableCase
 
     if cfg.get("table") is not None:
         return TableCase.from_config(cfg, dry_run=dry_run)
-    return Experiment.from_config(cfg, dry_run=dry_run)
+    return Experiment.from_config(cfg, dry_run=dry_run, values=values)
 
 
 def plan_table(case: TableCase) -> Any:

@@ -124,10 +124,12 @@ class Preflight:
     def add_case(self, job: int, config: DictConfig, hydra: Any = None) -> None:
         """Check one case: `config` as composed for a sweep's case (with its `hydra` node), or a single
         run's task config with `hydra` its Hydra config. Each distinct component or store is checked once."""
+        from popfair.sweep.in_process import task_of
+
         hydra = hydra if hydra is not None else config.get("hydra")
         self.cases[job] = [str(o) for o in hydra.overrides.task] if hydra is not None else []
         choices = hydra.runtime.choices if hydra is not None else {}
-        task = task_config(config)
+        task = task_of(config) or task_config(config)  # a dry run planned in process shares the case's view
         cache_ok = self._check_stores(job, task)  # first: a case that cannot open its cache says so once
         self._check_components(job, task, choices, cache_ok)
         if "hydra" in config:  # a sweep's case: the launcher is part of the plan
@@ -136,9 +138,11 @@ class Preflight:
     def _check_components(self, job: int, task: DictConfig, choices: Any, cache_ok: bool) -> None:
         from popfair.case.compose import PLANNING_RELAXATIONS, build, resolved
         from popfair.case.experiment import Experiment
+        from popfair.sweep.in_process import resolved_of
 
-        # one resolved copy: the memo keys and the case's build (a dry run resolves just the parts)
-        values = resolved(task) if self.whole_case else None
+        # one resolved copy: the memo keys and the case's build (a dry run resolves just the parts,
+        # unless its cases are planned in this process: then the case's own resolved copy)
+        values = resolved(task) if self.whole_case else resolved_of(task)
         # the parts a dry run builds without their external resource, built as the run builds them
         for group in PLANNING_RELAXATIONS:
             node = task.get(group)
