@@ -16,17 +16,22 @@ configs back pickled (a twentieth of the cost of composing one)."""
 from __future__ import annotations
 
 import copy
+import pickle
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.config_repository import ConfigRepository, IConfigRepository
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_loader import ConfigLoader
+from hydra.core.default_element import ResultDefault
 from hydra.core.object_type import ObjectType
+from hydra.errors import ConfigCompositionException
 from hydra.plugins.config_source import ConfigResult
 from hydra.types import HydraContext, RunMode, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, flag_override
+from omegaconf.errors import OmegaConfBaseException
 
 from popfair.runtime.parallel import forked_call
 
@@ -42,6 +47,58 @@ class MemoConfigRepository(ConfigRepository):
         if key not in _PARSED:
             _PARSED[key] = super().load_config(config_path)
         return copy.deepcopy(_PARSED[key])
+
+
+class MemoConfigLoader(ConfigLoaderImpl):
+    """Hydra's config loader, merging the start of every case's defaults list once per process: Hydra's
+    own configs (hydra/*) and the primary config, the same for every case of a sweep, are about a
+    third of composing a case. That merge is kept pickled, and each case goes on from a fresh copy of
+    it with its own entries: the same merges, in the same order, as
+    `ConfigLoaderImpl._compose_config_from_defaults_list` (its loop, from the first entry after the
+    primary config)."""
+
+    def _compose_config_from_defaults_list(self, defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
+        shared = next((i + 1 for i, default in enumerate(defaults) if default.primary), 0)
+        if not shared:
+            return super()._compose_config_from_defaults_list(defaults, repo)
+        key = (
+            tuple((source.provider, source.path) for source in repo.get_sources()),
+            tuple((d.config_path, d.package, d.parent, d.is_self, d.primary) for d in defaults[:shared]),
+        )
+        if key not in _MERGED:
+            _MERGED[key] = pickle.dumps(self._merged(OmegaConf.create(), defaults[:shared], repo))
+        cfg = self._merged(pickle.loads(_MERGED[key]), defaults[shared:], repo)
+        _strip_defaults(cfg)
+        return cfg
+
+    def _merged(self, cfg: DictConfig, defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
+        """Hydra's merge loop: each entry loaded and merged onto `cfg`, in order."""
+        with flag_override(cfg, "no_deepcopy_set_nodes", True):
+            for default in defaults:
+                loaded = self._load_single_config(default=default, repo=repo)
+                try:
+                    cfg.merge_with(loaded.config)
+                except OmegaConfBaseException as e:
+                    raise ConfigCompositionException(  # noqa: B904 - chained as Hydra chains it
+                        f"In '{default.config_path}': {type(e).__name__} raised while composing config:\n{e}"
+                    ).with_traceback(sys.exc_info()[2])
+        return cfg
+
+
+_MERGED: dict[tuple[Any, ...], bytes] = {}  # (config sources, defaults up to the primary config) -> merged
+
+
+def _strip_defaults(cfg: Any) -> None:
+    """What is left of defaults lists removed from every node (Hydra's `strip_defaults`)."""
+    if isinstance(cfg, DictConfig):
+        if cfg._is_missing() or cfg._is_none():
+            return
+        with flag_override(cfg, ["readonly", "struct"], False):
+            if cfg._get_flag("HYDRA_REMOVE_TOP_LEVEL_DEFAULTS"):
+                cfg._set_flag("HYDRA_REMOVE_TOP_LEVEL_DEFAULTS", None)
+                cfg.pop("defaults", None)
+        for _key, value in cfg.items_ex(resolve=False):
+            _strip_defaults(value)
 
 
 FORKED_BATCH = 16  # batches from this size compose on two cores (a fork costs a few cases' composition)
@@ -149,6 +206,8 @@ class PopfairSweeper(BasicSweeper):
         loader = hydra_context.config_loader
         if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
             loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path)
+        if type(loader) is ConfigLoaderImpl:
+            loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
         self.compose_once = ComposeOnceLoader(hydra_context.config_loader)
         context = HydraContext(config_loader=self.compose_once, callbacks=hydra_context.callbacks)
         super().setup(hydra_context=context, task_function=task_function, config=config)

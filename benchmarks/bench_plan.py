@@ -1,0 +1,139 @@
+"""Plans in seconds (issue 35): the dry run of the 120-case PopResume grid and of the 27-case callback
+panel (every PUMS record, 6,006 postings; no keys, nothing called), on this tree and on a baseline
+tree (main before the issue: commit e928285) side by side in one run, interleaved, each a fresh
+`python -m popfair experiment=... dry_run=true` in a fresh folder.
+
+For every run it prints the wall seconds, the CPU seconds of the process and its forked workers, and
+the load average before and after; then per experiment the best and median of each tree, the ratio,
+the target (grid <= 10 s, panel <= 4 s, on a quiet 2-core machine), and whether both trees printed
+the same plan (every line of standard output, with timestamps, the sweep folder and timings masked).
+
+    python benchmarks/bench_plan.py [--rounds 2] [--only grid|panel] [--quick]
+        [--baseline PATH | --baseline-commit e928285] [--skip-baseline]
+
+--quick plans a small version (one occupation, 2,000 applicants; 300 postings) to try the benchmark
+on a busy machine. Without --baseline the baseline tree is a detached `git worktree` of
+--baseline-commit in a temporary folder, removed at the end. The machine may be shared: read each
+ratio with the load beside it (the trees alternate, so both see much the same load)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE_COMMIT = "e928285"  # main when issue 35 was filed
+TARGETS_S = {"grid": 10.0, "panel": 4.0}
+EXPERIMENTS = {"grid": "popresume_grid", "panel": "callback_panel"}
+QUICK = {"grid": ["occupation=nurse", "population.n=2000"], "panel": ["occupation.n_postings=300"]}
+
+
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def load() -> str:
+    return "/".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+@contextmanager
+def baseline_tree(path: str | None, commit: str):
+    """The baseline source tree: `path`, or a detached worktree of `commit` removed afterwards."""
+    if path:
+        yield Path(path)
+        return
+    folder = Path(tempfile.mkdtemp(prefix="popfair-plan-baseline-")) / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(folder), commit], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False)
+
+
+def masked(stdout: str) -> str:
+    """The printed plan without what differs between two runs: timestamps, the sweep folder, timings."""
+    text = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", stdout)
+    text = re.sub(r"multirun/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d", "multirun/<sweep>", text)
+    text = re.sub(r"(?m)^sweep dir: .*$", "sweep dir: <folder>", text)
+    return re.sub(r"\bin \d+\.\d+ s\b", "in <t> s", text)
+
+
+def dry_run(tree: Path, which: str, quick: bool) -> tuple[float, float, str]:
+    """Wall and CPU seconds of one dry run of `tree`, and what it printed (masked)."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_")}
+    env.update(PYTHONPATH=str(tree), DATAFRAME_FRAMEWORK="pandas", MPLBACKEND="Agg", HF_HUB_OFFLINE="1")
+    command = [sys.executable, "-m", "popfair", f"experiment={EXPERIMENTS[which]}", "dry_run=true"]
+    with tempfile.TemporaryDirectory(prefix="popfair-plan-") as cwd:
+        start, cpu = time.perf_counter(), child_cpu()
+        out = subprocess.run(
+            [*command, *(QUICK[which] if quick else [])], cwd=cwd, env=env, capture_output=True, text=True
+        )
+        seconds, cpu = time.perf_counter() - start, child_cpu() - cpu
+    if out.returncode != 0:
+        raise SystemExit(f"{tree}: {' '.join(command)} failed:\n{out.stderr[-3000:]}")
+    return seconds, cpu, masked(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each tree per experiment (interleaved)")
+    parser.add_argument("--only", choices=sorted(EXPERIMENTS), action="append", help="one experiment (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="a small version of each dry run")
+    parser.add_argument("--baseline", help="the baseline source tree (default: a worktree of --baseline-commit)")
+    parser.add_argument("--baseline-commit", default=BASELINE_COMMIT)
+    parser.add_argument("--skip-baseline", action="store_true", help="time this tree only")
+    args = parser.parse_args()
+    which = args.only or ["grid", "panel"]
+    print(f"bench_plan: this tree {ROOT}, cores {os.cpu_count()}, load {load()}" + (" (quick)" if args.quick else ""))
+    with baseline_tree(None if args.skip_baseline else args.baseline, args.baseline_commit) as baseline:
+        trees = {"this tree": ROOT} if args.skip_baseline else {"this tree": ROOT, "baseline": baseline}
+        results: dict[tuple[str, str], list[float]] = {}
+        printed: dict[tuple[str, str], set[str]] = {}
+        for name in which:
+            for round_ in range(args.rounds):
+                order = list(trees.items()) if round_ % 2 == 0 else list(reversed(trees.items()))
+                for label, tree in order:
+                    before = load()
+                    seconds, cpu, stdout = dry_run(tree, name, args.quick)
+                    results.setdefault((name, label), []).append(seconds)
+                    printed.setdefault((name, label), set()).add(stdout)
+                    print(
+                        f"  {name:5s} {label:9s} round {round_ + 1}: {seconds:6.2f} s wall, {cpu:6.2f} CPU s "
+                        f"(load {before} -> {load()})",
+                        flush=True,
+                    )
+        print()
+        for name in which:
+            ours = results[(name, "this tree")]
+            line = (
+                f"{EXPERIMENTS[name]} dry run: this tree best {min(ours):.2f} s, median {statistics.median(ours):.2f} s"
+            )
+            if not args.skip_baseline:
+                base = results[(name, "baseline")]
+                same = (
+                    printed[(name, "this tree")] == printed[(name, "baseline")]
+                    and len(printed[(name, "baseline")]) == 1
+                )
+                line += (
+                    f"; baseline ({args.baseline or args.baseline_commit}) best {min(base):.2f} s, median "
+                    f"{statistics.median(base):.2f} s; ratio {min(ours) / min(base):.2f}x; printed plan identical: "
+                    f"{'yes' if same else 'NO'}"
+                )
+            target = TARGETS_S[name]
+            verdict = "n/a (quick)" if args.quick else ("PASS" if min(ours) <= target else "FAIL")
+            print(f"{line}\n  target <= {target:.0f} s (quiet 2-core machine): {verdict}")
+        print(f"load at the end {load()}")
+
+
+if __name__ == "__main__":
+    main()
