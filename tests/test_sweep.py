@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -304,7 +305,11 @@ def test_the_popfair_sweeper_plans_what_hydras_basic_sweeper_plans(tmp_path):
         "occupation.n_postings=12",
         "panel_cell=race-gpt4o_mini,gender-glm51,race-glm51",
     )
-    _, ours = _dry_sweep(tmp_path / "popfair", *grid)
+    from popfair.case import compose
+
+    (tmp_path / "launcher").mkdir()
+    compose._PLANNING_PARTS.clear()  # each of the two runs compared below builds (and logs) its parts itself
+    printed, ours = _dry_sweep(tmp_path / "popfair", *grid)
     out, basic = _dry_sweep(tmp_path / "basic", *grid, "hydra/sweeper=basic")
     assert "dry run: 3 cases planned" in out.stdout
     columns = [c for c in basic.columns if c != "seconds"]
@@ -312,6 +317,19 @@ def test_the_popfair_sweeper_plans_what_hydras_basic_sweeper_plans(tmp_path):
         ours[columns].sort_values("case_name").reset_index(drop=True),
         basic[columns].sort_values("case_name").reset_index(drop=True),
     )
+    # planned in this process (no .hydra/ per case) or through Hydra's launcher: the same printed plan
+    compose._PLANNING_PARTS.clear()
+    launched, _ = _dry_sweep(tmp_path / "launcher", *grid, "hydra.sweeper.plan_in_process=false")
+    assert not list(sweep_dir(tmp_path / "popfair").glob("*/.hydra"))
+    assert len(list(sweep_dir(tmp_path / "launcher").glob("*/.hydra"))) == 3
+
+    def masked(stdout: str, cwd: Path) -> str:
+        stdout = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", stdout.replace(str(cwd), "<cwd>"))
+        stdout = re.sub(r"multirun/[\d-]+/[\d-]+", "multirun/<sweep>", stdout)
+        return re.sub(r"checked in [\d.]+ s", "checked in <t> s", stdout)
+
+    assert "plan entry_level_postings-race-json-gpt4o_mini-paired_gap" in printed.stdout
+    assert masked(printed.stdout, tmp_path / "popfair") == masked(launched.stdout, tmp_path / "launcher")
 
 
 def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkeypatch, tmp_path):

@@ -84,3 +84,63 @@ def test_a_case_the_worker_cannot_compose_fails_with_hydras_error(plugin, monkey
     batch = [[f"a={i}"] for i in range(plugin.FORKED_BATCH)] + [["a=bad"], ["a=last"]]
     with pytest.raises(ValueError, match="Could not override 'a'"):
         loader.compose_all(OmegaConf.create(), batch)
+
+
+def _same_tree(a, b, path: str = "") -> None:
+    """Two configs alike node by node: node types, flags, container types and every value."""
+    from omegaconf.basecontainer import BaseContainer
+
+    assert type(a) is type(b), path
+    assert a._metadata.flags == b._metadata.flags, path
+    assert a._metadata.ref_type == b._metadata.ref_type, path
+    if not isinstance(a, BaseContainer):
+        assert a._value() == b._value(), path
+        return
+    assert (a._metadata.object_type, a._metadata.key_type, a._metadata.element_type) == (
+        b._metadata.object_type,
+        b._metadata.key_type,
+        b._metadata.element_type,
+    ), path
+    assert (a._is_none(), a._is_missing()) == (b._is_none(), b._is_missing()), path
+    if a._is_none() or a._is_missing():
+        return
+    keys = list(a.keys()) if isinstance(a, DictConfig) else list(range(len(a)))
+    assert keys == (list(b.keys()) if isinstance(b, DictConfig) else list(range(len(b)))), path
+    for key in keys:
+        _same_tree(a._get_node(key), b._get_node(key), f"{path}.{key}")
+
+
+def test_the_memo_loader_composes_what_hydras_loader_composes(plugin):
+    """Hydra's own configs and the primary config merged once, each case's groups merged onto a copy:
+    every case of a sweep composes to the same config, node for node, as Hydra's loader composes it,
+    and a bad override fails with Hydra's error."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.errors import ConfigCompositionException
+    from hydra.types import RunMode
+
+    from tests.conftest import CONF_DIR
+
+    search_path = create_config_search_path(CONF_DIR)
+    hydras = ConfigLoaderImpl(config_search_path=search_path)
+    ours = ConfigLoaderImpl(config_search_path=search_path)
+    ours.repository = plugin.MemoConfigRepository(config_search_path=search_path)
+    ours.__class__ = plugin.MemoConfigLoader
+    master = hydras.load_configuration("config", ["experiment=popresume_grid", "dry_run=true"], RunMode.MULTIRUN)
+    cases = [
+        ["format_model=text-gpt4o_mini", "occupation=nurse", "protected_attr=gender", "experiment=popresume_grid"],
+        ["format_model=image_photo-gpt4o", "occupation=teacher", "protected_attr=race", "experiment=popresume_grid"],
+        ["format_model=text-gpt4o_mini", "protected_attr=race", "population.n=50", "experiment=popresume_grid"],
+        ["panel_cell=gender-glm51", "experiment=callback_panel"],
+    ]
+    for overrides in cases:
+        expected = hydras.load_sweep_config(master, overrides)
+        composed = ours.load_sweep_config(master, overrides)
+        _same_tree(expected, composed)
+        assert OmegaConf.to_yaml(expected) == OmegaConf.to_yaml(composed)
+    assert len(plugin._MERGED) >= 1  # the shared start was merged once and reused
+    with pytest.raises(ConfigCompositionException) as hydras_error:
+        hydras.load_sweep_config(master, ["occupation=no_such_occupation"])
+    with pytest.raises(ConfigCompositionException) as our_error:
+        ours.load_sweep_config(master, ["occupation=no_such_occupation"])
+    assert str(our_error.value) == str(hydras_error.value)

@@ -103,6 +103,17 @@ def build_for_plan(node: DictConfig, group: str, *, dry_run: bool = False, value
 _PLANNING_PARTS: dict[str, Any] = {}  # dry runs: (group, resolved settings, relaxation) -> built component
 
 
+def keep_for_plan(node: DictConfig, group: str, values: dict[Any, Any] | None, component: Any) -> None:
+    """A component the pre-flight checks built as the run builds it, kept as a dry run's build of the
+    same settings (`build_for_plan`), so that each part is built once: it built with its key, extra
+    and files, so the relaxation would change nothing."""
+    if values is None:
+        return
+    relax = PLANNING_RELAXATIONS.get(group)
+    kwargs: dict[str, Any] = {relax: False} if relax is not None and relax in _keywords(node.get("_target_")) else {}
+    _PLANNING_PARTS.setdefault(json.dumps([group, values, kwargs], sort_keys=True, default=repr), component)
+
+
 def _keywords(target: Any) -> set[str]:
     """The keyword parameters of a config's `_target_` (none when it cannot be resolved)."""
     try:

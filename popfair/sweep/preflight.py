@@ -136,7 +136,7 @@ class Preflight:
             self._check_launcher(job, config)
 
     def _check_components(self, job: int, task: DictConfig, choices: Any, cache_ok: bool) -> None:
-        from popfair.case.compose import PLANNING_RELAXATIONS, build, resolved
+        from popfair.case.compose import PLANNING_RELAXATIONS, build, keep_for_plan, resolved
         from popfair.case.experiment import Experiment
         from popfair.sweep.in_process import resolved_of
 
@@ -152,13 +152,16 @@ class Preflight:
             own = values[group] if values is not None else resolved(node)
 
             def built(node: DictConfig = node, group: str = group, own: Any = own, subject: str = subject) -> Any:
+                error = None
+                try:  # raises what the case would raise: a key, an extra, a file
+                    keep_for_plan(node, group, own, build(node, group, values=own))  # built once: the plan's too
+                except Exception as exc:  # noqa: BLE001 - the case would stop on it
+                    error = exc
                 checks = self._screener_checks(node, own, subject, cache_ok) if group == "screener" else []
                 if any(check.name == "key" and not check.ok for _, check in checks):
                     return checks
-                try:
-                    build(node, group, values=own)  # raises what the case would raise: a key, an extra, a file
-                except Exception as exc:  # noqa: BLE001 - the case would stop on it
-                    return [*checks, (subject, _error_check(exc))]
+                if error is not None:
+                    return [*checks, (subject, _error_check(error))]
                 return [(subject, Check("build", True, "builds as the run builds it (keys, extras, files)")), *checks]
 
             key = json.dumps(own, sort_keys=True, default=repr) if own is not None else _unresolved_key(node)
