@@ -150,7 +150,8 @@ class PromptTable:
         return table
 
 
-_PROMPT_TABLE_MEMO = 8  # document lists kept: a sweep plans a few document sets over many models
+_PROMPT_TABLE_MEMO = 12  # tables kept: a sweep plans a few document sets over many models (the paper grid:
+# 5 occupations x 2 prompt sets; fewer slots than that rebuilt each table a dozen times)
 _PROMPT_TABLE_MIN_DOCUMENTS = 256  # shorter lists are built afresh
 _PROMPT_TABLES: OrderedDict[
     tuple[Any, ...], tuple[Sequence[Document], Mapping[str, Job], list[tuple[str, str, str]], PromptTable]
