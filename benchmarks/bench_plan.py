@@ -6,7 +6,9 @@ tree (main before the issue: commit e928285) side by side in one run, interleave
 For every run it prints the wall seconds, the CPU seconds of the process and its forked workers, and
 the load average before and after; then per experiment the best and median of each tree, the ratio,
 the target (grid <= 10 s, panel <= 4 s, on a quiet 2-core machine), and whether both trees printed
-the same plan (every line of standard output, with timestamps, the sweep folder and timings masked).
+the same plan (every line of standard output but the log lines, with timestamps, the sweep folder and
+timings masked) and the same log lines (the baseline logs the route of a screener that builds twice:
+its pre-flight checks built it twice).
 
     python benchmarks/bench_plan.py [--rounds 2] [--only grid|panel] [--quick]
         [--baseline PATH | --baseline-commit e928285] [--skip-baseline]
@@ -68,6 +70,24 @@ def masked(stdout: str) -> str:
     return re.sub(r"\bin \d+\.\d+ s\b", "in <t> s", text)
 
 
+def plan_lines(stdout: str) -> str:
+    """What a dry run prints but its log lines: each case's plan, the pre-flight warnings, the totals."""
+    return "\n".join(line for line in stdout.splitlines() if not line.startswith("[time]"))
+
+
+def log_differences(ours: set[str], base: set[str]) -> list[str]:
+    """The log lines one tree printed more often than the other (a line printed twice by the baseline's
+    double build of a component, for instance)."""
+    from collections import Counter
+
+    mine, theirs = Counter(next(iter(ours)).splitlines()), Counter(next(iter(base)).splitlines())
+    return [
+        f"this tree {mine[k]}x, baseline {theirs[k]}x: {k}"
+        for k in sorted(set(mine) | set(theirs))
+        if mine[k] != theirs[k]
+    ]
+
+
 def dry_run(tree: Path, which: str, quick: bool) -> tuple[float, float, str]:
     """Wall and CPU seconds of one dry run of `tree`, and what it printed (masked)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_")}
@@ -120,15 +140,16 @@ def main() -> None:
             )
             if not args.skip_baseline:
                 base = results[(name, "baseline")]
-                same = (
-                    printed[(name, "this tree")] == printed[(name, "baseline")]
-                    and len(printed[(name, "baseline")]) == 1
-                )
+                ours_out, base_out = printed[(name, "this tree")], printed[(name, "baseline")]
+                same = ours_out == base_out and len(base_out) == 1
+                plan_same = {plan_lines(o) for o in ours_out} == {plan_lines(o) for o in base_out}
                 line += (
                     f"; baseline ({args.baseline or args.baseline_commit}) best {min(base):.2f} s, median "
                     f"{statistics.median(base):.2f} s; ratio {min(ours) / min(base):.2f}x; printed plan identical: "
-                    f"{'yes' if same else 'NO'}"
+                    f"{'yes' if plan_same else 'NO'}; log lines identical: {'yes' if same else 'no'}"
                 )
+                if not same:
+                    line += "".join(f"\n    {d}" for d in log_differences(ours_out, base_out))
             target = TARGETS_S[name]
             verdict = "n/a (quick)" if args.quick else ("PASS" if min(ours) <= target else "FAIL")
             print(f"{line}\n  target <= {target:.0f} s (quiet 2-core machine): {verdict}")
