@@ -111,9 +111,10 @@ def _same_tree(a, b, path: str = "") -> None:
 
 
 def test_the_memo_loader_composes_what_hydras_loader_composes(plugin):
-    """Hydra's own configs and the primary config merged once, each case's groups merged onto a copy:
-    every case of a sweep composes to the same config, node for node, as Hydra's loader composes it,
-    and a bad override fails with Hydra's error."""
+    """Hydra's own configs and the primary config merged once, each case's groups merged onto a copy,
+    parsed configs shared and copied only where Hydra takes their nodes as they are: every case of a
+    sweep composes to the same config, node for node, as Hydra's loader composes it (a shared parsed
+    config changed by one case would show in the next), and a bad override fails with Hydra's error."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
     from hydra.errors import ConfigCompositionException
@@ -124,7 +125,7 @@ def test_the_memo_loader_composes_what_hydras_loader_composes(plugin):
     search_path = create_config_search_path(CONF_DIR)
     hydras = ConfigLoaderImpl(config_search_path=search_path)
     ours = ConfigLoaderImpl(config_search_path=search_path)
-    ours.repository = plugin.MemoConfigRepository(config_search_path=search_path)
+    ours.repository = plugin.MemoConfigRepository(config_search_path=search_path, share=True)
     ours.__class__ = plugin.MemoConfigLoader
     master = hydras.load_configuration("config", ["experiment=popresume_grid", "dry_run=true"], RunMode.MULTIRUN)
     cases = [

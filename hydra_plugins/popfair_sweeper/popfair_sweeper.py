@@ -9,7 +9,9 @@ batches, `hydra.sweeper.params` and every launcher behave as with the basic swee
 that composes in another process (joblib workers, SLURM jobs) composes there as before.
 
 Composing itself is mostly reading and parsing the same YAML files again for every case; the
-repository keeps each parsed file for the sweep and hands out copies (`MemoConfigRepository`).
+repository keeps each parsed file for the sweep (`MemoConfigRepository`) and the loader copies one
+only where Hydra would take its nodes as they are (`MemoConfigLoader`: Hydra copies every config it
+places under a package), and merges Hydra's own configs and the primary config once for all cases.
 A large batch is composed on both cores: a forked worker composes its second half and sends the
 configs back pickled (a twentieth of the cost of composing one)."""
 
@@ -40,13 +42,25 @@ _PARSED: dict[tuple[Any, ...], ConfigResult | None] = {}  # (config sources, con
 
 class MemoConfigRepository(ConfigRepository):
     """Hydra's config repository, parsing each config file once per process. Every load hands out a
-    deep copy (a tenth of the cost of parsing): composition may modify what it is given."""
+    deep copy (a tenth of the cost of parsing): composition may modify what it is given. With
+    `share` (under `MemoConfigLoader`) a load hands out the parsed config itself, and the loader
+    copies it where Hydra would take its nodes as they are (see `MemoConfigLoader._load_single_config`)."""
+
+    def __init__(self, config_search_path: Any, share: bool = False) -> None:
+        super().__init__(config_search_path=config_search_path)
+        self.share = share
 
     def load_config(self, config_path: str) -> ConfigResult | None:
         key = (tuple((source.provider, source.path) for source in self.sources), config_path)
         if key not in _PARSED:
             _PARSED[key] = super().load_config(config_path)
-        return copy.deepcopy(_PARSED[key])
+        parsed = _PARSED[key]
+        if not self.share or parsed is None:
+            return copy.deepcopy(parsed)
+        loaded = copy.copy(parsed)  # the parsed config itself; its header and defaults list copied
+        loaded.header, loaded.defaults_list = dict(parsed.header), copy.deepcopy(parsed.defaults_list)
+        loaded.shared_config = parsed.config  # type: ignore[attr-defined]  # copied before Hydra takes its nodes
+        return loaded
 
 
 class MemoConfigLoader(ConfigLoaderImpl):
@@ -70,6 +84,18 @@ class MemoConfigLoader(ConfigLoaderImpl):
         cfg = self._merged(pickle.loads(_MERGED[key]), defaults[shared:], repo)
         _strip_defaults(cfg)
         return cfg
+
+    def _load_single_config(self, default: ResultDefault, repo: IConfigRepository) -> ConfigResult:
+        """Hydra's, on a private copy of a shared parsed config (`MemoConfigRepository(share=True)`)
+        wherever Hydra takes the loaded config's nodes into the composed config as they are: the primary
+        config and a config merged at the top level (package `_global_`). Any other config Hydra places
+        under its package, which copies it; the defaults list reads it without changing it."""
+        loaded = repo.load_config(config_path=str(default.config_path))
+        if loaded is not None and loaded.config is getattr(loaded, "shared_config", None):
+            package = default.package if default.package is not None else loaded.header.get("package")
+            if default.primary or not package:
+                loaded.config = copy.deepcopy(loaded.config)
+        return super()._load_single_config(default, repo)
 
     def _merged(self, cfg: DictConfig, defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
         """Hydra's merge loop: each entry loaded and merged onto `cfg`, in order."""
@@ -204,10 +230,11 @@ class PopfairSweeper(BasicSweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         loader = hydra_context.config_loader
-        if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
-            loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path)
         if type(loader) is ConfigLoaderImpl:
             loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
+        if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
+            share = type(loader) is MemoConfigLoader  # which copies what Hydra would take as it is
+            loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path, share=share)
         self.compose_once = ComposeOnceLoader(hydra_context.config_loader)
         context = HydraContext(config_loader=self.compose_once, callbacks=hydra_context.callbacks)
         super().setup(hydra_context=context, task_function=task_function, config=config)
