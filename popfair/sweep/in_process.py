@@ -30,6 +30,7 @@ from hydra.core.utils import (
     configure_log,
     env_override,
     filter_overrides,
+    run_job,
     setup_globals,
 )
 from hydra.types import HydraContext, TaskFunction
@@ -77,6 +78,8 @@ def prepare(configs: Sequence[DictConfig], first_job: int) -> None:
     previous = hydra_config.cfg
     try:
         for job, config in enumerate(configs, start=first_job):
+            if not config.get("dry_run", False):  # a case that runs (dry_run swept): Hydra's run_job runs it
+                continue
             hydra_config.cfg = config  # type: ignore[assignment]
             _number(config, job)
             view = task_view(config)
@@ -169,7 +172,8 @@ def run_here(hydra_context: HydraContext, task_function: TaskFunction, config: D
 
 class InProcessPlanner:
     """In place of Hydra's basic launcher for a dry run: the same loop (`BasicLauncher.launch`), each
-    case through `run_here`."""
+    case through `run_here` (a case whose own config runs it, `dry_run` being swept, through
+    Hydra's `run_job`)."""
 
     def __init__(self, launcher: Any) -> None:
         self.launcher = launcher  # the basic launcher, set up by the sweeper
@@ -188,6 +192,17 @@ class InProcessPlanner:
             with open_dict(config):
                 config.hydra.job.id = idx
                 config.hydra.job.num = idx
-            runs.append(run_here(launcher.hydra_context, launcher.task_function, config))
+            if config.get("dry_run", False):
+                runs.append(run_here(launcher.hydra_context, launcher.task_function, config))
+            else:  # a case that runs (dry_run swept): as Hydra's basic launcher runs it
+                runs.append(
+                    run_job(
+                        hydra_context=launcher.hydra_context,
+                        task_function=launcher.task_function,
+                        config=config,
+                        job_dir_key="hydra.sweep.dir",
+                        job_subdir_key="hydra.sweep.subdir",
+                    )
+                )
             configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
         return runs
