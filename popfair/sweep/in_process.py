@@ -33,6 +33,7 @@ from hydra.core.utils import (
     run_job,
     setup_globals,
 )
+from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
@@ -170,13 +171,16 @@ def run_here(hydra_context: HydraContext, task_function: TaskFunction, config: D
             os.chdir(old_cwd)
 
 
-class InProcessPlanner:
+class InProcessPlanner(Launcher):
     """In place of Hydra's basic launcher for a dry run: the same loop (`BasicLauncher.launch`), each
     case through `run_here` (a case whose own config runs it, `dry_run` being swept, through
     Hydra's `run_job`)."""
 
     def __init__(self, launcher: Any) -> None:
         self.launcher = launcher  # the basic launcher, set up by the sweeper
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.launcher.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         launcher = self.launcher
