@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -29,11 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+sys.path.insert(0, str(ROOT))
+from benchmarks._side_by_side import child_cpu  # noqa: E402
 
 
 def timed(*args: str, cwd: str) -> tuple[float, subprocess.CompletedProcess]:

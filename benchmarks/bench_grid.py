@@ -27,47 +27,23 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks._side_by_side import baseline_tree, child_cpu, load  # noqa: E402
+
 BASELINE_COMMIT = "6c2f4d2"  # main when issue 27 was filed
 FULL_CELLS = "text-tfidf,text-simulated,image-simulated"
 STAGES = ("population", "worlds", "render", "screen", "estimate", "outcome_audit", "report", "track", "total")
 TOTAL_RATIO_TARGET = 1 / 3
 SECOND_IMAGE_RENDER_TARGET_S = 3.0
-
-
-def child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def load() -> str:
-    return "/".join(f"{v:.2f}" for v in os.getloadavg())
-
-
-@contextmanager
-def baseline_tree(path: str | None, commit: str):
-    """The baseline source tree: `path`, or a detached worktree of `commit` removed afterwards."""
-    if path:
-        yield Path(path).resolve()
-        return
-    folder = Path(tempfile.mkdtemp(prefix="popfair-bench-baseline-"))
-    tree = folder / "tree"
-    subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True, capture_output=True)
-    try:
-        yield tree
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False, capture_output=True)
-        folder.rmdir()
 
 
 STORE_READ = """
@@ -201,7 +177,7 @@ def main() -> None:
     grid40 = ["experiment=popresume_grid_offline"]
     runs = ([] if args.skip_full else [("full", full)]) + ([("grid40", grid40)] if args.grid40 else [])
     print(f"load average {load()} at start; {os.cpu_count()} CPUs")
-    with baseline_tree(args.baseline, args.baseline_commit) as baseline:
+    with baseline_tree(args.baseline, args.baseline_commit, prefix="popfair-bench-baseline-") as baseline:
         trees = ([] if args.skip_baseline else [("baseline " + args.baseline_commit, baseline)]) + [("this tree", ROOT)]
         # warm each tree's entries of the population disk cache, so that neither pays the cold fit
         warm = ["experiment=popresume_grid_offline", f"occupation={args.occupation}", "population.n=50"]

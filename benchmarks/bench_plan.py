@@ -23,43 +23,21 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks._side_by_side import baseline_tree, child_cpu, load  # noqa: E402
+
 BASELINE_COMMIT = "e928285"  # main when issue 35 was filed
 TARGETS_S = {"grid": 10.0, "panel": 4.0}
 EXPERIMENTS = {"grid": "popresume_grid", "panel": "callback_panel"}
 QUICK = {"grid": ["occupation=nurse", "population.n=2000"], "panel": ["occupation.n_postings=300"]}
-
-
-def child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def load() -> str:
-    return "/".join(f"{v:.2f}" for v in os.getloadavg())
-
-
-@contextmanager
-def baseline_tree(path: str | None, commit: str):
-    """The baseline source tree: `path`, or a detached worktree of `commit` removed afterwards."""
-    if path:
-        yield Path(path)
-        return
-    folder = Path(tempfile.mkdtemp(prefix="popfair-plan-baseline-")) / "tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(folder), commit], check=True)
-    try:
-        yield folder
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False)
 
 
 def masked(stdout: str) -> str:
@@ -115,7 +93,9 @@ def main() -> None:
     args = parser.parse_args()
     which = args.only or ["grid", "panel"]
     print(f"bench_plan: this tree {ROOT}, cores {os.cpu_count()}, load {load()}" + (" (quick)" if args.quick else ""))
-    with baseline_tree(None if args.skip_baseline else args.baseline, args.baseline_commit) as baseline:
+    with baseline_tree(
+        None if args.skip_baseline else args.baseline, args.baseline_commit, prefix="popfair-plan-baseline-"
+    ) as baseline:
         trees = {"this tree": ROOT} if args.skip_baseline else {"this tree": ROOT, "baseline": baseline}
         results: dict[tuple[str, str], list[float]] = {}
         printed: dict[tuple[str, str], set[str]] = {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
+from benchmarks._side_by_side import child_cpu  # noqa: E402
 from popfair.report.sweep import write_report  # noqa: E402
 from popfair.track.mlflow_tracker import MlflowTracker  # noqa: E402
 
@@ -40,11 +39,6 @@ PANEL_CELLS = [cell.split("-", 1) for cell in _sweep_param("callback_panel", "pa
 
 
 DRY_RUN_TARGETS_S = {"popresume_grid": 30.0, "callback_panel": 10.0}  # issue 18, on 2 cores
-
-
-def child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def dry_run(experiment: str, estimator: str) -> None:

@@ -340,7 +340,7 @@ def write_benchmark_scripts() -> None:
     import ast
 
     rows = ["| script | what it measures and prints (its docstring) |", "|---|---|"]
-    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+    for path in sorted((ROOT / "benchmarks").glob("[!_]*.py")):  # _*.py: shared by scripts, not one
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         first = " ".join(doc.split("\n\n")[0].split())
         rows.append(f"| `python benchmarks/{path.name}` | {_cell(first)} |")

@@ -26,7 +26,14 @@ from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener
 from popfair.screen.local_runtime import require_extra, resolve_device
-from popfair.store.blobs import EMBEDDINGS, STORE_ERRORS, BlobStore, content_key, installed_versions, open_blob_store
+from popfair.store.blobs import (
+    EMBEDDINGS,
+    STORE_ERRORS,
+    BlobStore,
+    content_key,
+    installed_versions,
+    open_blob_store_or_memory,
+)
 from popfair.store.shared_work import claimed_rounds
 
 log = logging.getLogger("popfair")
@@ -158,11 +165,9 @@ class EmbeddingScreener(Screener):
         return np.stack([found[keys[text]] for text in texts]) if texts else np.empty((0, 0), np.float32)
 
     def _store(self) -> BlobStore:
-        try:
-            return open_blob_store(self.store_location, STORE_NAME)
-        except ConfigError as exc:  # the store only saves time: encode everything instead
-            log.warning("screener %s: embeddings store off, every text is encoded: %s", self.name, exc)
-            return open_blob_store(None, STORE_NAME)
+        return open_blob_store_or_memory(
+            self.store_location, STORE_NAME, f"screener {self.name}", "every text is encoded"
+        )
 
     def job_embeddings(self, jobs: Mapping[str, Job]) -> dict[str, np.ndarray]:
         """Embedding per job id (descriptions go through the store like resumes)."""

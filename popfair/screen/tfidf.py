@@ -21,7 +21,6 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
 from popfair.core.constraints import Boolean, Interval, validate
-from popfair.core.errors import ConfigError
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.runtime.parallel import forked_spans
 from popfair.screen.base import Screener
@@ -31,7 +30,7 @@ from popfair.store.blobs import (
     BlobStore,
     content_key,
     installed_versions,
-    open_blob_store,
+    open_blob_store_or_memory,
     pack_arrays,
     unpack_arrays,
 )
@@ -191,11 +190,9 @@ class TfidfScreener(Screener):
         return call if self._idf_key is None else content_key(self._idf_key, call)
 
     def _store(self) -> BlobStore:
-        try:
-            return open_blob_store(self.store_location, STORE_NAME)
-        except ConfigError as exc:  # the store only saves time: count everything instead
-            log.warning("screener %s: scores store off, every document is counted: %s", self.name, exc)
-            return open_blob_store(None, STORE_NAME)
+        return open_blob_store_or_memory(
+            self.store_location, STORE_NAME, f"screener {self.name}", "every document is counted"
+        )
 
     def _counted(self, corpus: list[str]) -> sparse.csr_matrix:
         # hashing is stateless: spans of the corpus are counted in forked workers and stacked

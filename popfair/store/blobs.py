@@ -429,3 +429,13 @@ def open_blob_store(location: str | Path | None, name: str) -> BlobStore:
     if is_url(location):
         return ServerBlobStore(str(location), name)
     return SqliteBlobStore(location, name)
+
+
+def open_blob_store_or_memory(location: str | Path | None, name: str, who: str, instead: str) -> BlobStore:
+    """`open_blob_store`, or this process's memory when the store cannot be opened: a store that only
+    saves time must not stop a case. The warning names `who` lost it and what it does `instead`."""
+    try:
+        return open_blob_store(location, name)
+    except ConfigError as exc:
+        log.warning("%s: %s store off, %s: %s", who, name, instead, exc)
+        return MemoryBlobStore(name)
