@@ -6,6 +6,9 @@ import mlflow
 import pytest
 
 from popfair import Experiment
+from popfair.case.power import CasePower
+from popfair.core.errors import ConfigError
+from popfair.estimate.power import mcnemar_mde
 from tests.conftest import compose_config
 
 CASE = ["experiment=paired_race", "screener=tfidf", "occupation.n_postings=60", "estimator.n_bootstrap=200"]
@@ -29,3 +32,15 @@ def test_paired_race_case_runs_end_to_end(tmp_path):
     run = mlflow.get_run(result.run_id)
     assert run.data.params["population.axis"] == "race" and run.data.params["protected_attr.name"] == "race"
     assert run.data.metrics["gap.n_pairs"] == 240
+    # the power line (config plan.*): logged at the planned n, and the next audit plans from this run
+    assert run.data.metrics["plan.n"] == 240 and run.data.tags["plan.units"] == "pairs"
+    assert run.data.metrics["plan.mde"] == pytest.approx(mcnemar_mde(240, 0.5, 0.05, 0.8))  # default: independent pairs
+    tracking = {"enabled": True, "uri": f"sqlite:///{tmp_path}/mlflow.db"}
+    power = CasePower.from_config({"plan": {"from_run": result.run_id, "effect": 0.05}, "tracking": tracking})
+    plan = power.plan("paired", result.profiles)
+    share = (row["b"] + row["c"]) / 240
+    assert f"{share:.1%} of the pairs discordant, as in MLflow run {result.run_id[:12]}" in plan.line()
+    # tfidf answers both sides of every pair alike: no gap is detectable at any n, and the plan says so
+    assert share == 0 and plan.mde is None and "shows no gap at any n" in plan.line()
+    with pytest.raises(ConfigError, match=r"^plan.from_run: no run 'deadbeef' in the MLflow store sqlite:"):
+        CasePower.from_config({"plan": {"from_run": "deadbeef"}, "tracking": tracking})

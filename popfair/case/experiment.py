@@ -15,6 +15,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
+from popfair.case.power import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
@@ -119,6 +120,8 @@ class Experiment:
         asked, how replies are read and which estimators apply. Default: the population's.
     documents : DocumentStore, optional
         Rendered documents kept for every later case (config `document_store`).
+    power : CasePower, optional
+        The `plan.*` settings: what the case's main test can detect (popfair.case.power).
 
     Returns
     -------
@@ -153,6 +156,7 @@ class Experiment:
     design: ScreenedDesign | None = None  # how applicants become prompts and answers (default: the population's)
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
     sequential: SequentialSettings | None = None  # screen in looks and stop by a rule (config sequential)
+    power: CasePower = field(default_factory=lambda: CasePower.from_config({}))  # config plan.*: the power line
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
@@ -221,6 +225,7 @@ class Experiment:
             if dry_run
             else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
             sequential=sequential if sequential.on else None,
+            power=CasePower.from_config(cfg),
         )
 
     def case_name(self) -> str:
@@ -402,6 +407,7 @@ class Experiment:
             scored_worlds=scored_worlds,
             sequential=None if sequential is None else sequential.record,
         )
+        result.power = self.power.quietly((self.design or design_of(self.population)).name, profiles)
         if self.audit_report:
             from popfair.report.audit import audit_report
 
@@ -425,6 +431,7 @@ class Experiment:
             **effects_metrics(effects),
         }
         metrics.update(result.screening)
+        metrics.update(result.power.metrics() if result.power is not None else {})
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).
         case = "; ".join(patterns.applicable_labels(effects.case, self.renderer.kind)) or "none"
@@ -442,6 +449,7 @@ class Experiment:
             **identification_tags(effects.table),
             **self.tags,
         }
+        tags.update(result.power.tags() if result.power is not None else {})
         tags.update(self.screener.run_tags)  # e.g. the route `route: auto` chose, and why
         # Choices neither paper states (screener route, snapshot, thinking ...), one tag each.
         tags.update({f"popfair_choice.{key}": value for key, value in self.screener.popfair_choices.items()})

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from popfair.core.types import Document, Effects, Profiles
+from popfair.estimate.power import PowerPlan
 
 
 @dataclass
@@ -43,6 +44,8 @@ class RunResult:
         The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
     sequential : SequentialRecord, optional
         A sequential case's looks, why it stopped, the n used and both intervals (config `sequential`).
+    power : PowerPlan, optional
+        What the case's main test can detect at its n (config `plan.*`), logged as `plan.*` metrics.
 
     Examples
     --------
@@ -62,6 +65,7 @@ class RunResult:
     scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
     report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
     sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.sequential): looks, stop, CIs
+    power: PowerPlan | None = None  # what the main test can detect at this n (config plan.*)
 
     @property
     def failure_rate(self) -> float:

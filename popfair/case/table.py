@@ -27,6 +27,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from popfair.case.power import CasePower, table_categories
 from popfair.core.errors import ConfigError, PopfairError, TrackingFailed, require
 from popfair.core.types import Effects, Roles
 from popfair.design import design_named
@@ -34,6 +35,7 @@ from popfair.design.table.mapped import FRAME_NAMES, MappedTable, TableCounts, T
 from popfair.design.table.settings import TableSettings
 from popfair.design.table.source import open_source
 from popfair.estimate.base import Estimator
+from popfair.estimate.power import PowerPlan
 from popfair.population.protected import ProtectedAttribute
 from popfair.runtime.version import __version__
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
@@ -41,7 +43,7 @@ from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 log = logging.getLogger("popfair")
 
 IMPACT_RATIO = "impact_ratio"
-CONFIG_GROUPS = ("table", "estimator", "protected_attr", "outcome_audit", "tracking")  # what a table case uses
+CONFIG_GROUPS = ("table", "estimator", "protected_attr", "outcome_audit", "tracking", "plan")  # what a table case uses
 
 
 @dataclass
@@ -62,6 +64,7 @@ class TableRunResult:
     report_path: Path | None = None  # table_report.csv, when rows had problems
     periods: Any = None  # the PeriodRatios of table.period (popfair.estimate.impact_trend)
     watch: Any = None  # a watch's look (popfair.case.table_watch.WatchLook)
+    power: PowerPlan | None = None  # what the impact-ratio test can detect in this table (config plan.*)
 
     @property
     def n_rows(self) -> int:
@@ -120,6 +123,8 @@ class TableCase:
     tags: dict[str, str] = field(default_factory=dict)
     audit_report: bool = True
     report_dir: Path = field(default_factory=Path.cwd)
+    power: CasePower = field(default_factory=lambda: CasePower.from_config({}))  # config plan.*
+    checked_power: PowerPlan | None = None  # the power line `check` found (a dry run prints it)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> TableCase:
@@ -161,6 +166,7 @@ class TableCase:
             config={group: values.get(group) for group in (*CONFIG_GROUPS, "seed") if group in values},
             audit_report=report_setting != False,  # noqa: E712 - auto: an existing table is what LL144 audits
             report_dir=_output_dir(),
+            power=CasePower.from_config(cfg),
         )
 
     def case_name(self) -> str:
@@ -181,6 +187,8 @@ class TableCase:
         mapped = self.read()
         try:
             record = mapped.record
+            if mapped.columns.sex is not None or mapped.columns.race is not None:
+                self.checked_power = self.power.plan("table", table_categories(mapped.counts(), self.protected.name))
             return (
                 f"table {record.description}: {record.rows_read:,} rows read, {record.rows_after_filters:,} after "
                 f"filters, {record.rows_used:,} used; outcome {mapped.coding.kind}"
@@ -232,6 +240,8 @@ class TableCase:
             mapped.source.close()
         timings["read"] = time.perf_counter() - start
         start = time.perf_counter()
+        if counts is not None:
+            result.power = self.power.quietly("table", table_categories(counts, self.protected.name))
         if frame is None:  # impact_ratio
             assert counts is not None
             result.ratios = _impact_ratios(self.estimator, counts)
@@ -344,6 +354,7 @@ class TableCase:
             "table.rows_dropped": source.rows_dropped,
             "table.rows_used": source.rows_used,
             **effects_metrics(result.effects),
+            **(result.power.metrics() if result.power is not None else {}),
         }
         tags = {
             "case": "; ".join(result.effects.labels) or "none",
@@ -356,6 +367,7 @@ class TableCase:
             "popfair_version": __version__,
             "protected_attr": self.protected.name,
             "estimator": self.estimator.name,
+            **(result.power.tags() if result.power is not None else {}),
             **self.tags,
         }
         artifacts: dict[str, Any] = {

@@ -286,6 +286,7 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
         ]
     if impact_ratios_of(result.effects) is None:  # the estimator's own table, unless it is the LL144 one
         blocks += effects_blocks(result.effects, f"Effect of {protected.name} ({experiment.estimator.name})")
+    blocks += power_blocks(result)
     blocks += [
         Block("h2", "Data sources"),
         Block(
@@ -299,6 +300,14 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
     if notes:
         blocks += [Block("h2", "Notes"), Block("list", notes)]
     return blocks
+
+
+def power_blocks(result: Any) -> list[Block]:
+    """What the audit can and cannot detect at its n (config plan.*), in plain words; nothing without a plan."""
+    power = getattr(result, "power", None)
+    if power is None:
+        return []
+    return [Block("h2", "What this audit can and cannot detect"), Block("text", power.sentence())]
 
 
 def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date: dt.date) -> list[Block]:
@@ -344,6 +353,7 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
         blocks += watch_blocks(result.watch)
     if impact_ratios_of(result.effects) is None:
         blocks += effects_blocks(result.effects, f"Effect of {case.protected.name} ({case.estimator.name})")
+    blocks += power_blocks(result)
     if result.mapping is not None and len(result.mapping):
         blocks += [
             Block("h2", "How the table's columns and values were read"),

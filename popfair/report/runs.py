@@ -28,6 +28,8 @@ CASE_COLUMNS = [
     "error",
     "design",  # "table" for the audit of an existing table (its own report section), else None
     "source",  # a table audit's file or query (tag table.source)
+    "detects",  # the minimum detectable effect at the case's n, as shown (tag plan.detects; config plan.*)
+    "units",  # what its n counts: applicants, pairs, trials, rows (tag plan.units)
 ]
 
 
@@ -79,6 +81,8 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "error": tags.get("error"),
                 "design": tags.get("design"),
                 "source": tags.get("table.source"),
+                "detects": tags.get("plan.detects"),
+                "units": tags.get("plan.units"),
                 "metrics": dict(run.data.metrics),
                 "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped
             }

@@ -246,6 +246,42 @@ def _interval(metrics: dict[str, float], low: str, high: str) -> str:
     return f"[{metrics[low]:.4g}, {metrics[high]:.4g}]" if low in metrics and high in metrics else "-"
 
 
+def power_blocks(runs: pd.DataFrame, csv: Any) -> list[Block]:
+    """What each case's main test can detect at its n (the runs' plan.* metrics and tags), in plain
+    words; written as power.csv. Nothing when no run logged a power line."""
+    if "detects" not in runs or runs["detects"].isna().all():
+        return []
+    rows = runs[runs["detects"].notna()]
+    metric = lambda name: [m.get(name) for m in rows["metrics"]]  # noqa: E731
+    table = pd.DataFrame(
+        {
+            "case_name": rows["case_name"],
+            "n": metric("plan.n"),
+            "units": rows["units"],
+            "detects": rows["detects"],
+            "power": metric("plan.power"),
+            "alpha": metric("plan.alpha"),
+            "n_needed_for_plan_effect": metric("plan.n_needed"),
+            "run_id": rows["run_id"],
+        }
+    )
+    csv("power.csv", table)
+    return [
+        Block("h2", "What the audits can and cannot detect"),
+        Block(
+            "text",
+            "Each case's main test detects an effect at least as large as `detects` with the stated power at the "
+            "stated two-sided alpha (config plan.*; the assumptions are the run's plan.assumptions tag). A smaller "
+            "effect can go undetected: a case whose effect is not significant has not shown that there is no "
+            "effect, only that one as large as its `detects` would probably have been seen.",
+        ),
+        Block(
+            "table",
+            table.drop(columns=["n_needed_for_plan_effect"] if table["n_needed_for_plan_effect"].isna().all() else []),
+        ),
+    ]
+
+
 def write_report(
     tracking_uri: str,
     experiment_name: str | None,
@@ -339,6 +375,7 @@ def write_report(
 
     blocks += sequential_blocks(runs)
     blocks += table_blocks(effects, csv)
+    blocks += power_blocks(runs, csv)
     blocks += panel_blocks(effects, out, alpha, csv)
     blocks += ranking.ranking_blocks(effects, runs, lambda fig, name: _save(fig, out / "plots" / name), csv)
     files.update({f"plots/{p.name}": p for p in (out / "plots").glob("*.png")})

@@ -192,7 +192,11 @@ def plan_table(case: TableCase) -> Any:
     from popfair.sweep.plan import CasePlan
 
     print(case.check())
-    return CasePlan(case.case_name(), "none (table)", "none (table)", 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0)
+    power = case.checked_power
+    return CasePlan(
+        case.case_name(), "none (table)", "none (table)", 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0,
+        power="" if power is None else power.line(), mde=None if power is None else power.mde,
+    )  # fmt: skip
 
 
 class WorkerDied(Exception):

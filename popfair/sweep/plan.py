@@ -50,6 +50,8 @@ class CasePlan:
     estimator_documents: int = 0  # of `documents`, the counterfactual worlds the estimator declared (interventional)
     note: str = ""  # what the estimator says about the case's size (ranking: trials needed for a given effect)
     cached_calls: int = 0  # distinct prompts the response cache already answers: reused, not paid (a grown case)
+    power: str = ""  # what the main test can detect at this n, and its assumptions (config plan.*)
+    mde: float | None = None  # the minimum detectable effect, in plan.effect's unit
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +66,7 @@ class CasePlan:
             f"(${self.new_cost_usd:,.2f} new){estimate}"
             + (f"; {self.cached_calls:,} answers reused from the response cache" if self.cached_calls else "")
             + (f"\n  {self.note}" if self.note else "")
+            + (f"\n  {self.power}" if self.power else "")
         )
 
 
@@ -179,7 +182,8 @@ def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
     profiles, documents, document_key, image = _planning_documents(experiment)
     screener = experiment.screener
-    plan_note = getattr(experiment.estimator, "plan_note", None)
+    power = experiment.power.plan(experiment.design.name if experiment.design else "population", profiles)
+    plan_note = getattr(experiment.estimator, "plan_note", None)  # ranking: trials for estimator.power_effect
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
     # the image page of the same resume, so those two never share answers)
@@ -213,6 +217,8 @@ def plan_case(experiment: Experiment) -> CasePlan:
             if n
         ),
         cached_calls=total.cached,
+        power="" if power is None else power.line(),
+        mde=None if power is None else power.mde,
     )
 
 

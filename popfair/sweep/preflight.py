@@ -169,11 +169,29 @@ class Preflight:
         if not self.whole_case:
             return
         try:
-            Experiment.from_config(task, dry_run=True, values=values)
+            experiment = Experiment.from_config(task, dry_run=True, values=values)
         except Exception as exc:  # noqa: BLE001 - whatever would stop the case
             self._add(job, "case", _error_check(exc))
         else:
             self._add(job, "case", Check("config", True, "every config group builds"))
+            if self.probe:  # popfair doctor: what the case can detect (it draws the case's sample)
+                self._check_power(job, experiment, values)
+
+    def _check_power(self, job: int, experiment: Any, values: Any) -> None:
+        """The case's power line (popfair.case.power), once per distinct sample and plan."""
+        keys = ("population", "occupation", "protected_attr", "seed", "plan")
+        key = json.dumps({k: (values or {}).get(k) for k in keys}, sort_keys=True, default=repr)
+
+        def power() -> list[tuple[str, Check]]:
+            design = experiment.design.name if experiment.design is not None else "population"
+            plan = experiment.power.plan(design, experiment.sample())
+            if plan is None:
+                return [("case", Check("power", True, "no power line (plan.enabled=false)"))]
+            return [
+                ("case", Check("power", True, plan.line().removeprefix("power: ").replace("\n    ", "\n" + " " * 24)))
+            ]
+
+        self._once(job, "power", f"{key}|{experiment.design and experiment.design.name}", "case", power)
 
     def _screener_checks(self, node: DictConfig, values: Any, subject: str, cache_ok: bool) -> list[tuple[str, Check]]:
         """The screening side's checks of the screener built as a dry run builds it (its route, key and

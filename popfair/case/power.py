@@ -1,0 +1,66 @@
+"""A case's power plan: the `plan.*` settings, the previous run they may name (`plan.from_run`), and
+the design's power line (popfair.design.power) for the case's sample or the table's categories, as
+the dry run, doctor, the MLflow run and the reports show it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from popfair.core.errors import PopfairError
+from popfair.design.power import PreviousRun, plan_power
+from popfair.estimate.power import PowerPlan, PowerSettings
+
+log = logging.getLogger("popfair")
+
+
+@dataclass(frozen=True)
+class CasePower:
+    """The case's `plan` settings and the previous run they name (read when the case is built, so an
+    unknown run id stops the case before any work)."""
+
+    settings: PowerSettings
+    previous: PreviousRun | None = None
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig | dict[str, Any]) -> CasePower:
+        node = cfg.get("plan")
+        values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+        settings = PowerSettings.from_config(values)  # type: ignore[arg-type]
+        if settings.from_run is None or not settings.enabled:
+            return cls(settings)
+        from popfair.track.previous import previous_run
+
+        tracking = cfg.get("tracking") or {}
+        uri = str(tracking.get("uri")) if tracking.get("enabled", False) and tracking.get("uri") else None
+        return cls(settings, previous_run(str(settings.from_run), uri))
+
+    def plan(self, design: str, sample: Any) -> PowerPlan | None:
+        """The design's power line for `sample` (Profiles, or the table's categories)."""
+        return plan_power(design, sample, self.settings, self.previous)
+
+    def quietly(self, design: str, sample: Any) -> PowerPlan | None:
+        """`plan`, with a failure logged instead of raised (a run's results come first)."""
+        try:
+            return self.plan(design, sample)
+        except (PopfairError, ValueError, ArithmeticError) as exc:
+            log.warning("power plan skipped: %s", exc)
+            return None
+
+
+def table_categories(counts: Any, protected: str) -> pd.DataFrame:
+    """Rows and selected rows per category of the table's sex (protected gender) or race column
+    (`TableCounts`), index named after the attribute; unknown categories left out."""
+    frame = counts.counts
+    attribute = "sex" if protected == "gender" else "race"
+    if frame[attribute].nunique() < 2 and frame["sex" if attribute == "race" else "race"].nunique() >= 2:
+        attribute = "sex" if attribute == "race" else "race"  # the table has the other column only
+    metric = next(c for c in frame.columns if c not in ("cluster", "sex", "race", "n"))
+    table = frame.groupby(attribute)[["n", metric]].sum().rename(columns={metric: "selected"})
+    table = table.drop(index="unknown", errors="ignore")
+    table.index.name = attribute
+    return table
