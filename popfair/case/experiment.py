@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from popfair.design import design_of
 from popfair.design.base import ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
+from popfair.estimate.dml_settings import PseOverlapWarning
 from popfair.estimate.estimand import estimand_notes, grouping_problems, structural_gate
 from popfair.estimate.identification import identification_tags
 from popfair.estimate.sfm import EFFECTS
@@ -318,7 +320,16 @@ class Experiment:
         def stage(name: str, fn, *args):
             log.info("stage %s ...", name)
             start = time.perf_counter()
-            out = fn(*args)
+            with warnings.catch_warnings(record=True) as caught:  # a log line, not a Python traceback line
+                warnings.simplefilter("always", PseOverlapWarning)
+                out = fn(*args)
+            for warning in caught:
+                if issubclass(warning.category, PseOverlapWarning):
+                    log.warning(
+                        "stage %s: %s (the identification check below says what it means)", name, warning.message
+                    )
+                else:
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
             timings[name] = time.perf_counter() - start
             log.info("stage %s done in %.2fs", name, timings[name])
             return out

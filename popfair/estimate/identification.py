@@ -122,6 +122,19 @@ def mean_problems(diagnostics: pd.DataFrame, rule: IdentificationRule, groups: t
     return problems
 
 
+NOT_IDENTIFIED_AT, PROBLEM_SEPARATOR = "not identified at n=", " | "
+HINT = " (estimator=interventional measures it on counterfactual resumes)"
+
+
+def reason_problems(reason: str) -> list[str]:
+    """The failing means named in a `gate` reason, each as "<mean>: <why>" (empty when identified),
+    so a reader can say once what several effects share."""
+    if not reason.startswith(NOT_IDENTIFIED_AT):
+        return []
+    body = reason.split(": ", 1)[1].removesuffix(HINT)
+    return body.split(PROBLEM_SEPARATOR)
+
+
 def gate(
     table: pd.DataFrame,
     problems: dict[str, str],
@@ -140,9 +153,7 @@ def gate(
         reasons.append(
             ""
             if not needed
-            else f"not identified at n={n}: "
-            + " | ".join(problems[t] for t in needed)
-            + " (estimator=interventional measures it on counterfactual resumes)"
+            else f"{NOT_IDENTIFIED_AT}{n}: " + PROBLEM_SEPARATOR.join(problems[t] for t in needed) + HINT
         )
     table["identified"] = pd.Series(identified, index=list(effects)).reindex(table.index).fillna(True).astype(bool)
     table["reason"] = pd.Series(reasons, index=list(effects)).reindex(table.index).fillna("")

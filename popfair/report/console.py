@@ -8,6 +8,7 @@ import pandas as pd
 
 from popfair.core.types import Effects
 from popfair.estimate.base import EFFECT_COLUMNS
+from popfair.estimate.identification import reason_problems
 
 MAX_COLUMNS = 10  # wider tables (the LL144 table has 23 columns) show these, the rest is in effects.csv
 CONSOLE_COLUMNS = [
@@ -44,12 +45,26 @@ def format_effects(effects: Effects) -> str:
         text = _rounded(table[shown]).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
-    for effect, reason in reasons.items():
-        if reason:
-            text += f"\n{effect} {reason}"
+    text += _not_identified(reasons)
     for note in effects.notes:  # what the effects mean here (estimand, a coarser split where offered)
         text += f"\n{note}"
     return text
+
+
+def _not_identified(reasons: pd.Series) -> str:
+    """Why effects are not identified, each failing counterfactual mean said once with the effects
+    that need it (four effects often share one mean)."""
+    needs: dict[str, list[str]] = {}
+    header = ""
+    for effect, reason in reasons.items():
+        for problem in reason_problems(str(reason)):
+            needs.setdefault(problem, []).append(str(effect))
+            header = str(reason).split(": ", 1)[0]  # "not identified at n=..."
+    if not needs:
+        return ""
+    text = f"\n{header[:1].upper()}{header[1:]}: the data cannot answer a counterfactual mean these effects need"
+    text += "".join(f"\n  {', '.join(effects)} need {problem}" for problem, effects in needs.items())
+    return text + "\n  (estimator=interventional measures them on counterfactual resumes)"
 
 
 def _rounded(table: pd.DataFrame) -> pd.DataFrame:
