@@ -15,7 +15,106 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # this checkout's (popfair.runtime.paths.CONF_DIR)
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = str(ROOT / "conf")  # this checkout's (popfair.runtime.paths.CONF_DIR)
+
+# What a run writes into its working directory: a test writes these under its tmp paths only.
+ROOT_OUTPUTS = ("mlflow.db", "mlruns", "multirun", "outputs")
+
+# Under xdist the suite's wall time is the busier worker's total: the longest work units start first
+# (longest processing time first), the rest follow in collection order. Node id prefixes, longest
+# first, from `pytest --durations` (docs/performance.md says how to refresh them); a unit is an
+# xdist_group (see pytest_collection_modifyitems) or a single test.
+LONGEST_FIRST = (
+    "tests/test_docs.py",
+    "tests/test_sweep_worker_death.py::test_sigterm",
+    "tests/test_identification.py",
+    "tests/test_sweep.py::test_sweep_has_one_parent",  # the failing_sweep group
+    "tests/test_sweep_shared_cache.py::test_joblib",
+    "tests/test_cluster_sweeps.py::test_slurm",
+    "tests/test_sweep_worker_death.py::test_a_killed_worker",
+    "tests/test_sweep.py::test_offline_popresume_grid",
+    "tests/test_screen_embedding.py::test_processes_encoding",
+    "tests/test_sweep.py::test_offline_callback_panel",
+    "tests/test_interventional.py",
+    "tests/test_ranking.py",
+    "tests/test_end_to_end.py",
+    "tests/test_screen_resume.py",
+    "tests/test_render_store.py::test_two_processes",
+    "tests/test_render_store.py::test_a_killed_render",
+)
+
+
+def _module_fixture_groups(item: pytest.Item) -> list[str]:
+    """Module- or class-scoped fixtures that `item`'s own module defines (with the parameter it gets):
+    the tests sharing one are kept on one xdist worker, so the fixture is built once, not per worker."""
+    module = item.nodeid.split("::", 1)[0]
+    groups = []
+    for name, definitions in item._fixtureinfo.name2fixturedefs.items():
+        fixture = definitions[-1]
+        if fixture.scope in ("module", "class") and fixture.baseid == module:
+            callspec = getattr(item, "callspec", None)
+            param = f".{callspec.indices[name]}" if callspec is not None and name in callspec.indices else ""
+            groups.append(f"{Path(module).stem}.{name}{param}")
+    return groups
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Tests sharing a module fixture form one xdist group, unless they name a group themselves (marked
+    as each test is collected: xdist reads the groups when the collection is modified)."""
+    if item.get_closest_marker("xdist_group") is None and (groups := _module_fixture_groups(item)):
+        item.add_marker(pytest.mark.xdist_group(min(groups)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist sends the collection; after every collection_modifyitems
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker: each test of an xdist_group gets its `@group` suffix (xdist 3.8 sets the
+    suffix on `item._nodeid`, which pytest 9 no longer reads, so without this no group holds
+    together), and the units listed in LONGEST_FIRST are handed out first (xdist schedules in the
+    order of the collection; a unit is a group or a single test)."""
+    from _pytest.nodeid import coerce_node_id
+
+    config = session.config
+    if not hasattr(config, "workerinput"):
+        return
+    if config.getvalue("loadgroup"):
+        for item in session.items:
+            names = {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")
+            }
+            suffix = "@" + "_".join(sorted(names))
+            if names and not item.nodeid.endswith(suffix):
+                item._id = coerce_node_id(item.nodeid + suffix)  # what xdist means by item._nodeid
+
+    def unit(nodeid: str) -> str:  # as xdist's loadgroup scheduler splits it
+        return nodeid.rsplit("@", 1)[-1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+    rank: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(session.items):
+        u = unit(item.nodeid)
+        first.setdefault(u, i)
+        here = next((r for r, p in enumerate(LONGEST_FIRST) if item.nodeid.startswith(p)), len(LONGEST_FIRST))
+        rank[u] = min(rank.get(u, here), here)
+    session.items.sort(key=lambda item: (rank[unit(item.nodeid)], first[unit(item.nodeid)]))
+
+
+@pytest.fixture(autouse=True)
+def _writes_nothing_at_the_repository_root():
+    """Fails the test during which mlflow.db, mlruns/, multirun/ or outputs/ appeared at the repository
+    root (a run with the default tracking URI or working directory), and removes what it wrote."""
+    import shutil
+
+    before = {name for name in ROOT_OUTPUTS if (ROOT / name).exists()}
+    yield
+    made = [name for name in ROOT_OUTPUTS if name not in before and (ROOT / name).exists()]
+    for name in made:
+        path = ROOT / name
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    if made:
+        pytest.fail(
+            f"{', '.join(made)} written at the repository root {ROOT} during this test: tests write under tmp paths"
+        )
 
 
 def compose_config(overrides: list[str] | None = None, *, tmp_path: Path | None = None) -> DictConfig:

@@ -4,6 +4,7 @@ generation -> parsing."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,11 @@ from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Job
 from tests.conftest import compose_config
 
-torch = pytest.importorskip("torch", reason="needs the hflocal extra: pip install 'popfair[hflocal]'")
-transformers = pytest.importorskip("transformers", reason="needs the hflocal extra")
-tokenizers = pytest.importorskip("tokenizers", reason="needs the hflocal extra")
+# torch and transformers are imported by the tests that build a model, not at collection (seconds per worker)
+_missing = [m for m in ("torch", "transformers", "tokenizers") if importlib.util.find_spec(m) is None]
+pytestmark = pytest.mark.skipif(
+    bool(_missing), reason=f"needs the hflocal extra ({_missing}): pip install 'popfair[hflocal]'"
+)
 
 SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 WORDS = (
@@ -68,6 +71,9 @@ def save_tokenizer(path: Path, chat_template: str | None = CHAT) -> None:
 
 def random_llama(path: Path, context: int = 256, chat_template: str | None = CHAT) -> Path:
     """A randomly initialised 2-layer Llama (seeded)."""
+    import torch
+    import transformers
+
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=len(WORDS),
@@ -89,6 +95,9 @@ def random_llama(path: Path, context: int = 256, chat_template: str | None = CHA
 def rigged_gpt2(path: Path, answer: str) -> Path:
     """A random GPT-2 whose final layer norm emits a constant vector aligned with the embedding of
     `answer`, so greedy decoding says `answer` at every step, whatever the prompt."""
+    import torch
+    import transformers
+
     torch.manual_seed(1)
     config = transformers.GPT2Config(
         vocab_size=len(WORDS),
