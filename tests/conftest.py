@@ -14,6 +14,14 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
+# xdist workers share the machine's cores: each (and the processes it starts) gets its share of BLAS,
+# OpenMP and torch threads, not all of them (two workers of two threads each on two cores spin-wait
+# on each other: the two-process embedding test took 60 s instead of 5 at load 8)
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = str(max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1) // _WORKERS))
+    for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, _THREADS)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = str(ROOT / "conf")  # this checkout's (popfair.runtime.paths.CONF_DIR)
