@@ -31,7 +31,7 @@ ROOT_OUTPUTS = ("mlflow.db", "mlruns", "multirun", "outputs")
 
 # Under xdist the suite's wall time is the busier worker's total: the longest work units start first
 # (longest processing time first), the rest follow in collection order. Node id prefixes, longest
-# first, from `pytest --durations` (docs/performance.md says how to refresh them); a unit is an
+# first, from `pytest --durations=60` (refresh them from its output); a unit is an
 # xdist_group (see pytest_collection_modifyitems) or a single test.
 LONGEST_FIRST = (
     "tests/test_docs.py",
