@@ -193,3 +193,17 @@ def test_reports_say_what_the_audit_can_and_cannot_detect():
         "case_name": "a", "n": 800.0, "units": "pairs", "detects": plan.shown(plan.mde), "power": 0.8, "alpha": 0.05,
         "n_needed_for_plan_effect": float(plan.n_needed), "run_id": "r1",
     }  # fmt: skip
+
+
+def test_a_population_with_an_empty_group_plans_no_detectable_effect_instead_of_failing():
+    import pandas as pd
+
+    from popfair.core.types import Profiles, Roles
+    from popfair.design.power import population_power
+    from popfair.estimate.power import PowerSettings
+
+    roles = Roles(x="gender", x0="female", x1="male", z=(), b=(), r=())
+    profiles = Profiles(table=pd.DataFrame({"gender": ["female"] * 12}), roles=roles, jobs={})
+    plan = population_power(profiles, PowerSettings(effect=2.0), None)
+    assert plan.mde is None and plan.n_needed is None
+    assert "detects no effect" in plan.line() and "fewer than 2 male or female applicants" in plan.line()

@@ -11,7 +11,9 @@ that composes in another process (joblib workers, SLURM jobs) composes there as 
 Composing itself is mostly reading and parsing the same YAML files again for every case; the
 repository keeps each parsed file for the sweep (`MemoConfigRepository`) and the loader copies one
 only where Hydra would take its nodes as they are (`MemoConfigLoader`: Hydra copies every config it
-places under a package), and merges Hydra's own configs and the primary config once for all cases.
+places under a package), and, in a dry run planned in this process, merges Hydra's own configs and
+the primary config once for all cases (a real run's launcher may pickle the config: it composes as
+Hydra does).
 A large batch is composed on both cores: a forked worker composes its second half and sends the
 configs back pickled (a twentieth of the cost of composing one)."""
 
@@ -230,17 +232,21 @@ class PopfairSweeper(BasicSweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         loader = hydra_context.config_loader
-        if type(loader) is ConfigLoaderImpl:
-            loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
-        if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
-            share = type(loader) is MemoConfigLoader  # which copies what Hydra would take as it is
-            loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path, share=share)
-        self.compose_once = ComposeOnceLoader(hydra_context.config_loader)
+        self.compose_once = ComposeOnceLoader(loader)
         context = HydraContext(config_loader=self.compose_once, callbacks=hydra_context.callbacks)
         super().setup(hydra_context=context, task_function=task_function, config=config)
         from popfair.sweep.in_process import InProcessPlanner, plans_here
 
-        if plans_here(config, self.launcher, self.plan_in_process):
+        here = plans_here(config, self.launcher, self.plan_in_process)
+        # Only a sweep planned in this process merges the shared start once (MemoConfigLoader): its
+        # pickled merge can hold a structured launcher config (submitit's LocalQueueConf) whose class
+        # is no longer the one its module holds, which a launcher that pickles the config then refuses.
+        if here and type(loader) is ConfigLoaderImpl:
+            loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
+        if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
+            share = type(loader) is MemoConfigLoader  # which copies what Hydra would take as it is
+            loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path, share=share)
+        if here:
             self.planner = self.launcher = InProcessPlanner(self.launcher)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:

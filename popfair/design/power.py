@@ -48,6 +48,7 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
     estimand = f"total effect TE of {roles.x} ({roles.x1} vs {roles.x0}) on the 0-100 score"
     se = previous.get("TE.se", "gap.se") if previous is not None else None
     n_prev = previous.get("plan.n", "n_rows") if previous is not None else None
+    detail = ""
     if previous is not None and se is not None and n_prev:
         # n_prev counts every applicant of that run (plan.n or n_rows), as `total` does here
         unit_sd = se * math.sqrt(n_prev)
@@ -60,12 +61,15 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
         )
     else:
         sd = settings.sd if settings.sd is not None else pw.DEFAULT_SCORE_SD
-        mde = pw.mean_difference_mde(n1, n0, sd, settings.alpha, settings.power)
+        testable = min(n1, n0) >= 2  # a t test needs two applicants in each group (a small pilot may draw fewer)
+        mde = pw.mean_difference_mde(n1, n0, sd, settings.alpha, settings.power) if testable else None
         needed = (
             None
-            if settings.effect is None
+            if settings.effect is None or not testable
             else pw.mean_difference_n(settings.effect, n1 / n, sd, settings.alpha, settings.power)
         )
+        if not testable:
+            detail = f"fewer than 2 {roles.x1} or {roles.x0} applicants: no two-sample test"
         if needed is not None and n < total:  # applicants of other levels (race: neither black nor white) are drawn too
             needed = int(math.ceil(needed * total / n))
         test = "two-sample t test"
@@ -82,7 +86,7 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
         )
     return PowerPlan(
         estimand, "points", "applicants", total, settings.alpha, settings.power, mde, test, assumptions,
-        settings.effect, needed,
+        settings.effect, needed, detail=detail,
     )  # fmt: skip
 
 
