@@ -94,7 +94,7 @@ def main() -> None:
     which = args.only or ["grid", "panel"]
     print(f"bench_plan: this tree {ROOT}, cores {os.cpu_count()}, load {load()}" + (" (quick)" if args.quick else ""))
     with baseline_tree(
-        None if args.skip_baseline else args.baseline, args.baseline_commit, prefix="popfair-plan-baseline-"
+        str(ROOT) if args.skip_baseline else args.baseline, args.baseline_commit, prefix="popfair-plan-baseline-"
     ) as baseline:
         trees = {"this tree": ROOT} if args.skip_baseline else {"this tree": ROOT, "baseline": baseline}
         results: dict[tuple[str, str], list[float]] = {}
