@@ -49,6 +49,7 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
     se = previous.get("TE.se", "gap.se") if previous is not None else None
     n_prev = previous.get("plan.n", "n_rows") if previous is not None else None
     detail = ""
+    mde: float | None
     if previous is not None and se is not None and n_prev:
         # n_prev counts every applicant of that run (plan.n or n_rows), as `total` does here
         unit_sd = se * math.sqrt(n_prev)
