@@ -112,7 +112,11 @@ def test_ray_cluster_sweep_with_the_postgres_cache(tmp_path, pg_url, tracking_ur
         time.sleep(1)
         assert head.poll() is None, "ray start --head exited"
         run_sweep(
-            ["hydra/launcher=ray_cluster", f"hydra.launcher.ray.init.address=127.0.0.1:{port}"],
+            [  # Ray's workers run in the head's folder: an absolute sweep folder keeps outputs under tmp_path
+                "hydra/launcher=ray_cluster",
+                f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
+                f"hydra.sweep.dir={tmp_path}/multirun/ray",
+            ],
             tmp_path,
             pg_url,
             tracking_uri,
