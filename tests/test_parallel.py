@@ -80,8 +80,11 @@ def test_frozen_heap_nests_and_survives_forks(monkeypatch):
     with parallel.frozen_heap():
         frozen = gc.get_freeze_count()
         assert frozen > 0
+        fresh = [[i] for i in range(10_000)]  # tracked objects a second gc.freeze() would take in
         with parallel.frozen_heap():
-            assert gc.get_freeze_count() == frozen
+            # the inner block froze nothing new (frozen objects freed meanwhile may leave one by one)
+            assert frozen * 0.99 < gc.get_freeze_count() <= frozen
+        del fresh
         assert parallel.forked_call(_pid_and_frame, 1)()[0] != os.getpid()
         assert [start for start, _ in parallel.forked_spans(lambda a, b: b - a, 10, 2)] == [0, 2, 4, 6, 8]
         # the forks kept the outer freeze: an unfreeze would empty the permanent generation; frozen
