@@ -107,7 +107,7 @@ def main() -> None:
     with pd.option_context("display.width", 220, "display.max_columns", 30, "display.float_format", "{:.3f}".format):
         shown = result.effects.table.drop(columns=[c for c in ("case", "p_value") if c in result.effects.table])
         print(shown.to_string())
-    print(f"case label{' (observational)' if args.estimator == 'both' else ''}: {result.effects.case}")
+    print(f"pattern label{' (observational)' if args.estimator == 'both' else ''}: {result.effects.pattern}")
     if args.csv:
         result.effects.table.to_csv(args.csv)
 

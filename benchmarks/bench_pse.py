@@ -166,7 +166,7 @@ def main() -> None:
         print(f"same hyperparameters and table across n_jobs: {'yes' if same else 'NO'}")
     table = first.table[["estimate", "se", "ci_low", "ci_high", "significant"]].assign(truth=truth)
     print(table.round(3).to_string())
-    print("case:", first.case)
+    print("case:", first.pattern)
     print(first.tuning.drop(columns="from_cache").to_string())
 
 

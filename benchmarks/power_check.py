@@ -10,7 +10,7 @@ For each design the plan's power line is computed as a dry run computes it
   excludes 0. Two plans: plan.sd from a pilot's score SD, and plan.from_run from a pilot run's SE at
   half the n;
 - paired: `paired_gap` on pairs within postings, discordant share psi (posting-level heterogeneity
-  in the callback rate), McNemar p < alpha as the case labels;
+  in the callback rate), McNemar p < alpha as the pattern labels;
 - ranking: Plackett-Luce rankings of k groups in Latin-square orders, the top-1 logit
   (`fit_rank_logit(stages=1)`), Wald test of one group against the reference;
 - table: a table with one category's selection rate below the others', `impact_ratio_inference`

@@ -59,7 +59,7 @@ def test_tables_guide_prints_what_the_command_prints(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout.splitlines()
     shown = _block(TABLES, "### Try it on the sample table", "text").splitlines()
-    rows = [line for line in shown if line.startswith(("selection/", "applicants:", "case label:", "=== popfair"))]
+    rows = [line for line in shown if line.startswith(("selection/", "applicants:", "pattern:", "=== popfair"))]
     assert len(rows) >= 10
     for line in rows:
         assert line in printed, f"the guide shows {line!r}; the command printed:\n{done.stdout[-3000:]}"

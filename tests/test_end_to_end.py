@@ -49,7 +49,7 @@ def test_mlflow_round_trip(small_run):
         else:  # not identified: no number logged, the reason as a tag
             assert f"{effect}.estimate" not in run.data.metrics and run.data.metrics[f"{effect}.identified"] == 0
             assert run.data.tags[f"identification.{effect}"].startswith("not identified at n=400")
-    assert run.data.tags["case"] == result.effects.case
+    assert run.data.tags["pattern"] == result.effects.pattern
     assert run.data.tags["popfair_version"]
     assert run.data.tags["case_name"] == experiment.case_name()
     assert "CA/TX transported" in run.data.tags["population.source"]  # which population the run used

@@ -18,7 +18,7 @@ from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, Effects, WorldRequest
 from popfair.estimate.identification import gate, identification_tags
 from popfair.estimate.interventional import expected_effects
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, case_labels
+from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, pattern_labels
 from popfair.population.worlds import draw_worlds
 from popfair.report.console import format_effects
 from popfair.report.sweep import case_table
@@ -153,12 +153,12 @@ def test_labels_skip_patterns_that_read_unidentified_effects():
         },
         index=pd.Index(list(EFFECTS), name="effect"),
     )
-    assert any(label.startswith("Case 1") for label in case_labels(table))
+    assert any(label.startswith("Case 1") for label in pattern_labels(table))
     problems = {"E[Y_x1,W_x0]": "E[Y_x1,W_x0]: only 26 male applicants ..."}
     gated = gate(table, problems, 18963)
     assert list(gated.index[~gated["identified"]]) == ["NDE", "NIE", "BIE", "RIE"]
-    assert case_labels(gated) == []  # every pattern reads NDE, BIE or RIE
-    effects = Effects(table=gated, labels=case_labels(gated))
+    assert pattern_labels(gated) == []  # every pattern reads NDE, BIE or RIE
+    effects = Effects(table=gated, labels=pattern_labels(gated))
     text = format_effects(effects)
     assert text.count("not identified") >= 4 and "only 26 male applicants" in text
     # the sweep's case table shows the words, not a number
@@ -295,7 +295,7 @@ def test_a_raw_name_read_through_a_grouped_proxy_is_not_identified():
         | {"ci_high": [3.2, 2.2, 1.2, 0.3, 1.1], "p_value": 0.01, "significant": [True, True, True, False, True]},
         index=pd.Index(list(EFFECTS), name="effect"),
     )
-    gated = gate(table, {}, 500).assign(case="; ".join(case_labels(table)))
+    gated = gate(table, {}, 500).assign(case="; ".join(pattern_labels(table)))
     coarse = gate(
         pd.DataFrame(
             {"estimate": [0.5, 2.5], "se": 0.1, "ci_low": 0.1, "ci_high": 3.0, "significant": True},
@@ -309,7 +309,7 @@ def test_a_raw_name_read_through_a_grouped_proxy_is_not_identified():
     identification = pd.DataFrame({"ess": 900.0, "identified": True, "reason": ""}, index=list(TARGETS))
     effects = Effects(
         table=gated,
-        labels=case_labels(gated),
+        labels=pattern_labels(gated),
         metrics={"pse.n": 500.0},
         artifacts={"pse_identification.csv": identification, "pse_coarse.csv": coarse},
     )

@@ -146,7 +146,7 @@ def test_both_is_logged_to_mlflow_with_table_and_plot(simulated_both):
         "interventional_means.csv",
         "interventional_outcomes.parquet",
         "pse_forest.png",
-        "interventional_case.txt",
+        "interventional_pattern.txt",
     } <= names
     local = mlflow.artifacts.download_artifacts(
         run_id=result.run_id, artifact_path="side_by_side.csv", dst_path=str(tmp / "dl")

@@ -17,7 +17,7 @@ from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import Roles
 from popfair.estimate import dml, dml_settings, nuisances, pse
 from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
-from popfair.estimate.sfm import EFFECTS, case_labels
+from popfair.estimate.sfm import EFFECTS, pattern_labels
 from popfair.estimate.sfm_sim import SimulatedSFM
 from popfair.track.figures import draw
 from tests.conftest import compose_config
@@ -121,18 +121,18 @@ def test_case_labels_follow_section_5_2():
         {"TE": False, "NDE": True, "NIE": True, "BIE": True, "RIE": False},
         {**zero, "NDE": 2.0, "NIE": -2.0, "BIE": -2.0},
     )
-    assert [label[:6] for label in case_labels(masked)] == ["Case 1", "Case 2"]
+    assert [label[:6] for label in pattern_labels(masked)] == ["Case 1", "Case 2"]
     qualif = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": False}, {**zero, "BIE": 1.0})
-    assert [label[:6] for label in case_labels(qualif)] == ["Case 3"]
+    assert [label[:6] for label in pattern_labels(qualif)] == ["Case 3"]
     proxies = table({"TE": True, "NDE": False, "NIE": True, "BIE": False, "RIE": True}, {**zero, "RIE": 1.0})
-    assert [label[:6] for label in case_labels(proxies)] == ["Case 4"]
+    assert [label[:6] for label in pattern_labels(proxies)] == ["Case 4"]
     mixed = table({"TE": True, "NDE": False, "NIE": True, "BIE": True, "RIE": True}, {**zero, "RIE": 1.0})
-    assert [label[:6] for label in case_labels(mixed)] == ["Case 5"]
+    assert [label[:6] for label in pattern_labels(mixed)] == ["Case 5"]
     same_sign = table(
         {"TE": False, "NDE": True, "NIE": True, "BIE": False, "RIE": False}, {**zero, "NDE": 1.0, "NIE": 1.0}
     )
-    assert [label[:6] for label in case_labels(same_sign)] == ["Case 1"]
-    assert case_labels(table(dict.fromkeys(EFFECTS, False), zero)) == []
+    assert [label[:6] for label in pattern_labels(same_sign)] == ["Case 1"]
+    assert pattern_labels(table(dict.fromkeys(EFFECTS, False), zero)) == []
 
 
 def test_tuning_is_cached_in_memory_and_on_disk(tmp_path):
@@ -362,7 +362,7 @@ def test_estimator_returns_effects_with_labels_plot_and_metrics():
         effects = PseDml(n_bootstrap=200, grid=SMALL_GRID).estimate(data, roles, "y")
     assert list(effects.table.index) == list(EFFECTS)
     assert list(effects.table.columns[:4]) == ["estimate", "se", "ci_low", "ci_high"]
-    assert effects.labels and effects.case == effects.table["case"].iloc[0]
+    assert effects.labels and effects.pattern == effects.table["pattern"].iloc[0] == effects.case
     assert isinstance(draw(effects.artifacts["pse_forest.png"]), Figure)
     assert {"pse_means.csv", "pse_overlap.csv", "pse_tuning.csv"} <= set(effects.artifacts)
     assert effects.metrics["pse.n"] == 3000 and effects.metrics["time.pse_tune_s"] > 0

@@ -69,7 +69,7 @@ def store(tmp_path_factory):
                     "choice.renderer": fmt,
                     "screener": "vlm",
                     "estimator": "pse_dml",
-                    "case": pattern,
+                    "pattern": pattern,
                 },
                 {},
                 metrics,

@@ -49,7 +49,7 @@ def test_the_run_is_complete_when_the_case_returns(tmp_path):
         assert run.data.metrics[f"{effect}.estimate"] == pytest.approx(row["estimate"])
     assert run.data.metrics["n_rows"] == 300 and "time.estimate_s" in run.data.metrics
     assert set(result.effects.metrics) <= set(run.data.metrics)
-    assert run.data.tags["case"] and run.data.tags["case_name"] == experiment.case_name()
+    assert run.data.tags["pattern"] and run.data.tags["case_name"] == experiment.case_name()
     assert run.data.tags["mlflow.runName"] == experiment.case_name()
     assert run.data.tags["mlflow.source.name"] and run.data.tags["mlflow.user"]  # as mlflow.start_run sets
     profiles = result.profiles

@@ -41,7 +41,7 @@ result = popfair.Experiment.from_config(cfg).run()
 # Positive values favour men (x1). The simulated screener adds 2 points for men directly, so the
 # NDE's CI should cover 2.
 table = result.effects.table
-print("case label:", result.effects.case or "none")
+print("pattern:", result.effects.pattern or "none")
 table[["estimate", "se", "ci_low", "ci_high", "significant"]].round(3)
 
 # %%

@@ -445,9 +445,9 @@ class Experiment:
         metrics.update(result.power.metrics() if result.power is not None else {})
         metrics.update({f"time.{k}_s": v for k, v in result.timings.items()})
         # PopResume reads NDE != 0 as Case 1 only where the resume shows no demographics (section 5.2).
-        case = "; ".join(patterns.applicable_labels(effects.case, self.renderer.kind)) or "none"
+        pattern = "; ".join(patterns.applicable_labels(effects.pattern, self.renderer.kind)) or "none"
         tags = {
-            "case": case,
+            "pattern": pattern,
             "case_name": self.case_name(),
             "git_commit": git_commit(),
             "popfair_version": __version__,

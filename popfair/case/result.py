@@ -21,7 +21,7 @@ class RunResult:
     Parameters
     ----------
     effects : Effects
-        The estimator's table (estimate, se, ci_low, ci_high, ...), case labels, metrics, artifacts.
+        The estimator's table (estimate, se, ci_low, ci_high, ...), pattern labels, metrics, artifacts.
     scored : DataFrame
         One row per sampled applicant: profile columns, document, raw answer, y, error.
     run_id : str or None
@@ -50,7 +50,7 @@ class RunResult:
     Examples
     --------
     >>> result = popfair.Experiment.from_config(cfg).run()  # doctest: +SKIP
-    >>> result.effects.table, result.effects.case, result.failure_rate  # doctest: +SKIP
+    >>> result.effects.table, result.effects.pattern, result.failure_rate  # doctest: +SKIP
     """
 
     effects: Effects

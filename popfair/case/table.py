@@ -357,7 +357,7 @@ class TableCase:
             **(result.power.metrics() if result.power is not None else {}),
         }
         tags = {
-            "case": "; ".join(result.effects.labels) or "none",
+            "pattern": result.effects.pattern,
             "case_name": self.case_name(),
             "design": "table",
             "data_kind": source.kind,

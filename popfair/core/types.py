@@ -214,7 +214,7 @@ class Plot:
 @dataclass
 class Effects:
     """An estimator's output: a table indexed by effect name with columns
-    estimate, se, ci_low, ci_high (plus estimator-specific columns), case labels, extra metrics.
+    estimate, se, ci_low, ci_high (plus estimator-specific columns), pattern labels, extra metrics.
 
     Parameters
     ----------
@@ -242,8 +242,14 @@ class Effects:
     notes: list[str] = field(default_factory=list)  # printed under the table (console, report)
 
     @property
-    def case(self) -> str:
+    def pattern(self) -> str:
+        """The PopResume discrimination patterns (section 5.2) the effects show, or "none"."""
         return "; ".join(self.labels) if self.labels else "none"
+
+    @property
+    def case(self) -> str:
+        """Deprecated name of `pattern` ("case" now names only a run)."""
+        return self.pattern
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ _EXPORTS = {
     "EFFECTS": "popfair.estimate.sfm",
     "TARGETS": "popfair.estimate.sfm",
     "CONTRASTS": "popfair.estimate.sfm",
-    "case_labels": "popfair.estimate.sfm",
+    "pattern_labels": "popfair.estimate.sfm",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

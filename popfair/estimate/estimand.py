@@ -36,7 +36,7 @@ import pandas as pd
 
 from popfair.core.types import Effects, Roles
 from popfair.estimate.identification import gate
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, case_labels
+from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, pattern_labels
 
 
 def _columns(columns: tuple[str, ...], grouped_from: Mapping[str, str]) -> str:
@@ -148,9 +148,9 @@ def structural_gate(effects: Effects, problems: Mapping[str, str], x0: str, x1: 
     if "difference" in gated:  # estimator=both: nothing to compare where DML is not identified
         gated.loc[~gated["identified"], "difference"] = np.nan
         gated.loc[~gated["identified"], "same_conclusion"] = False
-    labels = case_labels(gated)
-    if "case" in gated:
-        gated["case"] = "; ".join(labels) if labels else "none"
+    labels = pattern_labels(gated)
+    if "pattern" in gated:
+        gated["pattern"] = "; ".join(labels) if labels else "none"
     artifacts = dict(effects.artifacts)
     artifacts["pse_identification.csv"] = identification.assign(
         identified=[t not in merged for t in identification.index],

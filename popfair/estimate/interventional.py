@@ -36,7 +36,7 @@ from popfair.core.errors import EstimationError
 from popfair.core.types import FACTUAL, WORLD, Effects, Plot, Roles, WorldRequest
 from popfair.estimate.base import contrast_rows
 from popfair.estimate.inference import ALPHA, CI_METHODS, N_BOOTSTRAP, SEED, mean_inference
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, case_labels
+from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, pattern_labels
 
 log = logging.getLogger("popfair")
 
@@ -100,7 +100,7 @@ class Interventional:
         table, means = paired_effects(
             values[complete], alpha=self.alpha, ci=self.ci, n_bootstrap=self.n_bootstrap, seed=self.seed
         )
-        labels = case_labels(table)
+        labels = pattern_labels(table)
         metrics: dict[str, float] = {
             f"{METRIC_PREFIX}.n": float(complete.sum()),
             f"{METRIC_PREFIX}.n_sampled": float(n),
@@ -127,7 +127,7 @@ class Interventional:
         }
         if "document" in worlds.columns:
             artifacts["interventional_example.txt"] = _example(worlds)
-        table["case"] = "; ".join(labels) if labels else "none"
+        table["pattern"] = "; ".join(labels) if labels else "none"
         return Effects(table=table, labels=labels, metrics=metrics, artifacts=artifacts)
 
 

@@ -14,7 +14,7 @@ resamples of the cross-fitted score rows (or of whole clusters); the nuisances a
 the bootstrap. `n_splits` > 1 repeats the cross-fitting on that many fold assignments and averages
 them, with Chernozhukov et al.'s (2018) mean-aggregation variance; "auto" (the default) is 1 split
 for scores, as the paper, and 5 for 0/1 outcomes. An effect whose CI excludes 0 is significant; the significance pattern gives the
-paper's section 5.2 case labels (`popfair.estimate.sfm.case_labels`).
+paper's section 5.2 pattern labels (`popfair.estimate.sfm.pattern_labels`).
 
 This module is the entry point (`estimate_pse`) and the `estimator=pse_dml` adapter.
 """
@@ -39,7 +39,7 @@ from popfair.estimate.dml_settings import PSE_CONSTRAINTS, PseOverlapWarning, Ps
 from popfair.estimate.estimand import coarse_metrics, coarse_notes
 from popfair.estimate.identification import IdentificationRule, gate, mean_problems
 from popfair.estimate.inference import mean_inference
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS, case_labels
+from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS, pattern_labels
 
 __all__ = [
     "PseDml",
@@ -110,8 +110,14 @@ class PseResult:
     coarse: pd.DataFrame | None = None  # the coarser split (sfm.COARSE_EFFECTS), gated by the same rule
 
     @property
-    def case(self) -> str:
+    def pattern(self) -> str:
+        """The PopResume discrimination patterns (section 5.2) the effects show, or "none"."""
         return "; ".join(self.labels) if self.labels else "none"
+
+    @property
+    def case(self) -> str:
+        """Deprecated name of `pattern` ("case" now names only a run)."""
+        return self.pattern
 
     def plot(self, title: str = "Path-specific effects") -> Plot:
         """The five effects with their CIs (`popfair.track.figures.draw` makes the Figure).
@@ -186,7 +192,7 @@ def estimate_pse(
     >>> data = sim.sample(3000, seed=1)
     >>> result = estimate_pse(data, x0=sim.x0, x1=sim.x1, y="y", n_bootstrap=200, **sim.roles)  # doctest: +SKIP
     >>> result.table.loc["TE", ["estimate", "ci_low", "ci_high"]]  # doctest: +SKIP
-    >>> result.case  # doctest: +SKIP
+    >>> result.pattern  # doctest: +SKIP
     """
     try:
         checked = PseSettings.build(settings)
@@ -222,8 +228,8 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) -
         reason=[problems.get(t, "") for t in scores.identification.index],
     )
     sensitivity = _sensitivity_table(scores.sensitivity, rule, groups, settings)
-    labels = case_labels(table)
-    table["case"] = "; ".join(labels) if labels else "none"
+    labels = pattern_labels(table)
+    table["pattern"] = "; ".join(labels) if labels else "none"
     return PseResult(
         table=table,
         means=means,
@@ -271,7 +277,7 @@ def _sensitivity_table(
 
 
 class PseDml:
-    """`estimator=pse_dml`: DML-UCA path-specific effects with bootstrap CIs and case labels.
+    """`estimator=pse_dml`: DML-UCA path-specific effects with bootstrap CIs and pattern labels.
     Takes the `PseSettings` fields as keywords."""
 
     name = "pse_dml"

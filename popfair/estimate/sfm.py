@@ -60,7 +60,7 @@ LABEL_DEPENDS: dict[int, tuple[str, ...]] = {
 }
 
 
-def case_labels(table: pd.DataFrame) -> list[str]:
+def pattern_labels(table: pd.DataFrame) -> list[str]:
     """Section 5.2 patterns from the `significant` column (CI excludes 0) of an effects table; with an
     `identified` column, no pattern that reads an unidentified effect."""
     missing = (

@@ -32,7 +32,7 @@ class SideBySide:
     ci_overlap (the two CIs intersect) and same_conclusion (both CIs exclude 0 on the same side,
     or both cover 0); `identified` and `reason` are the observational gate's (an unidentified DML effect
     has no numbers, so its difference is missing and it overlaps nothing). Case labels are the observational ones; the interventional ones are in
-    `interventional_case.txt` and the metrics."""
+    `interventional_pattern.txt` and the metrics."""
 
     name = "both"
 
@@ -71,7 +71,7 @@ class SideBySide:
             **measured.artifacts,
             "side_by_side.csv": table,
             "side_by_side_forest.png": side_by_side_plot(table, title),
-            "interventional_case.txt": measured.case,
+            "interventional_pattern.txt": measured.pattern,
         }
         return Effects(table=table, labels=observed.labels, metrics=metrics, artifacts=artifacts, notes=observed.notes)
 

@@ -181,7 +181,7 @@ def effects_blocks(effects: Effects, heading: str) -> list[Block]:
             Block("table", side_by_side_rows(effects.table)),
         ]
     if set(PSE_EFFECTS) <= set(effects.table.index):
-        blocks.append(Block("text", "Discrimination pattern (PopResume, section 5.2): " + effects.case))
+        blocks.append(Block("text", "Discrimination pattern (PopResume, section 5.2): " + effects.pattern))
         if "reason" in effects.table:  # the effects reported as not identified, and why
             unidentified = [f"{e} {r}" for e, r in effects.table["reason"].items() if r]
             if unidentified:

@@ -21,7 +21,7 @@ CONSOLE_COLUMNS = [
     "flag_survives",
     "n_pairs",
     "mcnemar_p",
-    "case",
+    "pattern",
 ]
 
 
@@ -98,7 +98,7 @@ def summary(
         f"\n=== popfair case: {case_name} ===",
         f"applicants: {n_rows}   {failed_label}: {n_failed}",
         format_effects(effects),
-        f"case label: {effects.case}",
+        f"pattern: {effects.pattern}",
     ]
     if sequential:
         lines += ["(the table above is the fixed-n analysis of the n used)", *sequential]

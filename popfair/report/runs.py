@@ -76,7 +76,7 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "model": tags.get("screener", params.get("screener.name")),
                 "screener": tags.get("choice.screener", tags.get("screener")),
                 "estimator": tags.get("estimator"),
-                "pattern": tags.get("case"),
+                "pattern": tags.get("pattern", tags.get("case")),  # runs logged before the rename say "case"
                 "release_date": params.get("screener.release_date"),
                 "error": tags.get("error"),
                 "design": tags.get("design"),
