@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.types import Roles
-from popfair.estimate.dml_encoding import FEATURE_SETS, NumericRoles, _assign_folds
+from popfair.estimate.dml_encoding import NumericRoles, _assign_folds
 from popfair.estimate.dml_settings import PseOverlapWarning, PseSettings, resolve_splits
 from popfair.estimate.identification import mean_diagnostics, worst
 from popfair.estimate.nuisance_cache import NuisanceCache, clear_memory_cache
@@ -90,8 +90,6 @@ def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) 
         _assign_folds(encoded.a, settings.folds, settings.seed, x=roles.x, levels=(roles.x0, roles.x1), split=s)
         for s in range(resolve_splits(settings.n_splits, encoded.y))
     ]
-    for name in FEATURE_SETS:  # computed here once, not raced for by the fits' threads
-        encoded.groups(name, settings.max_bin)
     timings["encode"] = time.perf_counter() - clock
 
     with NuisanceCache.open(encoded, roles, settings, settings.cache_url or settings.cache_dir) as cache:
@@ -148,6 +146,11 @@ def _cross_fit(
     weight_rows = {key: np.empty((n, len(TARGETS))) for key in ("pi2", "pi3", "crossing")}
     raw = cache.propensities(settings.folds, split)
     held_rows_of = cache.outcomes(settings.folds, split, params)  # a rerun of the same case
+    names = ([] if raw is not None else list(PROPENSITIES)) + (
+        [] if held_rows_of is not None else ["mu3", "mu2", "mu1"]
+    )
+    for name in names:  # each nuisance's distinct rows, found here once rather than raced for by the fits' threads
+        encoded.groups(name, settings.max_bin)
     with closing(Runner(settings.n_jobs)) as runner:
         tasks = [
             (
