@@ -235,6 +235,10 @@ def _start_search(
     first, position = (np.arange(len(valid)), None) if groups is None else _distinct(groups[valid])
     x_valid = features[valid[first]]
 
+    # One validation matrix for the search's fits: they only read it (concurrent predictions from
+    # several boosters are safe; each keeps its own prediction cache for it).
+    dvalid = xgb.DMatrix(x_valid, nthread=1)
+
     def fit(depth: int, lam: float) -> tuple[xgb.Booster, list[float]]:
         # The validation rows are scored as the trees are added: predicting a DMatrix with the
         # whole model reuses XGBoost's prediction cache, so each tree is evaluated once (100 tree
@@ -243,7 +247,6 @@ def _start_search(
         # Early stopping: a loss above the previous tree count's ends the fit (the rounds after it
         # are never trained; on the paper's grid and the simulated SFM this skips about 30% of the
         # rounds, the deepest, without changing a selection); unscored counts get an infinite loss.
-        dvalid = xgb.DMatrix(x_valid, nthread=1)
         losses: dict[int, float] = {}
 
         def score(booster: xgb.Booster, n_trees: int) -> bool:
