@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from popfair.core.constraints import Interval
 
@@ -84,9 +85,12 @@ def poisson_weights(rng: np.random.Generator, n_units: int, n_bootstrap: int) ->
         yield table[bits].reshape(n_units, size).astype(np.float32)  # indexing beats np.take here
 
 
+@threadpool_limits.wrap(limits=1)
 def bootstrap_means(sums: np.ndarray, sizes: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
     """Bootstrap means (n_bootstrap x columns) resampling units with replacement: rows (sizes all 1)
-    or clusters (`sums` = per-cluster column sums, `sizes` = rows per cluster)."""
+    or clusters (`sums` = per-cluster column sums, `sizes` = rows per cluster). One BLAS thread:
+    OpenBLAS's threads make these skinny products (replicates x units times units x columns) about
+    1.5-2x slower on two cores (0.32 vs 0.19 s for PSE's 500 replicates of 17,632 rows)."""
     sums = np.asarray(sums, dtype=float).reshape(len(sizes), -1)
     values, unit_class = np.unique(np.column_stack([sums, sizes]), axis=0, return_inverse=True)
     out = [
