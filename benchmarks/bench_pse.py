@@ -110,6 +110,8 @@ def vs_reference(args: argparse.Namespace) -> None:
     print(estimates.round(3).to_string())
     gap = float(estimates["|pse - reference|"].max())
     print(f"max |pse - reference| = {gap:.3f} (target <= 0.02: {'PASS' if gap <= 0.02 else 'FAIL'})")
+    errors = {side: float((estimates[side] - estimates["truth"]).abs().max()) for side in runs}
+    print(f"max |estimate - truth|: pse {errors['pse']:.3f}, reference {errors['reference']:.3f}")
 
 
 def main() -> None:

@@ -146,25 +146,33 @@ def _cross_fit(
     weight_rows = {key: np.empty((n, len(TARGETS))) for key in ("pi2", "pi3", "crossing")}
     raw = cache.propensities(settings.folds, split)
     held_rows_of = cache.outcomes(settings.folds, split, params)  # a rerun of the same case
+    names = ([] if raw is not None else list(PROPENSITIES)) + (
+        [] if held_rows_of is not None else ["mu3", "mu2", "mu1"]
+    )
+    for name in names:  # each nuisance's distinct rows, found here once rather than raced for by the fits' threads
+        encoded.groups(name, settings.max_bin)
     with closing(Runner(settings.n_jobs)) as runner:
-        tasks = [
-            (
-                None
-                if held_rows_of is not None
-                else runner.submit(fit_outcome_chain, encoded, fold_of, fold, params, settings),
-                []
-                if raw is not None
-                else [
-                    runner.submit(fit_propensity, encoded, fold_of, fold, name, params, settings)
-                    for name in PROPENSITIES
-                ],
-            )
+        # Every fold's outcome chain (six sequential fits, the longest tasks) is queued before the
+        # propensity models, so the threads end together instead of one finishing a chain alone.
+        chains = [
+            None
+            if held_rows_of is not None
+            else runner.submit(fit_outcome_chain, encoded, fold_of, fold, params, settings)
             for fold in range(settings.folds)
         ]
+        propensities = [
+            []
+            if raw is not None
+            else [
+                runner.submit(fit_propensity, encoded, fold_of, fold, name, params, settings) for name in PROPENSITIES
+            ]
+            for fold in range(settings.folds)
+        ]
+        tasks = list(zip(chains, propensities))
         if raw is None:
             raw = np.empty((len(PROPENSITIES), n), np.float32)
-            for fold, (_, propensities) in enumerate(tasks):
-                for row, future in zip(raw, propensities):
+            for fold, (_, fold_propensities) in enumerate(tasks):
+                for row, future in zip(raw, fold_propensities):
                     row[fold_of == fold] = future.result()
             cache.store_propensities(settings.folds, split, raw)
         if held_rows_of is None:

@@ -13,6 +13,8 @@ from popfair.core.types import Roles
 
 # Feature blocks of each nuisance (b, r, x, z); "x" is the 0/1 indicator of X = x1.
 FEATURE_SETS = {"mu3": "brxz", "mu2": "rxz", "mu1": "xz", "p_z": "z", "p_rz": "rz", "p_brz": "brz"}
+# A nuisance's rows are fit as weighted distinct rows (`NumericRoles.groups`) when at most this share is distinct.
+GROUPED_SHARE = 0.75
 
 
 @dataclass
@@ -24,6 +26,7 @@ class NumericRoles:
     y: np.ndarray
     cluster: np.ndarray | None
     _factual: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _groups: dict[tuple[str, int], np.ndarray | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_frame(
@@ -101,6 +104,23 @@ class NumericRoles:
                 cached.flags.writeable = False
             return cached
         return self._stack(name, a_value)
+
+    def groups(self, name: str, max_bin: int) -> np.ndarray | None:
+        """A code per row of nuisance `name`'s factual features, equal for identical rows (0..G-1), when
+        aggregating them pays and cannot change a fit: at most `GROUPED_SHARE` of the rows are
+        distinct and no column has more than `max_bin` distinct values (so XGBoost's histogram cuts
+        are every distinct value, weighted or not). None otherwise. Identical rows fall in the same
+        leaf of every tree: one row per distinct feature vector, weighted by its count and labelled
+        with the mean target, gives every node the same gradient and hessian sums as the rows do."""
+        key = (name, max_bin)
+        if key not in self._groups:
+            features = self.features(name)
+            rows = np.ascontiguousarray(features).view(np.dtype((np.void, features.dtype.itemsize * features.shape[1])))
+            _, codes = np.unique(rows.ravel(), return_inverse=True)
+            few_rows = codes.max(initial=0) + 1 <= GROUPED_SHARE * len(codes)
+            few_values = few_rows and all(len(np.unique(column)) <= max_bin for column in features.T)
+            self._groups[key] = codes.astype(np.intp) if few_values else None
+        return self._groups[key]
 
     def _stack(self, name: str, a_value: int | None) -> np.ndarray:
         parts = []

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 STORE_NAME = NUISANCES  # popfair.store.blobs.BLOB_STORES
 # Bump when what a key stands for changes (the search, the fits, the layout of an entry).
-SCHEMA = "pse-nuisances-v2"
+SCHEMA = "pse-nuisances-v3"
 LIBRARIES = ("xgboost", "numpy", "scikit-learn", "popfair")
 
 

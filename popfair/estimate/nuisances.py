@@ -82,14 +82,53 @@ class Runner:
 
 
 def _matrix(
-    features: np.ndarray, target: np.ndarray, settings: PseSettings, ref: xgb.QuantileDMatrix | None = None
+    features: np.ndarray,
+    target: np.ndarray,
+    settings: PseSettings,
+    ref: xgb.QuantileDMatrix | None = None,
+    groups: np.ndarray | None = None,
 ) -> xgb.QuantileDMatrix:
     """Training matrix. `ref` (a matrix built from the same features) lends its histogram cuts,
     which skips sketching and gives the same cuts, hence the same trees. The label is passed as
     float32, the type XGBoost stores it in (the same values): a float64 label nearly doubles the
-    matrix's construction time (about 25 ms of 55 ms on 14,000 x 26)."""
-    label = np.asarray(target, dtype=np.float32)
-    return xgb.QuantileDMatrix(features, label, max_bin=settings.max_bin, nthread=1, ref=ref)
+    matrix's construction time (about 25 ms of 55 ms on 14,000 x 26). With `groups` (a code per
+    row, equal for identical rows: `NumericRoles.groups`), one row per distinct feature vector is
+    kept, weighted by its count and labelled with its rows' mean target: squared error and log
+    loss give it its rows' gradient and hessian sums, so the trees are those of the rows (up to
+    the order of floating-point sums), fit on a fraction of them."""
+    if groups is None:
+        return xgb.QuantileDMatrix(
+            features, np.asarray(target, dtype=np.float32), max_bin=settings.max_bin, nthread=1, ref=ref
+        )
+    first, position = _distinct(groups)
+    weight = np.bincount(position).astype(np.float64)
+    label = np.bincount(position, weights=np.asarray(target, np.float64)) / weight
+    return xgb.QuantileDMatrix(
+        features[first],
+        label.astype(np.float32),
+        weight=weight.astype(np.float32),
+        max_bin=settings.max_bin,
+        nthread=1,
+        ref=ref,
+    )
+
+
+def _distinct(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For group codes of some rows: the first of those rows of each group present (indices into
+    `codes`) and each row's position among them (`values[first][position]` is every row's value)."""
+    present, position = np.unique(codes, return_inverse=True)
+    first = np.empty(len(present), np.intp)
+    first[position[::-1]] = np.arange(len(codes) - 1, -1, -1)
+    return first, position.ravel()
+
+
+def predict_rows(model: Fit, features: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    """`model.predict(features)`, predicting each distinct row once when `groups` codes the rows
+    (identical rows get identical predictions: the same values)."""
+    if groups is None:
+        return model.predict(features)
+    first, position = _distinct(groups)
+    return model.predict(features[first])[position]
 
 
 def _update_one_iter() -> Callable[[xgb.Booster, int, xgb.DMatrix], None] | None:
@@ -144,8 +183,10 @@ def fit(
     params: Mapping[str, float],
     settings: PseSettings,
     ref: xgb.QuantileDMatrix | None = None,
+    groups: np.ndarray | None = None,
 ) -> tuple[Fit, xgb.QuantileDMatrix]:
-    dtrain = _matrix(features, target, settings, ref)
+    """One nuisance fit with the chosen hyperparameters (`groups`: `_matrix`)."""
+    dtrain = _matrix(features, target, settings, ref, groups)
     booster = _train(
         xgb_params(kind, int(params["max_depth"]), params["reg_lambda"], settings),
         dtrain,
@@ -163,12 +204,13 @@ def search(
     settings: PseSettings,
     runner: Runner | None = None,
     ref: xgb.QuantileDMatrix | None = None,
+    groups: np.ndarray | None = None,
 ) -> tuple[dict[str, float], Fit]:
     """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model.
     With `settings.early_stopping`, a (max_depth, reg_lambda) model stops growing at the first tree
     count of the grid whose validation loss is above the previous count's, and the larger counts
     are not candidates."""
-    return _start_search(features, target, kind, train, valid, settings, runner or Runner(1), ref)[0]()
+    return _start_search(features, target, kind, train, valid, settings, runner or Runner(1), ref, groups)[0]()
 
 
 def _start_search(
@@ -180,14 +222,22 @@ def _start_search(
     settings: PseSettings,
     runner: Runner,
     ref: xgb.QuantileDMatrix | None = None,
+    groups: np.ndarray | None = None,
 ) -> tuple[Callable[[], tuple[dict[str, float], Fit]], xgb.QuantileDMatrix]:
     """Submit one fit per (max_depth, reg_lambda) to `runner`; returns a function that waits for
     them and picks the best grid point exactly as a serial loop over the grid would, and the
     training matrix (a `ref` for searches on the same features). Early stopping (`search`) is
     decided inside each fit from its own losses, so the selection does not depend on n_jobs."""
     grid = settings.grid
-    dtrain = _matrix(features[train], target[train], settings, ref)
-    x_valid, y_valid = features[valid], target[valid]
+    dtrain = _matrix(features[train], target[train], settings, ref, None if groups is None else groups[train])
+    y_valid = target[valid]
+    # Identical validation rows get identical predictions: each distinct one is predicted once.
+    first, position = (np.arange(len(valid)), None) if groups is None else _distinct(groups[valid])
+    x_valid = features[valid[first]]
+
+    # One validation matrix for the search's fits: they only read it (concurrent predictions from
+    # several boosters are safe; each keeps its own prediction cache for it).
+    dvalid = xgb.DMatrix(x_valid, nthread=1)
 
     def fit(depth: int, lam: float) -> tuple[xgb.Booster, list[float]]:
         # The validation rows are scored as the trees are added: predicting a DMatrix with the
@@ -197,11 +247,13 @@ def _start_search(
         # Early stopping: a loss above the previous tree count's ends the fit (the rounds after it
         # are never trained; on the paper's grid and the simulated SFM this skips about 30% of the
         # rounds, the deepest, without changing a selection); unscored counts get an infinite loss.
-        dvalid = xgb.DMatrix(x_valid, nthread=1)
         losses: dict[int, float] = {}
 
         def score(booster: xgb.Booster, n_trees: int) -> bool:
-            loss = float(np.mean((booster.predict(dvalid) - y_valid) ** 2))
+            predicted = booster.predict(dvalid)
+            if position is not None:
+                predicted = predicted[position]
+            loss = float(np.mean((predicted - y_valid) ** 2))
             previous = losses[max(losses)] if losses else np.inf
             losses[n_trees] = loss
             return not (settings.early_stopping and loss > previous)
@@ -253,7 +305,8 @@ def tune(
     with closing(Runner(settings.n_jobs)) as runner:
 
         def start(name: str, target: np.ndarray, ref: xgb.QuantileDMatrix | None = None):
-            return _start_search(encoded.features(name), target, _kind(name), train, valid, settings, runner, ref)
+            features, groups = encoded.features(name), encoded.groups(name, settings.max_bin)
+            return _start_search(features, target, _kind(name), train, valid, settings, runner, ref, groups)
 
         out: dict[str, dict[str, float]] = {}
         mu3_search = start("mu3", encoded.y)[0] if OUTCOME in families else None
@@ -266,13 +319,17 @@ def tune(
             out["mu3"], mu3 = mu3_search()
             mu2_searches, ref = {}, None
             for x_y in MU2_KEYS:
-                mu2_searches[x_y], ref = start("mu2", np.clip(mu3.predict(encoded.features("mu3", x_y)), lo, hi), ref)
+                pseudo = predict_rows(mu3, encoded.features("mu3", x_y), encoded.groups("mu3", settings.max_bin))
+                mu2_searches[x_y], ref = start("mu2", np.clip(pseudo, lo, hi), ref)
             mu1_searches, ref = {}, None
             for x_y in MU2_KEYS:
                 out[f"mu2[x_y={x_y}]"], mu2 = mu2_searches[x_y]()
                 for key in MU1_KEYS:
                     if key[0] == x_y:
-                        pseudo = np.clip(mu2.predict(encoded.features("mu2", key[1])), lo, hi)
+                        pseudo = predict_rows(
+                            mu2, encoded.features("mu2", key[1]), encoded.groups("mu2", settings.max_bin)
+                        )
+                        pseudo = np.clip(pseudo, lo, hi)
                         mu1_searches[key], ref = start("mu1", pseudo, ref)
             for key, search in mu1_searches.items():
                 out[f"mu1[x_y={key[0]},x_b={key[1]}]"] = search()[0]
@@ -300,22 +357,38 @@ def fit_outcome_chain(
     y = encoded.y
     lo, hi = y[train].min(), y[train].max()
 
-    def predict(model: Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
-        features = encoded.features(name, x_value)
-        return np.clip(model.predict(features if rows is None else features[rows]), lo, hi)
+    def groups(name: str, rows: np.ndarray) -> np.ndarray | None:
+        codes = encoded.groups(name, settings.max_bin)
+        return None if codes is None else codes[rows]
 
-    mu3, _ = fit(encoded.features("mu3")[train], y[train], "regressor", params["mu3"], settings)
+    def predict(model: Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
+        # Rows identical in the factual features are identical with X set to x_value: each group
+        # is predicted once (`predict_rows`).
+        features = encoded.features(name, x_value)
+        codes = encoded.groups(name, settings.max_bin)
+        if rows is not None:
+            features, codes = features[rows], None if codes is None else codes[rows]
+        return np.clip(predict_rows(model, features, codes), lo, hi)
+
+    mu3, _ = fit(
+        encoded.features("mu3")[train], y[train], "regressor", params["mu3"], settings, None, groups("mu3", train)
+    )
     mu3_at = {v: predict(mu3, "mu3", v) for v in MU2_KEYS}
     mu2_at: dict[tuple[int, int], np.ndarray] = {}
     features, ref = encoded.features("mu2")[train], None
     for v in MU2_KEYS:
-        mu2, ref = fit(features, mu3_at[v][train], "regressor", params[f"mu2[x_y={v}]"], settings, ref)
+        mu2, ref = fit(
+            features, mu3_at[v][train], "regressor", params[f"mu2[x_y={v}]"], settings, ref, groups("mu2", train)
+        )
         for w in sorted({w for vv, w in MU1_KEYS if vv == v}):
             mu2_at[(v, w)] = predict(mu2, "mu2", w)
     mu1_at: dict[tuple[int, int, int], np.ndarray] = {}
     features, ref = encoded.features("mu1")[train], None
     for v, w in MU1_KEYS:
-        mu1, ref = fit(features, mu2_at[(v, w)][train], "regressor", params[f"mu1[x_y={v},x_b={w}]"], settings, ref)
+        target = mu2_at[(v, w)][train]
+        mu1, ref = fit(
+            features, target, "regressor", params[f"mu1[x_y={v},x_b={w}]"], settings, ref, groups("mu1", train)
+        )
         for u in sorted({t[2] for t in TARGETS.values() if t[:2] == (v, w)}):
             mu1_at[(v, w, u)] = predict(mu1, "mu1", u, held)
     return mu3_at, mu2_at, mu1_at
@@ -333,5 +406,9 @@ def fit_propensity(
     (unclipped: what the nuisance cache keeps)."""
     train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
     features = encoded.features(name)
-    model, _ = fit(features[train], encoded.a[train].astype(np.float32), "classifier", params[name], settings)
-    return model.predict(features[held])
+    codes = encoded.groups(name, settings.max_bin)
+    target = encoded.a[train].astype(np.float32)
+    model, _ = fit(
+        features[train], target, "classifier", params[name], settings, None, None if codes is None else codes[train]
+    )
+    return predict_rows(model, features[held], None if codes is None else codes[held])

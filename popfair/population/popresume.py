@@ -334,9 +334,9 @@ class PopResumePopulation:
             )
         artifacts: dict[str, Any] = {}
         if self.diagnostics:
-            from popfair.population.diagnostics import population_artifacts
+            from popfair.population.diagnostics import cached_population_artifacts
 
-            artifacts = population_artifacts(table, model, occupation)
+            artifacts = cached_population_artifacts(table, model, occupation)
         clock.lap("diagnostics")
         self.timings = clock.laps
         return Profiles(
