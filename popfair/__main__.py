@@ -51,12 +51,28 @@ def main() -> float | None:
             return None
     if program == "popfair":  # a typo'd group option, key or route: one line with the closest name
         check_command_line(sys.argv[1:], CONF_DIR, program)
+        if _tracks_one_case(sys.argv[1:]):
+            from popfair.track.background import warm_up
+
+            warm_up()  # MLflow is imported beside Hydra's composing instead of after the case
     _register_plugins()
     try:
         return run()
     except Interrupted as exc:  # Ctrl-C / SIGTERM mid-case: answers saved, the run KILLED; no traceback
         print(f"popfair: {exc}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _tracks_one_case(args: list[str]) -> bool:
+    """A single case that will log to MLflow: not a sweep (its cases run elsewhere), a dry run, a
+    printed config, help, or `tracking=none`. What the config files alone decide is not read here:
+    a wrong guess costs one idle process or an import at the end, as before."""
+    flags = {"-m", "--multirun", "-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "-sc"}
+    flags |= {"--shell-completion", "-p", "--package", "--resolve", "--run"}
+    if any(a in flags or a.startswith(("--cfg=", "--info=", "--shell-completion=")) for a in args):
+        return False
+    settings = {a.split("=", 1)[0].lstrip("+~"): a.split("=", 1)[1] for a in args if "=" in a}
+    return settings.get("tracking") != "none" and settings.get("dry_run", "false").lower() != "true"
 
 
 def _register_plugins() -> None:

@@ -143,3 +143,36 @@ def test_a_killed_popfair_process_does_not_leave_its_run_running(tmp_path):
         time.sleep(0.5)
     run = client.get_run(run_id)
     assert run.info.status == "FAILED" and "ended before its run was complete" in run.data.tags["error"]
+
+
+def test_a_worker_forked_before_the_case_follows_its_folder_and_environment(tmp_path, monkeypatch):
+    """`python -m popfair` forks the tracking worker before Hydra runs (warm_up); what Hydra then changes
+    (hydra.job.chdir, hydra.job.env_set) must hold in the worker too: relative sqlite paths and
+    MLFLOW_* variables mean there what they mean in the case."""
+    from popfair.track import background
+
+    background.warm_up()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("POPFAIR_TEST_SET_AFTER_FORK", "yes")
+    monkeypatch.delenv("POPFAIR_TEST_GONE_AFTER_FORK", raising=False)
+    assert background.submit(os.getcwd).result() == str(tmp_path)
+    assert background.submit(os.getenv, "POPFAIR_TEST_SET_AFTER_FORK").result() == "yes"
+    assert background.submit(os.getpid).result() != os.getpid()  # a forked worker, not a thread
+    assert background.submit(signal.getsignal, signal.SIGTERM).result() == signal.SIG_IGN
+
+
+@pytest.mark.parametrize(
+    "args,tracks",
+    [
+        ([], True),
+        (["occupation=teacher", "+seed=3"], True),
+        (["-m", "occupation=nurse,teacher"], False),
+        (["dry_run=true"], False),
+        (["tracking=none"], False),
+        (["--cfg", "job"], False),
+    ],
+)
+def test_only_a_single_tracked_case_forks_the_worker_early(args, tracks):
+    from popfair.__main__ import _tracks_one_case
+
+    assert _tracks_one_case(args) is tracks

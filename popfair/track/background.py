@@ -7,7 +7,7 @@ table cost several CPU seconds a case. The population, render and screen stages 
 core busy, so a forked worker does this on the other one; a thread would hold the GIL against them.
 The worker is forked on first use (from the main thread, before any thread of the case starts) and
 serves every case of the process in order (`concurrent.futures`, one worker, FIFO), so MLflow is
-imported once per sweep process. It ignores Ctrl-C (the case decides how its run ends) and, if
+imported once per sweep process. It ignores Ctrl-C and SIGTERM (the case decides how its run ends) and, if
 the popfair process dies, ends the runs it has open as FAILED and exits. Without fork, or with
 one CPU, a thread does the same work.
 
@@ -52,6 +52,8 @@ def submit(fn: Callable[..., Any], *args: Any) -> Future:
             if _EXECUTOR is None:
                 _EXECUTOR = _start()
             try:
+                if isinstance(_EXECUTOR, ProcessPoolExecutor):  # a worker forked earlier follows this process
+                    return _EXECUTOR.submit(_here, os.getcwd(), dict(os.environ), fn, *args)
                 return _EXECUTOR.submit(fn, *args)
             except (BrokenProcessPool, RuntimeError):  # the worker died (killed): start another
                 _EXECUTOR.shutdown(wait=False)
@@ -73,8 +75,36 @@ def _start() -> Executor:
     return executor
 
 
+def warm_up() -> None:
+    """Fork the worker now and have it import MLflow (1.5-2.5 s) while this process composes its
+    config and builds the case: `python -m popfair` calls it before Hydra starts, so a case's run no
+    longer waits for the import at its end. One CPU: nothing (a thread would hold the GIL)."""
+    if cpu_count() >= 2 and "fork" in mp.get_all_start_methods():
+        submit(_import_mlflow)
+
+
 # --------------------------------------------------------------------------------------------
 # In the worker
+
+
+def _here(cwd: str, environ: dict[str, str], fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn` in the submitting process's folder and environment: the worker may have been forked
+    (warm_up) before Hydra changed either (hydra.job.chdir, hydra.job.env_set), and relative store
+    paths and MLFLOW_* variables must mean what they mean there."""
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    if environ != os.environ:
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        os.environ.update(environ)
+    return fn(*args)
+
+
+def _import_mlflow() -> None:
+    import mlflow  # noqa: F401
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - the default store (sqlite:///...)
+    from mlflow.tracking.context.registry import resolve_tags  # noqa: F401
+
 
 _RUNS: dict[str, tuple[str, str, str]] = {}  # token -> (tracking uri, run id, artifact uri) of the runs open here
 _CLIENTS: dict[str, Any] = {}
@@ -83,7 +113,9 @@ _EXPERIMENTS: dict[tuple[str, str], str] = {}
 
 
 def _init_worker(parent: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the case, which ends its run
+    # Ctrl-C, or a SIGTERM sent to the whole process group, reaches the case, which ends its run
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), name="popfair-tracking-watch", daemon=True).start()
 
 
