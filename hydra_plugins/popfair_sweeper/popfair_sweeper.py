@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from hydra._internal import defaults_list as hydra_defaults_list
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import ConfigRepository, IConfigRepository
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -63,6 +64,15 @@ class MemoConfigRepository(ConfigRepository):
         loaded.header, loaded.defaults_list = dict(parsed.header), copy.deepcopy(parsed.defaults_list)
         loaded.shared_config = parsed.config  # type: ignore[attr-defined]  # copied before Hydra takes its nodes
         return loaded
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MemoConfigRepository:
+        """Hydra deep-copies the repository for every case it composes (`CachingConfigRepository`), so
+        that re-initialising the copy's sources (a primary config's `hydra.searchpath`) leaves this one
+        as it is. A copy with its own list of sources does the same (`initialize_sources` builds a new
+        list; loading reads a source, never changes it), without copying every source."""
+        twin = copy.copy(self)
+        twin.sources = list(self.sources)
+        return twin
 
 
 class MemoConfigLoader(ConfigLoaderImpl):
@@ -114,6 +124,19 @@ class MemoConfigLoader(ConfigLoaderImpl):
 
 
 _MERGED: dict[tuple[Any, ...], bytes] = {}  # (config sources, defaults up to the primary config) -> merged
+
+_INTERPOLATION_MAP = hydra_defaults_list._create_interpolation_map
+_UNUSED_MAP = OmegaConf.create()  # handed out where no entry is an interpolation: nothing reads it
+
+
+def _interpolation_map_if_needed(overrides: Any, defaults_list: list[Any], self_added: bool) -> DictConfig:
+    """Hydra's map of known choices for the interpolated entries of a defaults list (`${group}`), built
+    only where the list has one: Hydra builds it for every node of every case's defaults tree (a new
+    DictConfig of every choice so far), and reads it only to resolve those entries. An entry that is
+    not an interpolation here is none later (Hydra refuses `${` in option lists)."""
+    if any(not d.is_override() and d.is_interpolation() for d in defaults_list):
+        return _INTERPOLATION_MAP(overrides, defaults_list, self_added)
+    return _UNUSED_MAP
 
 
 def _strip_defaults(cfg: Any) -> None:
@@ -243,6 +266,7 @@ class PopfairSweeper(BasicSweeper):
         # is no longer the one its module holds, which a launcher that pickles the config then refuses.
         if here and type(loader) is ConfigLoaderImpl:
             loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
+            hydra_defaults_list._create_interpolation_map = _interpolation_map_if_needed
         if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
             share = type(loader) is MemoConfigLoader  # which copies what Hydra would take as it is
             loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path, share=share)
