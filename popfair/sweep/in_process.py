@@ -44,6 +44,7 @@ BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 # composed config (by identity) -> (that config, its task view, the view resolved or None)
 _PREPARED: dict[int, tuple[DictConfig, DictConfig, dict[Any, Any] | None]] = {}
+_NUMBERED: dict[int, int] = {}  # composed config (by identity) -> the job number its output_dir was set for
 
 
 def plans_here(config: DictConfig, launcher: Any, enabled: bool) -> bool:
@@ -75,6 +76,7 @@ def prepare(configs: Sequence[DictConfig], first_job: int) -> None:
     from popfair.case.compose import resolved
 
     _PREPARED.clear()
+    _NUMBERED.clear()
     hydra_config = HydraConfig.instance()
     previous = hydra_config.cfg
     try:
@@ -96,6 +98,7 @@ def _number(config: DictConfig, job: int) -> None:
         config.hydra.job.id = job
         config.hydra.job.num = job
     _output_dir(config)
+    _NUMBERED[id(config)] = job
 
 
 def _output_dir(config: DictConfig) -> None:
@@ -138,7 +141,8 @@ def run_here(hydra_context: HydraContext, task_function: TaskFunction, config: D
     previous, old_cwd = hydra_config.cfg, os.getcwd()
     OmegaConf.set_readonly(config.hydra, True)
     hydra_config.cfg = config  # type: ignore[assignment]  # HydraConfig.get() is config.hydra, as set_config makes it
-    _output_dir(config)
+    if _NUMBERED.get(id(config)) != config.hydra.job.num:  # else `prepare` set it for this very job number
+        _output_dir(config)
     output_dir = str(config.hydra.runtime.output_dir)
     chdir = False
     try:
@@ -166,6 +170,7 @@ def run_here(hydra_context: HydraContext, task_function: TaskFunction, config: D
         return ret
     finally:
         _PREPARED.pop(id(config), None)
+        _NUMBERED.pop(id(config), None)
         hydra_config.cfg = previous
         if chdir:
             os.chdir(old_cwd)
