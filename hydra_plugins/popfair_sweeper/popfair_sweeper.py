@@ -155,16 +155,25 @@ def _strip_defaults(cfg: Any) -> None:
 FORKED_BATCH = 16  # batches from this size compose on two cores (a fork costs a few cases' composition)
 
 
-def _compose_span(loader: ConfigLoader, master_config: DictConfig, batch: list[list[str]]) -> list[DictConfig | None]:
+def _compose_span(
+    loader: ConfigLoader, master_config: DictConfig, batch: list[list[str]], first_job: int | None = None
+) -> list[Any]:
     """In a forked worker: each case composed, or None from the first that fails (the parent composes
-    it again and raises Hydra's error)."""
-    composed: list[DictConfig | None] = []
-    for overrides in batch:
+    it again and raises Hydra's error). With `first_job` (a dry run planned in process), each case also
+    prepared here, beside the parent, as the parent would prepare it as job `first_job + i`
+    (`popfair.sweep.in_process.prepare_in_worker`)."""
+    composed: list[Any] = []
+    for i, overrides in enumerate(batch):
         try:
-            composed.append(loader.load_sweep_config(master_config, overrides))
+            config = loader.load_sweep_config(master_config, overrides)
         except Exception:  # noqa: BLE001 - raised by the parent
             composed += [None] * (len(batch) - len(composed))
             break
+        if first_job is not None:
+            from popfair.sweep.in_process import prepare_in_worker
+
+            config = prepare_in_worker(config, first_job + i)
+        composed.append(config)
     return composed
 
 
@@ -174,15 +183,20 @@ class ComposeOnceLoader(ConfigLoader):
     def __init__(self, loader: ConfigLoader) -> None:
         self.loader = loader
         self.composed: dict[tuple[str, ...], DictConfig] = {}
+        self.prepared: dict[int, Any] = {}  # composed config (by identity) -> what the worker prepared of it
 
     def compose(self, master_config: DictConfig, overrides: Sequence[str]) -> None:
         self.composed[tuple(overrides)] = self.loader.load_sweep_config(master_config, list(overrides))
 
-    def compose_all(self, master_config: DictConfig, batch: Sequence[Sequence[str]]) -> None:
+    def compose_all(
+        self, master_config: DictConfig, batch: Sequence[Sequence[str]], first_job: int | None = None
+    ) -> None:
         """Compose every case of a batch, in order; from `FORKED_BATCH` cases on, the second half in a
         forked worker beside this process (after this process composed the first case: the worker
         inherits the parsed files). A case the worker could not compose is composed here, so its
-        error is raised exactly as Hydra raises it."""
+        error is raised exactly as Hydra raises it. With `first_job` (the batch's first job number, in a
+        dry run planned in process) the worker also prepares its cases (`self.prepared`)."""
+        self.prepared.clear()
         if not batch:
             return
         self.compose(master_config, batch[0])
@@ -192,14 +206,27 @@ class ComposeOnceLoader(ConfigLoader):
             return
         half = (len(batch) + 1) // 2
         theirs = [list(overrides) for overrides in batch[half:]]
-        pending = forked_call(_compose_span, self.loader, master_config, theirs)
+        pending = forked_call(
+            _compose_span, self.loader, master_config, theirs, None if first_job is None else first_job + half
+        )
         for overrides in batch[1:half]:
             self.compose(master_config, overrides)
+        if first_job is not None:  # this half prepared here while the worker composes and prepares its own
+            from popfair.sweep.in_process import prepare_case
+
+            for job, overrides in enumerate(batch[:half], start=first_job):
+                config = self.composed[tuple(overrides)]
+                if config.get("dry_run", False):
+                    self.prepared[id(config)] = (config, prepare_case(config, job))
         for overrides, config in zip(theirs, pending()):
             if config is None:  # the worker failed here: compose again, raising Hydra's error
                 self.compose(master_config, overrides)
-            else:
+            elif isinstance(config, DictConfig):
                 self.composed[tuple(overrides)] = config
+            else:  # (the numbered case, pickled; its resolved task view)
+                numbered = pickle.loads(config[0])
+                self.composed[tuple(overrides)] = numbered
+                self.prepared[id(numbered)] = (numbered, config[1])
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         ready = self.composed.pop(tuple(sweep_overrides), None)
@@ -280,11 +307,11 @@ class PopfairSweeper(BasicSweeper):
 
         assert self.config is not None
         self.compose_once.composed.clear()  # a launcher composing elsewhere left the last batch's
-        self.compose_once.compose_all(self.config, batch)
+        self.compose_once.compose_all(self.config, batch, self.checked if self.planner is not None else None)
         configs = [self.compose_once.composed[tuple(o)] for o in batch]
         if self.planner is not None:  # one task view and one resolved copy per case, for checks and plan
             from popfair.sweep.in_process import prepare
 
-            prepare(configs, self.checked)
+            prepare(configs, self.checked, self.compose_once.prepared)
         before_sweep(self.config, configs, self.checked)
         self.checked += len(batch)
