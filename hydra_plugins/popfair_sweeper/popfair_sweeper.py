@@ -33,7 +33,7 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.default_element import ResultDefault
 from hydra.core.object_type import ObjectType
 from hydra.errors import ConfigCompositionException
-from hydra.plugins.config_source import ConfigResult
+from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from hydra.types import HydraContext, RunMode, TaskFunction
 from omegaconf import DictConfig, OmegaConf, flag_override
 from omegaconf.errors import OmegaConfBaseException
@@ -107,6 +107,15 @@ class MemoConfigLoader(ConfigLoaderImpl):
             package = default.package if default.package is not None else loaded.header.get("package")
             if default.primary or not package:
                 loaded.config = copy.deepcopy(loaded.config)
+            elif not _has_schema(repo, str(default.config_path)):
+                # placed under its package: the same copy for every case, made once and kept pickled
+                # (unpickling it is a fraction of Hydra's copy into a new package node)
+                key = (tuple((s.provider, s.path) for s in repo.get_sources()), default.config_path, package)
+                if key not in _EMBEDDED:
+                    _EMBEDDED[key] = pickle.dumps(super()._load_single_config(default, repo).config)
+                embedded = copy.copy(loaded)
+                embedded.config = pickle.loads(_EMBEDDED[key])
+                return embedded
         return super()._load_single_config(default, repo)
 
     def _merged(self, cfg: DictConfig, defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
@@ -123,7 +132,20 @@ class MemoConfigLoader(ConfigLoaderImpl):
         return cfg
 
 
-_MERGED: dict[tuple[Any, ...], bytes] = {}  # (config sources, defaults up to the primary config) -> merged
+_MERGED: dict[tuple[Any, ...], bytes] = {}
+_EMBEDDED: dict[tuple[Any, ...], bytes] = {}  # (config sources, config path, package) -> the config placed under it
+
+
+def _has_schema(repo: IConfigRepository, config_path: str) -> bool:
+    """Whether Hydra would validate the config against a ConfigStore schema of the same name (then it
+    is loaded as Hydra loads it, with Hydra's deprecation warning each time)."""
+    try:
+        return repo.get_schema_source().load_config(ConfigSource._normalize_file_name(filename=config_path)) is not None
+    except ConfigLoadError:
+        return False
+
+
+# (config sources, defaults up to the primary config) -> merged
 
 _INTERPOLATION_MAP = hydra_defaults_list._create_interpolation_map
 _UNUSED_MAP = OmegaConf.create()  # handed out where no entry is an interpolation: nothing reads it
