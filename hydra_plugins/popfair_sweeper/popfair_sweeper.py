@@ -14,8 +14,12 @@ only where Hydra would take its nodes as they are (`MemoConfigLoader`: Hydra cop
 places under a package), and, in a dry run planned in this process, merges Hydra's own configs and
 the primary config once for all cases (a real run's launcher may pickle the config: it composes as
 Hydra does).
+In such a dry run, a group config placed under its package is copied into it once and unpickled for
+each case, and Hydra's map of known choices is built only for defaults lists with an interpolated
+entry (`_interpolation_map_if_needed`).
 A large batch is composed on both cores: a forked worker composes its second half and sends the
-configs back pickled (a twentieth of the cost of composing one)."""
+configs back pickled (a twentieth of the cost of composing one); in a dry run planned in process each
+process also prepares the cases it composed (popfair.sweep.in_process.prepare_case)."""
 
 from __future__ import annotations
 
