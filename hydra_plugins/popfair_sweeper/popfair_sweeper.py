@@ -136,7 +136,7 @@ class MemoConfigLoader(ConfigLoaderImpl):
         return cfg
 
 
-_MERGED: dict[tuple[Any, ...], bytes] = {}
+_MERGED: dict[tuple[Any, ...], bytes] = {}  # (config sources, defaults up to the primary config) -> merged
 _EMBEDDED: dict[tuple[Any, ...], bytes] = {}  # (config sources, config path, package) -> the config placed under it
 
 
@@ -149,9 +149,12 @@ def _has_schema(repo: IConfigRepository, config_path: str) -> bool:
         return False
 
 
-# (config sources, defaults up to the primary config) -> merged
-
-_INTERPOLATION_MAP = hydra_defaults_list._create_interpolation_map
+# Hydra's own function, kept on Hydra's module: this module may be executed again (Hydra's plugin scan)
+# after the sweeper put `_interpolation_map_if_needed` in its place
+_INTERPOLATION_MAP = getattr(
+    hydra_defaults_list, "popfair_original_interpolation_map", hydra_defaults_list._create_interpolation_map
+)
+hydra_defaults_list.popfair_original_interpolation_map = _INTERPOLATION_MAP  # type: ignore[attr-defined]
 _UNUSED_MAP = OmegaConf.create()  # handed out where no entry is an interpolation: nothing reads it
 
 
