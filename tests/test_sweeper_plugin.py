@@ -110,11 +110,13 @@ def _same_tree(a, b, path: str = "") -> None:
         _same_tree(a._get_node(key), b._get_node(key), f"{path}.{key}")
 
 
-def test_the_memo_loader_composes_what_hydras_loader_composes(plugin):
+def test_the_memo_loader_composes_what_hydras_loader_composes(plugin, monkeypatch):
     """Hydra's own configs and the primary config merged once, each case's groups merged onto a copy,
-    parsed configs shared and copied only where Hydra takes their nodes as they are: every case of a
-    sweep composes to the same config, node for node, as Hydra's loader composes it (a shared parsed
-    config changed by one case would show in the next), and a bad override fails with Hydra's error."""
+    parsed configs shared and copied only where Hydra takes their nodes as they are, a config placed
+    under its package copied once and unpickled for each case, the map of known choices built only for
+    interpolated defaults: every case of a sweep composes to the same config, node for node, as
+    Hydra's loader composes it (a shared parsed config changed by one case would show in the next),
+    and a bad override fails with Hydra's error."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
     from hydra.errors import ConfigCompositionException
@@ -128,18 +130,24 @@ def test_the_memo_loader_composes_what_hydras_loader_composes(plugin):
     ours.repository = plugin.MemoConfigRepository(config_search_path=search_path, share=True)
     ours.__class__ = plugin.MemoConfigLoader
     master = hydras.load_configuration("config", ["experiment=popresume_grid", "dry_run=true"], RunMode.MULTIRUN)
+    monkeypatch.setattr(plugin.hydra_defaults_list, "_create_interpolation_map", plugin._interpolation_map_if_needed)
     cases = [
         ["format_model=text-gpt4o_mini", "occupation=nurse", "protected_attr=gender", "experiment=popresume_grid"],
         ["format_model=image_photo-gpt4o", "occupation=teacher", "protected_attr=race", "experiment=popresume_grid"],
         ["format_model=text-gpt4o_mini", "protected_attr=race", "population.n=50", "experiment=popresume_grid"],
         ["panel_cell=gender-glm51", "experiment=callback_panel"],
     ]
-    for overrides in cases:
+    for overrides in cases + cases[:2]:  # the second time round, every group config from the memo
+        monkeypatch.setattr(plugin.hydra_defaults_list, "_create_interpolation_map", plugin._INTERPOLATION_MAP)
         expected = hydras.load_sweep_config(master, overrides)
+        monkeypatch.setattr(
+            plugin.hydra_defaults_list, "_create_interpolation_map", plugin._interpolation_map_if_needed
+        )
         composed = ours.load_sweep_config(master, overrides)
         _same_tree(expected, composed)
         assert OmegaConf.to_yaml(expected) == OmegaConf.to_yaml(composed)
     assert len(plugin._MERGED) >= 1  # the shared start was merged once and reused
+    assert plugin._EMBEDDED  # group configs placed under their package were copied once
     with pytest.raises(ConfigCompositionException) as hydras_error:
         hydras.load_sweep_config(master, ["occupation=no_such_occupation"])
     with pytest.raises(ConfigCompositionException) as our_error:

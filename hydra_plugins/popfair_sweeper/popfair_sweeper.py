@@ -14,8 +14,12 @@ only where Hydra would take its nodes as they are (`MemoConfigLoader`: Hydra cop
 places under a package), and, in a dry run planned in this process, merges Hydra's own configs and
 the primary config once for all cases (a real run's launcher may pickle the config: it composes as
 Hydra does).
+In such a dry run, a group config placed under its package is copied into it once and unpickled for
+each case, and Hydra's map of known choices is built only for defaults lists with an interpolated
+entry (`_interpolation_map_if_needed`).
 A large batch is composed on both cores: a forked worker composes its second half and sends the
-configs back pickled (a twentieth of the cost of composing one)."""
+configs back pickled (a twentieth of the cost of composing one); in a dry run planned in process each
+process also prepares the cases it composed (popfair.sweep.in_process.prepare_case)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from hydra._internal import defaults_list as hydra_defaults_list
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import ConfigRepository, IConfigRepository
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -32,7 +37,7 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.default_element import ResultDefault
 from hydra.core.object_type import ObjectType
 from hydra.errors import ConfigCompositionException
-from hydra.plugins.config_source import ConfigResult
+from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from hydra.types import HydraContext, RunMode, TaskFunction
 from omegaconf import DictConfig, OmegaConf, flag_override
 from omegaconf.errors import OmegaConfBaseException
@@ -63,6 +68,15 @@ class MemoConfigRepository(ConfigRepository):
         loaded.header, loaded.defaults_list = dict(parsed.header), copy.deepcopy(parsed.defaults_list)
         loaded.shared_config = parsed.config  # type: ignore[attr-defined]  # copied before Hydra takes its nodes
         return loaded
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MemoConfigRepository:
+        """Hydra deep-copies the repository for every case it composes (`CachingConfigRepository`), so
+        that re-initialising the copy's sources (a primary config's `hydra.searchpath`) leaves this one
+        as it is. A copy with its own list of sources does the same (`initialize_sources` builds a new
+        list; loading reads a source, never changes it), without copying every source."""
+        twin = copy.copy(self)
+        twin.sources = list(self.sources)
+        return twin
 
 
 class MemoConfigLoader(ConfigLoaderImpl):
@@ -97,6 +111,15 @@ class MemoConfigLoader(ConfigLoaderImpl):
             package = default.package if default.package is not None else loaded.header.get("package")
             if default.primary or not package:
                 loaded.config = copy.deepcopy(loaded.config)
+            elif not _has_schema(repo, str(default.config_path)):
+                # placed under its package: the same copy for every case, made once and kept pickled
+                # (unpickling it is a fraction of Hydra's copy into a new package node)
+                key = (tuple((s.provider, s.path) for s in repo.get_sources()), default.config_path, package)
+                if key not in _EMBEDDED:
+                    _EMBEDDED[key] = pickle.dumps(super()._load_single_config(default, repo).config)
+                embedded = copy.copy(loaded)
+                embedded.config = pickle.loads(_EMBEDDED[key])
+                return embedded
         return super()._load_single_config(default, repo)
 
     def _merged(self, cfg: DictConfig, defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
@@ -114,6 +137,35 @@ class MemoConfigLoader(ConfigLoaderImpl):
 
 
 _MERGED: dict[tuple[Any, ...], bytes] = {}  # (config sources, defaults up to the primary config) -> merged
+_EMBEDDED: dict[tuple[Any, ...], bytes] = {}  # (config sources, config path, package) -> the config placed under it
+
+
+def _has_schema(repo: IConfigRepository, config_path: str) -> bool:
+    """Whether Hydra would validate the config against a ConfigStore schema of the same name (then it
+    is loaded as Hydra loads it, with Hydra's deprecation warning each time)."""
+    try:
+        return repo.get_schema_source().load_config(ConfigSource._normalize_file_name(filename=config_path)) is not None
+    except ConfigLoadError:
+        return False
+
+
+# Hydra's own function, kept on Hydra's module: this module may be executed again (Hydra's plugin scan)
+# after the sweeper put `_interpolation_map_if_needed` in its place
+_INTERPOLATION_MAP = getattr(
+    hydra_defaults_list, "popfair_original_interpolation_map", hydra_defaults_list._create_interpolation_map
+)
+hydra_defaults_list.popfair_original_interpolation_map = _INTERPOLATION_MAP  # type: ignore[attr-defined]
+_UNUSED_MAP = OmegaConf.create()  # handed out where no entry is an interpolation: nothing reads it
+
+
+def _interpolation_map_if_needed(overrides: Any, defaults_list: list[Any], self_added: bool) -> DictConfig:
+    """Hydra's map of known choices for the interpolated entries of a defaults list (`${group}`), built
+    only where the list has one: Hydra builds it for every node of every case's defaults tree (a new
+    DictConfig of every choice so far), and reads it only to resolve those entries. An entry that is
+    not an interpolation here is none later (Hydra refuses `${` in option lists)."""
+    if any(not d.is_override() and d.is_interpolation() for d in defaults_list):
+        return _INTERPOLATION_MAP(overrides, defaults_list, self_added)
+    return _UNUSED_MAP
 
 
 def _strip_defaults(cfg: Any) -> None:
@@ -132,16 +184,25 @@ def _strip_defaults(cfg: Any) -> None:
 FORKED_BATCH = 16  # batches from this size compose on two cores (a fork costs a few cases' composition)
 
 
-def _compose_span(loader: ConfigLoader, master_config: DictConfig, batch: list[list[str]]) -> list[DictConfig | None]:
+def _compose_span(
+    loader: ConfigLoader, master_config: DictConfig, batch: list[list[str]], first_job: int | None = None
+) -> list[Any]:
     """In a forked worker: each case composed, or None from the first that fails (the parent composes
-    it again and raises Hydra's error)."""
-    composed: list[DictConfig | None] = []
-    for overrides in batch:
+    it again and raises Hydra's error). With `first_job` (a dry run planned in process), each case also
+    prepared here, beside the parent, as the parent would prepare it as job `first_job + i`
+    (`popfair.sweep.in_process.prepare_in_worker`)."""
+    composed: list[Any] = []
+    for i, overrides in enumerate(batch):
         try:
-            composed.append(loader.load_sweep_config(master_config, overrides))
+            config = loader.load_sweep_config(master_config, overrides)
         except Exception:  # noqa: BLE001 - raised by the parent
             composed += [None] * (len(batch) - len(composed))
             break
+        if first_job is not None:
+            from popfair.sweep.in_process import prepare_in_worker
+
+            config = prepare_in_worker(config, first_job + i)
+        composed.append(config)
     return composed
 
 
@@ -151,15 +212,20 @@ class ComposeOnceLoader(ConfigLoader):
     def __init__(self, loader: ConfigLoader) -> None:
         self.loader = loader
         self.composed: dict[tuple[str, ...], DictConfig] = {}
+        self.prepared: dict[int, Any] = {}  # composed config (by identity) -> what the worker prepared of it
 
     def compose(self, master_config: DictConfig, overrides: Sequence[str]) -> None:
         self.composed[tuple(overrides)] = self.loader.load_sweep_config(master_config, list(overrides))
 
-    def compose_all(self, master_config: DictConfig, batch: Sequence[Sequence[str]]) -> None:
+    def compose_all(
+        self, master_config: DictConfig, batch: Sequence[Sequence[str]], first_job: int | None = None
+    ) -> None:
         """Compose every case of a batch, in order; from `FORKED_BATCH` cases on, the second half in a
         forked worker beside this process (after this process composed the first case: the worker
         inherits the parsed files). A case the worker could not compose is composed here, so its
-        error is raised exactly as Hydra raises it."""
+        error is raised exactly as Hydra raises it. With `first_job` (the batch's first job number, in a
+        dry run planned in process) the worker also prepares its cases (`self.prepared`)."""
+        self.prepared.clear()
         if not batch:
             return
         self.compose(master_config, batch[0])
@@ -169,14 +235,27 @@ class ComposeOnceLoader(ConfigLoader):
             return
         half = (len(batch) + 1) // 2
         theirs = [list(overrides) for overrides in batch[half:]]
-        pending = forked_call(_compose_span, self.loader, master_config, theirs)
+        pending = forked_call(
+            _compose_span, self.loader, master_config, theirs, None if first_job is None else first_job + half
+        )
         for overrides in batch[1:half]:
             self.compose(master_config, overrides)
+        if first_job is not None:  # this half prepared here while the worker composes and prepares its own
+            from popfair.sweep.in_process import prepare_case
+
+            for job, overrides in enumerate(batch[:half], start=first_job):
+                config = self.composed[tuple(overrides)]
+                if config.get("dry_run", False):
+                    self.prepared[id(config)] = (config, prepare_case(config, job))
         for overrides, config in zip(theirs, pending()):
             if config is None:  # the worker failed here: compose again, raising Hydra's error
                 self.compose(master_config, overrides)
-            else:
+            elif isinstance(config, DictConfig):
                 self.composed[tuple(overrides)] = config
+            else:  # (the numbered case, pickled; its resolved task view)
+                numbered = pickle.loads(config[0])
+                self.composed[tuple(overrides)] = numbered
+                self.prepared[id(numbered)] = (numbered, config[1])
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         ready = self.composed.pop(tuple(sweep_overrides), None)
@@ -243,6 +322,7 @@ class PopfairSweeper(BasicSweeper):
         # is no longer the one its module holds, which a launcher that pickles the config then refuses.
         if here and type(loader) is ConfigLoaderImpl:
             loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
+            hydra_defaults_list._create_interpolation_map = _interpolation_map_if_needed
         if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
             share = type(loader) is MemoConfigLoader  # which copies what Hydra would take as it is
             loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path, share=share)
@@ -256,11 +336,11 @@ class PopfairSweeper(BasicSweeper):
 
         assert self.config is not None
         self.compose_once.composed.clear()  # a launcher composing elsewhere left the last batch's
-        self.compose_once.compose_all(self.config, batch)
+        self.compose_once.compose_all(self.config, batch, self.checked if self.planner is not None else None)
         configs = [self.compose_once.composed[tuple(o)] for o in batch]
         if self.planner is not None:  # one task view and one resolved copy per case, for checks and plan
             from popfair.sweep.in_process import prepare
 
-            prepare(configs, self.checked)
+            prepare(configs, self.checked, self.compose_once.prepared)
         before_sweep(self.config, configs, self.checked)
         self.checked += len(batch)

@@ -38,16 +38,19 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import xgboost as xgb
 from scipy.special import log_ndtr, ndtr
 
 from popfair.core.errors import DataError
 from popfair.data import data_file
 from popfair.population.pums import AGE_RANGE, EDU_LEVELS, GENDERS, RACES
 from popfair.population.scm import abduct_from_cdf, cdf_rows, draw_from_cdf
+
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 PSID_FILE = ("population", "psid_blau_kahn_actual_experience_by_year_sex_age_educ.csv")
 PDII_FILE = ("population", "pdii2008_actual_experience_by_sex_age_educ.csv")
@@ -416,6 +419,8 @@ def _booster(
     features: np.ndarray, target: pd.Series, weight: pd.Series, max_depth: int, n_trees: int = 300
 ) -> xgb.Booster:
     """Weighted squared-error XGBoost; n_trees x learning rate is held at 15 (300 trees at 0.05)."""
+    import xgboost as xgb  # here: a paired panel, which draws no experience, starts without it (half a second)
+
     regressor = xgb.XGBRegressor(
         n_estimators=n_trees,
         max_depth=max_depth,

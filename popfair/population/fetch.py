@@ -29,10 +29,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import requests
 from tenacity import (
     retry,
     retry_if_exception_type,
@@ -45,6 +44,9 @@ from popfair.core.errors import DataError
 from popfair.population.cache import cache_dir
 from popfair.population.pums import AGE_RANGE, state_table
 from popfair.runtime.entry import entry_point
+
+if TYPE_CHECKING:
+    import requests
 
 CENSUS_PUMS = "https://www2.census.gov/programs-surveys/acs/data/pums"
 # Columns kept; the state is ST (2023 and before) or STATE (2024 on) in the Census files.
@@ -139,6 +141,8 @@ def _check_space(folder: Path, needed: int) -> None:
     reraise=True,
 )
 def _open(url: str, offset: int) -> requests.Response:
+    import requests  # here: a case that fetches nothing starts without it
+
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     try:
         response = requests.get(url, headers=headers, stream=True, timeout=60)
@@ -152,6 +156,8 @@ def _open(url: str, offset: int) -> requests.Response:
 
 def download(url: str, target: Path, year: int, usps: str) -> Path:
     """Download url to target, resuming target.part; returns target. Clear FetchErrors for 404 and space."""
+    import requests  # here: a case that fetches nothing starts without it (a tenth of a second)
+
     if target.exists():
         return target
     part = target.with_name(target.name + ".part")

@@ -187,7 +187,7 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
                     f"{group}={value}: no such option in group {group}{_closest(str(value), groups[group])} "
                     f"(options: {', '.join(groups[group])})"
                 )
-    if not key_overrides:
+    if not key_overrides or _in_primary(key_overrides, conf_dir, config_name):
         return
     config = _compose(conf_dir, config_name, [s for s in (_first(o) for o in group_overrides) if s])
     if config is None:
@@ -217,6 +217,23 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
             raise ConfigError(f"{key}: no such config key{hint} (run `popfair --cfg job` to list the keys)")
         if key.endswith(".route") or key == "route":
             _check_route(key, _values(override), config)
+
+
+def _in_primary(overrides: Sequence[Any], conf_dir: Path, config_name: str) -> bool:
+    """Whether every key override simply sets a key of the primary config file itself (`dry_run=true`,
+    `seed=1`): every composed config has those keys (composition adds and replaces keys, never drops
+    one), so there is nothing to check, and no config to compose for it (a third of a second)."""
+    if any(
+        o.is_delete() or o.is_add() or o.is_force_add() or o.key_or_group.split(".")[-1] == "route" for o in overrides
+    ):
+        return False
+    try:
+        from omegaconf import OmegaConf
+
+        primary = OmegaConf.load(conf_dir / f"{config_name}.yaml")
+    except Exception:  # noqa: BLE001 - unreadable here: the full check composes, and Hydra says why
+        return False
+    return all(o.key_or_group.split(".")[0] != "defaults" and _has(primary, o.key_or_group) for o in overrides)
 
 
 def _has(config: Any, key: str) -> bool:

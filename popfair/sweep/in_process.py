@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import pickle
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 # composed config (by identity) -> (that config, its task view, the view resolved or None)
 _PREPARED: dict[int, tuple[DictConfig, DictConfig, dict[Any, Any] | None]] = {}
+_NUMBERED: dict[int, int] = {}  # composed config (by identity) -> the job number its output_dir was set for
 
 
 def plans_here(config: DictConfig, launcher: Any, enabled: bool) -> bool:
@@ -67,27 +69,53 @@ def task_view(config: DictConfig) -> DictConfig:
     return view
 
 
-def prepare(configs: Sequence[DictConfig], first_job: int) -> None:
+def prepare(configs: Sequence[DictConfig], first_job: int, ready: Mapping[int, Any] | None = None) -> None:
     """Before the pre-flight checks of a batch planned here: each case numbered as the launcher
     numbers it, and its task view and one resolved copy, resolved as the case itself resolves
     (`HydraConfig` holding the case, `hydra.job.env_set` applied), which the checks read and the
-    case then takes (`task_of`, `resolved_of`)."""
+    case then takes (`task_of`, `resolved_of`). `ready`: cases prepared already while the batch was
+    composed (`prepare_case`, `prepare_in_worker`), by identity -> (the case, what was prepared)."""
+    _PREPARED.clear()
+    _NUMBERED.clear()
+    for job, config in enumerate(configs, start=first_job):
+        if not config.get("dry_run", False):  # a case that runs (dry_run swept): Hydra's run_job runs it
+            continue
+        done = (ready or {}).get(id(config))
+        if done is None or done[0] is not config or done[1][0] != job:
+            done = (config, prepare_case(config, job))
+        _, (_, view, values) = done
+        _PREPARED[id(config)] = (config, view if view is not None else task_view(config), values)
+        _NUMBERED[id(config)] = job
+
+
+def prepare_case(config: DictConfig, job: int) -> tuple[int, DictConfig, dict[Any, Any] | None]:
+    """One case of a dry run planned here, numbered as job `job`: (job, its task view, the view
+    resolved as the case itself resolves it)."""
     from popfair.case.compose import resolved
 
-    _PREPARED.clear()
     hydra_config = HydraConfig.instance()
     previous = hydra_config.cfg
     try:
-        for job, config in enumerate(configs, start=first_job):
-            if not config.get("dry_run", False):  # a case that runs (dry_run swept): Hydra's run_job runs it
-                continue
-            hydra_config.cfg = config  # type: ignore[assignment]
-            _number(config, job)
-            view = task_view(config)
-            with env_override(config.hydra.job.env_set):
-                _PREPARED[id(config)] = (config, view, resolved(view))
+        hydra_config.cfg = config  # type: ignore[assignment]
+        _number(config, job)
+        view = task_view(config)
+        with env_override(config.hydra.job.env_set):
+            return job, view, resolved(view)
     finally:
         hydra_config.cfg = previous
+
+
+def prepare_in_worker(config: DictConfig, job: int) -> Any:
+    """In the forked worker that composes the second half of a batch (the sweeper's `compose_all`):
+    `prepare_case` beside the parent's. The case numbered, pickled as numbered, then its task view
+    resolved; the parent takes both (its own view of its own copy: a view takes the case's nodes).
+    A case that runs (`dry_run` swept) is returned as composed."""
+    if not config.get("dry_run", False):
+        return config
+    _number(config, job)
+    numbered = pickle.dumps(config)
+    _, _, values = prepare_case(config, job)
+    return numbered, (job, None, values)
 
 
 def _number(config: DictConfig, job: int) -> None:
@@ -96,6 +124,7 @@ def _number(config: DictConfig, job: int) -> None:
         config.hydra.job.id = job
         config.hydra.job.num = job
     _output_dir(config)
+    _NUMBERED[id(config)] = job
 
 
 def _output_dir(config: DictConfig) -> None:
@@ -138,7 +167,8 @@ def run_here(hydra_context: HydraContext, task_function: TaskFunction, config: D
     previous, old_cwd = hydra_config.cfg, os.getcwd()
     OmegaConf.set_readonly(config.hydra, True)
     hydra_config.cfg = config  # type: ignore[assignment]  # HydraConfig.get() is config.hydra, as set_config makes it
-    _output_dir(config)
+    if _NUMBERED.get(id(config)) != config.hydra.job.num:  # else `prepare` set it for this very job number
+        _output_dir(config)
     output_dir = str(config.hydra.runtime.output_dir)
     chdir = False
     try:
@@ -166,6 +196,7 @@ def run_here(hydra_context: HydraContext, task_function: TaskFunction, config: D
         return ret
     finally:
         _PREPARED.pop(id(config), None)
+        _NUMBERED.pop(id(config), None)
         hydra_config.cfg = previous
         if chdir:
             os.chdir(old_cwd)

@@ -28,6 +28,11 @@ _SAMPLES: dict[str, tuple[Profiles, pd.DataFrame, str]] = {}
 _DOCUMENTS: dict[str, tuple[list[Document], list[tuple[str, str]]]] = {}
 _PLANNED: dict[str, list[str]] = {}  # screener config and format -> document sets already planned
 _FRESH: dict[tuple[str, ...], list[Document]] = {}  # (document set, earlier sets) -> its documents not in those
+# planning memo: (renderer config, profiles by identity) -> the profiles (kept, so the identity stays
+# theirs) and the first profile rendered as an image
+_IMAGES: dict[tuple[str, int], tuple[Profiles, Document]] = {}
+# planning memo: (design, power settings, previous run, profiles by identity) -> the profiles and the power plan
+_POWER: dict[tuple[str, str, int], tuple[Profiles, Any]] = {}
 
 
 @dataclass
@@ -98,7 +103,7 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         }
     )
     if sample_key not in _SAMPLES:
-        profiles = experiment.sample()
+        profiles = _sample(experiment)
         rows = profiles.rows().drop(columns=WORLD)
         digest = hashlib.sha256(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
         digest.update(repr(list(rows.columns)).encode())
@@ -120,6 +125,20 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         _DOCUMENTS[document_key] = (documents, identities)
     return profiles, _DOCUMENTS[document_key][0], document_key, image
+
+
+def _sample(experiment: Experiment) -> Profiles:
+    """The case's sample, without the population's diagnostics (`population.diagnostics`: figures and
+    tables logged with a run as MLflow artifacts, which a plan never logs): the same applicants and
+    worlds, at half the cost of a PopResume sample."""
+    population = experiment.population
+    if getattr(population, "diagnostics", None) is not True:
+        return experiment.sample()
+    population.diagnostics = False  # type: ignore[attr-defined]
+    try:
+        return experiment.sample()
+    finally:
+        population.diagnostics = True  # type: ignore[attr-defined]
 
 
 def _unplanned(screener_key: str, document_key: str) -> list[Document]:
@@ -145,8 +164,11 @@ def _unplanned(screener_key: str, document_key: str) -> list[Document]:
 def image_call_delta(experiment: Experiment, profiles: Profiles, text_document: Document) -> CallPlan:
     """Input tokens and dollars one image call costs beyond the same resume as text: the screener
     plans one really rendered image and its text layout. Zero when either is already cached."""
-    row = profiles.table.iloc[0].to_dict()
-    image_document = experiment.renderer.render(row, profiles.jobs[row["job_id"]])
+    key = (_key(experiment.config.get("renderer")), id(profiles))
+    if key not in _IMAGES:  # the image renderers of a sweep's VLM cases render the same first resume
+        row = profiles.table.iloc[0].to_dict()
+        _IMAGES[key] = (profiles, experiment.renderer.render(row, profiles.jobs[row["job_id"]]))
+    image_document = _IMAGES[key][1]
     as_image = experiment.screener.plan(profiles.jobs, [image_document], profiles.outcome)
     as_text = experiment.screener.plan(profiles.jobs, [text_document], profiles.outcome)
     if as_image.calls != 1 or as_text.calls != 1:
@@ -166,6 +188,16 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
     )
 
 
+def _power(experiment: Experiment, profiles: Profiles) -> Any:
+    """The case's power plan (`CasePower.plan`), once per design, settings and sample: the models of a
+    sweep plan the same sample (a power line costs a root search)."""
+    design = experiment.design.name if experiment.design else "population"
+    key = (design, repr((experiment.power.settings, experiment.power.previous)), id(profiles))
+    if key not in _POWER:
+        _POWER[key] = (profiles, experiment.power.plan(design, profiles))
+    return _POWER[key][1]
+
+
 def _sequential_note(experiment: Experiment) -> str:
     """A sequential case (config `sequential`): the plan is its budget, the most it can cost."""
     settings = getattr(experiment, "sequential", None)
@@ -182,7 +214,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
     profiles, documents, document_key, image = _planning_documents(experiment)
     screener = experiment.screener
-    power = experiment.power.plan(experiment.design.name if experiment.design else "population", profiles)
+    power = _power(experiment, profiles)
     plan_note = getattr(experiment.estimator, "plan_note", None)  # ranking: trials for estimator.power_effect
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from

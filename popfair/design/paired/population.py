@@ -19,6 +19,7 @@ data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M publ
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -54,6 +55,35 @@ def load_name_pools(lists: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[s
     return first_pools, last_pools
 
 
+# (postings' digest, pairs per posting, seed) -> the pairs' profiles: the race and gender axes of a
+# panel draw the same profiles, a sweep's cases one after the other; the last few are kept
+_PAIR_PROFILES: dict[tuple[str, int, int], pd.DataFrame] = {}
+_PAIR_PROFILES_KEPT = 4
+
+
+def pair_profiles(postings: pd.DataFrame, k: int, seed: int) -> pd.DataFrame:
+    """One profile per (posting, pair_id), with the pair's gender (`pair_gender`), in posting order.
+    Kept per process for the same postings (by content), k and seed: callers copy rows out of it
+    (`_cross`), never change it."""
+    digest = hashlib.sha256(pd.util.hash_pandas_object(postings, index=True).to_numpy().tobytes())
+    digest.update(repr((list(postings.columns), list(postings.dtypes.astype(str)))).encode())
+    key = (digest.hexdigest(), k, seed)
+    if key not in _PAIR_PROFILES:
+        slots = postings.loc[postings.index.repeat(k)].reset_index(drop=True)
+        slots["pair_id"] = np.tile(np.arange(k), len(postings))
+        # every draw is keyed by (pair, seed): a posting's pairs never depend on how many postings
+        # or pairs there are, so a smaller audit is the start of a larger one (nested samples)
+        pair = (slots["posting_id"] + ":" + slots["pair_id"].astype(str)).to_numpy(dtype=object)
+        u = keyed_streams(pair, seed, "pair_profile", N_PROFILE_STREAMS + 1)
+        profiles = build_profiles(slots, u[:N_PROFILE_STREAMS])
+        base = pd.concat([slots[["posting_id", "pair_id"]], profiles], axis=1)
+        base["pair_gender"] = np.where(u[N_PROFILE_STREAMS] < 0.5, "female", "male")
+        while len(_PAIR_PROFILES) >= _PAIR_PROFILES_KEPT:
+            del _PAIR_PROFILES[next(iter(_PAIR_PROFILES))]
+        _PAIR_PROFILES[key] = base
+    return _PAIR_PROFILES[key]
+
+
 class PairedAuditPopulation:
     """Identical-profile pairs for the paired callback audit on one axis (race or gender)."""
 
@@ -84,17 +114,7 @@ class PairedAuditPopulation:
         """All candidate rows for every posting of `occupation` (an EntryLevelPostings)."""
         check_postings_and_axis(occupation, protected, self.axis)
         x0, x1 = AXES[self.axis]
-        postings = occupation.postings
-        k = self.pairs_per_posting
-        slots = postings.loc[postings.index.repeat(k)].reset_index(drop=True)
-        slots["pair_id"] = np.tile(np.arange(k), len(postings))
-        # every draw is keyed by (pair, seed): a posting's pairs never depend on how many postings
-        # or pairs there are, so a smaller audit is the start of a larger one (nested samples)
-        pair = (slots["posting_id"] + ":" + slots["pair_id"].astype(str)).to_numpy(dtype=object)
-        u = keyed_streams(pair, seed, "pair_profile", N_PROFILE_STREAMS + 1)
-        profiles = build_profiles(slots, u[:N_PROFILE_STREAMS])
-        base = pd.concat([slots[["posting_id", "pair_id"]], profiles], axis=1)
-        base["pair_gender"] = np.where(u[N_PROFILE_STREAMS] < 0.5, "female", "male")
+        base = pair_profiles(occupation.postings, self.pairs_per_posting, seed)
         conditions: list[tuple[str, str | None]]  # (race, gender); None = the pair's own gender
         if self.axis == "race":
             conditions = [("black", None), ("white", None)]
