@@ -168,3 +168,23 @@ def test_lists_and_paragraphs_stay_apart_in_html():
     assert "<p>one</p>" in page and "<p>two</p>" in page
     assert "<ul><li>a</li><li>b</li></ul>" in page
     assert "<th scope='row'>Date</th><td>x</td>" in page
+
+
+def test_the_report_shows_each_effect_at_every_clipping_bound():
+    """Sensitivity instead of one silent choice: the estimator's clip x effect table becomes a table of
+    the report, one column per bound (the case's own marked), "n.i." where the rule fails there."""
+    rows = [
+        {"clip": clip, "effect": effect, "estimate": est, "se": 0.1, "identified": ok, "case_clip": clip == 0.01}
+        for clip in (0.05, 0.001, 0.01)
+        for effect, est, ok in (("TE", 1.0 + clip, True), ("NDE", 4.0 - 40 * clip, clip >= 0.05))
+    ]
+    table = pd.DataFrame({"estimate": [1.0] * 5}, index=["TE", "NDE", "NIE", "BIE", "RIE"])
+    effects = Effects(table=table, labels=[], artifacts={"pse_clip_sensitivity.csv": pd.DataFrame(rows)})
+    (shown,) = [b.content for b in effects_blocks(effects, "E") if b.kind == "table" and "clip 0.05" in b.content]
+    shown = shown.set_index("effect")
+    assert list(shown.columns) == ["clip 0.001", "clip 0.01 (this case)", "clip 0.05"]
+    assert list(shown.index) == ["TE", "NDE"]
+    assert shown.loc["TE", "clip 0.001"] == "+1 (0.1)" and shown.loc["NDE", "clip 0.05"] == "+2 (0.1)"
+    assert shown.loc["NDE", "clip 0.01 (this case)"] == "+3.6 (0.1) n.i."
+    assert "Sensitivity to the propensity clipping bound" in to_markdown("t", effects_blocks(effects, "E"), Path("."))
+    assert not [b for b in effects_blocks(Effects(table=table, labels=[]), "E") if "Sensitivity" in str(b.content)]

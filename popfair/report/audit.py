@@ -188,11 +188,42 @@ def effects_blocks(effects: Effects, heading: str) -> list[Block]:
                 blocks.append(Block("list", unidentified))
         if effects.notes:
             blocks.append(Block("list", list(effects.notes)))
+        blocks += clip_sensitivity_blocks(effects)
     elif effects.labels:
         blocks += [Block("text", "Findings:"), Block("list", list(effects.labels))]
     else:
         blocks.append(Block("text", "No finding reached significance."))
     return blocks
+
+
+def clip_sensitivity_blocks(effects: Effects) -> list[Block]:
+    """The effects re-scored at every propensity clipping bound with the same nuisances (the
+    estimator's `pse_clip_sensitivity.csv`): estimate (SE) per bound, "n.i." where the identification
+    rule fails at that bound. An identified effect barely moves; one that moves with the bound is
+    telling that no single bound is right."""
+    raw = effects.artifacts.get("pse_clip_sensitivity.csv")
+    if not isinstance(raw, pd.DataFrame) or raw.empty:
+        return []
+    raw = raw.sort_values("clip", kind="stable")
+    bounds = [f"clip {c:g}" + (" (this case)" if own else "") for c, own in zip(raw["clip"], raw["case_clip"])]
+    cells = [
+        f"{e:+.3g} ({s:.2g})" + ("" if ok else " n.i.")
+        for e, s, ok in zip(raw["estimate"], raw["se"], raw["identified"])
+    ]
+    wide = pd.DataFrame({"effect": raw["effect"].to_numpy(), "bound": bounds, "cell": cells}).pivot(
+        index="effect", columns="bound", values="cell"
+    )
+    wide = wide.loc[list(dict.fromkeys(raw["effect"])), list(dict.fromkeys(bounds))]
+    return [
+        Block(
+            "text",
+            "Sensitivity to the propensity clipping bound: each effect re-estimated with the same "
+            "nuisances at each bound, estimate (standard error); n.i. = not identified at that bound. "
+            "These numbers are the diagnosis, not the finding: an effect that moves with the bound is "
+            "not identified by the data, whichever bound is chosen.",
+        ),
+        Block("table", wide.reset_index()),
+    ]
 
 
 def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_date: dt.date) -> list[Block]:
