@@ -5,7 +5,6 @@ the CA/TX transport summary."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from popfair.population.experience import (
     psid_cells,
 )
 from popfair.population.occupation import Occupation
+from popfair.store.blobs import content_key
 
 if TYPE_CHECKING:
     from popfair.population.occupation_model import OccupationModel
@@ -255,15 +255,6 @@ def age_experience(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"mean": by_age.mean(), "p10": quantiles[0.1], "p90": quantiles[0.9]}).reset_index()
 
 
-def _digest(value: Any) -> str:
-    """sha256 of a frame's or series' values and index (pandas' row hashes), or of bytes."""
-    if isinstance(value, bytes):
-        return hashlib.sha256(value).hexdigest()
-    rows = pd.util.hash_pandas_object(value, index=True).to_numpy()
-    names = list(value.columns) if isinstance(value, pd.DataFrame) else [value.name]
-    return hashlib.sha256(rows.tobytes() + repr(names).encode()).hexdigest()
-
-
 def cached_population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:
     """`population_artifacts`, kept on disk (`popfair.population.cache`) under a digest of all they
     read: the profiles, the occupation model's records, experience model (its booster's bytes,
@@ -271,14 +262,14 @@ def cached_population_artifacts(table: pd.DataFrame, model: OccupationModel, occ
     this code. A rerun of the same population (the second run of a case, a sweep's other screeners)
     reads them instead of refitting the checks (0.5-1 s)."""
     fitted = model.experience
-    parts = [
-        _digest(table),
-        _digest(model.records),
-        _digest(bytes(fitted.booster.save_raw())),
-        _digest(fitted.sigma),
-        _digest(fitted.training),
+    key = content_key(
+        table,
+        model.records,
+        bytes(fitted.booster.save_raw()),
+        fitted.sigma.to_frame(),
+        fitted.training,
         fitted.source,
-        None if model.transport is None else _digest(model.transport),
+        model.transport,
         model.survey_year,
         model.source,
         model.dropped_below_hs,
@@ -286,9 +277,9 @@ def cached_population_artifacts(table: pd.DataFrame, model: OccupationModel, occ
         occupation.occp,
         occupation.title,
         *(file_digest(f) for f in (NLSY_FILE, PSID_FILE, PDII_FILE)),
-    ]
+    )
     modules = [sys.modules[__name__], experience]
-    return disk_cached("population_artifacts", parts, modules, lambda: population_artifacts(table, model, occupation))
+    return disk_cached("population_artifacts", [key], modules, lambda: population_artifacts(table, model, occupation))
 
 
 def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:

@@ -19,7 +19,6 @@ data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M publ
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -33,6 +32,7 @@ from popfair.population.postings import audit_data_path
 from popfair.population.profile_bank import N_PROFILE_STREAMS, PROFILE_FIELDS, build_profiles, pick_by_group
 from popfair.population.protected import ProtectedAttribute
 from popfair.population.scm import keyed_streams
+from popfair.store.blobs import content_key
 
 NAME_LISTS = {
     "bertrand_mullainathan_2004": "names_bertrand_mullainathan_2004.csv",
@@ -65,9 +65,7 @@ def pair_profiles(postings: pd.DataFrame, k: int, seed: int) -> pd.DataFrame:
     """One profile per (posting, pair_id), with the pair's gender (`pair_gender`), in posting order.
     Kept per process for the same postings (by content), k and seed: callers copy rows out of it
     (`_cross`), never change it."""
-    digest = hashlib.sha256(pd.util.hash_pandas_object(postings, index=True).to_numpy().tobytes())
-    digest.update(repr((list(postings.columns), list(postings.dtypes.astype(str)))).encode())
-    key = (digest.hexdigest(), k, seed)
+    key = (content_key(postings), k, seed)
     if key not in _PAIR_PROFILES:
         slots = postings.loc[postings.index.repeat(k)].reset_index(drop=True)
         slots["pair_id"] = np.tile(np.arange(k), len(postings))
