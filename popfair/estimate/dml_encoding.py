@@ -105,22 +105,26 @@ class NumericRoles:
             return cached
         return self._stack(name, a_value)
 
-    def groups(self, name: str, max_bin: int) -> np.ndarray | None:
+    def groups(self, name: str, max_bin: int, rows: np.ndarray | None = None) -> np.ndarray | None:
         """A code per row of nuisance `name`'s factual features, equal for identical rows (0..G-1), when
         aggregating them pays and cannot change a fit: at most `GROUPED_SHARE` of the rows are
         distinct and no column has more than `max_bin` distinct values (so XGBoost's histogram cuts
         are every distinct value, weighted or not). None otherwise. Identical rows fall in the same
         leaf of every tree: one row per distinct feature vector, weighted by its count and labelled
-        with the mean target, gives every node the same gradient and hessian sums as the rows do."""
+        with the mean target, gives every node the same gradient and hessian sums as the rows do.
+        With `rows`: the codes of those rows only."""
         key = (name, max_bin)
         if key not in self._groups:
             features = self.features(name)
-            rows = np.ascontiguousarray(features).view(np.dtype((np.void, features.dtype.itemsize * features.shape[1])))
-            _, codes = np.unique(rows.ravel(), return_inverse=True)
+            whole = np.ascontiguousarray(features).view(
+                np.dtype((np.void, features.dtype.itemsize * features.shape[1]))
+            )
+            _, codes = np.unique(whole.ravel(), return_inverse=True)
             few_rows = codes.max(initial=0) + 1 <= GROUPED_SHARE * len(codes)
             few_values = few_rows and all(len(np.unique(column)) <= max_bin for column in features.T)
             self._groups[key] = codes.astype(np.intp) if few_values else None
-        return self._groups[key]
+        found = self._groups[key]
+        return found if found is None or rows is None else found[rows]
 
     def _stack(self, name: str, a_value: int | None) -> np.ndarray:
         parts = []

@@ -357,18 +357,15 @@ def fit_outcome_chain(
     y = encoded.y
     lo, hi = y[train].min(), y[train].max()
 
-    def groups(name: str, rows: np.ndarray) -> np.ndarray | None:
-        codes = encoded.groups(name, settings.max_bin)
-        return None if codes is None else codes[rows]
+    def groups(name: str, rows: np.ndarray | None = None) -> np.ndarray | None:
+        return encoded.groups(name, settings.max_bin, rows)
 
     def predict(model: Fit, name: str, x_value: int, rows: np.ndarray | None = None) -> np.ndarray:
         # Rows identical in the factual features are identical with X set to x_value: each group
         # is predicted once (`predict_rows`).
         features = encoded.features(name, x_value)
-        codes = encoded.groups(name, settings.max_bin)
-        if rows is not None:
-            features, codes = features[rows], None if codes is None else codes[rows]
-        return np.clip(predict_rows(model, features, codes), lo, hi)
+        features = features if rows is None else features[rows]
+        return np.clip(predict_rows(model, features, groups(name, rows)), lo, hi)
 
     mu3, _ = fit(
         encoded.features("mu3")[train], y[train], "regressor", params["mu3"], settings, None, groups("mu3", train)
@@ -406,9 +403,7 @@ def fit_propensity(
     (unclipped: what the nuisance cache keeps)."""
     train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
     features = encoded.features(name)
-    codes = encoded.groups(name, settings.max_bin)
     target = encoded.a[train].astype(np.float32)
-    model, _ = fit(
-        features[train], target, "classifier", params[name], settings, None, None if codes is None else codes[train]
-    )
-    return predict_rows(model, features[held], None if codes is None else codes[held])
+    train_groups = encoded.groups(name, settings.max_bin, train)
+    model, _ = fit(features[train], target, "classifier", params[name], settings, None, train_groups)
+    return predict_rows(model, features[held], encoded.groups(name, settings.max_bin, held))
