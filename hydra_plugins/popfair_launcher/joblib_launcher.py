@@ -32,10 +32,13 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
 from omegaconf import DictConfig, open_dict
 
+from popfair.track.background import WORKER_MODULES
+
 log = logging.getLogger(__name__)
 
-# imported once by the fork server, so that every case's process starts with them loaded
-PRELOAD = ["popfair.sweep.case", "popfair.case.experiment"]
+# imported once by the fork server, so that every case's process (and the tracking worker it forks)
+# starts with them loaded
+PRELOAD = ["popfair.sweep.case", "popfair.case.experiment", *WORKER_MODULES]
 
 
 def _run_in_worker(payload: bytes, results: Connection) -> None:

@@ -15,6 +15,7 @@ The functions below run in the worker; `popfair.track.mlflow_tracker.RunLogger` 
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import multiprocessing.util
 import os
@@ -80,7 +81,7 @@ def warm_up() -> None:
     config and builds the case: `python -m popfair` calls it before Hydra starts, so a case's run no
     longer waits for the import at its end. One CPU: nothing (a thread would hold the GIL)."""
     if cpu_count() >= 2 and "fork" in mp.get_all_start_methods():
-        submit(_import_mlflow)
+        submit(import_worker_modules)
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,10 +101,21 @@ def _here(cwd: str, environ: dict[str, str], fn: Callable[..., Any], *args: Any)
     return fn(*args)
 
 
-def _import_mlflow() -> None:
-    import mlflow  # noqa: F401
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - the default store (sqlite:///...)
-    from mlflow.tracking.context.registry import resolve_tags  # noqa: F401
+# What the worker's logging needs: MLflow, its default store (sqlite:///...), and matplotlib's Agg
+# canvas for the figures it draws (together 2-3 s to import). A sweep's fork server imports them too
+# (hydra_plugins.popfair_launcher), so that no case process or its worker imports them again.
+WORKER_MODULES = (
+    "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.tracking.context.registry",
+    "matplotlib.figure",
+    "matplotlib.backends.backend_agg",
+)
+
+
+def import_worker_modules() -> None:
+    for name in WORKER_MODULES:
+        importlib.import_module(name)
 
 
 _RUNS: dict[str, tuple[str, str, str]] = {}  # token -> (tracking uri, run id, artifact uri) of the runs open here
