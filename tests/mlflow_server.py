@@ -17,8 +17,12 @@ from tests.pg_server import free_port
 
 @contextlib.contextmanager
 def mlflow_server(store: Path, timeout_s: float = 90.0) -> Iterator[str]:
-    """Serve `store` (mlflow.db and proxied artifacts); yields the http:// tracking URI."""
+    """Serve `store` (mlflow.db and proxied artifacts); yields the http:// tracking URI. A new store
+    starts as popfair's copy of an empty migrated one: the server then skips MLflow's migrations."""
+    from popfair.track.mlflow_tracker import seed_sqlite_store
+
     store.mkdir(parents=True, exist_ok=True)
+    seed_sqlite_store(store / "mlflow.db")  # leaves an existing store as it is
     port = free_port()
     server = subprocess.Popen(
         [

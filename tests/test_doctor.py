@@ -12,6 +12,7 @@ import mlflow
 import pytest
 
 from popfair.sweep.preflight import drop_cells
+from tests.conftest import popfair_in_process
 from tests.llm_stub import StubServer
 from tests.pg_server import free_port
 from tests.test_cli import ROOT
@@ -21,7 +22,13 @@ MODEL = "gpt-4o-mini-2024-07-18"  # gpt4o_mini's model id on the openai route
 NO_EMBEDDING = 'import sys\nsys.modules["sentence_transformers"] = None\n'
 
 
+def doctor(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m popfair doctor ARGS` in this process: what it prints and its exit status are the point."""
+    return popfair_in_process("doctor", *args, cwd=cwd, env=env)
+
+
 def popfair(*args: str, cwd: Path, env: dict[str, str] | None = None, path: str = str(ROOT)):
+    """A real `python -m popfair` with PYTHONPATH `path` (a sitecustomize there hides an extra)."""
     return subprocess.run(
         [sys.executable, "-m", "popfair", *args],
         cwd=cwd,
@@ -50,8 +57,7 @@ def test_doctor_passes_on_a_good_setup(tmp_path, pg_url, mlflow_tracking_server)
     env = {**without_keys(), "OPENAI_API_KEY": "test-key-doctor-0123456789"}
     tracking = mlflow_tracking_server  # the session's server (conftest)
     with StubServer(models=(MODEL,)) as stub:
-        out = popfair(
-            "doctor",
+        out = doctor(
             "screener=gpt4o_mini",  # route auto: openai, the one route whose key is set
             f"screener.base_url={stub.url}/v1",
             f"cache_url={pg_url}",
@@ -74,8 +80,7 @@ def test_doctor_passes_on_a_good_setup(tmp_path, pg_url, mlflow_tracking_server)
 
 def test_doctor_names_each_broken_piece(tmp_path):
     closed = free_port()
-    out = popfair(
-        "doctor",
+    out = doctor(
         "screener=gpt4o_mini",  # no key for any of its routes
         "renderer=image_photo",  # and no photos_dir
         f"cache_url=postgresql+psycopg://popfair@127.0.0.1:{closed}/popfair",
@@ -108,7 +113,7 @@ def test_doctor_probes_the_endpoint_without_generating(fault, check, cause, tmp_
     env = {**without_keys(), "OPENAI_API_KEY": "test-key-doctor-0123456789"}
     with StubServer(**(fault or {})) as stub:
         url = f"{stub.url}/v1" if fault is not None else f"http://127.0.0.1:{free_port()}/v1"
-        out = popfair("doctor", "screener=gpt4o_mini", f"screener.base_url={url}", cwd=tmp_path, env=env)
+        out = doctor("screener=gpt4o_mini", f"screener.base_url={url}", cwd=tmp_path, env=env)
         assert stub.state.answered == {}
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     failed = rows(out.stdout, "FAIL")
@@ -117,7 +122,7 @@ def test_doctor_probes_the_endpoint_without_generating(fault, check, cause, tmp_
 
 
 def test_doctor_of_a_sweep_checks_the_launchers_needs(tmp_path):
-    out = popfair("doctor", "-m", "hydra/launcher=slurm", "occupation=nurse,teacher", cwd=tmp_path)
+    out = doctor("-m", "hydra/launcher=slurm", "occupation=nurse,teacher", cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     assert "popfair doctor: sweep, 2 case(s)" in out.stdout
     launcher = rows(out.stdout, "FAIL")["launcher"]
