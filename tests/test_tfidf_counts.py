@@ -60,3 +60,21 @@ def test_stored_scores_are_read_back_and_a_later_call_scores_as_without_the_stor
     assert rerun.screen(jobs, later, "score")[0].value == expected[1]
     changed = [*docs[:-1], Document(applicant_id="4", job_id="j", kind="text", text="nurse ICU")]
     assert TfidfScreener(cache_dir=str(tmp_path)).screen(jobs, changed, "score")[-1].value > 0
+
+
+def test_a_matchers_callbacks_follow_the_one_value_rule():
+    """A TF-IDF callback is the rule an HTTP or file screener applies to a score (screen.values):
+    each score read by ValueMapping.parse with the matcher's threshold gives the matcher's callback,
+    a score exactly at the threshold included."""
+    from popfair.core.types import Document, Job
+    from popfair.screen.values import ValueMapping
+
+    jobs = {"j": Job(job_id="j", title="Nurse", description="registered nurse patient care ICU telemetry")}
+    docs = [Document(applicant_id=str(i), job_id="j", kind="text", text=t) for i, t in enumerate(DOCS)]
+    scores = [r.value for r in TfidfScreener().screen(jobs, docs, "score")]
+    at_one = sorted(s for s in scores if s > 0)[0]  # a threshold equal to a score: that one is a callback
+    for threshold in (20.0, at_one):
+        callbacks = [r.value for r in TfidfScreener(callback_threshold=threshold).screen(jobs, docs, "callback")]
+        rule = ValueMapping(callback_threshold=threshold)
+        assert callbacks == [rule.parse(s, "callback")[0] for s in scores]
+        assert 0 < sum(callbacks) < len(docs)

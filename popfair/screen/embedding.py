@@ -26,6 +26,7 @@ from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener
 from popfair.screen.local_runtime import require_extra, resolve_device
+from popfair.screen.values import ValueMapping, scored_results
 from popfair.store.blobs import (
     EMBEDDINGS,
     STORE_ERRORS,
@@ -92,6 +93,7 @@ class EmbeddingScreener(Screener):
         self.model_path = model_path
         self.batch_size = batch_size
         self.callback_threshold = float(callback_threshold)
+        self.values = ValueMapping(range=(-100.0, 100.0), callback_threshold=self.callback_threshold)
         self.device = resolve_device(device)
         self.max_seq_length = max_seq_length
         self.store_location = cache_url or cache_dir
@@ -188,8 +190,4 @@ class EmbeddingScreener(Screener):
         # identical resumes (e.g. counterfactual worlds that change nothing visible) are encoded once
         doc_matrix = self.embed([d.text for d in documents])
         scores = 100.0 * np.einsum("ij,ij->i", doc_matrix, job_matrix)
-        values = (scores >= self.callback_threshold).astype(float) if outcome == "callback" else scores
-        return [
-            ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))
-            for d, s, v in zip(documents, scores, values)
-        ]
+        return scored_results(documents, scores, self.values, outcome)

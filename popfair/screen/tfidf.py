@@ -24,6 +24,7 @@ from popfair.core.constraints import Boolean, Interval, validate
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.runtime.parallel import forked_spans
 from popfair.screen.base import Screener
+from popfair.screen.values import ValueMapping, scored_results
 from popfair.store.blobs import (
     STORE_ERRORS,
     TFIDF_SCORES,
@@ -114,6 +115,7 @@ class TfidfScreener(Screener):
         )
         self.name = name
         self.callback_threshold = callback_threshold
+        self.values = ValueMapping(range=(0.0, 100.0), callback_threshold=callback_threshold)
         self.counts = _WordHashing(
             n_features=2**20, alternate_sign=False, norm=None, ngram_range=(1, ngram_max), stop_words="english"
         )
@@ -165,14 +167,7 @@ class TfidfScreener(Screener):
                     store.put_many([(key, pack_arrays({"scores": scores}))])
                 except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
                     log.warning("screener %s: scores not stored (%s): %s", self.name, store.location, exc)
-        if outcome == "callback":
-            values = (scores >= self.callback_threshold).astype(float)
-        else:
-            values = scores
-        return [
-            ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))
-            for d, s, v in zip(documents, scores, values)
-        ]
+        return scored_results(documents, scores, self.values, outcome)
 
     def _key(self, job_ids: list[str], corpus: list[str], documents: Sequence[Document]) -> str:
         """What the call's scores depend on: settings, versions, jobs, each document's job and

@@ -1,19 +1,22 @@
-"""Turn an external tool's answer (an HTTP response field, a cell of a results file) into y.
+"""Turn a screener's answer (an HTTP response field, a cell of a results file, a matcher's score) into y.
 
 Vendors answer in their own vocabulary: a score on their own scale, a label ("advance", "reject"),
-a boolean. `ValueMapping` is the one rule both the HTTP and the file screener apply, so the same
-tool answer gives the same y whichever way it reached popfair."""
+a boolean. `ValueMapping` is the one rule the HTTP and file screeners and the offline matchers
+(TF-IDF, embeddings: `scored_results`) apply, so the same answer gives the same y whichever way it
+reached popfair, and a callback is "the score reaches callback_threshold" everywhere."""
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from popfair.core.errors import require
-from popfair.core.types import Outcome
+from popfair.core.types import Document, Outcome, ScreenResult
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,14 @@ class ValueMapping:
             return None, f"value {answer!r} is outside the range [{low:g}, {high:g}]"
         return number, None
 
+    def values(self, scores: np.ndarray, outcome: Outcome) -> np.ndarray:
+        """Many numeric answers at once by `parse`'s rule: the scores themselves, or for a callback
+        design 1 where a score reaches callback_threshold, else 0."""
+        if outcome != "callback":
+            return scores
+        require(self.callback_threshold is not None, "callback_threshold", "a callback design needs one to read scores")
+        return (scores >= self.callback_threshold).astype(float)
+
     def _number(self, answer: Any) -> tuple[float | None, str | None]:
         if isinstance(answer, bool):
             return float(answer), None
@@ -116,3 +127,14 @@ class ValueMapping:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def scored_results(
+    documents: Sequence[Document], scores: np.ndarray, mapping: ValueMapping, outcome: Outcome
+) -> list[ScreenResult]:
+    """An offline matcher's results: each document's score (kept as the raw answer) and its value."""
+    values = mapping.values(scores, outcome)
+    return [
+        ScreenResult(applicant_id=d.applicant_id, raw=f"{s:.4f}", value=float(v))
+        for d, s, v in zip(documents, scores, values)
+    ]
