@@ -1,6 +1,6 @@
 """The command line: --help, --cfg job, overrides, multirun, and clean errors. What the command prints
-is checked in this process (tests.conftest.popfair_in_process); exit statuses, a closed pipe and a
-multirun in a real `python -m popfair` process."""
+and the status a config error exits with are checked in this process (tests.conftest.popfair_in_process);
+a real `python -m popfair` process's exit status, a closed pipe and a multirun in a subprocess."""
 
 from __future__ import annotations
 
@@ -58,13 +58,14 @@ def test_unknown_option_fails_fast(tmp_path):
 
 
 def test_bad_value_exits_with_named_key(tmp_path):
-    out = popfair("population.n=0", cwd=tmp_path)
+    # in this process (tracking=none: no tracking worker forked from the test's process)
+    out = popfair_in_process("population.n=0", "tracking=none", cwd=tmp_path)
     assert out.returncode == 2
     assert "population.n" in out.stderr + out.stdout
 
 
 def test_missing_pums_file_is_a_clear_error(tmp_path):
-    out = popfair("population.pums_path=/nonexistent/pums.csv", cwd=tmp_path)
+    out = popfair_in_process("population.pums_path=/nonexistent/pums.csv", "tracking=none", cwd=tmp_path)
     assert out.returncode == 2
     assert "/nonexistent/pums.csv" in out.stderr + out.stdout
 
