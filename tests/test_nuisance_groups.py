@@ -79,3 +79,60 @@ def test_xgboost_weights_stand_for_repeated_rows():
     copies = xgb.train(params, xgb.DMatrix(np.repeat(distinct, repeats, 0), np.repeat(labels, repeats)), 10)
     weighted = xgb.train(params, xgb.DMatrix(distinct, labels, weight=repeats.astype(np.float32)), 10)
     np.testing.assert_allclose(weighted.inplace_predict(distinct), copies.inplace_predict(distinct), rtol=1e-5)
+
+
+def _synthetic(rng: np.random.Generator, n: int, distinct: list[int]) -> NumericRoles:
+    """Roles whose Z columns have the given numbers of distinct values (B, R, X: 0/1)."""
+    z = np.column_stack([rng.choice(rng.normal(size=k) * 10, size=n) for k in distinct]).astype(np.float32)
+    a = rng.integers(0, 2, n)
+    blocks = {
+        "z": z,
+        "b": rng.integers(0, 2, (n, 2)).astype(np.float32),
+        "r": rng.integers(0, 2, (n, 2)).astype(np.float32),
+    }
+    return NumericRoles(blocks={**blocks, "x": a[:, None].astype(np.float32)}, a=a, y=rng.normal(size=n), cluster=None)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_matrix_of_the_distinct_values_lends_the_rows_cuts(seed):
+    """`cut_ref`: with every column at most max_bin values, all present in the rows, a matrix of one row
+    per value has the cuts that sketching the (weighted) rows gives, and the same trees grow."""
+    settings = dml_settings.PseSettings(max_bin=16)
+    rng = np.random.default_rng(seed)
+    encoded = _synthetic(rng, 3000, [1, 2, 5, 16])
+    rows = np.flatnonzero(rng.random(3000) < 0.8)
+    features, target = encoded.features("mu3")[rows], encoded.y[rows]
+    weight = rng.integers(1, 6, len(rows)).astype(np.float32)
+    ref = nuisances.cut_ref(encoded, "mu3", rows, settings)
+    assert ref is not None and ref.num_row() == 16
+    plain = xgb.QuantileDMatrix(features, target, weight=weight, max_bin=16, nthread=1)
+    lent = xgb.QuantileDMatrix(features, target, weight=weight, max_bin=16, nthread=1, ref=ref)
+    for cut_plain, cut_lent in zip(plain.get_quantile_cut(), lent.get_quantile_cut()):
+        np.testing.assert_array_equal(cut_plain, cut_lent)
+    params = nuisances.xgb_params("regressor", 4, 1.0, settings)
+    assert nuisances._train(params, plain, 30).save_raw() == nuisances._train(params, lent, 30).save_raw()
+
+
+def test_no_cut_matrix_where_the_rows_cuts_are_not_the_values():
+    settings = dml_settings.PseSettings(max_bin=16)
+    rng = np.random.default_rng(9)
+    encoded = _synthetic(
+        rng, 3000, [3, 17]
+    )  # 17 values > max_bin: the cuts are a sketch's choice, not promised to be every value
+    assert nuisances.cut_ref(encoded, "mu3", np.arange(3000), settings) is None
+    assert nuisances.cut_ref(encoded, "mu1", np.arange(3000), dml_settings.PseSettings(max_bin=17)) is not None
+    z = encoded.blocks["z"][:, 0]
+    rows = np.flatnonzero(z != z.max())  # a value the rows lack: their cuts would lack it too
+    assert nuisances.cut_ref(encoded, "mu1", rows, dml_settings.PseSettings(max_bin=17)) is None
+
+
+def test_the_estimator_uses_lent_cuts_on_the_benchmark_roles(encoded):
+    """Every training matrix of the simulated SFM can borrow its cuts (all columns have few values)."""
+    train = np.flatnonzero(np.random.default_rng(3).random(len(encoded.y)) < 0.8)
+    settings = dml_settings.PseSettings()
+    for name in ("mu3", "mu2", "mu1", *nuisances.PROPENSITIES):
+        ref = nuisances.cut_ref(encoded, name, train, settings)
+        assert ref is not None
+        plain = xgb.QuantileDMatrix(encoded.features(name)[train], encoded.y[train], max_bin=64, nthread=1)
+        for cut_plain, cut_lent in zip(plain.get_quantile_cut(), ref.get_quantile_cut()):
+            np.testing.assert_array_equal(cut_plain, cut_lent)

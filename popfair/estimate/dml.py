@@ -149,8 +149,9 @@ def _cross_fit(
     names = ([] if raw is not None else list(PROPENSITIES)) + (
         [] if held_rows_of is not None else ["mu3", "mu2", "mu1"]
     )
-    for name in names:  # each nuisance's distinct rows, found here once rather than raced for by the fits' threads
-        encoded.groups(name, settings.max_bin)
+    # each nuisance's distinct rows and values, found here once rather than raced for by the fits' threads
+    for name in names:
+        encoded.groups(name, settings.max_bin), encoded.levels(name, settings.max_bin)
     with closing(Runner(settings.n_jobs)) as runner:
         # Every fold's outcome chain (six sequential fits, the longest tasks) is queued before the
         # propensity models, so the threads end together instead of one finishing a chain alone.

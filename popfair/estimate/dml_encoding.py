@@ -27,6 +27,7 @@ class NumericRoles:
     cluster: np.ndarray | None
     _factual: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _groups: dict[tuple[str, int], np.ndarray | None] = field(default_factory=dict, repr=False)
+    _levels: dict[str, tuple[list[np.ndarray], np.ndarray]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_frame(
@@ -121,10 +122,40 @@ class NumericRoles:
             )
             _, codes = np.unique(whole.ravel(), return_inverse=True)
             few_rows = codes.max(initial=0) + 1 <= GROUPED_SHARE * len(codes)
-            few_values = few_rows and all(len(np.unique(column)) <= max_bin for column in features.T)
+            few_values = few_rows and all(
+                len(values) <= max_bin for block in FEATURE_SETS[name] for values in self._block_levels(block)[0]
+            )
             self._groups[key] = codes.astype(np.intp) if few_values else None
         found = self._groups[key]
         return found if found is None or rows is None else found[rows]
+
+    def levels(self, name: str, max_bin: int, rows: np.ndarray | None = None) -> list[np.ndarray] | None:
+        """Each column's distinct values in nuisance `name`'s factual features, when no column has
+        more than `max_bin` and `rows` (default: all) hold every one of them: XGBoost's histogram
+        cuts of those rows are then exactly these values, whatever the rows' weights
+        (`nuisances.cut_ref`). None otherwise."""
+        levels, present = [], []
+        for block in FEATURE_SETS[name]:
+            values, codes = self._block_levels(block)
+            if any(len(v) > max_bin for v in values):
+                return None
+            if rows is not None:
+                present.append(np.bincount(codes[rows].ravel(), minlength=sum(map(len, values))).all())
+            levels += values
+        return levels if all(present) else None
+
+    def _block_levels(self, block: str) -> tuple[list[np.ndarray], np.ndarray]:
+        """A role block's distinct values per column, and its rows' value codes (offset per column,
+        so one bincount of a row subset counts every column's values at once)."""
+        if block not in self._levels:
+            values, codes, offset = [], [], 0
+            for column in self.blocks[block].T:
+                distinct, code = np.unique(column, return_inverse=True)
+                values.append(distinct)
+                codes.append(code.astype(np.int32) + offset)
+                offset += len(distinct)
+            self._levels[block] = (values, np.column_stack(codes))
+        return self._levels[block]
 
     def _stack(self, name: str, a_value: int | None) -> np.ndarray:
         parts = []
