@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig
 
 from popfair.core.errors import Interrupted
-from popfair.runtime.entry import entry_point
+from popfair.runtime.entry import entry_point, exit_without_teardown
 from popfair.runtime.interrupts import EXIT_INTERRUPTED
 from popfair.runtime.overrides import check_command_line
 from popfair.runtime.paths import CONF_DIR
@@ -92,3 +92,4 @@ def _register_plugins() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_without_teardown()

@@ -11,6 +11,7 @@ also kill the process silently when a network peer (an API, the MLflow server) c
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
@@ -87,3 +88,26 @@ def entry_point(main: F) -> F:
                 sys.stdout = original
 
     return run  # type: ignore[return-value]
+
+
+def exit_without_teardown() -> None:
+    """End a command whose `main` returned normally as the interpreter would, less its teardown:
+    what the interpreter does first still runs (`threading._shutdown`: concurrent.futures stops its
+    executors, such as the tracking worker's, and non-daemon threads are joined; then the atexit
+    hooks: logging flushes and closes its files, multiprocessing joins its children, temporary
+    folders go), the standard streams are flushed, and the process exits with status 0 without
+    the final garbage collection and the freeing of every module's objects, which the OS does at
+    once (0.3-0.8 s after the default case printed its last line). Where this Python lacks those
+    hooks, the usual exit."""
+    shutdown = getattr(threading, "_shutdown", None)
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if shutdown is None or run_exitfuncs is None:
+        return
+    shutdown()
+    run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or its reader went away: nothing left to deliver
+            pass
+    os._exit(0)
