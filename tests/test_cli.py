@@ -117,3 +117,32 @@ def test_a_closed_pipe_ends_every_entry_point_quietly(command, tmp_path):
         os.close(write_end)
     assert out.returncode == 141, out.stderr
     assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr
+
+
+def test_a_returned_command_skips_only_the_interpreters_teardown(tmp_path):
+    """`exit_without_teardown` (the end of `python -m popfair`): non-daemon threads are joined, atexit
+    hooks run and buffered output is delivered, as at a normal exit; objects left for the final
+    collection are not finalized (the teardown it saves); the status is 0."""
+    script = tmp_path / "command.py"
+    script.write_text(
+        "import atexit, gc, sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from popfair.runtime.entry import exit_without_teardown\n"
+        "here = Path(sys.argv[1])\n"
+        "class Cycle:\n"
+        "    def __del__(self):\n"
+        "        (here / 'finalized').write_text('teardown ran')\n"
+        "gc.disable()  # the cycle stays for the interpreter's final collection\n"
+        "a = Cycle(); a.me = a; del a\n"
+        "atexit.register(lambda: (here / 'atexit').write_text('ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), (here / 'thread').write_text('joined'))).start()\n"
+        "sys.stdout.write('last line, unflushed')\n"
+        "exit_without_teardown()\n"
+        "sys.stdout.write(' never')\n",
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "last line, unflushed"
+    assert (tmp_path / "atexit").exists() and (tmp_path / "thread").exists()
+    assert not (tmp_path / "finalized").exists()
