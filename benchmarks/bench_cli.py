@@ -34,7 +34,8 @@ from benchmarks._side_by_side import child_cpu  # noqa: E402
 
 def timed(*args: str, cwd: str) -> tuple[float, subprocess.CompletedProcess]:
     """Wall seconds of `python -m popfair *args`; its CPU seconds are left in `timed.cpu`."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # as on a user's install, popfair's compiled modules are kept (this machine sets PYTHONDONTWRITEBYTECODE)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(ROOT)}
     start, cpu = time.perf_counter(), child_cpu()
     out = subprocess.run(
         [sys.executable, "-m", "popfair", *args],

@@ -14,6 +14,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
+# This machine sets PYTHONDONTWRITEBYTECODE=1: every `python -m popfair` a test starts (and every
+# xdist worker) would compile popfair's modules afresh, about 0.4 CPU s each. The suite's processes
+# write and reuse __pycache__ (git-ignored) as a user's install does.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # xdist workers share the machine's cores: each (and the processes it starts) gets its share of BLAS,
 # OpenMP and torch threads, not all of them (two workers of two threads each on two cores spin-wait
 # on each other: the two-process embedding test took 60 s instead of 5 at load 8)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import threading
@@ -73,6 +74,14 @@ class PopfairJoblibLauncher(JoblibLauncher):
     SIGTERM or Ctrl-C to the sweep: no further case starts (each is recorded "not started"), the
     running ones stop as a case stops on its own signal (SIGTERM is passed on to them; Ctrl-C from a
     terminal reaches them already), and the sweep ends with its summary. A second signal stops waiting."""
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        if not config.get("dry_run", False) and not config.get("check", False):  # cases will run here
+            # the fork server imports PRELOAD (3-5 s) in its own process while this one runs the
+            # pre-flight checks, instead of after them
+            multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+            multiprocessing.forkserver.ensure_running()
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from joblib import effective_n_jobs
