@@ -264,6 +264,31 @@ def test_json_text_is_what_json_dumps_writes_for_the_profile(race_sample):
         assert renderer.render(row, race_sample.jobs[row["job_id"]]).text == reference(row)
 
 
+def test_json_render_table_makes_what_render_makes_row_by_row(race_sample):
+    """render_all's batch path (column by column, each distinct value encoded once) against `render`
+    of every row: real profiles, and columns whose equal values could encode differently (-0.0 and
+    0.0, missing employers, None, non-ASCII), which must not share an encoding."""
+    from popfair.render.base import profile_records, render_all
+
+    table = race_sample.table.reset_index(drop=True)
+    renderer, jobs = JsonRenderer(), race_sample.jobs
+    odd = table.head(6).copy()
+    odd["applicant_id"] = [f"odd{i}" for i in range(6)]
+    odd["gpa"] = [0.0, -0.0, 3.456, 3.0, 0.0, 2.5]
+    odd["first_name"] = ['Zoë "Jo"', "A", "B", "C", "D", "E"]
+    odd["emp1_employer"] = ["", None, "Acme", "Acme", "Ünïcode\\", "x"]
+    odd["metro"] = [None, "Austin-Round Rock, TX", "", "Boston", "Austin-Round Rock, TX", None]
+    for case in (table, odd, odd.astype({"school": object, "emp1_title": object})):
+        rows = profile_records(case)
+        expected = [renderer.render(row, jobs[row["job_id"]]) for row in rows]
+        assert renderer.render_table(case, jobs, rows) == expected
+        assert [d.profile for d in renderer.render_table(case, jobs, rows)] == rows
+        assert all(d.profile is None for d in renderer.render_table(case, jobs, None))
+        assert render_all(renderer, case, jobs, progress=False, profile_rows=False) == expected
+    with pytest.raises(DataError, match="renderer=json: profile lacks fields"):
+        render_all(renderer, table.drop(columns=["gpa"]), jobs, progress=False)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

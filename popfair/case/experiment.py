@@ -255,11 +255,13 @@ class Experiment:
         progress: bool = True,
         store: DocumentStore | None = None,
         stage: Callable[..., Any] = _untimed,
+        profile_rows: bool = True,
     ) -> CasePrompts:
         """The render step and the design's grouping: what the screener is shown, one Document per
         prompt, for the factual applicants then the counterfactual worlds (one render pass, one
         screening, one cache). The run and the dry-run plan both take this step; a plan passes the
-        text layout of an image renderer (`renderer`) and no document store."""
+        text layout of an image renderer (`renderer`), no document store, and may leave out the
+        documents' profile rows (`profile_rows`, see render_all)."""
         rows = profiles.rows()
         documents = stage(
             "render",
@@ -270,6 +272,7 @@ class Experiment:
             progress,
             None,
             store,
+            profile_rows,
         )
         design = self.design or design_of(self.population)
         return CasePrompts(rows, documents, design.prompts(profiles, rows, documents))

@@ -50,6 +50,7 @@ def render_all(
     progress: bool = True,
     processes: int | None = None,
     store: DocumentStore | None = None,
+    profile_rows: bool = True,
 ) -> list[Document]:
     """Render every row of a profile table, in order, with a progress bar. A renderer may define
     `check_profiles(table)` to reject the table before any document is rendered.
@@ -66,16 +67,21 @@ def render_all(
 
     A renderer is deterministic given the row, so rows identical in every column are rendered
     once; only an applicant's rows can be identical (its counterfactual worlds that do not change
-    B or R, its own world and its factual row), so tables of distinct applicant_ids skip the check."""
+    B or R, its own world and its factual row), so tables of distinct applicant_ids skip the check.
+
+    A renderer may render a whole table at once (`render_table(table, jobs, rows)`, the documents
+    `render` makes, at a fraction of the cost); without a store it does. There, `profile_rows=False`
+    (a plan's documents) leaves out each document's profile row, which only structural screeners
+    read when they screen: building the rows costs more than rendering them."""
     check = getattr(renderer, "check_profiles", None)
     if check is not None:
         check(table)
     if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
         group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
         first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
-        distinct = _render_table(renderer, table.iloc[first], jobs, progress, processes, store)
+        distinct = _render_table(renderer, table.iloc[first], jobs, progress, processes, store, profile_rows)
         return [distinct[g] for g in group]
-    return _render_table(renderer, table, jobs, progress, processes, store)
+    return _render_table(renderer, table, jobs, progress, processes, store, profile_rows)
 
 
 def _render_table(
@@ -85,7 +91,11 @@ def _render_table(
     progress: bool,
     processes: int | None,
     store: DocumentStore | None,
+    profile_rows: bool = True,
 ) -> list[Document]:
+    whole = getattr(renderer, "render_table", None)
+    if store is None and whole is not None:
+        return whole(table, jobs, profile_records(table) if profile_rows else None)
     rows = profile_records(table)
     if store is None:
         with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:

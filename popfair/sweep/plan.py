@@ -120,7 +120,7 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else None
         # the run's own step (`Experiment.prompts`): what the screener is shown, per prompt
-        documents = list(experiment.prompts(profiles, renderer=renderer, progress=False).prompts)
+        documents = list(experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False).prompts)
         # what makes two documents the same prompt for one screener: the job text and the document
         identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         _DOCUMENTS[document_key] = (documents, identities)
