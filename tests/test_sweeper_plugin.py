@@ -87,10 +87,12 @@ def test_a_case_the_worker_cannot_compose_fails_with_hydras_error(plugin, monkey
 
 
 def _same_tree(a, b, path: str = "") -> None:
-    """Two configs alike node by node: node types, flags, container types and every value."""
+    """Two configs alike node by node: node types, flags, container types and every value, and each
+    node's parent the container that holds it (the merge re-links parents once per case)."""
     from omegaconf.basecontainer import BaseContainer
 
     assert type(a) is type(b), path
+    assert (a._get_parent() is None) == (b._get_parent() is None), path
     assert a._metadata.flags == b._metadata.flags, path
     assert a._metadata.ref_type == b._metadata.ref_type, path
     if not isinstance(a, BaseContainer):
@@ -107,6 +109,7 @@ def _same_tree(a, b, path: str = "") -> None:
     keys = list(a.keys()) if isinstance(a, DictConfig) else list(range(len(a)))
     assert keys == (list(b.keys()) if isinstance(b, DictConfig) else list(range(len(b)))), path
     for key in keys:
+        assert a._get_node(key)._get_parent() is a and b._get_node(key)._get_parent() is b, f"{path}.{key}"
         _same_tree(a._get_node(key), b._get_node(key), f"{path}.{key}")
 
 

@@ -24,9 +24,10 @@ process also prepares the cases it composed (popfair.sweep.in_process.prepare_ca
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hydra._internal import defaults_list as hydra_defaults_list
@@ -96,8 +97,8 @@ class MemoConfigLoader(ConfigLoaderImpl):
             tuple((d.config_path, d.package, d.parent, d.is_self, d.primary) for d in defaults[:shared]),
         )
         if key not in _MERGED:
-            _MERGED[key] = pickle.dumps(self._merged(OmegaConf.create(), defaults[:shared], repo))
-        cfg = self._merged(pickle.loads(_MERGED[key]), defaults[shared:], repo)
+            _MERGED[key] = pickle.dumps(self._merged(OmegaConf.create, defaults[:shared], repo))
+        cfg = self._merged(functools.partial(pickle.loads, _MERGED[key]), defaults[shared:], repo)
         _strip_defaults(cfg)
         return cfg
 
@@ -122,13 +123,26 @@ class MemoConfigLoader(ConfigLoaderImpl):
                 return embedded
         return super()._load_single_config(default, repo)
 
-    def _merged(self, cfg: DictConfig, defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
-        """Hydra's merge loop: each entry loaded and merged onto `cfg`, in order."""
+    def _merged(self, start: Callable[[], DictConfig], defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
+        """Hydra's merge loop: each entry loaded and merged onto a new `start()`, in order, here in one
+        `merge_with` call, as `OmegaConf.merge` merges several configs: OmegaConf re-links the whole
+        tree's parents after each call, and once per case instead of once per entry saves a third of
+        composing it. Where the merge fails, it is redone entry by entry, as Hydra merges, onto a new
+        `start()`, so the error names the entry as Hydra's does."""
+        loaded = [self._load_single_config(default=default, repo=repo).config for default in defaults]
+        cfg = start()
+        try:
+            with flag_override(cfg, "no_deepcopy_set_nodes", True):
+                cfg.merge_with(*loaded)
+            return cfg
+        except OmegaConfBaseException:
+            pass
+        cfg = start()
         with flag_override(cfg, "no_deepcopy_set_nodes", True):
             for default in defaults:
-                loaded = self._load_single_config(default=default, repo=repo)
+                config = self._load_single_config(default=default, repo=repo).config
                 try:
-                    cfg.merge_with(loaded.config)
+                    cfg.merge_with(config)
                 except OmegaConfBaseException as e:
                     raise ConfigCompositionException(  # noqa: B904 - chained as Hydra chains it
                         f"In '{default.config_path}': {type(e).__name__} raised while composing config:\n{e}"
