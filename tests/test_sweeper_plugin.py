@@ -73,7 +73,7 @@ def test_a_large_batch_is_composed_on_two_cores_in_order(plugin, monkeypatch):
     loader.compose_all(OmegaConf.create(), batch)
     assert list(loader.composed) == [tuple(overrides) for overrides in batch]
     assert [config.overrides for config in loader.composed.values()] == batch
-    assert len(counting.composed) == (len(batch) + 1) // 2  # the second half was composed in the worker
+    assert 1 <= len(counting.composed) < len(batch)  # the rest was composed in the worker, which took them
 
 
 def test_a_case_the_worker_cannot_compose_fails_with_hydras_error(plugin, monkeypatch):

@@ -17,14 +17,16 @@ Hydra does).
 In such a dry run, a group config placed under its package is copied into it once and unpickled for
 each case, and Hydra's map of known choices is built only for defaults lists with an interpolated
 entry (`_interpolation_map_if_needed`).
-A large batch is composed on both cores: a forked worker composes its second half and sends the
-configs back pickled (a twentieth of the cost of composing one); in a dry run planned in process each
-process also prepares the cases it composed (popfair.sweep.in_process.prepare_case)."""
+A large batch is composed on both cores: a forked worker and the sweep's process each take the next
+case nobody has taken, and the worker sends its configs back pickled (a twentieth of the cost of
+composing one); in a dry run planned in process each process also prepares the cases it composed
+(popfair.sweep.in_process.prepare_case)."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import multiprocessing
 import pickle
 import sys
 from collections.abc import Callable, Sequence
@@ -123,7 +125,9 @@ class MemoConfigLoader(ConfigLoaderImpl):
                 return embedded
         return super()._load_single_config(default, repo)
 
-    def _merged(self, start: Callable[[], DictConfig], defaults: list[ResultDefault], repo: IConfigRepository) -> DictConfig:
+    def _merged(
+        self, start: Callable[[], DictConfig], defaults: list[ResultDefault], repo: IConfigRepository
+    ) -> DictConfig:
         """Hydra's merge loop: each entry loaded and merged onto a new `start()`, in order, here in one
         `merge_with` call, as `OmegaConf.merge` merges several configs: OmegaConf re-links the whole
         tree's parents after each call, and once per case instead of once per entry saves a third of
@@ -198,25 +202,33 @@ def _strip_defaults(cfg: Any) -> None:
 FORKED_BATCH = 16  # batches from this size compose on two cores (a fork costs a few cases' composition)
 
 
-def _compose_span(
-    loader: ConfigLoader, master_config: DictConfig, batch: list[list[str]], first_job: int | None = None
-) -> list[Any]:
-    """In a forked worker: each case composed, or None from the first that fails (the parent composes
-    it again and raises Hydra's error). With `first_job` (a dry run planned in process), each case also
-    prepared here, beside the parent, as the parent would prepare it as job `first_job + i`
-    (`popfair.sweep.in_process.prepare_in_worker`)."""
-    composed: list[Any] = []
-    for i, overrides in enumerate(batch):
+def _next_case(counter: Any) -> int:
+    """The next case nobody has taken yet (the shared counter of `compose_all`), taken."""
+    with counter.get_lock():
+        taken = counter.value
+        counter.value += 1
+    return taken
+
+
+def _compose_taken(
+    loader: ConfigLoader, master_config: DictConfig, batch: list[list[str]], counter: Any, first_job: int | None
+) -> dict[int, Any]:
+    """In a forked worker: the cases it takes from `counter` (beside the parent, which takes the
+    others), each composed, until none is left or one fails (None: the parent composes it again and
+    raises Hydra's error). With `first_job` (a dry run planned in process), each case also prepared
+    here as the parent would prepare it as job `first_job + i` (popfair.sweep.in_process.prepare_in_worker)."""
+    composed: dict[int, Any] = {}
+    while (i := _next_case(counter)) < len(batch):
         try:
-            config = loader.load_sweep_config(master_config, overrides)
+            config = loader.load_sweep_config(master_config, batch[i])
         except Exception:  # noqa: BLE001 - raised by the parent
-            composed += [None] * (len(batch) - len(composed))
+            composed[i] = None
             break
         if first_job is not None:
             from popfair.sweep.in_process import prepare_in_worker
 
             config = prepare_in_worker(config, first_job + i)
-        composed.append(config)
+        composed[i] = config
     return composed
 
 
@@ -234,11 +246,14 @@ class ComposeOnceLoader(ConfigLoader):
     def compose_all(
         self, master_config: DictConfig, batch: Sequence[Sequence[str]], first_job: int | None = None
     ) -> None:
-        """Compose every case of a batch, in order; from `FORKED_BATCH` cases on, the second half in a
-        forked worker beside this process (after this process composed the first case: the worker
-        inherits the parsed files). A case the worker could not compose is composed here, so its
-        error is raised exactly as Hydra raises it. With `first_job` (the batch's first job number, in a
-        dry run planned in process) the worker also prepares its cases (`self.prepared`)."""
+        """Compose every case of a batch; from `FORKED_BATCH` cases on, on both cores: after this
+        process composed the first case (the worker inherits the parsed files), a forked worker and
+        this process each take the next case nobody has taken (a shared counter), so both finish
+        together whatever each also does. This process first imports what the pre-flight checks
+        build the cases with, which it would otherwise import alone after composing. A case that
+        failed is composed here, in order, so the first failing case's error is raised exactly as
+        Hydra raises it. With `first_job` (the batch's first job number, in a dry run planned in
+        process) each process also prepares the cases it composed (`self.prepared`)."""
         self.prepared.clear()
         if not batch:
             return
@@ -247,29 +262,47 @@ class ComposeOnceLoader(ConfigLoader):
             for overrides in batch[1:]:
                 self.compose(master_config, overrides)
             return
-        half = (len(batch) + 1) // 2
-        theirs = [list(overrides) for overrides in batch[half:]]
-        pending = forked_call(
-            _compose_span, self.loader, master_config, theirs, None if first_job is None else first_job + half
-        )
-        for overrides in batch[1:half]:
-            self.compose(master_config, overrides)
-        if first_job is not None:  # this half prepared here while the worker composes and prepares its own
-            from popfair.sweep.in_process import prepare_case
+        cases = [list(overrides) for overrides in batch]
+        counter = multiprocessing.get_context("fork").Value("i", 1)  # case 0 is composed
+        pending = forked_call(_compose_taken, self.loader, master_config, cases, counter, first_job)
+        import popfair.case.experiment  # noqa: F401 - the pre-flight checks' import, beside the worker
 
-            for job, overrides in enumerate(batch[:half], start=first_job):
-                config = self.composed[tuple(overrides)]
-                if config.get("dry_run", False):
-                    self.prepared[id(config)] = (config, prepare_case(config, job))
-        for overrides, config in zip(theirs, pending()):
-            if config is None:  # the worker failed here: compose again, raising Hydra's error
+        mine, failed = [0], False
+        while not failed and (i := _next_case(counter)) < len(cases):
+            try:
+                self.compose(master_config, cases[i])
+                mine.append(i)
+            except Exception:  # noqa: BLE001 - composed again below, in order, to raise Hydra's error
+                failed = True
+            if first_job is not None and not failed:
+                self._prepare_here(batch, [i], first_job)
+        if first_job is not None:
+            self._prepare_here(batch, [0], first_job)
+        theirs = pending()
+        for i, overrides in enumerate(cases):
+            config = theirs.get(i)
+            if i in mine:
+                continue
+            if config is None:  # not composed, or failed: compose here (raising Hydra's error)
                 self.compose(master_config, overrides)
+                if first_job is not None:
+                    self._prepare_here(batch, [i], first_job)
             elif isinstance(config, DictConfig):
                 self.composed[tuple(overrides)] = config
             else:  # (the numbered case, pickled; its resolved task view)
                 numbered = pickle.loads(config[0])
                 self.composed[tuple(overrides)] = numbered
                 self.prepared[id(numbered)] = (numbered, config[1])
+        self.composed = {tuple(overrides): self.composed[tuple(overrides)] for overrides in cases}  # in order
+
+    def _prepare_here(self, batch: Sequence[Sequence[str]], cases: Any, first_job: int) -> None:
+        """`prepare_case` of cases composed in this process (popfair.sweep.in_process)."""
+        from popfair.sweep.in_process import prepare_case
+
+        for i in cases:
+            config = self.composed[tuple(batch[i])]
+            if config.get("dry_run", False):
+                self.prepared[id(config)] = (config, prepare_case(config, first_job + i))
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         ready = self.composed.pop(tuple(sweep_overrides), None)

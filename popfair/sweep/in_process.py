@@ -106,7 +106,7 @@ def prepare_case(config: DictConfig, job: int) -> tuple[int, DictConfig, dict[An
 
 
 def prepare_in_worker(config: DictConfig, job: int) -> Any:
-    """In the forked worker that composes the second half of a batch (the sweeper's `compose_all`):
+    """In the forked worker that composes part of a batch (the sweeper's `compose_all`):
     `prepare_case` beside the parent's. The case numbered, pickled as numbered, then its task view
     resolved; the parent takes both (its own view of its own copy: a view takes the case's nodes).
     A case that runs (`dry_run` swept) is returned as composed."""

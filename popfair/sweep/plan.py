@@ -24,8 +24,9 @@ from popfair.render.text import TextRenderer
 
 # planning memo: population config -> profiles, their rows and the rows' digest
 _SAMPLES: dict[str, tuple[Profiles, pd.DataFrame, str]] = {}
-# planning memo: (renderer, profile rows) -> documents and each document's prompt identity
-_DOCUMENTS: dict[str, tuple[list[Document], list[tuple[str, str]]]] = {}
+# planning memo: (renderer, profile rows) -> documents and the profiles whose jobs they are screened for
+_DOCUMENTS: dict[str, tuple[list[Document], Profiles]] = {}
+_IDENTITIES: dict[str, list[tuple[str, str]]] = {}  # document set -> each document's prompt identity, once asked
 _PLANNED: dict[str, list[str]] = {}  # screener config and format -> document sets already planned
 _FRESH: dict[tuple[str, ...], list[Document]] = {}  # (document set, earlier sets) -> its documents not in those
 # planning memo: (renderer config, profiles by identity) -> the profiles (kept, so the identity stays
@@ -121,10 +122,18 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         renderer = text_layout_renderer(renderer_config) if text_layout else None
         # the run's own step (`Experiment.prompts`): what the screener is shown, per prompt
         documents = list(experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False).prompts)
-        # what makes two documents the same prompt for one screener: the job text and the document
-        identities = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
-        _DOCUMENTS[document_key] = (documents, identities)
+        _DOCUMENTS[document_key] = (documents, profiles)
     return profiles, _DOCUMENTS[document_key][0], document_key, image
+
+
+def _identities(document_key: str) -> list[tuple[str, str]]:
+    """What makes two documents of a set the same prompt for one screener: the job text and the
+    document. Built the first time a set is compared with another (the grid's occupations never are:
+    their two protected attributes plan the same set)."""
+    if document_key not in _IDENTITIES:
+        documents, profiles = _DOCUMENTS[document_key]
+        _IDENTITIES[document_key] = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
+    return _IDENTITIES[document_key]
 
 
 def _sample(experiment: Experiment) -> Profiles:
@@ -155,8 +164,8 @@ def _unplanned(screener_key: str, document_key: str) -> list[Document]:
     elif memo in _FRESH:
         fresh = _FRESH[memo]
     else:
-        seen = {identity for key in earlier for identity in _DOCUMENTS[key][1]}
-        fresh = _FRESH[memo] = [d for d, i in zip(documents, _DOCUMENTS[document_key][1]) if i not in seen]
+        seen = {identity for key in earlier for identity in _identities(key)}
+        fresh = _FRESH[memo] = [d for d, i in zip(documents, _identities(document_key)) if i not in seen]
     earlier.append(document_key)
     return fresh
 
