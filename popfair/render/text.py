@@ -210,6 +210,9 @@ class ResumeBuilder:
         self.n_skills, self.bullets_per_role, self.email_domain = n_skills, bullets_per_role, email_domain
         self.cities = cities_by_state()
         self.schools = school_pools()
+        # each pool's draw count, in the draw order, worked out once (not per resume)
+        self._title_draws = [(level, pool, min(2, len(pool))) for level, pool in pools.titles.items()]
+        self._bullet_draws = [(level, pool, 2 * bullets_per_role) for level, pool in pools.bullets.items()]
 
     def build(self, profile: Mapping[str, Any]) -> Resume:
         try:
@@ -248,8 +251,8 @@ class ResumeBuilder:
         # draws from every pool, in a fixed order and number whatever the profile
         skills = _draw(uniform, pools.skills, self.n_skills)
         employers = _draw(uniform, pools.employers, MAX_ROLES)
-        titles = {level: _draw(uniform, pool, min(2, len(pool))) for level, pool in pools.titles.items()}
-        bullets = {level: _draw(uniform, pool, 2 * per_role) for level, pool in pools.bullets.items()}
+        titles = {level: _draw(uniform, pool, k) for level, pool, k in self._title_draws}
+        bullets = {level: _draw(uniform, pool, k) for level, pool, k in self._bullet_draws}
         school_draw = {level: uniform() for level in SCHOOL_KINDS}
         credential_draw = {level: uniform() for level in EDU_LEVELS}
 
