@@ -29,9 +29,10 @@ _DOCUMENTS: dict[str, tuple[list[Document], Profiles]] = {}
 _IDENTITIES: dict[str, list[tuple[str, str]]] = {}  # document set -> each document's prompt identity, once asked
 _PLANNED: dict[str, list[str]] = {}  # screener config and format -> document sets already planned
 _FRESH: dict[tuple[str, ...], list[Document]] = {}  # (document set, earlier sets) -> its documents not in those
-# planning memo: (renderer config, profiles by identity) -> the profiles (kept, so the identity stays
-# theirs) and the first profile rendered as an image
-_IMAGES: dict[tuple[str, int], tuple[Profiles, Document]] = {}
+# planning memo: (renderer config, profile row, job) -> that row rendered as an image: the VLM cases of a
+# sweep render the same first resume, and the samples of an occupation's two protected attributes
+# start with the same row
+_IMAGES: dict[str, Document] = {}
 # planning memo: (design, power settings, previous run, profiles by identity) -> the profiles and the power plan
 _POWER: dict[tuple[str, str, int], tuple[Profiles, Any]] = {}
 
@@ -173,11 +174,12 @@ def _unplanned(screener_key: str, document_key: str) -> list[Document]:
 def image_call_delta(experiment: Experiment, profiles: Profiles, text_document: Document) -> CallPlan:
     """Input tokens and dollars one image call costs beyond the same resume as text: the screener
     plans one really rendered image and its text layout. Zero when either is already cached."""
-    key = (_key(experiment.config.get("renderer")), id(profiles))
-    if key not in _IMAGES:  # the image renderers of a sweep's VLM cases render the same first resume
-        row = profiles.table.iloc[0].to_dict()
-        _IMAGES[key] = (profiles, experiment.renderer.render(row, profiles.jobs[row["job_id"]]))
-    image_document = _IMAGES[key][1]
+    row = profiles.table.iloc[0].to_dict()
+    job = profiles.jobs[row["job_id"]]
+    key = _key([experiment.config.get("renderer"), row, asdict(job)])  # a renderer is deterministic given these
+    if key not in _IMAGES:
+        _IMAGES[key] = experiment.renderer.render(row, job)
+    image_document = _IMAGES[key]
     as_image = experiment.screener.plan(profiles.jobs, [image_document], profiles.outcome)
     as_text = experiment.screener.plan(profiles.jobs, [text_document], profiles.outcome)
     if as_image.calls != 1 or as_text.calls != 1:
