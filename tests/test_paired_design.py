@@ -285,8 +285,9 @@ def test_json_render_table_makes_what_render_makes_row_by_row(race_sample):
         assert [d.profile for d in renderer.render_table(case, jobs, rows)] == rows
         assert all(d.profile is None for d in renderer.render_table(case, jobs, None))
         assert render_all(renderer, case, jobs, progress=False, profile_rows=False) == expected
-    with pytest.raises(DataError, match="renderer=json: profile lacks fields"):
-        render_all(renderer, table.drop(columns=["gpa"]), jobs, progress=False)
+    for profile_rows in (True, False):  # a table the column-wise path cannot take: render's own error
+        with pytest.raises(DataError, match="renderer=json: profile lacks fields"):
+            render_all(renderer, table.drop(columns=["gpa"]), jobs, progress=False, profile_rows=profile_rows)
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import pandas as pd
+if TYPE_CHECKING:  # imported where used: a sweep's process imports pandas beside its composing worker
+    import pandas as pd
 
 Outcome = Literal["score", "callback", "rank"]
 DocumentKind = Literal["text", "json", "image", "pdf"]
@@ -134,6 +135,8 @@ class Profiles:
         factual = self.table.assign(**{WORLD: FACTUAL})
         if self.worlds is None or self.worlds.empty:
             return factual
+        import pandas as pd
+
         return pd.concat([factual, self.worlds], ignore_index=True)
 
 

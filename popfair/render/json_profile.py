@@ -91,7 +91,9 @@ class JsonRenderer:
         try:
             texts = _texts(table)
         except (KeyError, TypeError, ValueError):
-            records = rows if rows is not None else table.to_dict("records")
+            from popfair.render.base import profile_records  # the rows as render_all gives them
+
+            records = rows if rows is not None else profile_records(table)
             texts = [self.render(row, _NO_JOB).text for row in records]
         job_ids = {job_id: job.job_id for job_id, job in jobs.items()}
         return [

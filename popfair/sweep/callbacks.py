@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -110,6 +109,8 @@ class SweepCallback(Callback):
         os.environ.pop(ENV_PARENT_RUN_ID, None)
         if self.info is None:
             return
+        import pandas as pd  # here, not at Hydra's start: a sweep's process imports it beside its composing worker
+
         sweep_dir = Path(self.info.sweep_dir)
         records = read_case_records(sweep_dir)
         summary = pd.DataFrame(
@@ -152,6 +153,8 @@ class SweepCallback(Callback):
 
     @staticmethod
     def _plan_totals(records: list, sweep_dir: Path) -> str:
+        import pandas as pd
+
         from popfair.sweep.plan import format_totals, plan_totals
 
         plans = [r.plan for r in records if r.plan]
