@@ -32,8 +32,6 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from popfair.runtime.parallel import cpu_count
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow's limits per log_batch call
@@ -295,6 +293,9 @@ def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
 
 def write_artifacts(folder: Path, artifacts: Mapping[str, Any]) -> None:
     """name -> DataFrame (.parquet/.csv by name), Plot or matplotlib Figure (.png), bytes, or text."""
+    # here, not at module level: the joblib launcher imports this module at Hydra's start
+    import pandas as pd
+
     from popfair.core.types import Plot
     from popfair.track.figures import png
 
