@@ -68,7 +68,12 @@ def log_differences(ours: set[str], base: set[str]) -> list[str]:
 
 def dry_run(tree: Path, which: str, quick: bool) -> tuple[float, float, str]:
     """Wall and CPU seconds of one dry run of `tree`, and what it printed (masked)."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_")}
+    # no keys; popfair's compiled modules kept as on a user's install (this machine sets PYTHONDONTWRITEBYTECODE)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith(("_API_KEY", "_TOKEN")) and not k.startswith("AWS_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env.update(PYTHONPATH=str(tree), DATAFRAME_FRAMEWORK="pandas", MPLBACKEND="Agg", HF_HUB_OFFLINE="1")
     command = [sys.executable, "-m", "popfair", f"experiment={EXPERIMENTS[which]}", "dry_run=true"]
     with tempfile.TemporaryDirectory(prefix="popfair-plan-") as cwd:
