@@ -63,11 +63,33 @@ class FailingLoader(CountingLoader):
         return super().load_sweep_config(master_config, sweep_overrides)
 
 
+class WaitingLoader(CountingLoader):
+    """The sweep's process composes its second case (the first is composed before the worker is forked)
+    only once the forked worker has composed one: on a loaded machine the worker can start after this
+    process took every case, which is correct but leaves the worker's half untested."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+        import os
+
+        super().__init__()
+        self.parent, self.worker_composed = os.getpid(), multiprocessing.get_context("fork").Event()
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        import os
+
+        if os.getpid() != self.parent:
+            self.worker_composed.set()
+        elif len(self.composed) == 1:
+            assert self.worker_composed.wait(120), "the forked worker composed no case"
+        return super().load_sweep_config(master_config, sweep_overrides)
+
+
 def test_a_large_batch_is_composed_on_two_cores_in_order(plugin, monkeypatch):
     from popfair.runtime import parallel
 
     monkeypatch.setattr(parallel, "cpu_count", lambda: 2)
-    counting = CountingLoader()
+    counting = WaitingLoader()
     loader = plugin.ComposeOnceLoader(counting)
     batch = [[f"a={i}", "b=x"] for i in range(plugin.FORKED_BATCH + 3)]
     loader.compose_all(OmegaConf.create(), batch)
