@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
 
 from popfair.core.errors import ConfigError
+from popfair.estimate import light_stats as ls  # scipy.stats' and scipy.optimize's figures without their import
 
 DEFAULT_BASE_RATE = 0.5  # a 0/1 outcome's rate when nothing better is known: the largest binomial variance
 DEFAULT_SCORE_SD = 25.0  # a 0-100 score's SD when nothing better is known (a uniform score has 28.9)
@@ -171,7 +171,7 @@ class PowerPlan:
 
 
 def _z(alpha: float, power: float) -> float:
-    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+    return float(ls.norm_ppf(1 - alpha / 2) + ls.norm_ppf(power))
 
 
 # --- mean difference (0-100 scores) -------------------------------------------------------------------
@@ -218,16 +218,15 @@ def mcnemar_power(n_pairs: int, psi: float, delta: float, alpha: float) -> float
     if n_pairs <= 0 or psi <= 0:
         return 0.0  # no discordant pairs, no information on the gap
     delta = min(abs(delta), psi)
-    crit = float(stats.chi2.ppf(1 - alpha, 1))
-    counts = stats.binom(n_pairs, psi)
-    low, high = (int(v) for v in counts.ppf([1e-12, 1 - 1e-12]))
+    crit = ls.chi2_ppf(1 - alpha, 1)
+    low, high = (int(v) for v in ls.binom_ppf([1e-12, 1 - 1e-12], n_pairs, psi))
     m = np.arange(max(low, 1), max(high, 1) + 1)
-    weight = counts.pmf(m)
+    weight = ls.binom_pmf(m, n_pairs, psi)
     # reject when (|b - c| - 1)^2 / m > crit, i.e. |2b - m| > 1 + sqrt(m crit)
     bound = (1 + np.sqrt(m * crit)) / 2
     favoured = (psi + delta) / (2 * psi)
-    upper = stats.binom.sf(np.floor(m / 2 + bound), m, favoured)  # b > m/2 + bound
-    lower = stats.binom.cdf(np.ceil(m / 2 - bound) - 1, m, favoured)  # b < m/2 - bound
+    upper = ls.binom_sf(np.floor(m / 2 + bound), m, favoured)  # b > m/2 + bound
+    lower = ls.binom_cdf(np.ceil(m / 2 - bound) - 1, m, favoured)  # b < m/2 - bound
     return float(np.sum(weight * (upper + lower)))
 
 
@@ -235,7 +234,7 @@ def mcnemar_mde(n_pairs: int, psi: float, alpha: float, power: float) -> float |
     """Smallest gap (a proportion) McNemar detects with `power`; None when even delta = psi falls short."""
     if mcnemar_power(n_pairs, psi, psi, alpha) < power:
         return None
-    return float(optimize.brentq(lambda d: mcnemar_power(n_pairs, psi, d, alpha) - power, 1e-9, psi, xtol=1e-7))
+    return float(ls.brentq(lambda d: mcnemar_power(n_pairs, psi, d, alpha) - power, 1e-9, psi, xtol=1e-7))
 
 
 def mcnemar_n(delta: float, psi: float, alpha: float, power: float) -> int | None:
@@ -243,7 +242,7 @@ def mcnemar_n(delta: float, psi: float, alpha: float, power: float) -> int | Non
     the smallest n whose exact power reaches `power` (None when delta exceeds psi)."""
     if delta >= psi or psi <= 0:
         return None
-    za, zb = stats.norm.ppf(1 - alpha / 2), stats.norm.ppf(power)
+    za, zb = ls.norm_ppf(1 - alpha / 2), ls.norm_ppf(power)
     guess = int(math.ceil((za * math.sqrt(psi) + zb * math.sqrt(psi - delta**2)) ** 2 / delta**2))
     low, high = max(1, guess // 2), max(2, guess)
     while mcnemar_power(high, psi, delta, alpha) < power:
@@ -306,6 +305,8 @@ class LowestRatioTest:
 
     def _null(self, scale: float) -> tuple[np.ndarray, np.ndarray, float]:
         """Counts with no category differing, the sizes and the null's alpha-quantile of the lowest ratio."""
+        from scipy import stats
+
         if scale not in self._nulls:
             sizes = np.maximum(np.round(self.sizes * scale), 1.0)
             counts = stats.binom.ppf(self.uniforms, sizes, self.base)
@@ -313,6 +314,8 @@ class LowestRatioTest:
         return self._nulls[scale]
 
     def power(self, delta: float, scale: float = 1.0) -> float:
+        from scipy import stats
+
         null, sizes, threshold = self._null(scale)
         alternative = null.copy()  # the same draws: only the low category's counts move
         rate = max(self.base - delta, 0.0)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from popfair.core.errors import EstimationError
 
@@ -98,6 +97,8 @@ def trial_mean(values: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray
     """Estimate, se, CI of the mean over trials (axis 0) of per-trial values (NaN rows skipped)."""
     n = np.isfinite(values).sum(axis=0)
     mean = np.nanmean(values, axis=0)
+    from scipy import stats  # at first use: the prompts import this module, a dry run needs no scipy.stats
+
     se = np.nanstd(values, axis=0, ddof=1) / np.sqrt(n)
     z = stats.norm.ppf(1 - alpha / 2)
     return mean, se, mean - z * se, mean + z * se
@@ -197,6 +198,8 @@ class LogitFit:
             return float("nan"), 0, float("nan")
         b, v = self.params[idx], self.cov[np.ix_(idx, idx)]
         chi2 = float(b @ np.linalg.solve(v, b))
+        from scipy import stats
+
         return chi2, len(idx), float(stats.chi2.sf(chi2, len(idx)))
 
 
