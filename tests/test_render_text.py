@@ -303,3 +303,35 @@ def test_forked_rendering_equals_serial(real_documents):
     again = render_all(renderer, table, jobs, progress=False, processes=1)
     assert forked == again and [d.profile for d in forked] == [d.profile for d in again]
     assert [d.applicant_id for d in forked] == [d.applicant_id for d in serial]
+
+
+@pytest.mark.parametrize("occupation", OCCUPATIONS)
+def test_text_straight_from_the_draws_equals_the_built_resume(occupation):
+    """`ResumeBuilder.text` (what TextRenderer renders) is `build(profile).to_text()` (what the image
+    and PDF renderers lay out), letter for letter: every level, history length, age, state, the
+    stream's id (resume_id, absent or NaN), names with accents or no letters, other settings."""
+    states = sorted(cities_by_state())
+    names = [("Keisha", "Washington"), ("José", "Núñez-Ávila"), ("Zoë", "O'Brien"), ("李", "王"), ("Ann", "Lee")]
+    for settings in ({}, {"seed": 7, "n_skills": 3, "bullets_per_role": 1, "email_domain": "mail.example.org"}):
+        builder = TextRenderer(pools=pools(occupation), **settings).builder
+        for i in range(600):
+            first, last = names[i % len(names)]
+            profile = {
+                **PROFILE,
+                "applicant_id": f"{occupation}-{i:06d}",
+                "first_name": first,
+                "surname": last,
+                "state": states[i % len(states)],
+                "edu_level": list(COMPLETION_AGE)[i % len(COMPLETION_AGE)],
+                "age": 16 + (i * 7) % 60,
+                "exp_year": (i * 5) % 40,
+            }
+            if i % 3 == 0:
+                profile["resume_id"] = f"trial-{i // 6}"
+            elif i % 3 == 1:
+                profile["resume_id"] = float("nan")
+            if i % 4 == 0:
+                del profile["birth_year"]
+            assert builder.text(profile) == builder.build(profile).to_text()
+    renderer = TextRenderer(pools=pools(occupation))
+    assert renderer.render(PROFILE, JOB).text == renderer.builder.build(PROFILE).to_text()

@@ -128,8 +128,13 @@ def applicant_stream(applicant_id: str, seed: int) -> random.Random:
     """The random stream for one applicant: a hash of (seed, applicant_id), no global state, so a
     resume is the same whatever else is rendered, and counterfactual copies of an applicant
     (same applicant_id) draw the same numbers (common random numbers)."""
-    digest = hashlib.blake2b(f"{seed}\x1f{applicant_id}".encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "little"))
+    return random.Random(stream_seed(applicant_id, seed))
+
+
+def stream_seed(applicant_id: str, seed: int) -> int:
+    """The seed of an applicant's stream (`applicant_stream`): one `random.Random` seeded with it
+    again draws the same numbers as a new stream."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}\x1f{applicant_id}".encode(), digest_size=8).digest(), "little")
 
 
 def _string_list(value: Any, key: str, minimum: int = 1) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ state, the number of roles and education entries, their seniority, years and deg
 
 from __future__ import annotations
 
+import _random
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +23,15 @@ from typing import Any
 from popfair.core.constraints import Constraint, Interval, validate
 from popfair.core.errors import DataError
 from popfair.core.types import Document, Job
-from popfair.render.content import EDU_LEVELS, MAX_ROLES, ResumePools, applicant_stream, cities_by_state, school_pools
+from popfair.render.content import (
+    EDU_LEVELS,
+    MAX_ROLES,
+    ResumePools,
+    applicant_stream,
+    cities_by_state,
+    school_pools,
+    stream_seed,
+)
 
 # Survey year when a profile has no birth_year; otherwise survey year = birth_year + age (the
 # population dates birth years from its PUMS file's survey year).
@@ -213,8 +222,18 @@ class ResumeBuilder:
         # each pool's draw count, in the draw order, worked out once (not per resume)
         self._title_draws = [(level, pool, min(2, len(pool))) for level, pool in pools.titles.items()]
         self._bullet_draws = [(level, pool, 2 * bullets_per_role) for level, pool in pools.bullets.items()]
+        self._title_levels = [level for level, _, _ in self._title_draws]
+        self._bullet_levels = [level for level, _, _ in self._bullet_draws]
+        self._draws = [
+            (pools.skills, n_skills),
+            (pools.employers, MAX_ROLES),
+            *[(pool, k) for _, pool, k in self._title_draws],
+            *[(pool, k) for _, pool, k in self._bullet_draws],
+        ]  # every pool `build` draws from, in its order, and how many
 
-    def build(self, profile: Mapping[str, Any]) -> Resume:
+    def _fields(self, profile: Mapping[str, Any]) -> tuple[str, str, str, Any, Any, int, int, int, str]:
+        """(applicant_id, first name, surname, state, edu_level, age, exp_year, birth_year, the
+        stream's id), checked."""
         try:
             applicant_id = str(profile["applicant_id"])
             first, last = str(profile["first_name"]), str(profile["surname"])
@@ -236,7 +255,11 @@ class ResumeBuilder:
         resume_id = profile.get("resume_id")
         if resume_id is None or resume_id != resume_id:  # absent, or NaN in a mixed table
             resume_id = applicant_id
-        uniform = applicant_stream(str(resume_id), self.seed).random
+        return applicant_id, first, last, state, edu_level, age, exp_year, birth_year, str(resume_id)
+
+    def build(self, profile: Mapping[str, Any]) -> Resume:
+        _, first, last, state, edu_level, age, exp_year, birth_year, resume_id = self._fields(profile)
+        uniform = applicant_stream(resume_id, self.seed).random
         pools, per_role = self.pools, self.bullets_per_role
 
         # contact: fixed number of draws
@@ -294,6 +317,62 @@ class ResumeBuilder:
             education=tuple(reversed(education)),
         )
 
+    def text(self, profile: Mapping[str, Any]) -> str:
+        """`build(profile).to_text()`, the same draws in the same order, assembled straight into the
+        text (no Resume, Role or EducationEntry objects): a text resume at about half the cost."""
+        _, first, last, state, edu_level, age, exp_year, birth_year, resume_id = self._fields(profile)
+        # random.Random(n) is the C generator seeded with n (an int: random.Random.seed calls the C
+        # seed): the same stream as applicant_stream's, without the Python-level seeding
+        uniform = _random.Random(stream_seed(resume_id, self.seed)).random
+        pools, per_role = self.pools, self.bullets_per_role
+        cities = self.cities[state]
+        city, area_code = cities[int(uniform() * len(cities))]
+        phone = f"({area_code}) 555-01{int(uniform() * 100):02d}"
+        pattern = EMAIL_PATTERNS[int(uniform() * len(EMAIL_PATTERNS))]
+        first_key, last_key = _ascii_letters(first) or "applicant", _ascii_letters(last) or "resume"
+        email = pattern.format(first=first_key, last=last_key, f=first_key[0]) + "@" + self.email_domain
+        location = f"{city}, {state}"
+        lines = [f"{first} {last}", f"{location} | {phone} | {email}", "", SECTION_TITLES[0]]
+        drawn = []
+        for pool, k in self._draws:  # _draw of each pool in build's order, inlined
+            items = list(pool)
+            n = len(items)
+            for i in range(k):
+                j = i + int(uniform() * (n - i))
+                items[i], items[j] = items[j], items[i]
+            drawn.append(items[:k])
+        lines += ["- " + skill for skill in drawn[0]]
+        employers = drawn[1]
+        titles = dict(zip(self._title_levels, drawn[2 : 2 + len(self._title_levels)]))
+        bullets = dict(zip(self._bullet_levels, drawn[2 + len(self._title_levels) :]))
+        school_draw = {level: uniform() for level in SCHOOL_KINDS}
+        credential_draw = {level: uniform() for level in EDU_LEVELS}
+        schooling = education_years(edu_level, birth_year, age)
+        periods = role_periods(exp_year, survey_year=birth_year + age, education_end=schooling[-1][1])
+        seniorities = SENIORITY_BY_ROLES[len(periods)]
+        roles: list[list[str]] = []
+        for i, ((start, end), level) in enumerate(zip(periods, seniorities)):
+            k = i - seniorities.index(level)  # earlier roles at this level (levels are contiguous)
+            level_titles = titles[level]
+            period = f"{start} - {'Present' if end is None else end}"
+            roles.append(
+                [f"{level_titles[k % len(level_titles)]}, {employers[i]} | {location} | {period}"]
+                + ["- " + bullet for bullet in bullets[level][k * per_role : (k + 1) * per_role]]
+            )
+        lines += ["", SECTION_TITLES[1]]
+        for i, role in enumerate(reversed(roles)):
+            if i:
+                lines.append("")
+            lines += role
+        lines += ["", SECTION_TITLES[2]]
+        for level, year in reversed(schooling):
+            school_pool = self.schools[SCHOOL_LEVEL[level]]
+            credential_pool = pools.credentials[level]
+            credential = credential_pool[int(credential_draw[level] * len(credential_pool))]
+            school = school_pool[int(school_draw[SCHOOL_LEVEL[level]] * len(school_pool))]
+            lines.append(f"{credential}, {school} | {year}")
+        return "\n".join(lines) + "\n"
+
 
 class EmailDomain(Constraint):
     def is_satisfied_by(self, value: Any) -> bool:
@@ -348,11 +427,10 @@ class TextRenderer:
         )
 
     def render(self, profile: Mapping[str, Any], job: Job) -> Document:
-        resume = self.builder.build(profile)
         return Document(
             applicant_id=str(profile["applicant_id"]),
             job_id=job.job_id,
             kind="text",
-            text=resume.to_text(),
+            text=self.builder.text(profile),
             profile=profile,
         )
