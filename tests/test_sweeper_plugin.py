@@ -178,3 +178,30 @@ def test_the_memo_loader_composes_what_hydras_loader_composes(plugin, monkeypatc
     with pytest.raises(ConfigCompositionException) as our_error:
         ours.load_sweep_config(master, ["occupation=no_such_occupation"])
     assert str(our_error.value) == str(hydras_error.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, imported, not_imported",
+    [
+        ([], ["popfair.case.experiment", "statsmodels.stats.power", "scipy.stats"], []),
+        (["population=paired"], ["popfair.case.experiment"], ["statsmodels.stats.power", "scipy.stats"]),
+        (["plan.enabled=false"], ["popfair.case.experiment"], ["statsmodels.stats.power"]),
+    ],
+)
+def test_warm_up_imports_what_the_first_case_plans_with(overrides, imported, not_imported):
+    """Beside the composing worker the sweep imports the case's modules and its design's power line
+    (a population case's t test: statsmodels and scipy.stats; a paired case's McNemar: neither)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        "import sys\n"
+        "from tests.conftest import compose_config\n"
+        "from popfair.sweep.in_process import warm_up\n"
+        f"warm_up(compose_config({overrides!r}))\n"
+        f"print([m for m in {imported + not_imported!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == repr(imported)

@@ -265,7 +265,9 @@ class ComposeOnceLoader(ConfigLoader):
         cases = [list(overrides) for overrides in batch]
         counter = multiprocessing.get_context("fork").Value("i", 1)  # case 0 is composed
         pending = forked_call(_compose_taken, self.loader, master_config, cases, counter, first_job)
-        import popfair.case.experiment  # noqa: F401 - the pre-flight checks' import, beside the worker
+        from popfair.sweep.in_process import warm_up
+
+        warm_up(self.composed[tuple(batch[0])])  # the checks' and the plans' imports, beside the worker
 
         mine, failed = [0], False
         while not failed and (i := _next_case(counter)) < len(cases):

@@ -239,6 +239,16 @@ POWER: dict[str, Callable[[Any, PowerSettings, PreviousRun | None], PowerPlan | 
 }
 
 
+# what each design's power line imports at its first use: a sweep imports it beside the worker that
+# composes its cases (popfair.sweep.in_process.warm_up), not alone after composing
+POWER_IMPORTS: dict[str, tuple[str, ...]] = {
+    "population": ("statsmodels.stats.power",),
+    "paired": (),  # McNemar from scipy.special (popfair.estimate.light_stats), imported with this module
+    "ranking": ("popfair.estimate.ranking.power",),
+    "table": ("statsmodels.stats.power", "statsmodels.stats.proportion", "scipy.stats"),
+}
+
+
 def plan_power(
     design: str, sample: Any, settings: PowerSettings, previous: PreviousRun | None = None
 ) -> PowerPlan | None:

@@ -88,6 +88,28 @@ def prepare(configs: Sequence[DictConfig], first_job: int, ready: Mapping[int, A
         _NUMBERED[id(config)] = job
 
 
+def warm_up(config: DictConfig) -> None:
+    """What a sweep's cases build with, imported while a forked worker composes the batch (the
+    sweeper's `compose_all`): the case's modules and its design's power line (`POWER_IMPORTS`: a
+    population case's t test imports statsmodels and scipy.stats, a paired case's McNemar neither),
+    read from `config`, the batch's first case."""
+    from importlib import import_module
+
+    import popfair.case.experiment  # noqa: F401 - the pre-flight checks' import
+    from popfair.design.power import POWER_IMPORTS
+
+    if not OmegaConf.select(config, "plan.enabled", default=True):
+        return
+    try:
+        from hydra.utils import get_class
+
+        design = getattr(get_class(str(OmegaConf.select(config, "population._target_"))), "design", "population")
+    except Exception:  # noqa: BLE001 - an unknown population: its case reports it, nothing to warm
+        return
+    for module in POWER_IMPORTS.get(design, ()):
+        import_module(module)
+
+
 def prepare_case(config: DictConfig, job: int) -> tuple[int, DictConfig, dict[Any, Any] | None]:
     """One case of a dry run planned here, numbered as job `job`: (job, its task view, the view
     resolved as the case itself resolves it)."""
