@@ -205,3 +205,49 @@ def test_warm_up_imports_what_the_first_case_plans_with(overrides, imported, not
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == repr(imported)
+
+
+def test_memoised_interpolation_parsing_resolves_as_omegaconf_does():
+    """A sweep parses each distinct interpolation string once (popfair.case.compose.
+    memoise_interpolation_parsing): every case resolves to the same values as without the memo,
+    nested and string interpolations, resolvers and escapes included, and a malformed
+    interpolation still fails as OmegaConf fails."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import os
+from omegaconf import OmegaConf
+from omegaconf.errors import GrammarParseError
+from tests.conftest import compose_config
+from popfair.case.compose import memoise_interpolation_parsing, resolved
+
+os.environ["POPFAIR_MEMO_TEST"] = "from-env"
+extra = OmegaConf.create({
+    "a": 1, "b": "${a}", "c": "x-${b}-${oc.env:POPFAIR_MEMO_TEST}", "d": {"e": "${c}", "f": "\\\\${a}"},
+    "g": "${oc.select:missing,fallback}", "h": ["${a}", "${d.e}"],
+})
+cases = [compose_config(o) for o in ([], ["occupation=teacher", "screener=claude3_haiku"], ["population=paired"])]
+before = [resolved(c) for c in cases] + [OmegaConf.to_container(extra, resolve=True)]
+memoise_interpolation_parsing()
+memoise_interpolation_parsing()  # once is enough; a second call changes nothing
+for _ in range(2):
+    after = [resolved(c) for c in cases] + [OmegaConf.to_container(extra, resolve=True)]
+    assert after == before, "resolved differently"
+assert before[-1]["d"]["f"] == "${a}" and before[-1]["c"] == "x-1-from-env"
+import omegaconf.base
+assert omegaconf.base.parse.cache_info().hits > 0
+for _ in range(2):
+    try:
+        omegaconf.base.parse("${oops")
+    except GrammarParseError:
+        pass
+    else:
+        raise AssertionError("a malformed interpolation resolved")
+print("ok")
+"""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok"

@@ -257,6 +257,9 @@ class ComposeOnceLoader(ConfigLoader):
         self.prepared.clear()
         if not batch:
             return
+        from popfair.case.compose import memoise_interpolation_parsing
+
+        memoise_interpolation_parsing()  # before the fork: the worker resolves the same strings
         self.compose(master_config, batch[0])
         if len(batch) < FORKED_BATCH:
             for overrides in batch[1:]:
