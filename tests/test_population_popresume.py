@@ -349,3 +349,22 @@ def test_disk_cache_builds_once_and_keys_on_inputs(tmp_path, monkeypatch):
     assert disk_cached("unit", ["a"], [scm], build) == {"value": 1}
     assert disk_cached("unit", ["b"], [scm], build) == {"value": 2}
     assert len(calls) == 2
+
+
+def test_file_fingerprint_is_the_content_hash_and_follows_an_edited_file(tmp_path):
+    """A file's hash is kept while the file is unchanged; an edit (a new size or modification time)
+    is hashed again."""
+    import hashlib
+    import os
+
+    from popfair.population.cache import file_fingerprint
+
+    path = tmp_path / "names.csv"
+    path.write_text("a,b\n")
+    assert file_fingerprint(path) == hashlib.sha256(b"a,b\n").hexdigest()
+    assert file_fingerprint(str(path)) == file_fingerprint(path)
+    path.write_text("a,c\n")  # same size: the modification time tells
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert file_fingerprint(path) == hashlib.sha256(b"a,c\n").hexdigest()
+    path.write_text("a,b,c\n")
+    assert file_fingerprint(path) == hashlib.sha256(b"a,b,c\n").hexdigest()

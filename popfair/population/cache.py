@@ -26,12 +26,20 @@ def cache_dir() -> Path | None:
 
 
 def file_fingerprint(path: str | Path) -> str:
-    """Content hash for files up to 64 MB, else size + modification time (national PUMS is GBs)."""
+    """Content hash for files up to 64 MB, else size + modification time (national PUMS is GBs).
+    A file's hash is kept in this process while its size, modification time and inode stay the
+    same (the cases of a sweep fingerprint the same name and PUMS files for every sample)."""
     path = Path(path)
     stat = path.stat()
     if stat.st_size <= 64 * 2**20:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev)
+        if key not in _HASHED:
+            _HASHED[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return _HASHED[key]
     return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+_HASHED: dict[tuple[Any, ...], str] = {}  # (file, size, mtime, inode, device) -> its content hash
 
 
 def cached_path(name: str, parts: Iterable[Any], modules: Iterable[ModuleType]) -> Path | None:
