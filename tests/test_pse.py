@@ -162,7 +162,7 @@ def test_tree_count_search_matches_separately_trained_models():
     features = rng.normal(size=(600, 3)).astype(np.float32)
     target = features[:, 0] - features[:, 1] ** 2 + rng.normal(size=600)
     grid = dml_settings.TuningGrid(n_estimators=(5, 20, 50), max_depth=(1, 3), reg_lambda=(1.0, 5.0))
-    settings = dml_settings.PseSettings(n_bootstrap=100, grid=grid, early_stopping=False)
+    settings = dml_settings.PseSettings(n_bootstrap=100, grid=grid, early_stopping=False, prune_lambda_at=None)
     train, valid = np.arange(480), np.arange(480, 600)
     best, _ = nuisances.search(features, target, "regressor", train, valid, settings)
     losses = separate_fit_losses(features, target, train, valid, grid)
@@ -213,6 +213,57 @@ def test_early_stopping_stops_each_model_at_its_first_rise():
     assert best["loss"] == pytest.approx(scored[chosen], rel=1e-5)
     grown = max(trees for depth, _, trees in scored if depth == chosen[0])
     assert model.booster.num_boosted_rounds() == grown
+
+
+def test_lambda_rung_is_the_largest_grid_count_up_to_the_setting():
+    grid = dml_settings.TuningGrid(n_estimators=(5, 10, 20, 50, 100))
+    rung = {v: dml_settings.PseSettings(grid=grid, prune_lambda_at=v).lambda_rung() for v in (10, 7, 3, 1000, None)}
+    assert rung == {10: 10, 7: 5, 3: 5, 1000: 100, None: 100}
+
+
+@pytest.mark.parametrize("early_stopping", [True, False])
+def test_lambda_pruning_grows_only_each_depths_best_lambda(early_stopping):
+    """With `prune_lambda_at`, every (depth, lambda) model is scored up to the rung; per depth, the
+    lambda with the lowest loss there (of the models early stopping has not ended) is scored on.
+    The selection is the best of those grid points of separately trained models."""
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(500, 4)).astype(np.float32)
+    target = features[:, 0] - features[:, 1] ** 2 + rng.normal(scale=1.5, size=500)
+    grid = dml_settings.TuningGrid(n_estimators=(5, 10, 20, 50), max_depth=(1, 2, 4), reg_lambda=(0.5, 5.0, 50.0))
+    train, valid = np.arange(400), np.arange(400, 500)
+    losses = separate_fit_losses(features, target, train, valid, grid)
+
+    def scored_counts(curve: list[float], last: int) -> int:
+        """How many of the first `last` + 1 counts a model is scored at (early stopping: up to its first rise)."""
+        if not early_stopping:
+            return last + 1
+        return next((i + 1 for i in range(1, last + 1) if curve[i] > curve[i - 1]), last + 1)
+
+    rung = grid.n_estimators.index(10)
+    scored, grown = {}, {}
+    for depth in grid.max_depth:
+        curves = {lam: [losses[(depth, lam, trees)] for trees in grid.n_estimators] for lam in grid.reg_lambda}
+        counts = {lam: scored_counts(curve, rung) for lam, curve in curves.items()}
+        on = [
+            lam
+            for lam in grid.reg_lambda
+            if counts[lam] == rung + 1 and not (early_stopping and curves[lam][rung] > curves[lam][rung - 1])
+        ]
+        if on:
+            keep = min(on, key=lambda lam: curves[lam][rung])
+            counts[keep] = scored_counts(curves[keep], len(grid.n_estimators) - 1)
+        for lam, count in counts.items():
+            scored.update({(depth, lam, trees): curves[lam][i] for i, trees in enumerate(grid.n_estimators[:count])})
+            grown[(depth, lam)] = grid.n_estimators[count - 1]
+    assert len(scored) < len(losses)  # pruning did leave grid points unscored
+    settings = dml_settings.PseSettings(grid=grid, early_stopping=early_stopping, prune_lambda_at=10)
+    best, model = nuisances.search(features, target, "regressor", train, valid, settings)
+    chosen = min(scored, key=scored.get)
+    assert (best["max_depth"], best["reg_lambda"], best["n_estimators"]) == chosen
+    assert best["loss"] == pytest.approx(scored[chosen], rel=1e-5)
+    assert model.booster.num_boosted_rounds() == grown[chosen[:2]]
+    threaded, _ = nuisances.search(features, target, "regressor", train, valid, settings, nuisances.Runner(2))
+    assert threaded == best
 
 
 def test_threaded_tuning_selects_the_serial_hyperparameters():

@@ -78,3 +78,24 @@ def test_a_matchers_callbacks_follow_the_one_value_rule():
         rule = ValueMapping(callback_threshold=threshold)
         assert callbacks == [rule.parse(s, "callback")[0] for s in scores]
         assert 0 < sum(callbacks) < len(docs)
+
+
+def test_line_by_line_counts_equal_sklearns_on_resumes_sharing_lines():
+    """Documents made of shared lines (repeated, empty, stop words only, one word), in every
+    order: the line-by-line counts equal sklearn's HashingVectorizer, including pairs across lines
+    with no words between them; a corpus without words gives an empty matrix."""
+    import numpy as np
+
+    from popfair.screen.tfidf import _count_by_line
+
+    lines = [*DOCS[0].split("\n"), "the and of", "", "single", "ICU nurse ICU nurse", "Café naïve", "x y z"]
+    rng = np.random.default_rng(0)
+    docs = ["\n".join(rng.choice(lines, size=rng.integers(0, 9))) for _ in range(300)] + DOCS
+    options = dict(n_features=2**20, alternate_sign=False, norm=None, ngram_range=(1, 2), stop_words="english")
+    fast = _WordHashing(**options)
+    assert fast.by_line()
+    counts, expected = _count_by_line(fast, docs), HashingVectorizer(**options).transform(docs)
+    assert counts.shape == expected.shape and (counts != expected).nnz == 0
+    assert counts.has_sorted_indices and counts.has_canonical_format
+    assert _count_by_line(fast, ["", "the and\nof", "x"]).nnz == 0
+    assert not _WordHashing(ngram_range=(1, 3)).by_line() and not _WordHashing(lowercase=False).by_line()

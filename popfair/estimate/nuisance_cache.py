@@ -73,6 +73,7 @@ class NuisanceCache:
             "libraries": library_versions(),
             "grid": asdict(settings.grid),
             "early_stopping": settings.early_stopping,
+            "prune_lambda_at": settings.lambda_rung(),
             "seed": settings.seed,
             "validation_fraction": settings.validation_fraction,
             "max_categories": settings.max_categories,

@@ -171,16 +171,19 @@ def _train(
     rounds: int,
     checkpoints: Sequence[int] = (),
     on_checkpoint: Callable[[xgb.Booster, int], bool] | None = None,
+    booster: xgb.Booster | None = None,
 ) -> xgb.Booster:
     """`xgb.train(params, dtrain, rounds)` (the same trees: one `Booster`, one update per round)
     without its per-round callback machinery; `on_checkpoint(booster, rounds)` runs after each round count
     in `checkpoints` (the search scores its validation rows there) and stops the training when it
-    returns False. Unlike `xgb.train`, the booster is not `reset()`: that re-serialises the model
-    (about 5 ms a fit, 225 fits a case) to free the training caches, which these short-lived
-    models free when they are dropped; predictions are the same."""
-    booster = xgb.Booster(dict(params), [dtrain])
+    returns False. `booster` (trained by this function on `dtrain`) is grown on from its rounds to
+    `rounds`: the trees of one uninterrupted training. Unlike `xgb.train`, the booster is not
+    `reset()`: that re-serialises the model (about 5 ms a fit, 225 fits a case) to free the training
+    caches, which these short-lived models free when they are dropped; predictions are the same."""
+    start = 0 if booster is None else booster.num_boosted_rounds()
+    booster = xgb.Booster(dict(params), [dtrain]) if booster is None else booster
     wanted = set(checkpoints)
-    for i in range(rounds):
+    for i in range(start, rounds):
         if i == 0 or _ONE_ITER is None:
             booster.update(dtrain, iteration=i)  # the first round also records the feature names
         else:
@@ -223,7 +226,8 @@ def search(
     """Best (max_depth, reg_lambda, n_estimators) by validation Brier/MSE; ties keep the smaller model.
     With `settings.early_stopping`, a (max_depth, reg_lambda) model stops growing at the first tree
     count of the grid whose validation loss is above the previous count's, and the larger counts
-    are not candidates."""
+    are not candidates. With `settings.prune_lambda_at`, each max_depth grows all its reg_lambda
+    models to that tree count (`PseSettings.lambda_rung`) and only the best of them beyond it."""
     return _start_search(features, target, kind, train, valid, settings, runner or Runner(1), ref, groups)[0]()
 
 
@@ -238,7 +242,7 @@ def _start_search(
     ref: xgb.QuantileDMatrix | None = None,
     groups: np.ndarray | None = None,
 ) -> tuple[Callable[[], tuple[dict[str, float], Fit]], xgb.QuantileDMatrix]:
-    """Submit one fit per (max_depth, reg_lambda) to `runner`; returns a function that waits for
+    """Submit one fit per (max_depth, reg_lambda), or per max_depth when pruning, to `runner`; returns a function that waits for
     them and picks the best grid point exactly as a serial loop over the grid would, and the
     training matrix (a `ref` for searches on the same features). Early stopping (`search`) is
     decided inside each fit from its own losses, so the selection does not depend on n_jobs."""
@@ -253,7 +257,9 @@ def _start_search(
     # several boosters are safe; each keeps its own prediction cache for it).
     dvalid = xgb.DMatrix(x_valid, nthread=1)
 
-    def fit(depth: int, lam: float) -> tuple[xgb.Booster, list[float]]:
+    def grow(
+        depth: int, lam: float, rounds: int, state: tuple[xgb.Booster, dict[int, float]] | None = None
+    ) -> tuple[xgb.Booster, dict[int, float]]:
         # The validation rows are scored as the trees are added: predicting a DMatrix with the
         # whole model reuses XGBoost's prediction cache, so each tree is evaluated once (100 tree
         # evaluations instead of 5 + 10 + 20 + 50 + 100), and the sums are the same floats, in the
@@ -261,7 +267,8 @@ def _start_search(
         # Early stopping: a loss above the previous tree count's ends the fit (the rounds after it
         # are never trained; on the paper's grid and the simulated SFM this skips about 30% of the
         # rounds, the deepest, without changing a selection); unscored counts get an infinite loss.
-        losses: dict[int, float] = {}
+        # `state` (a booster and its losses) is grown on to `rounds`.
+        losses: dict[int, float] = {} if state is None else state[1]
 
         def score(booster: xgb.Booster, n_trees: int) -> bool:
             predicted = booster.predict(dvalid)
@@ -272,29 +279,45 @@ def _start_search(
             losses[n_trees] = loss
             return not (settings.early_stopping and loss > previous)
 
-        booster = _train(
-            xgb_params(kind, depth, lam, settings), dtrain, max(grid.n_estimators), grid.n_estimators, score
-        )
-        return booster, [losses.get(n_trees, np.inf) for n_trees in grid.n_estimators]
+        params = xgb_params(kind, depth, lam, settings)
+        booster = _train(params, dtrain, rounds, grid.n_estimators, score, None if state is None else state[0])
+        return booster, losses
 
-    pending = [(depth, lam, runner.submit(fit, depth, lam)) for depth in grid.max_depth for lam in grid.reg_lambda]
+    top, rung = max(grid.n_estimators), settings.lambda_rung()
+    prune = rung < top and len(grid.reg_lambda) > 1
+
+    def fit(depth: int, lams: Sequence[float]) -> list[tuple[xgb.Booster, list[float]]]:
+        # Pruning (`settings.prune_lambda_at`): every lambda's model grows to the rung, then only
+        # the one with the lowest loss there (ties: the smaller lambda) that has not stopped.
+        models = [grow(depth, lam, rung if prune else top) for lam in lams]
+        growing = [i for i, (_, losses) in enumerate(models) if rung in losses and not _rose(losses, settings)]
+        if prune and growing:
+            keep = min(growing, key=lambda i: models[i][1][rung])
+            models[keep] = grow(depth, lams[keep], top, models[keep])
+        return [(booster, [losses.get(n, np.inf) for n in grid.n_estimators]) for booster, losses in models]
+
+    batches = [tuple(grid.reg_lambda)] if prune else [(lam,) for lam in grid.reg_lambda]
+    pending = [(depth, lams, runner.submit(fit, depth, lams)) for depth in grid.max_depth for lams in batches]
 
     def best() -> tuple[dict[str, float], Fit]:
         chosen: tuple[float, dict[str, float], Fit] | None = None
-        for depth, lam, future in pending:
-            booster, losses = future.result()
-            for n_trees, loss in zip(grid.n_estimators, losses):
-                if chosen is None or loss < chosen[0] - 1e-12:
-                    chosen = (
-                        loss,
-                        {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees},
-                        Fit(booster, n_trees),
-                    )
+        for depth, lams, future in pending:
+            for lam, (booster, losses) in zip(lams, future.result()):
+                for n_trees, loss in zip(grid.n_estimators, losses):
+                    if chosen is None or loss < chosen[0] - 1e-12:
+                        params = {"max_depth": depth, "reg_lambda": lam, "n_estimators": n_trees}
+                        chosen = (loss, params, Fit(booster, n_trees))
         assert chosen is not None
         loss, params, model = chosen
         return {**params, "loss": loss}, model
 
     return best, dtrain
+
+
+def _rose(losses: Mapping[int, float], settings: PseSettings) -> bool:
+    """Whether early stopping ended a model: its last loss is above the one before."""
+    values = [losses[n] for n in sorted(losses)]
+    return settings.early_stopping and len(values) > 1 and values[-1] > values[-2]
 
 
 def tune(
