@@ -257,19 +257,22 @@ class ResumeBuilder:
             resume_id = applicant_id
         return applicant_id, first, last, state, edu_level, age, exp_year, birth_year, str(resume_id)
 
-    def build(self, profile: Mapping[str, Any]) -> Resume:
-        _, first, last, state, edu_level, age, exp_year, birth_year, resume_id = self._fields(profile)
-        uniform = applicant_stream(resume_id, self.seed).random
-        pools, per_role = self.pools, self.bullets_per_role
-
-        # contact: fixed number of draws
+    def _contact(self, uniform: Callable[[], float], first: str, last: str, state: str) -> tuple[str, str, str]:
+        """Location, phone and e-mail: the stream's first three draws, whatever the profile."""
         cities = self.cities[state]
         city, area_code = cities[int(uniform() * len(cities))]
         phone = f"({area_code}) 555-01{int(uniform() * 100):02d}"
         pattern = EMAIL_PATTERNS[int(uniform() * len(EMAIL_PATTERNS))]
         first_key, last_key = _ascii_letters(first) or "applicant", _ascii_letters(last) or "resume"
         email = pattern.format(first=first_key, last=last_key, f=first_key[0]) + "@" + self.email_domain
-        location = f"{city}, {state}"
+        return f"{city}, {state}", phone, email
+
+    def build(self, profile: Mapping[str, Any]) -> Resume:
+        _, first, last, state, edu_level, age, exp_year, birth_year, resume_id = self._fields(profile)
+        uniform = applicant_stream(resume_id, self.seed).random
+        pools, per_role = self.pools, self.bullets_per_role
+
+        location, phone, email = self._contact(uniform, first, last, state)
 
         # draws from every pool, in a fixed order and number whatever the profile
         skills = _draw(uniform, pools.skills, self.n_skills)
@@ -325,13 +328,7 @@ class ResumeBuilder:
         # seed): the same stream as applicant_stream's, without the Python-level seeding
         uniform = _random.Random(stream_seed(resume_id, self.seed)).random
         pools, per_role = self.pools, self.bullets_per_role
-        cities = self.cities[state]
-        city, area_code = cities[int(uniform() * len(cities))]
-        phone = f"({area_code}) 555-01{int(uniform() * 100):02d}"
-        pattern = EMAIL_PATTERNS[int(uniform() * len(EMAIL_PATTERNS))]
-        first_key, last_key = _ascii_letters(first) or "applicant", _ascii_letters(last) or "resume"
-        email = pattern.format(first=first_key, last=last_key, f=first_key[0]) + "@" + self.email_domain
-        location = f"{city}, {state}"
+        location, phone, email = self._contact(uniform, first, last, state)
         lines = [f"{first} {last}", f"{location} | {phone} | {email}", "", SECTION_TITLES[0]]
         drawn = []
         for pool, k in self._draws:  # _draw of each pool in build's order, inlined
