@@ -90,6 +90,15 @@ def _register_plugins() -> None:
     plugins.register(PopfairJoblibLauncher)
 
 
-if __name__ == "__main__":
-    main()
+def command() -> None:
+    """`python -m popfair` and the `popfair` console script: `main`, then the exit without the
+    interpreter's teardown (popfair.runtime.entry.exit_without_teardown), with main's status."""
+    try:
+        main()
+    except SystemExit as done:  # Hydra ends a failed sweep, and popfair a failed case, with SystemExit
+        exit_without_teardown(done.code)
     exit_without_teardown()
+
+
+if __name__ == "__main__":
+    command()

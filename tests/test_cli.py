@@ -146,3 +146,8 @@ def test_a_returned_command_skips_only_the_interpreters_teardown(tmp_path):
     assert done.stdout == "last line, unflushed"
     assert (tmp_path / "atexit").exists() and (tmp_path / "thread").exists()
     assert not (tmp_path / "finalized").exists()
+    # a SystemExit's code is the status: a number as it is, a message on standard error with status 1
+    for code, status, stderr in (("3", 3, ""), ("'popfair: stopped'", 1, "popfair: stopped\n")):
+        script.write_text(f"from popfair.runtime.entry import exit_without_teardown\nexit_without_teardown({code})\n")
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+        assert (done.returncode, done.stderr) == (status, stderr)

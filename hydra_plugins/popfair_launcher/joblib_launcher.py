@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import threading
@@ -33,13 +32,9 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
 from omegaconf import DictConfig, open_dict
 
-from popfair.track.background import WORKER_MODULES
+from popfair.sweep.fork_server import runs_cases_here, start_fork_server
 
 log = logging.getLogger(__name__)
-
-# imported once by the fork server, so that every case's process (and the tracking worker it forks)
-# starts with them loaded
-PRELOAD = ["popfair.sweep.case", "popfair.case.experiment", *WORKER_MODULES]
 
 
 def _run_in_worker(payload: bytes, results: Connection) -> None:
@@ -77,11 +72,8 @@ class PopfairJoblibLauncher(JoblibLauncher):
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        if not config.get("dry_run", False) and not config.get("check", False):  # cases will run here
-            # the fork server imports PRELOAD (3-5 s) in its own process while this one runs the
-            # pre-flight checks, instead of after them
-            multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
-            multiprocessing.forkserver.ensure_running()
+        if runs_cases_here(config):  # started by the sweep callback already, unless there is none
+            start_fork_server(config)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from joblib import effective_n_jobs
@@ -94,8 +86,7 @@ class PopfairJoblibLauncher(JoblibLauncher):
         log.info("popfair joblib launcher: %d jobs, %d at a time, each in its own process", len(job_overrides), workers)
         for idx, overrides in enumerate(job_overrides):
             log.info("\t#%d : %s", initial_job_idx + idx, " ".join(filter_overrides(overrides)))
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
+        context = multiprocessing.get_context("forkserver")  # started by setup, or here with its defaults
         singleton_state = Singleton.get_state()
         jobs = [(initial_job_idx + idx, list(overrides)) for idx, overrides in enumerate(job_overrides)]
         self._running: dict[int, Any] = {}  # job -> its live worker process

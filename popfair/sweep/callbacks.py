@@ -17,6 +17,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.core.errors import ConfigError
+from popfair.sweep.fork_server import runs_cases_here, start_fork_server
 from popfair.sweep.preflight import check_shared_services
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, SweepInfo, read_case_records, sweep_grid
 
@@ -62,6 +63,8 @@ class SweepCallback(Callback):
 
         if config.get("check", False):  # popfair doctor: the sweeper checks the cases and exits
             return
+        if runs_cases_here(config):  # its imports run beside MLflow's and the pre-flight checks
+            start_fork_server(config)
         try:
             check_shared_services(config)
         except ConfigError as exc:  # Hydra turns a callback's Exception into a warning and goes on

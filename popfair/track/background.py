@@ -101,7 +101,7 @@ def _here(cwd: str, environ: dict[str, str], fn: Callable[..., Any], *args: Any)
 
 # What the worker's logging needs: MLflow, its default store (sqlite:///...), and matplotlib's Agg
 # canvas for the figures it draws (together 2-3 s to import). A sweep's fork server imports them too
-# (hydra_plugins.popfair_launcher), so that no case process or its worker imports them again.
+# (popfair.sweep.fork_server), so that no case process or its worker imports them again.
 WORKER_MODULES = (
     "mlflow",
     "mlflow.store.tracking.sqlalchemy_store",

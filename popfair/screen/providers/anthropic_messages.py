@@ -52,6 +52,7 @@ class AnthropicMessages(Provider):
     """POST /v1/messages through the official `anthropic` SDK; Message Batches for batch mode."""
 
     batch_api = AnthropicBatches
+    sdk = "anthropic"
     base_url_env = "ANTHROPIC_BASE_URL"
     default_url = "https://api.anthropic.com"
 

@@ -200,6 +200,8 @@ class Provider(ABC):
     # The variable the SDK reads its endpoint from when base_url is null (OPENAI_BASE_URL ...).
     base_url_env: ClassVar[str | None] = None
     default_url: ClassVar[str] = ""  # the SDK's endpoint when neither is set (for messages)
+    # The SDK's module, imported when a client opens (a sweep's fork server imports it once for all cases).
+    sdk: ClassVar[str] = ""
 
     def __init__(
         self,

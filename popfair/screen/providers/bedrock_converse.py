@@ -31,6 +31,8 @@ TRANSIENT_CODES = {
 
 @register_provider("bedrock")
 class BedrockConverse(Provider):
+    sdk = "boto3"
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._pool: ThreadPoolExecutor | None = None

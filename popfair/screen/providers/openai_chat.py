@@ -132,6 +132,7 @@ class OpenAIChat(Provider):
     the Batch API for batch mode."""
 
     batch_api: ClassVar[type[BatchApi] | None] = OpenAIBatches
+    sdk = "openai"
     base_url_env = "OPENAI_BASE_URL"
     default_url = "https://api.openai.com/v1"
 
