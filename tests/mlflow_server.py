@@ -44,6 +44,9 @@ def mlflow_server(store: Path, timeout_s: float = 90.0) -> Iterator[str]:
         cwd=store,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # without MLflow's job runner (huey consumers for GenAI jobs, which popfair never submits):
+        # they took about 7 CPU s per server in the suite
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"

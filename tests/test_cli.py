@@ -52,7 +52,7 @@ def test_cfg_job_prints_composed_config(tmp_path):
 
 
 def test_unknown_option_fails_fast(tmp_path):
-    out = popfair("screener=nope", cwd=tmp_path)
+    out = popfair_in_process("screener=nope", cwd=tmp_path)
     assert out.returncode != 0
     assert "nope" in out.stderr
 
@@ -71,7 +71,7 @@ def test_missing_pums_file_is_a_clear_error(tmp_path):
 
 
 def test_multirun_makes_one_mlflow_run_per_case(tmp_path):
-    out = popfair(
+    out = popfair_in_process(
         "-m",
         "occupation=nurse,teacher",
         "population.n=300",
@@ -84,6 +84,22 @@ def test_multirun_makes_one_mlflow_run_per_case(tmp_path):
     runs = mlflow.search_runs(experiment_names=["popfair"])
     cases = runs[runs["tags.popfair.sweep"] != "parent"]  # the sweep's parent run has no case params
     assert sorted(cases["params.occupation.key"]) == ["nurse", "teacher"]
+
+
+def test_runs_from_two_folders_in_one_process_log_into_their_own_stores(tmp_path):
+    """The default tracking URI is relative (sqlite:///mlruns/mlflow.db) and MLflow keeps one store
+    per URI string: a second run in the same process from another folder (the Python API, a notebook)
+    must still log into that folder's store, not the first one's."""
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        out = popfair_in_process(
+            "population.n=200", "estimator=outcome_gap", "outcome_audit=null", f"run_name={name}", cwd=tmp_path / name
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+    for name in ("first", "second"):
+        mlflow.set_tracking_uri(f"sqlite:///{tmp_path / name}/mlruns/mlflow.db")
+        runs = mlflow.search_runs(experiment_names=["popfair"])
+        assert runs["tags.mlflow.runName"].tolist() == [name]
 
 
 @pytest.mark.parametrize(

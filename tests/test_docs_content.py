@@ -4,7 +4,6 @@ have (LICENSE, CITATION.cff, CHANGELOG.md), the copy button's extension, no stra
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+
+from tests.conftest import popfair_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -47,15 +48,7 @@ def test_tables_guide_prints_what_the_command_prints(tmp_path):
     command = _block(TABLES, "### Try it on the sample table", "bash").replace("\\\n", " ").split()
     assert command[:3] == ["python", "-m", "popfair"]
     overrides = [a.replace("docs/data/", f"{DOCS}/data/") for a in command[3:]] + ["tracking=none"]
-    env = {**os.environ, "DATAFRAME_FRAMEWORK": "pandas", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "popfair", *overrides],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    done = popfair_in_process(*overrides, cwd=tmp_path)  # what it prints: in this process
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout.splitlines()
     shown = _block(TABLES, "### Try it on the sample table", "text").splitlines()

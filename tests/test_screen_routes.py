@@ -6,9 +6,6 @@ OPENAI_API_KEY is set, and says so."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import mlflow
 import pytest
@@ -18,10 +15,9 @@ from popfair.case.experiment import Experiment
 from popfair.core.errors import MissingSecretError
 from popfair.runtime.routes import AWS_VARIABLES
 from popfair.runtime.secrets import KNOWN_SECRET_VARIABLES
-from tests.conftest import compose_config
+from tests.conftest import compose_config, popfair_in_process
 from tests.llm_stub import StubServer
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-route-test-0123456789abcdef"
 
 
@@ -70,24 +66,16 @@ def test_no_key_at_all_lists_every_route_with_its_variable_and_override(no_keys,
 
 
 def test_design_card_command_with_only_openai_key_goes_through_openai_and_says_so(no_keys, tmp_path):
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OPENAI_API_KEY": KEY}
     with StubServer() as stub:
         env["OPENAI_BASE_URL"] = f"{stub.url}/v1"  # the SDK's own variable: the command stays the card's
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "popfair",
-                "screener=gpt4o_mini",
-                "occupation=nurse",
-                "population.n=60",
-                "estimator=outcome_gap",
-                "screener.engine.progress=false",
-            ],
+        out = popfair_in_process(  # what it prints: in this process, with exactly this environment
+            "screener=gpt4o_mini",
+            "occupation=nurse",
+            "population.n=60",
+            "estimator=outcome_gap",
+            "screener.engine.progress=false",
             cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
             env=env,
         )
         assert out.returncode == 0, out.stderr[-3000:]

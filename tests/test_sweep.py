@@ -380,7 +380,7 @@ def test_popresume_grid_dry_run_plans_its_cases_without_keys_or_photos(tmp_path)
 def test_offline_callback_panel_sweep_reports_the_panel(tmp_path):
     """The offline twin of the panel, narrowed to two local screeners on 40 postings: child runs
     under one parent, the panel tables per axis with Bonferroni over 2 models, and the charts."""
-    out = popfair(
+    out = popfair_in_process(
         "-m",
         "experiment=callback_panel_offline",
         "screener=tfidf,simulated_paired",
@@ -430,7 +430,7 @@ def headshots(tmp_path) -> Path:
 def test_offline_popresume_grid_image_cells_report_photo_vs_no_photo(tmp_path, headshots):
     """The offline PopResume twin narrowed to one occupation, gender and the two image cells: PSE
     effects per case, forest plots, the pattern tally, and the photo vs no-photo NDE pair."""
-    out = popfair(
+    out = popfair_in_process(
         "-m",
         "experiment=popresume_grid_offline",
         "occupation=nurse",

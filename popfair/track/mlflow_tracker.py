@@ -58,6 +58,16 @@ def git_commit() -> str:
         return "unknown"
 
 
+def absolute_sqlite_uri(uri: str) -> str:
+    """A relative sqlite URI (sqlite:///mlruns/mlflow.db) made absolute against this folder. MLflow
+    caches a store per URI string, and so does the tracking worker: without this, a second run in the
+    same process from another folder (the Python API, a notebook) would log into the first one's file."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////") and ":memory:" not in uri:
+        path, query = uri.removeprefix("sqlite:///").partition("?")[::2]
+        return f"sqlite:///{Path(path).resolve()}" + (f"?{query}" if query else "")
+    return uri
+
+
 class MlflowTracker:
     """Logs to `uri` (default sqlite:///mlruns/mlflow.db) with artifacts under `artifact_root`."""
 
@@ -74,7 +84,7 @@ class MlflowTracker:
             f"must be an MLflow tracking URI such as sqlite:///mlruns/mlflow.db, got {uri!r}",
         )
         require(bool(experiment_name), "tracking.experiment_name", "must be non-empty")
-        self.uri, self.experiment_name, self.enabled = uri, experiment_name, enabled
+        self.uri, self.experiment_name, self.enabled = absolute_sqlite_uri(uri), experiment_name, enabled
         self.artifact_root = artifact_root
         self.failed_run_id: str | None = None  # the last run of this tracker that ended FAILED
 
