@@ -22,8 +22,15 @@ from tests.conftest import compose_config
 from tests.llm_stub import Faults, StubServer
 from tests.screen_helpers import JOBS, documents, make_screener
 
-for sdk in ("openai", "anthropic", "boto3"):  # imported here: the timings below are of the screening alone
-    pytest.importorskip(sdk)
+
+@pytest.fixture(scope="module", autouse=True)
+def _sdks_imported():
+    """The SDKs imported before the first test of this module (the timings below are of the screening
+    alone), on the xdist worker that runs them, not at every worker's collection (about 3 s each)."""
+    for sdk in ("openai", "anthropic", "boto3"):
+        pytest.importorskip(sdk)
+
+
 ROWS = 3000  # far more rows than requests a stopped case may send
 # the shipped retry settings (1 s backoff doubling over 6 attempts): fail-fast must not wait them out
 SHIPPED = {"backoff_initial_s": 1.0, "backoff_max_s": 60.0, "backoff_jitter_s": 1.0, "max_attempts": 6}
