@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import pandas as pd
 
@@ -103,7 +104,18 @@ def summary(
     if sequential:
         lines += ["(the table above is the fixed-n analysis of the n used)", *sequential]
     if run_id:
-        lines += [f"MLflow run id: {run_id}", f"open the UI:   mlflow ui --backend-store-uri {tracking_uri}"]
+        lines += [f"MLflow run id: {run_id}", f"open the UI:   mlflow ui --backend-store-uri {_as_typed(tracking_uri)}"]
     if timings:
         lines.append(timing_line(timings, total))
     return "\n".join(lines)
+
+
+def _as_typed(uri: str | None) -> str | None:
+    """A sqlite store below this folder as the user types it (sqlite:///mlruns/mlflow.db): the tracker
+    holds it absolute (popfair.track.mlflow_tracker.absolute_sqlite_uri), which works from anywhere
+    but reads worse in the line a user copies from this folder."""
+    if uri and uri.startswith("sqlite:////"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if path.is_relative_to(Path.cwd()):
+            return f"sqlite:///{path.relative_to(Path.cwd())}"
+    return uri
