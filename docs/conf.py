@@ -165,6 +165,7 @@ html_theme = "pydata_sphinx_theme"
 html_title = "popfair"
 html_static_path = ["_static"]
 html_css_files = ["popfair.css"]
+html_favicon = "_static/favicon.svg"  # else every browser asks for /favicon.ico and logs a 404
 html_show_sourcelink = False
 html_theme_options = {
     "navbar_align": "left",

@@ -62,9 +62,14 @@ LONGEST_FIRST = (
 )
 
 
+# Session fixtures that start a server (10 CPU s for `mlflow server`): their tests share one worker
+SHARED_SERVERS = ("mlflow_tracking_server",)
+
+
 def _module_fixture_groups(item: pytest.Item) -> list[str]:
-    """Module- or class-scoped fixtures that `item`'s own module defines (with the parameter it gets):
-    the tests sharing one are kept on one xdist worker, so the fixture is built once, not per worker."""
+    """Module- or class-scoped fixtures that `item`'s own module defines (with the parameter it gets),
+    and the SHARED_SERVERS it uses: the tests sharing one are kept on one xdist worker, so the fixture
+    is built once, not per worker."""
     module = item.nodeid.split("::", 1)[0]
     groups = []
     for name, definitions in item._fixtureinfo.name2fixturedefs.items():
@@ -73,6 +78,8 @@ def _module_fixture_groups(item: pytest.Item) -> list[str]:
             callspec = getattr(item, "callspec", None)
             param = f".{callspec.indices[name]}" if callspec is not None and name in callspec.indices else ""
             groups.append(f"{Path(module).stem}.{name}{param}")
+        elif name in SHARED_SERVERS:  # a session fixture: started once, on the worker that runs its tests
+            groups.append(name)
     return groups
 
 
