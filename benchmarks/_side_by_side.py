@@ -1,5 +1,5 @@
 """What the side-by-side benchmarks share: CPU seconds of finished child processes, the load average
-as printed beside every figure, and a baseline source tree (a path, or a detached git worktree of a
+and the speed of a core as printed beside every figure, and a baseline source tree (a path, or a detached git worktree of a
 commit, removed afterwards) to run against this one in the same sitting."""
 
 from __future__ import annotations
@@ -25,6 +25,22 @@ def child_cpu() -> float:
 def load() -> str:
     """The 1, 5 and 15 minute load averages, as '1.23/0.98/0.75'."""
     return "/".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def core_speed() -> float:
+    """CPU seconds of a fixed pure-Python loop (2M additions), best of three: how fast one core of this
+    machine runs Python now (lower is faster). The load average does not show a host whose cores are
+    slowed by work outside this machine; this does: on the same 2-core machine it read 0.09-0.14 s
+    within ten minutes. Read figures taken at different core speeds as different machines."""
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        start, total = time.process_time(), 0
+        for i in range(2_000_000):
+            total += i
+        best = min(best, time.process_time() - start)
+    return best
 
 
 @contextmanager

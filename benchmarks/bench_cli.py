@@ -14,7 +14,15 @@
 Wall times include waiting for a core: the load average is printed with each figure; CPU seconds
 are those of the process and its children.
 
+With --baseline-commit (e928285, main when issue 35 was filed) or --baseline PATH, the default case's
+two runs are timed on that tree too, in the same sitting, the trees alternating round by round, each
+run pair in a fresh folder. Against e928285 it prints the ratios and, from the issue's figures for
+that commit on the machine the targets were set on (14.0 s first, 7.6 s second), this tree's time
+there: a machine slower or busier than that one then does not read as a miss. (The single-tree
+default-case lines above are then left out: the side-by-side rounds time the same runs.)
+
     python benchmarks/bench_cli.py [--skip-default-case] [--repeat 3]
+        [--baseline-commit e928285 | --baseline PATH] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -29,13 +37,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks._side_by_side import child_cpu  # noqa: E402
+from benchmarks._side_by_side import baseline_tree, child_cpu, core_speed, load  # noqa: E402
+
+# the default case on e928285 (main when issue 35 was filed) on the quiet 2-core machine of its targets
+ISSUE_BASELINE = {"commit": "e928285", "first": 14.0, "second": 7.6}
+TARGETS_S = {"first": 12.0, "second": 6.0}
 
 
-def timed(*args: str, cwd: str) -> tuple[float, subprocess.CompletedProcess]:
-    """Wall seconds of `python -m popfair *args`; its CPU seconds are left in `timed.cpu`."""
+def timed(*args: str, cwd: str, tree: Path = ROOT) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall seconds of `python -m popfair *args` from source `tree`; its CPU seconds are left in `timed.cpu`."""
     # as on a user's install, popfair's compiled modules are kept (this machine sets PYTHONDONTWRITEBYTECODE)
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(ROOT)}
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(tree)}
     start, cpu = time.perf_counter(), child_cpu()
     out = subprocess.run(
         [sys.executable, "-m", "popfair", *args],
@@ -49,16 +61,81 @@ def timed(*args: str, cwd: str) -> tuple[float, subprocess.CompletedProcess]:
     seconds = time.perf_counter() - start
     timed.cpu = child_cpu() - cpu  # type: ignore[attr-defined]
     if out.returncode != 0:
-        raise SystemExit(f"popfair {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+        raise SystemExit(f"popfair {' '.join(args)} ({tree}) failed:\n{out.stderr[-3000:]}")
     return seconds, out
+
+
+def side_by_side(baseline: Path, label: str, rounds: int) -> None:
+    """The default case's first and second run on this tree and on `baseline`, alternating, each pair in
+    a fresh folder; best and median of each, their ratios, and (against the issue's baseline commit)
+    this tree's time on the machine the targets were set on."""
+    import statistics
+
+    trees = [("this tree", ROOT), ("baseline", baseline)]
+    times: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(rounds):
+        for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
+            with tempfile.TemporaryDirectory() as folder:
+                for run in ("first", "second"):
+                    before = load()
+                    seconds, _ = timed(cwd=folder, tree=tree)
+                    times.setdefault((name, run), []).append(seconds)
+                    print(
+                        f"  {name:9s} round {round_ + 1} {run:6s} run: {seconds:5.1f} s "  # type: ignore[attr-defined]
+                        f"({timed.cpu:.1f} CPU s; load {before} -> {load()})",
+                        flush=True,
+                    )
+    for run in ("first", "second"):
+        ours, base = times[("this tree", run)], times[("baseline", run)]
+        ratios = (min(ours) / min(base), statistics.median(ours) / statistics.median(base))
+        line = (
+            f"default case, {run} run: this tree best {min(ours):.1f} s, median {statistics.median(ours):.1f} s; "
+            f"baseline ({label}) best {min(base):.1f} s, median {statistics.median(base):.1f} s; "
+            f"ratio {min(ratios):.2f}-{max(ratios):.2f}x"
+        )
+        if label.startswith(ISSUE_BASELINE["commit"]):
+            there = ISSUE_BASELINE[run]
+            low, high = min(ratios) * there, max(ratios) * there
+            target = TARGETS_S[run]
+            verdict = "PASS" if high <= target else "PASS at best" if low <= target else "FAIL"
+            line += (
+                f"\n  on the machine of the target (baseline {there} s there): {low:.1f}-{high:.1f} s, "
+                f"target <= {target:.0f} s: {verdict}"
+            )
+        print(line)
+
+
+def default_case(folder: str) -> None:
+    """The default case twice in `folder` on this tree: a fresh MLflow database, then every cache filled."""
+    seconds, out = timed(cwd=folder)
+    stages = next((line for line in out.stdout.splitlines() if line.startswith("time: ")), "time: (no summary)")
+    print(
+        f"default case: {seconds:.1f} s end to end ({timed.cpu:.1f} CPU s, all threads and "  # type: ignore[attr-defined]
+        f"workers), fresh MLflow database  target <= 12 s: "
+        f"{'PASS' if seconds <= 12 else 'FAIL'}  (load {os.getloadavg()[0]:.2f})\n  {stages}"
+    )
+    seconds, out = timed(cwd=folder)
+    stages = next((line for line in out.stdout.splitlines() if line.startswith("time: ")), "time: (no summary)")
+    print(
+        f"default case again (MLflow database, response, document and nuisance caches exist): {seconds:.1f} s "
+        f"({timed.cpu:.1f} CPU s)  target <= 6 s: {'PASS' if seconds <= 6 else 'FAIL'}  "  # type: ignore[attr-defined]
+        f"(load {os.getloadavg()[0]:.2f})"
+        f"\n  {stages}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-default-case", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", help="a baseline source tree to time the default case on as well")
+    parser.add_argument("--baseline-commit", help="a baseline commit (a temporary git worktree), e.g. e928285")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the side-by-side default case")
     args = parser.parse_args()
-    print(f"cpu cores visible: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f} (machine shared)")
+    print(
+        f"cpu cores visible: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f} (machine shared); "
+        f"core speed {core_speed():.3f} s (benchmarks/_side_by_side.py: core_speed)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         fast = min(timed("--help", cwd=tmp)[0] for _ in range(args.repeat))
         hydra = min(timed("--help", "seed=0", cwd=tmp)[0] for _ in range(args.repeat))
@@ -67,23 +144,11 @@ def main() -> None:
             f"ratio {hydra / fast:.1f}x  target < 1 s: {'PASS' if fast < 1 else 'FAIL'}  "
             f"(load {os.getloadavg()[0]:.2f})"
         )
-        if args.skip_default_case:
-            return
-        seconds, out = timed(cwd=tmp)
-        stages = next((line for line in out.stdout.splitlines() if line.startswith("time: ")), "time: (no summary)")
-        print(
-            f"default case: {seconds:.1f} s end to end ({timed.cpu:.1f} CPU s, all threads and "  # type: ignore[attr-defined]
-            f"workers), fresh MLflow database  target <= 12 s: "
-            f"{'PASS' if seconds <= 12 else 'FAIL'}  (load {os.getloadavg()[0]:.2f})\n  {stages}"
-        )
-        seconds, out = timed(cwd=tmp)
-        stages = next((line for line in out.stdout.splitlines() if line.startswith("time: ")), "time: (no summary)")
-        print(
-            f"default case again (MLflow database, response, document and nuisance caches exist): {seconds:.1f} s "
-            f"({timed.cpu:.1f} CPU s)  target <= 6 s: {'PASS' if seconds <= 6 else 'FAIL'}  "  # type: ignore[attr-defined]
-            f"(load {os.getloadavg()[0]:.2f})"
-            f"\n  {stages}"
-        )
+        if not (args.skip_default_case or args.baseline or args.baseline_commit):
+            default_case(tmp)
+    if (args.baseline or args.baseline_commit) and not args.skip_default_case:
+        with baseline_tree(args.baseline, args.baseline_commit or "", prefix="popfair-cli-baseline-") as tree:
+            side_by_side(tree, args.baseline or args.baseline_commit, args.rounds)
 
 
 if __name__ == "__main__":
