@@ -60,10 +60,18 @@ def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
     return experiment, result, truth
 
 
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    """One cache folder for the module's cases: the gender screeners' cases share the population's
+    sample and propensity nuisances (the screener's scores do not enter them), as a sweep's cases do;
+    reusing them is bit for bit what fitting them again gives (tests/test_nuisance_cache.py)."""
+    return tmp_path_factory.mktemp("ident")
+
+
 @pytest.fixture(scope="module", params=[*SCREENERS, "race"])
-def nurse_case(request, tmp_path_factory):
+def nurse_case(request, shared_cache):
     """One full-size nurse case per screener (gender), and the direct screener on race."""
-    tmp = tmp_path_factory.mktemp(f"ident_{request.param}")
+    tmp = shared_cache
     overrides = ["protected_attr=race"] if request.param == "race" else SCREENERS[request.param]
     return request.param, *_run(overrides, tmp)
 
