@@ -24,6 +24,9 @@ from popfair.report.console import format_effects
 from popfair.report.sweep import case_table
 from tests.conftest import compose_config
 
+# one worker runs the module's four cases, so they share `shared_cache` (per worker otherwise)
+pytestmark = pytest.mark.xdist_group("test_identification")
+
 FAST_DML = [
     "estimator.n_bootstrap=300",
     "estimator.grid={n_estimators:[20,50,100],max_depth:[2,3],reg_lambda:[1.0]}",
