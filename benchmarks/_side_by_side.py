@@ -1,6 +1,7 @@
 """What the side-by-side benchmarks share: CPU seconds of finished child processes, the load average
-and the speed of a core as printed beside every figure, and a baseline source tree (a path, or a detached git worktree of a
-commit, removed afterwards) to run against this one in the same sitting."""
+and the speed of a core as printed beside every figure, a baseline source tree (a path, or a
+detached git worktree of a commit, removed afterwards) to run against this one in the same sitting,
+and what a measured ratio to that baseline means on the machine a target was set on."""
 
 from __future__ import annotations
 
@@ -41,6 +42,20 @@ def core_speed() -> float:
             total += i
         best = min(best, time.process_time() - start)
     return best
+
+
+def on_target_machine(
+    ours: list[float], base: list[float], there: tuple[float, float], target: float
+) -> tuple[float, float, str]:
+    """This tree's time on the machine a target was set on: its ratio to the baseline measured here
+    (best to best, median to median), times the baseline's time there (`there`: the lowest and
+    highest figure given for it). (low, high, verdict): PASS when even the high end meets `target`,
+    "PASS at best" when only the low end does, else FAIL."""
+    import statistics
+
+    ratios = (min(ours) / min(base), statistics.median(ours) / statistics.median(base))
+    low, high = min(ratios) * there[0], max(ratios) * there[1]
+    return low, high, "PASS" if high <= target else "PASS at best" if low <= target else "FAIL"
 
 
 @contextmanager

@@ -65,9 +65,9 @@ def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory):
-    """One cache folder for the module's cases: the gender screeners' cases share the population's
-    sample and propensity nuisances (the screener's scores do not enter them), as a sweep's cases do;
-    reusing them is bit for bit what fitting them again gives (tests/test_nuisance_cache.py)."""
+    """One cache folder for the module's cases: the gender screeners' cases share their population's
+    propensity nuisances (the screener's scores do not enter them), as a sweep's cases do; reusing
+    them is bit for bit what fitting them again gives (tests/test_nuisance_cache.py)."""
     return tmp_path_factory.mktemp("ident")
 
 
