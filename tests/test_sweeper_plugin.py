@@ -181,6 +181,74 @@ def test_the_memo_loader_composes_what_hydras_loader_composes(plugin, monkeypatc
 
 
 @pytest.mark.parametrize(
+    "overrides, mode, added",
+    [
+        (["population.n=300", "estimator=outcome_gap"], "RUN", True),  # `python -m popfair ...`
+        (["occupation=nurse,teacher"], "MULTIRUN", True),  # `-m`: Hydra adds hydra.mode=MULTIRUN
+        (["experiment=popresume_grid_offline"], "MULTIRUN", False),  # a preset whose config sets the mode
+        (["occupation=nurse,teacher"], "RUN", True),  # a sweep without -m: Hydra's error
+    ],
+)
+def test_the_mode_check_and_the_run_are_one_composition_of_what_hydra_composes(plugin, overrides, mode, added):
+    """`Hydra.get_mode` composes the config (as for a sweep, overrides not checked) only to read
+    hydra.mode; the run or sweep that follows, from the same overrides plus Hydra's `hydra.mode=...`,
+    gets that config itself, with the mode override applied and recorded: the same config, node for
+    node, as Hydra's loader composes for it, and the same error for a sweep run without -m."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.errors import ConfigCompositionException
+    from hydra.types import RunMode
+
+    from tests.conftest import CONF_DIR
+
+    search_path = create_config_search_path(CONF_DIR)
+    hydras = ConfigLoaderImpl(config_search_path=search_path)
+    ours = plugin.PopfairConfigLoader(config_search_path=search_path)
+    checked = ours.load_configuration("config", list(overrides), RunMode.MULTIRUN, validate_sweep_overrides=False)
+    then = [*overrides, f"hydra.mode={mode}"] if added else list(overrides)
+    if mode == "RUN" and any("," in o for o in overrides):
+        with pytest.raises(ConfigCompositionException) as hydras_error:
+            hydras.load_configuration("config", then, RunMode.RUN)
+        with pytest.raises(ConfigCompositionException) as our_error:
+            ours.load_configuration("config", then, RunMode.RUN)
+        assert str(our_error.value) == str(hydras_error.value)
+        return
+    expected = hydras.load_configuration("config", then, RunMode[mode])
+    composed = ours.load_configuration("config", then, RunMode[mode])
+    assert composed is checked  # composed once
+    _same_tree(expected, composed)
+    assert OmegaConf.to_yaml(expected) == OmegaConf.to_yaml(composed)
+    # handed on once: the next composition is a composition
+    assert ours.load_configuration("config", then, RunMode[mode]) is not composed
+
+
+def test_a_skipped_missing_default_is_composed_again_and_fails_as_hydra_fails(plugin, tmp_path):
+    """A group default left `???` is skipped by the mode check and an error for a run: the run composes
+    again, and says what Hydra says."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+    from hydra.types import RunMode
+
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "mysql.yaml").write_text("port: 3306\n")
+    (tmp_path / "config.yaml").write_text("defaults:\n  - db: ???\n  - _self_\nx: 1\n")
+    search_path = create_config_search_path(str(tmp_path))
+    ours = plugin.PopfairConfigLoader(config_search_path=search_path)
+    checked = ours.load_configuration("config", [], RunMode.MULTIRUN, validate_sweep_overrides=False)
+    assert checked.x == 1
+    errors = (ConfigCompositionException, MissingConfigException)
+    with pytest.raises(errors) as hydras_error:
+        ConfigLoaderImpl(config_search_path=search_path).load_configuration("config", ["hydra.mode=RUN"], RunMode.RUN)
+    with pytest.raises(errors) as our_error:
+        ours.load_configuration("config", ["hydra.mode=RUN"], RunMode.RUN)
+    assert str(our_error.value) == str(hydras_error.value)
+    # and a file edited meanwhile is read again (the parsed files are kept by modification time)
+    (tmp_path / "config.yaml").write_text("defaults:\n  - db: mysql\n  - _self_\nx: 22\n")
+    assert ours.load_configuration("config", ["hydra.mode=RUN"], RunMode.RUN).x == 22
+
+
+@pytest.mark.parametrize(
     "overrides, imported, not_imported",
     [
         ([], ["popfair.case.experiment", "statsmodels.stats.power", "scipy.stats"], []),

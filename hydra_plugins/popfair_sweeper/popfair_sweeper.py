@@ -27,18 +27,21 @@ from __future__ import annotations
 import copy
 import functools
 import multiprocessing
+import os
 import pickle
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hydra._internal import defaults_list as hydra_defaults_list
+from hydra._internal import hydra as hydra_internal_hydra
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import ConfigRepository, IConfigRepository
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.default_element import ResultDefault
 from hydra.core.object_type import ObjectType
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from hydra.types import HydraContext, RunMode, TaskFunction
@@ -61,7 +64,7 @@ class MemoConfigRepository(ConfigRepository):
         self.share = share
 
     def load_config(self, config_path: str) -> ConfigResult | None:
-        key = (tuple((source.provider, source.path) for source in self.sources), config_path)
+        key = (tuple((source.provider, source.path) for source in self.sources), config_path, self._stamp(config_path))
         if key not in _PARSED:
             _PARSED[key] = super().load_config(config_path)
         parsed = _PARSED[key]
@@ -71,6 +74,20 @@ class MemoConfigRepository(ConfigRepository):
         loaded.header, loaded.defaults_list = dict(parsed.header), copy.deepcopy(parsed.defaults_list)
         loaded.shared_config = parsed.config  # type: ignore[attr-defined]  # copied before Hydra takes its nodes
         return loaded
+
+    def _stamp(self, config_path: str) -> tuple[tuple[int, int], ...]:
+        """The modification time and size of the file each folder source holds under `config_path`: a
+        file edited while the process lives (a notebook, a test) is parsed again."""
+        name = ConfigSource._normalize_file_name(filename=config_path)
+        stamps = []
+        for source in self.sources:
+            if source.scheme() == "file":
+                try:
+                    found = os.stat(os.path.join(source.path.split("://", 1)[-1], name))
+                except OSError:
+                    continue
+                stamps.append((found.st_mtime_ns, found.st_size))
+        return tuple(stamps)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> MemoConfigRepository:
         """Hydra deep-copies the repository for every case it composes (`CachingConfigRepository`), so
@@ -82,7 +99,76 @@ class MemoConfigRepository(ConfigRepository):
         return twin
 
 
-class MemoConfigLoader(ConfigLoaderImpl):
+class PopfairConfigLoader(ConfigLoaderImpl):
+    """Hydra's config loader for every Hydra this process creates once `install_config_loader` ran:
+    each config file parsed once (MemoConfigRepository), and the whole config composed once where
+    Hydra composes it twice. `Hydra.get_mode` composes it (as for a sweep: sweep overrides not
+    checked, a missing default skipped) only to read `hydra.mode`, and the run or sweep then composes
+    it again from the same overrides, at most with `hydra.mode=RUN|MULTIRUN` added. That second
+    composition is the first config itself, its overrides checked for the mode and the added one
+    applied and recorded as Hydra applies and records it; a config with a skipped default (an error
+    for a run) is composed again, as Hydra does."""
+
+    _mode_check: tuple[str | None, list[str], bool, DictConfig] | None = None  # get_mode's composition
+
+    def __init__(self, config_search_path: Any) -> None:
+        super().__init__(config_search_path=config_search_path)
+        self.repository = MemoConfigRepository(config_search_path=config_search_path)
+
+    def load_configuration(
+        self,
+        config_name: str | None,
+        overrides: list[str],
+        run_mode: RunMode,
+        from_shell: bool = True,
+        validate_sweep_overrides: bool = True,
+    ) -> DictConfig:
+        kept, self._mode_check = self._mode_check, None  # handed on once, to the next composition only
+        if kept is not None and (cfg := self._reused(kept, config_name, overrides, run_mode, from_shell)) is not None:
+            return cfg
+        cfg = super().load_configuration(config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
+        if run_mode == RunMode.MULTIRUN and not validate_sweep_overrides:  # Hydra.get_mode's, read and dropped
+            self._mode_check = (config_name, list(overrides), from_shell, cfg)
+        return cfg
+
+    def _reused(
+        self,
+        kept: tuple[str | None, list[str], bool, DictConfig],
+        config_name: str | None,
+        overrides: list[str],
+        run_mode: RunMode,
+        from_shell: bool,
+    ) -> DictConfig | None:
+        name, checked, shell, cfg = kept
+        added = overrides[len(checked) :]
+        if (name, shell, overrides[: len(checked)]) != (config_name, from_shell, checked):
+            return None
+        if added not in ([], [f"hydra.mode={run_mode.name}"]):
+            return None
+        choices = cfg.hydra.runtime.choices
+        if run_mode == RunMode.RUN and any(OmegaConf.is_missing(choices, group) for group in choices):
+            return None
+        parsed = OverridesParser.create().parse_overrides(overrides=overrides)
+        try:
+            self.validate_sweep_overrides_legal(overrides=parsed, run_mode=run_mode, from_shell=from_shell)
+            if added:
+                self._apply_overrides_to_config(parsed[-1:], cfg)
+                cfg.hydra.overrides.hydra.append(parsed[-1].input_line)
+        except OmegaConfBaseException as e:
+            raise ConfigCompositionException().with_traceback(sys.exc_info()[2]) from e
+        return cfg
+
+
+def install_config_loader() -> None:
+    """Every Hydra this process creates from now on composes with PopfairConfigLoader. One
+    `python -m popfair` composes its config three times: popfair's check of the command line
+    (popfair.runtime.overrides), `Hydra.get_mode` and the run or sweep itself; with it the twenty-odd
+    files are parsed once and the last two compositions are one. Hydra creates its loader with no
+    hook before the first composition, so its module's name for the loader class is pointed here."""
+    hydra_internal_hydra.ConfigLoaderImpl = PopfairConfigLoader  # type: ignore[misc]
+
+
+class MemoConfigLoader(PopfairConfigLoader):
     """Hydra's config loader, merging the start of every case's defaults list once per process: Hydra's
     own configs (hydra/*) and the primary config, the same for every case of a sweep, are about a
     third of composing a case. That merge is kept pickled, and each case goes on from a fresh copy of
@@ -372,10 +458,10 @@ class PopfairSweeper(BasicSweeper):
         # Only a sweep planned in this process merges the shared start once (MemoConfigLoader): its
         # pickled merge can hold a structured launcher config (submitit's LocalQueueConf) whose class
         # is no longer the one its module holds, which a launcher that pickles the config then refuses.
-        if here and type(loader) is ConfigLoaderImpl:
+        if here and type(loader) in (ConfigLoaderImpl, PopfairConfigLoader):
             loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
             hydra_defaults_list._create_interpolation_map = _interpolation_map_if_needed
-        if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) is ConfigRepository:
+        if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) in (ConfigRepository, MemoConfigRepository):
             share = type(loader) is MemoConfigLoader  # which copies what Hydra would take as it is
             loader.repository = MemoConfigRepository(config_search_path=loader.config_search_path, share=share)
         if here:
