@@ -32,7 +32,7 @@ def run(cfg: DictConfig) -> float | None:
 def main() -> float | None:
     """Entry point. A bare `--help` is answered from the config folder (popfair.runtime.cli_help) in a
     fraction of a second; everything else, including `--help` with overrides, goes to Hydra."""
-    from hydra_plugins.popfair_sweeper.popfair_sweeper import install_config_loader
+    from popfair.runtime.hydra_loader import install_config_loader
 
     install_config_loader()  # each config file parsed once; Hydra's mode check and run share one composition
     program = "popfair"

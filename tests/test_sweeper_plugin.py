@@ -11,6 +11,8 @@ import pytest
 from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
+from popfair.runtime import hydra_loader
+
 
 @pytest.fixture
 def plugin() -> ModuleType:
@@ -135,7 +137,7 @@ def _same_tree(a, b, path: str = "") -> None:
         _same_tree(a._get_node(key), b._get_node(key), f"{path}.{key}")
 
 
-def test_the_memo_loader_composes_what_hydras_loader_composes(plugin, monkeypatch):
+def test_the_memo_loader_composes_what_hydras_loader_composes(monkeypatch):
     """Hydra's own configs and the primary config merged once, each case's groups merged onto a copy,
     parsed configs shared and copied only where Hydra takes their nodes as they are, a config placed
     under its package copied once and unpickled for each case, the map of known choices built only for
@@ -152,10 +154,12 @@ def test_the_memo_loader_composes_what_hydras_loader_composes(plugin, monkeypatc
     search_path = create_config_search_path(CONF_DIR)
     hydras = ConfigLoaderImpl(config_search_path=search_path)
     ours = ConfigLoaderImpl(config_search_path=search_path)
-    ours.repository = plugin.MemoConfigRepository(config_search_path=search_path, share=True)
-    ours.__class__ = plugin.MemoConfigLoader
+    ours.repository = hydra_loader.MemoConfigRepository(config_search_path=search_path, share=True)
+    ours.__class__ = hydra_loader.MemoConfigLoader
     master = hydras.load_configuration("config", ["experiment=popresume_grid", "dry_run=true"], RunMode.MULTIRUN)
-    monkeypatch.setattr(plugin.hydra_defaults_list, "_create_interpolation_map", plugin._interpolation_map_if_needed)
+    monkeypatch.setattr(
+        hydra_loader.hydra_defaults_list, "_create_interpolation_map", hydra_loader._interpolation_map_if_needed
+    )
     cases = [
         ["format_model=text-gpt4o_mini", "occupation=nurse", "protected_attr=gender", "experiment=popresume_grid"],
         ["format_model=image_photo-gpt4o", "occupation=teacher", "protected_attr=race", "experiment=popresume_grid"],
@@ -163,16 +167,18 @@ def test_the_memo_loader_composes_what_hydras_loader_composes(plugin, monkeypatc
         ["panel_cell=gender-glm51", "experiment=callback_panel"],
     ]
     for overrides in cases + cases[:2]:  # the second time round, every group config from the memo
-        monkeypatch.setattr(plugin.hydra_defaults_list, "_create_interpolation_map", plugin._INTERPOLATION_MAP)
+        monkeypatch.setattr(
+            hydra_loader.hydra_defaults_list, "_create_interpolation_map", hydra_loader._INTERPOLATION_MAP
+        )
         expected = hydras.load_sweep_config(master, overrides)
         monkeypatch.setattr(
-            plugin.hydra_defaults_list, "_create_interpolation_map", plugin._interpolation_map_if_needed
+            hydra_loader.hydra_defaults_list, "_create_interpolation_map", hydra_loader._interpolation_map_if_needed
         )
         composed = ours.load_sweep_config(master, overrides)
         _same_tree(expected, composed)
         assert OmegaConf.to_yaml(expected) == OmegaConf.to_yaml(composed)
-    assert len(plugin._MERGED) >= 1  # the shared start was merged once and reused
-    assert plugin._EMBEDDED  # group configs placed under their package were copied once
+    assert len(hydra_loader._MERGED) >= 1  # the shared start was merged once and reused
+    assert hydra_loader._EMBEDDED  # group configs placed under their package were copied once
     with pytest.raises(ConfigCompositionException) as hydras_error:
         hydras.load_sweep_config(master, ["occupation=no_such_occupation"])
     with pytest.raises(ConfigCompositionException) as our_error:
@@ -189,7 +195,7 @@ def test_the_memo_loader_composes_what_hydras_loader_composes(plugin, monkeypatc
         (["occupation=nurse,teacher"], "RUN", True),  # a sweep without -m: Hydra's error
     ],
 )
-def test_the_mode_check_and_the_run_are_one_composition_of_what_hydra_composes(plugin, overrides, mode, added):
+def test_the_mode_check_and_the_run_are_one_composition_of_what_hydra_composes(overrides, mode, added):
     """`Hydra.get_mode` composes the config (as for a sweep, overrides not checked) only to read
     hydra.mode; the run or sweep that follows, from the same overrides plus Hydra's `hydra.mode=...`,
     gets that config itself, with the mode override applied and recorded: the same config, node for
@@ -203,7 +209,7 @@ def test_the_mode_check_and_the_run_are_one_composition_of_what_hydra_composes(p
 
     search_path = create_config_search_path(CONF_DIR)
     hydras = ConfigLoaderImpl(config_search_path=search_path)
-    ours = plugin.PopfairConfigLoader(config_search_path=search_path)
+    ours = hydra_loader.PopfairConfigLoader(config_search_path=search_path)
     checked = ours.load_configuration("config", list(overrides), RunMode.MULTIRUN, validate_sweep_overrides=False)
     then = [*overrides, f"hydra.mode={mode}"] if added else list(overrides)
     if mode == "RUN" and any("," in o for o in overrides):
@@ -222,7 +228,7 @@ def test_the_mode_check_and_the_run_are_one_composition_of_what_hydra_composes(p
     assert ours.load_configuration("config", then, RunMode[mode]) is not composed
 
 
-def test_a_skipped_missing_default_is_composed_again_and_fails_as_hydra_fails(plugin, tmp_path):
+def test_a_skipped_missing_default_is_composed_again_and_fails_as_hydra_fails(tmp_path):
     """A group default left `???` is skipped by the mode check and an error for a run: the run composes
     again, and says what Hydra says."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -234,7 +240,7 @@ def test_a_skipped_missing_default_is_composed_again_and_fails_as_hydra_fails(pl
     (tmp_path / "db" / "mysql.yaml").write_text("port: 3306\n")
     (tmp_path / "config.yaml").write_text("defaults:\n  - db: ???\n  - _self_\nx: 1\n")
     search_path = create_config_search_path(str(tmp_path))
-    ours = plugin.PopfairConfigLoader(config_search_path=search_path)
+    ours = hydra_loader.PopfairConfigLoader(config_search_path=search_path)
     checked = ours.load_configuration("config", [], RunMode.MULTIRUN, validate_sweep_overrides=False)
     assert checked.x == 1
     errors = (ConfigCompositionException, MissingConfigException)
@@ -319,3 +325,18 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "ok"
+
+
+def test_a_dry_run_sweep_from_the_command_line_composes_with_the_memo_loader(tmp_path):
+    """`python -m popfair -m ... dry_run=true`: the loader Hydra creates (PopfairConfigLoader, installed
+    before Hydra's plugin scan runs the sweeper's module again) becomes the memo loader, which merges the
+    shared start of its cases once."""
+    from tests.conftest import popfair_in_process
+
+    hydra_loader._MERGED.clear()
+    done = popfair_in_process(
+        "-m", "occupation=nurse,teacher", "population.n=60", "estimator=outcome_gap", "dry_run=true", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "dry run: 2 cases planned" in done.stdout
+    assert len(hydra_loader._MERGED) == 1
