@@ -87,6 +87,44 @@ def test_an_equal_figure_is_drawn_once_per_process(monkeypatch):
     assert len(drawn) == 2
 
 
+def test_a_kept_figure_is_drawn_once_per_machine(monkeypatch, tmp_path):
+    """A Plot marked `keep` (a population's diagnostics) drawn by one process is read from popfair's
+    disk cache by the next (each case of a joblib sweep, each rerun, is a fresh process): the same
+    bytes, nothing drawn; another table, or the disk cache off, draws."""
+    from popfair.core.types import Plot
+    from popfair.track import figures
+
+    table = pd.DataFrame({"theoretical": [-1.0, 0.0, 1.0], "empirical": [-0.9, 0.1, 1.2], "weight": [1.0, 2.0, 1.0]})
+    table.to_pickle(tmp_path / "table.pkl")
+    code = (
+        "import sys, pandas as pd\n"
+        "from popfair.core.types import Plot\n"
+        "from popfair.track import figures\n"
+        "drawn = []; draw = figures.draw; figures.draw = lambda p: drawn.append(p) or draw(p)\n"
+        f"png = figures.png(Plot('qq', pd.read_pickle({str(tmp_path / 'table.pkl')!r}), 'a', keep=True))\n"
+        "sys.stdout.write(f'{len(drawn)} {len(png)}')\n"
+    )
+    env = {**os.environ, "POPFAIR_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-2000:]
+    (drawn_first, size), (drawn_again, size_again) = (r.stdout.split() for r in runs)
+    assert (drawn_first, drawn_again) == ("1", "0") and size == size_again
+    (kept,) = (tmp_path / "cache").glob("figure-*.png")
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(figures, "_DRAWN", {})
+    monkeypatch.setattr(figures, "draw", lambda plot: pytest.fail("drawn again"))
+    assert figures.png(Plot("qq", table, "a", keep=True)) == kept.read_bytes()
+    drawn = []
+    monkeypatch.setattr(
+        figures, "draw", lambda plot: drawn.append(plot) or figures.DRAW[plot.kind](plot.table, plot.title)
+    )
+    figures.png(Plot("qq", table.assign(empirical=[-1.0, 0.0, 1.0]), "a", keep=True))  # another table
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", "off")
+    monkeypatch.setattr(figures, "_DRAWN", {})
+    figures.png(Plot("qq", table, "a", keep=True))  # no disk cache: drawn
+    assert len(drawn) == 2 and len(list((tmp_path / "cache").glob("figure-*.png"))) == 2
+
+
 def test_a_case_that_raises_leaves_one_failed_run_with_its_error(tmp_path, monkeypatch):
     experiment = Experiment.from_config(compose_config(OVERRIDES, tmp_path=tmp_path))
 

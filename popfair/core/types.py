@@ -206,12 +206,16 @@ class Plot:
     Figure when the run is logged, so estimators and populations stay free of plotting code.
     kind: "forest" (effects with CIs; options: series), "impact_ratio" (options: dimensions,
     flag_below, alpha), "trend" (rates and ratios by period; options: periods, dimensions, flag_below,
-    flagged), "qq" or "age_experience" (population diagnostics); table: what is drawn."""
+    flagged), "qq" or "age_experience" (population diagnostics); table: what is drawn; keep: its PNG
+    kept on disk for later processes (popfair.track.figures.png)."""
 
     kind: str
     table: pd.DataFrame
     title: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    # drawn once per machine: its PNG is kept in popfair's disk cache (a population's diagnostics, the
+    # same for every screener of a sweep and every rerun, each case otherwise in a fresh process)
+    keep: bool = False
 
 
 @dataclass

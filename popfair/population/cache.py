@@ -42,7 +42,7 @@ def file_fingerprint(path: str | Path) -> str:
 _HASHED: dict[tuple[Any, ...], str] = {}  # (file, size, mtime, inode, device) -> its content hash
 
 
-def cached_path(name: str, parts: Iterable[Any], modules: Iterable[ModuleType]) -> Path | None:
+def cached_path(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], suffix: str = ".pkl") -> Path | None:
     """Where `disk_cached` keeps the entry for these parts and module sources (None: no disk cache)."""
     root = cache_dir()
     if root is None:
@@ -52,7 +52,19 @@ def cached_path(name: str, parts: Iterable[Any], modules: Iterable[ModuleType]) 
         digest.update(repr(part).encode())
     for module in modules:
         digest.update(Path(str(module.__file__)).read_bytes())
-    return root / f"{name}-{digest.hexdigest()[:24]}.pkl"
+    return root / f"{name}-{digest.hexdigest()[:24]}{suffix}"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`data` into `path` whole or not at all (concurrent runs never read half a file); a read-only
+    cache folder is left as it is."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as out:
+            out.write(data)
+        os.replace(out.name, path)
+    except OSError:
+        pass
 
 
 def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], build: Callable[[], T]) -> T:
@@ -60,7 +72,6 @@ def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], 
     path = cached_path(name, parts, modules)
     if path is None:
         return build()
-    root = path.parent
     if path.exists():
         try:
             with path.open("rb") as handle:
@@ -68,11 +79,5 @@ def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], 
         except Exception:  # a truncated or foreign file: rebuild it
             path.unlink(missing_ok=True)
     value = build()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".tmp") as out:
-            pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(out.name, path)  # atomic: concurrent runs never read half a file
-    except OSError:
-        pass  # a read-only home is fine: the value is still returned
+    write_atomically(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))  # read-only home: still returned
     return value

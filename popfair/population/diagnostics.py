@@ -320,10 +320,10 @@ def population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation
         "population_summary.yaml": yaml.safe_dump(summary_doc, sort_keys=False),
         # figures as data, drawn when the run is logged (popfair.track.figures)
         "population_age_vs_experience.png": Plot(
-            "age_experience", age_experience(table), f"{occupation.title}: age vs experience"
+            "age_experience", age_experience(table), f"{occupation.title}: age vs experience", keep=True
         ),
         "population_experience_qq.png": Plot(
-            "qq", qq_points(model.experience), f"Q-Q: {model.experience.source} experience vs normal"
+            "qq", qq_points(model.experience), f"Q-Q: {model.experience.source} experience vs normal", keep=True
         ),
     }
     if model.transport is not None:

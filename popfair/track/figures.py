@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from popfair.core.types import Plot
+from popfair.population.cache import cached_path, write_atomically
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -239,13 +242,19 @@ _DRAWN_MAX = 64
 
 def png(figure: Plot | Figure, dpi: int = 120) -> bytes:
     """A `Plot` or Figure as the PNG bytes a run logs. A Plot equal to one this process has drawn
-    (the population's figures, the same for every screener cell of a sweep) is not drawn again."""
-    key = None
+    (the population's figures, the same for every screener cell of a sweep) is not drawn again; nor,
+    on this machine, one marked `keep` that any process has drawn (kept in popfair's disk cache,
+    keyed by the Plot, this module's source and matplotlib's version)."""
+    key = kept = None
     if isinstance(figure, Plot):
         key = hashlib.sha256(
             pickle.dumps((figure.kind, figure.title, dict(figure.options), figure.table, dpi))
         ).hexdigest()
         if key in _DRAWN:
+            return _DRAWN[key]
+        kept = _kept_path(key) if figure.keep else None
+        if kept is not None and kept.is_file():
+            _DRAWN[key] = kept.read_bytes()
             return _DRAWN[key]
         figure = draw(figure)
     buffer = io.BytesIO()
@@ -255,4 +264,13 @@ def png(figure: Plot | Figure, dpi: int = 120) -> bytes:
         if len(_DRAWN) >= _DRAWN_MAX:
             del _DRAWN[next(iter(_DRAWN))]
         _DRAWN[key] = buffer.getvalue()
+    if kept is not None:
+        write_atomically(kept, buffer.getvalue())
     return buffer.getvalue()
+
+
+def _kept_path(key: str) -> Path | None:
+    """Where a kept Plot's PNG lives (None: the disk cache is off)."""
+    import matplotlib
+
+    return cached_path("figure", [key, matplotlib.__version__], [sys.modules[__name__]], suffix=".png")
