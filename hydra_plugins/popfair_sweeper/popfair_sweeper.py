@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra._internal import defaults_list as hydra_defaults_list
-from hydra._internal import hydra as hydra_internal_hydra
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import ConfigRepository
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -39,7 +38,12 @@ from hydra.core.object_type import ObjectType
 from hydra.types import HydraContext, RunMode, TaskFunction
 from omegaconf import DictConfig
 
-from popfair.runtime.hydra_loader import MemoConfigLoader, MemoConfigRepository, _interpolation_map_if_needed
+from popfair.runtime.hydra_loader import (
+    MemoConfigLoader,
+    MemoConfigRepository,
+    PopfairConfigLoader,
+    _interpolation_map_if_needed,
+)
 from popfair.runtime.parallel import forked_call
 
 FORKED_BATCH = 16  # batches from this size compose on two cores (a fork costs a few cases' composition)
@@ -215,7 +219,7 @@ class PopfairSweeper(BasicSweeper):
         # Only a sweep planned in this process merges the shared start once (MemoConfigLoader): its
         # pickled merge can hold a structured launcher config (submitit's LocalQueueConf) whose class
         # is no longer the one its module holds, which a launcher that pickles the config then refuses.
-        if here and type(loader) in (ConfigLoaderImpl, hydra_internal_hydra.ConfigLoaderImpl):
+        if here and type(loader) in (ConfigLoaderImpl, PopfairConfigLoader):  # PopfairConfigLoader: python -m popfair's
             loader.__class__ = MemoConfigLoader  # the same loader, merging the shared start once
             hydra_defaults_list._create_interpolation_map = _interpolation_map_if_needed
         if isinstance(loader, ConfigLoaderImpl) and type(loader.repository) in (ConfigRepository, MemoConfigRepository):

@@ -254,19 +254,22 @@ def png(figure: Plot | Figure, dpi: int = 120) -> bytes:
             return _DRAWN[key]
         kept = _kept_path(key) if figure.keep else None
         if kept is not None and kept.is_file():
-            _DRAWN[key] = kept.read_bytes()
-            return _DRAWN[key]
+            return _remember(key, kept.read_bytes())
         figure = draw(figure)
     buffer = io.BytesIO()
     # the figures lay themselves out; bbox_inches="tight" would draw each once more to measure it
     figure.savefig(buffer, format="png", dpi=dpi)
-    if key is not None:
-        if len(_DRAWN) >= _DRAWN_MAX:
-            del _DRAWN[next(iter(_DRAWN))]
-        _DRAWN[key] = buffer.getvalue()
     if kept is not None:
         write_atomically(kept, buffer.getvalue())
-    return buffer.getvalue()
+    return buffer.getvalue() if key is None else _remember(key, buffer.getvalue())
+
+
+def _remember(key: str, drawn: bytes) -> bytes:
+    """`drawn` kept in this process's memo of PNGs (the oldest out beyond _DRAWN_MAX)."""
+    if len(_DRAWN) >= _DRAWN_MAX:
+        del _DRAWN[next(iter(_DRAWN))]
+    _DRAWN[key] = drawn
+    return drawn
 
 
 def _kept_path(key: str) -> Path | None:
