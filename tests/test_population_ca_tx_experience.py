@@ -170,3 +170,23 @@ def test_cdf_table_lookup_equals_the_direct_computation(population):
     age = rng.integers(18, 45, 300)
     edu = rng.choice(["hs_ged", "some_college", "associate", "bachelor", "master", "professional", "doctorate"], 300)
     assert np.allclose(model.cdf(gender, race, age, edu), model._cell_cdfs(gender, race, age, edu))
+
+
+def test_a_pickled_experience_model_draws_without_xgboost(population):
+    """The disk cache's pickle of an experience model names nothing of XGBoost (a case reading it
+    never imports XGBoost and scikit-learn for it), and the model read back has the same table and,
+    once its booster is loaded from the raw bytes, the same means."""
+    import pickle
+    import pickletools
+
+    model = population.model(3255).experience
+    gender, race = np.array(["female", "male"]), np.array(["black", "white"])
+    age, edu = np.array([35, 27]), np.array(["bachelor", "hs_ged"])
+    means = model.mean(gender, race, age, edu)  # loads the booster into the live model
+    data = pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+    names = [str(arg) for op, arg, _ in pickletools.genops(data) if op.name in ("GLOBAL", "SHORT_BINUNICODE")]
+    assert not [name for name in names if "xgboost" in name.lower()], names
+    back = pickle.loads(data)
+    assert "booster" not in back.__dict__ and back.booster_raw == model.booster_raw
+    assert np.array_equal(back.cdf_table, model.cdf_table)
+    assert np.array_equal(back.mean(gender, race, age, edu), means)

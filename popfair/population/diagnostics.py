@@ -257,7 +257,7 @@ def age_experience(table: pd.DataFrame) -> pd.DataFrame:
 
 def cached_population_artifacts(table: pd.DataFrame, model: OccupationModel, occupation: Occupation) -> dict[str, Any]:
     """`population_artifacts`, kept on disk (`popfair.population.cache`) under a digest of all they
-    read: the profiles, the occupation model's records, experience model (its booster's bytes,
+    read: the profiles, the occupation model's records, experience model (its booster's raw bytes,
     sigma, training cells) and transport table, the occupation, the NLSY97, PSID and PDII files and
     this code. A rerun of the same population (the second run of a case, a sweep's other screeners)
     reads them instead of refitting the checks (0.5-1 s)."""
@@ -265,7 +265,7 @@ def cached_population_artifacts(table: pd.DataFrame, model: OccupationModel, occ
     key = content_key(
         table,
         model.records,
-        bytes(fitted.booster.save_raw()),
+        fitted.booster_raw,
         fitted.sigma.to_frame(),
         fitted.training,
         fitted.source,

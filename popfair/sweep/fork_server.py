@@ -25,14 +25,15 @@ LAUNCHER = "hydra_plugins.popfair_launcher.joblib_launcher.PopfairJoblibLauncher
 PRELOAD = ("popfair.sweep.case", "popfair.case.experiment", *WORKER_MODULES)
 
 # What a generated case imports on its way, where it is needed (run_case's own imports, the table
-# check's DuckDB, the occupation model's XGBoost, the power line's statsmodels): a sweep's fork
-# server imports them once for all its cases, which otherwise import them each (1-3 s a case).
+# check's DuckDB, the power line's statsmodels): a sweep's fork server imports them once for all its
+# cases, which otherwise import them each (1-3 s a case). Not XGBoost: a DML estimator's module
+# brings it (its `_target_`), and the occupation model's fit needs it only on a machine's first run
+# of an occupation (the fitted model is read from the disk cache without it).
 LAZY_CASE_IMPORTS = (
     "popfair.case.table",
     "popfair.sweep.in_process",
     "popfair.sweep.plan",
     "popfair.report.console",
-    "xgboost",
     "statsmodels.stats.power",
 )
 
