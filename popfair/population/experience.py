@@ -42,12 +42,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy.special import log_ndtr, ndtr
 
 from popfair.core.errors import DataError
 from popfair.data import data_file
 from popfair.population.pums import AGE_RANGE, EDU_LEVELS, GENDERS, RACES
-from popfair.population.scm import abduct_from_cdf, cdf_rows, draw_from_cdf
+from popfair.population.scm import abduct_from_cdf, cdf_rows, draw_from_cdf, normal_mass, truncated_location
 
 if TYPE_CHECKING:
     import xgboost as xgb
@@ -261,22 +260,18 @@ class ExperienceModel:
     """f and sigma fitted for one applicant composition; draws and inverts exp_year."""
 
     source: str  # one of EXPERIENCE_SOURCES
-    # The fitted booster as XGBoost's raw model bytes: draws read `cdf_table`, built at the fit and
-    # pickled with the model, so a process that reads the model from the disk cache (every case but
-    # the first on a machine) never imports XGBoost and scikit-learn for it (about 1 s of CPU).
-    booster_raw: bytes
+    booster_raw: bytes  # XGBoost's raw model: draws read cdf_table, so a cached model loads without XGBoost
     sigma: pd.Series  # index (sex, age group) -> sigma in years
     training: pd.DataFrame  # training cells with density-ratio weight and fitted mean
 
     @cached_property
     def booster(self) -> xgb.Booster:
         """The fitted booster, loaded from `booster_raw` when a mean is asked for."""
-        import xgboost as xgb
+        from xgboost import Booster
 
-        return xgb.Booster(model_file=bytearray(self.booster_raw))
+        return Booster(model_file=bytearray(self.booster_raw))
 
-    def __getstate__(self) -> dict[str, object]:
-        # pickled without the loaded booster: unpickling must not import XGBoost
+    def __getstate__(self) -> dict[str, object]:  # without the loaded booster: unpickling imports no XGBoost
         return {key: value for key, value in self.__dict__.items() if key != "booster"}
 
     def mean(self, gender: np.ndarray, race: np.ndarray, age: np.ndarray, edu_level: np.ndarray) -> np.ndarray:
@@ -303,7 +298,7 @@ class ExperienceModel:
         grid = np.arange(MAX_EXP + 1, dtype=float)[None, :]
         lo = (np.clip(grid - 0.5, 0, upper) - loc) / sd
         hi = (np.clip(grid + 0.5, 0, upper) - loc) / sd
-        mass = _normal_mass(lo, hi)
+        mass = normal_mass(lo, hi)
         mass[:, 0] = np.where(upper[:, 0] == 0, 1.0, mass[:, 0])
         mass = np.clip(mass, 0, None) * (grid <= upper)
         return cdf_rows(mass)
@@ -360,34 +355,6 @@ class ExperienceModel:
         """E[exp_year] under the model (for fit reports)."""
         pmf = np.diff(self.cdf(gender, race, age, edu_level), axis=1, prepend=0.0)
         return pmf @ np.arange(MAX_EXP + 1)
-
-
-def _normal_mass(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """P(lo < N(0,1) < hi), on the side of the mean where it is numerically accurate."""
-    return np.where(lo > 0, ndtr(-lo) - ndtr(-hi), ndtr(hi) - ndtr(lo))
-
-
-def _truncated_mean(loc: np.ndarray, sd: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """E[T] for T ~ N(loc, sd) truncated to [0, upper], stable far in the tails (log-space)."""
-    a, b = (0 - loc) / sd, (upper - loc) / sd
-    flip = a > 0  # mirror so the interval is never entirely in the far upper tail
-    a, b = np.where(flip, -b, a), np.where(flip, -a, b)
-    log_mass = log_ndtr(b) + np.log1p(-np.exp(np.minimum(log_ndtr(a) - log_ndtr(b), -1e-300)))
-    log_phi = lambda z: -0.5 * z**2 - 0.5 * np.log(2 * np.pi)
-    shift = np.exp(log_phi(a) - log_mass) - np.exp(log_phi(b) - log_mass)
-    return loc + sd * np.where(flip, -shift, shift)
-
-
-def truncated_location(target_mean: np.ndarray, sd: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """loc such that TruncNormal(loc, sd, [0, upper]) has mean target_mean (bisection; the truncated
-    mean rises with loc). Without it the truncation at age - 18 pulls experience below the PSID means."""
-    target = np.clip(target_mean, 0.02 * upper, 0.98 * upper)
-    low, high = -upper - 20 * sd, 2 * upper + 20 * sd
-    for _ in range(50):
-        mid = 0.5 * (low + high)
-        above = _truncated_mean(mid, sd, np.maximum(upper, 1e-9)) > target
-        low, high = np.where(above, low, mid), np.where(above, mid, high)
-    return np.where(upper > 0, 0.5 * (low + high), 0.0)
 
 
 def _hierarchical_sigma(cells: pd.DataFrame) -> pd.Series:

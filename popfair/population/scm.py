@@ -1,5 +1,6 @@
-"""Building blocks of the PopResume structural causal model: keyed exogenous uniforms, and smoothed
-discrete conditionals drawn by inverse CDF (forward) or inverted to their noise (abduction).
+"""Building blocks of the PopResume structural causal model: keyed exogenous uniforms, smoothed
+discrete conditionals drawn by inverse CDF (forward) or inverted to their noise (abduction), and the
+truncated normal that experience's conditional is discretised from.
 
 Every endogenous variable V = F^-1(U | parents) with U ~ Uniform(0, 1) per applicant. Given a factual
 value v, the noise consistent with it is uniform on [F(v-), F(v)) ("abduction"); redrawing with that
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.special import log_ndtr, ndtr
 
 from popfair.core.errors import DataError
 
@@ -165,3 +167,31 @@ class DiscreteConditional:
     def abduct(self, frame: pd.DataFrame, v: np.ndarray) -> np.ndarray:
         """Noise consistent with frame[child] given frame's parents."""
         return abduct_from_cdf(self.cdf[self._cells(frame)], codes(frame[self.child], self.levels, self.child), v)
+
+
+def normal_mass(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """P(lo < N(0,1) < hi), on the side of the mean where it is numerically accurate."""
+    return np.where(lo > 0, ndtr(-lo) - ndtr(-hi), ndtr(hi) - ndtr(lo))
+
+
+def _truncated_mean(loc: np.ndarray, sd: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """E[T] for T ~ N(loc, sd) truncated to [0, upper], stable far in the tails (log-space)."""
+    a, b = (0 - loc) / sd, (upper - loc) / sd
+    flip = a > 0  # mirror so the interval is never entirely in the far upper tail
+    a, b = np.where(flip, -b, a), np.where(flip, -a, b)
+    log_mass = log_ndtr(b) + np.log1p(-np.exp(np.minimum(log_ndtr(a) - log_ndtr(b), -1e-300)))
+    log_phi = lambda z: -0.5 * z**2 - 0.5 * np.log(2 * np.pi)
+    shift = np.exp(log_phi(a) - log_mass) - np.exp(log_phi(b) - log_mass)
+    return loc + sd * np.where(flip, -shift, shift)
+
+
+def truncated_location(target_mean: np.ndarray, sd: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """loc such that TruncNormal(loc, sd, [0, upper]) has mean target_mean (bisection; the truncated
+    mean rises with loc). Without it the truncation at age - 18 pulls experience below the PSID means."""
+    target = np.clip(target_mean, 0.02 * upper, 0.98 * upper)
+    low, high = -upper - 20 * sd, 2 * upper + 20 * sd
+    for _ in range(50):
+        mid = 0.5 * (low + high)
+        above = _truncated_mean(mid, sd, np.maximum(upper, 1e-9)) > target
+        low, high = np.where(above, low, mid), np.where(above, mid, high)
+    return np.where(upper > 0, 0.5 * (low + high), 0.0)
