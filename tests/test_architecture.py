@@ -7,6 +7,8 @@ and no two modules import each other, directly or through others."""
 from __future__ import annotations
 
 import ast
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,37 @@ def test_every_module_says_what_it_owns():
         if "data" not in p.relative_to(PACKAGE).parts[:1] and not ast.get_docstring(ast.parse(p.read_text()))
     ]
     assert not missing, missing
+
+
+def unmentioned_definitions(package: Path) -> list[str]:
+    """Top-level functions and classes of `package` whose name appears nowhere else in the project
+    (code, tests, benchmarks, configs, docs) and that no decorator registers."""
+    project = package.parent
+    sources = [project / name for name in ("README.md", "pyproject.toml")]
+    for folder in ("popfair", "tests", "benchmarks", "conf", "docs", "hydra_plugins"):
+        sources += [
+            p
+            for p in (project / folder).rglob("*")
+            if p.suffix in {".py", ".yaml", ".md", ".rst", ".toml"} and "_build" not in p.parts
+        ]
+    words = Counter(
+        w for p in sources if p.is_file() for w in re.findall(r"[A-Za-z_]\w*", p.read_text(errors="ignore"))
+    )
+    found = []
+    for path in package.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if words[node.name] <= 1 and not node.decorator_list:  # its own `def` is the one mention
+                    found.append(f"{path.relative_to(package)}:{node.lineno} {node.name}")
+    return found
+
+
+def test_at_most_five_definitions_that_nothing_mentions(tmp_path):
+    unmentioned = unmentioned_definitions(PACKAGE)
+    assert len(unmentioned) <= 5, unmentioned
+    # the check finds a planted orphan, and counts a name used anywhere else as mentioned
+    (tmp_path / "popfair").mkdir()
+    (tmp_path / "popfair" / "m.py").write_text("def orphan():\n    pass\n\n\ndef used():\n    pass\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("from popfair.m import used\n")
+    assert unmentioned_definitions(tmp_path / "popfair") == ["m.py:1 orphan"]
