@@ -14,7 +14,10 @@ issue's figure for the baseline there, so a machine slower or busier than that o
 miss, nor a faster one as a pass.
 
     python benchmarks/bench_plan.py [--rounds 2] [--only grid|panel] [--quick]
-        [--baseline PATH | --baseline-commit e928285] [--skip-baseline]
+        [--baseline PATH | --baseline-commit e928285] [--skip-baseline] [--no-warm-up]
+
+Before its timed rounds, each tree runs each experiment once untimed (a fresh worktree's first run
+compiles its bytecode and fills popfair's disk cache; `--no-warm-up` skips it).
 
 --quick plans a small version (one occupation, 2,000 applicants; 300 postings) to try the benchmark
 on a busy machine. Without --baseline the baseline tree is a detached `git worktree` of
@@ -102,6 +105,9 @@ def main() -> None:
     parser.add_argument("--baseline", help="the baseline source tree (default: a worktree of --baseline-commit)")
     parser.add_argument("--baseline-commit", default=BASELINE_COMMIT)
     parser.add_argument("--skip-baseline", action="store_true", help="time this tree only")
+    parser.add_argument(
+        "--no-warm-up", dest="warm_up", action="store_false", help="skip the untimed first run of each tree"
+    )
     args = parser.parse_args()
     which = args.only or ["grid", "panel"]
     print(
@@ -115,6 +121,11 @@ def main() -> None:
         results: dict[tuple[str, str], list[float]] = {}
         printed: dict[tuple[str, str], set[str]] = {}
         for name in which:
+            for label, tree in trees.items() if args.warm_up else ():
+                # untimed: a fresh worktree's first run compiles its bytecode and fills the disk cache
+                # (a baseline's first round took 49 s where its next took 35-37 s)
+                seconds, _, _ = dry_run(tree, name, args.quick)
+                print(f"  {name:5s} {label:9s} warm-up: {seconds:6.2f} s wall (not counted)", flush=True)
             for round_ in range(args.rounds):
                 order = list(trees.items()) if round_ % 2 == 0 else list(reversed(trees.items()))
                 for label, tree in order:
