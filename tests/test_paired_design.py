@@ -146,6 +146,40 @@ def test_same_seed_same_sample_and_seed_changes_draws():
     assert not population.sample(postings, GENDER, 2).table["first_name"].equals(a["first_name"])
 
 
+def test_a_sample_is_kept_on_disk_and_read_back_exactly(postings, tmp_path, monkeypatch):
+    """The candidates are drawn once per machine (popfair.population.cache.disk_cached_frame, Parquet):
+    a later population of the same settings, with the in-process memo empty, reads the very same
+    table; other settings (seed, pairs per posting, name lists), or the disk cache switched off,
+    draw again."""
+    from popfair.design.paired import population as paired
+
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path / "cache"))
+    drawn = PairedAuditPopulation(axis="race").sample(postings, RACE, seed=5).table
+    kept = sorted((tmp_path / "cache").glob("paired_race-*.parquet"))
+    assert len(kept) == 1 and kept[0].stat().st_size < 5e6  # 48,048 rows; pickled they take 24 MB
+
+    paired._PAIR_PROFILES.clear()
+
+    def no_drawing(*args, **kwargs):
+        raise AssertionError("drawn again")
+
+    monkeypatch.setattr(paired, "pair_profiles", no_drawing)
+    read = PairedAuditPopulation(axis="race").sample(postings, RACE, seed=5).table
+    pd.testing.assert_frame_equal(read, drawn, check_exact=True)
+    monkeypatch.undo()
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path / "cache"))
+    PairedAuditPopulation(axis="race", pairs_per_posting=2).sample(postings, RACE, seed=5)
+    PairedAuditPopulation(axis="race", name_lists=["kline_rose_walters_2022"]).sample(postings, RACE, seed=5)
+    other_seed = PairedAuditPopulation(axis="race").sample(postings, RACE, seed=6).table
+    assert len(list((tmp_path / "cache").glob("paired_race-*.parquet"))) == 4
+    assert not other_seed["first_name"].equals(drawn["first_name"])
+    kept[0].write_bytes(b"not parquet")  # a damaged entry is drawn again and replaced
+    pd.testing.assert_frame_equal(PairedAuditPopulation(axis="race").sample(postings, RACE, seed=5).table, drawn)
+    assert kept[0].read_bytes()[:4] == b"PAR1"
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", "off")
+    pd.testing.assert_frame_equal(PairedAuditPopulation(axis="race").sample(postings, RACE, seed=5).table, drawn)
+
+
 def test_postings_csv_drops_and_counts_incomplete_rows(tmp_path):
     path = tmp_path / "postings.csv"
     pd.DataFrame(

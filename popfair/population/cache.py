@@ -1,4 +1,5 @@
-"""On-disk cache for fitted population models and name tables (they take seconds; loading takes ms).
+"""On-disk cache for fitted population models, name tables and drawn samples (they take seconds;
+loading takes ms).
 
 An entry's key hashes its inputs: the data files' fingerprints, the arguments, and the source code
 of the modules that build it, so editing the code or the data invalidates it. Location:
@@ -7,13 +8,17 @@ $POPFAIR_CACHE_DIR, else ~/.cache/popfair; POPFAIR_CACHE_DIR=off disables the di
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import pickle
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 T = TypeVar("T")
 
@@ -81,3 +86,31 @@ def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], 
     value = build()
     write_atomically(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))  # read-only home: still returned
     return value
+
+
+def disk_cached_frame(
+    name: str, parts: Iterable[Any], modules: Iterable[ModuleType], build: Callable[[], pd.DataFrame]
+) -> pd.DataFrame:
+    """build(), or the frame an earlier call with the same parts and module sources kept as Parquet:
+    a twentieth of a pickled frame's size for tables of strings (a paired audit's 48,048 candidates:
+    1.2 MB against 24 MB), read in about the same time. A frame that does not read back exactly
+    equal (a type Parquet cannot hold) is not kept: every call builds it."""
+    import pandas as pd
+
+    path = cached_path(name, parts, modules, suffix=".parquet")
+    if path is None:
+        return build()
+    if path.exists():
+        try:
+            return pd.read_parquet(path)
+        except Exception:  # noqa: BLE001 - a truncated or foreign file: rebuild it
+            path.unlink(missing_ok=True)
+    frame = build()
+    data = io.BytesIO()
+    try:
+        frame.to_parquet(data)
+        pd.testing.assert_frame_equal(pd.read_parquet(io.BytesIO(data.getvalue())), frame, check_exact=True)
+    except Exception:  # noqa: BLE001 - not representable as it is: not kept
+        return frame
+    write_atomically(path, data.getvalue())
+    return frame

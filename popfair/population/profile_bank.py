@@ -23,6 +23,9 @@ import pandas as pd
 
 from popfair.population.postings import ENTRY_LEVEL_TITLES, audit_data_path
 
+FIRMS, STATES = "firms.csv", "us_states.csv"
+DATA_FILES = (FIRMS, STATES)  # what `build_profiles` reads (a cache of its output keys on them)
+
 FLAGSHIP_UNIVERSITY = {
     "AL": "University of Alabama",
     "AK": "University of Alaska Anchorage",
@@ -241,8 +244,8 @@ def build_profiles(slots: pd.DataFrame, u: np.ndarray) -> pd.DataFrame:
     (N_PROFILE_STREAMS, len(slots)) array of Uniform(0, 1), one column per slot (key it by the slot,
     e.g. `popfair.population.scm.keyed_streams`, and a slot's profile never depends on the others)."""
     n = len(slots)
-    firms = pd.read_csv(audit_data_path("firms.csv"))
-    states = pd.read_csv(audit_data_path("us_states.csv"), dtype={"fips": str})
+    firms = pd.read_csv(audit_data_path(FIRMS))
+    states = pd.read_csv(audit_data_path(STATES), dtype={"fips": str})
     if u.shape != (N_PROFILE_STREAMS, n):
         raise ValueError(f"build_profiles: u must have shape ({N_PROFILE_STREAMS}, {n}), got {u.shape}")
     state = slots["state"].to_numpy(dtype=object)
