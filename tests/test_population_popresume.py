@@ -228,6 +228,35 @@ def test_same_seed_is_byte_identical_and_a_new_seed_differs():
     assert (other["first_name"] != first["first_name"]).mean() > 0.5
 
 
+def test_a_drawn_table_is_kept_on_disk_and_read_back_exactly(tmp_path, monkeypatch):
+    """An occupation's applicants are drawn once per machine (disk_cached_frame, Parquet, with the
+    object columns put back as objects): a later sample of the same settings reads the very same
+    table without drawing, whichever protected attribute it audits; another seed, another n, another
+    occupation, or the disk cache switched off, draw."""
+    from popfair.population import popresume
+
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path / "cache"))
+    drawn = PopResumePopulation(n=1500, diagnostics=False).sample(occupation("accountant"), GENDER, seed=3).table
+    kept = list((tmp_path / "cache").glob("popresume_*.parquet"))
+    assert len(kept) == 1
+
+    def no_drawing(*args, **kwargs):
+        raise AssertionError("drawn again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(popresume.PopResumePopulation, "_draw_table", no_drawing)
+        race = ProtectedAttribute("race", "black", "white")
+        read = PopResumePopulation(n=1500, diagnostics=False).sample(occupation("accountant"), race, seed=3).table
+    pd.testing.assert_frame_equal(read, drawn, check_exact=True)
+    assert read["applicant_id"].dtype == object  # as drawn, not Parquet's string type
+    for n, seed, key in ((1500, 4, "accountant"), (1200, 3, "accountant"), (1500, 3, "nurse")):
+        PopResumePopulation(n=n, diagnostics=False).sample(occupation(key), GENDER, seed=seed)
+    assert len(list((tmp_path / "cache").glob("popresume_*.parquet"))) == 4
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", "off")
+    off = PopResumePopulation(n=1500, diagnostics=False).sample(occupation("accountant"), GENDER, seed=3).table
+    pd.testing.assert_frame_equal(off, drawn, check_exact=True)
+
+
 def test_roles_use_grouped_columns():
     roles = roles_for(GENDER)
     assert roles.z == ("race", "age") and roles.b == ("edu_group", "exp_year")

@@ -155,10 +155,10 @@ class FirstNames:
 def first_names(survey_year: int) -> FirstNames:
     """SSA tables for people aged 18-44 in survey_year (births after the SSA's last year use it).
     Cached in-process and on disk (popfair.population.cache)."""
-    return disk_cached("first_names", *_first_names_key(survey_year), lambda: _build_first_names(survey_year))
+    return disk_cached("first_names", *first_names_key(survey_year), lambda: _build_first_names(survey_year))
 
 
-def _first_names_key(survey_year: int) -> tuple[list[Any], list[Any]]:
+def first_names_key(survey_year: int) -> tuple[list[Any], list[Any]]:
     return [survey_year, file_fingerprint(ssa_path())], [sys.modules[__name__], scm]
 
 
@@ -212,10 +212,10 @@ class Surnames:
 def surnames() -> Surnames:
     """P(surname | race) proportional to Census count x the race's percentage for that surname.
     Cached in-process and on disk."""
-    return disk_cached("surnames", *_surnames_key(), _build_surnames)
+    return disk_cached("surnames", *surnames_key(), _build_surnames)
 
 
-def _surnames_key() -> tuple[list[Any], list[Any]]:
+def surnames_key() -> tuple[list[Any], list[Any]]:
     return [file_fingerprint(data_file("names", "census_2010_surnames.parquet"))], [sys.modules[__name__], scm]
 
 
@@ -227,9 +227,9 @@ def prefetch_names(survey_year: int | None) -> Callable[[], None]:
     them from disk. Otherwise, or if the worker fails, it does nothing and they are built as usual."""
     wanted: list[tuple[str, Any]] = []
     if not surnames.cache_info().currsize:
-        wanted.append(("surnames", _surnames_key()))
+        wanted.append(("surnames", surnames_key()))
     if survey_year is not None:
-        wanted.append(("first_names", _first_names_key(survey_year)))
+        wanted.append(("first_names", first_names_key(survey_year)))
     missing = []
     for name, key in wanted:
         path = cached_path(name, *key)

@@ -47,7 +47,7 @@ from popfair.core.errors import ConfigError, DataError, require
 from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
 from popfair.population import experience, pums, scm, transport
-from popfair.population.cache import disk_cached, file_fingerprint
+from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint
 from popfair.population.experience import (
     AGE_GROUPS,
     EXPERIENCE_SOURCES,
@@ -56,7 +56,14 @@ from popfair.population.experience import (
     source_digest,
 )
 from popfair.population.fetch import resolve_pums_path
-from popfair.population.names import first_names, name_groupings, prefetch_names, surnames
+from popfair.population.names import (
+    first_names,
+    first_names_key,
+    name_groupings,
+    prefetch_names,
+    surnames,
+    surnames_key,
+)
 from popfair.population.occupation import Occupation
 from popfair.population.occupation_model import OccupationModel
 from popfair.population.protected import LEVELS, ProtectedAttribute
@@ -83,8 +90,6 @@ MAX_N = 1_000_000  # beyond this a resample is a typo, not a study
 MAX_RESAMPLE_FACTOR = 20  # n above this many times the occupation's records only duplicates records
 SMOOTHING = 10.0  # pseudo-records pulling a sparse conditional cell toward its coarser parent
 REGIONS = ("Northeast", "Midwest", "South", "West")
-# Paper Table 3: structured profiles per occupation (ACS PUMS 2023, national).
-TABLE3 = {3255: 17_632, 2310: 16_188, 1021: 13_370, 800: 7_784, 6260: 5_910}
 
 
 @lru_cache(maxsize=32)
@@ -98,10 +103,25 @@ def occupation_model(
 ) -> OccupationModel:
     """Decode one occupation's PUMS records, put CA/TX back (bundled extract only) and fit its conditionals.
     Cached in-process and on disk, keyed by every input file's fingerprint, the arguments and this code."""
+    parts, modules = _occupation_key(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source)
+    ca_tx = "omit" if pums_path else ca_tx  # a user's file is used as is: never transported
+    return disk_cached(
+        f"occupation_{occp}",
+        parts,
+        modules,
+        lambda: _fit_occupation(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source),
+    )
+
+
+def _occupation_key(
+    pums_path: str | None, occp: int, below_hs: str, ca_tx: str, transport_donors: str, experience_source: str
+) -> tuple[list[Any], list[Any]]:
+    """What an occupation model is built from: the input files' fingerprints, the arguments, and the
+    modules whose source builds it (its disk cache's key, and part of a drawn table's)."""
     source = Path(pums_path) if pums_path else data_file(*BUNDLED_PUMS)
     if not source.exists():
         raise DataError(f"population.pums_path: file not found: {source}")
-    ca_tx = "omit" if pums_path else ca_tx  # a user's file is used as is: never transported
+    ca_tx = "omit" if pums_path else ca_tx
     parts: list[Any] = [
         file_fingerprint(source),
         occp,
@@ -113,13 +133,7 @@ def occupation_model(
     ]
     if ca_tx == "transport":
         parts += [file_fingerprint(data_file(*transport.CELLS_FILE)), file_fingerprint(data_file(*transport.OEWS_FILE))]
-    modules = [sys.modules[__name__], pums, scm, experience, transport]
-    return disk_cached(
-        f"occupation_{occp}",
-        parts,
-        modules,
-        lambda: _fit_occupation(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source),
-    )
+    return parts, [sys.modules[__name__], pums, scm, experience, transport]
 
 
 def _fit_occupation(
@@ -275,15 +289,64 @@ class PopResumePopulation:
         names_ready = prefetch_names(None if self.pums_path else bundled_survey_year())
         model = self.model(occupation.occp)
         clock.lap("pums_and_fit")
+        if self.n is not None and self.n > MAX_RESAMPLE_FACTOR * len(model.records):
+            raise ConfigError(
+                f"population.n: {self.n} is more than {MAX_RESAMPLE_FACTOR}x the {len(model.records)} PUMS "
+                f"records of OCCP {occupation.occp}; a resample that large only repeats records. Use at "
+                f"most {MAX_RESAMPLE_FACTOR * len(model.records)} or null for all records."
+            )
+        # kept on disk as Parquet (population.cache.disk_cached_frame): drawing a nurse table takes
+        # about 0.2 s, reading it back a fraction; keyed by all the model is built from, the name
+        # tables' inputs, n, seed and the occupation, and the source of the modules that draw it
+        pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
+        args = (self.below_hs, self.ca_tx, self.transport_donors, self.experience_source)
+        parts, modules = _occupation_key(pums_path, occupation.occp, *args)
+        names = [first_names_key(model.survey_year), surnames_key()]
+        table = disk_cached_frame(
+            f"popresume_{occupation.occp}",
+            [*parts, [key for key, _ in names], self.n, seed, occupation.key],
+            list(dict.fromkeys([*modules, *(m for _, mods in names for m in mods)])),  # in a fixed order
+            lambda: self._draw_table(model, occupation, seed, names_ready, clock),
+        )
+        clock.lap("table")
+        notes = [f"population.source: {model.source}"]
+        if model.transport is not None:
+            notes += [transport.transport_note(row) for row in model.transport.to_dict("records")]
+        elif self.pums_path is None:
+            notes.append(BUNDLED_NOTE)
+        table3 = pums.table3_label(occupation.occp, len(table), model.survey_year, self.n)
+        notes.append(f"population.table3: {table3}")
+        if model.dropped_below_hs:
+            notes.append(
+                f"{model.dropped_below_hs} PUMS records of OCCP {occupation.occp} below high school "
+                "dropped (population.below_hs=drop: not one of the seven resume education levels)"
+            )
+        artifacts: dict[str, Any] = {}
+        if self.diagnostics:
+            from popfair.population.diagnostics import cached_population_artifacts
+
+            artifacts = cached_population_artifacts(table, model, occupation)
+        clock.lap("diagnostics")
+        self.timings = clock.laps
+        return Profiles(
+            table=table,
+            roles=roles_for(protected),
+            jobs={occupation.key: occupation.job},
+            notes=notes,
+            artifacts=artifacts,
+            tags={
+                "population.source": model.source,
+                "population.table3": table3,
+                **({DRAW_TAG: IID_DRAW} if self.n is not None else {}),
+            },
+        )
+
+    def _draw_table(
+        self, model: OccupationModel, occupation: Occupation, seed: int, names_ready: Any, clock: _Clock
+    ) -> pd.DataFrame:
+        """The applicants of `sample`: records (all, or n keyed draws), experience, names, groupings."""
         records = model.records
         if self.n is not None:
-            limit = MAX_RESAMPLE_FACTOR * len(records)
-            if self.n > limit:
-                raise ConfigError(
-                    f"population.n: {self.n} is more than {MAX_RESAMPLE_FACTOR}x the "
-                    f"{len(records)} PUMS records of OCCP {occupation.occp}; a resample that "
-                    f"large only repeats records. Use at most {limit} or null for all records."
-                )
             # applicant i's record is keyed by (its id, seed), in draw order: a sample of n is the
             # first n of any larger sample (growing population.n re-draws and re-pays for nothing)
             drawn = pd.Series([f"{occupation.key}-{i:06d}" for i in range(self.n)], dtype=object)
@@ -318,39 +381,7 @@ class PopResumePopulation:
         )
         table["surname"] = surnames().draw(table["race"], keyed_uniforms(ids, seed, "surname"))
         clock.lap("names")
-        table = add_groupings(table, model.survey_year)
-        clock.lap("groupings")
-        notes = [f"population.source: {model.source}"]
-        if model.transport is not None:
-            notes += [transport_note(row) for row in model.transport.to_dict("records")]
-        elif self.pums_path is None:
-            notes.append(BUNDLED_NOTE)
-        table3 = table3_label(occupation.occp, len(table), model.survey_year, self.n)
-        notes.append(f"population.table3: {table3}")
-        if model.dropped_below_hs:
-            notes.append(
-                f"{model.dropped_below_hs} PUMS records of OCCP {occupation.occp} below high school "
-                "dropped (population.below_hs=drop: not one of the seven resume education levels)"
-            )
-        artifacts: dict[str, Any] = {}
-        if self.diagnostics:
-            from popfair.population.diagnostics import cached_population_artifacts
-
-            artifacts = cached_population_artifacts(table, model, occupation)
-        clock.lap("diagnostics")
-        self.timings = clock.laps
-        return Profiles(
-            table=table,
-            roles=roles_for(protected),
-            jobs={occupation.key: occupation.job},
-            notes=notes,
-            artifacts=artifacts,
-            tags={
-                "population.source": model.source,
-                "population.table3": table3,
-                **({DRAW_TAG: IID_DRAW} if self.n is not None else {}),
-            },
-        )
+        return add_groupings(table, model.survey_year)
 
     def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame:
         """The same applicants under interventions on X (common random numbers).
@@ -438,29 +469,6 @@ class PopResumePopulation:
         for column in grouped.columns.drop(["first_name", "surname", "edu_level"]):
             out[column] = grouped[column]
         return out
-
-
-def transport_note(row: dict[str, Any]) -> str:
-    return (
-        f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
-        f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
-        f"drawn from {row['donor_records']} records of {row['donor_policy']} donor states [{row['donor_states']}] "
-        f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
-        f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
-        f"-> {100 * row['hispanic_share_transported']:.1f}% transported; donors chosen by a held-out-state check, "
-        "benchmarks/transport_validation.py)"
-    )
-
-
-def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:
-    """Whether the applicant count is the paper's Table 3 count for this occupation (an honest label)."""
-    paper = TABLE3.get(occp)
-    if paper is None:
-        return f"not in the paper ({count} applicants)"
-    if n is not None:
-        return f"resampled to n={n}; the paper has {paper} (ACS 2023, all records)"
-    verdict = "matches" if count == paper else "does not match"
-    return f"{verdict} the paper's Table 3: {count} applicants (ACS {survey_year}) vs {paper} (ACS 2023)"
 
 
 def roles_for(protected: ProtectedAttribute) -> Roles:

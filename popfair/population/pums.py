@@ -168,3 +168,18 @@ def region_of(usps: pd.Series | np.ndarray) -> np.ndarray:
     """USPS state code -> Census region (Northeast, Midwest, South, West)."""
     lookup = state_table().set_index("usps")["census_region"]
     return lookup.reindex(np.asarray(usps)).to_numpy(dtype=object)
+
+
+# Paper Table 3: structured profiles per occupation (ACS PUMS 2023, national).
+TABLE3 = {3255: 17_632, 2310: 16_188, 1021: 13_370, 800: 7_784, 6260: 5_910}
+
+
+def table3_label(occp: int, count: int, survey_year: int, n: int | None) -> str:
+    """Whether the applicant count is the paper's Table 3 count for this occupation (an honest label)."""
+    paper = TABLE3.get(occp)
+    if paper is None:
+        return f"not in the paper ({count} applicants)"
+    if n is not None:
+        return f"resampled to n={n}; the paper has {paper} (ACS 2023, all records)"
+    verdict = "matches" if count == paper else "does not match"
+    return f"{verdict} the paper's Table 3: {count} applicants (ACS {survey_year}) vs {paper} (ACS 2023)"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -220,3 +221,16 @@ def transport_ca_tx(records: pd.DataFrame, occp: int, below_hs: str, donors: str
             }
         )
     return Transported(rows=pd.concat(parts, ignore_index=True), summary=pd.DataFrame(summary))
+
+
+def transport_note(row: dict[str, Any]) -> str:
+    """The note a transported state's rows carry (one row of `OccupationModel.transport`)."""
+    return (
+        f"{row['target']} transported (approximation; the national PUMS has the real records): {row['rows']} rows "
+        f"= {100 * row['row_share']:.1f}% of applicants (OEWS May 2025 share {100 * row['oews_share']:.1f}%), "
+        f"drawn from {row['donor_records']} records of {row['donor_policy']} donor states [{row['donor_states']}] "
+        f"reweighted by the {row['target']}/donor density ratio of sex x age group x race x education "
+        f"(effective n {row['donor_ess']:.0f}; Hispanic share {100 * row['hispanic_share_donors']:.1f}% in donors "
+        f"-> {100 * row['hispanic_share_transported']:.1f}% transported; donors chosen by a held-out-state check, "
+        "benchmarks/transport_validation.py)"
+    )
