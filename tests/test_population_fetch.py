@@ -263,3 +263,44 @@ def test_replication_preset_reads_the_fetched_file_without_transport(server, tmp
         and "3 states" in profiles.tags["population.source"]
     )
     assert profiles.tags["population.table3"].startswith("does not match")
+
+
+def test_popfair_data_cache_reports_and_prunes_only_entries_no_run_read_lately(tmp_path, monkeypatch, capsys):
+    """`popfair-data cache`: a summary by kind; --unused-days removes entries whose last read or write
+    is older (a read marks an entry used), --clear removes every entry; the PUMS downloads, a user's
+    own files and a write in progress are never touched."""
+    from popfair.population.cache import disk_cached, disk_cached_frame
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(root))
+    disk_cached("model", [1], [sys.modules[__name__]], lambda: {"fitted": True})
+    disk_cached_frame("sample", [1], [sys.modules[__name__]], lambda: pd.DataFrame({"a": [1, 2]}))
+    disk_cached("stale", [1], [sys.modules[__name__]], lambda: "old code's entry")
+    (root / "pums").mkdir()
+    (root / "pums" / "p_ca.csv.gz").write_bytes(b"download")
+    (root / "notes.txt").write_text("a user's file")
+    (root / "tmpwrite.tmp").write_bytes(b"a write in progress")
+    month_ago = time.time() - 30 * 86_400
+    for path in root.glob("*-*"):
+        os.utime(path, (month_ago, month_ago))
+    # a run reads the model and the sample again: both are marked used, the stale entry is not
+    assert disk_cached("model", [1], [sys.modules[__name__]], lambda: {"fitted": False}) == {"fitted": True}
+    disk_cached_frame("sample", [1], [sys.modules[__name__]], lambda: pd.DataFrame({"a": [0]}))
+
+    assert fetch.main(["cache"]) == 0
+    summary = capsys.readouterr().out
+    assert f"{root}: 3 entries" in summary and "model " in summary and "stale " in summary
+
+    assert fetch.main(["cache", "--unused-days", "7", "--dry-run"]) == 0
+    assert "would remove 1 entries" in capsys.readouterr().out and len(list(root.glob("stale-*"))) == 1
+    assert fetch.main(["cache", "--unused-days", "7"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert not list(root.glob("stale-*")) and list(root.glob("model-*")) and list(root.glob("sample-*"))
+
+    assert fetch.main(["cache", "--clear"]) == 0
+    assert "removed 2 entries" in capsys.readouterr().out
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["notes.txt", "p_ca.csv.gz", "tmpwrite.tmp"]
+    assert fetch.main(["cache", "--unused-days", "-1"]) == 2
+    assert "--unused-days must be 0 or more" in capsys.readouterr().err
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", "off")
+    assert fetch.main(["cache"]) == 0 and "the disk cache is off" in capsys.readouterr().out

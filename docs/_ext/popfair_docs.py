@@ -33,7 +33,7 @@ CONFIG_OUT = DOCS / "reference" / "config"
 CLI_OUT = DOCS / "reference" / "cli.md"
 
 # Subcommands whose own --help is shown too (the tools themselves are pyproject.toml's [project.scripts]).
-CLI_SUBCOMMANDS = {"popfair-data": [["pums"]]}
+CLI_SUBCOMMANDS = {"popfair-data": [["pums"], ["cache"]]}
 
 
 def cli_tools() -> list[tuple[str, str, str]]:

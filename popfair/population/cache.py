@@ -3,7 +3,10 @@ loading takes ms).
 
 An entry's key hashes its inputs: the data files' fingerprints, the arguments, and the source code
 of the modules that build it, so editing the code or the data invalidates it. Location:
-$POPFAIR_CACHE_DIR, else ~/.cache/popfair; POPFAIR_CACHE_DIR=off disables the disk cache."""
+$POPFAIR_CACHE_DIR, else ~/.cache/popfair; POPFAIR_CACHE_DIR=off disables the disk cache. An entry
+read is marked used (its modification time), so `prune` (`popfair-data cache --unused-days N`) can
+remove the entries no run has read for N days: an edit of the code or data leaves its old entries
+behind, and nothing else removes them."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ import hashlib
 import io
 import os
 import pickle
+import re
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
@@ -80,7 +85,9 @@ def disk_cached(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], 
     if path.exists():
         try:
             with path.open("rb") as handle:
-                return pickle.load(handle)
+                value = pickle.load(handle)
+            mark_used(path)
+            return value
         except Exception:  # a truncated or foreign file: rebuild it
             path.unlink(missing_ok=True)
     value = build()
@@ -101,7 +108,9 @@ def disk_cached_frame(
         return build()
     if path.exists():
         try:
-            return _read_frame(path.read_bytes())
+            frame = _read_frame(path.read_bytes())
+            mark_used(path)
+            return frame
         except Exception:  # noqa: BLE001 - a truncated or foreign file: rebuild it
             path.unlink(missing_ok=True)
     frame = build()
@@ -132,3 +141,48 @@ def _read_frame(data: bytes) -> pd.DataFrame:
         frame[column] = frame[column].astype(object)
     frame.attrs = {}
     return frame
+
+
+# what `cached_path` names: <name>-<24 hex digits><suffix>; nothing else in the folder is an entry
+# (the PUMS downloads under pums/, a user's own files)
+_ENTRY = re.compile(r"^[A-Za-z0-9_.]+-[0-9a-f]{24}\.(pkl|parquet|png)$")
+_STALE_WRITE_S = 3600  # a .tmp file this old is a write that was killed halfway (`write_atomically`)
+
+
+def mark_used(path: Path) -> None:
+    """An entry was read: its modification time says so (`prune` keeps what runs still read)."""
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache folder: it is only never pruned
+        pass
+
+
+def cache_entries(root: Path | None = None) -> list[tuple[Path, os.stat_result]]:
+    """The disk cache's entries (and writes killed halfway) with their stat, oldest use first."""
+    root = cache_dir() if root is None else root
+    if root is None or not root.is_dir():
+        return []
+    now, found = time.time(), []
+    for path in root.iterdir():
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # removed meanwhile (another prune)
+            continue
+        stale_write = path.suffix == ".tmp" and now - stat.st_mtime > _STALE_WRITE_S
+        if path.is_file() and (_ENTRY.match(path.name) or stale_write):
+            found.append((path, stat))
+    return sorted(found, key=lambda entry: entry[1].st_mtime)
+
+
+def prune(unused_days: float | None, root: Path | None = None, *, dry_run: bool = False) -> list[tuple[Path, int]]:
+    """Remove the entries no run has read or written for `unused_days` days (None: every entry);
+    returns (path, bytes) of each one removed (with `dry_run`, that would be). A run that needs one
+    again builds it again."""
+    cutoff = time.time() - unused_days * 86_400 if unused_days is not None else float("inf")
+    removed = []
+    for path, stat in cache_entries(root):
+        if stat.st_mtime < cutoff:
+            if not dry_run:
+                path.unlink(missing_ok=True)
+            removed.append((path, stat.st_size))
+    return removed

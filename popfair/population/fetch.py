@@ -1,4 +1,5 @@
-"""`popfair-data pums`: fetch the Census Bureau's ACS 1-year PUMS person files for a population.
+"""`popfair-data pums`: fetch the Census Bureau's ACS 1-year PUMS person files for a population
+(`popfair-data cache` shows or prunes popfair's disk cache: `CACHE_HELP`).
 
 For each state (all 50 + DC, or --states) it downloads `{base}/{year}/1-Year/csv_p{st}.zip`, resuming
 a partial download with an HTTP Range request, with a progress bar (bytes, rate, ETA); checks the
@@ -421,7 +422,19 @@ def main(argv: list[str] | None = None) -> int:
         help="where the Census PUMS tree lives (env POPFAIR_PUMS_BASE_URL)",
     )
     pums.add_argument("--keep-zips", action="store_true", help="keep the downloaded zips after filtering")
+    cache = commands.add_parser(
+        "cache",
+        help="what popfair's disk cache holds; remove entries no run has read lately",
+        description=CACHE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    which = cache.add_mutually_exclusive_group()
+    which.add_argument("--unused-days", type=float, metavar="DAYS", help="remove entries no run read for DAYS days")
+    which.add_argument("--clear", action="store_true", help="remove every entry")
+    cache.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     args = parser.parse_args(argv)
+    if args.command == "cache":
+        return cache_command(args.unused_days, args.clear, args.dry_run)
     try:
         occp = tuple(int(c) for c in args.occp.split(",") if c.strip())
     except ValueError:
@@ -439,6 +452,44 @@ def main(argv: list[str] | None = None) -> int:
     except FetchError as exc:
         print(f"popfair-data: error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+CACHE_HELP = """popfair's disk cache ($POPFAIR_CACHE_DIR, else ~/.cache/popfair) keeps what takes seconds to build
+and milliseconds to read: fitted occupation models, name tables, drawn samples, kept figures. Each
+entry's key includes the source of the code that builds it, so an upgrade or an edit leaves the old
+entries behind; nothing else removes them. Without options this prints what the cache holds. A run
+that needs a removed entry builds it again. The PUMS downloads (pums/) are never touched."""
+
+
+def cache_command(unused_days: float | None, clear: bool, dry_run: bool) -> int:
+    """`popfair-data cache`: a summary of the disk cache, or the entries removed."""
+    from popfair.population.cache import cache_dir, cache_entries, prune
+
+    root = cache_dir()
+    if root is None:
+        print("popfair-data: the disk cache is off (POPFAIR_CACHE_DIR=off)")
+        return 0
+    if unused_days is not None and unused_days < 0:
+        print(f"popfair-data: error: --unused-days must be 0 or more, got {unused_days}", file=sys.stderr)
+        return 2
+    if unused_days is None and not clear:
+        entries = cache_entries(root)
+        kinds: dict[str, list[int]] = {}
+        for path, stat in entries:
+            kinds.setdefault(path.name.rsplit("-", 1)[0], []).append(stat.st_size)
+        print(f"{root}: {len(entries)} entries, {sum(sum(s) for s in kinds.values()) / 1e6:.1f} MB")
+        for kind, sizes in sorted(kinds.items(), key=lambda item: -sum(item[1])):
+            print(f"  {kind:40s} {len(sizes):5d} entries {sum(sizes) / 1e6:9.1f} MB")
+        if entries:
+            days = (time.time() - entries[0][1].st_mtime) / 86_400
+            print(f"least recently used: {days:.1f} days ago (popfair-data cache --unused-days N removes older ones)")
+        return 0
+    removed = prune(None if clear else unused_days, root, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for path, _ in removed if dry_run else ():
+        print(f"  {path.name}")
+    print(f"{root}: {verb} {len(removed)} entries, {sum(size for _, size in removed) / 1e6:.1f} MB")
     return 0
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.types import Plot
-from popfair.population.cache import cached_path, write_atomically
+from popfair.population.cache import cached_path, mark_used, write_atomically
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -254,6 +254,7 @@ def png(figure: Plot | Figure, dpi: int = 120) -> bytes:
             return _DRAWN[key]
         kept = _kept_path(key) if figure.keep else None
         if kept is not None and kept.is_file():
+            mark_used(kept)
             return _remember(key, kept.read_bytes())
         figure = draw(figure)
     buffer = io.BytesIO()
