@@ -278,10 +278,12 @@ class PopResumePopulation:
         self.timings: dict[str, float] = {}  # seconds per stage of the last sample()
 
     def model(self, occp: int) -> OccupationModel:
+        return occupation_model(*self._model_args(occp))
+
+    def _model_args(self, occp: int) -> tuple[str | None, int, str, str, str, str]:
+        """What `occupation_model` is called with (and a drawn table's key is built from)."""
         pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
-        return occupation_model(
-            pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors, self.experience_source
-        )
+        return pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors, self.experience_source
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         clock = _Clock()
@@ -298,9 +300,7 @@ class PopResumePopulation:
         # kept on disk as Parquet (population.cache.disk_cached_frame): drawing a nurse table takes
         # about 0.2 s, reading it back a fraction; keyed by all the model is built from, the name
         # tables' inputs, n, seed and the occupation, and the source of the modules that draw it
-        pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
-        args = (self.below_hs, self.ca_tx, self.transport_donors, self.experience_source)
-        parts, modules = _occupation_key(pums_path, occupation.occp, *args)
+        parts, modules = _occupation_key(*self._model_args(occupation.occp))
         names = [first_names_key(model.survey_year), surnames_key()]
         table = disk_cached_frame(
             f"popresume_{occupation.occp}",
@@ -381,7 +381,9 @@ class PopResumePopulation:
         )
         table["surname"] = surnames().draw(table["race"], keyed_uniforms(ids, seed, "surname"))
         clock.lap("names")
-        return add_groupings(table, model.survey_year)
+        table = add_groupings(table, model.survey_year)
+        clock.lap("groupings")
+        return table
 
     def counterfactual(self, profiles: Profiles, x_y: str, x_b: str, x_r: str, seed: int) -> pd.DataFrame:
         """The same applicants under interventions on X (common random numbers).
