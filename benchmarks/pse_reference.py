@@ -17,7 +17,12 @@ on `folds` folds:
     phi = pi3 (Y - mu3) + pi2 (mu3(B,R,x_y,Z) - mu2) + pi1 (mu2(R,x_b,Z) - mu1) + mu1(x_r,Z)
 
 with the propensities clipped to [clip, 1 - clip]. Point estimates and influence-function SEs only
-(no bootstrap: the comparison is of the estimates)."""
+(no bootstrap: the comparison is of the estimates).
+
+`column_order_seed` puts each one-hot block's columns in another order: the same data, folds and
+learners, so the estimates move only by how XGBoost breaks ties between equally good splits. How far
+the reference moves from itself that way is the most a comparison with it can ask of another
+implementation of the same computation (`bench_pse.py --vs-reference`)."""
 
 from __future__ import annotations
 
@@ -33,8 +38,9 @@ from sklearn.model_selection import StratifiedKFold
 from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
 
 
-def _onehot(frame: pd.DataFrame) -> np.ndarray:
-    return pd.get_dummies(frame, dtype=np.float32).to_numpy(np.float32)
+def _onehot(frame: pd.DataFrame, order: np.random.Generator | None = None) -> np.ndarray:
+    encoded = pd.get_dummies(frame, dtype=np.float32).to_numpy(np.float32)
+    return encoded if order is None else encoded[:, order.permutation(encoded.shape[1])]
 
 
 def reference_pse(
@@ -52,16 +58,19 @@ def reference_pse(
     seed: int = 0,
     params: Mapping[str, Any] | None = None,
     threads: int = 1,
+    column_order_seed: int | None = None,
 ) -> pd.DataFrame:
     """Effects TE, NDE, NIE, BIE, RIE (positive favours x1) x estimate, se from fixed-parameter nuisances.
     `folds`: a number of stratified folds, or a fold id per kept row (to cross-fit on the same
     assignment as another estimator, so that a comparison sees the nuisances alone); `params`:
     XGBoost scikit-learn keywords over the library's defaults (each fit single-threaded); `threads`:
-    folds' fits run at once."""
+    folds' fits run at once; `column_order_seed`: each one-hot block's columns shuffled with this seed
+    (None: pandas' order)."""
     rows = data[data[x].astype(str).isin([x0, x1])]
     a = (rows[x].astype(str) == x1).to_numpy(int)
     outcome = rows[y].to_numpy(float)
-    zb, bb, rb = _onehot(rows[list(z)]), _onehot(rows[list(b)]), _onehot(rows[list(r)])
+    order = None if column_order_seed is None else np.random.default_rng(column_order_seed)
+    zb, bb, rb = (_onehot(rows[list(columns)], order) for columns in (z, b, r))
     fixed = {"random_state": seed, "n_jobs": 1, **(params or {})}
 
     def with_x(value: np.ndarray | int, *blocks: np.ndarray) -> np.ndarray:
