@@ -13,13 +13,18 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from popfair.case.experiment import Experiment
-from popfair.core.types import WORLD, CallPlan, Document, Profiles
+from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
+from popfair.population.cache import disk_cached_frame
+from popfair.render.base import Renderer
+from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
 
 # planning memo: population config -> profiles, their rows and the rows' digest
@@ -122,9 +127,67 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else None
         # the run's own step (`Experiment.prompts`): what the screener is shown, per prompt
-        documents = list(experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False).prompts)
+        stage = _kept_render(renderer or experiment.renderer, document_key, profiles.jobs)
+        documents = list(
+            experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).prompts
+        )
         _DOCUMENTS[document_key] = (documents, profiles)
     return profiles, _DOCUMENTS[document_key][0], document_key, image
+
+
+KEPT_RENDERERS = ("text", "json")  # kinds whose plan documents are text alone: kept on disk (_kept_render)
+
+
+def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job]) -> Callable[..., Any]:
+    """The plan's render stage, through popfair's disk cache for popfair's own text and JSON
+    renderers: a plan's documents are their applicant, job, kind and text (no page; a plan reads no
+    profile row, `profile_rows=False`, so the kept ones have none), kept as Parquet (`disk_cached_frame`: read back exactly before it is kept) under the rows'
+    digest and the renderer's settings (`document_key`), the jobs, the renderer's class and the
+    render package's source and resume data (`code_digest`). A grid's occupation renders its
+    text resumes in about a second and reads them back in a tenth, so planning a sweep again, with
+    other models, prices or budgets, renders nothing. Other renderers (pages, a user's own class)
+    render every time."""
+    kind = getattr(renderer, "kind", None)
+    if kind not in KEPT_RENDERERS or not type(renderer).__module__.startswith("popfair.render."):
+        return _rendered_here
+    parts = [
+        document_key,
+        f"{type(renderer).__module__}.{type(renderer).__qualname__}",
+        _key([asdict(job) for job in jobs.values()]),
+        code_digest(),
+    ]
+
+    def stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if name != "render":
+            return fn(*args)
+        rendered: list[Document] = []
+
+        def render() -> pd.DataFrame:
+            rendered.extend(fn(*args))
+            if any(d.image_png is not None or d.pdf is not None for d in rendered):  # never from a text renderer
+                raise _NotPlain
+            return pd.DataFrame([(d.applicant_id, d.job_id, d.kind, d.text) for d in rendered], columns=_PLAN_COLUMNS)
+
+        try:
+            frame = disk_cached_frame("plan_documents", parts, [sys.modules[__name__]], render)
+        except _NotPlain:
+            return rendered
+        if rendered:
+            return rendered
+        return [Document(*row) for row in zip(*(frame[column].tolist() for column in _PLAN_COLUMNS))]
+
+    return stage
+
+
+_PLAN_COLUMNS = ["applicant_id", "job_id", "kind", "text"]  # a kept plan document, in Document's order
+
+
+class _NotPlain(Exception):
+    """A kept renderer's plan documents carried a page or a PDF (never expected): not kept."""
+
+
+def _rendered_here(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 def _identities(document_key: str) -> list[tuple[str, str]]:
