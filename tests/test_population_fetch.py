@@ -304,3 +304,43 @@ def test_popfair_data_cache_reports_and_prunes_only_entries_no_run_read_lately(t
     assert "--unused-days must be 0 or more" in capsys.readouterr().err
     monkeypatch.setenv("POPFAIR_CACHE_DIR", "off")
     assert fetch.main(["cache"]) == 0 and "the disk cache is off" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pd.DataFrame({"id": ["a", "b"], "n": [1, 2], "x": [0.5, float("nan")]}),
+        pd.DataFrame({"id": ["a", None], "flag": [True, False]}, index=pd.Index([7, 3])),
+        pd.DataFrame({"text": ["résumé", ""], "when": pd.to_datetime(["2026-01-01", "2026-02-01"])}),
+    ],
+    ids=["numbers", "index-and-missing", "text-and-dates"],
+)
+def test_a_kept_frame_reads_back_equal_in_values_dtypes_and_index(tmp_path, monkeypatch, frame):
+    """disk_cached_frame keeps a frame only if it reads back the same (`_same_frame`), and a later
+    call returns that frame: the same labels, dtypes (object columns as objects), index and values."""
+    from popfair.population.cache import _same_frame, disk_cached_frame
+
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
+    disk_cached_frame("frame", [1], [sys.modules[__name__]], lambda: frame)
+    (kept,) = tmp_path.glob("frame-*.parquet")
+    back = disk_cached_frame("frame", [1], [sys.modules[__name__]], lambda: pytest.fail("built again"))
+    pd.testing.assert_frame_equal(back, frame, check_exact=True)
+    assert kept.exists()
+    # what the check refuses: another dtype, index type, label or value
+    assert not _same_frame(frame.astype({frame.columns[0]: "string"}), frame)
+    assert not _same_frame(frame.set_axis(frame.index.astype("float64")), frame)
+    assert not _same_frame(frame.rename(columns={frame.columns[0]: "other"}), frame)
+    changed = frame.copy()
+    changed.iloc[0, 0] = "z"
+    assert not _same_frame(changed, frame)
+
+
+def test_a_frame_parquet_cannot_hold_exactly_is_not_kept(tmp_path, monkeypatch):
+    from popfair.population.cache import disk_cached_frame
+
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path))
+    mixed = pd.DataFrame({"value": [1, "one"]})  # an object column of an int and a str: Parquet refuses it
+    assert disk_cached_frame("mixed", [1], [sys.modules[__name__]], lambda: mixed) is mixed
+    decimals = pd.DataFrame({"d": [1.5, 2.5]}, dtype="float32")  # Parquet keeps float32: kept
+    disk_cached_frame("f32", [1], [sys.modules[__name__]], lambda: decimals)
+    assert not list(tmp_path.glob("mixed-*")) and list(tmp_path.glob("f32-*"))
