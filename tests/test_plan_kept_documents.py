@@ -3,11 +3,14 @@ plan of the same rows and renderer reads them instead of rendering, and plans th
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import popfair.render.base as render_base
 import popfair.sweep.plan as plan
 from popfair import Experiment
+from popfair.runtime.parallel import cpu_count
 from tests.conftest import compose_config
 
 
@@ -45,6 +48,7 @@ def _planned(experiment: Experiment) -> tuple[plan.CasePlan, list]:
     """A case planned as a new process plans it: its plan and the documents it planned."""
     _forget()
     planned = plan.plan_case(experiment)
+    plan.finish_writes()  # the rendered set is kept by a forked worker
     ((documents, _),) = plan._DOCUMENTS.values()
     return planned, documents
 
@@ -72,7 +76,7 @@ def test_a_later_plan_reads_the_kept_documents_and_plans_the_same(fresh_process,
 
 
 def test_other_rows_or_renderer_settings_render_again_and_off_renders_always(fresh_process, tmp_path, monkeypatch):
-    plan.plan_case(_case(tmp_path))
+    _planned(_case(tmp_path))
     for other in ([*TEXT, "seed=1"], [*TEXT, "renderer.n_skills=3"]):
         _forget()
         with monkeypatch.context() as patched:
@@ -88,11 +92,10 @@ def test_other_rows_or_renderer_settings_render_again_and_off_renders_always(fre
 
 
 def test_a_damaged_entry_is_rendered_again_and_replaced(fresh_process, tmp_path):
-    before = plan.plan_case(_case(tmp_path))
+    before = _planned(_case(tmp_path))[0]
     (entry,) = fresh_process.glob("plan_documents-*.parquet")
     entry.write_bytes(b"not parquet")
-    _forget()
-    assert plan.plan_case(_case(tmp_path)) == before
+    assert _planned(_case(tmp_path))[0] == before
     assert entry.read_bytes()[:4] == b"PAR1"
 
 
@@ -104,3 +107,20 @@ def test_page_renderers_and_a_users_own_renderer_are_not_kept(fresh_process, tmp
     image = _case(tmp_path, *TEXT, "renderer=image")
     assert plan._kept_render(image.renderer, "key", {}) is plan._rendered_here
     assert plan._kept_render(_case(tmp_path).renderer, "key", {}) is not plan._rendered_here
+
+
+@pytest.mark.skipif(cpu_count() < 2, reason="with one CPU the set is kept in this process, at exit")
+def test_rendered_documents_are_kept_by_a_forked_worker_while_the_plan_goes_on(fresh_process, tmp_path, monkeypatch):
+    writers = tmp_path / "writers.txt"
+    real = plan.keep_frame
+
+    def recording(path, frame):
+        with writers.open("a") as out:
+            out.write(f"{os.getpid()}\n")
+        return real(path, frame)
+
+    monkeypatch.setattr(plan, "keep_frame", recording)
+    _planned(_case(tmp_path))
+    (writer,) = writers.read_text().split()
+    assert int(writer) != os.getpid()
+    assert len(list(fresh_process.glob("plan_documents-*.parquet"))) == 1

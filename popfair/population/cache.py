@@ -104,16 +104,32 @@ def disk_cached_frame(
     strings back as pandas' string type) are put back as objects. A frame that does not read back
     exactly equal (a type Parquet cannot hold) is not kept: every call builds it."""
     path = cached_path(name, parts, modules, suffix=".parquet")
-    if path is None:
-        return build()
-    if path.exists():
-        try:
-            frame = _read_frame(path.read_bytes())
-            mark_used(path)
-            return frame
-        except Exception:  # noqa: BLE001 - a truncated or foreign file: rebuild it
-            path.unlink(missing_ok=True)
+    kept = read_kept_frame(path)
+    if kept is not None:
+        return kept
     frame = build()
+    if path is not None:
+        keep_frame(path, frame)
+    return frame
+
+
+def read_kept_frame(path: Path | None) -> pd.DataFrame | None:
+    """The frame `keep_frame` kept at `path` (a `cached_path(..., suffix=".parquet")`), marked used;
+    None where there is none (or no disk cache). A damaged file is removed."""
+    if path is None or not path.exists():
+        return None
+    try:
+        frame = _read_frame(path.read_bytes())
+    except Exception:  # noqa: BLE001 - a truncated or foreign file: rebuilt by the caller
+        path.unlink(missing_ok=True)
+        return None
+    mark_used(path)
+    return frame
+
+
+def keep_frame(path: Path, frame: pd.DataFrame) -> bool:
+    """Keep `frame` at `path` as Parquet if it reads back exactly equal (`_same_frame`); whether it
+    was kept. Never raises: a frame that cannot be kept is only built again next time."""
     import pandas as pd
 
     data = io.BytesIO()
@@ -123,11 +139,11 @@ def disk_cached_frame(
         kept.attrs = {_OBJECT_COLUMNS: objects}
         kept.to_parquet(data)
         if not _same_frame(_read_frame(data.getvalue()), frame):
-            return frame
+            return False
     except Exception:  # noqa: BLE001 - not representable as it is: not kept
-        return frame
+        return False
     write_atomically(path, data.getvalue())
-    return frame
+    return True
 
 
 _OBJECT_COLUMNS = "popfair.object_columns"  # a kept frame's columns of Python objects (its Parquet metadata)

@@ -10,22 +10,25 @@ re-uses the first one's answers through the response cache."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
-from popfair.population.cache import disk_cached_frame
+from popfair.population.cache import cached_path, keep_frame, read_kept_frame
 from popfair.render.base import Renderer
 from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
+from popfair.runtime.parallel import forked_call
 
 # planning memo: population config -> profiles, their rows and the rows' digest
 _SAMPLES: dict[str, tuple[Profiles, pd.DataFrame, str]] = {}
@@ -136,17 +139,20 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
 
 
 KEPT_RENDERERS = ("text", "json")  # kinds whose plan documents are text alone: kept on disk (_kept_render)
+_PLAN_COLUMNS = ["applicant_id", "job_id", "kind", "text"]  # a kept plan document, in Document's order
+_WRITES: list[Callable[[], Any]] = []  # kept documents still being written (finish_writes waits for them)
 
 
 def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job]) -> Callable[..., Any]:
     """The plan's render stage, through popfair's disk cache for popfair's own text and JSON
     renderers: a plan's documents are their applicant, job, kind and text (no page; a plan reads no
-    profile row, `profile_rows=False`, so the kept ones have none), kept as Parquet (`disk_cached_frame`: read back exactly before it is kept) under the rows'
-    digest and the renderer's settings (`document_key`), the jobs, the renderer's class and the
-    render package's source and resume data (`code_digest`). A grid's occupation renders its
-    text resumes in about a second and reads them back in a tenth, so planning a sweep again, with
-    other models, prices or budgets, renders nothing. Other renderers (pages, a user's own class)
-    render every time."""
+    profile row, `profile_rows=False`, so the kept ones have none), kept as Parquet (`keep_frame`:
+    read back exactly before it is kept) under the rows' digest and the renderer's settings
+    (`document_key`), the jobs, the renderer's class and the render package's source and resume data
+    (`code_digest`). A grid's occupation renders its text resumes in about a second and reads them
+    back in a tenth, so planning a sweep again, with other models, prices or budgets, renders
+    nothing. Rendered documents are kept by a forked worker while the plan goes on (`_keep_later`).
+    Other renderers (pages, a user's own class) render every time."""
     kind = getattr(renderer, "kind", None)
     if kind not in KEPT_RENDERERS or not type(renderer).__module__.startswith("popfair.render."):
         return _rendered_here
@@ -160,30 +166,43 @@ def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job])
     def stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
         if name != "render":
             return fn(*args)
-        rendered: list[Document] = []
-
-        def render() -> pd.DataFrame:
-            rendered.extend(fn(*args))
-            if any(d.image_png is not None or d.pdf is not None for d in rendered):  # never from a text renderer
-                raise _NotPlain
-            return pd.DataFrame([(d.applicant_id, d.job_id, d.kind, d.text) for d in rendered], columns=_PLAN_COLUMNS)
-
-        try:
-            frame = disk_cached_frame("plan_documents", parts, [sys.modules[__name__]], render)
-        except _NotPlain:
-            return rendered
-        if rendered:
-            return rendered
-        return [Document(*row) for row in zip(*(frame[column].tolist() for column in _PLAN_COLUMNS))]
+        path = cached_path("plan_documents", parts, [sys.modules[__name__]], suffix=".parquet")
+        kept = read_kept_frame(path)
+        if kept is not None:
+            return [Document(*row) for row in zip(*(kept[column].tolist() for column in _PLAN_COLUMNS))]
+        rendered = fn(*args)
+        if path is not None and all(d.image_png is None and d.pdf is None for d in rendered):
+            _keep_later(path, rendered)
+        return rendered
 
     return stage
 
 
-_PLAN_COLUMNS = ["applicant_id", "job_id", "kind", "text"]  # a kept plan document, in Document's order
+def _keep_later(path: Path, documents: list[Document]) -> None:
+    """Keep a plan's documents at `path` in a forked worker (it inherits them: nothing is pickled),
+    so the plan does not wait the fifth of a second a grid occupation's frame takes to write and
+    check; in this process where it cannot fork (a daemonic worker, one CPU). Waited for at exit."""
+    try:
+        _WRITES.append(forked_call(_keep_documents, path, documents))
+    except (AssertionError, OSError):  # multiprocessing refuses a daemonic process children
+        _keep_documents(path, documents)
+        return
+    if len(_WRITES) == 1:
+        atexit.register(finish_writes)
 
 
-class _NotPlain(Exception):
-    """A kept renderer's plan documents carried a page or a PDF (never expected): not kept."""
+def _keep_documents(path: Path, documents: list[Document]) -> bool:
+    frame = pd.DataFrame([(d.applicant_id, d.job_id, d.kind, d.text) for d in documents], columns=_PLAN_COLUMNS)
+    return keep_frame(path, frame)
+
+
+def finish_writes() -> None:
+    """Wait until every plan document set being kept is written (at exit; tests)."""
+    while _WRITES:
+        try:
+            _WRITES.pop(0)()
+        except Exception:  # noqa: BLE001 - a set not kept is only rendered again next time
+            pass
 
 
 def _rendered_here(name: str, fn: Callable[..., Any], *args: Any) -> Any:
