@@ -43,6 +43,7 @@ _FRESH: dict[tuple[str, ...], list[Document]] = {}  # (document set, earlier set
 _IMAGES: dict[str, Document] = {}
 # planning memo: (design, power settings, previous run, profiles by identity) -> the profiles and the power plan
 _POWER: dict[tuple[str, str, int], tuple[Profiles, Any]] = {}
+_ELIGIBLE: dict[int, tuple[Profiles, int]] = {}  # profiles by identity -> the profiles and their x0 or x1 rows
 
 
 @dataclass
@@ -357,7 +358,7 @@ def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan)
     if name not in ("pse_dml", "interventional", "both") or not hasattr(experiment.population, "counterfactual"):
         return ""
     per_call = total.cost_usd / total.calls if total.calls else 0.0
-    eligible = int(profiles.table[profiles.roles.x].isin([profiles.roles.x0, profiles.roles.x1]).sum())
+    eligible = _eligible(profiles)
     design = getattr(experiment.estimator, "counterfactuals", None)
     n = getattr(design, "n", None) if design is not None else 2000  # conf/estimator/interventional.yaml
     n = eligible if n is None else min(int(n), eligible)
@@ -367,6 +368,15 @@ def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan)
         f"interventional or both (n={n:,}) up to {extra:,} extra calls (~${extra * per_call:,.2f}), "
         "which measure all five effects on counterfactual resumes"
     )
+
+
+def _eligible(profiles: Profiles) -> int:
+    """Applicants in either compared group, once per sample (the models of a sweep share it)."""
+    hit = _ELIGIBLE.get(id(profiles))
+    if hit is None or hit[0] is not profiles:
+        roles = profiles.roles
+        hit = _ELIGIBLE[id(profiles)] = (profiles, int(profiles.table[roles.x].isin([roles.x0, roles.x1]).sum()))
+    return hit[1]
 
 
 PLAN_SUMS = [
