@@ -14,10 +14,14 @@ issue's figure for the baseline there, so a machine slower or busier than that o
 miss, nor a faster one as a pass.
 
     python benchmarks/bench_plan.py [--rounds 2] [--only grid|panel] [--quick]
-        [--baseline PATH | --baseline-commit e928285] [--skip-baseline] [--no-warm-up]
+        [--baseline PATH | --baseline-commit e928285] [--skip-baseline] [--no-warm-up] [--first-plan]
 
 Before its timed rounds, each tree runs each experiment once untimed (a fresh worktree's first run
-compiles its bytecode and fills popfair's disk cache; `--no-warm-up` skips it).
+compiles its bytecode and fills popfair's disk cache; `--no-warm-up` skips it). The timed rounds then
+plan again, as a user re-plans a grid with other models, prices or budgets: this tree reads the
+rendered documents its warm-up kept (popfair.sweep.plan._kept_render). `--first-plan` removes the kept
+plan documents before every timed run, so each plans as the first plan of a grid does (the drawn
+samples and name tables stay kept, as on any machine that ran popfair before).
 
 --quick plans a small version (one occupation, 2,000 applicants; 300 postings) to try the benchmark
 on a busy machine. Without --baseline the baseline tree is a detached `git worktree` of
@@ -97,6 +101,15 @@ def dry_run(tree: Path, which: str, quick: bool) -> tuple[float, float, str]:
     return seconds, cpu, masked(out.stdout)
 
 
+def forget_plan_documents() -> None:
+    """Remove the plan documents popfair's disk cache keeps (the next plan renders them, as a first one)."""
+    from popfair.population.cache import cache_dir
+
+    root = cache_dir()
+    for path in root.glob("plan_documents-*.parquet") if root is not None and root.is_dir() else ():
+        path.unlink(missing_ok=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each tree per experiment (interleaved)")
@@ -108,11 +121,15 @@ def main() -> None:
     parser.add_argument(
         "--no-warm-up", dest="warm_up", action="store_false", help="skip the untimed first run of each tree"
     )
+    parser.add_argument(
+        "--first-plan", action="store_true", help="remove the kept plan documents before every timed run"
+    )
     args = parser.parse_args()
     which = args.only or ["grid", "panel"]
     print(
         f"bench_plan: this tree {ROOT}, cores {os.cpu_count()}, load {load()}, core speed {core_speed():.3f} s"
         + (" (quick)" if args.quick else "")
+        + (" (first plans: the kept plan documents removed before each timed run)" if args.first_plan else "")
     )
     with baseline_tree(
         str(ROOT) if args.skip_baseline else args.baseline, args.baseline_commit, prefix="popfair-plan-baseline-"
@@ -129,6 +146,8 @@ def main() -> None:
             for round_ in range(args.rounds):
                 order = list(trees.items()) if round_ % 2 == 0 else list(reversed(trees.items()))
                 for label, tree in order:
+                    if args.first_plan:
+                        forget_plan_documents()
                     before = load()
                     seconds, cpu, stdout = dry_run(tree, name, args.quick)
                     results.setdefault((name, label), []).append(seconds)
