@@ -103,8 +103,8 @@ def occupation_model(
 ) -> OccupationModel:
     """Decode one occupation's PUMS records, put CA/TX back (bundled extract only) and fit its conditionals.
     Cached in-process and on disk, keyed by every input file's fingerprint, the arguments and this code."""
-    parts, modules = _occupation_key(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source)
-    ca_tx = "omit" if pums_path else ca_tx  # a user's file is used as is: never transported
+    # ca_tx as the key applies it (a user's file is never transported): the fit is what the key describes
+    parts, modules, ca_tx = _occupation_key(pums_path, occp, below_hs, ca_tx, transport_donors, experience_source)
     return disk_cached(
         f"occupation_{occp}",
         parts,
@@ -115,9 +115,10 @@ def occupation_model(
 
 def _occupation_key(
     pums_path: str | None, occp: int, below_hs: str, ca_tx: str, transport_donors: str, experience_source: str
-) -> tuple[list[Any], list[Any]]:
+) -> tuple[list[Any], list[Any], str]:
     """What an occupation model is built from: the input files' fingerprints, the arguments, and the
-    modules whose source builds it (its disk cache's key, and part of a drawn table's)."""
+    modules whose source builds it (its disk cache's key, and part of a drawn table's); and the CA/TX
+    policy applied (a user's PUMS file is used as it is: never transported)."""
     source = Path(pums_path) if pums_path else data_file(*BUNDLED_PUMS)
     if not source.exists():
         raise DataError(f"population.pums_path: file not found: {source}")
@@ -133,7 +134,7 @@ def _occupation_key(
     ]
     if ca_tx == "transport":
         parts += [file_fingerprint(data_file(*transport.CELLS_FILE)), file_fingerprint(data_file(*transport.OEWS_FILE))]
-    return parts, [sys.modules[__name__], pums, scm, experience, transport]
+    return parts, [sys.modules[__name__], pums, scm, experience, transport], ca_tx
 
 
 def _fit_occupation(
@@ -300,7 +301,7 @@ class PopResumePopulation:
         # kept on disk as Parquet (population.cache.disk_cached_frame): drawing a nurse table takes
         # about 0.2 s, reading it back a fraction; keyed by all the model is built from, the name
         # tables' inputs, n, seed and the occupation, and the source of the modules that draw it
-        parts, modules = _occupation_key(*self._model_args(occupation.occp))
+        parts, modules, _ = _occupation_key(*self._model_args(occupation.occp))
         names = [first_names_key(model.survey_year), surnames_key()]
         table = disk_cached_frame(
             f"popresume_{occupation.occp}",
