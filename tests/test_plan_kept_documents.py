@@ -124,3 +124,16 @@ def test_rendered_documents_are_kept_by_a_forked_worker_while_the_plan_goes_on(f
     (writer,) = writers.read_text().split()
     assert int(writer) != os.getpid()
     assert len(list(fresh_process.glob("plan_documents-*.parquet"))) == 1
+
+
+def test_at_most_a_few_sets_are_being_kept_at_once_and_all_are_written(fresh_process):
+    from popfair.core.types import Document
+
+    fresh_process.mkdir(parents=True)
+    for i in range(plan._PENDING_WRITES + 3):
+        documents = [Document(f"a{i}", "job", "text", f"resume {i}")]
+        plan._keep_later(fresh_process / f"plan_documents-{i:024x}.parquet", documents)
+        assert len(plan._WRITES) <= plan._PENDING_WRITES
+    plan.finish_writes()
+    assert not plan._WRITES
+    assert len(list(fresh_process.glob("plan_documents-*.parquet"))) == plan._PENDING_WRITES + 3

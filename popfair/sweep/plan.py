@@ -154,9 +154,10 @@ def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job])
     back in a tenth, so planning a sweep again, with other models, prices or budgets, renders
     nothing. Rendered documents are kept by a forked worker while the plan goes on (`_keep_later`).
     Other renderers (pages, a user's own class) render every time."""
-    kind = getattr(renderer, "kind", None)  # jobs below as tuples: asdict of a panel's 6,006 postings takes 0.3 s
+    kind = getattr(renderer, "kind", None)
     if kind not in KEPT_RENDERERS or not type(renderer).__module__.startswith("popfair.render."):
         return _rendered_here
+    # the jobs as tuples: asdict of a panel's 6,006 postings takes 0.3 s
     parts = [
         document_key,
         f"{type(renderer).__module__}.{type(renderer).__qualname__}",
@@ -183,13 +184,12 @@ def _keep_later(path: Path, documents: list[Document]) -> None:
     """Keep a plan's documents at `path` in a forked worker (it inherits them: nothing is pickled),
     so the plan does not wait the fifth of a second a grid occupation's frame takes to write and
     check; in this process where it cannot fork (a daemonic worker, one CPU). Waited for at exit."""
+    if len(_WRITES) >= _PENDING_WRITES:  # long done by now: their workers joined, not left waiting till exit
+        finish_writes()
     try:
         _WRITES.append(forked_call(_keep_documents, path, documents))
     except (AssertionError, OSError):  # multiprocessing refuses a daemonic process children
         _keep_documents(path, documents)
-        return
-    if len(_WRITES) == 1:
-        atexit.register(finish_writes)
 
 
 def _keep_documents(path: Path, documents: list[Document]) -> bool:
@@ -204,6 +204,10 @@ def finish_writes() -> None:
             _WRITES.pop(0)()
         except Exception:  # noqa: BLE001 - a set not kept is only rendered again next time
             pass
+
+
+atexit.register(finish_writes)
+_PENDING_WRITES = 4  # document sets being kept at once, at most (a sweep over many occupations)
 
 
 def _rendered_here(name: str, fn: Callable[..., Any], *args: Any) -> Any:
