@@ -103,11 +103,11 @@ def dry_run(tree: Path, which: str, quick: bool) -> tuple[float, float, str]:
 
 def forget_plan_documents() -> None:
     """Remove the plan documents popfair's disk cache keeps (the next plan renders them, as a first one)."""
-    from popfair.population.cache import cache_dir
+    from popfair.population.cache import cache_entries
 
-    root = cache_dir()
-    for path in root.glob("plan_documents-*.parquet") if root is not None and root.is_dir() else ():
-        path.unlink(missing_ok=True)
+    for path, _ in cache_entries():
+        if path.name.startswith("plan_documents-"):
+            path.unlink(missing_ok=True)
 
 
 def main() -> None:

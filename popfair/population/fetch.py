@@ -457,12 +457,12 @@ def main(argv: list[str] | None = None) -> int:
 
 CACHE_HELP = """popfair's disk cache ($POPFAIR_CACHE_DIR, else ~/.cache/popfair)
 keeps what takes seconds to build and milliseconds to read: fitted
-occupation models, name tables, drawn samples, kept figures. Each
-entry's key includes the source of the code that builds it, so an
-upgrade or an edit leaves the old entries behind; nothing else
-removes them. Without options this prints what the cache holds. A
-run that needs a removed entry builds it again. The PUMS downloads
-(pums/) are never touched."""  # wrapped to fit the CLI reference's code block at 1280 px
+occupation models, name tables, drawn samples, a dry run's
+rendered documents, kept figures. Each entry's key includes the
+source of the code that builds it, so an upgrade or an edit leaves
+the old entries behind; nothing else removes them. Without options
+this prints what the cache holds. A run that needs a removed entry
+builds it again. The PUMS downloads (pums/) are never touched."""  # wrapped to fit the CLI reference's code block at 1280 px
 
 
 def cache_command(unused_days: float | None, clear: bool, dry_run: bool) -> int:
