@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from popfair.design.sequential import UNIT, SequentialSettings, path  # noqa: E402
-from popfair.estimate.sequential import looks_for  # noqa: E402
+from popfair.estimate.sequential.sequences import looks_for  # noqa: E402
 
 PAIRS = 4  # pairs per posting (population.pairs_per_posting)
 PROMPTS = 2 * PAIRS  # prompts per posting

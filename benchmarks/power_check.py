@@ -6,7 +6,7 @@ For each design the plan's power line is computed as a dry run computes it
 (`popfair.design.power.plan_power`), then `--reps` audits are simulated at each of five effects
 (0.6 to 1.4 times the MDE) and run through the estimator the case runs:
 - population: `estimate_pse` (DML-UCA, pse_dml) on the simulated standard fairness model
-  (`popfair.estimate.sfm_sim`, direct path only, so TE is the direct effect); significant = its TE CI
+  (`popfair.estimate.pse.simulate`, direct path only, so TE is the direct effect); significant = its TE CI
   excludes 0. Two plans: plan.sd from a pilot's score SD, and plan.from_run from a pilot run's SE at
   half the n;
 - paired: `paired_gap` on pairs within postings, discordant share psi (posting-level heterogeneity
@@ -102,7 +102,7 @@ def curve(
 
 def population_rows(n: int, reps: int, seed: int) -> list[dict[str, object]]:
     from popfair import estimate_pse
-    from popfair.estimate.sfm_sim import SimulatedSFM
+    from popfair.estimate.pse.simulate import SimulatedSFM
 
     grid = {"n_estimators": [20], "max_depth": [2], "reg_lambda": [1]}
     settings = {"n_bootstrap": 200, "grid": grid, "n_jobs": 1, "gate": False, "folds": 5}
@@ -146,7 +146,7 @@ def population_rows(n: int, reps: int, seed: int) -> list[dict[str, object]]:
 
 
 def paired_rows(n_pairs: int, psi: float, reps: int, seed: int) -> list[dict[str, object]]:
-    from popfair.estimate.paired import paired_gap
+    from popfair.estimate.gap.paired import paired_gap
 
     per_posting = 4
     n_postings = n_pairs // per_posting
@@ -208,7 +208,7 @@ def ranking_rows(n_trials: int, k: int, reps: int, seed: int) -> list[dict[str, 
 
 
 def table_rows(sizes: list[int], base: float, reps: int, seed: int) -> list[dict[str, object]]:
-    from popfair.estimate.impact_inference import impact_ratio_inference
+    from popfair.estimate.impact_ratio.inference import impact_ratio_inference
 
     names = [f"c{i}" for i in range(len(sizes))]
     # the smallest category first: it is the one whose rate drops

@@ -104,7 +104,7 @@ def test_table_mde_has_80_percent_power_for_two_proportions():
 
 def test_table_mde_of_three_categories_has_80_percent_power_for_the_lowest_ratio_test():
     """More than two categories: the simulated plan against the case's own permutation test."""
-    from popfair.estimate.impact_inference import impact_ratio_inference
+    from popfair.estimate.impact_ratio.inference import impact_ratio_inference
 
     sizes, base, sims = [60, 150, 300], 0.4, 200
     names = ["c0", "c1", "c2"]

@@ -15,10 +15,12 @@ from scipy import stats
 from popfair.case.compose import build
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import Roles
-from popfair.estimate import dml, dml_settings, nuisances, pse
-from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
-from popfair.estimate.sfm import EFFECTS, pattern_labels
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate.pse import dml, nuisances
+from popfair.estimate.pse import estimator as pse
+from popfair.estimate.pse import settings as dml_settings
+from popfair.estimate.pse.estimator import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.sfm import EFFECTS, pattern_labels
+from popfair.estimate.pse.simulate import SimulatedSFM
 from popfair.track.figures import draw
 from tests.conftest import compose_config
 

@@ -136,7 +136,7 @@ def test_the_registry_decides_which_estimators_apply(plugged):
     assert "median_gap" in design_named("table").estimators  # registered for tables too
     assert "median_gap" not in design_named("population").estimators
     with pytest.raises(ConfigError, match="does not apply to the graded design; choose one of median_gap"):
-        Experiment.from_config(_case(estimator="popfair.estimate.outcome_gap.OutcomeGap"))  # not registered for it
+        Experiment.from_config(_case(estimator="popfair.estimate.gap.outcome_gap.OutcomeGap"))  # not registered for it
 
 
 def test_a_component_that_is_not_a_screener_is_refused_by_name(plugged):

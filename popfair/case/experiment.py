@@ -24,10 +24,10 @@ from popfair.design import design_of
 from popfair.design.base import ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
-from popfair.estimate.dml_settings import PseOverlapWarning
-from popfair.estimate.estimand import estimand_notes, grouping_problems, structural_gate
-from popfair.estimate.identification import identification_tags
-from popfair.estimate.sfm import EFFECTS
+from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
+from popfair.estimate.pse.identification import identification_tags
+from popfair.estimate.pse.settings import PseOverlapWarning
+from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation

@@ -35,7 +35,7 @@ from popfair.design.sequential import (
     target_info,
     unit_values,
 )
-from popfair.estimate.sequential import AnytimeInterval
+from popfair.estimate.sequential.sequences import AnytimeInterval
 
 log = logging.getLogger("popfair")
 

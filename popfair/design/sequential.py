@@ -2,7 +2,7 @@
 effects their anytime-valid intervals are computed for, the stopping rules and their settings.
 
 A look at n units uses the first n units of the nested sample, so a look's answers are those of
-every earlier look plus the new batch (popfair.estimate.sequential has the intervals):
+every earlier look plus the new batch (popfair.estimate.sequential.sequences has the intervals):
 
 - paired design: a unit is a posting, in draw order (`occupation.n_postings`); its value is the
   mean within-pair difference y_x1 - y_x0 over its complete pairs (target `gap`), or its
@@ -32,7 +32,7 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Profiles
-from popfair.estimate.sequential import (
+from popfair.estimate.sequential.sequences import (
     METHODS,
     AnytimeInterval,
     GroupRates,

@@ -24,7 +24,7 @@ class Screener(ABC):
     answers_rankings: it can rank k candidates in one prompt (the ranking design).
     display_name: the tool's name in reports (default: `name`).
     reads: the profile columns its answer depends on, where that is known (simulated: its
-        coefficients' columns), else None: it reads the document (popfair.estimate.estimand).
+        coefficients' columns), else None: it reads the document (popfair.estimate.pse.estimand).
     problems: the rows its answers had problems with (file: the results sheets'), or None.
     run_tags / popfair_choices: MLflow tags of the run (the route chosen and why; choices neither
         paper states, one `popfair_choice.<key>` tag each).

@@ -2,7 +2,7 @@
 
 - Top-1 rate per group and LL144 impact ratios against the most-selected group, with CIs that
   re-choose the reference in every bootstrap replicate over trials and a test of "no group differs"
-  that accounts for that choice (popfair.estimate.impact_inference; trial = cluster).
+  that accounts for that choice (popfair.estimate.impact_ratio.inference; trial = cluster).
 - Mean rank per group (1 = first); a candidate a partial ranking leaves out gets the mean of the
   ranks left over.
 - P(group ranked above the reference group), and for every pair of groups (artifact).
@@ -28,7 +28,7 @@ from scipy import stats
 from popfair.core.constraints import Interval, Options, Rules, validate
 from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Profiles, Roles
-from popfair.estimate.impact_inference import impact_ratio_inference
+from popfair.estimate.impact_ratio.inference import impact_ratio_inference
 from popfair.estimate.ranking.model import (
     GROUP,
     SE_KINDS,
@@ -58,7 +58,7 @@ class RankingEstimator:
     se : str
         cluster (trial-clustered sandwich, default) | model standard errors of the logit.
     n_bootstrap, n_permutations, alpha, flag_below, seed
-        The impact-ratio inference (popfair.estimate.impact_inference) and the CI level of all.
+        The impact-ratio inference (popfair.estimate.impact_ratio.inference) and the CI level of all.
     power_effect, power
         The dry-run plan reports the trials needed to detect a log-worth difference of
         `power_effect` between two groups with this power (top-1 only vs the whole ranking).
