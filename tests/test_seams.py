@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import popfair.design
 from popfair.case.experiment import Experiment
 from popfair.core.errors import ConfigError
 from popfair.core.types import CallPlan, Document, Effects, Job, Outcome, Profiles, Roles, ScreenResult
 from popfair.design import DESIGNS, design_named, for_outcome
 from popfair.design.base import OnePromptPerDocument
+from popfair.design.population.planning import PopulationLooks
+from popfair.estimate import power as pw
 from popfair.estimate import registry
+from popfair.estimate.power import PowerPlan, PowerSettings
 from popfair.population.popresume import PopResumePopulation
 from popfair.screen.base import Screener
 from tests.conftest import compose_config
@@ -37,6 +42,26 @@ class GradedDesign(OnePromptPerDocument):
         return (GRADES[match.group(1)], None) if match else (None, "unparseable answer: no letter grade")
 
 
+class GradedLooks(PopulationLooks):
+    """The graded design's sequential audit: an applicant is a unit, the gap of mean grades its only target."""
+
+    targets = ("gap",)
+
+    def value_bounds(self, target: str, profiles: Profiles) -> tuple[float, float]:
+        return (0.0, 100.0)
+
+
+def graded_power(profiles: Profiles, settings: PowerSettings, previous: Any) -> PowerPlan:
+    """The graded design's power line: a two-sample t test of the grades (SD 35 points: five grades)."""
+    n1 = int((profiles.table[profiles.roles.x] == profiles.roles.x1).sum())
+    n0 = int((profiles.table[profiles.roles.x] == profiles.roles.x0).sum())
+    mde = pw.mean_difference_mde(n1, n0, 35.0, settings.alpha, settings.power)
+    return PowerPlan("gap of mean grades", "points", "applicants", n1 + n0, settings.alpha, settings.power, mde,
+                     "two-sample t test", ("a grade SD of 35 points",), settings.effect, None)  # fmt: skip
+
+
+GradedDesign.power_line = staticmethod(graded_power)  # type: ignore[assignment]
+GradedDesign.sequential = GradedLooks()
 DESIGN = GradedDesign()
 
 
@@ -129,6 +154,25 @@ def test_a_case_runs_through_a_toy_design_screener_and_estimator(plugged):
     assert result.screening == {"toy.calls": 300.0}  # a declared ability: the screener's metrics
     by = result.scored.groupby("gender")["y"].median()
     assert result.effects.table.loc["median_gap", "estimate"] == pytest.approx(by["male"] - by["female"])
+
+
+def test_a_design_declares_its_power_line_and_sequential_audit(plugged):
+    """The dry run's power line and a sequential audit of the toy design come from its own declarations:
+    popfair.design.base.plan_power and popfair.design.sequential name no design."""
+    experiment = Experiment.from_config(_case("dry_run=true"))
+    power = experiment.run().power
+    assert power is not None and power.estimand == "gap of mean grades" and power.mde > 0
+    result = Experiment.from_config(_case("sequential.rule=budget", "sequential.looks=3")).run()
+    assert result.sequential.target.name == "gap" and [look.n_units for look in result.sequential.looks] == [
+        100,
+        200,
+        300,
+    ]
+    with pytest.raises(ConfigError, match="sequential.target: 'impact_ratio' does not apply to the graded design"):
+        Experiment.from_config(_case("sequential.rule=budget", "sequential.target=impact_ratio"))
+    for module in ("base.py", "sequential.py"):
+        source = (Path(popfair.design.__file__).parent / module).read_text()
+        assert not re.search(r"""["'](population|paired|ranking|table)["']""", source), module
 
 
 def test_the_registry_decides_which_estimators_apply(plugged):

@@ -13,6 +13,7 @@ from typing import Any
 from popfair.core.errors import ConfigError
 from popfair.core.types import Outcome
 from popfair.design.base import OnePromptPerDocument, check_estimator
+from popfair.design.paired import planning
 from popfair.population.postings import EntryLevelPostings
 
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
@@ -23,6 +24,9 @@ class PairedDesign(OnePromptPerDocument):
     name = "paired"
     outcome: Outcome = "callback"
     prompt_files: Mapping[str, str] = {"system": "callback_system.txt", "user": "callback_user.txt"}
+    power_line = staticmethod(planning.paired_power)
+    power_imports = planning.POWER_IMPORTS
+    sequential = planning.PairedLooks()
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         match = _YES_NO.search(raw)

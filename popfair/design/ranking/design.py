@@ -19,6 +19,7 @@ import pandas as pd
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Outcome, Profiles, ScreenResult
 from popfair.design.base import DesignBase, check_estimator
+from popfair.design.ranking import planning
 from popfair.design.ranking.parse import parse_ranking
 from popfair.design.ranking.trials import GROUP, TRIAL
 
@@ -31,6 +32,9 @@ RANK = "rank"  # column: 1 = ranked first; NaN = not ranked (failed trial, or le
 class RankingDesign(DesignBase):
     name = "ranking"
     outcome: Outcome = "rank"
+    power_line = staticmethod(planning.ranking_power)
+    power_imports = planning.POWER_IMPORTS
+    sequential = planning.RankingLooks()
     prompt_files: Mapping[str, str] = {"system": "rank_system.txt", "user": "rank_user.txt"}
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:

@@ -9,11 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from popfair.design.base import DesignBase, check_estimator
+from popfair.design.table import planning
 
 
 class TableDesign(DesignBase):
     name = "table"
     asks_screener = False
+    power_line = staticmethod(planning.table_power)
+    power_imports = planning.POWER_IMPORTS
 
     def check_case(self, parts: Mapping[str, Any]) -> None:
         """The estimator takes recorded decisions (interventional effects need applicants to re-ask)."""

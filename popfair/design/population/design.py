@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from popfair.core.types import Outcome
 from popfair.design.base import OnePromptPerDocument
+from popfair.design.population import planning
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -20,6 +21,9 @@ class PopulationDesign(OnePromptPerDocument):
     name = "population"
     outcome: Outcome = "score"
     prompt_files: Mapping[str, str] = {"system": "score_system.txt", "user": "score_user.txt"}
+    power_line = staticmethod(planning.population_power)
+    power_imports = planning.POWER_IMPORTS
+    sequential = planning.PopulationLooks()
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         match = _NUMBER.search(raw)
