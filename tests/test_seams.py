@@ -45,7 +45,7 @@ class GradedDesign(OnePromptPerDocument):
 class GradedLooks(PopulationLooks):
     """The graded design's sequential audit: an applicant is a unit, the gap of mean grades its only target."""
 
-    targets = ("gap",)
+    targets: tuple[str, ...] = ("gap",)
 
     def value_bounds(self, target: str, profiles: Profiles) -> tuple[float, float]:
         return (0.0, 100.0)

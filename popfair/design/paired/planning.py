@@ -75,7 +75,7 @@ def paired_power(profiles: Profiles, settings: PowerSettings, previous: Previous
 class PairedLooks:
     """The paired design's sequential audit."""
 
-    targets = ("gap", "impact_ratio")
+    targets: tuple[str, ...] = ("gap", "impact_ratio")
 
     def stream(self, population: Any, occupation: Any, profiles: Profiles, seed: int) -> Stream:
         posting = profiles.table["posting_id"].to_numpy(dtype=object)

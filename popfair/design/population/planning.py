@@ -81,7 +81,7 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
 class PopulationLooks:
     """The population design's sequential audit."""
 
-    targets = ("gap", "impact_ratio")
+    targets: tuple[str, ...] = ("gap", "impact_ratio")
 
     def stream(self, population: Any, occupation: Any, profiles: Profiles, seed: int) -> Stream:
         if getattr(population, "n", None) is None:

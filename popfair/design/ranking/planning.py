@@ -59,7 +59,7 @@ def ranking_power(profiles: Profiles, settings: PowerSettings, previous: Previou
 class RankingLooks:
     """The ranking design's sequential audit."""
 
-    targets = ("top1",)
+    targets: tuple[str, ...] = ("top1",)
 
     def stream(self, population: Any, occupation: Any, profiles: Profiles, seed: int) -> Stream:
         from popfair.estimate.ranking.model import williams_square
