@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from popfair.screen.prompts import ChatPrompt
+from popfair.core.errors import require
+from popfair.screen.limits import run_coroutine
 from popfair.screen.providers.base import (
     BatchApi,
     Completion,
@@ -19,6 +20,9 @@ from popfair.screen.providers.base import (
     network_error,
     register_provider,
 )
+
+if TYPE_CHECKING:  # annotations only: prompts pulls in the designs, and choosing a route loads the adapters
+    from popfair.screen.prompts import ChatPrompt
 
 MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
@@ -135,6 +139,37 @@ class OpenAIChat(Provider):
     sdk = "openai"
     base_url_env = "OPENAI_BASE_URL"
     default_url = "https://api.openai.com/v1"
+    key_variables = ("OPENAI_API_KEY",)
+
+    @classmethod
+    def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
+        require(
+            api_key_env is not None,
+            "screener.api_key_env",
+            f"provider {cls.kind} needs the name of the environment variable holding the API key",
+        )
+
+    def probe(self, timeout_s: float) -> bool | None:
+        """GET {base}/models through the SDK: True/False whether the model id is listed (None: the
+        server lists no model)."""
+        import openai
+
+        async def listing() -> Any:
+            client = openai.AsyncOpenAI(
+                api_key=self.api_key or "not-needed", base_url=self.base_url, max_retries=0, timeout=timeout_s
+            )
+            try:
+                return await client.get("/models", cast_to=object)
+            except openai.OpenAIError as exc:
+                raise sdk_error(exc, openai) from None
+            finally:
+                await client.close()
+
+        data = run_coroutine(listing)
+        ids = {str(m.get("id", "")) for m in (data or {}).get("data", []) if isinstance(m, dict)}
+        if not ids:
+            return None
+        return any(i == self.model or i.endswith("/" + self.model) for i in ids)
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
@@ -200,3 +235,19 @@ class OpenAICompatibleChat(OpenAIChat):
     batch endpoint."""
 
     batch_api = None
+    # the keys of the hosted OpenAI-compatible endpoints the shipped screener configs route to
+    key_variables = (
+        "TOGETHER_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "XAI_API_KEY",
+        "DEEPSEEK_API_KEY",
+    )
+
+    @classmethod
+    def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
+        # a local server needs no key; every server needs its address
+        require(
+            base_url is not None, "screener.base_url", f"is required for provider {cls.kind} (the server's .../v1 URL)"
+        )
