@@ -64,10 +64,11 @@ def screener_checks(screener: Screener) -> list[Check]:
     reason = screener.run_tags.get("route_reason")
     if reason:
         checks.append(Check("route", True, f"{subject}: {reason}"))
-    variable, chain = screener.api_key_env, provider.credentials
+    # the provider's own chain (AWS's) holds the credentials of a route that names no key variable
+    variable, chain = screener.api_key_env, None if screener.api_key_env else provider.credentials
     if screener.missing_key:
         checks.append(Check("key", False, f"{subject}: {variable} is not set", _key_fix(screener)))
-    elif chain is not None and not chain.present():  # the SDK reads its own chain, whatever the route names
+    elif chain is not None and not chain.present():
         checks.append(Check("key", False, f"{subject}: no {chain.what}", f"export {chain.shown}"))
     else:
         found = (
