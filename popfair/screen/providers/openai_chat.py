@@ -139,7 +139,7 @@ class OpenAIChat(Provider):
     sdk = "openai"
     base_url_env = "OPENAI_BASE_URL"
     default_url = "https://api.openai.com/v1"
-    key_variables = ("OPENAI_API_KEY",)
+    key_variables: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY",)
 
     @classmethod
     def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
