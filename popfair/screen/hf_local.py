@@ -330,7 +330,7 @@ class HFLocalScreener(Screener):
         import torch
 
         decoding = Decoding(self.new_tokens(outcome), self.static_cache, self.compile)
-        end_ids = _end_token_ids(self.model, self.tokenizer)
+        end_ids = end_token_ids(self.model, self.tokenizer)
         parse = lambda text: parse_answer(text, outcome)  # noqa: E731
         lengths = np.array([len(r) for r in rows])
         sample = set(np.random.default_rng(0).permutation(len(rows))[: self.invariance_check].tolist())
@@ -470,7 +470,7 @@ def _accepts_system_role(tokenizer: Any) -> bool:
     return True
 
 
-def _end_token_ids(model: Any, tokenizer: Any) -> list[int]:
+def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """Token ids that end an answer: the generation config's eos id(s) and the tokenizer's."""
     configured = getattr(model.generation_config, "eos_token_id", None)
     ids = list(configured) if isinstance(configured, list) else [configured]
