@@ -62,6 +62,16 @@ def credential_variable(route: Mapping[str, Any]) -> str | None:
     return chain.shown if chain is not None else None
 
 
+def is_self_hosted(route: Mapping[str, Any]) -> bool:
+    """A route to a server the user runs (vLLM, SGLang, ...), whose run records what the server
+    serves (popfair.screen.served): `self_hosted: true` on the route, or, unset, an
+    OpenAI-compatible route without a key variable (the `local` routes of conf/screener/)."""
+    flag = route.get("self_hosted")
+    if flag is not None:
+        return bool(flag)
+    return route.get("provider") == "openai_compatible" and not route.get("api_key_env")
+
+
 def has_credentials(route: Mapping[str, Any]) -> bool:
     """Whether the environment holds this route's credentials (checked without any network call).
     A keyless route (a local server) counts as ready."""

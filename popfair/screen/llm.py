@@ -18,7 +18,7 @@ from popfair.core.constraints import Boolean, Interval, Options, validate
 from popfair.core.errors import ConfigError, DataError, MissingSecretError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.design import for_outcome
-from popfair.runtime.routes import AUTO, RouteChoice, choose_route, no_credentials_message
+from popfair.runtime.routes import AUTO, RouteChoice, choose_route, is_self_hosted, no_credentials_message
 from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen.base import Screener
 from popfair.screen.calls import EngineSettings
@@ -28,37 +28,13 @@ from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, Provider
 from popfair.screen.request_loop import RequestLoop
 from popfair.store.responses import open_cache
+from popfair.screen.served import ServedModel, batch_invariant_tag, request_tags
 
 log = logging.getLogger("popfair.screen")
 
 MODES = ("online", "batch")
 
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
-
-
-def _generation(config: Mapping[str, Any] | None) -> Generation:
-    values = dict(config or {})
-    allowed = {"temperature", "max_tokens", "reasoning_effort", "extra"}
-    unknown = set(values) - allowed
-    require(not unknown, "screener.generation", f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
-    gen = Generation(**values)
-    require(
-        isinstance(gen.max_tokens, int) and gen.max_tokens >= 1,
-        "screener.generation.max_tokens",
-        f"must be an integer >= 1, got {gen.max_tokens!r}",
-    )
-    require(
-        gen.temperature is None or 0 <= float(gen.temperature) <= 2,
-        "screener.generation.temperature",
-        f"must be in [0, 2] or null, got {gen.temperature!r}",
-    )
-    require(isinstance(gen.extra, Mapping), "screener.generation.extra", "must be a mapping of body fields")
-    return Generation(
-        temperature=gen.temperature,
-        max_tokens=gen.max_tokens,
-        reasoning_effort=gen.reasoning_effort,
-        extra=dict(gen.extra),
-    )
 
 
 def _route_generation(generation: Mapping[str, Any] | None, from_route: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -177,6 +153,7 @@ class LLMScreener(Screener):
         "reasoning": Boolean(),
         "vision": Boolean(),
         "require_key": Boolean(),
+        "batch_invariant": [None, Boolean()],
     }
 
     def __init__(
@@ -207,6 +184,7 @@ class LLMScreener(Screener):
         default_route: str | None = None,
         chosen_route: str | None = None,
         popfair_choices: Mapping[str, str] | None = None,
+        batch_invariant: bool | None = None,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
@@ -221,9 +199,24 @@ class LLMScreener(Screener):
                 "reasoning": reasoning,
                 "vision": vision,
                 "require_key": require_key,
+                "batch_invariant": batch_invariant,
             },
         )
         adapter = _adapter(provider, model, api_key_env, base_url, region, release_date, mode, max_cost_usd)
+        hosted_by_user = is_self_hosted(
+            {**routes.get(route or "", {}), "provider": provider, "api_key_env": api_key_env}
+        )
+        require(
+            batch_invariant is None or hosted_by_user,
+            "screener.batch_invariant",
+            f"says how a self-hosted server was started (route=local); route {route} of {name} is a hosted API",
+        )
+        require(
+            provider in ("openai", "openai_compatible")
+            or not {"seed", "top_p"} & {k for k, v in dict(generation or {}).items() if v is not None},
+            "screener.generation",
+            f"seed and top_p are sent to OpenAI-style endpoints only, not to provider {provider}",
+        )
         self.name, self.display_name = name, display_name or name
         self.route, self.routes = route, routes
         # MLflow tags of every run of this screener: the route called and why it was chosen
@@ -244,7 +237,7 @@ class LLMScreener(Screener):
         api_key = self._read_key(adapter, api_key_env, region, require_key)
         self.provider = adapter(
             model=model,
-            generation=_generation(generation),
+            generation=Generation.from_config(generation),
             reasoning=self.reasoning,
             api_key=api_key,
             base_url=base_url,
@@ -263,6 +256,11 @@ class LLMScreener(Screener):
             parse=self.parse_answer,
             batch=self.batch_settings if mode == "batch" else None,
         )
+        self.run_tags = {**self.run_tags, **request_tags(self.provider)}  # what every request sends
+        if hosted_by_user:
+            hints = self.provider.failure_hints(None, self.settings.timeout_s)
+            self.served = ServedModel(name, self.provider, batch_invariant, hints)
+            self.run_tags["served.batch_invariant_requested"] = batch_invariant_tag(batch_invariant)
 
     def _read_key(
         self, adapter: type[Provider], api_key_env: str | None, region: str | None, require_key: bool
@@ -325,7 +323,9 @@ class LLMScreener(Screener):
         self._check_vision(table.has_images)
         system = self.prompts.system(outcome)
         todo = np.ones(len(table.users), bool)
-        if self.cache.holds(self.provider.kind, self.provider.model):
+        # a self-hosted server that cannot say what it serves: every prompt counted as still to ask
+        held = self.cache.holds(self.provider.kind, self.provider.model)
+        if held and (self.served is None or self.served.try_identify()):
             keys = self.provider.cache_keys(system, table.users, table.images)
             cached = self.cache.get_replies(keys)
             todo = np.array([key not in cached for key in keys], bool)
@@ -359,8 +359,12 @@ class LLMScreener(Screener):
                 f"screener.api_key_env: {self.name} was built without its key (dry run); "
                 f"set environment variable {self.api_key_env} to screen"
             )
+        if self.served is not None:  # answers are keyed by what the server serves: asked first
+            self.run_tags = {**self.run_tags, **self.served.identify()}
         keys, request = self._keys(jobs, documents, outcome)
         return self.loop.run(documents, keys, request, outcome, budget_usd=self.max_cost_usd)
+
+    served: ServedModel | None = None  # a self-hosted server (route=local): asked what it serves
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
         """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from popfair.core.errors import require
 from popfair.runtime.routes import CredentialChain, register_credential_chain
 from popfair.runtime.secrets import register_secret_variables
 from popfair.screen.failures import FailureHints
@@ -79,12 +80,49 @@ class Generation:
 
     temperature: null omits it. max_tokens: output cap (sent as max_completion_tokens to OpenAI
     reasoning-class models). reasoning_effort: e.g. "none"/"minimal" for reasoning models, null omits.
-    extra: further provider-specific body fields, merged verbatim."""
+    top_p, seed: sent to OpenAI-style endpoints when set (null omits). extra: further
+    provider-specific body fields, merged verbatim."""
 
     temperature: float | None = 0.0
     max_tokens: int = 200
     reasoning_effort: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    top_p: float | None = None
+    seed: int | None = None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> Generation:
+        """The settings of `screener.generation`, each checked (errors name the key)."""
+        values = dict(config or {})
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        require(
+            not unknown,
+            "screener.generation",
+            f"unknown keys {sorted(unknown)}; allowed: {sorted(cls.__dataclass_fields__)}",
+        )
+        gen = cls(**values)
+        require(
+            isinstance(gen.max_tokens, int) and gen.max_tokens >= 1,
+            "screener.generation.max_tokens",
+            f"must be an integer >= 1, got {gen.max_tokens!r}",
+        )
+        require(
+            gen.temperature is None or 0 <= float(gen.temperature) <= 2,
+            "screener.generation.temperature",
+            f"must be in [0, 2] or null, got {gen.temperature!r}",
+        )
+        require(
+            gen.top_p is None or 0 < float(gen.top_p) <= 1,
+            "screener.generation.top_p",
+            f"must be in (0, 1] or null, got {gen.top_p!r}",
+        )
+        require(
+            gen.seed is None or (isinstance(gen.seed, int) and not isinstance(gen.seed, bool)),
+            "screener.generation.seed",
+            f"must be an integer or null, got {gen.seed!r}",
+        )
+        require(isinstance(gen.extra, Mapping), "screener.generation.extra", "must be a mapping of body fields")
+        return cls(**{**values, "extra": dict(gen.extra)})
 
 
 @dataclass(frozen=True)
@@ -249,6 +287,14 @@ class Provider(ABC):
         self.timeout_s, self.concurrency = timeout_s, concurrency
         self._key_prefixes: dict[tuple[bool, str], Any] = {}  # (image?, system text) -> sha256 state
         self._client: Any = None  # the SDK client, opened by start()
+        self.served: Mapping[str, Any] | None = None  # what a self-hosted server serves (serve_as)
+
+    def serve_as(self, identity: Mapping[str, Any]) -> None:
+        """Key answers by what a self-hosted server reports it serves (model id, revision, engine and
+        version, the kernels asked for) instead of its URL: the same model served the same way on
+        several servers shares one cache, and an engine upgrade asks again."""
+        self.served = dict(identity)
+        self._key_prefixes.clear()
 
     @classmethod  # noqa: B027 - an optional declaration: most providers need no particular setting
     def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
@@ -322,7 +368,7 @@ class Provider(ABC):
 
             body = self.body(ChatPrompt(system="<system>", user="<user>"), "<image>" if has_image else None)
             template = json.dumps(
-                {"provider": self.kind, "endpoint": self.endpoint, "body": body},
+                {"provider": self.kind, "endpoint": self.served or self.endpoint, "body": body},
                 sort_keys=True,
                 separators=(",", ":"),
                 default=str,

@@ -176,6 +176,10 @@ class OpenAIChat(Provider):
         body: dict[str, Any] = {"model": self.model, "messages": chat_messages(prompt, image)}
         if gen.temperature is not None:
             body["temperature"] = gen.temperature
+        if gen.top_p is not None:
+            body["top_p"] = gen.top_p
+        if gen.seed is not None:
+            body["seed"] = gen.seed
         # OpenAI's reasoning-class models take max_completion_tokens; compatible servers take max_tokens.
         cap = "max_completion_tokens" if (self.kind == "openai" and self.reasoning) else "max_tokens"
         body[cap] = gen.max_tokens
@@ -208,6 +212,37 @@ class OpenAIChat(Provider):
             raise sdk_error(exc, openai) from None
 
 
+def server_root(base_url: str) -> str:
+    """The server's own root from its OpenAI-style base URL (http://host:8000/v1 -> http://host:8000)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def served_model(provider: Provider, timeout_s: float = 10.0) -> tuple[list[dict[str, Any]], str | None]:
+    """What an OpenAI-compatible server says it serves: the entries of GET {base}/models (vLLM adds
+    root, parent, max_model_len and owned_by "vllm" to the id) and the engine version of GET
+    {root}/version where the server has one (vLLM does; None elsewhere). Through the official SDK;
+    failures come out as TransientError / PermanentError."""
+    import openai
+
+    client = openai.OpenAI(
+        api_key=provider.api_key or "not-needed", base_url=provider.base_url, max_retries=0, timeout=timeout_s
+    )
+    try:
+        listing = client.get("/models", cast_to=object)
+        try:
+            about = client.get(f"{server_root(str(client.base_url))}/version", cast_to=object)
+        except openai.APIStatusError:  # no version endpoint (not vLLM): nothing to record
+            about = None
+    except (openai.OpenAIError, *MALFORMED) as exc:
+        raise sdk_error(exc, openai) from None
+    finally:
+        client.close()
+    entries = [m for m in (listing or {}).get("data", []) if isinstance(m, dict)] if isinstance(listing, dict) else []
+    version = about.get("version") if isinstance(about, dict) else None
+    return entries, None if version is None else str(version)
+
+
 def completion_from_chat(data: Any) -> Completion:
     """Text and usage of a chat-completion JSON body; malformed bodies raise TransientError."""
     if not isinstance(data, dict):
@@ -226,7 +261,7 @@ def completion_from_chat(data: Any) -> Completion:
     )
 
 
-__all__ = ["OpenAIChat", "chat_messages", "completion_from_chat", "sdk_error", "PermanentError"]
+__all__ = ["OpenAIChat", "chat_messages", "completion_from_chat", "sdk_error", "served_model", "PermanentError"]
 
 
 @register_provider("openai_compatible")
