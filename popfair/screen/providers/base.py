@@ -270,6 +270,8 @@ class Provider(ABC):
     # Error hints: the settings named in the fix of a stop message or a failed pre-flight check (the
     # key hint and timeout are the screener's: `failure_hints`).
     hints: ClassVar[FailureHints] = FailureHints()
+    # The generation settings this provider's requests can carry beyond temperature and max tokens.
+    sampling_settings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,

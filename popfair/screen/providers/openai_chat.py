@@ -140,6 +140,7 @@ class OpenAIChat(Provider):
     base_url_env = "OPENAI_BASE_URL"
     default_url = "https://api.openai.com/v1"
     key_variables: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY",)
+    sampling_settings: ClassVar[frozenset[str]] = frozenset({"seed", "top_p"})
 
     @classmethod
     def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
