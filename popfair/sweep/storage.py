@@ -159,15 +159,10 @@ def first_problem(config: DictConfig, *, output_dir: Any = None) -> StorageProbl
         if problems:
             return problems[0]
     cache = case_cache(config)
-    if cache is not None:
-        key, location = cache
-        fix = f"{key}=<a folder you can write in>" if key == "cache_dir" else "cache_url=<a reachable database>"
-        problem = None if key == "cache_url" else folder_problem(key, location, Path(location), fix)
+    if cache is not None and cache[0] == "cache_dir":  # a cache_url's server is opened when the case is built
+        problem = folder_problem("cache_dir", cache[1], Path(cache[1]), "cache_dir=<a folder you can write in>")
         if problem is not None:
             return problem
-        check = check_cache(location)  # an existing cache opens (a read-only database file, a server)
-        if not check.ok:
-            return StorageProblem(key, safe_url(location), check.detail, fix)
     table = config.get("table") or {}
     if table.get("watch", False):  # null: outputs/watch/<source>.json below the current folder
         state = table.get("watch_state")
