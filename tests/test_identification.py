@@ -16,9 +16,9 @@ import pytest
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, Effects, WorldRequest
-from popfair.estimate.identification import gate, identification_tags
-from popfair.estimate.interventional import expected_effects
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, pattern_labels
+from popfair.estimate.pse.identification import gate, identification_tags
+from popfair.estimate.pse.interventional import expected_effects
+from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, pattern_labels
 from popfair.population.worlds import draw_worlds
 from popfair.report.console import format_effects
 from popfair.report.sweep import case_table
@@ -204,7 +204,7 @@ def test_gate_off_keeps_numbers_but_not_the_verdict():
 def test_the_coarser_split_is_offered_only_where_it_is_identified():
     """Fine decomposition blocked by psi(x1,x0,x0) and psi(x1,x1,x0): the coarser split, which needs only
     psi(x1,x0,x1), is offered with its numbers; blocked by psi(x1,x0,x1) too, it is not identified."""
-    from popfair.estimate.estimand import coarse_metrics, coarse_notes
+    from popfair.estimate.pse.estimand import coarse_metrics, coarse_notes
 
     fine = pd.DataFrame(
         {"estimate": [3.0, 2.0, 1.0, 0.1, 0.9], "se": 0.1, "ci_low": 0.0, "ci_high": 4.0, "significant": True},
@@ -233,7 +233,7 @@ def test_the_coarser_split_is_offered_only_where_it_is_identified():
 def test_the_renderer_declares_what_its_documents_show():
     """Every bundled renderer declares `shows`; the estimand note follows it (photo: NDE includes reading
     gender; text: the direct path is structurally absent; undeclared: nothing is claimed)."""
-    from popfair.estimate.estimand import estimand_notes
+    from popfair.estimate.pse.estimand import estimand_notes
     from popfair.population.popresume import PopResumePopulation, roles_for
     from popfair.population.protected import ProtectedAttribute
     from popfair.render.base import displayed_attributes
@@ -260,7 +260,7 @@ def test_the_renderer_declares_what_its_documents_show():
 def test_estimator_both_keeps_its_comparison_in_the_report():
     """estimator=both: the report's effects section shows DML beside the interventional estimate, and
     "not identified" (no difference, no conclusion) where the DML estimate is gated."""
-    from popfair.estimate.side_by_side import compare
+    from popfair.estimate.pse.side_by_side import compare
     from popfair.report.audit import effects_blocks, side_by_side_rows
 
     base = {"se": 0.1, "significant": True}
@@ -284,7 +284,7 @@ def test_a_raw_name_read_through_a_grouped_proxy_is_not_identified():
     """A screener known to read the raw first name while R holds only its grouping: the means that move
     R to the other group with X fixed are not its counterfactuals, so NDE, NIE, BIE and RIE are not
     identified however good the overlap; TE and the coarser split (R stays with X) are."""
-    from popfair.estimate.estimand import grouping_problems, structural_gate
+    from popfair.estimate.pse.estimand import grouping_problems, structural_gate
     from popfair.population.popresume import PopResumePopulation, roles_for
     from popfair.population.protected import ProtectedAttribute
 
