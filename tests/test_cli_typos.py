@@ -91,6 +91,7 @@ def test_valid_command_lines_pass(args):
             ["screener=simulated", "++screener.coefficients.first_name.Michael=4", "seed=1"],
         ),
         (["table=default", "table.values.race.latino=white"], ["table=default", "table.values.race.latino=white"]),
+        (["table=default", "table.values.race={01: white}"], ["table=default", "++table.values.race={01: white}"]),
         (
             ["-m", "table=default", "table.values.race.w=white,black"],
             ["-m", "table=default", "++table.values.race.w=white,black"],

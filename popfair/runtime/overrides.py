@@ -72,6 +72,14 @@ def open_mapping(key: str, config: Any) -> str | None:
     return None
 
 
+def _merges_new_keys(override: Any, key: str, config: Any) -> bool:
+    """`table.values.race={01: white}`: a map set on an open mapping (or below one) merges into it, and
+    Hydra's struct mode refuses its new keys ("Key '01' is not in struct") unless it goes as `++`."""
+    if override.is_add() or override.is_force_add() or not any(isinstance(v, dict) for v in _values(override)):
+        return False
+    return open_mapping(key, config) is not None or open_mapping(f"{key}._", config) is not None
+
+
 def _closest(word: str, choices: Sequence[str]) -> str:
     """'; did you mean X?' for the closest choice (a key's siblings first), or ''."""
     parent = word.rpartition(".")[0]
@@ -249,6 +257,8 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
             if not exists:
                 _check_added(key, config, paths)
         elif not exists and open_mapping(key, config) is not None:
+            added[str(override.input_line)] = f"++{override.input_line}"
+        elif exists and _merges_new_keys(override, key, config):
             added[str(override.input_line)] = f"++{override.input_line}"
         elif not exists:
             top = key.split(".", 1)[0]

@@ -18,6 +18,10 @@ Every table goes through counts per (cluster x) sex x race cell and `popfair.est
 bootstrap CIs over clusters (applicants without clusters) that re-choose the reference in every
 replicate, and a permutation test of "no category differs" that says which four-fifths flags survive
 the choice of reference. Score cutoffs (median, top share) are the sample's, held fixed in the bootstrap.
+Beside them, each category against the reference: Fisher's exact and the two-standard-deviation Z test
+(`popfair.estimate.impact_ratio.pairwise`), conditional on the reference choice; the flags do not follow them.
+A dimension with fewer than two categories in the ratios compares nothing: a note says so, and when no
+dimension has two, the audit stops (DataError) instead of showing ratios of 1.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from popfair.core.errors import DataError, EstimationError
 from popfair.core.race_coding import RACE_SCHEMES, recode_race
 from popfair.core.types import Effects, Roles
 from popfair.estimate.impact_ratio.inference import RatioInference, count_values, infer_groupings
-from popfair.estimate.impact_ratio.labels import category_label
+from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
+from popfair.estimate.impact_ratio.pairwise import reference_tests
 from popfair.estimate.impact_ratio.resampling import Units
 from popfair.estimate.impact_ratio.settings import (
     DEFAULT_CLUSTER,
@@ -77,7 +82,8 @@ def impact_ratios(
     -------
     ImpactRatios
         `table` (one row per metric x dimension x category: rates, impact ratios with bootstrap CIs,
-        flags, Fisher and chi-square tests), `summary()` / `markdown()` in the layout of published
+        four-fifths flags and whether each survives the reference-aware test, and each category's
+        Fisher exact and two-proportion Z tests against the reference), `summary()` / `markdown()` in the layout of published
         audits, `plot()` (drawn by `popfair.track.figures.draw`), `metrics()` and `effects()`.
 
     Examples
@@ -129,6 +135,7 @@ def impact_ratios_from_counts(
     sex: str = "sex",
     race: str = "race",
     n: str = "n",
+    require_comparison: bool = True,
 ) -> ImpactRatios:
     """The NYC Local Law 144 tables from counts of applicants per (cluster x) sex x race cell.
 
@@ -152,6 +159,9 @@ def impact_ratios_from_counts(
         alpha, seed (`outcome`, `top_share`, `min_score`, `cluster` are not used here).
     sex, race, n : str
         Column names.
+    require_comparison : bool, default True
+        Stop (DataError) when no dimension has two categories in the ratios; False: the tables, with a
+        note per dimension that compares nothing (one period of several, one look of a watch).
 
     Returns
     -------
@@ -177,6 +187,7 @@ def impact_ratios_from_counts(
         thresholds=thresholds,
         cluster=cluster,
         settings=settings,
+        require_comparison=require_comparison,
     )
 
 
@@ -191,6 +202,7 @@ def _ll144(
     thresholds: dict[str, float],
     cluster: str | None,
     settings: ImpactRatioSettings,
+    require_comparison: bool = True,
 ) -> ImpactRatios:
     """Counts per (cluster x) sex x race cell -> the tables, through `infer_groupings` (the same
     code that every other impact-ratio audit uses)."""
@@ -234,6 +246,16 @@ def _ll144(
         small = known & (n_cat / total < settings.min_category_share)
         included = known & (n_cat > 0) & ~(small & settings.exclude_small)
         groupings.append((mapping.matrix.argmax(axis=1), mapping.categories, included))
+    lone = {
+        dim: _one_category(dim, mapping.categories, (cell_n @ mapping.matrix) > 0, g[2])
+        for (dim, mapping), g in zip(dimensions.items(), groupings)
+        if g[2].sum() < 2
+    }
+    if require_comparison and len(lone) == len(dimensions):  # ratios of 1 and "no pattern" would read as a result
+        raise DataError(
+            f"impact ratios: nothing was compared: {lone['sex']}, and {lone['race']}; "
+            "a comparison needs at least two categories of sex or of race"
+        )
 
     def infer(units: Units) -> list[list[RatioInference]]:
         return infer_groupings(
@@ -247,12 +269,16 @@ def _ll144(
         )
 
     inference = infer(units) if cluster_values is not None else [infer(u)[0] for u in units_by_metric]
-    blocks, tests, notes = [], [], []
+    blocks, tests = [], []
+    notes = [f"{DIMENSION_TITLES[dim]}: nothing compared: {why}" for dim, why in lone.items()]
     for (metric, cutoff), results in zip(thresholds.items(), inference):
         for (dim, mapping), result, (_, _, included) in zip(dimensions.items(), results, groupings):
             t = result.table
             is_unknown = np.arange(len(t)) == len(t) - 1
             share = t["n"].to_numpy() / total
+            pairwise = reference_tests(
+                t["n"].to_numpy(float), t["selected"].to_numpy(float), included, t["is_reference"].to_numpy(bool)
+            )
             block = pd.DataFrame(
                 {
                     "metric": metric,
@@ -265,6 +291,7 @@ def _ll144(
                     "share": share,
                     "n_selected": t["selected"].round().astype(np.int64).to_numpy(),
                     **{c: t[c].to_numpy() for c in RESULT_COLUMNS},
+                    **{c: v.to_numpy() for c, v in pairwise.items()},
                     "threshold": cutoff,
                 }
             )
@@ -312,6 +339,16 @@ RESULT_COLUMNS = [
     "p_adjusted",
     "flag_survives",
 ]
+
+
+def _one_category(dimension: str, categories: list[str], seen: np.ndarray, included: np.ndarray) -> str:
+    """Why a dimension with fewer than two categories in the ratios compares nothing, in words."""
+    known = np.arange(len(categories)) < len(categories) - 1
+    names = [c for c, k, i in zip(categories, known, included) if k and i]
+    left_out = [c for c, k, s, i in zip(categories, known, seen, included) if k and s and not i]
+    of = {"sex": "sex", "race": "race", "sex_race": "sex and race"}[dimension]
+    why = f"every applicant of known {of} is {names[0]}" if names else f"no applicant's {of} is known"
+    return why + (f" ({', '.join(left_out)} left out as small)" if left_out else "")
 
 
 def _sum_by(key: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
