@@ -18,17 +18,14 @@ Every table goes through counts per (cluster x) sex x race cell and `popfair.est
 bootstrap CIs over clusters (applicants without clusters) that re-choose the reference in every
 replicate, and a permutation test of "no category differs" that says which four-fifths flags survive
 the choice of reference. Score cutoffs (median, top share) are the sample's, held fixed in the bootstrap.
-Beside them, each category against the reference: Fisher's exact and the two-standard-deviation Z test
-(`popfair.estimate.impact_ratio.pairwise`), conditional on the reference choice; the flags do not follow them.
-A dimension with fewer than two categories in the ratios compares nothing: a note says so, and when no
-dimension has two, the audit stops (DataError) instead of showing ratios of 1.
+Beside them: Fisher's exact and the Z test against the reference (`pairwise`). A dimension of fewer than
+two categories in the ratios compares nothing: a note, or a DataError when no dimension has two.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -38,6 +35,7 @@ from popfair.core.constraints import Options, Rules, Text, validate
 from popfair.core.errors import DataError, EstimationError
 from popfair.core.race_coding import RACE_SCHEMES, recode_race
 from popfair.core.types import Effects, Roles
+from popfair.estimate.impact_ratio.dimensions import dimension_maps, not_compared
 from popfair.estimate.impact_ratio.inference import RatioInference, count_values, infer_groupings
 from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
 from popfair.estimate.impact_ratio.pairwise import reference_tests
@@ -238,7 +236,7 @@ def _ll144(
     if cluster_values is None:  # independent applicants: each metric splits the cells into selected or not
         units_by_metric = [Units.of_applicants(cell_n, _sum_by(cell, c, n_cells)) for c in chosen.T]
     total = float(n.sum())
-    dimensions = _dimension_maps(sex_levels, race_levels)
+    dimensions = dimension_maps(sex_levels, race_levels)
     groupings = []
     for mapping in dimensions.values():
         n_cat = cell_n @ mapping.matrix
@@ -247,7 +245,7 @@ def _ll144(
         included = known & (n_cat > 0) & ~(small & settings.exclude_small)
         groupings.append((mapping.matrix.argmax(axis=1), mapping.categories, included))
     lone = {
-        dim: _one_category(dim, mapping.categories, (cell_n @ mapping.matrix) > 0, g[2])
+        dim: not_compared(dim, mapping.categories, (cell_n @ mapping.matrix) > 0, g[2], settings.min_category_share)
         for (dim, mapping), g in zip(dimensions.items(), groupings)
         if g[2].sum() < 2
     }
@@ -341,16 +339,6 @@ RESULT_COLUMNS = [
 ]
 
 
-def _one_category(dimension: str, categories: list[str], seen: np.ndarray, included: np.ndarray) -> str:
-    """Why a dimension with fewer than two categories in the ratios compares nothing, in words."""
-    known = np.arange(len(categories)) < len(categories) - 1
-    names = [c for c, k, i in zip(categories, known, included) if k and i]
-    left_out = [c for c, k, s, i in zip(categories, known, seen, included) if k and s and not i]
-    of = {"sex": "sex", "race": "race", "sex_race": "sex and race"}[dimension]
-    why = f"every applicant of known {of} is {names[0]}" if names else f"no applicant's {of} is known"
-    return why + (f" ({', '.join(left_out)} left out as small)" if left_out else "")
-
-
 def _sum_by(key: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(key, weights=weights, minlength=size).astype(float)
 
@@ -369,33 +357,6 @@ def _select(metric: Metric, values: np.ndarray) -> tuple[float, np.ndarray]:
     else:
         cutoff = float(metric.value or 0.0)
     return cutoff, (values >= cutoff).astype(float)
-
-
-@dataclass(frozen=True)
-class _Dimension:
-    categories: list[str]  # known categories, then UNKNOWN last
-    matrix: np.ndarray  # cells x categories, 0/1
-
-
-def _dimension_maps(sex_levels: list[str], race_levels: list[str]) -> dict[str, _Dimension]:
-    """How the (sex incl. unknown) x (race incl. unknown) cells add up to each dimension's categories."""
-    n_sex, n_race = len(sex_levels), len(race_levels)
-    s, r = np.divmod(np.arange((n_sex + 1) * (n_race + 1)), n_race + 1)
-    known = (s < n_sex) & (r < n_race)
-    columns = {
-        "sex": (sex_levels, s),
-        "race": (race_levels, r),
-        "sex_race": (
-            [f"{a}-{b}" for a in sex_levels for b in race_levels],
-            np.where(known, s * n_race + r, n_sex * n_race),
-        ),
-    }
-    out = {}
-    for dim, (levels, column) in columns.items():
-        matrix = np.zeros((len(s), len(levels) + 1))
-        matrix[np.arange(len(s)), column] = 1.0
-        out[dim] = _Dimension(categories=[*levels, UNKNOWN], matrix=matrix)
-    return out
 
 
 def _outcome_values(column: pd.Series, y: str) -> np.ndarray:
