@@ -80,9 +80,10 @@ def impact_ratios(
     -------
     ImpactRatios
         `table` (one row per metric x dimension x category: rates, impact ratios with bootstrap CIs,
-        four-fifths flags and whether each survives the reference-aware test, and each category's
-        Fisher exact and two-proportion Z tests against the reference), `summary()` / `markdown()` in the layout of published
-        audits, `plot()` (drawn by `popfair.track.figures.draw`), `metrics()` and `effects()`.
+        four-fifths flags and whether each survives the reference-aware test, each category's Fisher
+        exact and two-proportion Z tests against the reference), `summary()` / `markdown()` in the
+        layout of published audits, `plot()` (drawn by `popfair.track.figures.draw`), `metrics()` and
+        `effects()`.
 
     Examples
     --------
