@@ -1,5 +1,6 @@
 """Fisher's exact test and the two-standard-deviation Z test beside the reference-aware test: equal to
-scipy's Fisher test and to audit-AI's published two-proportion Z (pooled rate) on a worked example, blank
+scipy's Fisher test, to audit-AI's published two-proportion Z (pooled rate) and to scipy's 2 x 2
+chi-square without continuity correction (z squared) on a worked example, blank
 for the reference, in the summary, the report, MLflow's metrics and the console; the flags still follow
 the reference-aware test."""
 
@@ -64,6 +65,10 @@ def test_every_category_against_the_reference_equals_scipy_and_audit_ai(worked):
             assert row.fisher_p == pytest.approx(fisher, rel=1e-12)
             z, p = audit_ai_z(a, n, b, m)
             assert row.z == pytest.approx(z, rel=1e-9) and row.z_p == pytest.approx(p, rel=1e-9)
+            # scipy's view of the same test: the 2 x 2 chi-square without continuity correction is z squared
+            chi2 = stats.chi2_contingency([[a, n - a], [b, m - b]], correction=False)
+            assert row.z**2 == pytest.approx(chi2.statistic, rel=1e-9)
+            assert row.z_p == pytest.approx(chi2.pvalue, rel=1e-9)
             compared += 1
     assert compared >= 8  # sex 1, race 2, sex x race 5
 
