@@ -75,8 +75,10 @@ class BatchRunner:
         engine: EngineSettings | None = None,
         name: str = "",
         hints: FailureHints | None = None,
+        score_reply: str = "integer",
     ) -> None:
         self.settings, self.provider, self.cache, self.price = settings, provider, cache, price
+        self.score_reply = score_reply  # how a score reply is read (popfair.screen.parse)
         self.outcome, self.stats, self.budget_usd = outcome, stats, budget_usd
         self.engine = engine or EngineSettings()  # retries and backoff of each batch API call
         self.name = name or provider.kind
@@ -217,7 +219,7 @@ class BatchRunner:
             self.stats.failed += 1
             return
         cost = self.price.cost(result.input_tokens, result.output_tokens, batch=True)
-        value, parse_error = parse_answer(result.text, self.outcome)
+        value, parse_error = parse_answer(result.text, self.outcome, self.score_reply)
         stored = CachedAnswer(
             raw=result.text,
             value=value,

@@ -19,7 +19,7 @@ from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener
 from popfair.screen.local_runtime import require_extra, resolve_device
-from popfair.screen.parse import parse_answer
+from popfair.screen.parse import SCORE_REPLIES, parse_answer
 from popfair.screen.prompts import PromptSet
 
 EXTRA_MODULES = {"transformers": "transformers", "torch": "torch"}
@@ -39,6 +39,8 @@ class HFLocalScreener(Screener):
         "batch_size": Interval(int, 1, None),
         "dtype": Options(DTYPES),
         "trust_remote_code": Boolean(),
+        "score_reply": Options(SCORE_REPLIES),
+        "max_new_tokens_override": [None, Interval(int, 1, 4096)],
     }
 
     def __init__(
@@ -51,6 +53,9 @@ class HFLocalScreener(Screener):
         device: str = "auto",
         dtype: str = "auto",
         trust_remote_code: bool = False,
+        prompts_dir: str | None = None,
+        score_reply: str = "integer",
+        max_new_tokens_override: int | None = None,
     ) -> None:
         require(
             isinstance(model_path, str) and model_path.strip() != "",
@@ -71,13 +76,17 @@ class HFLocalScreener(Screener):
                 "batch_size": batch_size,
                 "dtype": dtype,
                 "trust_remote_code": trust_remote_code,
+                "score_reply": score_reply,
+                "max_new_tokens_override": max_new_tokens_override,
             },
         )
-        self.prompts = PromptSet(prompts)
+        self.prompts = PromptSet(prompts, prompts_dir)
+        self.score_reply = score_reply
         require_extra("hflocal", EXTRA_MODULES, name)
         self.name = name
         self.model_path = model_path
-        self.max_new_tokens = max_new_tokens
+        # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
+        self.max_new_tokens = max_new_tokens if max_new_tokens_override is None else max_new_tokens_override
         self.batch_size = batch_size
         self.device = resolve_device(device)
         self.dtype = dtype
@@ -168,7 +177,7 @@ class HFLocalScreener(Screener):
             generated = out[:, encoded["input_ids"].shape[1] :].cpu().numpy()
             texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
             for i, tokens, text in zip(batch, generated, texts):
-                value, error = parse_answer(text, outcome)
+                value, error = parse_answer(text, outcome, self.score_reply)
                 results[i] = ScreenResult(
                     applicant_id=documents[i].applicant_id,
                     raw=text,

@@ -25,7 +25,7 @@ from popfair.screen.base import Screener
 from popfair.screen.calls import Answer, Call, EngineSettings, EngineStats
 from popfair.screen.engine import Engine
 from popfair.screen.failures import FailureHints
-from popfair.screen.parse import parse_answer
+from popfair.screen.parse import SCORE_REPLIES, parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, make_provider
@@ -110,6 +110,8 @@ class LLMScreener(Screener):
         "reasoning": Boolean(),
         "vision": Boolean(),
         "require_key": Boolean(),
+        "score_reply": Options(SCORE_REPLIES),
+        "max_new_tokens": [None, Interval(int, 1, None)],
     }
 
     def __init__(
@@ -140,6 +142,9 @@ class LLMScreener(Screener):
         default_route: str | None = None,
         chosen_route: str | None = None,
         popfair_choices: Mapping[str, str] | None = None,
+        prompts_dir: str | None = None,
+        score_reply: str = "integer",
+        max_new_tokens: int | None = None,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
@@ -162,6 +167,8 @@ class LLMScreener(Screener):
             route = choice.name
             log.info("screener %s: route %s (%s)", name, route, choice.reason)
         generation = _route_generation(generation, routes.get(route, {}).get("generation") if route else None)
+        if max_new_tokens is not None:  # prompts.max_new_tokens: one cap for every screener of a preset
+            generation["max_tokens"] = int(max_new_tokens)
         require(provider in PROVIDERS, "screener.provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
         require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
         require(
@@ -192,6 +199,8 @@ class LLMScreener(Screener):
                 "reasoning": reasoning,
                 "vision": vision,
                 "require_key": require_key,
+                "score_reply": score_reply,
+                "max_new_tokens": max_new_tokens,
             },
         )
         batch_capable = [kind for kind, cls in PROVIDERS.items() if cls.batch_api is not None]
@@ -226,7 +235,8 @@ class LLMScreener(Screener):
         self.expected_output_tokens = expected_output_tokens
         self.price = Price.from_config(price)
         self.settings = EngineSettings.from_config(engine)
-        self.prompts = PromptSet(prompts)
+        self.prompts = PromptSet(prompts, prompts_dir)
+        self.score_reply = score_reply
         from popfair.screen.batch import BatchSettings
 
         self.batch_settings = BatchSettings.from_config(batch)
@@ -375,6 +385,7 @@ class LLMScreener(Screener):
                     hints=FailureHints(
                         self.config_keys["url_key"], self.config_keys["request_keys"], key_hint, self.settings.timeout_s
                     ),
+                    score_reply=self.score_reply,
                 )
                 answers.update(runner.run(todo))
             else:
@@ -404,11 +415,17 @@ class LLMScreener(Screener):
     config_keys = {"url_key": "screener.base_url", "request_keys": "screener.model and screener.generation"}
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
-        """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""
-        return parse_answer(raw, outcome)
+        """The model's reply as y (callback: first word yes/no; score: by `score_reply`)."""
+        return parse_answer(raw, outcome, self.score_reply)
 
     def _cached_answers(self, replies: Mapping[str, StoredReply], outcome: Outcome) -> dict[str, Answer]:
-        return Answer.from_replies(replies)
+        if outcome != "score":
+            return Answer.from_replies(replies)
+        answers = {}  # scores are parsed again: a reply cached under the other score_reply keeps no stale value
+        for key, reply in replies.items():
+            value, problem = self.parse_answer(reply.raw or "", outcome)
+            answers[key] = Answer(reply.raw, value, problem, reply.input_tokens, reply.output_tokens, 0.0, True)
+        return answers
 
     def _summarise(self, results: list[ScreenResult], stats: EngineStats, asked: int) -> None:
         n = len(results)
