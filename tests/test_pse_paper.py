@@ -18,7 +18,7 @@ from popfair.core.types import Roles, WorldRequest
 from popfair.estimate.pse.interventional import expected_effects
 from popfair.estimate.pse.nuisances import Runner
 from popfair.estimate.pse.paper import PsePaper, estimate_pse_paper, target_weights
-from popfair.estimate.pse.paper import _means as paper_means
+from popfair.estimate.pse.paper import counterfactual_means as paper_means
 from popfair.estimate.pse.paper_tuning import PaperData, cv_search
 from popfair.estimate.pse.settings import TuningGrid
 from popfair.estimate.pse.sfm import EFFECTS, TARGETS

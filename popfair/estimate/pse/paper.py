@@ -214,7 +214,7 @@ def _iteration(
     prob = np.clip(raw, settings.clip, 1 - settings.clip)
     weights = target_weights(a, *prob)
     row: dict[str, float] = {"iteration": float(i)}
-    means = {sn: _means(weights, nuisance, y, sn) for sn in (True, False)}
+    means = {sn: counterfactual_means(weights, nuisance, y, sn) for sn in (True, False)}
     for sn, values in means.items():
         suffix = "" if sn == settings.self_normalise else ("_sn" if sn else "_raw")
         row.update({f"{t}{suffix}": v for t, v in zip(TARGETS, values)})
@@ -296,7 +296,9 @@ def target_weights(a: np.ndarray, p_z: np.ndarray, p_rz: np.ndarray, p_brz: np.n
     return out
 
 
-def _means(weights: Mapping[str, tuple], nuisance: Mapping[str, np.ndarray], y: np.ndarray, sn: bool) -> np.ndarray:
+def counterfactual_means(
+    weights: Mapping[str, tuple], nuisance: Mapping[str, np.ndarray], y: np.ndarray, sn: bool
+) -> np.ndarray:
     """The five means: each term's weights divided by their mean when `sn` (self-normalised)."""
     norm = (lambda w: w / w.mean()) if sn else (lambda w: w)
     chains = {  # per target: (outcome regression at the rows, middle, outer); None where a term collapses
