@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from popfair.core.types import Outcome
 from popfair.design import for_outcome
-from popfair.design.population import SCORE_REPLIES, parse_json_score
+from popfair.design.population.design import SCORE_REPLIES, parse_json_score
 
 __all__ = ["SCORE_REPLIES", "parse_answer"]
 
