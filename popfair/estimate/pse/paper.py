@@ -15,7 +15,8 @@ the same contrasts), estimated differently:
   regressions are fit on random halves (NDE) and thirds (the two W/V orders) of each training fold,
   the pseudo-outcome of one part regressed on the next (`popfair.estimate.pse.paper_tuning`).
 - Hyperparameters from the paper's grid by 5-fold CV, searched once on all rows (cached).
-- Propensities clipped to [clip, 1 - clip] with clip = 1e-4 (their command line's default).
+- Propensities clipped to [clip, 1 - clip], clip = 0.01 by default (their README's command for the
+  paper; their script's own default is 1e-4).
 - Resample-and-refit bootstrap: each iteration draws n rows with replacement, cross-fits every
   nuisance on them (5 folds) and computes the effects; the point estimate is the mean over
   iterations, the interval its percentiles, the SE its standard deviation.
@@ -64,7 +65,7 @@ class PaperSettings:
     folds: int = 5  # cross-fitting folds inside each bootstrap iteration
     cv_folds: int = 5  # folds of the hyperparameter search
     n_bootstrap: int = 500  # resample-and-refit iterations
-    clip: float = 1e-4  # propensities clipped to [clip, 1 - clip]
+    clip: float = 0.01  # propensities clipped to [clip, 1 - clip]
     alpha: float = 0.05
     seed: int = 0
     grid: TuningGrid = field(default_factory=TuningGrid)
