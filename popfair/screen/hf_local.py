@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -74,7 +74,7 @@ class HFLocalScreener(Screener):
     to the user message. `invariance_check` prompts of each call are also answered alone, and the
     share whose answer differs from the batched one is a metric of the run."""
 
-    parameter_constraints = {
+    parameter_constraints: ClassVar[dict[str, Any]] = {
         "max_new_tokens": [Options(("auto",)), Interval(int, 1, 4096)],
         "batch_size": [None, Interval(int, 1, None)],
         "batch_tokens": [Options(("auto",)), Interval(int, 16, None)],
@@ -315,8 +315,8 @@ class HFLocalScreener(Screener):
         results = []
         for i, (document, key) in enumerate(zip(documents, keys)):
             if too_long[i]:
-                error = f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
-                results.append(ScreenResult(document.applicant_id, None, None, error, int(lengths[i])))
+                reason = f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
+                results.append(ScreenResult(document.applicant_id, None, None, reason, int(lengths[i])))
                 continue
             record = records[key]
             value, error = parse_answer(record["raw"], outcome, self.score_reply)

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -147,7 +147,7 @@ class LLMScreener(Screener):
     do without (a URL, a region, a key variable) by its adapter (`Provider.check_settings`)."""
 
     answers_rankings = True  # a chat model can rank the candidates of one prompt (design/ranking)
-    parameter_constraints = {
+    parameter_constraints: ClassVar[dict[str, Any]] = {
         "mode": Options(MODES),
         "expected_output_tokens": Interval(int, 1, None),
         "reasoning": Boolean(),

@@ -331,7 +331,7 @@ def _diagnostics(
 ) -> pd.DataFrame:
     """popfair's per-mean diagnostics of one iteration's raw weights, plus the outer weight's mass."""
     pi3, pi2, pi1, crossing = (np.column_stack([weights[t][k] for t in TARGETS]) for k in range(4))
-    clipped = ((raw < clip) | (raw > 1 - clip)).any(axis=0)
+    clipped = np.asarray(((raw < clip) | (raw > 1 - clip)).any(axis=0))
     frame = mean_diagnostics(a, pi2, pi3, crossing, np.repeat(clipped[:, None], len(TARGETS), axis=1))
     frame["mass_pi1"] = pi1.mean(axis=0)
     return frame[list(DIAGNOSTICS)]

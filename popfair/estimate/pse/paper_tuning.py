@@ -81,7 +81,7 @@ class PaperData:
     def matrix(self, rows: np.ndarray, roles: str, label: np.ndarray | None = None) -> xgb.DMatrix:
         cols = self.cols(roles)
         return xgb.DMatrix(
-            self.values[np.ix_(rows, cols)],
+            self.values[np.ix_(rows, np.asarray(cols))],
             label=None if label is None else np.asarray(label, np.float32),
             feature_types=[self.kinds[i] for i in cols],
             enable_categorical=True,
@@ -245,5 +245,5 @@ def tuned(
             if not cached[family]:
                 found = search(data, grid, folds, seed, runner)
                 store.put_many([(key, json.dumps(found).encode())])
-            params.update(found)
+            params.update(found or {})
     return params, cached
