@@ -18,6 +18,8 @@ from popfair.render.text import TextRenderer
 from popfair.screen.parse import parse_answer
 from popfair.screen.prompts import PromptSet
 from tests.conftest import compose_config
+from tests.llm_stub import StubServer
+from tests.screen_helpers import JOBS, documents, make_screener
 
 PROFILE = {
     "applicant_id": "nurse-000001",
@@ -161,3 +163,21 @@ def test_counterfactual_worlds_refuse_the_pooled_race_coding(tmp_path):
     ]
     with pytest.raises(ConfigError, match="counterfactual worlds set one of"):
         Experiment.from_config(compose_config(overrides, tmp_path=tmp_path)).run()
+
+
+@pytest.mark.parametrize("mode", ["online", "batch"])
+def test_api_screeners_read_scores_by_their_own_rule_when_asked_and_from_the_cache(mode, tmp_path, monkeypatch):
+    """The stub answers a bare integer: read as JSON it is a failure that keeps the raw reply (online
+    engine and provider batch alike); a screener reading integers gets the same cached replies as
+    values, with no request sent."""
+    docs = documents(12)
+    batch = {"mode": "batch", "batch": {"poll_interval_s": 0.01}} if mode == "batch" else {}
+    with StubServer() as stub:
+        as_json = make_screener("openai", stub.url, tmp_path, monkeypatch, score_reply="json_decimal", **batch)
+        first = as_json.screen(JOBS, docs, "score")
+        assert all(r.value is None and r.raw is not None and '"score"' in str(r.error) for r in first)
+        sent = stub.state.requests
+        as_integer = make_screener("openai", stub.url, tmp_path, monkeypatch, **batch)
+        again = as_integer.screen(JOBS, docs, "score")
+        assert stub.state.requests == sent
+        assert all(r.cached and r.error is None and r.value == float(str(r.raw).strip()) for r in again)
