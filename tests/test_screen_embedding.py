@@ -242,7 +242,7 @@ def test_processes_encoding_the_same_texts_at_once_split_them(tmp_path):
     import time
     from pathlib import Path
 
-    root, go, n = Path(__file__).resolve().parents[1], tmp_path / "go", 240
+    root, go, n = Path(__file__).resolve().parents[1], tmp_path / "go", 48
     script = (
         "import hashlib, sys, time\n"
         "from pathlib import Path\n"
