@@ -27,6 +27,10 @@ from tests.pg_server import free_port
 from tests.test_cli import popfair
 from tests.test_sweep_shared_cache import CASES, SMALL, planned_after_sharing
 
+# What is checked here is the launcher and the shared services (each prompt asked once, one parent
+# run and its children), not an estimate: 60 applicants a case keep the screening stage short.
+CLUSTER_SMALL = [*(o for o in SMALL if not o.startswith("population.n=")), "population.n=60"]
+
 
 @pytest.fixture
 def tracking_uri(mlflow_tracking_server):
@@ -42,7 +46,7 @@ def run_sweep(
     occupations: tuple[str, ...] = ("nurse", "teacher"),
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key-cluster-0123456789")
-    planned = planned_after_sharing(cwd, occupations)
+    planned = planned_after_sharing(cwd, occupations, CLUSTER_SMALL)
     cases = [f"occupation={','.join(occupations)}", CASES[1]]
     experiment = f"cluster-{cwd.name}"
     with StubServer(latency_s=0.005) as stub:
@@ -50,7 +54,7 @@ def run_sweep(
             "-m",
             *launcher,
             *cases,
-            *SMALL,
+            *CLUSTER_SMALL,
             f"cache_url={pg_url}",
             f"tracking.uri={tracking_uri}",
             f"tracking.experiment_name={experiment}",

@@ -112,6 +112,15 @@ def browser(served: str):  # at its exit once other tests ran in the same worker
         chromium.close()
 
 
+@pytest.fixture(scope="module")
+def context(browser):
+    """One browser context (a reader's tab set at 1280 x 900) for every page check: its HTTP cache
+    keeps the theme's scripts, styles and fonts, which a fresh context would fetch and compile again."""
+    shared = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield shared
+    shared.close()
+
+
 def pages(site: Path) -> list[str]:
     return sorted(
         p.relative_to(site).as_posix()
@@ -143,8 +152,7 @@ def parsed(path: Path) -> Links:
     return parser
 
 
-def test_every_page_loads_without_console_errors_or_remote_requests(site, served, browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def test_every_page_loads_without_console_errors_or_remote_requests(site, served, context):
     remote: list[str] = []
 
     def only_local(request) -> None:  # the site must work offline: nothing may come from the net
@@ -177,14 +185,15 @@ def test_every_page_loads_without_console_errors_or_remote_requests(site, served
     page.screenshot(path=str(SHOTS / "front_page.png"), full_page=True)
     page.goto(f"{served}/auto_examples/plot_sweep_report.html", wait_until="load")
     page.screenshot(path=str(SHOTS / "gallery_sweep_report.png"), full_page=True)
-    context.close()
+    page.close()
+    context.remove_listener("request", only_local)
     assert not problems, "\n".join(problems[:20])
     assert not remote, f"remote requests: {remote[:10]}"
     assert (SHOTS / "front_page.png").stat().st_size > 10_000
 
 
-def test_search_finds_impact_ratio(served, browser):
-    page = browser.new_page()
+def test_search_finds_impact_ratio(served, context):
+    page = context.new_page()
     page.goto(f"{served}/search.html?q=impact+ratio", wait_until="load")
     results = page.locator("#search-results ul.search li")
     results.first.wait_for(timeout=30_000)
@@ -205,13 +214,13 @@ GALLERY = [
 
 
 @pytest.mark.parametrize("example", GALLERY)
-def test_gallery_example_shows_its_figures(site, served, browser, example):
+def test_gallery_example_shows_its_figures(site, served, context, example):
     html = site / "auto_examples" / f"{example}.html"
     images = [url for tag, _, url in parsed(html).links if tag == "img" and "sphx_glr_" + example in url]
     assert images, f"{example}: no figure on the page"
     for url in images:
         assert (html.parent / url).stat().st_size > 5_000, url  # a real PNG, not an empty canvas
-    page = browser.new_page()
+    page = context.new_page()
     page.goto(f"{served}/auto_examples/{example}.html", wait_until="load")
     widths = page.eval_on_selector_all(
         f"img[src*='sphx_glr_{example}']", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)"
@@ -325,10 +334,9 @@ def _expected_entries() -> dict[str, list[tuple[str, str]]]:
     return pages
 
 
-def test_config_reference_is_readable_at_1280_px(site, served, browser):
+def test_config_reference_is_readable_at_1280_px(site, served, context):
     """Every config page at 1280 px: no table wider than the page column, and every key with its
     explanation on screen inside the column (nothing clipped, nothing to scroll sideways to)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     problems: list[str] = []
     expected = _expected_entries()
@@ -378,7 +386,7 @@ def test_config_reference_is_readable_at_1280_px(site, served, browser):
                 problems.append(f"{name}: the explanation of {key} is not visible")
             if _plain(shown["comment"]) != _plain(comment):
                 problems.append(f"{name}: {key}: explanation {shown['comment'][:60]!r} is not {comment[:60]!r}")
-    context.close()
+    page.close()
     assert not problems, "\n".join(problems[:30])
 
 
@@ -443,11 +451,11 @@ def test_gallery_output_is_html_tables_without_progress_bars(site):
     assert html_tables >= 5
 
 
-def test_concepts_show_the_path_diagram_and_aligned_equations(site, served, browser):
+def test_concepts_show_the_path_diagram_and_aligned_equations(site, served, context):
     estimands = site / "concepts" / "estimands.html"
     images = [url for tag, _, url in parsed(estimands).links if tag == "img" and "sphx_glr_plot_sfm_paths" in url]
     assert images and (estimands.parent / images[0]).stat().st_size > 20_000, "no path diagram on the estimands page"
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = context.new_page()  # 1280 x 900
     page.goto(f"{served}/concepts/estimands.html", wait_until="load")
     rows = page.eval_on_selector_all(
         "mtable.ams-align > mtr",
@@ -463,8 +471,8 @@ def test_concepts_show_the_path_diagram_and_aligned_equations(site, served, brow
     assert max(xs) - min(xs) < 1.5, f"the = signs of TE/NDE/NIE/BIE/RIE do not line up: {xs}"
 
 
-def test_copy_buttons_changelog_and_compare_runs_picture(site, served, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+def test_copy_buttons_changelog_and_compare_runs_picture(site, served, context):
+    page = context.new_page()  # 1280 x 900
     page.goto(f"{served}/getting_started.html", wait_until="load")
     page.locator("div.highlight pre").first.hover()
     assert page.locator("button.copybtn").count() >= 3, "no copy button on the code blocks"

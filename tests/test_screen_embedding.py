@@ -46,6 +46,12 @@ def documents() -> list[Document]:
     ]
 
 
+# The xdist group of the tests using the module's `screener` (tests/conftest.py names it): tests that
+# load the model through a screener of their own join it, so one worker imports sentence-transformers
+# and loads the model (about 5 CPU s), not both.
+SHARES_THE_MODEL = "test_screen_embedding.screener"
+
+
 @pytest.fixture(scope="module")
 def screener(tmp_path_factory):
     cache = tmp_path_factory.mktemp("embeddings")
@@ -112,6 +118,7 @@ def counting(screener, monkeypatch) -> list[str]:
 
 
 @needs_extra
+@pytest.mark.xdist_group(SHARES_THE_MODEL)
 def test_each_text_is_encoded_once_and_kept_for_later_cases(tmp_path, monkeypatch):
     first = fresh_screener(tmp_path)
     encoded = counting(first, monkeypatch)
@@ -136,6 +143,7 @@ def test_each_text_is_encoded_once_and_kept_for_later_cases(tmp_path, monkeypatc
 
 
 @needs_extra
+@pytest.mark.xdist_group(SHARES_THE_MODEL)
 def test_a_stopped_case_keeps_the_embeddings_it_computed(tmp_path, monkeypatch):
     from popfair.screen import embedding
 
@@ -242,7 +250,7 @@ def test_processes_encoding_the_same_texts_at_once_split_them(tmp_path):
     import time
     from pathlib import Path
 
-    root, go, n = Path(__file__).resolve().parents[1], tmp_path / "go", 240
+    root, go, n = Path(__file__).resolve().parents[1], tmp_path / "go", 48
     script = (
         "import hashlib, sys, time\n"
         "from pathlib import Path\n"

@@ -28,14 +28,17 @@ SMALL = [
 ]
 
 
-def planned_after_sharing(tmp_path, occupations: tuple[str, ...] = ("nurse", "teacher")) -> int:
-    """The dry-run plan's total of calls "after cache sharing" (new_calls) for the cases, in sweep order."""
+def planned_after_sharing(
+    tmp_path, occupations: tuple[str, ...] = ("nurse", "teacher"), small: list[str] = SMALL
+) -> int:
+    """The dry-run plan's total of calls "after cache sharing" (new_calls) for the cases, in sweep order
+    (each case with the `small` overrides)."""
     plan._PLANNED.clear()
     cases = [[f"occupation={o}", f"protected_attr={a}"] for o in occupations for a in ("gender", "race")]
     return sum(
         plan.plan_case(
             Experiment.from_config(
-                compose_config([*case, *SMALL, f"cache_dir={tmp_path}/plan_cache", "tracking=none"]), dry_run=True
+                compose_config([*case, *small, f"cache_dir={tmp_path}/plan_cache", "tracking=none"]), dry_run=True
             )
         ).new_calls
         for case in cases
