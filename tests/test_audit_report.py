@@ -13,7 +13,7 @@ import pytest
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Effects
-from popfair.report.audit import effects_blocks
+from popfair.report.effects import effects_blocks
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.sweep.case import case_from_config
 from tests.browser import CHROMIUM, CHROMIUM_ARGS

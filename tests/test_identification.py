@@ -261,7 +261,7 @@ def test_estimator_both_keeps_its_comparison_in_the_report():
     """estimator=both: the report's effects section shows DML beside the interventional estimate, and
     "not identified" (no difference, no conclusion) where the DML estimate is gated."""
     from popfair.estimate.side_by_side import compare
-    from popfair.report.audit import effects_blocks, side_by_side_rows
+    from popfair.report.effects import effects_blocks, side_by_side_rows
 
     base = {"se": 0.1, "significant": True}
     observed = gate(

@@ -40,12 +40,41 @@ class PreviousRun:
         return None
 
 
-def population_power(profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None) -> PowerPlan:
+@dataclass(frozen=True)
+class ScoreScale:
+    """The screener's own score scale, for a power line that needs a score SD and has no pilot's
+    (plan.sd) or previous run's (plan.from_run): the SD of this run's scores, or, before any score
+    exists (a dry run), a quarter of the range the screener declares (`Screener.score_range`)."""
+
+    sd: float
+    source: str
+
+    @classmethod
+    def of_scores(cls, scores: Any) -> ScoreScale | None:
+        """The SD of a run's scores (None with fewer than two, or all equal)."""
+        values = pd.to_numeric(pd.Series(scores), errors="coerce").dropna()
+        sd = float(values.std(ddof=1)) if len(values) >= 2 else float("nan")
+        if not math.isfinite(sd) or sd <= 0:
+            return None
+        return cls(sd, f"the SD of this run's {len(values):,} scores ({values.min():.3g} to {values.max():.3g})")
+
+    @classmethod
+    def of_range(cls, low: float, high: float) -> ScoreScale:
+        return cls(
+            (high - low) / 4,
+            f"a quarter of the screener's declared score range {low:g}-{high:g} (no scores yet: "
+            "set plan.sd from a pilot or plan.from_run for the screener's real spread)",
+        )
+
+
+def population_power(
+    profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None, scale: ScoreScale | None = None
+) -> PowerPlan:
     roles = profiles.roles
     column = profiles.table[roles.x]
     n1, n0 = int((column == roles.x1).sum()), int((column == roles.x0).sum())
     n, total = n1 + n0, len(profiles.table)
-    estimand = f"total effect TE of {roles.x} ({roles.x1} vs {roles.x0}) on the 0-100 score"
+    estimand = f"total effect TE of {roles.x} ({roles.x1} vs {roles.x0}) on the score"
     se = previous.get("TE.se", "gap.se") if previous is not None else None
     n_prev = previous.get("plan.n", "n_rows") if previous is not None else None
     detail = ""
@@ -61,7 +90,12 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
             "the same screener, population mix and estimator as that run",
         )
     else:
-        sd = settings.sd if settings.sd is not None else pw.DEFAULT_SCORE_SD
+        if settings.sd is not None:
+            sd, sd_source = settings.sd, "plan.sd, a pilot's"
+        elif scale is not None:
+            sd, sd_source = scale.sd, scale.source
+        else:
+            sd, sd_source = pw.DEFAULT_SCORE_SD, "default for a 0-100 score; set plan.sd from a pilot or plan.from_run"
         testable = min(n1, n0) >= 2  # a t test needs two applicants in each group (a small pilot may draw fewer)
         mde = pw.mean_difference_mde(n1, n0, sd, settings.alpha, settings.power) if testable else None
         needed = (
@@ -75,15 +109,10 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
             needed = int(math.ceil(needed * total / n))
         test = "two-sample t test"
         assumptions = (
-            f"a score SD of {sd:g} points "
-            + (
-                "(plan.sd, a pilot's)"
-                if settings.sd is not None
-                else "(default; set plan.sd from a pilot or plan.from_run)"
-            ),
+            f"a score SD of {sd:.3g} points ({sd_source})",
             f"{n1:,} {roles.x1} and {n0:,} {roles.x0} applicants",
-            "DML-UCA's adjustment for the confounders neither gains nor loses precision against a difference "
-            "of means (confounders that predict the score shrink the MDE; poor overlap grows it)",
+            "the estimator's adjustment for the confounders neither gains nor loses precision against a "
+            "difference of means (confounders that predict the score shrink the MDE; poor overlap grows it)",
         )
     return PowerPlan(
         estimand, "points", "applicants", total, settings.alpha, settings.power, mde, test, assumptions,
@@ -250,9 +279,16 @@ POWER_IMPORTS: dict[str, tuple[str, ...]] = {
 
 
 def plan_power(
-    design: str, sample: Any, settings: PowerSettings, previous: PreviousRun | None = None
+    design: str,
+    sample: Any,
+    settings: PowerSettings,
+    previous: PreviousRun | None = None,
+    scale: ScoreScale | None = None,
 ) -> PowerPlan | None:
-    """The power line of a case of `design` (None when the design has none, or plan.enabled is false)."""
+    """The power line of a case of `design` (None when the design has none, or plan.enabled is false);
+    `scale`: the screener's score scale, for the population design's score SD."""
     if not settings.enabled or design not in POWER:
         return None
+    if design == "population":
+        return population_power(sample, settings, previous, scale)
     return POWER[design](sample, settings, previous)

@@ -14,6 +14,7 @@ from popfair.estimate.identification import reason_problems
 MAX_COLUMNS = 10  # wider tables (the LL144 table has 23 columns) show these, the rest is in effects.csv
 CONSOLE_COLUMNS = [
     *EFFECT_COLUMNS,
+    "unit",
     "p_value",
     "significant",
     "n_applicants",
@@ -46,15 +47,16 @@ def format_effects(effects: Effects) -> str:
         text = _rounded(table[shown]).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
-    text += _not_identified(reasons)
+    text += not_identified_text(reasons)
     for note in effects.notes:  # what the effects mean here (estimand, a coarser split where offered)
         text += f"\n{note}"
     return text
 
 
-def _not_identified(reasons: pd.Series) -> str:
-    """Why effects are not identified, each failing counterfactual mean said once with the effects
-    that need it (four effects often share one mean)."""
+def not_identified_lines(reasons: pd.Series) -> tuple[str, list[str]]:
+    """Why effects are not identified: a header ("Not identified at n=...: ...") and one line per failing
+    counterfactual mean with the effects that need it (four effects often share one mean); ("", [])
+    when every effect is identified."""
     needs: dict[str, list[str]] = {}
     header = ""
     for effect, reason in reasons.items():
@@ -62,9 +64,17 @@ def _not_identified(reasons: pd.Series) -> str:
             needs.setdefault(problem, []).append(str(effect))
             header = str(reason).split(": ", 1)[0]  # "not identified at n=..."
     if not needs:
+        return "", []
+    head = f"{header[:1].upper()}{header[1:]}: the data cannot answer a counterfactual mean these effects need"
+    return head, [f"{', '.join(effects)} need {problem}" for problem, effects in needs.items()]
+
+
+def not_identified_text(reasons: pd.Series) -> str:
+    """`not_identified_lines` as the console prints them, under the effects table."""
+    head, lines = not_identified_lines(reasons)
+    if not head:
         return ""
-    text = f"\n{header[:1].upper()}{header[1:]}: the data cannot answer a counterfactual mean these effects need"
-    text += "".join(f"\n  {', '.join(effects)} need {problem}" for problem, effects in needs.items())
+    text = f"\n{head}" + "".join(f"\n  {line}" for line in lines)
     return text + "\n  (estimator=interventional measures them on counterfactual resumes)"
 
 
