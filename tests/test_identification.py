@@ -277,7 +277,13 @@ def test_estimator_both_keeps_its_comparison_in_the_report():
     assert rows.loc["NDE", "DML-UCA"] == "not identified" and rows.loc["NDE", "same conclusion"] is None
     blocks = effects_blocks(Effects(table=table, labels=[]), "Effect of gender (both)")
     assert any(b.kind == "table" and "interventional" in getattr(b.content, "columns", []) for b in blocks)
-    assert any(b.kind == "list" and any("NDE not identified at n=100" in x for x in b.content) for b in blocks)
+    assert any(b.kind == "text" and b.content.startswith("Not identified at n=100") for b in blocks)
+    assert any(
+        b.kind == "list" and any(x.startswith("NDE, NIE, BIE, RIE need E[Y_x1,W_x0]") for x in b.content)
+        for b in blocks
+    )
+    (effects,) = [b.content for b in blocks if b.kind == "table" and "estimate" in b.content.columns]
+    assert effects.set_index("effect").loc["NDE", "estimate"] == "not identified"  # never a blank or a number
 
 
 def test_a_raw_name_read_through_a_grouped_proxy_is_not_identified():

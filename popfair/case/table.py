@@ -246,7 +246,9 @@ class TableCase:
                 timings=timings,
                 report_path=mapped.report_path,
                 outcome=str(mapped.coding.outcome),
-                sample=(frame if frame is not None else counts.counts if counts is not None else pd.DataFrame()).head(200),
+                sample=(frame if frame is not None else counts.counts if counts is not None else pd.DataFrame()).head(
+                    200
+                ),
             )
         finally:
             mapped.source.close()

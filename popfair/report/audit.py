@@ -325,8 +325,7 @@ def _header_facts(tool: str, audit_date: dt.date, run_id: str | None) -> dict[st
         "Automated employment decision tool": tool,
         "Date of the bias audit": audit_date.isoformat(),
         "MLflow run": run_id or "none (tracking off)",
-        "Computed by": f"popfair {__version__}"
-        + (f", commit {commit[:12]}" if commit and commit != "unknown" else ""),
+        "Computed by": f"popfair {__version__}" + (f", commit {commit[:12]}" if commit and commit != "unknown" else ""),
     }
 
 

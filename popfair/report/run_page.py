@@ -108,7 +108,11 @@ def impact_ratio_lines(ratios: Any) -> list[str]:
         worst = block.loc[block["impact_ratio"].idxmin()]
         flag = ""
         if bool(worst["flag"]):
-            flag = " (below four-fifths; " + ("survives" if bool(worst["flag_survives"]) else "not") + " the test of no difference)"
+            flag = (
+                " (below four-fifths; "
+                + ("survives" if bool(worst["flag_survives"]) else "not")
+                + " the test of no difference)"
+            )
         lines.append(
             f"{metric}, {dimension}: lowest {worst['category']} {worst['impact_ratio']:.2f} "
             f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]{flag}"

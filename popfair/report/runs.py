@@ -96,7 +96,9 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "metrics": dict(run.data.metrics),
                 "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped
                 "not_identified": {
-                    k.removeprefix(NOT_IDENTIFIED_PREFIX): v for k, v in tags.items() if k.startswith(NOT_IDENTIFIED_PREFIX)
+                    k.removeprefix(NOT_IDENTIFIED_PREFIX): v
+                    for k, v in tags.items()
+                    if k.startswith(NOT_IDENTIFIED_PREFIX)
                 },
             }
         )

@@ -67,6 +67,7 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
     patterns that apply to the case's format (no Case 1 where the resume shows a photo)."""
     if pse.empty:
         return pse
+    pse = pse.assign(variant=pse["variant"].fillna("") if "variant" in pse else "")
     pse = pse.assign(
         pattern=[("; ".join(patterns.applicable_labels(p, f)) or "none") for p, f in zip(pse["pattern"], pse["format"])]
     )
@@ -326,7 +327,7 @@ def write_report(
             f"Source: {origin}. {len(runs)} cases: {finished} finished, "
             f"{len(failed)} not finished. Significance: p < {alpha} where the estimator "
             f"reports a p-value, else the {100 * (1 - alpha):.0f}% CI excludes 0 (*). Effects the data "
-            "cannot answer at a case's n read \"not identified\".",
+            'cannot answer at a case\'s n read "not identified".',
         )
     ]
     if len(failed):
@@ -411,10 +412,17 @@ def report_title(
     naming its source: the runs and the tracking store by its file name or server, no local path."""
     from popfair.runtime.secrets import safe_url
 
-    store = Path(tracking_uri.removeprefix("sqlite:///")).name if tracking_uri.startswith("sqlite:") else safe_url(tracking_uri)
+    store = (
+        Path(tracking_uri.removeprefix("sqlite:///")).name
+        if tracking_uri.startswith("sqlite:")
+        else safe_url(tracking_uri)
+    )
     if not parent_run_id:
         name = experiment_name or "popfair"
-        return f"Comparison of {cases} cases: MLflow experiment {name}", f"the runs of MLflow experiment {name} in {store}"
+        return (
+            f"Comparison of {cases} cases: MLflow experiment {name}",
+            f"the runs of MLflow experiment {name} in {store}",
+        )
     from mlflow import MlflowClient
 
     parent = MlflowClient(tracking_uri).get_run(parent_run_id)

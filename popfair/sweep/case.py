@@ -125,7 +125,10 @@ def run_case(cfg: DictConfig) -> float | None:
             experiment.parent_run_id = sweep.parent_run_id if sweep else None
             experiment.tags = tags
             if experiment.run_name is None:  # run_name=null: say what differs from the defaults
-                experiment.run_name = run_name_for(experiment.case_name(), overrides, set(hydra_cfg.runtime.choices))
+                groups = {
+                    part for key in hydra_cfg.runtime.choices for part in str(key).split("@")
+                }  # estimator@outcome_audit
+                experiment.run_name = run_name_for(experiment.case_name(), overrides, groups)
             try:
                 result = experiment.run()
             except TrackingFailed as failed:  # the store failed, not the case: its results first
