@@ -221,10 +221,14 @@ def trend_figure(
                 (ratio_ax, ("impact_ratio", "ci_low", "ci_high")),
             ):
                 y = line[value].to_numpy(float)
+                lo, hi = line[low].to_numpy(float), line[high].to_numpy(float)
                 shown = np.where(small, np.nan, y)  # the line joins the periods with enough applicants
                 c = f"C{colour % 10}"
-                ax.fill_between(x, line[low].to_numpy(float), line[high].to_numpy(float), color=c,
-                                alpha=0.05 if mostly_small else 0.13, lw=0)  # fmt: skip
+                if mostly_small:  # thin whiskers, not a band: a wide band would cover the others
+                    err = np.vstack([np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)])
+                    ax.errorbar(x, y, yerr=np.nan_to_num(err), fmt="none", ecolor=c, elinewidth=0.6, alpha=0.5)
+                else:
+                    ax.fill_between(x, lo, hi, color=c, alpha=0.13, lw=0)
                 ax.plot(x, shown, color=c, lw=0.8 if mostly_small else 1.5, ls=":" if mostly_small else "-",
                         marker="o", ms=3.5, label=label if ax is ratio_ax else None)  # fmt: skip
                 ax.scatter(x[small], y[small], s=14, facecolor="white", edgecolor=c, lw=0.8, zorder=3)
@@ -242,7 +246,7 @@ def trend_figure(
         ratio_ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.suptitle(
         (title or "Rates and impact ratios by period")
-        + f"\nbands: CIs; hollow points: fewer than {MIN_TREND_N} applicants of the category in that period",
+        + f"\nbands and whiskers: CIs; hollow points: fewer than {MIN_TREND_N} applicants of the category in that period",
         fontsize=10,
     )
     return fig
