@@ -6,7 +6,7 @@ race/ethnicity (White 45%, Black 25%, Hispanic 20%, Asian 10%), with the overall
 from quarter to quarter (x1.0, x0.8, x1.15, x0.9: a hiring season, a freeze) while every impact ratio
 stays where it is. In the tables with a drop, Black applicants' selection rate is multiplied by
 `--drop` (default 0.6: impact ratio about 0.92 -> 0.55) in Q3 only. Each table is audited by
-`popfair.estimate.impact_trend.impact_ratios_by_period` (the by-period LL144 tables and the test of
+`popfair.estimate.impact_ratio.trend.impact_ratios_by_period` (the by-period LL144 tables and the test of
 change against the earlier periods, Holm-adjusted over periods and over sex and race: what
 `table.period=quarter` runs), from the table's counts per quarter x sex x race drawn binomially
 (what the table case reduces its rows to). Two tables are also written as CSV rows and audited end to
@@ -56,8 +56,8 @@ def simulate_counts(rng: np.random.Generator, per_quarter: int, drop: float | No
 
 
 def audit(counts: pd.DataFrame, n_bootstrap: int):
-    from popfair.estimate.impact_ratio_settings import ImpactRatioSettings
-    from popfair.estimate.impact_trend import impact_ratios_by_period
+    from popfair.estimate.impact_ratio.settings import ImpactRatioSettings
+    from popfair.estimate.impact_ratio.trend import impact_ratios_by_period
 
     settings = ImpactRatioSettings(n_bootstrap=n_bootstrap)
     return impact_ratios_by_period(counts, period="quarter", settings=settings)

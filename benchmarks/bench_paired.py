@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from popfair.design.paired.population import PairedAuditPopulation
-from popfair.estimate.paired import paired_gap
+from popfair.estimate.gap.paired import paired_gap
 from popfair.population.postings import EntryLevelPostings
 from popfair.population.protected import ProtectedAttribute
 from popfair.report.panel import panel_report, panel_row

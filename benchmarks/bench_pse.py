@@ -45,8 +45,8 @@ from statistics import median
 
 import pandas as pd
 
-from popfair.estimate.pse import PseOverlapWarning, clear_tuning_cache, estimate_pse
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate.pse.estimator import PseOverlapWarning, clear_tuning_cache, estimate_pse
+from popfair.estimate.pse.simulate import SimulatedSFM
 
 REFERENCE_GRID = {"n_estimators": [100], "max_depth": [6], "reg_lambda": [1.0]}  # XGBoost's defaults
 
@@ -83,12 +83,12 @@ def child(side: str, n: int, n_jobs: int, reference_params: dict[str, object], o
         from pse_reference import reference_pse
 
         from popfair.core.types import Roles
-        from popfair.estimate.dml_encoding import NumericRoles, _assign_folds
+        from popfair.estimate.pse.encoding import NumericRoles, assign_folds
 
         kw = sim.role_kwargs
         roles = Roles(x=kw["x"], x0=kw["x0"], x1=kw["x1"], z=kw["z"], b=kw["b"], r=kw["r"])
         encoded = NumericRoles.from_frame(data, roles, "y", cluster=None, max_categories=32)[0]
-        fold_of = _assign_folds(encoded.a, 5, 0, x=roles.x, levels=(roles.x0, roles.x1))
+        fold_of = assign_folds(encoded.a, 5, 0, x=roles.x, levels=(roles.x0, roles.x1))
         start, cpu = time.perf_counter(), time.process_time()  # the fold assignment is not the reference's cost
         if side == "reference_orders":  # the reference at other column orders (not timed: one after another)
             by_order = {

@@ -27,8 +27,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from popfair.estimate import resampling
-from popfair.estimate.impact_inference import impact_ratio_inference
+from popfair.estimate.impact_ratio import resampling
+from popfair.estimate.impact_ratio.inference import impact_ratio_inference
 
 CATEGORIES = list("ABCDEFGH")
 

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from popfair.estimate.impact_ratio import ImpactRatioSettings, impact_ratios_from_counts
+from popfair.estimate.impact_ratio.ratios import ImpactRatioSettings, impact_ratios_from_counts
 
 SEXES = ["female", "male", "unknown"]
 RACES = ["white", "black", "hispanic", "asian", "aian", "nhpi", "two_or_more", "unknown"]

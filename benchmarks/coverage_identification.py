@@ -14,7 +14,7 @@ Each replication: a population draw (seed p: names, experience; every PUMS recor
 occupation, or `--population-n`), the screener's scores with noise seed r, `estimate_pse` (folds and
 bootstrap seeded by the same independent seed) with the gate off, so the would-be numbers are kept,
 and every counterfactual mean's diagnostics, so the summary re-applies the rule as it stands in
-popfair.estimate.identification to the recorded rows. The truth is the screener's expected score
+popfair.estimate.pse.identification to the recorded rows. The truth is the screener's expected score
 averaged over every applicant's five counterfactual worlds of that population draw
 (`expected_effects`): the finite-population effect. The coarser split (BIE_coarse, TE_minus_BIE) is
 judged the same way.
@@ -54,12 +54,12 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.case.experiment import Experiment  # noqa: E402
 from popfair.core.types import WORLD, WorldRequest  # noqa: E402
-from popfair.estimate.dml_settings import PseOverlapWarning  # noqa: E402
-from popfair.estimate.estimand import grouping_problems  # noqa: E402
-from popfair.estimate.identification import IdentificationRule, gate, mean_problems  # noqa: E402
-from popfair.estimate.interventional import expected_effects  # noqa: E402
-from popfair.estimate.pse import estimate_pse  # noqa: E402
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS  # noqa: E402
+from popfair.estimate.pse.estimand import grouping_problems  # noqa: E402
+from popfair.estimate.pse.estimator import estimate_pse  # noqa: E402
+from popfair.estimate.pse.identification import IdentificationRule, gate, mean_problems  # noqa: E402
+from popfair.estimate.pse.interventional import expected_effects  # noqa: E402
+from popfair.estimate.pse.settings import PseOverlapWarning  # noqa: E402
+from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS  # noqa: E402
 from popfair.population.popresume import PopResumePopulation, roles_for  # noqa: E402
 from popfair.population.protected import ProtectedAttribute  # noqa: E402
 from popfair.population.worlds import draw_worlds  # noqa: E402
@@ -183,8 +183,8 @@ def replication(draw: tuple, occupation: str, pop_seed: int, kind: str, rep: int
 
 def regate(results: pd.DataFrame, rule: IdentificationRule, structural: bool = True) -> pd.DataFrame:
     """`identified` re-decided from each replication's recorded diagnostics under `rule` (the rule in
-    popfair.estimate.identification, so a changed rule is judged on the same replications), and with
-    `structural` the case's grouping check (`popfair.estimate.estimand.grouping_problems`) on the
+    popfair.estimate.pse.identification, so a changed rule is judged on the same replications), and with
+    `structural` the case's grouping check (`popfair.estimate.pse.estimand.grouping_problems`) on the
     columns the screener reads."""
     columns = [c for c in results if ":" in c]
     if not columns:

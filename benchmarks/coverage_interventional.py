@@ -32,8 +32,8 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.case.experiment import Experiment  # noqa: E402
 from popfair.core.types import FACTUAL, WORLD  # noqa: E402
-from popfair.estimate.interventional import Interventional, expected_effects  # noqa: E402
-from popfair.estimate.sfm import EFFECTS  # noqa: E402
+from popfair.estimate.pse.interventional import Interventional, expected_effects  # noqa: E402
+from popfair.estimate.pse.sfm import EFFECTS  # noqa: E402
 from popfair.population.worlds import draw_worlds  # noqa: E402
 from popfair.render.base import render_all  # noqa: E402
 

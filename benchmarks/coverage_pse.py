@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from popfair.estimate.pse import PseOverlapWarning, estimate_pse
-from popfair.estimate.sfm import EFFECTS
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate.pse.estimator import PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.sfm import EFFECTS
+from popfair.estimate.pse.simulate import SimulatedSFM
 
 
 def one_replication(args: tuple[int, int, str, dict]) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from popfair.estimate.impact_ratio import ImpactRatioSettings, impact_ratios
+from popfair.estimate.impact_ratio.ratios import ImpactRatioSettings, impact_ratios
 
 RACES = ["black", "white", "hispanic", "api", "other"]
 

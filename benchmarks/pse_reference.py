@@ -6,7 +6,7 @@ one-hot encoded by pandas, the folds are scikit-learn's `StratifiedKFold` on X, 
 an XGBoost scikit-learn model with the library's default hyperparameters (100 trees, depth 6,
 learning rate 0.3, lambda 1, 256 bins), as a user who does not tune would fit them, each fit on one
 thread and the folds' fits on `threads` threads (as popfair's are). Only
-the estimand comes from popfair (`popfair.estimate.sfm`: which counterfactual means, which contrasts).
+the estimand comes from popfair (`popfair.estimate.pse.sfm`: which counterfactual means, which contrasts).
 
 The nuisances and the score are those of PopResume (arXiv 2603.22714, Table 1 and C.2), cross-fitted
 on `folds` folds:
@@ -35,7 +35,7 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.model_selection import StratifiedKFold
 
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
 
 
 def _onehot(frame: pd.DataFrame, order: np.random.Generator | None = None) -> np.ndarray:

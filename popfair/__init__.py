@@ -22,16 +22,16 @@ _EXPORTS = {
     "TableSettings": "popfair.design.table.settings",
     "TableSource": "popfair.design.table.mapped",
     "TableCounts": "popfair.design.table.mapped",
-    "estimate_pse": "popfair.estimate.pse",
-    "PseResult": "popfair.estimate.pse",
-    "PseSettings": "popfair.estimate.dml_settings",
-    "paired_gap": "popfair.estimate.paired",
-    "PairedGapResult": "popfair.estimate.paired",
-    "impact_ratios": "popfair.estimate.impact_ratio",
-    "ImpactRatioSettings": "popfair.estimate.impact_ratio",
-    "impact_ratios_from_counts": "popfair.estimate.impact_ratio",
-    "impact_ratio_inference": "popfair.estimate.impact_inference",
-    "RatioInference": "popfair.estimate.impact_inference",
+    "estimate_pse": "popfair.estimate.pse.estimator",
+    "PseResult": "popfair.estimate.pse.estimator",
+    "PseSettings": "popfair.estimate.pse.settings",
+    "paired_gap": "popfair.estimate.gap.paired",
+    "PairedGapResult": "popfair.estimate.gap.paired",
+    "impact_ratios": "popfair.estimate.impact_ratio.ratios",
+    "ImpactRatioSettings": "popfair.estimate.impact_ratio.ratios",
+    "impact_ratios_from_counts": "popfair.estimate.impact_ratio.ratios",
+    "impact_ratio_inference": "popfair.estimate.impact_ratio.inference",
+    "RatioInference": "popfair.estimate.impact_ratio.inference",
     "panel_report": "popfair.report.panel",
     "parse_ranking": "popfair.design.ranking.parse",
     "RankingEstimator": "popfair.estimate.ranking.estimator",
@@ -49,5 +49,13 @@ _EXPORTS = {
 }
 
 __all__ = [*_EXPORTS, "__version__"]
-register_resolver()  # `route: auto` in the screener configs resolves through it
+
+
+def _load_providers() -> None:
+    """Import the provider adapters, which declare their credential chains as they register (a route
+    may need one to be chosen; runtime, a layer below, cannot import them itself)."""
+    import popfair.screen.providers  # noqa: F401
+
+
+register_resolver(_load_providers)  # `route: auto` in the screener configs resolves through it
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from popfair.runtime.architecture import LAYERS, import_graph, layer_of, module_cycles, upward_imports
+from popfair.runtime.architecture import LAYERS, import_graph, layer_of, module_cycles, private_imports, upward_imports
 
 PACKAGE = Path(__file__).resolve().parents[1] / "popfair"
 
@@ -74,6 +74,34 @@ def test_layers_are_documented():
 def test_at_most_four_loose_modules_at_the_top():
     loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     assert len(loose) <= 4, loose
+
+
+def test_estimators_live_in_their_family_folders():
+    """estimate/ keeps one folder per family (pse, impact_ratio, sequential, ranking, gap); only what
+    they all share sits at its top, in at most 6 modules."""
+    top = sorted(p.name for p in (PACKAGE / "estimate").glob("*.py"))
+    assert len(top) <= 6, top
+    families = {p.name for p in (PACKAGE / "estimate").iterdir() if (p / "__init__.py").exists()}
+    assert {"pse", "impact_ratio", "sequential", "ranking", "gap"} <= families, families
+
+
+def test_at_most_five_imports_of_another_modules_private_name():
+    found = private_imports(PACKAGE)
+    assert len(found) <= 5, found
+
+
+def test_private_imports_are_counted_wherever_they_sit(tmp_path):
+    pkg = tmp_path / "popfair"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "owner.py").write_text("def _secret():\n    return 1\n")
+    (pkg / "a" / "user.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from popfair.a.owner import _secret\n"
+        "def f():\n    from .owner import _secret as s\n    return s()\n"
+    )
+    (pkg / "a" / "fine.py").write_text("from popfair.a.owner import __doc__\n")
+    assert private_imports(pkg) == [("popfair.a.user", "popfair.a.owner", "_secret")] * 2
 
 
 def test_no_file_over_500_lines():

@@ -16,11 +16,12 @@ import pytest
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, Effects, WorldRequest
-from popfair.estimate.identification import gate, identification_tags
-from popfair.estimate.interventional import expected_effects
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, pattern_labels
+from popfair.estimate.pse.identification import gate
+from popfair.estimate.pse.interventional import expected_effects
+from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, pattern_labels
 from popfair.population.worlds import draw_worlds
 from popfair.report.console import format_effects
+from popfair.report.run_page import not_identified_tags
 from popfair.report.sweep import case_table
 from tests.conftest import compose_config
 
@@ -124,15 +125,18 @@ def test_gender_blind_screener_is_never_labelled_direct_discrimination(nurse_cas
 def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
     kind, experiment, result, truth = nurse_case
     text = format_effects(result.effects)
-    tags = identification_tags(result.effects.table)
-    assert set(tags) == {f"identification.{e}" for e in EFFECTS}
+    tags = not_identified_tags(result.effects)
+    hidden = [e for e in EFFECTS if not result.effects.table.loc[e, "identified"]]
+    assert {k for k in tags if not k.startswith("not_identified.coarse.")} == (
+        {"not_identified", *(f"not_identified.{e}" for e in hidden)} if hidden else set()
+    )
     # the estimand in plain words: text resumes never show the protected attribute; R is grouped
     attribute = "race" if kind == "race" else "gender"
     assert f"The text documents never display {attribute}, so the direct path X -> Y is structurally absent" in text
     assert "name_gender_typicality (grouped from the raw first_name)" in text and "exp_year (raw)" in text
     assert result.effects.artifacts["estimand.txt"].startswith("Estimand: ")
     if kind == "race":
-        assert "not identified" not in text and set(tags.values()) == {"identified"}
+        assert "not identified" not in text and tags == {}
         assert "coarser split" not in text  # offered only where the fine decomposition is not identified
         return
     # the coarser split is offered with its numbers, or said not to be identified either
@@ -145,8 +149,8 @@ def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
     if kind == "blind":  # it reads raw first names, which R holds only grouped: a known failure, named
         assert "the screener reads the raw first_name, which the model holds only grouped" in text
     assert "outcome model extrapolating" in text or "only" in text
-    assert tags["identification.TE"] == "identified"
-    assert tags["identification.NDE"].startswith("not identified")
+    assert "not_identified.TE" not in tags and "TE" not in tags["not_identified"].split(", ")
+    assert tags["not_identified.NDE"].startswith("not identified")
     sens = result.effects.artifacts["pse_clip_sensitivity.csv"]
     assert set(sens["clip"]) >= {0.001, 0.01, 0.05}
     assert not sens.loc[(sens["effect"] == "NDE"), "identified"].any()  # no clip bound rescues it
@@ -204,7 +208,7 @@ def test_gate_off_keeps_numbers_but_not_the_verdict():
 def test_the_coarser_split_is_offered_only_where_it_is_identified():
     """Fine decomposition blocked by psi(x1,x0,x0) and psi(x1,x1,x0): the coarser split, which needs only
     psi(x1,x0,x1), is offered with its numbers; blocked by psi(x1,x0,x1) too, it is not identified."""
-    from popfair.estimate.estimand import coarse_metrics, coarse_notes
+    from popfair.estimate.pse.estimand import coarse_metrics, coarse_notes
 
     fine = pd.DataFrame(
         {"estimate": [3.0, 2.0, 1.0, 0.1, 0.9], "se": 0.1, "ci_low": 0.0, "ci_high": 4.0, "significant": True},
@@ -233,7 +237,7 @@ def test_the_coarser_split_is_offered_only_where_it_is_identified():
 def test_the_renderer_declares_what_its_documents_show():
     """Every bundled renderer declares `shows`; the estimand note follows it (photo: NDE includes reading
     gender; text: the direct path is structurally absent; undeclared: nothing is claimed)."""
-    from popfair.estimate.estimand import estimand_notes
+    from popfair.estimate.pse.estimand import estimand_notes
     from popfair.population.popresume import PopResumePopulation, roles_for
     from popfair.population.protected import ProtectedAttribute
     from popfair.render.base import displayed_attributes
@@ -260,7 +264,7 @@ def test_the_renderer_declares_what_its_documents_show():
 def test_estimator_both_keeps_its_comparison_in_the_report():
     """estimator=both: the report's effects section shows DML beside the interventional estimate, and
     "not identified" (no difference, no conclusion) where the DML estimate is gated."""
-    from popfair.estimate.side_by_side import compare
+    from popfair.estimate.pse.side_by_side import compare
     from popfair.report.effects import effects_blocks, side_by_side_rows
 
     base = {"se": 0.1, "significant": True}
@@ -290,7 +294,7 @@ def test_a_raw_name_read_through_a_grouped_proxy_is_not_identified():
     """A screener known to read the raw first name while R holds only its grouping: the means that move
     R to the other group with X fixed are not its counterfactuals, so NDE, NIE, BIE and RIE are not
     identified however good the overlap; TE and the coarser split (R stays with X) are."""
-    from popfair.estimate.estimand import grouping_problems, structural_gate
+    from popfair.estimate.pse.estimand import grouping_problems, structural_gate
     from popfair.population.popresume import PopResumePopulation, roles_for
     from popfair.population.protected import ProtectedAttribute
 

@@ -11,10 +11,10 @@ import pytest
 from scipy import stats
 
 from popfair.core.errors import DataError
-from popfair.estimate import resampling
-from popfair.estimate.impact_inference import impact_ratio_inference
-from popfair.estimate.impact_ratio import ImpactRatioSettings, impact_ratios, impact_ratios_from_counts
-from popfair.estimate.resampling import permutation_totals
+from popfair.estimate.impact_ratio import resampling
+from popfair.estimate.impact_ratio.inference import impact_ratio_inference
+from popfair.estimate.impact_ratio.ratios import ImpactRatioSettings, impact_ratios, impact_ratios_from_counts
+from popfair.estimate.impact_ratio.resampling import permutation_totals
 
 CATEGORIES = list("ABCDEFGH")
 

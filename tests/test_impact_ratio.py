@@ -16,7 +16,7 @@ from popfair.case.compose import build
 from popfair.core.errors import ConfigError, DataError, EstimationError
 from popfair.core.types import Roles
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.impact_ratio import ImpactRatio, ImpactRatioSettings, impact_ratios
+from popfair.estimate.impact_ratio.ratios import ImpactRatio, ImpactRatioSettings, impact_ratios
 from popfair.track.figures import draw
 from tests.conftest import compose_config
 
@@ -142,7 +142,7 @@ def test_top_share_and_min_score_thresholds():
 
 def test_each_table_carries_the_reference_aware_test(callback_result):
     """The sex table's test is `impact_ratio_inference` on the sex counts (unknown sex left out)."""
-    from popfair.estimate.impact_inference import impact_ratio_inference
+    from popfair.estimate.impact_ratio.inference import impact_ratio_inference
 
     counts = pd.DataFrame({"category": ["female", "male"], "n": [20, 32], "selected": [7, 17]})
     alone = impact_ratio_inference(counts, cluster=None, n_bootstrap=FAST["n_bootstrap"], seed=0)
@@ -283,7 +283,7 @@ def test_bad_inputs_fail_with_clear_messages():
 def test_bad_settings_name_the_config_key(key, value):
     with pytest.raises(ConfigError, match=rf"^{key}: "):
         ImpactRatio(**{key: value})
-    node = OmegaConf.create({"_target_": "popfair.estimate.impact_ratio.ImpactRatio", key: value})
+    node = OmegaConf.create({"_target_": "popfair.estimate.impact_ratio.ratios.ImpactRatio", key: value})
     for group in ("estimator", "outcome_audit"):  # the builder names the config path
         with pytest.raises(ConfigError, match=rf"^{group}\.{key}: "):
             build(node, group)

@@ -16,9 +16,9 @@ from popfair import Experiment
 from popfair.case.compose import build
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import FACTUAL, WORLD, Roles
-from popfair.estimate.interventional import Interventional, expected_effects, paired_effects
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
-from popfair.estimate.side_by_side import SideBySide, compare
+from popfair.estimate.pse.interventional import Interventional, expected_effects, paired_effects
+from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.pse.side_by_side import SideBySide, compare
 from popfair.population.worlds import draw_worlds, sample_applicants
 from popfair.render.base import render_all
 from tests.conftest import compose_config
@@ -211,7 +211,7 @@ def test_paired_effects_rejects_bad_outcomes(outcomes, message):
 def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=rf"^{key.removeprefix('estimator.')}: "):
         Interventional(**kwargs)
-    node = OmegaConf.create({"_target_": "popfair.estimate.interventional.Interventional", **kwargs})
+    node = OmegaConf.create({"_target_": "popfair.estimate.pse.interventional.Interventional", **kwargs})
     with pytest.raises(ConfigError, match=rf"^{key.replace('.', '[.]')}: "):  # the builder names the config path
         build(node, "estimator")
 
@@ -223,7 +223,7 @@ def test_nested_config_errors_name_the_nested_key():
 
 
 def test_both_needs_the_pse_estimator_as_observational_part():
-    from popfair.estimate.outcome_gap import OutcomeGap
+    from popfair.estimate.gap.outcome_gap import OutcomeGap
 
     with pytest.raises(ConfigError, match=r"^observational: must be the pse_dml estimator"):
         SideBySide(OutcomeGap(), Interventional())

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from popfair.estimate import nuisance_cache
-from popfair.estimate.nuisance_cache import STORE_NAME
-from popfair.estimate.pse import PseOverlapWarning, PseResult, clear_tuning_cache, estimate_pse
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate.pse import nuisance_cache
+from popfair.estimate.pse.estimator import PseOverlapWarning, PseResult, clear_tuning_cache, estimate_pse
+from popfair.estimate.pse.nuisance_cache import STORE_NAME
+from popfair.estimate.pse.simulate import SimulatedSFM
 from popfair.store.blobs import open_blob_store
 
 GRID = {"n_estimators": [10, 30], "max_depth": [1, 2], "reg_lambda": [1.0]}

@@ -9,9 +9,11 @@ import pytest
 import xgboost as xgb
 
 from popfair.core.types import Roles
-from popfair.estimate import dml_settings, inference, nuisances
-from popfair.estimate.dml_encoding import NumericRoles
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate import inference
+from popfair.estimate.pse import nuisances
+from popfair.estimate.pse import settings as dml_settings
+from popfair.estimate.pse.encoding import NumericRoles
+from popfair.estimate.pse.simulate import SimulatedSFM
 
 
 @pytest.fixture(scope="module")

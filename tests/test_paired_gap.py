@@ -11,8 +11,8 @@ from statsmodels.stats.contingency_tables import mcnemar
 
 from popfair.core.errors import EstimationError
 from popfair.core.types import Roles
+from popfair.estimate.gap.paired import PairedGap, paired_gap
 from popfair.estimate.inference import bootstrap_means
-from popfair.estimate.paired import PairedGap, paired_gap
 
 ROLES = Roles(x="race", x0="black", x1="white", z=("gender",), b=(), r=("first_name", "surname"))
 

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from popfair.core.errors import DataError, EstimationError
-from popfair.estimate.paired import paired_gap
+from popfair.estimate.gap.paired import paired_gap
 from popfair.report.panel import format_panel_table, panel_report, panel_row, panel_tables, race_gender_correlation
 from tests.test_paired_gap import pairs_with_counts
 

@@ -15,10 +15,12 @@ from scipy import stats
 from popfair.case.compose import build
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import Roles
-from popfair.estimate import dml, dml_settings, nuisances, pse
-from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
-from popfair.estimate.sfm import EFFECTS, pattern_labels
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate.pse import dml, nuisances
+from popfair.estimate.pse import estimator as pse
+from popfair.estimate.pse import settings as dml_settings
+from popfair.estimate.pse.estimator import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.sfm import EFFECTS, pattern_labels
+from popfair.estimate.pse.simulate import SimulatedSFM
 from popfair.track.figures import draw
 from tests.conftest import compose_config
 
@@ -413,7 +415,8 @@ def test_estimator_returns_effects_with_labels_plot_and_metrics():
         effects = PseDml(n_bootstrap=200, grid=SMALL_GRID).estimate(data, roles, "y")
     assert list(effects.table.index) == list(EFFECTS)
     assert list(effects.table.columns[:4]) == ["estimate", "se", "ci_low", "ci_high"]
-    assert effects.labels and effects.pattern == effects.table["pattern"].iloc[0] == effects.case
+    assert effects.labels and effects.pattern == effects.table["pattern"].iloc[0]
+    assert not hasattr(effects, "case")  # the deprecated alias is gone (CHANGELOG)
     assert isinstance(draw(effects.artifacts["pse_forest.png"]), Figure)
     assert {"pse_means.csv", "pse_overlap.csv", "pse_tuning.csv"} <= set(effects.artifacts)
     assert effects.metrics["pse.n"] == 3000 and effects.metrics["time.pse_tune_s"] > 0

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from popfair.core.errors import ConfigError
-from popfair.estimate.dml_settings import BINARY_SPLITS
 from popfair.estimate.inference import mean_inference
-from popfair.estimate.pse import PseDml, PseOverlapWarning, estimate_pse
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate.pse.estimator import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.settings import BINARY_SPLITS
+from popfair.estimate.pse.simulate import SimulatedSFM
 
 SMALL_GRID = {"n_estimators": [10], "max_depth": [2], "reg_lambda": [1.0]}
 

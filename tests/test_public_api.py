@@ -35,7 +35,7 @@ def test_every_exported_name_imports(package):
 
 
 def test_documented_names_are_the_defining_objects_with_numpydoc_sections():
-    from popfair.estimate.pse import estimate_pse
+    from popfair.estimate.pse.estimator import estimate_pse
     from popfair.report.panel import panel_report
 
     assert popfair.estimate_pse is estimate_pse and popfair.panel_report is panel_report
@@ -59,8 +59,8 @@ def test_import_popfair_loads_no_heavy_dependency():
     "module",
     [
         "popfair",
-        "popfair.estimate.paired",
-        "popfair.estimate.impact_ratio",
+        "popfair.estimate.gap.paired",
+        "popfair.estimate.impact_ratio.ratios",
         "popfair.design.ranking.parse",
         "popfair.estimate.ranking.estimator",
     ],

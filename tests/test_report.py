@@ -12,7 +12,7 @@ from statsmodels.stats.multitest import multipletests
 
 from popfair.core.errors import DataError
 from popfair.core.types import Effects
-from popfair.estimate.sfm import CASE_LABELS
+from popfair.estimate.pse.sfm import CASE_LABELS
 from popfair.report.document import markdown_table
 from popfair.report.patterns import pattern_tally
 from popfair.report.runs import effects_long, load_runs

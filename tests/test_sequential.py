@@ -1,4 +1,4 @@
-"""Anytime-valid confidence sequences (popfair.estimate.sequential) against computable truths: the
+"""Anytime-valid confidence sequences (popfair.estimate.sequential.sequences) against computable truths: the
 hedged-capital process recomputed by hand, coverage at every look by simulation (where a fixed-n
 CI peeked at as often fails), and the Bonferroni box behind differences, ratios and impact ratios."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from popfair.core.errors import ConfigError, EstimationError
-from popfair.estimate import sequential as sq
+from popfair.estimate.sequential import sequences as sq
 
 
 def _hedged_log_capital(z: np.ndarray, m: float, alpha: float, c: float = 0.5, theta: float = 0.5) -> np.ndarray:

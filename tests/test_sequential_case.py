@@ -19,7 +19,7 @@ from popfair.core.errors import ConfigError
 from popfair.design import design_named
 from popfair.design.paired.population import load_name_pools
 from popfair.design.sequential import SequentialSettings, check_sequential
-from popfair.estimate.sequential import GroupRates
+from popfair.estimate.sequential.sequences import GroupRates
 from popfair.population.popresume import PopResumePopulation
 from popfair.sweep.plan import plan_case
 from tests.conftest import compose_config

@@ -11,7 +11,7 @@ import pytest
 from scipy import optimize
 
 from popfair.core.errors import ConfigError, DataError
-from popfair.estimate.impact_change import holm, lr_test
+from popfair.estimate.impact_ratio.change import holm, lr_test
 from tests.test_table_source import COLUMNS, decisions, table_case, write
 
 QUARTER_STARTS = ["2024-01-01", "2024-04-01", "2024-07-01", "2024-10-01"]
@@ -149,8 +149,8 @@ def test_a_drop_in_one_quarter_is_flagged_there_logged_by_step_and_reported(tmp_
 
 
 def test_the_report_says_by_period_what_changed(tmp_path):
-    from popfair.estimate.impact_ratio_settings import ImpactRatioSettings
-    from popfair.estimate.impact_trend import impact_ratios_by_period
+    from popfair.estimate.impact_ratio.settings import ImpactRatioSettings
+    from popfair.estimate.impact_ratio.trend import impact_ratios_by_period
     from popfair.report.document import to_markdown
     from popfair.report.trend import period_blocks
 

@@ -84,7 +84,7 @@ def look(tmp_path, *overrides: str):
 def test_counts_from_the_library_equal_its_confidence_sequence_fed_units():
     import ville
 
-    from popfair.estimate.sequential_counts import count_interval
+    from popfair.estimate.sequential.counts import count_interval
 
     for selected, n in [(0, 40), (40, 40), (13, 100), (401, 1000)]:
         cs = ville.BernoulliCS(alpha=0.025, intersect=False)

@@ -13,7 +13,7 @@ screener's decision Y along the paths of the standard fairness model (PopResume,
 X -> Y is the direct path (NDE); X -> B -> Y the business-necessity path (BIE); X -> R -> Y and
 X -> R -> B -> Y the proxy paths (RIE). The diagram below is drawn from the edge list in this
 example; the table after it switches each path of popfair's simulated model
-(``popfair.estimate.sfm_sim.SimulatedSFM``) off in turn and computes the true effects, which shows
+(``popfair.estimate.pse.simulate.SimulatedSFM``) off in turn and computes the true effects, which shows
 which effect each path feeds.
 """
 
@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.patches import FancyArrowPatch
 
-from popfair.estimate.sfm_sim import SimulatedSFM
+from popfair.estimate.pse.simulate import SimulatedSFM
 
 NODES = {  # name: (x, y, label)
     "Z": (0.0, 1.3, "Z\nconfounders\n(other attribute, age)"),

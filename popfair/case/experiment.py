@@ -16,19 +16,18 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
-from popfair.case.power import CasePower
+from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
 from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
 from popfair.design import design_of
-from popfair.design.base import ScreenedDesign
-from popfair.design.power import ScoreScale
+from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
-from popfair.estimate.dml_settings import PseOverlapWarning
-from popfair.estimate.estimand import estimand_notes, grouping_problems, structural_gate
-from popfair.estimate.sfm import EFFECTS
+from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
+from popfair.estimate.pse.settings import PseOverlapWarning
+from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
 from popfair.population.base import Population
 from popfair.population.occupation import Occupation
@@ -126,7 +125,7 @@ class Experiment:
     documents : DocumentStore, optional
         Rendered documents kept for every later case (config `document_store`).
     power : CasePower, optional
-        The `plan.*` settings: what the case's main test can detect (popfair.case.power).
+        The `plan.*` settings: what the case's main test can detect (popfair.case.power_plan).
 
     Returns
     -------
@@ -367,8 +366,8 @@ class Experiment:
             check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
             screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
             scored_rows = design.scored(profiles, shown.rows, shown.documents, prompts, results)
-        else:  # rendered and screened in looks, stopped by the rule (popfair.case.sequential)
-            from popfair.case.sequential import record_artifacts, screen_in_looks
+        else:  # rendered and screened in looks, stopped by the rule (popfair.case.looks)
+            from popfair.case.looks import record_artifacts, screen_in_looks
 
             sequential = stage("screen", screen_in_looks, self, profiles)
             profiles, prompts, results = sequential.profiles, sequential.prompts, sequential.results

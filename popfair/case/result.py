@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from popfair.core.types import Document, Effects, Profiles
-from popfair.estimate.impact_ratio_table import ImpactRatios
+from popfair.estimate.impact_ratio.table import ImpactRatios
 from popfair.estimate.power import PowerPlan
 
 
@@ -65,7 +65,7 @@ class RunResult:
     profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
     scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
     report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
-    sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.sequential): looks, stop, CIs
+    sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.looks): looks, stop, CIs
     power: PowerPlan | None = None  # what the main test can detect at this n (config plan.*)
 
     @property

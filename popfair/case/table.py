@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.case.power import CasePower, table_categories
+from popfair.case.power_plan import CasePower, table_categories
 from popfair.case.run_log import log_effects_table, page_tags, table_dataset
 from popfair.core.errors import ConfigError, PopfairError, TrackingFailed, require
 from popfair.core.types import Effects, Roles
@@ -64,7 +64,7 @@ class TableRunResult:
     timings: dict[str, float] = field(default_factory=dict)
     report: dict[str, str | bytes] = field(default_factory=dict)
     report_path: Path | None = None  # table_report.csv, when rows had problems
-    periods: Any = None  # the PeriodRatios of table.period (popfair.estimate.impact_trend)
+    periods: Any = None  # the PeriodRatios of table.period (popfair.estimate.impact_ratio.trend)
     watch: Any = None  # a watch's look (popfair.case.table_watch.WatchLook)
     power: PowerPlan | None = None  # what the impact-ratio test can detect in this table (config plan.*)
     outcome: str = "callback"  # what the table's outcome holds: callback (0/1), score or rank
@@ -312,14 +312,14 @@ class TableCase:
     def _metrics(estimator: Any, mapped: MappedTable) -> list[Any]:
         """The impact-ratio metrics of the table's outcome: selection rates, or for scores the LL144
         scoring rate and the estimator's top-share / minimum-score rules."""
-        from popfair.estimate.impact_ratio import _metrics_for
+        from popfair.estimate.impact_ratio.settings import metrics_for
 
         wanted = estimator.settings.outcome
         if wanted == "callback" and mapped.coding.outcome == "score":
             raise ConfigError(
                 f"estimator.outcome: callback needs a 0/1 outcome; {mapped.columns.outcome!r} holds scores"
             )
-        return _metrics_for("score" if wanted == "score" else mapped.coding.outcome, estimator.settings)
+        return metrics_for("score" if wanted == "score" else mapped.coding.outcome, estimator.settings)
 
     def roles(self, mapped: MappedTable, frame: pd.DataFrame) -> Roles:
         """X from protected_attr (the mapped sex or race column), Z / B / R from table.columns."""
@@ -443,8 +443,8 @@ class TableCase:
 
 
 def _impact_ratios(estimator: Any, counts: TableCounts) -> Any:
-    """The LL144 tables of the counts (`popfair.estimate.impact_ratio.impact_ratios_from_counts`)."""
-    from popfair.estimate.impact_ratio import impact_ratios_from_counts
+    """The LL144 tables of the counts (`popfair.estimate.impact_ratio.ratios.impact_ratios_from_counts`)."""
+    from popfair.estimate.impact_ratio.ratios import impact_ratios_from_counts
 
     return impact_ratios_from_counts(
         counts.counts,

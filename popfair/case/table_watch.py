@@ -12,7 +12,7 @@ watermark`), maps and checks them as any table case does, adds their counts to t
 then asks, for each window (each period when table.period is set, else every row watched) and each
 of sex and race/ethnicity, whether some category's impact ratio lies below table audit's four-fifths
 line (estimator.flag_below) with anytime-valid confidence: the upper end of its confidence sequence
-(`popfair.estimate.sequential_counts.CountRates`, at estimator.alpha split over the two dimensions)
+(`popfair.estimate.sequential.counts.CountRates`, at estimator.alpha split over the two dimensions)
 is below the line. A confidence sequence holds at every look at once, so however often the
 scheduler looks, a window whose impact ratios are all at or above the line raises the alert with
 probability at most alpha.
@@ -33,11 +33,12 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.design.table.mapped import MappedTable, TableCounts, TableSource
-from popfair.design.table.source import SOURCE, _quote, open_source
+from popfair.design.table.source import SOURCE, open_source, quote_identifier
 from popfair.design.table.watermark import WatchState, default_state_path, new_rows, watermark_value
-from popfair.estimate.impact_ratio_settings import DIMENSION_TITLES, UNKNOWN, ImpactRatioSettings, _display, _Metric
-from popfair.estimate.impact_trend import PeriodRatios, impact_ratios_by_period
-from popfair.estimate.sequential_counts import METHOD, CountRates
+from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
+from popfair.estimate.impact_ratio.settings import UNKNOWN, ImpactRatioSettings, Metric
+from popfair.estimate.impact_ratio.trend import PeriodRatios, impact_ratios_by_period
+from popfair.estimate.sequential.counts import METHOD, CountRates
 
 EXIT_ALERT = 3  # a boundary is crossed (0: no alert; 2: an error: nothing read is lost, the watermark stays)
 ALL = "all"  # the window of a watch without table.period
@@ -121,7 +122,7 @@ class WatchLook:
         level = round((1 - self.settings.alpha) * 100)
         return [
             f"{'' if r.window == ALL else r.window + ' '}{DIMENSION_TITLES[r.dimension].lower()}: "
-            f"{_display(r.category)} impact ratio {r.impact_ratio:.2f}, anytime-valid {level}% interval "
+            f"{category_label(r.category)} impact ratio {r.impact_ratio:.2f}, anytime-valid {level}% interval "
             f"[{r.low:.2f}, {r.high:.2f}] below {self.settings.flag_below:g} "
             f"(first crossed at look {self.first_crossed(_key(r))})"
             for r in self.crossed.itertuples()
@@ -305,12 +306,12 @@ def _read(case: Any, batch: Any, state: WatchState) -> tuple[TableSource, pd.Dat
                     f"table.outcome.kind: the new rows read as {mapped.coding.kind}, earlier looks' as "
                     f"{state.outcome_kind}; set table.outcome.kind={state.outcome_kind} so every look codes alike"
                 )
-            counts = mapped.counts([_Metric("selection", "selected")], by_period=settings.period is not None).counts
+            counts = mapped.counts([Metric("selection", "selected")], by_period=settings.period is not None).counts
             advance: dict[str, Any] = {"outcome_kind": mapped.coding.kind}
             if settings.path is not None:
                 advance |= {"offset": batch.offset, "prefix_sha256": batch.prefix_sha256, "header": batch.header}
             else:
-                top = source.sql(f"SELECT max({_quote(str(settings.watch_column))}) FROM {SOURCE}").fetchone()
+                top = source.sql(f"SELECT max({quote_identifier(str(settings.watch_column))}) FROM {SOURCE}").fetchone()
                 advance["watermark"] = watermark_value(top[0] if top else None)
             record = mapped.record
         finally:
@@ -336,7 +337,7 @@ def _cumulative(case: Any, state: WatchState, record: TableSource, look: WatchLo
     clusters) and, with table.period, by period."""
     import time
 
-    from popfair.estimate.impact_ratio import impact_ratios_from_counts
+    from popfair.estimate.impact_ratio.ratios import impact_ratios_from_counts
 
     start = time.perf_counter()
     counts = state.counts.rename(columns={"selected": "selection"})

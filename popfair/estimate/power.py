@@ -5,7 +5,7 @@ needs, for each design's main test, with the assumptions each figure rests on.
   applicants with a common score SD, a two-sided two-sample t test (statsmodels `TTestIndPower`);
   with a previous run, its standard error scaled to the new n (se * sqrt(n_prev / n)), which keeps
   whatever the estimator's adjustment gained or lost, and a z test (`NormalIndPower`, one sample).
-- Paired callbacks (McNemar with continuity correction, as `popfair.estimate.paired.paired_gap`):
+- Paired callbacks (McNemar with continuity correction, as `popfair.estimate.gap.paired.paired_gap`):
   a share psi of the pairs is discordant and the gap is delta = P(x1 yes, x0 no) - P(x1 no, x0 yes).
   Given m discordant pairs, b ~ Binomial(m, (psi + delta) / (2 psi)), and m ~ Binomial(n, psi): the
   power is summed exactly over both laws (no textbook class covers it; scipy's binomial laws do).
@@ -13,11 +13,11 @@ needs, for each design's main test, with the assumptions each figure rests on.
   categories a two-sided test of two proportions on Cohen's h (statsmodels `proportion_effectsize`,
   `NormalIndPower`), the MDE read back as a gap in percentage points below the base rate. With more,
   the test is not a textbook one (the lowest impact ratio against its null distribution, the
-  reference chosen from the data: `popfair.estimate.impact_inference`), so its power is simulated:
+  reference chosen from the data: `popfair.estimate.impact_ratio.inference`), so its power is simulated:
   binomial counts per category (common random numbers), the null's alpha-quantile of the lowest
   ratio, and the share of draws with the smallest category `delta` below it.
 
-The ranking design's top-1 rates are in `popfair.estimate.ranking.power` (`top1_power`)."""
+The ranking design's top-1 rates are in `popfair.estimate.ranking.top1_power` (`top1_power`)."""
 
 from __future__ import annotations
 

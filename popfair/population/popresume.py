@@ -228,7 +228,7 @@ class PopResumePopulation:
     design = "population"  # popfair.design.population: one resume per prompt, a 0-100 score
     # The SFM roles' grouped columns (paper C.4) and the raw column each groups: the resume shows the
     # raw one, so whatever a screener reads from it beyond its group is not in the model's mediator
-    # (popfair.estimate.estimand). Role columns not listed here are the values the resume shows.
+    # (popfair.estimate.pse.estimand). Role columns not listed here are the values the resume shows.
     grouped_from: ClassVar[dict[str, str]] = {
         "edu_group": "edu_level",
         "name_gender_typicality": "first_name",

@@ -25,7 +25,7 @@ class Renderer(Protocol):
     """What the render stage needs of a renderer. `shows` declares the protected attributes (profile
     columns) its documents display explicitly: a gender field, pronouns, a photo. A name is not one:
     it is a proxy (R). The declaration tells a case when the direct path X -> Y is structurally
-    absent (`popfair.estimate.estimand`); None (the default) means "not declared", and then nothing
+    absent (`popfair.estimate.pse.estimand`); None (the default) means "not declared", and then nothing
     is claimed. Read it with `displayed_attributes`, which gives renderers without it the default."""
 
     kind: str  # the renderer's name (text, json, image, image_photo), used in case names and tags

@@ -10,7 +10,7 @@ applicants, number selected (or scoring above the sample's median), selection (s
 impact ratio, with categories under 2% excluded from the ratios and shown with the auditor's
 justification. Beside the law's columns: each ratio's bootstrap CI, the four-fifths flag, and
 whether the flag survives the test of "no category differs" that accounts for the reference being
-the most selected category (`popfair.estimate.impact_inference`), explained in plain words under
+the most selected category (`popfair.estimate.impact_ratio.inference`), explained in plain words under
 each table. A generated case adds the tool's settings, the design, how screening went, the
 estimator's effects and the provenance of the bundled data.
 
@@ -30,7 +30,7 @@ import pandas as pd
 
 from popfair.core.types import Effects
 from popfair.data import DATA_DIR
-from popfair.estimate.impact_ratio_table import ImpactRatios
+from popfair.estimate.impact_ratio.table import ImpactRatios
 from popfair.report.document import Block, to_html, to_markdown, to_pdf
 from popfair.report.effects import effects_blocks
 from popfair.report.ll144 import AuditData, ll144_blocks

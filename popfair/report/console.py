@@ -9,7 +9,7 @@ import pandas as pd
 
 from popfair.core.types import Effects
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.identification import reason_problems
+from popfair.estimate.pse.identification import reason_problems
 
 MAX_COLUMNS = 10  # wider tables (the LL144 table has 23 columns) show these, the rest is in effects.csv
 CONSOLE_COLUMNS = [

@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from popfair.estimate.impact_ratio_settings import DIMENSION_TITLES, _display
-from popfair.estimate.impact_ratio_table import ImpactRatios
+from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
+from popfair.estimate.impact_ratio.table import ImpactRatios
 from popfair.report.document import Block
 
 DATA_KINDS = {
@@ -109,7 +109,7 @@ def _dimension_blocks(ratios: ImpactRatios, metric: str, dimension: str, title: 
     flag = f"Below {ratios.settings.flag_below:g}"
     table = pd.DataFrame(
         {
-            f"{title} category": [_display(c) for c in known["category"]],
+            f"{title} category": [category_label(c) for c in known["category"]],
             "# of applicants": [f"{n:,}" for n in known["n_applicants"]],
             chosen: [f"{n:,}" for n in known["n_selected"]],
             rate: [_percent(r) for r in known["rate"]],

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from popfair.core.errors import DataError, EstimationError, require  # noqa: E402
-from popfair.estimate.paired import PairedGapResult  # noqa: E402
+from popfair.estimate.gap.paired import PairedGapResult  # noqa: E402
 
 PANEL_INPUT_COLUMNS = (
     "model",

@@ -20,7 +20,7 @@ import re
 
 import pandas as pd
 
-from popfair.estimate.sfm import CASE_LABELS
+from popfair.estimate.pse.sfm import CASE_LABELS
 
 # Resume formats that show the protected attributes explicitly (a headshot); Case 1 does not apply.
 EXPLICIT_DEMOGRAPHIC_FORMATS = frozenset({"image_photo"})

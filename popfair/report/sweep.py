@@ -63,7 +63,7 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
 
 def case_table(pse: pd.DataFrame) -> pd.DataFrame:
     """One row per case: each effect as `estimate [ci_low, ci_high]` with * when significant ("not
-    identified" where the data cannot answer it, popfair.estimate.identification), and the
+    identified" where the data cannot answer it, popfair.estimate.pse.identification), and the
     patterns that apply to the case's format (no Case 1 where the resume shows a photo)."""
     if pse.empty:
         return pse

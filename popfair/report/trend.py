@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from popfair.estimate.impact_ratio_settings import DIMENSION_TITLES, _display
+from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
 from popfair.report.document import Block
 
 
@@ -48,7 +48,7 @@ def period_blocks(periods: Any, out: Path) -> list[Block]:
                     block["status"], block["impact_ratio"], block["ci_low"], block["ci_high"]
                 )
             ],
-            category=[_display(c) for c in block["category"]],
+            category=[category_label(c) for c in block["category"]],
         ).pivot(index="category", columns="period", values="cell")
         wide = wide.reindex(columns=[p for p in periods.periods if p in wide.columns]).fillna("")
         blocks += [
@@ -74,7 +74,7 @@ def watch_blocks(look: Any) -> list[Block]:
     if len(look.bounds):
         shown = look.bounds.assign(
             dimension=[DIMENSION_TITLES[d] for d in look.bounds["dimension"]],
-            category=[_display(c) for c in look.bounds["category"]],
+            category=[category_label(c) for c in look.bounds["category"]],
             crossed=np.where(look.bounds["crossed"], "ALERT", ""),
         ).rename(columns={"low": "anytime_low", "high": "anytime_high"})
         blocks.append(

@@ -144,3 +144,25 @@ def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if len(group) > 1:
                     cycles.append(sorted(group))
     return cycles
+
+
+def private_imports(root: Path) -> list[tuple[str, str, str]]:
+    """(importer, module, name) for every `from popfair.x import _name` where `_name` is private to
+    another module: what two modules share should have a public name in the module that owns it."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = _module_name(root, path)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            if not base.startswith("popfair") or base == module:
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append((module, base, alias.name))
+    return found

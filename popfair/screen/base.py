@@ -24,17 +24,17 @@ class Screener(ABC):
     answers_rankings: it can rank k candidates in one prompt (the ranking design).
     display_name: the tool's name in reports (default: `name`).
     score_range: the scale its scores are on, (0, 100) as popfair asks; a power line before any score
-        exists takes a quarter of it as the score SD (popfair.design.power.ScoreScale).
+        exists takes a quarter of it as the score SD (popfair.design.base.ScoreScale).
     reads: the profile columns its answer depends on, where that is known (simulated: its
-        coefficients' columns), else None: it reads the document (popfair.estimate.estimand).
+        coefficients' columns), else None: it reads the document (popfair.estimate.pse.estimand).
     problems: the rows its answers had problems with (file: the results sheets'), or None.
     run_tags / popfair_choices: MLflow tags of the run (the route chosen and why; choices neither
         paper states, one `popfair_choice.<key>` tag each).
     metrics(): its counters for the case (calls, cache hits, tokens, dollars, failures by reason).
-    Hosted-model abilities (pre-flight reads them): provider (the request adapter, or None),
+    Hosted-model abilities (pre-flight reads them): provider (the request adapter, a
+    `popfair.screen.providers.Provider` that declares its probe and error hints, or None),
     api_key_env (the variable its key comes from), route / routes (the route taken, every route
-    with its variable), config_keys (config key -> what it sets), missing_key (built keyless for a
-    dry run)."""
+    with its variable), missing_key (built keyless for a dry run)."""
 
     name: str
     audits_a_tool: ClassVar[bool] = False
@@ -50,7 +50,6 @@ class Screener(ABC):
     api_key_env: str | None = None
     route: str | None = None
     routes: Mapping[str, Any] = _NONE
-    config_keys: Mapping[str, str] = _NONE
     missing_key: bool = False
 
     @abstractmethod

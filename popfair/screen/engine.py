@@ -43,7 +43,7 @@ from popfair.screen.limits import (
     Budget,
     InFlight,
     RateLimiter,
-    _Stopped,
+    SendingStopped,
     log,
     run_coroutine,
     within,
@@ -321,7 +321,7 @@ class Engine:
             self.stats.failed += 1
             self._failed_early(exc)
             return Answer(raw=None, value=None, error=f"API failure: {exc}")
-        except _Stopped as exc:
+        except SendingStopped as exc:
             self._halt = self._halt or str(exc)  # the breaker gave up on the endpoint
             return Answer(raw=None, value=None, error=f"not sent: case stopped: {exc}")
         except PermanentError as exc:
@@ -366,7 +366,7 @@ class Engine:
                 await self._limit.acquire()
                 if self._halt:  # e.g. the key was rejected while this request waited
                     await self._limit.release(False, False)
-                    raise _Stopped(self._halt)
+                    raise SendingStopped(self._halt)
                 rate_limited = succeeded = False
                 start = time.perf_counter()
                 st.requests += 1

@@ -18,14 +18,14 @@ log = logging.getLogger("popfair.screen")
 T = TypeVar("T")
 
 
-class _Stopped(Exception):
+class SendingStopped(Exception):
     """The run stopped sending (rejected key, endpoint down) while this request was waiting."""
 
 
 class Breaker:
     """Circuit breaker over transport failures (endpoint unreachable, timeouts, 502/503/504).
     `threshold` consecutive ones open it: requests wait at `gate` instead of being sent, except one
-    probe every `probe_s`; an answer closes it. Open for `max_s`: `gate` raises _Stopped for all."""
+    probe every `probe_s`; an answer closes it. Open for `max_s`: `gate` raises SendingStopped for all."""
 
     def __init__(self, threshold: int, probe_s: float, max_s: float) -> None:
         self.threshold, self.probe_s, self.max_s = threshold, probe_s, max_s
@@ -71,7 +71,7 @@ class Breaker:
         while self.opened_at is not None or self.stopped is not None:
             now = time.monotonic()
             if self.stopped is not None:
-                raise _Stopped(self.stopped)
+                raise SendingStopped(self.stopped)
             assert self.opened_at is not None
             if now - self.opened_at >= self.max_s:
                 self.stop(stop_message(self.streak_since))  # wakes every waiter: they all stop

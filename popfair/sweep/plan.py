@@ -24,7 +24,7 @@ import pandas as pd
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
-from popfair.design.power import ScoreScale
+from popfair.design.base import ScoreScale
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
 from popfair.render.base import Renderer
 from popfair.render.store import code_digest

@@ -178,13 +178,13 @@ class Preflight:
                 self._check_power(job, experiment, values)
 
     def _check_power(self, job: int, experiment: Any, values: Any) -> None:
-        """The case's power line (popfair.case.power), once per distinct sample and plan."""
+        """The case's power line (popfair.case.power_plan), once per distinct sample and plan."""
         keys = ("population", "occupation", "protected_attr", "seed", "plan")
         key = json.dumps({k: (values or {}).get(k) for k in keys}, sort_keys=True, default=repr)
 
         def power() -> list[tuple[str, Check]]:
             design = experiment.design.name if experiment.design is not None else "population"
-            from popfair.design.power import ScoreScale
+            from popfair.design.base import ScoreScale
 
             scale = ScoreScale.of_range(*experiment.screener.score_range)  # no scores before the run
             plan = experiment.power.plan(design, experiment.sample(), scale)

@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 
 from popfair.core.errors import ConfigError
-from popfair.design.table.settings import UNKNOWN, TableSettings, _key
-from popfair.design.table.source import Source, _quote
+from popfair.design.table.settings import UNKNOWN, TableSettings, value_key
+from popfair.design.table.source import Source, quote_identifier
 
 FILTERED = "filtered_rows"
 NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
@@ -48,7 +48,7 @@ class TableCoding:
             if column is None:
                 continue
             seen = self.source.fetch(
-                f"SELECT CAST({_quote(column)} AS VARCHAR) AS raw, count(*)::BIGINT AS rows "
+                f"SELECT CAST({quote_identifier(column)} AS VARCHAR) AS raw, count(*)::BIGINT AS rows "
                 f"FROM {FILTERED} GROUP BY ALL ORDER BY rows DESC, raw",
                 f"table.columns.{role}",
             )
@@ -68,7 +68,7 @@ class TableCoding:
                     example = unmapped["raw"].iloc[0]
                     raise ConfigError(
                         f"table.values.{role}: no mapping covers {listed}{more} in column {column!r}; map each "
-                        f"(+table.values.{role}.{_key(example)}=<category>, or a config file for values with spaces), list it in "
+                        f"(+table.values.{role}.{value_key(example)}=<category>, or a config file for values with spaces), list it in "
                         "table.unknown_labels, or set table.unmapped=unknown to count such values as unknown"
                     )
                 self.notes.append(f"{role}: values no mapping covers, counted as unknown: {listed}{more}")
@@ -89,7 +89,7 @@ class TableCoding:
 
     def _outcome_coding(self) -> _Coding:
         column = self.columns.outcome
-        o = _quote(column)
+        o = quote_identifier(column)
         kind = self.settings.outcome.kind
         column_type = str(self.types[column]).upper()
         numeric = (
@@ -110,7 +110,7 @@ class TableCoding:
                 "callback",
             )
         if kind == "label":
-            cases = " ".join(f"WHEN {_literal(k)} THEN {v}" for k, v in labels.items())
+            cases = " ".join(f"WHEN {sql_literal(k)} THEN {v}" for k, v in labels.items())
             y = f"CASE lower(trim(CAST({o} AS VARCHAR))) {cases} END"
             return _Coding(
                 "label",
@@ -159,7 +159,7 @@ class TableCoding:
             return "binary"
         if numeric:  # one cheap pass instead of grouping every distinct score
             row = self.source.sql(
-                f"SELECT count(*) FILTER (WHERE {_quote(column)} NOT IN (0, 1)) FROM {FILTERED}",
+                f"SELECT count(*) FILTER (WHERE {quote_identifier(column)} NOT IN (0, 1)) FROM {FILTERED}",
                 "table.columns.outcome",
             ).fetchone()
             if row is not None and row[0] == 0:
@@ -167,7 +167,7 @@ class TableCoding:
             self._refuse_rank_as_score()
             return "score"
         values = self.source.fetch(
-            f"SELECT lower(trim(CAST({_quote(column)} AS VARCHAR))) AS value, ({as_number}) AS number, count(*)::BIGINT AS rows "
+            f"SELECT lower(trim(CAST({quote_identifier(column)} AS VARCHAR))) AS value, ({as_number}) AS number, count(*)::BIGINT AS rows "
             f"FROM {FILTERED} GROUP BY ALL ORDER BY rows DESC LIMIT 100000",
             "table.columns.outcome",
         )
@@ -190,8 +190,8 @@ class TableCoding:
 def _rank_like(source: Any, column: str, cluster: str | None) -> tuple[int, int] | None:
     """(groups, largest k) when every value is a whole number and each cluster's (or, without one, the
     table's) values are exactly 1..k, each once, as ranks are; None otherwise."""
-    o = _quote(column)
-    group = f"GROUP BY {_quote(cluster)}" if cluster else ""
+    o = quote_identifier(column)
+    group = f"GROUP BY {quote_identifier(cluster)}" if cluster else ""
     row = source.sql(
         f"SELECT count(*), max(n), count(*) FILTER (WHERE NOT (lo = 1 AND hi = n AND distinct_values = n AND whole)) "
         f"FROM (SELECT min({o}) AS lo, max({o}) AS hi, count({o}) AS n, count(DISTINCT {o}) AS distinct_values, "
@@ -203,5 +203,5 @@ def _rank_like(source: Any, column: str, cluster: str | None) -> tuple[int, int]
     return int(row[0]), int(row[1])
 
 
-def _literal(value: Any) -> str:
+def sql_literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"

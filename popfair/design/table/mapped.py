@@ -20,9 +20,9 @@ from typing import Any
 import pandas as pd
 
 from popfair.core.errors import ConfigError, DataError
-from popfair.design.table.coding import FILTERED, TableCoding, _literal
+from popfair.design.table.coding import FILTERED, TableCoding, sql_literal
 from popfair.design.table.settings import UNKNOWN, TableSettings
-from popfair.design.table.source import ROW_HASH, SOURCE, Source, _quote
+from popfair.design.table.source import ROW_HASH, SOURCE, Source, quote_identifier
 
 log = logging.getLogger("popfair")
 
@@ -230,11 +230,11 @@ class MappedTable(TableCoding):
 
     def counts(self, metrics: list[Any] | None = None, *, by_period: bool = False) -> TableCounts:
         """Cluster x sex x race counts with one selected-count column per metric (`metrics`: the
-        impact-ratio metrics, `popfair.estimate.impact_ratio._Metric`; default: selection, or the
+        impact-ratio metrics, `popfair.estimate.impact_ratio.settings.Metric`; default: selection, or the
         LL144 scoring rate for scores). With `by_period` (table.period set) the cells are also split
         by a `period` column (2024-03, 2024-Q1 or 2024); score cutoffs stay the whole table's, so
         the periods' rates are comparable."""
-        from popfair.estimate.impact_ratio import _Metric
+        from popfair.estimate.impact_ratio.settings import Metric
 
         if self.columns.sex is None and self.columns.race is None:
             raise ConfigError(
@@ -243,9 +243,9 @@ class MappedTable(TableCoding):
         outcome = self.coding.outcome
         if metrics is None:
             metrics = (
-                [_Metric("selection", "selected")]
+                [Metric("selection", "selected")]
                 if outcome == "callback"
-                else [_Metric("scoring_median", "above_median")]
+                else [Metric("scoring_median", "above_median")]
             )
         thresholds: dict[str, float] = {}
         sums = []
@@ -256,7 +256,7 @@ class MappedTable(TableCoding):
                 cutoff, strict = self._cutoff(metric)
                 thresholds[metric.name] = cutoff
                 condition = f"y {'>' if strict else '>='} {cutoff!r}"
-            sums.append(f"count(*) FILTER (WHERE {condition})::BIGINT AS {_quote(metric.name)}")
+            sums.append(f"count(*) FILTER (WHERE {condition})::BIGINT AS {quote_identifier(metric.name)}")
         cluster_column = self.columns.cluster or self.columns.posting_id
         if cluster_column is None:
             cluster = "'all'"
@@ -307,7 +307,7 @@ class MappedTable(TableCoding):
                 day = pd.Timestamp(value).date().isoformat()
             except ValueError:
                 raise ConfigError(f"table.{key}: {value!r} is not a date (use YYYY-MM-DD)") from None
-            filters.append(f"TRY_CAST({_quote(self.columns.date)} AS DATE) {op} DATE '{day}'")
+            filters.append(f"TRY_CAST({quote_identifier(self.columns.date)} AS DATE) {op} DATE '{day}'")
         return filters
 
     def _problem_checks(self) -> list[tuple[str, str]]:
@@ -316,9 +316,9 @@ class MappedTable(TableCoding):
         for role in ("cluster", "posting_id", "pair_id"):
             column = getattr(self.columns, role)
             if column is not None:
-                checks.append((f"{_quote(column)} IS NULL", f"{role} is missing"))
+                checks.append((f"{quote_identifier(column)} IS NULL", f"{role} is missing"))
         if self.settings.period is not None:  # every row needs its period
-            date = _quote(str(self.columns.date))
+            date = quote_identifier(str(self.columns.date))
             checks.append((f"TRY_CAST({date} AS DATE) IS NULL", DATE_PROBLEM))
         return checks
 
@@ -332,7 +332,7 @@ class MappedTable(TableCoding):
         ident = self.columns.applicant_id
         if ident is not None:
             dup = self.source.fetch(
-                f"SELECT count(*)::BIGINT AS ids FROM (SELECT 1 FROM {FILTERED} GROUP BY {_quote(ident)} HAVING count(*) > 1)",
+                f"SELECT count(*)::BIGINT AS ids FROM (SELECT 1 FROM {FILTERED} GROUP BY {quote_identifier(ident)} HAVING count(*) > 1)",
                 "table.columns.applicant_id",
             )
             duplicates = int(dup["ids"].iloc[0])
@@ -341,18 +341,18 @@ class MappedTable(TableCoding):
         # number the source rows (only on this path: it costs a pass), then list each problem row
         self.source.sql(f"CREATE TEMP TABLE numbered AS SELECT row_number() OVER () AS source_row, * FROM {SOURCE}")
         where = " AND ".join(f"({f})" for f in self.filters) or "true"
-        ident_sql = f"CAST({_quote(ident)} AS VARCHAR)" if ident else "NULL"
+        ident_sql = f"CAST({quote_identifier(ident)} AS VARCHAR)" if ident else "NULL"
         parts = [
-            f"SELECT source_row, {ident_sql} AS applicant_id, {_literal(self._column_of(problem))} AS column, "
-            f"CAST({_quote(self._column_of(problem))} AS VARCHAR) AS value, {_literal(problem)} AS problem "
+            f"SELECT source_row, {ident_sql} AS applicant_id, {sql_literal(self._column_of(problem))} AS column, "
+            f"CAST({quote_identifier(self._column_of(problem))} AS VARCHAR) AS value, {sql_literal(problem)} AS problem "
             f"FROM numbered WHERE ({where}) AND ({condition})"
             for condition, problem in checks
         ]
         if ident is not None and duplicates:
-            key = _quote(ident)
-            signature = f"({_quote(self.columns.outcome)}, {', '.join(_quote(c) for c in (self.columns.sex, self.columns.race) if c)})"
+            key = quote_identifier(ident)
+            signature = f"({quote_identifier(self.columns.outcome)}, {', '.join(quote_identifier(c) for c in (self.columns.sex, self.columns.race) if c)})"
             parts.append(
-                f"SELECT source_row, CAST({key} AS VARCHAR), {_literal(ident)}, CAST({key} AS VARCHAR), "
+                f"SELECT source_row, CAST({key} AS VARCHAR), {sql_literal(ident)}, CAST({key} AS VARCHAR), "
                 "CASE WHEN count(DISTINCT " + signature + f") OVER (PARTITION BY {key}) > 1 "
                 "THEN 'duplicate applicant id, rows disagree (all left out)' "
                 "ELSE 'duplicate applicant id, same values (one kept)' END "
@@ -385,27 +385,27 @@ class MappedTable(TableCoding):
                 continue
             rows = self.mapping[(self.mapping["role"] == role) & self.mapping["raw"].notna()]
             cases = " ".join(
-                f"WHEN {_literal(raw)} THEN {_literal(cat)}" for raw, cat in zip(rows["raw"], rows["category"])
+                f"WHEN {sql_literal(raw)} THEN {sql_literal(cat)}" for raw, cat in zip(rows["raw"], rows["category"])
             )
             select.append(
-                f"coalesce(CASE CAST({_quote(column)} AS VARCHAR) {cases} END, '{UNKNOWN}') AS {FRAME_NAMES[role]}"
+                f"coalesce(CASE CAST({quote_identifier(column)} AS VARCHAR) {cases} END, '{UNKNOWN}') AS {FRAME_NAMES[role]}"
             )
             # the category's index in self.levels[role], for counts: grouping by one small integer is cheaper
             levels = self.levels[role]
             codes = " ".join(
-                f"WHEN {_literal(raw)} THEN {levels.index(cat)}" for raw, cat in zip(rows["raw"], rows["category"])
+                f"WHEN {sql_literal(raw)} THEN {levels.index(cat)}" for raw, cat in zip(rows["raw"], rows["category"])
             )
             select.append(
-                f"coalesce(CASE CAST({_quote(column)} AS VARCHAR) {codes} END, {levels.index(UNKNOWN)}) AS {CODE[role]}"
+                f"coalesce(CASE CAST({quote_identifier(column)} AS VARCHAR) {codes} END, {levels.index(UNKNOWN)}) AS {CODE[role]}"
             )
         taken = {FRAME_NAMES[r] for r in ("outcome", "sex", "race")}
         for role in ("applicant_id", "cluster", "date", "pair_id", "posting_id"):
             column = getattr(self.columns, role)
             if column is not None:
-                select.append(f"{_quote(column)} AS {FRAME_NAMES[role]}")
+                select.append(f"{quote_identifier(column)} AS {FRAME_NAMES[role]}")
                 taken.add(FRAME_NAMES[role])
         if self.columns.posting_id is None and self.columns.cluster is not None:
-            select.append(f"{_quote(self.columns.cluster)} AS posting_id")  # paired_gap's default cluster
+            select.append(f"{quote_identifier(self.columns.cluster)} AS posting_id")  # paired_gap's default cluster
             taken.add("posting_id")
         mapped_names = {getattr(self.columns, r): FRAME_NAMES[r] for r in ("sex", "race") if getattr(self.columns, r)}
         for role in ("z", "b", "r"):
@@ -417,7 +417,7 @@ class MappedTable(TableCoding):
                         f"table.columns.{role}: column {column!r} has the name popfair gives a mapped column; "
                         "rename it in the source (or in table.query)"
                     )
-                select.append(_quote(column))
+                select.append(quote_identifier(column))
                 taken.add(column)
         where = ""
         if drop:
@@ -425,8 +425,8 @@ class MappedTable(TableCoding):
             where = f"WHERE NOT ({checks})"
             ident = self.columns.applicant_id
             if ident is not None:
-                key = _quote(ident)
-                signature = f"({_quote(self.columns.outcome)}, {', '.join(_quote(c) for c in (self.columns.sex, self.columns.race) if c)})"
+                key = quote_identifier(ident)
+                signature = f"({quote_identifier(self.columns.outcome)}, {', '.join(quote_identifier(c) for c in (self.columns.sex, self.columns.race) if c)})"
                 where += (
                     f" QUALIFY count(DISTINCT {signature}) OVER (PARTITION BY {key}) = 1 "
                     f"AND row_number() OVER (PARTITION BY {key}) = 1"
@@ -456,7 +456,7 @@ class MappedTable(TableCoding):
         return (None if row[0] is None else str(row[0])), (None if row[1] is None else str(row[1]))
 
     def _cutoff(self, metric: Any) -> tuple[float, bool]:
-        """A score rule's cutoff on the rows used, as `popfair.estimate.impact_ratio` defines it:
+        """A score rule's cutoff on the rows used, as `popfair.estimate.impact_ratio.ratios` defines it:
         median (strictly above), top share (the ceil(share n)-th best score, ties in), minimum score."""
         if metric.rule == "min_score":
             return float(metric.value), False

@@ -58,7 +58,7 @@ def closest(name: str, options: list[str] | tuple[str, ...], n: int = 3) -> list
     return found
 
 
-def _key(value: Any) -> str:
+def value_key(value: Any) -> str:
     """How a raw category or label value is compared: its text, trimmed, case-folded."""
     return str(value).strip().casefold()
 
@@ -100,7 +100,7 @@ class OutcomeCoding:
 
     def label_of(self) -> dict[str, int]:
         """Trimmed, case-folded label -> 1 / 0."""
-        return {**{_key(v): 0 for v in self.not_selected}, **{_key(v): 1 for v in self.selected}}
+        return {**{value_key(v): 0 for v in self.not_selected}, **{value_key(v): 1 for v in self.selected}}
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,8 @@ class TableSettings:
 
     def category(self, role: str, raw: Any) -> str | None:
         """The popfair category of a raw value of the sex or race column (None = no mapping covers it)."""
-        key = _key(raw)
-        if key in {_key(u) for u in self.unknown_labels}:
+        key = value_key(raw)
+        if key in {value_key(u) for u in self.unknown_labels}:
             return UNKNOWN
         if key in self.values.get(role, {}):
             return self.values[role][key]
@@ -355,7 +355,7 @@ def _outcome(node: Mapping[str, Any]) -> OutcomeCoding:
     )
     require(kind != "rank" or k is not None, "table.outcome.k", "outcome.kind=rank needs k (rank <= k is selected)")
     selected, not_selected = tuple(node.get("selected") or ()), tuple(node.get("not_selected") or ())
-    both = {_key(v) for v in selected} & {_key(v) for v in not_selected}
+    both = {value_key(v) for v in selected} & {value_key(v) for v in not_selected}
     require(not both, "table.outcome.selected", f"labels {sorted(both)} are also in table.outcome.not_selected")
     return OutcomeCoding(kind=kind, selected=selected, not_selected=not_selected, k=k)
 
@@ -367,12 +367,12 @@ def _values(node: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         require(isinstance(mapping, Mapping), f"table.values.{role}", "must map raw values to popfair categories")
         out[role] = {}
         for raw, category in (mapping or {}).items():
-            target = _key(category)
+            target = value_key(category)
             if target != UNKNOWN and target not in CATEGORIES[role]:
                 hint = closest(target, CATEGORIES[role])
                 raise ConfigError(
                     f"table.values.{role}.{raw}: {category!r} is not a popfair {role} category; "
                     f"use one of {[*CATEGORIES[role], UNKNOWN]}" + (f" (did you mean {hint[0]}?)" if hint else "")
                 )
-            out[role][_key(raw)] = target
+            out[role][value_key(raw)] = target
     return out

@@ -150,9 +150,9 @@ def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings, shown_as
     except TypeError as exc:  # an unknown reader option
         raise ConfigError(f"table.read_options: {exc}") from None
     check_columns(settings, available, description)
-    columns = [_quote(c) for c in settings.read_columns(available)]
+    columns = [quote_identifier(c) for c in settings.read_columns(available)]
     if settings.columns.applicant_id is None and settings.dedupe != "keep":  # exact duplicate rows are counted
-        columns.append(f"hash({', '.join(_quote(c) for c in available)}) AS {ROW_HASH}")
+        columns.append(f"hash({', '.join(quote_identifier(c) for c in available)}) AS {ROW_HASH}")
     projected = relation.project(", ".join(columns))
     source = Source(con, description, fmt, available, "table.path", {"sha256": ""}, _hash=hasher)
     try:
@@ -260,7 +260,7 @@ def _open_database(con: duckdb.DuckDBPyConnection, settings: TableSettings, show
     finally:
         engine.dispose()
     checksum = con.execute(
-        f"SELECT count(*), coalesce(sum(hash(({', '.join(_quote(c) for c in columns)}))::HUGEINT) % 18446744073709551616, 0) FROM {SOURCE}"
+        f"SELECT count(*), coalesce(sum(hash(({', '.join(quote_identifier(c) for c in columns)}))::HUGEINT) % 18446744073709551616, 0) FROM {SOURCE}"
     ).fetchone()
     assert checksum is not None
     fingerprint = {
@@ -290,7 +290,7 @@ def _fetch_batches(conn: Any, select: Any, columns: list[str], con: duckdb.DuckD
         con.unregister("fetched_batch")
         created = True
     if not created:
-        nulls = ", ".join("NULL AS " + _quote(c) for c in columns)
+        nulls = ", ".join("NULL AS " + quote_identifier(c) for c in columns)
         con.execute(f"CREATE TABLE {SOURCE} AS SELECT * FROM (SELECT {nulls}) WHERE false")
 
 
@@ -344,7 +344,7 @@ def _sha256_into(path: Path, out: Future[str]) -> None:
         out.set_result(f"unreadable: {exc}")
 
 
-def _quote(name: str) -> str:
+def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 

@@ -2,7 +2,7 @@
 
 - Top-1 rate per group and LL144 impact ratios against the most-selected group, with CIs that
   re-choose the reference in every bootstrap replicate over trials and a test of "no group differs"
-  that accounts for that choice (popfair.estimate.impact_inference; trial = cluster).
+  that accounts for that choice (popfair.estimate.impact_ratio.inference; trial = cluster).
 - Mean rank per group (1 = first); a candidate a partial ranking leaves out gets the mean of the
   ranks left over.
 - P(group ranked above the reference group), and for every pair of groups (artifact).
@@ -28,7 +28,7 @@ from scipy import stats
 from popfair.core.constraints import Interval, Options, Rules, validate
 from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Profiles, Roles
-from popfair.estimate.impact_inference import impact_ratio_inference
+from popfair.estimate.impact_ratio.inference import impact_ratio_inference
 from popfair.estimate.ranking.model import (
     GROUP,
     SE_KINDS,
@@ -58,7 +58,7 @@ class RankingEstimator:
     se : str
         cluster (trial-clustered sandwich, default) | model standard errors of the logit.
     n_bootstrap, n_permutations, alpha, flag_below, seed
-        The impact-ratio inference (popfair.estimate.impact_inference) and the CI level of all.
+        The impact-ratio inference (popfair.estimate.impact_ratio.inference) and the CI level of all.
     power_effect, power
         The dry-run plan reports the trials needed to detect a log-worth difference of
         `power_effect` between two groups with this power (top-1 only vs the whole ranking).
@@ -67,7 +67,7 @@ class RankingEstimator:
     --------
     >>> import numpy as np
     >>> from popfair import RankingEstimator
-    >>> from popfair.estimate.ranking.power import simulate_rankings
+    >>> from popfair.estimate.ranking.top1_power import simulate_rankings
     >>> trials = simulate_rankings(800, [0.5, 0.0, 0.0, 0.0], [0.3, 0, 0, 0], np.random.default_rng(0))
     >>> rows = pd.DataFrame({"trial_id": np.repeat(np.arange(800), 4), "group": np.tile(trials.groups, 800),
     ...                      "position": trials.position.ravel(), "rank": trials.rank.ravel()})
@@ -136,7 +136,7 @@ class RankingEstimator:
     def plan_note(self, profiles: Profiles) -> str:
         """The trials needed to detect `power_effect` from the winner alone and from the whole ranking
         (for a dry run's plan), beside the trials the case has."""
-        from popfair.estimate.ranking.power import trials_needed
+        from popfair.estimate.ranking.top1_power import trials_needed
 
         k, n = profiles.table[GROUP].nunique(), profiles.table[TRIAL].nunique()
 

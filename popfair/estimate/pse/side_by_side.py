@@ -17,8 +17,8 @@ from popfair.core.constraints import ParameterError
 from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS, Estimator, factual_rows
-from popfair.estimate.interventional import Interventional
-from popfair.estimate.sfm import EFFECTS
+from popfair.estimate.pse.interventional import Interventional
+from popfair.estimate.pse.sfm import EFFECTS
 
 INTERVENTIONAL_PREFIX = "intv_"
 
@@ -47,7 +47,7 @@ class SideBySide:
         if not isinstance(interventional, Interventional):
             raise ParameterError(
                 "interventional",
-                f"must be popfair.estimate.interventional.Interventional, got {type(interventional).__name__}",
+                f"must be popfair.estimate.pse.interventional.Interventional, got {type(interventional).__name__}",
             )
         self.observational, self.interventional = observational, interventional
         self.counterfactuals = interventional.counterfactuals  # the interventional part's worlds

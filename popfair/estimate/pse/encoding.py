@@ -188,7 +188,7 @@ def _encode_column(column: pd.Series, max_categories: int, notes: list[str]) -> 
     return (codes[:, None] == np.arange(len(levels))[None, :]).astype(np.float32)
 
 
-def _assign_folds(
+def assign_folds(
     a: np.ndarray, folds: int, seed: int, *, x: str, levels: tuple[str, str], split: int = 0
 ) -> np.ndarray:
     """Fold id per row, stratified by X so every fold holds both levels when that is possible;

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
 
 RACES = np.array(["black", "white", "hispanic", "api", "other"])
 RACE_SHARES = np.array([0.13, 0.58, 0.17, 0.08, 0.04])

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.types import Effects, Roles
-from popfair.estimate.identification import gate
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, pattern_labels
+from popfair.estimate.pse.identification import gate
+from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, pattern_labels
 
 
 def _columns(columns: tuple[str, ...], grouped_from: Mapping[str, str]) -> str:

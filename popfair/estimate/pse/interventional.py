@@ -11,7 +11,7 @@ psi(x1,x0,x1), psi(x1,x1,x0) for n sampled applicants, one seed); the population
 common random numbers (Z and every noise term fixed), and the case's renderer and screener treat
 them like the factual resumes, in the same pass and through the same response cache (a
 counterfactual document equal to a factual one, such as an applicant's own world, costs nothing).
-TE, NDE, NIE, BIE and RIE are means of within-applicant contrasts (`popfair.estimate.sfm.CONTRASTS`,
+TE, NDE, NIE, BIE and RIE are means of within-applicant contrasts (`popfair.estimate.pse.sfm.CONTRASTS`,
 so TE = NDE + NIE and NIE = BIE + RIE hold per applicant) with paired CIs: a t interval on the
 per-applicant contrasts (default) or a percentile bootstrap over applicants.
 
@@ -36,7 +36,7 @@ from popfair.core.errors import EstimationError
 from popfair.core.types import FACTUAL, WORLD, Effects, Plot, Roles, WorldRequest
 from popfair.estimate.base import contrast_rows
 from popfair.estimate.inference import ALPHA, CI_METHODS, N_BOOTSTRAP, SEED, mean_inference
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS, pattern_labels
+from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS, pattern_labels
 
 log = logging.getLogger("popfair")
 

@@ -10,14 +10,14 @@ import pandas as pd
 
 from popfair.core.types import Effects, Plot
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.impact_ratio_settings import (
+from popfair.estimate.impact_ratio.labels import (
     DIMENSION_TITLES,
-    ImpactRatioSettings,
-    _display,
-    _markdown_table,
-    _metric_description,
-    _metric_safe,
+    category_label,
+    markdown_table,
+    metric_description,
+    metric_key,
 )
+from popfair.estimate.impact_ratio.settings import ImpactRatioSettings
 
 
 @dataclass
@@ -73,7 +73,7 @@ class ImpactRatios:
             {
                 "metric": t["metric"],
                 "dimension": t["dimension"].map(DIMENSION_TITLES),
-                "category": [_display(c) for c in t["category"]],
+                "category": [category_label(c) for c in t["category"]],
                 "n_applicants": t["n_applicants"].astype(int),
                 selected_header: t["n_selected"].astype(int),
                 "rate": t["rate"].round(4),
@@ -103,7 +103,7 @@ class ImpactRatios:
         ]
         for metric, cutoff in self.thresholds.items():
             lines.append(
-                f"- `{metric}`: {_metric_description(metric)}"
+                f"- `{metric}`: {metric_description(metric)}"
                 + (f" (cutoff on this sample: {cutoff:g})" if np.isfinite(cutoff) else "")
             )
         for dimension, count in self.n_unknown().items():
@@ -113,7 +113,7 @@ class ImpactRatios:
             lines.append(f"- Excluded categories: {self.settings.exclusion_justification}")
         explanations = self.explanations()
         for (metric, dimension), block in summary.groupby(["metric", "dimension"], sort=False):
-            lines += ["", f"## {metric}: {dimension}", "", _markdown_table(block.drop(columns=["metric", "dimension"]))]
+            lines += ["", f"## {metric}: {dimension}", "", markdown_table(block.drop(columns=["metric", "dimension"]))]
             key = (metric, next(d for d, title in DIMENSION_TITLES.items() if title == dimension))
             if key in explanations:
                 lines += ["", explanations[key]]
@@ -130,7 +130,7 @@ class ImpactRatios:
         (`popfair.track.figures.draw` makes the Figure)."""
         return Plot(
             "impact_ratio",
-            self.table.assign(category=[_display(c) for c in self.table["category"]]),  # the report's names
+            self.table.assign(category=[category_label(c) for c in self.table["category"]]),  # the report's names
             options={
                 "dimensions": DIMENSION_TITLES,
                 "flag_below": self.settings.flag_below,
@@ -150,7 +150,7 @@ class ImpactRatios:
             out[f"{prefix}.n_flagged"] = float(block["flag"].sum())
             out[f"{prefix}.n_flags_surviving"] = float(block["flag_survives"].sum())
             for row in block.itertuples():
-                name = f"{prefix}.{_metric_safe(row.category)}"
+                name = f"{prefix}.{metric_key(row.category)}"
                 out[f"{name}.ratio"] = float(row.impact_ratio)
                 out[f"{name}.ci_low"] = float(row.ci_low)
                 out[f"{name}.ci_high"] = float(row.ci_high)

@@ -139,7 +139,7 @@ class PseSettings:
         A database URL for them instead (the server cache of a sweep over machines); wins over
         `cache_dir`.
     gate : bool, default True
-        Report effects the data do not identify as not identified (`popfair.estimate.identification`).
+        Report effects the data do not identify as not identified (`popfair.estimate.pse.identification`).
     max_mass_error, min_ess, min_crossing : float, float, int
         The identification rule's thresholds (0.1, 200, 50).
     """
@@ -169,10 +169,10 @@ class PseSettings:
     n_jobs: int | None = 1  # threads for independent XGBoost fits (None: every CPU this process may use)
     cluster: str | None = None  # column whose values are resampled whole (cluster-robust SEs)
     cache_dir: str | Path | None = (
-        None  # where reusable nuisances are kept (popfair.estimate.nuisance_cache; None: memory)
+        None  # where reusable nuisances are kept (popfair.estimate.pse.nuisance_cache; None: memory)
     )
     cache_url: str | None = None  # a database URL for them instead; wins over cache_dir
-    # Identification gate (popfair.estimate.identification, docs/concepts/identification.md): an effect
+    # Identification gate (popfair.estimate.pse.identification, docs/concepts/identification.md): an effect
     # whose means fail it is reported as not identified, without numbers or labels. gate=False: report all.
     gate: bool = True
     max_mass_error: float = 0.1  # |mean weight - 1| allowed for pi3 and pi2 of each counterfactual mean

@@ -50,7 +50,7 @@ CASE_LABELS = {
 
 
 # The effects each section 5.2 pattern reads: a pattern is not decided when one of them is not
-# identified (column `identified`, popfair.estimate.identification).
+# identified (column `identified`, popfair.estimate.pse.identification).
 LABEL_DEPENDS: dict[int, tuple[str, ...]] = {
     1: ("NDE",),
     2: ("TE", "NDE", "NIE"),

@@ -14,7 +14,7 @@ LL144 definitions used here:
 The four-fifths rule flags ratios below 0.8. For scores we also report a configurable threshold
 (top k% of scores, or an absolute minimum score) as a selection rule an employer might apply.
 
-Every table goes through counts per (cluster x) sex x race cell and `popfair.estimate.impact_inference`:
+Every table goes through counts per (cluster x) sex x race cell and `popfair.estimate.impact_ratio.inference`:
 bootstrap CIs over clusters (applicants without clusters) that re-choose the reference in every
 replicate, and a permutation test of "no category differs" that says which four-fifths flags survive
 the choice of reference. Score cutoffs (median, top share) are the sample's, held fixed in the bootstrap.
@@ -34,19 +34,19 @@ from popfair.core.constraints import Options, Rules, Text, validate
 from popfair.core.errors import DataError, EstimationError
 from popfair.core.race_coding import RACE_SCHEMES, recode_race
 from popfair.core.types import Effects, Roles
-from popfair.estimate.impact_inference import RatioInference, count_values, infer_groupings
-from popfair.estimate.impact_ratio_settings import (
+from popfair.estimate.impact_ratio.inference import RatioInference, count_values, infer_groupings
+from popfair.estimate.impact_ratio.labels import category_label
+from popfair.estimate.impact_ratio.resampling import Units
+from popfair.estimate.impact_ratio.settings import (
     DEFAULT_CLUSTER,
     EXCLUSION_JUSTIFICATION,
     IMPACT_RATIO_CONSTRAINTS,
     UNKNOWN,
     ImpactRatioSettings,
-    _display,
-    _Metric,
-    _metrics_for,
+    Metric,
+    metrics_for,
 )
-from popfair.estimate.impact_ratio_table import ImpactRatios
-from popfair.estimate.resampling import Units
+from popfair.estimate.impact_ratio.table import ImpactRatios
 
 
 def impact_ratios(
@@ -104,7 +104,7 @@ def impact_ratios(
     outcome = _resolve_outcome(values, settings.outcome, y)
     cluster = _resolve_cluster(data, settings.cluster)
     thresholds, selected = {}, {}
-    for metric in _metrics_for(outcome, settings):
+    for metric in metrics_for(outcome, settings):
         thresholds[metric.name], selected[metric.name] = _select(metric, values)
     return _ll144(
         data[sex],
@@ -283,7 +283,7 @@ def _ll144(
                     "null_flag_rate": result.null_flag_rate,
                     "null_method": result.null_method,
                     "n_permutations": result.n_permutations,
-                    "explanation": result.explain(_display),
+                    "explanation": result.explain(category_label),
                 }
             )
     return ImpactRatios(
@@ -318,7 +318,7 @@ def _sum_by(key: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(key, weights=weights, minlength=size).astype(float)
 
 
-def _select(metric: _Metric, values: np.ndarray) -> tuple[float, np.ndarray]:
+def _select(metric: Metric, values: np.ndarray) -> tuple[float, np.ndarray]:
     """The cutoff a rule applies to this sample, and who it selects (held fixed in the bootstrap:
     LL144 defines the scoring rate against the sample's own median)."""
     if metric.rule == "selected":

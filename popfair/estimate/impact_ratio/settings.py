@@ -1,20 +1,12 @@
-"""The settings of the LL144 impact-ratio audit (config `estimator=impact_ratio`, `outcome_audit`), its
-metrics and how categories are named in tables and metric keys."""
+"""The settings of the LL144 impact-ratio audit (config `estimator=impact_ratio`, `outcome_audit`) and
+its metrics (the rates whose ratios are taken)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
-import numpy as np
-import pandas as pd
-
 from popfair.core.constraints import Boolean, Interval, ListOf, Options, Rules, Text, validate
-from popfair.core.race_coding import LL144_DISPLAY
 from popfair.estimate.inference import ALPHA, N_BOOTSTRAP, SEED
-
-DIMENSION_TITLES = {"sex": "Sex", "race": "Race/Ethnicity", "sex_race": "Intersectional (sex x race)"}
-
 
 UNKNOWN = "unknown"
 
@@ -23,20 +15,6 @@ OUTCOMES = ("auto", "score", "callback")
 
 
 DEFAULT_CLUSTER = "posting_id"
-
-
-# Display labels for the published-summary layout; other values are shown as they are.
-DISPLAY = {
-    "female": "Female",
-    "male": "Male",
-    "black": "Black or African American",
-    "white": "White",
-    "hispanic": "Hispanic or Latino",
-    "api": "Asian or Pacific Islander",
-    "other": "Other race",
-    UNKNOWN: "Unknown",
-    **LL144_DISPLAY,
-}
 
 
 EXCLUSION_JUSTIFICATION = (
@@ -117,7 +95,7 @@ IMPACT_RATIO_CONSTRAINTS: Rules = {
 
 
 @dataclass(frozen=True)
-class _Metric:
+class Metric:
     """One rate: `selection` (callbacks) or a score rule: above the median, top share, >= value."""
 
     name: str
@@ -125,41 +103,12 @@ class _Metric:
     value: float | None = None
 
 
-def _metrics_for(outcome: str, settings: ImpactRatioSettings) -> list[_Metric]:
+def metrics_for(outcome: str, settings: ImpactRatioSettings) -> list[Metric]:
     if outcome == "callback":
-        return [_Metric("selection", "selected")]
-    metrics = [_Metric("scoring_median", "above_median")]
+        return [Metric("selection", "selected")]
+    metrics = [Metric("scoring_median", "above_median")]
     if settings.top_share is not None:
-        metrics.append(_Metric(f"top_{settings.top_share * 100:g}pct", "top_share", settings.top_share))
+        metrics.append(Metric(f"top_{settings.top_share * 100:g}pct", "top_share", settings.top_share))
     if settings.min_score is not None:
-        metrics.append(_Metric(f"score_ge_{settings.min_score:g}", "min_score", settings.min_score))
+        metrics.append(Metric(f"score_ge_{settings.min_score:g}", "min_score", settings.min_score))
     return metrics
-
-
-def _display(category: str) -> str:
-    return " / ".join(DISPLAY.get(part, part) for part in str(category).split("-"))
-
-
-def _metric_safe(category: str) -> str:
-    """MLflow metric names allow letters, digits, _ - . / and space; replace anything else."""
-    return re.sub(r"[^\w\-/ ]", "_", str(category)).replace(".", "_")
-
-
-def _metric_description(metric: str) -> str:
-    if metric == "selection":
-        return "selection rate (share called back)"
-    if metric == "scoring_median":
-        return "LL144 scoring rate (share scoring above the sample's median)"
-    if metric.startswith("top_"):
-        return "share in the top of the score distribution (ties at the cutoff included)"
-    return "share scoring at or above the absolute threshold"
-
-
-def _markdown_table(frame: pd.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = [
-        "| " + " | ".join("" if (isinstance(v, float) and not np.isfinite(v)) else str(v) for v in row) + " |"
-        for row in frame.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *body])

@@ -40,8 +40,8 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from popfair.core.errors import DataError
+from popfair.estimate.impact_ratio.resampling import Units, bootstrap_totals, permutation_totals
 from popfair.estimate.inference import bootstrap_se, percentile_ci
-from popfair.estimate.resampling import Units, bootstrap_totals, permutation_totals
 
 TIES = 1e-9  # ratios this close count as equal when comparing with the null
 

@@ -1,8 +1,8 @@
 """The DML-UCA algorithm behind `estimate_pse`: cross-fitting and the per-row doubly robust scores
-(settings in `popfair.estimate.dml_settings`, the roles as numbers in `popfair.estimate.dml_encoding`). The XGBoost nuisances are fit in
-`popfair.estimate.nuisances` and kept for reuse in `popfair.estimate.nuisance_cache`.
+(settings in `popfair.estimate.pse.settings`, the roles as numbers in `popfair.estimate.pse.encoding`). The XGBoost nuisances are fit in
+`popfair.estimate.pse.nuisances` and kept for reuse in `popfair.estimate.pse.nuisance_cache`.
 
-For each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.sfm.TARGETS`) the score is
+For each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.pse.sfm.TARGETS`) the score is
 (PopResume, arXiv 2603.22714, Table 1 and C.2):
 
     mu3(B,R,X,Z) = E[Y | B,R,X,Z];  mu2(R,X,Z) = E[mu3(B,R,x_y,Z) | R,X,Z];  mu1(X,Z) = E[mu2(R,x_b,Z) | X,Z]
@@ -39,11 +39,10 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.types import Roles
-from popfair.estimate.dml_encoding import NumericRoles, _assign_folds
-from popfair.estimate.dml_settings import PseOverlapWarning, PseSettings, resolve_splits
-from popfair.estimate.identification import mean_diagnostics, worst
-from popfair.estimate.nuisance_cache import NuisanceCache, clear_memory_cache
-from popfair.estimate.nuisances import (
+from popfair.estimate.pse.encoding import NumericRoles, assign_folds
+from popfair.estimate.pse.identification import mean_diagnostics, worst
+from popfair.estimate.pse.nuisance_cache import NuisanceCache, clear_memory_cache
+from popfair.estimate.pse.nuisances import (
     OUTCOME,
     PROPENSITIES,
     PROPENSITY,
@@ -53,7 +52,8 @@ from popfair.estimate.nuisances import (
     nuisance_names,
     tune,
 )
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.pse.settings import PseOverlapWarning, PseSettings, resolve_splits
+from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
 
 log = logging.getLogger("popfair.pse")
 SENSITIVITY_CLIPS = (0.001, 0.005, 0.01, 0.02, 0.05)  # clipping bounds the sensitivity table re-scores
@@ -87,7 +87,7 @@ def dml_scores(data: pd.DataFrame, roles: Roles, y: str, settings: PseSettings) 
         data, roles, y, cluster=settings.cluster, max_categories=settings.max_categories
     )
     fold_of = [
-        _assign_folds(encoded.a, settings.folds, settings.seed, x=roles.x, levels=(roles.x0, roles.x1), split=s)
+        assign_folds(encoded.a, settings.folds, settings.seed, x=roles.x, levels=(roles.x0, roles.x1), split=s)
         for s in range(resolve_splits(settings.n_splits, encoded.y))
     ]
     timings["encode"] = time.perf_counter() - clock
@@ -294,7 +294,7 @@ def _fold_scores(
 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]], dict[str, np.ndarray]]:
     """The held-out rows' doubly robust scores from the fold's nuisances, the weights' ranges, and
     per row and TARGETS mean the weights pi2, pi3 and whether the row is a crossing applicant
-    (`popfair.estimate.identification`)."""
+    (`popfair.estimate.pse.identification`)."""
     held = np.flatnonzero(fold_of == fold)
     mu3_at, mu2_at, mu1_at = outcomes
 

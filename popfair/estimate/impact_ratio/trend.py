@@ -1,6 +1,6 @@
 """Impact ratios by period (`table.period`: month, quarter or year): each period's LL144 tables with
 the same reference-aware CIs as the whole table's (`impact_ratios_from_counts` on that period's
-counts), the test of change between periods (`popfair.estimate.impact_change`), what changed in
+counts), the test of change between periods (`popfair.estimate.impact_ratio.change`), what changed in
 plain words, the trend chart (a `Plot` of kind "trend") and one MLflow step per period."""
 
 from __future__ import annotations
@@ -16,17 +16,11 @@ import pandas as pd
 
 from popfair.core.errors import DataError
 from popfair.core.types import Plot
-from popfair.estimate.impact_change import TESTED_DIMENSIONS, change_tests
-from popfair.estimate.impact_ratio import impact_ratios_from_counts
-from popfair.estimate.impact_ratio_settings import (
-    DIMENSION_TITLES,
-    UNKNOWN,
-    ImpactRatioSettings,
-    _display,
-    _markdown_table,
-    _metric_safe,
-)
-from popfair.estimate.impact_ratio_table import ImpactRatios
+from popfair.estimate.impact_ratio.change import TESTED_DIMENSIONS, change_tests
+from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label, markdown_table, metric_key
+from popfair.estimate.impact_ratio.ratios import impact_ratios_from_counts
+from popfair.estimate.impact_ratio.settings import UNKNOWN, ImpactRatioSettings
+from popfair.estimate.impact_ratio.table import ImpactRatios
 
 TREND_COLUMNS = [
     "period",
@@ -125,13 +119,13 @@ class PeriodRatios:
                     "excluded" if s == "excluded" else (f"{r:.3f} [{lo:.2f}, {hi:.2f}]" if np.isfinite(r) else "")
                     for s, r, lo, hi in zip(block["status"], block["impact_ratio"], block["ci_low"], block["ci_high"])
                 ],
-                category=[_display(c) for c in block["category"]],
+                category=[category_label(c) for c in block["category"]],
             ).pivot(index="category", columns="period", values="cell")
             wide = wide.reindex(columns=[p for p in self.periods if p in wide.columns]).fillna("")
-            lines += ["", f"## {metric}: {DIMENSION_TITLES[dimension]}", "", _markdown_table(wide.reset_index())]
+            lines += ["", f"## {metric}: {DIMENSION_TITLES[dimension]}", "", markdown_table(wide.reset_index())]
         if len(self.changes):
             shown = self.changes.drop(columns=["moved"], errors="ignore").round(4)
-            lines += ["", "## Tests of change against the earlier periods", "", _markdown_table(shown)]
+            lines += ["", "## Tests of change against the earlier periods", "", markdown_table(shown)]
         return "\n".join(lines) + "\n"
 
     def plot(self) -> Plot:
@@ -142,7 +136,7 @@ class PeriodRatios:
         flagged = self.flagged()
         return Plot(
             "trend",
-            shown.assign(category=[_display(c) for c in shown["category"]]),
+            shown.assign(category=[category_label(c) for c in shown["category"]]),
             title=f"{metric} by {self.period} with {round((1 - self.settings.alpha) * 100)}% bootstrap CIs",
             options={
                 "periods": list(self.periods),
@@ -165,7 +159,7 @@ class PeriodRatios:
                 prefix = f"period.{metric}.{dimension}"
                 metrics[f"{prefix}.min_ratio"] = float(block["impact_ratio"].min())
                 for row in block.itertuples():
-                    name = f"{prefix}.{_metric_safe(row.category)}"
+                    name = f"{prefix}.{metric_key(row.category)}"
                     for key, value in (
                         ("rate", row.rate),
                         ("ratio", row.impact_ratio),
@@ -277,7 +271,7 @@ def _moved(cells: pd.DataFrame, metric: str, dimension: str, periods: list[str],
     order = move.abs().sort_values(ascending=False).index[:3]
     return (
         ", ".join(
-            f"{_display(c)} {'fell' if move[c] < 0 else 'rose'} {ratio_before[c]:.2f} -> {ratio_after[c]:.2f}"
+            f"{category_label(c)} {'fell' if move[c] < 0 else 'rose'} {ratio_before[c]:.2f} -> {ratio_after[c]:.2f}"
             for c in order
             if abs(move[c]) >= 0.005
         )

@@ -1,5 +1,5 @@
 """A case's power plan: the `plan.*` settings, the previous run they may name (`plan.from_run`), and
-the design's power line (popfair.design.power) for the case's sample or the table's categories, as
+the design's power line (popfair.design.base.plan_power, the design's planning.py) for the case's sample or the table's categories, as
 the dry run, doctor, the MLflow run and the reports show it."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.core.errors import PopfairError
-from popfair.design.power import PreviousRun, ScoreScale, plan_power
+from popfair.design import design_named
+from popfair.design.base import PreviousRun, ScoreScale, plan_power
 from popfair.estimate.power import PowerPlan, PowerSettings
 
 log = logging.getLogger("popfair")
@@ -42,7 +43,7 @@ class CasePower:
     def plan(self, design: str, sample: Any, scale: ScoreScale | None = None) -> PowerPlan | None:
         """The design's power line for `sample` (Profiles, or the table's categories); `scale`: the
         screener's score scale (its scores in this run, or its declared range before any)."""
-        return plan_power(design, sample, self.settings, self.previous, scale)
+        return plan_power(design_named(design), sample, self.settings, self.previous, scale)
 
     def quietly(self, design: str, sample: Any, scale: ScoreScale | None = None) -> PowerPlan | None:
         """`plan`, with a failure logged instead of raised (a run's results come first)."""

@@ -2,11 +2,11 @@
 
 Standard fairness model: protected X (levels x0, x1), confounders Z, business-necessity mediators B,
 redlining proxies R, outcome Y (a 0-100 score or a 0/1 callback). Every effect is a contrast
-(`popfair.estimate.sfm.CONTRASTS`) of five counterfactual means
+(`popfair.estimate.pse.sfm.CONTRASTS`) of five counterfactual means
 
     psi(x_y, x_b, x_r) = E[ Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}} ]
 
-each estimated as the mean of a cross-fitted doubly robust score (`popfair.estimate.dml`).
+each estimated as the mean of a cross-fitted doubly robust score (`popfair.estimate.pse.dml`).
 
 Inference (`popfair.estimate.inference.mean_inference`): influence-function standard errors (std of
 the per-row scores / sqrt(n), cluster-robust with `cluster`), and percentile CIs from bootstrap
@@ -14,7 +14,7 @@ resamples of the cross-fitted score rows (or of whole clusters); the nuisances a
 the bootstrap. `n_splits` > 1 repeats the cross-fitting on that many fold assignments and averages
 them, with Chernozhukov et al.'s (2018) mean-aggregation variance; "auto" (the default) is 1 split
 for scores, as the paper, and 5 for 0/1 outcomes. An effect whose CI excludes 0 is significant; the significance pattern gives the
-paper's section 5.2 pattern labels (`popfair.estimate.sfm.pattern_labels`).
+paper's section 5.2 pattern labels (`popfair.estimate.pse.sfm.pattern_labels`).
 
 This module is the entry point (`estimate_pse`) and the `estimator=pse_dml` adapter.
 """
@@ -34,12 +34,12 @@ from popfair.core.constraints import ParameterError
 from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS
-from popfair.estimate.dml import clear_tuning_cache, dml_scores
-from popfair.estimate.dml_settings import PSE_CONSTRAINTS, PseOverlapWarning, PseSettings, TuningGrid
-from popfair.estimate.estimand import coarse_metrics, coarse_notes
-from popfair.estimate.identification import IdentificationRule, gate, mean_problems
 from popfair.estimate.inference import mean_inference
-from popfair.estimate.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS, pattern_labels
+from popfair.estimate.pse.dml import clear_tuning_cache, dml_scores
+from popfair.estimate.pse.estimand import coarse_metrics, coarse_notes
+from popfair.estimate.pse.identification import IdentificationRule, gate, mean_problems
+from popfair.estimate.pse.settings import PSE_CONSTRAINTS, PseOverlapWarning, PseSettings, TuningGrid
+from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS, pattern_labels
 
 __all__ = [
     "PseDml",
@@ -84,11 +84,11 @@ class PseResult:
         Fold assignments cross-fit and averaged (n_splits="auto": 5 for 0/1 outcomes, else 1).
     identification : DataFrame, optional
         Per counterfactual mean: weight masses, effective sample size, crossing applicants, clipped
-        share, `identified` and `reason` (`popfair.estimate.identification`).
+        share, `identified` and `reason` (`popfair.estimate.pse.identification`).
     sensitivity : DataFrame, optional
         Per clipping bound and effect: estimate and SE from the same nuisances, identified or not.
     coarse : DataFrame, optional
-        The coarser split (`popfair.estimate.sfm.COARSE_EFFECTS`: the qualification path BIE_coarse
+        The coarser split (`popfair.estimate.pse.sfm.COARSE_EFFECTS`: the qualification path BIE_coarse
         and everything else, TE_minus_BIE) with the effects' columns, from the same bootstrap and
         gated by the same rule; it needs one mixing mean, psi(x1, x0, x1), instead of three.
     """
@@ -113,11 +113,6 @@ class PseResult:
     def pattern(self) -> str:
         """The PopResume discrimination patterns (section 5.2) the effects show, or "none"."""
         return "; ".join(self.labels) if self.labels else "none"
-
-    @property
-    def case(self) -> str:
-        """Deprecated name of `pattern` ("case" now names only a run)."""
-        return self.pattern
 
     def plot(self, title: str = "Path-specific effects") -> Plot:
         """The five effects with their CIs (`popfair.track.figures.draw` makes the Figure).
@@ -187,7 +182,7 @@ def estimate_pse(
     Examples
     --------
     >>> from popfair import estimate_pse
-    >>> from popfair.estimate.sfm_sim import SimulatedSFM
+    >>> from popfair.estimate.pse.simulate import SimulatedSFM
     >>> sim = SimulatedSFM()
     >>> data = sim.sample(3000, seed=1)
     >>> result = estimate_pse(data, x0=sim.x0, x1=sim.x1, y="y", n_bootstrap=200, **sim.roles)  # doctest: +SKIP

@@ -1,8 +1,8 @@
 """Whether the data identify each path-specific effect at this n: weight diagnostics, the stated rule, the gate.
 
-DML-UCA estimates each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.sfm.TARGETS`) by
+DML-UCA estimates each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.pse.sfm.TARGETS`) by
 reweighting the rows of group x_y to look like group x_b in B and like group x_r in R
-(`popfair.estimate.dml`). A mean that mixes groups rests on the "crossing" applicants: rows of x_y
+(`popfair.estimate.pse.dml`). A mean that mixes groups rests on the "crossing" applicants: rows of x_y
 whose covariates look like the other group (for nurse x gender, men with female-typical names).
 When there are few of them, propensities are clipped, the weights lose their mass and the outcome
 model extrapolates; the estimate and its CI then describe the model, not the screener.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popfair.estimate.sfm import CONTRASTS, EFFECTS, TARGETS
+from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
 
 NUMBER_COLUMNS = ("estimate", "se", "ci_low", "ci_high", "p_value")
 
@@ -164,13 +164,3 @@ def gate(
     if "significant" in table:
         table["significant"] = table["significant"].astype(bool) & table["identified"]
     return table
-
-
-def identification_tags(table: pd.DataFrame) -> dict[str, str]:
-    """MLflow tags `identification.<effect>`: "identified" or the reason, for tables that carry them."""
-    if "identified" not in table:
-        return {}
-    return {
-        f"identification.{effect}": "identified" if bool(row["identified"]) else str(row["reason"])
-        for effect, row in table.iterrows()
-    }

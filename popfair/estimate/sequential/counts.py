@@ -1,11 +1,11 @@
 """Anytime-valid rates and impact ratios from counts alone, for a watch that keeps only counts between
 looks (`table.watch`: popfair.case.table_watch).
 
-`popfair.estimate.sequential.GroupRates` feeds each unit, in order, to a betting or empirical-Bernstein
+`popfair.estimate.sequential.sequences.GroupRates` feeds each unit, in order, to a betting or empirical-Bernstein
 confidence sequence; a watch keeps no rows between its looks, only how many applicants of each
 category it has seen and how many were selected. For 0/1 outcomes the beta-binomial mixture
 confidence sequence (Robbins 1970; Howard et al. 2021, the `ville.BernoulliCS` of the library
-`popfair.estimate.sequential` uses) depends on nothing else: its interval after n applicants with S
+`popfair.estimate.sequential.sequences` uses) depends on nothing else: its interval after n applicants with S
 selected is {p : B(a + S, b + n - S) / B(a, b) < p^S (1 - p)^(n - S) / alpha} (Beta(1, 1) mixture), and
 it covers the rate at every n at once with probability >= 1 - alpha, so at every look, however the
 rows were batched. `CountRates` is `GroupRates` with that interval per category (Bonferroni alpha / G
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from popfair.core.errors import EstimationError
-from popfair.estimate.sequential import AnytimeInterval, GroupRates
+from popfair.estimate.sequential.sequences import AnytimeInterval, GroupRates
 
 METHOD = "beta-binomial mixture"
 

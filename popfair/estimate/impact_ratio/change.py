@@ -1,5 +1,5 @@
 """The test of change over time in impact ratios: did the ratios of the categories' selection rates
-move between periods? (table.period; `popfair.estimate.impact_trend` runs it.)
+move between periods? (table.period; `popfair.estimate.impact_ratio.trend` runs it.)
 
 The impact ratio is a ratio of selection rates, so the model is on the log of the rate (a binomial
 GLM with a log link, statsmodels), fitted to the counts of selected and not selected per period x

@@ -1,0 +1,1 @@
+"""Anytime-valid confidence sequences and the stopping rules of sequential audits."""
