@@ -49,7 +49,7 @@ def test_mlflow_round_trip(small_run):
         else:  # not identified: no number and no significance flag logged, the reason as a readable tag
             assert not [k for k in run.data.metrics if k.startswith(f"{effect}.")]
             assert f"{effect}.significant" not in run.data.metrics
-            assert run.data.tags[f"not_identified.{effect}"].startswith("not identified at n=400")
+            assert run.data.tags[f"{effect}.identified"].startswith("no: not identified at n=400")
             assert effect in run.data.tags["not_identified"].split(", ")
     assert run.data.tags["pattern"] == result.effects.pattern
     assert run.data.tags["popfair_version"]

@@ -127,16 +127,14 @@ def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
     text = format_effects(result.effects)
     tags = not_identified_tags(result.effects)
     hidden = [e for e in EFFECTS if not result.effects.table.loc[e, "identified"]]
-    assert {k for k in tags if not k.startswith("not_identified.coarse.")} == (
-        {"not_identified", *(f"not_identified.{e}" for e in hidden)} if hidden else set()
-    )
+    assert set(tags) == {f"{e}.identified" for e in EFFECTS} | ({"not_identified"} if hidden else set())
     # the estimand in plain words: text resumes never show the protected attribute; R is grouped
     attribute = "race" if kind == "race" else "gender"
     assert f"The text documents never display {attribute}, so the direct path X -> Y is structurally absent" in text
     assert "name_gender_typicality (grouped from the raw first_name)" in text and "exp_year (raw)" in text
     assert result.effects.artifacts["estimand.txt"].startswith("Estimand: ")
     if kind == "race":
-        assert "not identified" not in text and tags == {}
+        assert "not identified" not in text and set(tags.values()) == {"yes"}
         assert "coarser split" not in text  # offered only where the fine decomposition is not identified
         return
     # the coarser split is offered with its numbers, or said not to be identified either
@@ -149,8 +147,8 @@ def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
     if kind == "blind":  # it reads raw first names, which R holds only grouped: a known failure, named
         assert "the screener reads the raw first_name, which the model holds only grouped" in text
     assert "outcome model extrapolating" in text or "only" in text
-    assert "not_identified.TE" not in tags and "TE" not in tags["not_identified"].split(", ")
-    assert tags["not_identified.NDE"].startswith("not identified")
+    assert tags["TE.identified"] == "yes" and "TE" not in tags["not_identified"].split(", ")
+    assert tags["NDE.identified"].startswith("no: not identified")
     sens = result.effects.artifacts["pse_clip_sensitivity.csv"]
     assert set(sens["clip"]) >= {0.001, 0.01, 0.05}
     assert not sens.loc[(sens["effect"] == "NDE"), "identified"].any()  # no clip bound rescues it

@@ -55,10 +55,12 @@ def test_not_identified_is_a_tag_never_a_number_or_a_significance_flag(default_c
     for effect in effects.index:
         if effect in hidden:
             assert f"{effect}.significant" not in metrics and f"{effect}.estimate" not in metrics
-            assert tags[f"not_identified.{effect}"].startswith("not identified at n=")
+            assert tags[f"{effect}.identified"].startswith("no: not identified at n=")
         else:
-            assert f"{effect}.significant" in metrics and f"not_identified.{effect}" not in tags
+            assert f"{effect}.significant" in metrics and tags.get(f"{effect}.identified", "yes") == "yes"
     assert not [k for k in metrics if k.endswith(".identified")]  # one way to say it: the tags
+    # the MLflow UI shows a tag's key whole at most 15 characters long, or key and value at most 30
+    assert all(len(k) <= 15 or len(k) + len(tags[k]) <= 30 for k in tags if k.endswith(".identified"))
     if hidden:
         assert set(hidden) <= set(tags["not_identified"].split(", "))
     for effect in hidden:  # the console says it where the run says it

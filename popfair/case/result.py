@@ -94,7 +94,7 @@ class CasePrompts:
 def effects_metrics(effects: Effects) -> dict[str, float]:
     """An effects table as MLflow metrics, one scheme and each number once: `<effect>.<column>` for the
     numbers of every identified effect (an effect that is not identified logs nothing: no estimate, no
-    `significant` flag; its `not_identified.<effect>` tag says why, popfair.report.run_page), plus the
+    `significant` flag; its `<effect>.identified` tag says why, popfair.report.run_page), plus the
     estimator's own metrics. Impact ratios are logged once, as the estimator's `ll144.*` metrics (the
     scheme every case's outcome audit uses), not again row by row."""
     own = {k: v for k, v in effects.metrics.items() if not k.endswith(".identified")}

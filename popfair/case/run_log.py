@@ -32,7 +32,7 @@ def page_tags(
     notes: list[str] | tuple[str, ...] = (),
     power: Any = None,
 ) -> dict[str, str]:
-    """The run page's tags: its description and `not_identified[.<effect>]`."""
+    """The run page's tags: its description and `<effect>.identified` and `not_identified`."""
     shown = {**facts, **provenance()}
     description = run_description(title, effects, facts=shown, ratios=ratios, notes=notes, power=power)
     return {DESCRIPTION_TAG: description, **not_identified_tags(effects)}

@@ -1,7 +1,10 @@
 """What a case's MLflow run page shows without the user picking columns: the run's description
 (tag `mlflow.note.content`, Markdown) with the effects table and its units, the pattern, why effects
 are not identified and the impact ratios at a glance; the effects as an MLflow table artifact; and
-"not identified" said one way, as `not_identified.<effect>` tags (no estimate, no significance).
+"not identified" said one way: no estimate and no significance flag, but a tag `<effect>.identified`
+("yes", or "no: " and the reason) and `not_identified` listing them. The MLflow UI shows a tag key
+whole only while it has at most 15 characters or the key and value together at most 30, so the
+effect leads the key and the list's key stays short.
 
 The description is built from whatever effects table the case has (path-specific effects, a gap,
 impact ratios, ranking estimates), identified or not."""
@@ -19,7 +22,8 @@ from popfair.report.console import not_identified_lines
 from popfair.report.units import UNIT_COLUMN, unit_legend
 
 DESCRIPTION_TAG = "mlflow.note.content"  # what the MLflow UI shows as the run's description
-NOT_IDENTIFIED = "not_identified"  # tag: the effects that are not identified; not_identified.<effect>: why
+NOT_IDENTIFIED = "not_identified"  # tag: the effects that are not identified, comma-separated
+IDENTIFIED_SUFFIX, NO = ".identified", "no: "  # tag <effect>.identified: "yes", or "no: <reason>"
 MAX_DESCRIPTION = 7_900  # MLflow keeps tag values up to 8,000 characters
 MAX_ROWS = 24  # a longer effects table (impact ratios of every category) is cut: the table artifact has all
 P_COLUMNS = ("p_value", "mcnemar_p", "cluster_p")
@@ -34,21 +38,34 @@ def identified_mask(table: pd.DataFrame) -> pd.Series:
 
 
 def not_identified_tags(effects: Effects) -> dict[str, str]:
-    """`not_identified` (the effects, comma-separated) and `not_identified.<effect>` (the reason) for
-    every effect, and every row of the coarser split, that the data cannot answer; nothing otherwise."""
-    reasons: dict[str, str] = {}
+    """`<effect>.identified` ("yes", or "no: <reason>") for each effect of a table that says whether it
+    is identified, and `not_identified` (the effects, comma-separated, rows of the coarser split as
+    `coarse.<name>`) when any is not; nothing for tables whose effects are always identified."""
     table = effects.table
-    hidden = ~identified_mask(table)
-    for effect in table.index[hidden]:
-        reasons[str(effect)] = str(table.loc[effect, "reason"]) if "reason" in table else "not identified"
+    if "identified" not in table:
+        return {}
+    tags: dict[str, str] = {}
+    hidden: list[str] = []
+    for effect, ok in identified_mask(table).items():
+        reason = str(table.loc[effect, "reason"]) if "reason" in table and not ok else "not identified"
+        tags[f"{effect}{IDENTIFIED_SUFFIX}"] = "yes" if ok else (NO + reason)[:4900]
+        if not ok:
+            hidden.append(str(effect))
     coarse = effects.artifacts.get("pse_coarse.csv")
     if isinstance(coarse, pd.DataFrame) and "identified" in coarse:
-        for name, row in coarse.iterrows():
-            if not bool(row["identified"]):
-                reasons[f"coarse.{name}"] = str(row.get("reason", "")) or "not identified"
-    if not reasons:
-        return {}
-    return {NOT_IDENTIFIED: ", ".join(reasons), **{f"{NOT_IDENTIFIED}.{k}": v[:4900] for k, v in reasons.items()}}
+        hidden += [f"coarse.{name}" for name, row in coarse.iterrows() if not bool(row["identified"])]
+    if hidden:
+        tags[NOT_IDENTIFIED] = ", ".join(hidden)
+    return tags
+
+
+def not_identified_reasons(tags: Mapping[str, str]) -> dict[str, str]:
+    """Effect -> why it is not identified, read back from a run's `<effect>.identified` tags."""
+    return {
+        key.removesuffix(IDENTIFIED_SUFFIX): value.removeprefix(NO)
+        for key, value in tags.items()
+        if key.endswith(IDENTIFIED_SUFFIX) and value.startswith(NO)
+    }
 
 
 def _number(value: Any, signed: bool = False) -> str:
@@ -147,7 +164,7 @@ def run_description(
         if head:
             parts.append(f"**{head}:**\n" + "\n".join(f"- {line}" for line in lines))
     if effects.notes:
-        parts.append("\n".join(f"- {note}" for note in effects.notes))
+        parts.append("**What the effects mean here:**\n" + "\n".join(f"- {note}" for note in effects.notes))
     ratio_lines = impact_ratio_lines(ratios)
     if ratio_lines:
         parts.append("**Impact ratios (LL144):**\n" + "\n".join(f"- {line}" for line in ratio_lines))

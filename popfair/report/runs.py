@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 
 from popfair.core.errors import DataError
+from popfair.report.run_page import not_identified_reasons
 
 PARENT_TAG = "popfair.sweep"  # set to "parent" on a sweep's parent run
-NOT_IDENTIFIED_PREFIX = "not_identified."  # tag per effect the data cannot answer (popfair.report.run_page)
 CASE_COLUMNS = [
     "run_id",
     "status",
@@ -95,11 +95,7 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "variant": variant_of(tags),
                 "metrics": dict(run.data.metrics),
                 "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped
-                "not_identified": {
-                    k.removeprefix(NOT_IDENTIFIED_PREFIX): v
-                    for k, v in tags.items()
-                    if k.startswith(NOT_IDENTIFIED_PREFIX)
-                },
+                "not_identified": not_identified_reasons(tags),
             }
         )
     return pd.DataFrame(rows, columns=CASE_COLUMNS + ["metrics", "stopped_by", "not_identified"])

@@ -1,9 +1,10 @@
 """The unit of every effect a case reports, so that no number is printed or stored without one.
 
 An estimate is in the unit of what its estimator compares: score points for differences of scores
-(the screener's own scale, 0-100 as asked), percentage points for the paired callback gap (which
-`paired_gap` reports x 100), a proportion for a difference of 0/1 outcomes or a rate, a ratio for
-impact ratios; the ranking estimator mixes rates, ranks, probabilities and log-worths, one per row."""
+(the screener's own scale: 0-100 for a model asked for a score, a matcher's own range otherwise),
+percentage points for the paired callback gap (which `paired_gap` reports x 100), a proportion for
+a difference of 0/1 outcomes or a rate, a ratio for impact ratios; the ranking estimator mixes
+rates, ranks, probabilities and log-worths, one per row."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ UNIT_COLUMN = "unit"
 
 # what each unit means, for the reports' and the run page's legend
 UNIT_MEANING = {
-    "points": "points on the screener's score scale (0-100 as asked)",
+    "points": "points on the screener's own score scale (0-100 for a model asked for a score; a matcher's "
+    "scores have their own range)",
     "pp": "percentage points (a difference of two rates x 100)",
     "proportion": "a proportion or a difference of proportions (0.03 = 3 pp)",
     "ratio": "a ratio of two rates (1 = equal)",

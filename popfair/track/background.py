@@ -149,6 +149,10 @@ def _client(uri: str) -> Any:
     return _CLIENTS[uri]
 
 
+# MLflow 3's UI opens an experiment in its GenAI view unless the experiment says it holds model runs
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def open_experiment(uri: str, name: str, artifact_root: str) -> str:
     """The experiment's id, created (artifacts under `artifact_root`) if it does not exist."""
     if (uri, name) not in _EXPERIMENTS:
@@ -160,7 +164,9 @@ def open_experiment(uri: str, name: str, artifact_root: str) -> str:
         else:
             location = Path(artifact_root).resolve()
             location.mkdir(parents=True, exist_ok=True)
-            _EXPERIMENTS[(uri, name)] = client.create_experiment(name, artifact_location=location.as_uri())
+            _EXPERIMENTS[(uri, name)] = client.create_experiment(
+                name, artifact_location=location.as_uri(), tags=EXPERIMENT_TAGS
+            )
     return _EXPERIMENTS[(uri, name)]
 
 

@@ -28,6 +28,7 @@ Series = tuple[tuple[str, str, str], ...]
 
 
 SIGNIFICANT, NOT_SIGNIFICANT = "#c0392b", "0.45"  # colour follows significance: red where the CI excludes 0
+PALE_FLAG = "#f1a9a0"  # an impact ratio below the line whose flag does not survive the test
 
 
 def forest_plot(
@@ -95,7 +96,7 @@ def impact_ratio_figure(
     # Placed in inches from the labels' lengths, not by a layout engine: laying out measures every
     # label's extent, a third of the drawing time of a chart that is drawn for every case.
     label_in = 0.2 + IN_PER_CHAR * max(len(label) for labels, _, _ in panels for label in labels)
-    plot_in, gap_in, top_in, bottom_in = 4.2, 0.35, 0.75, 0.55
+    plot_in, gap_in, top_in, bottom_in = 4.2, 0.35, 0.95, 0.55
     bars_in = 0.22 * max(len(labels) for labels, _, _ in panels)
     width, height = len(panels) * (label_in + plot_in + gap_in), top_in + bars_in + bottom_in
     fig = Figure(figsize=(width, height))
@@ -105,7 +106,10 @@ def impact_ratio_figure(
         ypos = -shown["position"].to_numpy(float)  # first dimension on top
         ratio = shown["impact_ratio"].to_numpy(float)
         lo, hi = shown["ci_low"].to_numpy(float), shown["ci_high"].to_numpy(float)
-        ax.barh(ypos, np.nan_to_num(ratio), color=np.where(shown["flag"].astype(bool), "#c0392b", "#2e86c1"))
+        flag = shown["flag"].astype(bool).to_numpy()
+        survives = flag & shown.get("flag_survives", shown["flag"]).astype(bool).to_numpy()
+        # colour follows the test: a flag that chance alone could produce is pale, not alarm red
+        ax.barh(ypos, np.nan_to_num(ratio), color=np.where(survives, SIGNIFICANT, np.where(flag, PALE_FLAG, "#2e86c1")))
         err = np.vstack([np.clip(ratio - lo, 0, None), np.clip(hi - ratio, 0, None)])
         ax.errorbar(ratio, ypos, xerr=np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
         ax.axvline(flag_below, color="#c0392b", linestyle="--", linewidth=1)
@@ -119,7 +123,8 @@ def impact_ratio_figure(
     fig.suptitle(
         title
         or f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
-        f"dashed line: {flag_below:g} (four-fifths rule)",
+        f"dashed line: {flag_below:g} (four-fifths rule)\nred: below {flag_below:g} and the flag survives the test of no "
+        f"difference; pale red: below {flag_below:g}, within chance",
         fontsize=10,
         y=1 - 0.25 / height,
     )

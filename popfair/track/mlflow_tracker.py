@@ -103,7 +103,9 @@ class MlflowTracker:
             return found.experiment_id
         location = Path(self.artifact_root).resolve()
         location.mkdir(parents=True, exist_ok=True)
-        return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
+        return mlflow.create_experiment(
+            self.experiment_name, artifact_location=location.as_uri(), tags=background.EXPERIMENT_TAGS
+        )
 
     def _keep_dir(self, run_name: str | None) -> Path:
         """Where a run's artifacts are kept when the tracking store fails before they are logged:
