@@ -214,7 +214,9 @@ def to_pdf(title: str, blocks: list[Block], footer: str = "") -> bytes:
             heading = (heading or []) + parts  # an h3 right under an h2 waits too
             continue
         if heading and parts:
-            parts[0] = KeepTogether([*heading, parts[0]])
+            # one level: a KeepTogether inside another measures as taller than a page and breaks one
+            first = parts[0]._content if isinstance(parts[0], KeepTogether) else [parts[0]]
+            parts[0] = KeepTogether([*heading, *first])
             heading = None
         story += [*parts, Spacer(1, 4)]
     story += heading or []

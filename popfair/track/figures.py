@@ -71,7 +71,8 @@ def forest_plot(
                 bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "0.8"})  # fmt: skip
     ax.set_yticks(ypos, rows)
     ax.set_ylim(-0.6, len(rows) - 0.4)
-    ax.set_xlabel("effect on Y (positive favours x1)")
+    units = list(dict.fromkeys(table["unit"].dropna().astype(str))) if "unit" in table else []
+    ax.set_xlabel(f"effect in {units[0]} (positive favours x1)" if len(units) == 1 else "effect (positive favours x1)")
     ax.set_title(title)
     handles, labels = ax.get_legend_handles_labels()
     if handles:
