@@ -114,10 +114,25 @@ def summary(
     if sequential:
         lines += ["(the table above is the fixed-n analysis of the n used)", *sequential]
     if run_id:
-        lines += [f"MLflow run id: {run_id}", f"open the UI:   mlflow ui --backend-store-uri {_as_typed(tracking_uri)}"]
+        lines += [
+            f"MLflow run id: {run_id}",
+            f"open the UI:   mlflow ui --backend-store-uri {_as_typed(tracking_uri)}",
+            f"the run:       {run_page(tracking_uri, run_id)}",
+        ]
     if timings:
         lines.append(timing_line(timings, total))
     return "\n".join(lines)
+
+
+def run_page(tracking_uri: str, run_id: str) -> str:
+    """The run's page in the MLflow UI: `mlflow ui`'s default address for a local store, the server
+    itself for an http(s) one. In the Model training view, which shows the run's description (MLflow
+    3 opens on its GenAI view, which does not)."""
+    from popfair.runtime.secrets import safe_url
+
+    remote = tracking_uri.startswith(("http://", "https://"))
+    base = safe_url(tracking_uri).rstrip("/") if remote else "http://127.0.0.1:5000"
+    return f"{base}/#/runs/{run_id}?workflowType=machine_learning"
 
 
 def _as_typed(uri: str | None) -> str | None:

@@ -149,7 +149,7 @@ def _client(uri: str) -> Any:
     return _CLIENTS[uri]
 
 
-# MLflow 3's UI opens an experiment in its GenAI view unless the experiment says it holds model runs
+# MLflow 3's UI types an experiment as GenAI or machine learning; popfair's hold model runs
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
