@@ -88,7 +88,13 @@ def effects_display(effects: Effects) -> pd.DataFrame:
     for effect, row in table.iterrows():
         ok = bool(shown[effect])
         out = {"effect": str(effect)}
-        out["estimate"] = _number(row.get("estimate"), signed=True) if ok else "not identified"
+        status = str(row.get("status", "included"))  # an impact-ratio category left out (under 2%)
+        if not ok:
+            out["estimate"] = "not identified"
+        elif status not in ("included", "nan") and not _number(row.get("estimate")):
+            out["estimate"] = status
+        else:
+            out["estimate"] = _number(row.get("estimate"), signed=True)
         low, high = row.get("ci_low"), row.get("ci_high")
         out["95% CI"] = f"[{_number(low)}, {_number(high)}]" if ok and _number(low) and _number(high) else ""
         if p_column is not None:
