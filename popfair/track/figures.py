@@ -97,7 +97,7 @@ def impact_ratio_figure(
     # Placed in inches from the labels' lengths, not by a layout engine: laying out measures every
     # label's extent, a third of the drawing time of a chart that is drawn for every case.
     label_in = 0.2 + IN_PER_CHAR * max(len(label) for labels, _, _ in panels for label in labels)
-    plot_in, gap_in, top_in, bottom_in = 4.2, 0.35, 0.95, 0.55
+    plot_in, gap_in, top_in, bottom_in = 4.2, 0.35, 1.1, 0.55
     bars_in = 0.22 * max(len(labels) for labels, _, _ in panels)
     width, height = len(panels) * (label_in + plot_in + gap_in), top_in + bars_in + bottom_in
     fig = Figure(figsize=(width, height))
@@ -124,8 +124,8 @@ def impact_ratio_figure(
     fig.suptitle(
         title
         or f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
-        f"dashed line: {flag_below:g} (four-fifths rule)\nred: below {flag_below:g} and the flag survives the test of no "
-        f"difference; pale red: below {flag_below:g}, within chance",
+        f"dashed line: {flag_below:g} (four-fifths rule)\nred: below {flag_below:g}, the flag survives the test of no "
+        f"difference\npale red: below {flag_below:g}, within chance",
         fontsize=10,
         y=1 - 0.25 / height,
     )
