@@ -306,14 +306,14 @@ def log_dataset(
     sample's own."""
     import json
 
-    import mlflow.data
     from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.pandas_dataset import from_pandas
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     client, run_id = _run(token)
     with warnings.catch_warnings():  # MLflow's hint on integer columns is about model signatures
         warnings.simplefilter("ignore", UserWarning)
-        found = mlflow.data.from_pandas(sample, source=CodeDatasetSource(dict(source)), name=name, digest=digest)
+        found = from_pandas(sample, source=CodeDatasetSource(dict(source)), name=name, digest=digest)
         fields = found.to_dict()
     entity = Dataset(
         name=fields["name"],
