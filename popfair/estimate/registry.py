@@ -44,6 +44,7 @@ def in_section(section: str) -> set[str]:
 
 register_estimator("paired_gap", ("paired", "table"), section="paired")  # first: the paired design's own
 register_estimator("pse_dml", ("population", "table"))
+register_estimator("pse_paper", ("population", "table"))  # the PopResume authors' estimator
 register_estimator("interventional", ("population",))
 register_estimator("both", ("population",))
 register_estimator("outcome_gap", ("population", "paired", "table"))

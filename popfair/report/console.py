@@ -11,7 +11,7 @@ from popfair.core.types import Effects
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.pse.identification import reason_problems
 
-MAX_COLUMNS = 10  # wider tables (the LL144 table has 23 columns) show these, the rest is in effects.csv
+MAX_COLUMNS = 10  # wider tables (the LL144 table has 26 columns) show these, the rest is in effects.csv
 CONSOLE_COLUMNS = [
     *EFFECT_COLUMNS,
     "unit",
@@ -21,6 +21,8 @@ CONSOLE_COLUMNS = [
     "rate",
     "flag",
     "flag_survives",
+    "fisher_p",
+    "z_p",
     "n_pairs",
     "mcnemar_p",
     "pattern",
@@ -44,7 +46,11 @@ def format_effects(effects: Effects) -> str:
         shown = [c for c in CONSOLE_COLUMNS if c in table.columns]
     hidden = [c for c in table.columns if c not in shown]
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 140, "display.max_columns", 20):
-        text = _rounded(table[shown]).to_string()
+        shown_table = table[shown].astype(object)
+        for column in ("fisher_p", "z_p"):  # the reference is not tested against itself
+            if column in shown_table:
+                shown_table[column] = shown_table[column].where(pd.notna(shown_table[column]), "-")
+        text = _rounded(shown_table).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
     text += not_identified_text(reasons)

@@ -19,18 +19,19 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from popfair.core.constraints import Boolean, Interval, Options, validate
+from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener
 from popfair.screen.hf_generate import Decoding, Reply, generate, token_budget_batches
 from popfair.screen.local_runtime import (
     device_name,
+    file_samples,
     require_extra,
     resolve_device,
     resolve_dtype,
@@ -38,7 +39,7 @@ from popfair.screen.local_runtime import (
     text_config,
     token_bytes,
 )
-from popfair.screen.parse import parse_answer
+from popfair.screen.parse import SCORE_REPLIES, parse_answer
 from popfair.screen.prompts import PromptSet
 from popfair.store.blobs import GENERATIONS, STORE_ERRORS, BlobStore, content_key, open_blob_store_or_memory
 
@@ -48,6 +49,7 @@ EXTRA_MODULES = {"transformers": "transformers", "torch": "torch", "accelerate":
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SCHEMA = "hf_local-v1"  # bump when what a stored answer stands for changes
 AUTO_NEW_TOKENS = 8  # max_new_tokens=auto: a yes/no or a 0-100 integer with a few words around it
+AUTO_JSON_NEW_TOKENS = 16  # ... and for score_reply=json_decimal: {"score": XX.XX} with a few around it
 CPU_BATCH_TOKENS = 16_384  # batch_tokens=auto off a GPU: CPU throughput gains little beyond this
 GPU_MEMORY_SHARE = 0.5  # batch_tokens=auto on a GPU: this share of the free memory after loading
 BUDGET_RANGE = (512, 1 << 20)
@@ -60,7 +62,6 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "tokenizer.model",
 )
-SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # of every weight file, for the model's identity
 
 
 class HFLocalScreener(Screener):
@@ -73,7 +74,7 @@ class HFLocalScreener(Screener):
     to the user message. `invariance_check` prompts of each call are also answered alone, and the
     share whose answer differs from the batched one is a metric of the run."""
 
-    parameter_constraints = {
+    parameter_constraints: ClassVar[Rules] = {
         "max_new_tokens": [Options(("auto",)), Interval(int, 1, 4096)],
         "batch_size": [None, Interval(int, 1, None)],
         "batch_tokens": [Options(("auto",)), Interval(int, 16, None)],
@@ -83,6 +84,8 @@ class HFLocalScreener(Screener):
         "compile": Boolean(),
         "invariance_check": Interval(int, 0, None),
         "trust_remote_code": Boolean(),
+        "score_reply": Options(SCORE_REPLIES),
+        "max_new_tokens_override": [None, Interval(int, 1, 4096)],
     }
 
     def __init__(
@@ -102,6 +105,9 @@ class HFLocalScreener(Screener):
         trust_remote_code: bool = False,
         cache_dir: str | None = None,
         cache_url: str | None = None,
+        prompts_dir: str | None = None,
+        score_reply: str = "integer",
+        max_new_tokens_override: int | None = None,
     ) -> None:
         require(
             isinstance(model_path, str) and model_path.strip() != "",
@@ -127,9 +133,15 @@ class HFLocalScreener(Screener):
                 "compile": compile,
                 "invariance_check": invariance_check,
                 "trust_remote_code": trust_remote_code,
+                "score_reply": score_reply,
+                "max_new_tokens_override": max_new_tokens_override,
             },
         )
-        self.prompts = PromptSet(prompts)
+        self.prompts = PromptSet(prompts, prompts_dir)
+        self.score_reply = score_reply
+        # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
+        if max_new_tokens_override is not None:
+            max_new_tokens = max_new_tokens_override
         require_extra("hflocal", EXTRA_MODULES, name)
         self.name, self.model_path = name, model_path
         self.max_new_tokens, self.batch_size, self.batch_tokens = max_new_tokens, batch_size, batch_tokens
@@ -139,7 +151,7 @@ class HFLocalScreener(Screener):
             "screener.compile",
             f"compiling the decoding step needs a GPU (transformers compiles it on cuda); device is {self.device}",
         )
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype_setting, self._dtype = dtype, cast("str | None", None)
         self.device_map = device_map
         # compile runs on the static cache (a dynamic one changes shape every step)
         self.static_cache, self.compile = bool(static_cache or compile), bool(compile)
@@ -166,7 +178,7 @@ class HFLocalScreener(Screener):
         self._identity: str | None = None
         self._budget: int | None = None
         self.last_stats: dict[str, float] = {}
-        self.run_tags = self._tags()
+        self.run_tags: dict[str, str] = {}  # filled when screening: building stays free of CUDA calls
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         return CallPlan(calls=0)  # local computation: no paid calls
@@ -190,6 +202,14 @@ class HFLocalScreener(Screener):
         return self._model
 
     @property
+    def dtype(self) -> str:
+        """The dtype weights load in (auto resolved on first use: it asks the GPU, which a sweep's
+        parent process, building screeners it will fork cases from, must not do)."""
+        if self._dtype is None:
+            self._dtype = resolve_dtype(self.dtype_setting, self.device)
+        return self._dtype
+
+    @property
     def input_device(self) -> str:
         """Where prompts go: the device, or the first device of a model spread over several."""
         return str(self.model.device) if self.device_map else self.device
@@ -209,7 +229,7 @@ class HFLocalScreener(Screener):
             folder = Path(self.model_path)
             files = {name: (folder / name).read_bytes() for name in TOKENIZER_FILES if (folder / name).is_file()}
             weights = {
-                str(path.relative_to(folder)): _sampled(path)
+                str(path.relative_to(folder)): file_samples(path)
                 for pattern in ("*.safetensors", "*.bin")
                 for path in sorted(folder.rglob(pattern))
             }
@@ -229,7 +249,9 @@ class HFLocalScreener(Screener):
 
     def new_tokens(self, outcome: Outcome) -> int:
         """The token cap of a reply: `max_new_tokens`, or for auto the few a yes/no or a score needs."""
-        return AUTO_NEW_TOKENS if self.max_new_tokens == "auto" else int(self.max_new_tokens)
+        if self.max_new_tokens != "auto":
+            return int(self.max_new_tokens)
+        return AUTO_JSON_NEW_TOKENS if outcome == "score" and self.score_reply == "json_decimal" else AUTO_NEW_TOKENS
 
     def budget(self) -> int:
         """Padded tokens per batch: `batch_tokens`, or for auto what half the device's free memory
@@ -276,6 +298,7 @@ class HFLocalScreener(Screener):
             )
         if not documents:
             return []
+        self.run_tags = self._tags()
         prompts = [self.prompt_text(jobs[d.job_id], d, outcome) for d in documents]
         ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         lengths = np.array([len(row) for row in ids])
@@ -301,11 +324,11 @@ class HFLocalScreener(Screener):
         results = []
         for i, (document, key) in enumerate(zip(documents, keys)):
             if too_long[i]:
-                error = f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
-                results.append(ScreenResult(document.applicant_id, None, None, error, int(lengths[i])))
+                reason = f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
+                results.append(ScreenResult(document.applicant_id, None, None, reason, int(lengths[i])))
                 continue
             record = records[key]
-            value, error = parse_answer(record["raw"], outcome)
+            value, error = parse_answer(record["raw"], outcome, self.score_reply)
             if error is not None and record["cut_short"]:
                 error += f" (cut short at {cap} new tokens: raise screener.max_new_tokens)"
             results.append(
@@ -331,7 +354,7 @@ class HFLocalScreener(Screener):
 
         decoding = Decoding(self.new_tokens(outcome), self.static_cache, self.compile)
         end_ids = end_token_ids(self.model, self.tokenizer)
-        parse = lambda text: parse_answer(text, outcome)  # noqa: E731
+        parse = lambda text: parse_answer(text, outcome, self.score_reply)  # noqa: E731
         lengths = np.array([len(r) for r in rows])
         sample = set(np.random.default_rng(0).permutation(len(rows))[: self.invariance_check].tolist())
         provenance = self.provenance
@@ -442,19 +465,6 @@ def _record(reply: Reply, rows: int, padded: int, provenance: Mapping[str, Any],
         "alone_differs": None if alone is None else alone.text != reply.text,
         "created_at": time.time(),
     }
-
-
-def _sampled(path: Path) -> list[Any]:
-    """A weight file's size and the sha256 of SAMPLES evenly spaced windows of it."""
-    import hashlib
-
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for offset in np.linspace(0, max(size - SAMPLE_BYTES, 0), SAMPLES).astype(int):
-            handle.seek(int(offset))
-            digest.update(handle.read(SAMPLE_BYTES))
-    return [size, digest.hexdigest()]
 
 
 def _accepts_system_role(tokenizer: Any) -> bool:

@@ -10,25 +10,25 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from popfair.core.constraints import Boolean, Interval, Options, validate
+from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, DataError, MissingSecretError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.design import for_outcome
 from popfair.runtime.routes import AUTO, RouteChoice, choose_route, is_self_hosted, no_credentials_message
 from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen.base import Screener
-from popfair.screen.calls import EngineSettings
-from popfair.screen.parse import parse_answer
+from popfair.screen.calls import Answer, EngineSettings
+from popfair.screen.parse import SCORE_REPLIES, parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, Provider
 from popfair.screen.request_loop import RequestLoop
-from popfair.store.responses import open_cache
 from popfair.screen.served import ServedModel, batch_invariant_tag, request_tags
+from popfair.store.responses import StoredReply, open_cache
 
 log = logging.getLogger("popfair.screen")
 
@@ -129,6 +129,39 @@ def _adapter(
     return adapter
 
 
+def _check_generation(adapter: type[Provider], generation: Mapping[str, Any] | None) -> None:
+    """Generation settings the provider's requests cannot carry (its `sampling_settings`) are refused,
+    not dropped: an answer would otherwise be recorded with settings it was not asked with."""
+    unsupported = sorted(
+        ({"seed", "top_p"} - adapter.sampling_settings)
+        & {k for k, v in dict(generation or {}).items() if v is not None}
+    )
+    require(
+        not unsupported,
+        "screener.generation",
+        f"{' and '.join(unsupported)} cannot be sent to provider {adapter.kind} (OpenAI-style endpoints only)",
+    )
+
+
+def _self_hosted(
+    name: str,
+    route: str | None,
+    routes: Mapping[str, Mapping[str, Any]],
+    provider: str,
+    api_key_env: str | None,
+    batch_invariant: bool | None,
+) -> bool:
+    """Whether the route reaches a server the user runs (whose run records what it serves);
+    `batch_invariant` says how such a server was started, so a hosted API refuses it."""
+    hosted_by_user = is_self_hosted({**routes.get(route or "", {}), "provider": provider, "api_key_env": api_key_env})
+    require(
+        batch_invariant is None or hosted_by_user,
+        "screener.batch_invariant",
+        f"says how a self-hosted server was started (route=local); route {route} of {name} is a hosted API",
+    )
+    return hosted_by_user
+
+
 def _quiet_http_logs() -> None:
     """SDK transports log one INFO line per HTTP request: WARNING unless the user set a level."""
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
@@ -147,13 +180,15 @@ class LLMScreener(Screener):
     do without (a URL, a region, a key variable) by its adapter (`Provider.check_settings`)."""
 
     answers_rankings = True  # a chat model can rank the candidates of one prompt (design/ranking)
-    parameter_constraints = {
+    parameter_constraints: ClassVar[Rules] = {
         "mode": Options(MODES),
         "expected_output_tokens": Interval(int, 1, None),
         "reasoning": Boolean(),
         "vision": Boolean(),
         "require_key": Boolean(),
         "batch_invariant": [None, Boolean()],
+        "score_reply": Options(SCORE_REPLIES),
+        "max_new_tokens": [None, Interval(int, 1, None)],
     }
 
     def __init__(
@@ -185,6 +220,9 @@ class LLMScreener(Screener):
         chosen_route: str | None = None,
         popfair_choices: Mapping[str, str] | None = None,
         batch_invariant: bool | None = None,
+        prompts_dir: str | None = None,
+        score_reply: str = "integer",
+        max_new_tokens: int | None = None,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
@@ -200,23 +238,15 @@ class LLMScreener(Screener):
                 "vision": vision,
                 "require_key": require_key,
                 "batch_invariant": batch_invariant,
+                "score_reply": score_reply,
+                "max_new_tokens": max_new_tokens,
             },
         )
+        if max_new_tokens is not None:  # prompts.max_new_tokens: one cap for every screener of a preset
+            generation["max_tokens"] = int(max_new_tokens)
         adapter = _adapter(provider, model, api_key_env, base_url, region, release_date, mode, max_cost_usd)
-        hosted_by_user = is_self_hosted(
-            {**routes.get(route or "", {}), "provider": provider, "api_key_env": api_key_env}
-        )
-        require(
-            batch_invariant is None or hosted_by_user,
-            "screener.batch_invariant",
-            f"says how a self-hosted server was started (route=local); route {route} of {name} is a hosted API",
-        )
-        require(
-            provider in ("openai", "openai_compatible")
-            or not {"seed", "top_p"} & {k for k, v in dict(generation or {}).items() if v is not None},
-            "screener.generation",
-            f"seed and top_p are sent to OpenAI-style endpoints only, not to provider {provider}",
-        )
+        _check_generation(adapter, generation)
+        hosted_by_user = _self_hosted(name, route, routes, provider, api_key_env, batch_invariant)
         self.name, self.display_name = name, display_name or name
         self.route, self.routes = route, routes
         # MLflow tags of every run of this screener: the route called and why it was chosen
@@ -228,7 +258,8 @@ class LLMScreener(Screener):
         self.expected_output_tokens = expected_output_tokens
         self.price = Price.from_config(price)
         self.settings = EngineSettings.from_config(engine)
-        self.prompts = PromptSet(prompts)
+        self.prompts = PromptSet(prompts, prompts_dir)
+        self.score_reply = score_reply
         from popfair.screen.batch import BatchSettings
 
         self.batch_settings = BatchSettings.from_config(batch)
@@ -254,6 +285,7 @@ class LLMScreener(Screener):
             self.settings,
             self.provider.failure_hints(api_key_env, self.settings.timeout_s),
             parse=self.parse_answer,
+            read_cached=self._cached_answers,
             batch=self.batch_settings if mode == "batch" else None,
         )
         self.run_tags = {**self.run_tags, **request_tags(self.provider)}  # what every request sends
@@ -367,8 +399,17 @@ class LLMScreener(Screener):
     served: ServedModel | None = None  # a self-hosted server (route=local): asked what it serves
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
-        """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""
-        return parse_answer(raw, outcome)
+        """The model's reply as y (callback: first word yes/no; score: by `score_reply`)."""
+        return parse_answer(raw, outcome, self.score_reply)
+
+    def _cached_answers(self, replies: Mapping[str, StoredReply], outcome: Outcome) -> dict[str, Answer]:
+        if outcome != "score":
+            return Answer.from_replies(replies)
+        answers = {}  # scores are parsed again: a reply cached under the other score_reply keeps no stale value
+        for key, reply in replies.items():
+            value, problem = self.parse_answer(reply.raw or "", outcome)
+            answers[key] = Answer(reply.raw, value, problem, reply.input_tokens, reply.output_tokens, 0.0, True)
+        return answers
 
     def metrics(self) -> dict[str, float]:
         """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars)."""
