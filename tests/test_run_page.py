@@ -94,6 +94,8 @@ def test_a_population_case_writes_the_auditors_report_by_default(default_case):
     tmp, _, run, artifacts = default_case
     page = (artifacts / "audit_report" / "report.html").read_text()
     assert run.info.run_id in page and f"popfair {run.data.tags['popfair_version']}" in page
+    (dataset,) = run.inputs.dataset_inputs  # the report names the applicants by the digest the run carries
+    assert f"sha256 of the applicant rows {dataset.dataset.digest}" in page
     for local in (str(tmp), os.path.expanduser("~"), str(Path.cwd())):
         assert local not in page
     order = ["Effect of gender", "Identification", "Discrimination pattern", "Summary of results (NYC Local Law 144)"]

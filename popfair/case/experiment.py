@@ -347,7 +347,8 @@ class Experiment:
         for note in profiles.notes:
             log.warning("note: %s", note)
         run.params(flatten(self.config))
-        run.dataset(population_dataset(profiles, getattr(self.population, "name", "population"), self.seed))
+        dataset = population_dataset(profiles, getattr(self.population, "name", "population"), self.seed)
+        run.dataset(dataset)
         run.artifacts(
             {
                 "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
@@ -428,6 +429,7 @@ class Experiment:
         scale = ScoreScale.of_scores(ok["y"]) if profiles.outcome == "score" else None
         result.power = self.power.quietly((self.design or design_of(self.population)).name, profiles, scale)
         result.run_id = run.run_id  # the report names its run
+        result.data_sha256 = str(dataset.profile["sha256"])
         if self.audit_report:
             from popfair.report.audit import audit_report
 

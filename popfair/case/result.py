@@ -67,6 +67,7 @@ class RunResult:
     report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
     sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.looks): looks, stop, CIs
     power: PowerPlan | None = None  # what the main test can detect at this n (config plan.*)
+    data_sha256: str = ""  # sha256 of the applicants' rows as drawn: the run's dataset input, the report's source
 
     @property
     def failure_rate(self) -> float:

@@ -158,6 +158,8 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
     population = getattr(experiment.population, "name", type(experiment.population).__name__)
     facts = _header_facts(_tool_name(screener), audit_date, result.run_id)
     facts["Data"] = f"test data: {n:,} applicants popfair generated (population {population}, seed {experiment.seed})"
+    if result.data_sha256:  # the digest the run's dataset input carries (its first 16 characters)
+        facts["Data"] += f"; sha256 of the applicant rows {result.data_sha256}"
     blocks = [Block("facts", facts)]
     if impact_ratios_of(result.effects) is None:  # the estimator's effects first, unless they are the LL144 ones
         blocks += effects_blocks(result.effects, f"Effect of {protected.name} ({experiment.estimator.name})")
