@@ -63,6 +63,7 @@ class RunResult(Protocol):
     notes: list[str]
     run_id: str | None
     screening: dict[str, float]
+    data_sha256: str
 
 
 class TableCase(Protocol):
