@@ -45,6 +45,7 @@ def test_the_run_description_holds_the_effects_table(default_case):
         else:
             assert f"| {effect} | not identified |" in description
     assert f"**popfair:** {run.data.tags['popfair_version']}" in description
+    assert run.data.tags["unit"] == ", ".join(dict.fromkeys(effects["unit"]))  # a sweep labels its axes with it
 
 
 def test_not_identified_is_a_tag_never_a_number_or_a_significance_flag(default_case):
@@ -126,3 +127,20 @@ def test_two_cases_differing_only_in_population_n_get_different_run_names(tmp_pa
         "nurse-gender-text-tfidf-outcome_gap population.n=1000",
         "nurse-gender-text-tfidf-outcome_gap population.n=2000",
     ]
+
+
+def test_a_sweep_reads_back_what_the_run_says_is_not_identified():
+    """The sweep report reads the run's tags: the reason of each effect, and the rows of the coarser
+    split, which only the `not_identified` list names (their cells read "not identified", not blank)."""
+    from popfair.report.run_page import not_identified_reasons
+
+    tags = {
+        "TE.identified": "yes",
+        "NDE.identified": "no: not identified at n=400: E[Y_x1,W_x0]: effective sample size 3 (need 200)",
+        "not_identified": "NDE, coarse.BIE_coarse",
+        "unit": "points",
+    }
+    assert not_identified_reasons(tags) == {
+        "NDE": "not identified at n=400: E[Y_x1,W_x0]: effective sample size 3 (need 200)",
+        "coarse.BIE_coarse": "not identified",
+    }

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from popfair.core.types import Effects, Profiles
-from popfair.report.run_page import DESCRIPTION_TAG, effects_records, not_identified_tags, run_description
+from popfair.report.run_page import DESCRIPTION_TAG, effects_records, not_identified_tags, run_description, unit_tag
 from popfair.runtime.version import __version__
 from popfair.track.mlflow_tracker import DatasetInput, RunLogger, frame_digest, git_commit
 
@@ -32,10 +32,10 @@ def page_tags(
     notes: list[str] | tuple[str, ...] = (),
     power: Any = None,
 ) -> dict[str, str]:
-    """The run page's tags: its description and `<effect>.identified` and `not_identified`."""
+    """The run page's tags: its description, `<effect>.identified` and `not_identified`, and `unit`."""
     shown = {**facts, **provenance()}
     description = run_description(title, effects, facts=shown, ratios=ratios, notes=notes, power=power)
-    return {DESCRIPTION_TAG: description, **not_identified_tags(effects)}
+    return {DESCRIPTION_TAG: description, **not_identified_tags(effects), **unit_tag(effects)}
 
 
 def generated_page_tags(experiment: Any, result: Any) -> dict[str, str]:

@@ -59,13 +59,28 @@ def not_identified_tags(effects: Effects) -> dict[str, str]:
     return tags
 
 
+def unit_tag(effects: Effects) -> dict[str, str]:
+    """`unit`: the units of the effects (one, usually: points, pp, ratio ...), so a comparison of runs
+    can label its axes without reading each run's effects table."""
+    table = effects.table
+    if UNIT_COLUMN not in table or not len(table):
+        return {}
+    return {"unit": ", ".join(dict.fromkeys(str(u) for u in table[UNIT_COLUMN]))}
+
+
 def not_identified_reasons(tags: Mapping[str, str]) -> dict[str, str]:
-    """Effect -> why it is not identified, read back from a run's `<effect>.identified` tags."""
-    return {
-        key.removesuffix(IDENTIFIED_SUFFIX): value.removeprefix(NO)
-        for key, value in tags.items()
-        if key.endswith(IDENTIFIED_SUFFIX) and value.startswith(NO)
-    }
+    """Effect -> why it is not identified, read back from a run's `<effect>.identified` tags (the
+    rows of the coarser split, named only in `not_identified`, as "not identified")."""
+    listed = [name for name in tags.get(NOT_IDENTIFIED, "").split(", ") if name]
+    reasons = {name: "not identified" for name in listed}
+    reasons.update(
+        {
+            key.removesuffix(IDENTIFIED_SUFFIX): value.removeprefix(NO)
+            for key, value in tags.items()
+            if key.endswith(IDENTIFIED_SUFFIX) and value.startswith(NO)
+        }
+    )
+    return reasons
 
 
 def _number(value: Any, signed: bool = False) -> str:

@@ -31,6 +31,7 @@ CASE_COLUMNS = [
     "source",  # a table audit's file or query (tag table.source)
     "detects",  # the minimum detectable effect at the case's n, as shown (tag plan.detects; config plan.*)
     "units",  # what its n counts: applicants, pairs, trials, rows (tag plan.units)
+    "unit",  # the unit of its effects: points, pp, ratio ... (tag unit)
     "variant",  # the sweep's varying key=value overrides of the case (population.n=2000), "" when none
 ]
 
@@ -92,6 +93,7 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "source": tags.get("table.source"),
                 "detects": tags.get("plan.detects"),
                 "units": tags.get("plan.units"),
+                "unit": tags.get("unit"),
                 "variant": variant_of(tags),
                 "metrics": dict(run.data.metrics),
                 "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped

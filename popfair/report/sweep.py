@@ -37,20 +37,24 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
         rows = rows[rows["design"].ne("table") | rows["design"].isna()]
     rows = rows.assign(identified=rows["identified"].fillna(True).astype(bool) if "identified" in rows else True)
     rows = rows.assign(variant=rows["variant"].fillna("") if "variant" in rows else "")
-    keep = CASE_KEYS + [
-        "estimator",
-        "effect",
-        "estimate",
-        "se",
-        "ci_low",
-        "ci_high",
-        "p_value",
-        "significant",
-        "identified",
-        "pattern",
-        "case_name",
-        "run_id",
-    ]
+    keep = (
+        CASE_KEYS
+        + [
+            "estimator",
+            "effect",
+            "estimate",
+            "se",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "significant",
+            "identified",
+            "pattern",
+            "case_name",
+            "run_id",
+        ]
+        + [c for c in ("unit",) if c in rows]
+    )  # the effects' unit, from runs that log it (tag unit)
     order = {e: i for i, e in enumerate(plots.PSE_ORDER)}
     return (
         rows[keep]
