@@ -5,6 +5,7 @@ carries the same text; only path-specific effects print a discrimination pattern
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
@@ -13,8 +14,8 @@ import pytest
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Effects
-from popfair.report.audit import effects_blocks
-from popfair.report.document import Block, to_html, to_markdown
+from popfair.report.document import Block, to_html, to_markdown, to_pdf
+from popfair.report.effects import effects_blocks
 from popfair.sweep.case import case_from_config
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import compose_config
@@ -188,3 +189,41 @@ def test_the_report_shows_each_effect_at_every_clipping_bound():
     assert shown.loc["NDE", "clip 0.01 (this case)"] == "+3.6 (0.1) n.i."
     assert "Sensitivity to the propensity clipping bound" in to_markdown("t", effects_blocks(effects, "E"), Path("."))
     assert not [b for b in effects_blocks(Effects(table=table, labels=[]), "E") if "Sensitivity" in str(b.content)]
+
+
+def test_the_table_report_names_its_run_and_its_file_never_its_path(table_case):
+    """The report one posts: the MLflow run id, popfair's version and the date; the table by its file
+    name and sha256, never the folder it was read from; PDF pages numbered."""
+    tmp, result = table_case
+    page = result.report["report.html"]
+    assert result.run_id and result.run_id in page
+    assert str(tmp) not in page and str(tmp) not in result.report["report.md"]
+    sha = result.source.fingerprint["sha256"]
+    assert f"decisions.csv (csv; sha256 {sha})" in result.report["report.md"]
+    assert "popfair " in page and "Date of the bias audit" in page
+    from pypdf import PdfReader
+
+    pages = PdfReader(tmp / "report.pdf").pages
+    assert len(pages) > 1
+    for number, page_of_pdf in enumerate(pages, start=1):
+        text = page_of_pdf.extract_text()
+        assert f"page {number} of {len(pages)}" in text and result.run_id in text  # every page's foot
+
+
+def test_pdf_headings_stay_with_their_content_without_empty_pages():
+    """Each heading goes on the page of the table under it, and a page is filled before the next
+    begins: six short sections fit on a few pages (a keep-together inside another broke a page
+    before every table: 13 pages)."""
+    from pypdf import PdfReader
+
+    table = pd.DataFrame({"category": list("abcde"), "rate": [0.5] * 5})
+    blocks = [Block("facts", {"Tool": "tfidf"})]
+    for i in range(6):
+        blocks += [Block("h2", f"Section {i}"), Block("table", table), Block("text", "Words " * 60)]
+        blocks += [Block("h3", f"Part {i}"), Block("table", table)]
+    pages = [page.extract_text() for page in PdfReader(io.BytesIO(to_pdf("Audit", blocks))).pages]
+    assert len(pages) <= 4, len(pages)
+    for page in pages:  # no heading is the last line of a page's body (above the footer)
+        body = [line for line in page.splitlines() if line.strip() and "page " not in line]
+        assert not body[-1].startswith(("Section", "Part")), body[-3:]
+    assert all(f"page {i} of {len(pages)}" in page for i, page in enumerate(pages, start=1))

@@ -30,7 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 HTML = DOCS / "_build" / "html"
 SHOTS = DOCS / "_build" / "screenshots"  # build output, ignored by git
-GENERATED = ("_build", "auto_examples", "reference/config", "reference/api", "reference/cli.md", "sg_execution_times")
+GENERATED = (
+    "_build",
+    "_generated",
+    "auto_examples",
+    "reference/config",
+    "reference/api",
+    "reference/cli.md",
+    "sg_execution_times",
+)
 
 missing = [
     m

@@ -46,9 +46,11 @@ def test_mlflow_round_trip(small_run):
     for effect in table.index:
         if table.loc[effect, "identified"]:
             assert run.data.metrics[f"{effect}.estimate"] == pytest.approx(table.loc[effect, "estimate"])
-        else:  # not identified: no number logged, the reason as a tag
-            assert f"{effect}.estimate" not in run.data.metrics and run.data.metrics[f"{effect}.identified"] == 0
-            assert run.data.tags[f"identification.{effect}"].startswith("not identified at n=400")
+        else:  # not identified: no number and no significance flag logged, the reason as a readable tag
+            assert not [k for k in run.data.metrics if k.startswith(f"{effect}.")]
+            assert f"{effect}.significant" not in run.data.metrics
+            assert run.data.tags[f"{effect}.identified"].startswith("no: not identified at n=400")
+            assert effect in run.data.tags["not_identified"].split(", ")
     assert run.data.tags["pattern"] == result.effects.pattern
     assert run.data.tags["popfair_version"]
     assert run.data.tags["case_name"] == experiment.case_name()

@@ -16,11 +16,12 @@ import pytest
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, Effects, WorldRequest
-from popfair.estimate.pse.identification import gate, identification_tags
+from popfair.estimate.pse.identification import gate
 from popfair.estimate.pse.interventional import expected_effects
 from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, pattern_labels
 from popfair.population.worlds import draw_worlds
 from popfair.report.console import format_effects
+from popfair.report.run_page import not_identified_tags
 from popfair.report.sweep import case_table
 from tests.conftest import compose_config
 
@@ -124,15 +125,16 @@ def test_gender_blind_screener_is_never_labelled_direct_discrimination(nurse_cas
 def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
     kind, experiment, result, truth = nurse_case
     text = format_effects(result.effects)
-    tags = identification_tags(result.effects.table)
-    assert set(tags) == {f"identification.{e}" for e in EFFECTS}
+    tags = not_identified_tags(result.effects)
+    hidden = [e for e in EFFECTS if not result.effects.table.loc[e, "identified"]]
+    assert set(tags) == {f"{e}.identified" for e in EFFECTS} | ({"not_identified"} if hidden else set())
     # the estimand in plain words: text resumes never show the protected attribute; R is grouped
     attribute = "race" if kind == "race" else "gender"
     assert f"The text documents never display {attribute}, so the direct path X -> Y is structurally absent" in text
     assert "name_gender_typicality (grouped from the raw first_name)" in text and "exp_year (raw)" in text
     assert result.effects.artifacts["estimand.txt"].startswith("Estimand: ")
     if kind == "race":
-        assert "not identified" not in text and set(tags.values()) == {"identified"}
+        assert "not identified" not in text and set(tags.values()) == {"yes"}
         assert "coarser split" not in text  # offered only where the fine decomposition is not identified
         return
     # the coarser split is offered with its numbers, or said not to be identified either
@@ -145,8 +147,8 @@ def test_the_console_and_tags_say_not_identified_in_plain_words(nurse_case):
     if kind == "blind":  # it reads raw first names, which R holds only grouped: a known failure, named
         assert "the screener reads the raw first_name, which the model holds only grouped" in text
     assert "outcome model extrapolating" in text or "only" in text
-    assert tags["identification.TE"] == "identified"
-    assert tags["identification.NDE"].startswith("not identified")
+    assert tags["TE.identified"] == "yes" and "TE" not in tags["not_identified"].split(", ")
+    assert tags["NDE.identified"].startswith("no: not identified")
     sens = result.effects.artifacts["pse_clip_sensitivity.csv"]
     assert set(sens["clip"]) >= {0.001, 0.01, 0.05}
     assert not sens.loc[(sens["effect"] == "NDE"), "identified"].any()  # no clip bound rescues it
@@ -261,7 +263,7 @@ def test_estimator_both_keeps_its_comparison_in_the_report():
     """estimator=both: the report's effects section shows DML beside the interventional estimate, and
     "not identified" (no difference, no conclusion) where the DML estimate is gated."""
     from popfair.estimate.pse.side_by_side import compare
-    from popfair.report.audit import effects_blocks, side_by_side_rows
+    from popfair.report.effects import effects_blocks, side_by_side_rows
 
     base = {"se": 0.1, "significant": True}
     observed = gate(
@@ -277,7 +279,13 @@ def test_estimator_both_keeps_its_comparison_in_the_report():
     assert rows.loc["NDE", "DML-UCA"] == "not identified" and rows.loc["NDE", "same conclusion"] is None
     blocks = effects_blocks(Effects(table=table, labels=[]), "Effect of gender (both)")
     assert any(b.kind == "table" and "interventional" in getattr(b.content, "columns", []) for b in blocks)
-    assert any(b.kind == "list" and any("NDE not identified at n=100" in x for x in b.content) for b in blocks)
+    assert any(b.kind == "text" and b.content.startswith("Not identified at n=100") for b in blocks)
+    assert any(
+        b.kind == "list" and any(x.startswith("NDE, NIE, BIE, RIE need E[Y_x1,W_x0]") for x in b.content)
+        for b in blocks
+    )
+    (effects,) = [b.content for b in blocks if b.kind == "table" and "estimate" in b.content.columns]
+    assert effects.set_index("effect").loc["NDE", "estimate"] == "not identified"  # never a blank or a number
 
 
 def test_a_raw_name_read_through_a_grouped_proxy_is_not_identified():

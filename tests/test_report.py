@@ -200,7 +200,9 @@ def test_an_estimators_own_significance_flag_wins():
     assert flags.to_dict() == {"a": True, "b": True, "c": False}
 
 
-def test_overview_outlines_exactly_the_significant_effects(store):
+def test_overview_colours_and_outlines_exactly_the_significant_effects(store):
+    """Colour follows significance: only effects whose CI excludes 0 are coloured (and outlined); every
+    other identified effect still shows its estimate, in grey."""
     from matplotlib.patches import Rectangle
 
     from popfair.report.plots import effects_overview
@@ -212,8 +214,11 @@ def test_overview_outlines_exactly_the_significant_effects(store):
     heatmaps = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
     outlined = sum(isinstance(p, Rectangle) and not p.fill for ax in heatmaps for p in ax.patches)
     assert outlined == int(pse["significant"].sum()) > 0
-    cells = sum(int(np.isfinite(ax.images[0].get_array()).sum()) for ax in heatmaps)
-    assert cells == len(pse)  # one cell per case x effect
+    coloured = sum(int(np.isfinite(ax.images[0].get_array()).sum()) for ax in heatmaps)
+    assert coloured == outlined
+    numbers = [t for ax in heatmaps for t in ax.texts if t.get_text()[:1] in "+-"]
+    assert len(numbers) == int(pse["identified"].sum())  # one number per identified case x effect
+    assert sum(t.get_color() == "0.45" for t in numbers) == len(numbers) - outlined  # the rest in grey
 
 
 def test_panel_forest_fills_the_bonferroni_significant_models():

@@ -63,7 +63,7 @@ class GradedLooks(PopulationLooks):
         return (0.0, 100.0)
 
 
-def graded_power(profiles: Profiles, settings: PowerSettings, previous: Any) -> PowerPlan:
+def graded_power(profiles: Profiles, settings: PowerSettings, previous: Any, scale: Any = None) -> PowerPlan:
     """The graded design's power line: a two-sample t test of the grades (SD 35 points: five grades)."""
     n1 = int((profiles.table[profiles.roles.x] == profiles.roles.x1).sum())
     n0 = int((profiles.table[profiles.roles.x] == profiles.roles.x0).sum())

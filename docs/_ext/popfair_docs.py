@@ -6,6 +6,8 @@
 - The command-line reference (``reference/cli.md``): the ``--help`` of every console script in
   pyproject.toml (``popfair``, ``popfair-report``, ``popfair-export``, ``popfair-data``) as it prints it.
 - Math as MathML, converted at build time by docutils (no MathJax download: the site works offline).
+- What commands print (``_generated/``): the guides show the console output of a fresh run of the
+  command they document, run when the site is built (``COMMAND_OUTPUTS``), never pasted by hand.
 - The favicon inlined in every page as a data: URI (``inline_favicon``).
 
 The generated Markdown goes to folders git ignores (``docs/.gitignore``) and is rewritten only when
@@ -380,6 +382,59 @@ def write_guides() -> None:
     )
 
 
+# --- what commands print, shown in the guides ---------------------------------------------------------
+
+GENERATED_OUT = DOCS / "_generated"
+# name -> the popfair arguments of a command whose console summary a page shows with
+# ```{literalinclude} _generated/<name>.txt```: run when the site is built, never copied by hand.
+COMMAND_OUTPUTS: dict[str, list[str]] = {"default_case": []}
+
+
+def _sources_digest() -> str:
+    """A digest of what a command's output depends on: popfair's code, its configs and bundled data lists."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for folder, pattern in ((ROOT / "popfair", "*.py"), (CONF, "*.yaml")):
+        for path in sorted(folder.rglob(pattern)):
+            digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def command_output(args: list[str], cwd: Path) -> str:
+    """What `python -m popfair ARGS` prints once its case is done (from the `=== popfair case` line
+    on: the effects table, the notes under it, the pattern, the MLflow run and the stage times), run
+    in `cwd` with this checkout's popfair. RuntimeError when the command fails."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-m", "popfair", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DATAFRAME_FRAMEWORK": "pandas", "HF_HUB_OFFLINE": "1"},
+    )
+    if done.returncode != 0 or "=== popfair case" not in done.stdout:
+        raise RuntimeError(f"python -m popfair {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout[done.stdout.index("=== popfair case") :].rstrip() + "\n"
+
+
+def write_command_outputs() -> None:
+    """Run every COMMAND_OUTPUTS command in a fresh folder and keep what it prints for its page; run
+    again only when popfair's code or configs changed since (a digest beside each output)."""
+    import tempfile
+
+    digest = _sources_digest()
+    for name, args in COMMAND_OUTPUTS.items():
+        out, key = GENERATED_OUT / f"{name}.txt", GENERATED_OUT / f"{name}.digest"
+        if out.exists() and key.exists() and key.read_text() == digest:
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            _write(out, command_output(args, Path(folder)))
+        _write(key, digest)
+
+
 # --- Python API reference ------------------------------------------------------------------------
 
 API_OUT = DOCS / "reference" / "api" / "index.md"
@@ -521,6 +576,7 @@ def generate(app: Sphinx) -> None:
     write_api_reference()
     write_guides()
     write_benchmark_scripts()
+    write_command_outputs()
 
 
 def inline_favicon(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:

@@ -87,7 +87,7 @@ def main(folder: Path, out: Path, compare: int = 0) -> None:
             url = f"{base}/#/compare-runs?{query}"
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(base + "/", wait_until="networkidle")
             page.get_by_text("Model training", exact=True).first.click()  # the classic run view, not GenAI's
             page.goto(url, wait_until="commit")  # a hash route: no network idle to wait for
@@ -95,6 +95,9 @@ def main(folder: Path, out: Path, compare: int = 0) -> None:
             close = page.get_by_role("button", name="Close")  # the assistant side panel, if shown
             if close.count():
                 close.first.click()
+            more = page.get_by_text("Show more", exact=True)  # the description: the effects table, whole
+            if not compare and more.count():
+                more.first.click()
             page.wait_for_timeout(3000)
             if compare:  # the tables of what differs: parameters and metrics side by side
                 page.get_by_text("Visualizations", exact=True).first.click()
@@ -105,7 +108,7 @@ def main(folder: Path, out: Path, compare: int = 0) -> None:
                 tags.evaluate("e => e.scrollIntoView({block: 'start'})")
                 page.wait_for_timeout(1000)
                 top = tags.bounding_box()["y"] - 16  # the tags that differ: the case's choices and its label
-                page.screenshot(path=str(out), clip={"x": 190, "y": top, "width": 1020, "height": 900 - top})
+                page.screenshot(path=str(out), clip={"x": 190, "y": top, "width": 1020, "height": 1000 - top})
             else:
                 page.screenshot(path=str(out))
             browser.close()

@@ -18,14 +18,14 @@ from omegaconf import DictConfig, OmegaConf
 from popfair.case.compose import build_for_plan, resolved
 from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
+from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
 from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
 from popfair.design import design_of
-from popfair.design.base import ScreenedDesign
+from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
 from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
-from popfair.estimate.pse.identification import identification_tags
 from popfair.estimate.pse.settings import PseOverlapWarning
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
@@ -35,6 +35,7 @@ from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
+from popfair.report.units import with_units
 from popfair.runtime.interrupts import sigterm_as_interrupt
 from popfair.runtime.parallel import forked_call, frozen_heap
 from popfair.runtime.version import __version__
@@ -77,10 +78,11 @@ def _logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]
     return future.result
 
 
-def _audit_report_wanted(setting: Any, screener: Screener) -> bool:
-    """`audit_report`: auto = for screeners that audit an outside tool (http, file), true, false."""
+def _audit_report_wanted(setting: Any, screener: Screener, design: str) -> bool:
+    """`audit_report`: auto = for population cases and screeners that audit an outside tool (http,
+    file), true, false."""
     require(setting in ("auto", True, False), "audit_report", f"must be auto, true or false, got {setting!r}")
-    return screener.audits_a_tool if setting == "auto" else bool(setting)
+    return (screener.audits_a_tool or design == "population") if setting == "auto" else bool(setting)
 
 
 def _failure_share(value: Any) -> float | None:
@@ -221,7 +223,7 @@ class Experiment:
                 else None
             ),
             config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
-            audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"]),
+            audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"], design.name),
             max_failure_share=_failure_share(cfg.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)),
             documents=None
             if dry_run
@@ -345,6 +347,8 @@ class Experiment:
         for note in profiles.notes:
             log.warning("note: %s", note)
         run.params(flatten(self.config))
+        dataset = population_dataset(profiles, getattr(self.population, "name", "population"), self.seed)
+        run.dataset(dataset)
         run.artifacts(
             {
                 "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
@@ -400,6 +404,7 @@ class Experiment:
             known = grouping_problems(roles, self.screener.reads, grouped)  # a raw column read, held grouped
             effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))
             effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
+        effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
         audit = None
         if audit_result is not None:
             try:
@@ -421,7 +426,10 @@ class Experiment:
             scored_worlds=scored_worlds,
             sequential=None if sequential is None else sequential.record,
         )
-        result.power = self.power.quietly((self.design or design_of(self.population)).name, profiles)
+        scale = ScoreScale.of_scores(ok["y"]) if profiles.outcome == "score" else None
+        result.power = self.power.quietly((self.design or design_of(self.population)).name, profiles, scale)
+        result.run_id = run.run_id  # the report names its run
+        result.data_sha256 = str(dataset.profile["sha256"])
         if self.audit_report:
             from popfair.report.audit import audit_report
 
@@ -460,7 +468,7 @@ class Experiment:
             "renderer": self.renderer.kind,
             "estimator": self.estimator.name,
             **profiles.tags,
-            **identification_tags(effects.table),
+            **generated_page_tags(self, result),
             **self.tags,
         }
         tags.update(result.power.tags() if result.power is not None else {})
@@ -478,5 +486,6 @@ class Experiment:
             metrics.update(result.sequential.metrics())
             tags.update(result.sequential.tags())
         run.artifacts(artifacts)
+        log_effects_table(run, effects)
         run.log(metrics=metrics, tags=tags)
         return run.end()

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from popfair.core.errors import PopfairError
 from popfair.design import design_named
-from popfair.design.base import PreviousRun, plan_power
+from popfair.design.base import PreviousRun, ScoreScale, plan_power
 from popfair.estimate.power import PowerPlan, PowerSettings
 
 log = logging.getLogger("popfair")
@@ -40,14 +40,15 @@ class CasePower:
         uri = str(tracking.get("uri")) if tracking.get("enabled", False) and tracking.get("uri") else None
         return cls(settings, previous_run(str(settings.from_run), uri))
 
-    def plan(self, design: str, sample: Any) -> PowerPlan | None:
-        """The design's power line for `sample` (Profiles, or the table's categories)."""
-        return plan_power(design_named(design), sample, self.settings, self.previous)
+    def plan(self, design: str, sample: Any, scale: ScoreScale | None = None) -> PowerPlan | None:
+        """The design's power line for `sample` (Profiles, or the table's categories); `scale`: the
+        screener's score scale (its scores in this run, or its declared range before any)."""
+        return plan_power(design_named(design), sample, self.settings, self.previous, scale)
 
-    def quietly(self, design: str, sample: Any) -> PowerPlan | None:
+    def quietly(self, design: str, sample: Any, scale: ScoreScale | None = None) -> PowerPlan | None:
         """`plan`, with a failure logged instead of raised (a run's results come first)."""
         try:
-            return self.plan(design, sample)
+            return self.plan(design, sample, scale)
         except (PopfairError, ValueError, ArithmeticError) as exc:
             log.warning("power plan skipped: %s", exc)
             return None

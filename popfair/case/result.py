@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from popfair.core.types import Document, Effects, Profiles
+from popfair.estimate.impact_ratio.table import ImpactRatios
 from popfair.estimate.power import PowerPlan
 
 
@@ -66,6 +67,7 @@ class RunResult:
     report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
     sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.looks): looks, stop, CIs
     power: PowerPlan | None = None  # what the main test can detect at this n (config plan.*)
+    data_sha256: str = ""  # sha256 of the applicants' rows as drawn: the run's dataset input, the report's source
 
     @property
     def failure_rate(self) -> float:
@@ -91,11 +93,24 @@ class CasePrompts:
 
 
 def effects_metrics(effects: Effects) -> dict[str, float]:
-    """An effects table as MLflow metrics (`<effect>.<column>` for every number), plus its own metrics."""
+    """An effects table as MLflow metrics, one scheme and each number once: `<effect>.<column>` for the
+    numbers of every identified effect (an effect that is not identified logs nothing: no estimate, no
+    `significant` flag; its `<effect>.identified` tag says why, popfair.report.run_page), plus the
+    estimator's own metrics. Impact ratios are logged once, as the estimator's `ll144.*` metrics (the
+    scheme every case's outcome audit uses), not again row by row."""
+    own = {k: v for k, v in effects.metrics.items() if not k.endswith(".identified")}
+    if isinstance(effects.detail, ImpactRatios):
+        return own
     metrics: dict[str, float] = {}
-    for effect, row in effects.table.iterrows():
+    table = effects.table
+    identified = table["identified"].fillna(True).astype(bool) if "identified" in table else None
+    for effect, row in table.iterrows():
+        if identified is not None and not identified[effect]:
+            continue
         for column, value in row.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):  # not identified: no number
+            if column == "identified":
+                continue
+            if isinstance(value, (int, float)) and math.isfinite(value):
                 metrics[f"{effect}.{column}"] = value
-    metrics.update(effects.metrics)
+    metrics.update(own)
     return metrics

@@ -28,6 +28,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.power_plan import CasePower, table_categories
+from popfair.case.run_log import log_effects_table, page_tags, table_dataset
 from popfair.core.errors import ConfigError, PopfairError, TrackingFailed, require
 from popfair.core.types import Effects, Roles
 from popfair.design import design_named
@@ -37,6 +38,7 @@ from popfair.design.table.source import open_source
 from popfair.estimate.base import Estimator
 from popfair.estimate.power import PowerPlan
 from popfair.population.protected import ProtectedAttribute
+from popfair.report.units import with_units
 from popfair.runtime.version import __version__
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 
@@ -65,6 +67,8 @@ class TableRunResult:
     periods: Any = None  # the PeriodRatios of table.period (popfair.estimate.impact_ratio.trend)
     watch: Any = None  # a watch's look (popfair.case.table_watch.WatchLook)
     power: PowerPlan | None = None  # what the impact-ratio test can detect in this table (config plan.*)
+    outcome: str = "callback"  # what the table's outcome holds: callback (0/1), score or rank
+    sample: pd.DataFrame | None = None  # a few of the rows the estimator read: the run's dataset schema
 
     @property
     def n_rows(self) -> int:
@@ -173,6 +177,12 @@ class TableCase:
         source = Path(self.table.path).stem if self.table.path else (self.table.name or "query")
         return f"table-{source}-{self.estimator.name}"
 
+    def shown_source(self) -> str:
+        """The table as reports name it: the file's name (its sha256 says which file), or the table or query."""
+        if self.table.path:
+            return Path(str(self.table.path)).name
+        return str(self.table.name or "query")
+
     def read(self) -> MappedTable:
         """Open and map the table (errors name their config key); the caller closes `.source`."""
         source = open_source(self.table)
@@ -235,6 +245,10 @@ class TableCase:
                 notes=notes,
                 timings=timings,
                 report_path=mapped.report_path,
+                outcome=str(mapped.coding.outcome),
+                sample=(frame if frame is not None else counts.counts if counts is not None else pd.DataFrame()).head(
+                    200
+                ),
             )
         finally:
             mapped.source.close()
@@ -251,6 +265,7 @@ class TableCase:
             result.effects = self.estimator.estimate(frame, roles, "y")
             if counts is not None:
                 result.audit = self._impact_add_on(counts, result)
+        result.effects.table = with_units(result.effects.table, self.estimator.name, result.outcome)
         if by_period is not None:
             from popfair.case.table_watch import periods_of
 
@@ -279,6 +294,7 @@ class TableCase:
             timings={"estimate": outcome.seconds},
         )
         if outcome.ratios is not None:
+            result.effects.table = with_units(result.effects.table, IMPACT_RATIO, result.outcome)
             result.run_id = self._track(result)
         return result
 
@@ -368,6 +384,14 @@ class TableCase:
             "protected_attr": self.protected.name,
             "estimator": self.estimator.name,
             **(result.power.tags() if result.power is not None else {}),
+            **page_tags(
+                self.run_name or self.case_name(),
+                result.effects,
+                {"rows used": f"{source.rows_used:,}", "estimator": self.estimator.name, "source": self.shown_source()},
+                ratios=result.ratios,
+                notes=[*source.notes, *result.notes],
+                power=result.power,
+            ),
             **self.tags,
         }
         artifacts: dict[str, Any] = {
@@ -400,6 +424,10 @@ class TableCase:
             if steps:
                 run.steps(steps)
             run.artifacts(artifacts)  # figures (Plot) are drawn by the tracking worker
+            log_effects_table(run, result.effects)
+            if result.sample is not None and len(result.sample.columns):
+                run.dataset(table_dataset(source, self.shown_source(), result.sample))
+            result.run_id = run.run_id  # the report names its run
             if self.audit_report:  # drawn here while the worker logs the above
                 drawn = time.perf_counter()
                 result.report = self._audit_report(result)

@@ -39,7 +39,36 @@ class PreviousRun:
         return None
 
 
-PowerLine = Callable[[Any, PowerSettings, "PreviousRun | None"], "PowerPlan | None"]
+@dataclass(frozen=True)
+class ScoreScale:
+    """The screener's own score scale, for a power line that needs a score SD and has no pilot's
+    (plan.sd) or previous run's (plan.from_run): the SD of this run's scores, or, before any score
+    exists (a dry run), a quarter of the range the screener declares (`Screener.score_range`)."""
+
+    sd: float
+    source: str
+
+    @classmethod
+    def of_scores(cls, scores: Any) -> ScoreScale | None:
+        """The SD of a run's scores (None with fewer than two, or all equal)."""
+        values = pd.to_numeric(pd.Series(scores), errors="coerce").dropna()
+        sd = float(values.std(ddof=1)) if len(values) >= 2 else float("nan")
+        if not math.isfinite(sd) or sd <= 0:
+            return None
+        return cls(sd, f"the SD of this run's {len(values):,} scores ({values.min():.3g} to {values.max():.3g})")
+
+    @classmethod
+    def of_range(cls, low: float, high: float) -> ScoreScale:
+        return cls(
+            (high - low) / 4,
+            f"a quarter of the screener's declared score range {low:g}-{high:g} (no scores yet: "
+            "set plan.sd from a pilot or plan.from_run for the screener's real spread)",
+        )
+
+
+# (sample, settings, previous run, the screener's score scale) -> the power line; designs whose main
+# test is on rates take no score scale
+PowerLine = Callable[[Any, PowerSettings, "PreviousRun | None", "ScoreScale | None"], "PowerPlan | None"]
 
 
 class Design(Protocol):
@@ -48,7 +77,8 @@ class Design(Protocol):
     name: the design's name (a population's `design` attribute names it; DESIGNS registers it).
     estimators: names of the estimators that apply to its data (popfair.estimate.registry).
     asks_screener: whether a screener is asked (False: the decisions exist already, the table design).
-    power_line: what its main test can detect at the planned n (its sample -> PowerPlan), or None.
+    power_line: what its main test can detect at the planned n ((sample, settings, previous run, score
+        scale) -> PowerPlan), or None.
     power_imports: modules the power line imports at first use (a sweep imports them beside its worker).
     sequential: its sequential audit's rules (units, targets, values), or None: no sequential audit."""
 
@@ -164,10 +194,15 @@ def check_estimator(design: Design, estimator: Any, why: str = "") -> None:
 
 
 def plan_power(
-    design: Design, sample: Any, settings: PowerSettings, previous: PreviousRun | None = None
+    design: Design,
+    sample: Any,
+    settings: PowerSettings,
+    previous: PreviousRun | None = None,
+    scale: ScoreScale | None = None,
 ) -> PowerPlan | None:
     """The power line of a case of `design` for its sample (the case's Profiles, or the table's category
-    counts): None when the design has none, or plan.enabled is false."""
+    counts): None when the design has none, or plan.enabled is false. `scale`: the screener's score
+    scale (its scores in this run, or its declared range before any), for a line on scores."""
     if not settings.enabled or design.power_line is None:
         return None
-    return design.power_line(sample, settings, previous)
+    return design.power_line(sample, settings, previous, scale)

@@ -32,9 +32,11 @@ from popfair.core.types import Effects
 from popfair.data import DATA_DIR
 from popfair.estimate.impact_ratio.table import ImpactRatios
 from popfair.report.document import Block, to_html, to_markdown, to_pdf
+from popfair.report.effects import effects_blocks
 from popfair.report.ll144 import AuditData, ll144_blocks
 from popfair.report.trend import period_blocks, watch_blocks
 from popfair.runtime.version import __version__
+from popfair.track.mlflow_tracker import git_commit
 
 
 class Experiment(Protocol):
@@ -61,6 +63,7 @@ class RunResult(Protocol):
     notes: list[str]
     run_id: str | None
     screening: dict[str, float]
+    data_sha256: str
 
 
 class TableCase(Protocol):
@@ -69,6 +72,8 @@ class TableCase(Protocol):
     table: Any
     estimator: Any
     protected: Any
+
+    def shown_source(self) -> str: ...
 
 
 class TableRunResult(Protocol):
@@ -85,8 +90,6 @@ class TableRunResult(Protocol):
 
 
 ARTIFACT_DIR = "audit_report"
-EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high", "p_value", "mcnemar_p", "cluster_p", "n_pairs", "b", "c"]
-PSE_EFFECTS = ("TE", "NDE", "NIE", "BIE", "RIE")  # estimators whose labels are PopResume's patterns
 MAX_PROBLEMS = 50
 
 
@@ -143,89 +146,6 @@ def _failure_reasons(scored: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def side_by_side_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """estimator=both's comparison as a report table: each side's estimate and CI, the difference, and
-    whether they reach the same conclusion; "not identified" where the DML estimate is gated."""
-    rows = []
-    for effect, row in table.iterrows():
-        identified = bool(row.get("identified", True))
-        rows.append(
-            {
-                "effect": effect,
-                "DML-UCA": f"{row['estimate']:+.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]"
-                if identified
-                else "not identified",
-                "interventional": f"{row['intv_estimate']:+.4g} [{row['intv_ci_low']:.4g}, {row['intv_ci_high']:.4g}]",
-                "difference": round(float(row["difference"]), 4) if identified else None,
-                "same conclusion": bool(row["same_conclusion"]) if identified else None,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def effects_blocks(effects: Effects, heading: str) -> list[Block]:
-    """An estimator's effects table and what it found: PopResume's discrimination patterns for the
-    path-specific effects, the estimator's own findings otherwise."""
-    columns = [c for c in EFFECT_COLUMNS if c in effects.table.columns]
-    table = effects.table[columns].reset_index(names="effect")
-    table = table.round({c: 4 for c in columns if c not in ("n_pairs", "b", "c")})
-    blocks = [Block("h2", heading), Block("table", table)]
-    if "intv_estimate" in effects.table:  # estimator=both: the observational estimate beside the measured one
-        blocks += [
-            Block(
-                "text",
-                "Observational (DML-UCA, from the factual resumes) beside interventional (measured on "
-                "counterfactual resumes of the same applicants); an effect DML cannot identify has no "
-                "observational number:",
-            ),
-            Block("table", side_by_side_rows(effects.table)),
-        ]
-    if set(PSE_EFFECTS) <= set(effects.table.index):
-        blocks.append(Block("text", "Discrimination pattern (PopResume, section 5.2): " + effects.pattern))
-        if "reason" in effects.table:  # the effects reported as not identified, and why
-            unidentified = [f"{e} {r}" for e, r in effects.table["reason"].items() if r]
-            if unidentified:
-                blocks.append(Block("list", unidentified))
-        if effects.notes:
-            blocks.append(Block("list", list(effects.notes)))
-        blocks += clip_sensitivity_blocks(effects)
-    elif effects.labels:
-        blocks += [Block("text", "Findings:"), Block("list", list(effects.labels))]
-    else:
-        blocks.append(Block("text", "No finding reached significance."))
-    return blocks
-
-
-def clip_sensitivity_blocks(effects: Effects) -> list[Block]:
-    """The effects re-scored at every propensity clipping bound with the same nuisances (the
-    estimator's `pse_clip_sensitivity.csv`): estimate (SE) per bound, "n.i." where the identification
-    rule fails at that bound. An identified effect barely moves; one that moves with the bound is
-    telling that no single bound is right."""
-    raw = effects.artifacts.get("pse_clip_sensitivity.csv")
-    if not isinstance(raw, pd.DataFrame) or raw.empty:
-        return []
-    raw = raw.sort_values("clip", kind="stable")
-    bounds = [f"clip {c:g}" + (" (this case)" if own else "") for c, own in zip(raw["clip"], raw["case_clip"])]
-    cells = [
-        f"{e:+.3g} ({s:.2g})" + ("" if ok else " n.i.")
-        for e, s, ok in zip(raw["estimate"], raw["se"], raw["identified"])
-    ]
-    wide = pd.DataFrame({"effect": raw["effect"].to_numpy(), "bound": bounds, "cell": cells}).pivot(
-        index="effect", columns="bound", values="cell"
-    )
-    wide = wide.loc[list(dict.fromkeys(raw["effect"])), list(dict.fromkeys(bounds))]
-    return [
-        Block(
-            "text",
-            "Sensitivity to the propensity clipping bound: each effect re-estimated with the same "
-            "nuisances at each bound, estimate (standard error); n.i. = not identified at that bound. "
-            "These numbers are the diagnosis, not the finding: an effect that moves with the bound is "
-            "not identified by the data, whichever bound is chosen.",
-        ),
-        Block("table", wide.reset_index()),
-    ]
-
-
 def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_date: dt.date) -> list[Block]:
     """The report of a generated (test-data) case, in order."""
     screener, protected = experiment.screener, experiment.protected
@@ -236,10 +156,16 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
     x0, x1 = roles.get("x0", "x0"), roles.get("x1", "x1")
     n, failed = len(scored), int(scored["error"].notna().sum())
     from_cache = int(result.screening.get("screen.rows_from_cache", 0))
-    blocks = [Block("facts", _header_facts(_tool_name(screener), audit_date, result.run_id))]
+    population = getattr(experiment.population, "name", type(experiment.population).__name__)
+    facts = _header_facts(_tool_name(screener), audit_date, result.run_id)
+    facts["Data"] = f"test data: {n:,} applicants popfair generated (population {population}, seed {experiment.seed})"
+    if result.data_sha256:  # the digest the run's dataset input carries (its first 16 characters)
+        facts["Data"] += f"; sha256 of the applicant rows {result.data_sha256}"
+    blocks = [Block("facts", facts)]
+    if impact_ratios_of(result.effects) is None:  # the estimator's effects first, unless they are the LL144 ones
+        blocks += effects_blocks(result.effects, f"Effect of {protected.name} ({experiment.estimator.name})")
     ratios = impact_ratios_of(result.audit) or impact_ratios_of(result.effects)
     if ratios is not None:
-        population = getattr(experiment.population, "name", type(experiment.population).__name__)
         data = AuditData(
             kind="test",
             explanation=f"popfair generated {n:,} applicants (population {population}, seed {experiment.seed}) "
@@ -315,8 +241,6 @@ def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_dat
             Block("text", f"Each by file and row{more}; all are in import_report.csv of the exchange folder."),
             Block("table", shown),
         ]
-    if impact_ratios_of(result.effects) is None:  # the estimator's own table, unless it is the LL144 one
-        blocks += effects_blocks(result.effects, f"Effect of {protected.name} ({experiment.estimator.name})")
     blocks += power_blocks(result)
     blocks += [
         Block("h2", "Data sources"),
@@ -352,6 +276,8 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
         "Distribution date": tool.distribution_date or "not stated (table.tool.distribution_date)",
         "Independent auditor": tool.auditor or "not stated (table.tool.auditor)",
     }
+    fingerprint = ", ".join(f"{k} {v}" for k, v in source.fingerprint.items())
+    facts["Data"] = f"{case.shown_source()} ({source.format}{'; ' + fingerprint if fingerprint else ''})"
     blocks = [Block("facts", facts)]
     ratios = impact_ratios_of(result.audit) or impact_ratios_of(result.effects)
     dropped = f"; {source.rows_dropped:,} rows left out (see table_report.csv)" if source.rows_dropped else ""
@@ -360,7 +286,6 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
         if source.rows_after_filters != source.rows_read
         else ""
     )
-    fingerprint = ", ".join(f"{k} {v}" for k, v in source.fingerprint.items())
     data = AuditData(
         kind=source.kind,
         explanation=(
@@ -368,7 +293,7 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
             if source.kind == "historical"
             else "The outcomes in the source below were produced by running the tool on generated applicants."
         ),
-        source=f"{source.description} ({source.format}{'; ' + fingerprint if fingerprint else ''})",
+        source=facts["Data"],
         date_range=(
             f"{source.date_min} to {source.date_max} (column {source.date_column})"
             if source.date_min
@@ -397,10 +322,13 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
 
 
 def _header_facts(tool: str, audit_date: dt.date, run_id: str | None) -> dict[str, str]:
+    """What every report states first: the tool, the date, the MLflow run and the popfair that computed it."""
+    commit = git_commit()
     return {
         "Automated employment decision tool": tool,
         "Date of the bias audit": audit_date.isoformat(),
-        "Computed by": f"popfair {__version__}" + (f" (MLflow run {run_id})" if run_id else ""),
+        "MLflow run": run_id or "none (tracking off)",
+        "Computed by": f"popfair {__version__}" + (f", commit {commit[:12]}" if commit and commit != "unknown" else ""),
     }
 
 
@@ -411,17 +339,16 @@ def _tool_name(screener: Any) -> str:
 def _table_name(case: TableCase) -> str:
     if case.table.tool.name:
         return case.table.tool.name
-    source = case.table.path or case.table.name or "query"
-    return f"the tool whose decisions are recorded in {Path(str(source)).name}"
+    return f"the tool whose decisions are recorded in {case.shown_source()}"
 
 
-def render(title: str, blocks: list[Block], out: Path) -> dict[str, str | bytes]:
-    """The report's files by name: report.md, report.html (figures embedded), report.pdf, and the
-    figures the Markdown links to."""
+def render(title: str, blocks: list[Block], out: Path, run_id: str | None = None) -> dict[str, str | bytes]:
+    """The report's files by name: report.md, report.html (figures embedded), report.pdf (each page's
+    foot names the report and its MLflow run), and the figures the Markdown links to."""
     files: dict[str, str | bytes] = {
         "report.md": to_markdown(title, blocks, out),
         "report.html": to_html(title, blocks),
-        "report.pdf": to_pdf(title, blocks),
+        "report.pdf": to_pdf(title, blocks, footer=title + (f" - MLflow run {run_id}" if run_id else "")),
     }
     for path in out.iterdir():
         files[path.name] = path.read_bytes()
@@ -435,7 +362,7 @@ def audit_report(
     day = audit_date or dt.datetime.now(dt.timezone.utc).date()
     title = f"Bias audit of {_tool_name(experiment.screener)}: {experiment.occupation.key}, {experiment.protected.name}"
     with tempfile.TemporaryDirectory() as folder:
-        return render(title, audit_blocks(experiment, result, Path(folder), day), Path(folder))
+        return render(title, audit_blocks(experiment, result, Path(folder), day), Path(folder), result.run_id)
 
 
 def table_audit_report(
@@ -445,7 +372,7 @@ def table_audit_report(
     day = audit_date or dt.datetime.now(dt.timezone.utc).date()
     title = "Bias audit summary: " + _table_name(case)
     with tempfile.TemporaryDirectory() as folder:
-        return render(title, table_blocks(case, result, Path(folder), day), Path(folder))
+        return render(title, table_blocks(case, result, Path(folder), day), Path(folder), result.run_id)
 
 
 def fetch_audit_report(tracking_uri: str, run_id: str, out_dir: str | Path) -> Path:

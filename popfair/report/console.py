@@ -14,6 +14,7 @@ from popfair.estimate.pse.identification import reason_problems
 MAX_COLUMNS = 10  # wider tables (the LL144 table has 26 columns) show these, the rest is in effects.csv
 CONSOLE_COLUMNS = [
     *EFFECT_COLUMNS,
+    "unit",
     "p_value",
     "significant",
     "n_applicants",
@@ -52,15 +53,16 @@ def format_effects(effects: Effects) -> str:
         text = _rounded(shown_table).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
-    text += _not_identified(reasons)
+    text += not_identified_text(reasons)
     for note in effects.notes:  # what the effects mean here (estimand, a coarser split where offered)
         text += f"\n{note}"
     return text
 
 
-def _not_identified(reasons: pd.Series) -> str:
-    """Why effects are not identified, each failing counterfactual mean said once with the effects
-    that need it (four effects often share one mean)."""
+def not_identified_lines(reasons: pd.Series) -> tuple[str, list[str]]:
+    """Why effects are not identified: a header ("Not identified at n=...: ...") and one line per failing
+    counterfactual mean with the effects that need it (four effects often share one mean); ("", [])
+    when every effect is identified."""
     needs: dict[str, list[str]] = {}
     header = ""
     for effect, reason in reasons.items():
@@ -68,9 +70,17 @@ def _not_identified(reasons: pd.Series) -> str:
             needs.setdefault(problem, []).append(str(effect))
             header = str(reason).split(": ", 1)[0]  # "not identified at n=..."
     if not needs:
+        return "", []
+    head = f"{header[:1].upper()}{header[1:]}: the data cannot answer a counterfactual mean these effects need"
+    return head, [f"{', '.join(effects)} need {problem}" for problem, effects in needs.items()]
+
+
+def not_identified_text(reasons: pd.Series) -> str:
+    """`not_identified_lines` as the console prints them, under the effects table."""
+    head, lines = not_identified_lines(reasons)
+    if not head:
         return ""
-    text = f"\n{header[:1].upper()}{header[1:]}: the data cannot answer a counterfactual mean these effects need"
-    text += "".join(f"\n  {', '.join(effects)} need {problem}" for problem, effects in needs.items())
+    text = f"\n{head}" + "".join(f"\n  {line}" for line in lines)
     return text + "\n  (estimator=interventional measures them on counterfactual resumes)"
 
 
@@ -110,10 +120,25 @@ def summary(
     if sequential:
         lines += ["(the table above is the fixed-n analysis of the n used)", *sequential]
     if run_id:
-        lines += [f"MLflow run id: {run_id}", f"open the UI:   mlflow ui --backend-store-uri {_as_typed(tracking_uri)}"]
+        lines += [
+            f"MLflow run id: {run_id}",
+            f"open the UI:   mlflow ui --backend-store-uri {_as_typed(tracking_uri)}",
+            f"the run:       {run_page(tracking_uri, run_id)}",
+        ]
     if timings:
         lines.append(timing_line(timings, total))
     return "\n".join(lines)
+
+
+def run_page(tracking_uri: str, run_id: str) -> str:
+    """The run's page in the MLflow UI: `mlflow ui`'s default address for a local store, the server
+    itself for an http(s) one. In the Model training view, which shows the run's description (MLflow
+    3 opens on its GenAI view, which does not)."""
+    from popfair.runtime.secrets import safe_url
+
+    remote = tracking_uri.startswith(("http://", "https://"))
+    base = safe_url(tracking_uri).rstrip("/") if remote else "http://127.0.0.1:5000"
+    return f"{base}/#/runs/{run_id}?workflowType=machine_learning"
 
 
 def _as_typed(uri: str | None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,19 +39,23 @@ def cell(value: Any) -> str:
     return "" if value is None or value is pd.NA else str(value)
 
 
+_NUMBER = r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?%?"
+NUMERIC_TEXT = re.compile(f"{_NUMBER}(\u2013{_NUMBER})?")
+
+
 def numeric_columns(table: pd.DataFrame) -> list[bool]:
     """Which columns read as numbers (right-aligned): numeric dtypes, or text that is all numbers,
-    percentages or blanks (pre-formatted figures), or ranges of them (0.61\u20130.98)."""
+    percentages or blanks (pre-formatted figures), or ranges of them (0.61\u20130.98); "not identified"
+    stands where a number would. Plain Python over the cells: report tables are small, and pandas'
+    string methods cost more per call than these tables take to scan."""
     out = []
     for column in table.columns:
         values = table[column]
         if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
             out.append(True)
             continue
-        text = values.map(cell).str.strip()
-        filled = text[text != ""]
-        number = r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?%?"
-        out.append(bool(len(filled)) and bool(filled.str.fullmatch(f"{number}(\u2013{number})?").all()))
+        filled = [t for t in (cell(v).strip() for v in values) if t and t != "not identified"]
+        out.append(bool(filled) and all(NUMERIC_TEXT.fullmatch(t) for t in filled))
     return out
 
 
@@ -99,9 +104,19 @@ table.facts{font-size:14px}table.facts th{text-align:left;background:none;border
 table.facts td{border:none;padding:2px 0}
 p.caption{font-size:12px;color:#555;margin-top:-.6em}
 ul{margin:.4em 0 1em 1.2em;padding:0}
+code{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:.9em;background:#f3f4f6;padding:0 .2em;
+ border-radius:3px}
 img{max-width:100%;margin:4px 0}
 @media print{body{margin:0;max-width:none}h2,h3{break-after:avoid}table,img{break-inside:avoid}}
 """
+
+
+CODE = re.compile(r"`([^`]+)`")
+
+
+def _inline(text: str) -> str:
+    """Escaped HTML of a paragraph or list item, `code` spans as <code> (no literal backticks)."""
+    return CODE.sub(r"<code>\1</code>", html.escape(str(text)))
 
 
 def _html_table(table: pd.DataFrame) -> str:
@@ -124,9 +139,9 @@ def to_html(title: str, blocks: list[Block]) -> str:
         if block.kind in ("h2", "h3"):
             parts.append(f"<{block.kind}>{html.escape(block.content)}</{block.kind}>")
         elif block.kind == "text":
-            parts += [f"<p>{html.escape(p.strip())}</p>" for p in str(block.content).split("\n\n") if p.strip()]
+            parts += [f"<p>{_inline(p.strip())}</p>" for p in str(block.content).split("\n\n") if p.strip()]
         elif block.kind == "list":
-            parts.append("<ul>" + "".join(f"<li>{html.escape(str(i))}</li>" for i in block.content) + "</ul>")
+            parts.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in block.content) + "</ul>")
         elif block.kind == "facts":
             rows = "".join(
                 f"<tr><th scope='row'>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
@@ -144,8 +159,10 @@ def to_html(title: str, blocks: list[Block]) -> str:
     return "\n".join(parts)
 
 
-def to_pdf(title: str, blocks: list[Block]) -> bytes:
-    """A4 PDF of the blocks (reportlab): wide tables shrink their font to fit the page width."""
+def to_pdf(title: str, blocks: list[Block], footer: str = "") -> bytes:
+    """A4 PDF of the blocks (reportlab): wide tables shrink their font to fit the page width, every
+    heading stays on the page of what follows it, and each page's foot carries `footer` (default the
+    title) and "page i of n"."""
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.styles import getSampleStyleSheet
@@ -166,39 +183,78 @@ def to_pdf(title: str, blocks: list[Block]) -> bytes:
     width = A4[0] - 3 * cm
 
     def para(text: str, style: str = "BodyText") -> Paragraph:
-        return Paragraph(html.escape(str(text)), styles[style])
+        return Paragraph(CODE.sub(r'<font face="Courier">\1</font>', html.escape(str(text))), styles[style])
 
     story: list[Any] = [para(title, "Title")]
+    heading: Any = None  # a heading waits for the first flowable of its section: they go on one page
     for block in blocks:
-        if block.kind == "h2":
-            story.append(para(block.content, "Heading2"))
-        elif block.kind == "h3":
-            story.append(para(block.content, "Heading3"))
+        if block.kind in ("h2", "h3"):
+            parts = [para(block.content, "Heading2" if block.kind == "h2" else "Heading3")]
         elif block.kind == "text":
-            story += [para(p.strip()) for p in str(block.content).split("\n\n") if p.strip()]
+            parts = [para(p.strip()) for p in str(block.content).split("\n\n") if p.strip()]
         elif block.kind == "list":
-            story.append(
+            parts = [
                 ListFlowable([ListItem(para(i), leftIndent=12) for i in block.content], bulletType="bullet", start="•")
-            )
+            ]
         elif block.kind == "facts":
             rows = [[para(k), para(v)] for k, v in block.content.items()]
             facts = Table(rows, colWidths=[0.28 * width, 0.72 * width], hAlign="LEFT")
             facts.setStyle(TableStyle([("VALIGN", (0, 0), (-1, -1), "TOP")]))
-            story.append(facts)
+            parts = [facts]
         elif block.kind == "table":
-            story.append(KeepTogether(_pdf_table(block.content, width, Table, TableStyle, colors)))
+            parts = [KeepTogether(_pdf_table(block.content, width, Table, TableStyle, colors))]
         else:
             picture = Image(str(block.content))
             scale = min(1.0, width / picture.drawWidth)
             picture.drawWidth, picture.drawHeight = picture.drawWidth * scale, picture.drawHeight * scale
-            story.append(picture)
+            parts = [picture]
         if block.caption:
-            story.append(para(block.caption, "Italic"))
-        story.append(Spacer(1, 4))
+            parts.append(para(block.caption, "Italic"))
+        if block.kind in ("h2", "h3"):
+            heading = (heading or []) + parts  # an h3 right under an h2 waits too
+            continue
+        if heading and parts:
+            # one level: a KeepTogether inside another measures as taller than a page and breaks one
+            first = parts[0]._content if isinstance(parts[0], KeepTogether) else [parts[0]]
+            parts[0] = KeepTogether([*heading, *first])
+            heading = None
+        story += [*parts, Spacer(1, 4)]
+    story += heading or []
     buffer = io.BytesIO()
-    doc = SimpleDocTemplate(buffer, pagesize=A4, leftMargin=1.5 * cm, rightMargin=1.5 * cm, title=title)
-    doc.build(story)
+    doc = SimpleDocTemplate(
+        buffer, pagesize=A4, leftMargin=1.5 * cm, rightMargin=1.5 * cm, bottomMargin=2 * cm, title=title
+    )
+    doc.build(story, canvasmaker=_numbered_canvas(footer or title, 1.5 * cm))
     return buffer.getvalue()
+
+
+def _numbered_canvas(footer: str, margin: float) -> Any:
+    """A reportlab canvas class that writes `footer` and "page i of n" at the foot of every page (the
+    pages are kept until the end, when n is known)."""
+    from reportlab.pdfgen.canvas import Canvas
+
+    class NumberedCanvas(Canvas):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._pages: list[dict[str, Any]] = []
+
+        def showPage(self) -> None:  # noqa: N802 - reportlab's name
+            self._pages.append(dict(self.__dict__))
+            self._startPage()
+
+        def save(self) -> None:
+            total = len(self._pages)
+            for number, state in enumerate(self._pages, start=1):
+                self.__dict__.update(state)
+                self.setFont("Helvetica", 8)
+                self.setFillGray(0.35)
+                page_width = self._pagesize[0]
+                self.drawString(margin, 0.9 * margin, footer if len(footer) <= 110 else footer[:107] + "...")
+                self.drawRightString(page_width - margin, 0.9 * margin, f"page {number} of {total}")
+                super().showPage()
+            super().save()
+
+    return NumberedCanvas
 
 
 def _pdf_table(table: pd.DataFrame, width: float, table_type: Any, style_type: Any, colors: Any) -> Any:

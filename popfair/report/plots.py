@@ -30,7 +30,8 @@ def forest_plot(case: pd.DataFrame, title: str) -> Figure:
     """Effects of one case (long form: one row per effect) with 95% CIs, TE..RIE first;
     drawn like a run's artifact (`popfair.track.figures.forest_plot`)."""
     order = [e for e in PSE_ORDER if e in set(case["effect"])] + sorted(set(case["effect"]) - set(PSE_ORDER))
-    return effects_forest_plot(case.set_index("effect").loc[order], title)
+    table = case.set_index("effect").loc[order]
+    return effects_forest_plot(table.rename(index=short_effect), title)
 
 
 def panel_gaps_by_model(panel: pd.DataFrame) -> Figure:
@@ -126,32 +127,45 @@ def photo_vs_no_photo(pairs: pd.DataFrame) -> Figure | None:
     return fig
 
 
+def short_effect(effect: str) -> str:
+    """An effect's name as a heatmap column label: the coarser split's rows without their prefix."""
+    return effect.removeprefix("coarse.").replace("_minus_", "\u2212").replace("_coarse", " coarse")
+
+
 def effects_overview(pse: pd.DataFrame) -> Figure:
     """Every case's effects in one figure, the first thing a sweep report shows: one heatmap per
-    protected attribute, a row per (format, model) and a column per occupation x effect. Colour is
-    the estimate (red favours x1, blue x0, on one symmetric scale); outlined cells are effects whose
-    CI excludes 0. `pse` is long form (`sweep.popresume_effects`: one row per case x effect)."""
+    protected attribute, a row per (format, model, variant) and a column per occupation x effect. Colour
+    follows significance: an effect whose CI excludes 0 is coloured by its estimate (red favours x1,
+    blue x0, one symmetric scale over the significant ones) and outlined; the others are white with
+    their estimate in grey; an effect not identified at its n is hatched and says so. `pse` is long
+    form (`sweep.popresume_effects`: one row per case x effect)."""
     from matplotlib.patches import Rectangle
 
+    pse = pse.assign(variant=pse["variant"].fillna("") if "variant" in pse else "")
     attrs = sorted(pse["protected_attr"].dropna().unique())
     effects = [e for e in PSE_ORDER if e in set(pse["effect"])] + sorted(set(pse["effect"]) - set(PSE_ORDER))
     occupations = sorted(pse["occupation"].dropna().unique())
     columns = [(occ, eff) for occ in occupations for eff in effects]
     rows_of = {
         a: sorted(
-            pse.loc[pse["protected_attr"] == a, ["format", "model"]]
+            pse.loc[pse["protected_attr"] == a, ["format", "model", "variant"]]
             .drop_duplicates()
             .itertuples(index=False, name=None)
         )
         for a in attrs
     }
-    vmax = float(np.nanmax(np.abs(pse["estimate"].to_numpy(float)))) if len(pse) else 1.0
+    significant = pse["significant"].fillna(False).astype(bool) if "significant" in pse else pd.Series(False)
+    coloured = pse.loc[significant.to_numpy(), "estimate"].to_numpy(float) if len(pse) else np.array([])
+    vmax = float(np.nanmax(np.abs(coloured))) if np.isfinite(coloured).any() else 1.0
     vmax = vmax if np.isfinite(vmax) and vmax > 0 else 1.0
+    labels = [short_effect(eff) for _, eff in columns]
+    rotate = max((len(label) for label in labels), default=0) > 5  # wider than a cell: turned upright
+    cell_in = 0.55
     heights = [max(len(rows_of[a]), 1) for a in attrs]
     fig, axes = plt.subplots(
         len(attrs),
         1,
-        figsize=(2.2 + 0.42 * len(columns), 1.4 + sum(0.34 * h + 1.0 for h in heights)),
+        figsize=(2.6 + cell_in * len(columns), 1.6 + sum(0.42 * h + 1.1 for h in heights) + (0.5 if rotate else 0)),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
         layout="constrained",  # room for each panel's occupation labels and title
@@ -160,42 +174,43 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
     image = None
     for ax, attr in zip(axes[:, 0], attrs):
         cases = rows_of[attr]
-        grid = np.full((len(cases), len(columns)), np.nan)
-        sig = np.zeros(grid.shape, bool)
-        unidentified = np.zeros(grid.shape, bool)
-        sub = pse[pse["protected_attr"] == attr].set_index(["format", "model", "occupation", "effect"])
+        value = np.full((len(cases), len(columns)), np.nan)
+        sig = np.zeros(value.shape, bool)
+        unidentified = np.zeros(value.shape, bool)
+        sub = pse[pse["protected_attr"] == attr].set_index(["format", "model", "variant", "occupation", "effect"])
         for (i, case), (j, (occ, eff)) in ((a, b) for a in enumerate(cases) for b in enumerate(columns)):
             key = (*case, occ, eff)
             if key in sub.index:
                 row = sub.loc[key]
                 row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
-                grid[i, j], sig[i, j] = float(row["estimate"]), bool(row["significant"])
+                value[i, j], sig[i, j] = float(row["estimate"]), bool(row["significant"])
                 unidentified[i, j] = "identified" in row.index and not bool(row["identified"])
-                if unidentified[i, j]:  # no colour, no outline: the data cannot answer it
-                    grid[i, j], sig[i, j] = np.nan, False
-        image = ax.imshow(grid, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+                if unidentified[i, j]:  # no colour, no number: the data cannot answer it
+                    value[i, j], sig[i, j] = np.nan, False
+        image = ax.imshow(np.where(sig, value, np.nan), cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
         for i, j in zip(*np.nonzero(sig)):
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=1.6))
         if annotate:
-            for i, j in zip(*np.nonzero(np.isfinite(grid))):
+            for i, j in zip(*np.nonzero(np.isfinite(value))):
                 ax.text(
                     j,
                     i,
-                    f"{grid[i, j]:+.2g}",
+                    f"{value[i, j]:+.2g}",
                     ha="center",
                     va="center",
-                    fontsize=6,
+                    fontsize=6.5,
                     fontweight="bold" if sig[i, j] else "normal",
-                    color="white" if abs(grid[i, j]) > 0.6 * vmax else "black",  # legible on dark cells
+                    color=("white" if abs(value[i, j]) > 0.6 * vmax else "black") if sig[i, j] else "0.45",
                 )
         for i, j in zip(*np.nonzero(unidentified)):
-            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.75", lw=0))
             if annotate:
-                ax.text(j, i, "n.i.", ha="center", va="center", fontsize=6, color="0.3")
+                ax.text(j, i, "not\nidentified", ha="center", va="center", fontsize=5, color="0.25",
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})  # fmt: skip
         for k in range(1, len(occupations)):
-            ax.axvline(k * len(effects) - 0.5, color="white", lw=3)
-        ax.set_xticks(range(len(columns)), [eff for _, eff in columns], fontsize=7)
-        ax.set_yticks(range(len(cases)), [f"{fmt} / {model}" for fmt, model in cases], fontsize=7)
+            ax.axvline(k * len(effects) - 0.5, color="0.3", lw=2)
+        ax.set_xticks(range(len(columns)), labels, fontsize=7, rotation=90 if rotate else 0)
+        ax.set_yticks(range(len(cases)), [" / ".join(str(k) for k in case if str(k)) for case in cases], fontsize=7)
         top = ax.secondary_xaxis("top")
         top.set_xticks(
             [k * len(effects) + (len(effects) - 1) / 2 for k in range(len(occupations))], occupations, fontsize=8
@@ -203,8 +218,10 @@ def effects_overview(pse: pd.DataFrame) -> Figure:
         top.tick_params(length=0)
         ax.set_title(f"protected attribute: {attr}", fontsize=9, pad=18)
     if image is not None:
-        fig.colorbar(image, ax=axes[:, 0].tolist(), shrink=0.8, label="estimate (positive favours x1)")
+        fig.colorbar(image, ax=axes[:, 0].tolist(), shrink=0.8, label="significant estimate (positive favours x1)")
     fig.suptitle(
-        "Every case's effects (outlined: 95% CI excludes 0; hatched n.i.: not identified at this n)", fontsize=10
+        "Every case's effects: coloured and outlined where the 95% CI excludes 0; grey numbers: CI covers 0;\n"
+        "hatched: not identified at the case's n",
+        fontsize=10,
     )
     return fig

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from popfair.core.errors import DataError
+from popfair.report.run_page import not_identified_reasons
 
 PARENT_TAG = "popfair.sweep"  # set to "parent" on a sweep's parent run
 CASE_COLUMNS = [
@@ -30,7 +31,16 @@ CASE_COLUMNS = [
     "source",  # a table audit's file or query (tag table.source)
     "detects",  # the minimum detectable effect at the case's n, as shown (tag plan.detects; config plan.*)
     "units",  # what its n counts: applicants, pairs, trials, rows (tag plan.units)
+    "unit",  # the unit of its effects: points, pp, ratio ... (tag unit)
+    "variant",  # the sweep's varying key=value overrides of the case (population.n=2000), "" when none
 ]
+
+
+def variant_of(tags: dict[str, str]) -> str:
+    """The case's values of the keys its sweep varies that are not group options (those are the
+    occupation, format and model columns): `sweep.population.n` -> population.n=2000."""
+    keys = sorted(k for k in tags if k.startswith("sweep.") and ("." in k[6:] or k[6:] == "seed"))
+    return " ".join(f"{k[6:]}={tags[k]}" for k in keys)
 
 
 def _all_runs(client, experiment_ids: list[str], filter_string: str) -> list[Any]:
@@ -83,11 +93,26 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "source": tags.get("table.source"),
                 "detects": tags.get("plan.detects"),
                 "units": tags.get("plan.units"),
+                "unit": tags.get("unit"),
+                "variant": variant_of(tags),
                 "metrics": dict(run.data.metrics),
                 "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped
+                "not_identified": not_identified_reasons(tags),
             }
         )
-    return pd.DataFrame(rows, columns=CASE_COLUMNS + ["metrics", "stopped_by"])
+    return pd.DataFrame(rows, columns=CASE_COLUMNS + ["metrics", "stopped_by", "not_identified"])
+
+
+def _ll144_rows(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
+    """An impact_ratio run's ratios from its `ll144.<metric>.<dimension>.<category>.ratio|ci_low|ci_high`
+    metrics, as effects `<metric>/<dimension>/<category>` (the estimate is the ratio)."""
+    rows: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        parts = key.split(".")
+        if len(parts) == 5 and parts[0] == "ll144" and parts[4] in ("ratio", "ci_low", "ci_high"):
+            column = "estimate" if parts[4] == "ratio" else parts[4]
+            rows.setdefault("/".join(parts[1:4]), {})[column] = value
+    return rows
 
 
 def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
@@ -98,15 +123,26 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     rows = []
     for run in runs[runs["status"] == "FINISHED"].itertuples(index=False):
         metrics: dict[str, float] = run.metrics
-        # An effect that is not identified logs `<effect>.identified` = 0 and no estimate.
+        hidden = getattr(run, "not_identified", None) or {}  # not identified: a tag with the reason, no number
+        # (runs logged before the tags: `<effect>.identified` = 0)
         effects = list(
-            dict.fromkeys(k.rsplit(".", 1)[0] for k in metrics if k.endswith(".estimate") or k.endswith(".identified"))
+            dict.fromkeys(
+                [k.rsplit(".", 1)[0] for k in metrics if k.endswith(".estimate") or k.endswith(".identified")]
+                + list(hidden)
+            )
         )
         for effect in effects:
             values = {k[len(effect) + 1 :]: v for k, v in metrics.items() if k.startswith(effect + ".")}
+            if effect in hidden:
+                values["identified"] = 0.0
             row = {c: getattr(run, c) for c in CASE_COLUMNS if c not in ("status", "error")}
             row.update(effect=effect, **values)
             rows.append(row)
+        if run.estimator == "impact_ratio" and not effects:  # impact ratios are logged once, as ll144.*
+            for effect, values in _ll144_rows(metrics).items():
+                row = {c: getattr(run, c) for c in CASE_COLUMNS if c not in ("status", "error")}
+                row.update(effect=effect, **values)
+                rows.append(row)
     table = pd.DataFrame(rows)
     if table.empty:
         return table

@@ -10,6 +10,7 @@ Bonferroni across the models of that axis, gaps by release date and race vs gend
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from popfair.report import panel, patterns, plots, ranking
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.report.runs import effects_long, load_runs
 
-CASE_KEYS = ["occupation", "protected_attr", "format", "model"]
+CASE_KEYS = ["occupation", "protected_attr", "format", "model", "variant"]
 
 
 def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
@@ -35,20 +36,25 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
     if "design" in rows:  # table audits have no occupation, format or model: their own section
         rows = rows[rows["design"].ne("table") | rows["design"].isna()]
     rows = rows.assign(identified=rows["identified"].fillna(True).astype(bool) if "identified" in rows else True)
-    keep = CASE_KEYS + [
-        "estimator",
-        "effect",
-        "estimate",
-        "se",
-        "ci_low",
-        "ci_high",
-        "p_value",
-        "significant",
-        "identified",
-        "pattern",
-        "case_name",
-        "run_id",
-    ]
+    rows = rows.assign(variant=rows["variant"].fillna("") if "variant" in rows else "")
+    keep = (
+        CASE_KEYS
+        + [
+            "estimator",
+            "effect",
+            "estimate",
+            "se",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "significant",
+            "identified",
+            "pattern",
+            "case_name",
+            "run_id",
+        ]
+        + [c for c in ("unit",) if c in rows]
+    )  # the effects' unit, from runs that log it (tag unit)
     order = {e: i for i, e in enumerate(plots.PSE_ORDER)}
     return (
         rows[keep]
@@ -65,6 +71,7 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
     patterns that apply to the case's format (no Case 1 where the resume shows a photo)."""
     if pse.empty:
         return pse
+    pse = pse.assign(variant=pse["variant"].fillna("") if "variant" in pse else "")
     pse = pse.assign(
         pattern=[("; ".join(patterns.applicable_labels(p, f)) or "none") for p, f in zip(pse["pattern"], pse["format"])]
     )
@@ -80,7 +87,8 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
         index=CASE_KEYS + ["pattern"], columns="effect", values="cell", aggfunc="first", dropna=False
     )
     columns = [e for e in plots.PSE_ORDER if e in wide.columns] + sorted(set(wide.columns) - set(plots.PSE_ORDER))
-    return wide[columns].reset_index().dropna(subset=columns, how="all")
+    table = wide[columns].reset_index().dropna(subset=columns, how="all")
+    return table.drop(columns="variant") if not table["variant"].astype(bool).any() else table
 
 
 UNDATED = "1900-01-01"  # sort key for models whose screener config has no release date (shown blank)
@@ -196,6 +204,7 @@ def table_blocks(effects: pd.DataFrame, csv: Any) -> list[Block]:
     columns = [
         c for c in ("source", "run_id", "estimator", "effect", "estimate", "ci_low", "ci_high", "p_value") if c in rows
     ]
+    rows = rows.assign(source=[_shown_source(v) for v in rows["source"]]) if "source" in rows else rows
     table = rows[columns].sort_values(["effect", "source"], kind="stable")
     csv("table_audits.csv", table)
     wide = table.pivot_table(index="effect", columns="source", values="estimate", aggfunc="first")
@@ -206,6 +215,13 @@ def table_blocks(effects: pd.DataFrame, csv: Any) -> list[Block]:
         Block("table", runs),
         Block("table", wide.reset_index()),
     ]
+
+
+def _shown_source(source: Any) -> Any:
+    """A table audit's source as the report names it: a file by its name (the run's table.sha256 says
+    which file), a database by its URL without password and the table or query."""
+    text = str(source) if isinstance(source, str) else source
+    return Path(text).name if isinstance(text, str) and "://" not in text else text
 
 
 def sequential_blocks(runs: pd.DataFrame) -> list[Block]:
@@ -304,16 +320,18 @@ def write_report(
         files[name] = out / name
         table.to_csv(files[name], index=False)
 
-    csv("runs.csv", runs.drop(columns="metrics"))
+    csv("runs.csv", runs.drop(columns=["metrics", "not_identified"], errors="ignore"))
     csv("effects.csv", effects)
     finished = int((runs["status"] == "FINISHED").sum())
     failed = runs[runs["status"] != "FINISHED"]
+    heading, origin = report_title(tracking_uri, experiment_name, parent_run_id, len(runs))
     blocks = [
         Block(
             "text",
-            f"Source: {source} at `{tracking_uri}`. {len(runs)} cases: {finished} finished, "
+            f"Source: {origin}. {len(runs)} cases: {finished} finished, "
             f"{len(failed)} not finished. Significance: p < {alpha} where the estimator "
-            f"reports a p-value, else the {100 * (1 - alpha):.0f}% CI excludes 0 (*).",
+            f"reports a p-value, else the {100 * (1 - alpha):.0f}% CI excludes 0 (*). Effects the data "
+            'cannot answer at a case\'s n read "not identified".',
         )
     ]
     if len(failed):
@@ -330,8 +348,10 @@ def write_report(
             Block("h2", "All cases at a glance"),
             Block(
                 "text",
-                "One cell per case x effect: colour is the estimate (red favours x1, blue x0), outlined "
-                f"cells are effects whose {100 * (1 - alpha):.0f}% CI excludes 0. Details per case follow.",
+                "One cell per case x effect. Colour follows significance: an effect whose "
+                f"{100 * (1 - alpha):.0f}% CI excludes 0 is coloured by its estimate (red favours x1, blue x0) "
+                "and outlined; the others show their estimate in grey on white; hatched cells are not "
+                "identified at the case's n. Details per case follow.",
             ),
             Block("figure", files["effects_overview.png"]),
             Block("h2", "Cases per discrimination pattern"),
@@ -366,7 +386,7 @@ def write_report(
             ]
         blocks.append(Block("h3", "Forest plots per case"))
         for keys, case in pse.groupby(CASE_KEYS, dropna=False, sort=True):
-            title = " / ".join(str(k) for k in keys)
+            title = " / ".join(str(k) for k in keys if str(k))
             path = _save(
                 plots.forest_plot(case, title), out / "plots" / "forest" / f"{_slug('-'.join(map(str, keys)))}.png"
             )
@@ -380,9 +400,58 @@ def write_report(
     blocks += ranking.ranking_blocks(effects, runs, lambda fig, name: _save(fig, out / "plots" / name), csv)
     files.update({f"plots/{p.name}": p for p in (out / "plots").glob("*.png")})
 
-    title = f"popfair report: {source}"
     files["report.md"] = out / "report.md"
-    files["report.md"].write_text(to_markdown(title, blocks, out))
+    files["report.md"].write_text(to_markdown(heading, blocks, out))
     files["report.html"] = out / "report.html"
-    files["report.html"].write_text(to_html(title, blocks))
+    files["report.html"].write_text(to_html(heading, blocks))
+    files["comparison.md"] = out / "comparison.md"  # the parent run's description: the tables, no figures
+    files["comparison.md"].write_text(comparison_markdown(heading, blocks, out))
     return files
+
+
+def report_title(
+    tracking_uri: str, experiment_name: str | None, parent_run_id: str | None, cases: int
+) -> tuple[str, str]:
+    """A human title for the report (the sweep's name and date, or the experiment's) and the line
+    naming its source: the runs and the tracking store by its file name or server, no local path."""
+    from popfair.runtime.secrets import safe_url
+
+    store = (
+        Path(tracking_uri.removeprefix("sqlite:///")).name
+        if tracking_uri.startswith("sqlite:")
+        else safe_url(tracking_uri)
+    )
+    if not parent_run_id:
+        name = experiment_name or "popfair"
+        return (
+            f"Comparison of {cases} cases: MLflow experiment {name}",
+            f"the runs of MLflow experiment {name} in {store}",
+        )
+    from mlflow import MlflowClient
+
+    parent = MlflowClient(tracking_uri).get_run(parent_run_id)
+    day = dt.datetime.fromtimestamp(parent.info.start_time / 1000, dt.timezone.utc).date().isoformat()
+    sweep = parent.data.tags.get("sweep.experiment", "none")
+    varying = parent.data.tags.get("sweep.varying", "none")
+    what = f"experiment={sweep}" if sweep != "none" else f"varying {varying.replace(',', ', ')}"
+    title = f"Sweep comparison: {cases} cases ({what}), {day}"
+    return title, f"the case runs of sweep {parent.info.run_name} (MLflow parent run {parent_run_id}) in {store}"
+
+
+MAX_COMPARISON = 7_900  # MLflow keeps tag values up to 8,000 characters
+
+
+def comparison_markdown(title: str, blocks: list[Block], out: Path) -> str:
+    """The report's headings, text and tables in Markdown, without figures: the parent run's
+    description (cut to what MLflow keeps; report.html holds everything)."""
+    kept = [b for b in blocks if b.kind != "figure"]
+    # a heading with nothing under it once the figures are gone (the forest plots) goes too
+    shown = [
+        b
+        for i, b in enumerate(kept)
+        if b.kind not in ("h2", "h3") or (i + 1 < len(kept) and kept[i + 1].kind not in ("h2", "h3"))
+    ]
+    text = to_markdown(title, shown, out)
+    if len(text) > MAX_COMPARISON:
+        text = text[: MAX_COMPARISON - 80].rsplit("\n", 1)[0] + "\n\n*(cut: the report/ artifacts hold the rest)*\n"
+    return text

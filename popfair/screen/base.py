@@ -23,6 +23,8 @@ class Screener(ABC):
     plans_real_documents: a dry run plans the real pages (image cache keys and files need them).
     answers_rankings: it can rank k candidates in one prompt (the ranking design).
     display_name: the tool's name in reports (default: `name`).
+    score_range: the scale its scores are on, (0, 100) as popfair asks; a power line before any score
+        exists takes a quarter of it as the score SD (popfair.design.base.ScoreScale).
     reads: the profile columns its answer depends on, where that is known (simulated: its
         coefficients' columns), else None: it reads the document (popfair.estimate.pse.estimand).
     problems: the rows its answers had problems with (file: the results sheets'), or None.
@@ -39,6 +41,7 @@ class Screener(ABC):
     plans_real_documents: ClassVar[bool] = False
     answers_rankings: ClassVar[bool] = False
     display_name: str | None = None
+    score_range: ClassVar[tuple[float, float]] = (0.0, 100.0)
     reads: frozenset[str] | None = None
     problems: Any = None
     run_tags: Mapping[str, str] = _NONE

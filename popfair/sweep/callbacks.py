@@ -201,21 +201,28 @@ class SweepCallback(Callback):
         )
 
     def _finish_parent(self, records: list, failed: list, missing: int, sweep_dir: Path) -> bool:
-        """Write the report (if any case finished), log it with the summary to the parent, close it;
+        """Write the report (if any case finished), log it with the summary to the parent, its tables
+        as the parent's description and the effects of every case as its table artifact, close it;
         True when the report failed (the sweep then exits non-zero, its runs kept)."""
+        import pandas as pd
+
         assert self.tracker and self.info and self.info.parent_run_id  # a parent run was started
         report_dir = sweep_dir / "report"
         report_dir.mkdir(parents=True, exist_ok=True)
         (report_dir / "summary.csv").write_bytes((sweep_dir / "summary.csv").read_bytes())
         finished = sum(r.status == "finished" for r in records)
         report_error = None
+        page: dict[str, str] = {}  # the parent run's description: the comparison's tables
+        tables: dict[str, Any] = {}
         if self.report and finished:
             try:
                 from popfair.report.sweep import write_report
 
-                write_report(
+                files = write_report(
                     self.tracker.uri, self.tracker.experiment_name, report_dir, parent_run_id=self.info.parent_run_id
                 )
+                page["mlflow.note.content"] = files["comparison.md"].read_text()
+                tables["comparison.json"] = pd.read_csv(files["effects.csv"])
                 print(f"report: {report_dir / 'report.html'}")
             except Exception as exc:  # noqa: BLE001 - the sweep's runs stay valid without a report
                 log.error("popfair: sweep report failed: %s: %s", type(exc).__name__, exc)
@@ -228,6 +235,7 @@ class SweepCallback(Callback):
                 "sweep.failed": len(failed),
                 "sweep.failed_jobs": ",".join(str(r.job) for r in failed) or "none",
                 **({"sweep.report_error": report_error[:4900]} if report_error else {}),
+                **page,
             },
             metrics={
                 "cases": len(records),
@@ -236,5 +244,6 @@ class SweepCallback(Callback):
                 "cases_missing": max(missing, 0),
             },
             artifact_dir=report_dir,
+            tables=tables,
         )
         return report_error is not None

@@ -65,6 +65,31 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
     return tags
 
 
+# overrides that change where and how a case is kept or read, not what it finds: left out of its run name
+NOT_IN_RUN_NAME = ("tracking", "cache_dir", "cache_url", "document_store", "dry_run", "check", "run_name",
+                   "hydra", "audit_report", "table.path", "table.columns", "table.values")  # fmt: skip
+MAX_RUN_NAME = 240  # MLflow keeps run names up to 250 characters
+
+
+def run_name_for(case_name: str, overrides: list[str], groups: set[str]) -> str:
+    """The case's MLflow run name: its case name (the groups' options) and each override that sets a
+    value rather than a group's option, so that two cases differing only in, say, population.n are
+    told apart in the run list (`nurse-gender-text-tfidf-pse_dml population.n=2000`)."""
+    from popfair.sweep.state import key_and_value
+
+    differs = []
+    for override in overrides:
+        key, value = key_and_value(override)
+        key = key.lstrip("+~")
+        if key in groups or key.split("/")[0] in groups:  # a group's option: in the case name already
+            continue
+        if any(key == k or key.startswith(k + ".") for k in NOT_IN_RUN_NAME):
+            continue
+        differs.append(f"{key}={value}")
+    name = " ".join([case_name, *differs])
+    return name if len(name) <= MAX_RUN_NAME else name[: MAX_RUN_NAME - 3] + "..."
+
+
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
     from popfair.case.table import TableCase
@@ -97,6 +122,11 @@ def run_case(cfg: DictConfig) -> float | None:
         else:
             experiment.parent_run_id = sweep.parent_run_id if sweep else None
             experiment.tags = tags
+            if experiment.run_name is None:  # run_name=null: say what differs from the defaults
+                groups = {
+                    part for key in hydra_cfg.runtime.choices for part in str(key).split("@")
+                }  # estimator@outcome_audit
+                experiment.run_name = run_name_for(experiment.case_name(), overrides, groups)
             try:
                 result = experiment.run()
             except TrackingFailed as failed:  # the store failed, not the case: its results first

@@ -24,6 +24,7 @@ import pandas as pd
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
+from popfair.design.base import ScoreScale
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
 from popfair.render.base import Renderer
 from popfair.render.store import code_digest
@@ -290,9 +291,10 @@ def _power(experiment: Experiment, profiles: Profiles) -> Any:
     """The case's power plan (`CasePower.plan`), once per design, settings and sample: the models of a
     sweep plan the same sample (a power line costs a root search)."""
     design = experiment.design.name if experiment.design else "population"
-    key = (design, repr((experiment.power.settings, experiment.power.previous)), id(profiles))
+    score_range = experiment.screener.score_range
+    key = (design, repr((experiment.power.settings, experiment.power.previous, score_range)), id(profiles))
     if key not in _POWER:
-        _POWER[key] = (profiles, experiment.power.plan(design, profiles))
+        _POWER[key] = (profiles, experiment.power.plan(design, profiles, ScoreScale.of_range(*score_range)))
     return _POWER[key][1]
 
 

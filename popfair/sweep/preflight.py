@@ -187,7 +187,10 @@ class Preflight:
 
         def power() -> list[tuple[str, Check]]:
             design = experiment.design.name if experiment.design is not None else "population"
-            plan = experiment.power.plan(design, experiment.sample())
+            from popfair.design.base import ScoreScale
+
+            scale = ScoreScale.of_range(*experiment.screener.score_range)  # no scores before the run
+            plan = experiment.power.plan(design, experiment.sample(), scale)
             if plan is None:
                 return [("case", Check("power", True, "no power line (plan.enabled=false)"))]
             return [

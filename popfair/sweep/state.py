@@ -104,6 +104,11 @@ def varying_tags(job_overrides: Iterable[str], varying: dict[str, list[str]]) ->
     return tags
 
 
+def key_and_value(override: str) -> tuple[str, str]:
+    """One override's key and value as Hydra parses them (`population.n=2000` -> population.n, 2000)."""
+    return _key_and_value(override)
+
+
 @functools.lru_cache(maxsize=4096)
 def _key_and_value(override: str) -> tuple[str, str]:
     """One override's key and value as Hydra parses them, parsed once per process: a sweep's cases

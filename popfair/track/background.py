@@ -26,6 +26,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -148,6 +149,10 @@ def _client(uri: str) -> Any:
     return _CLIENTS[uri]
 
 
+# MLflow 3's UI types an experiment as GenAI or machine learning; popfair's hold model runs
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def open_experiment(uri: str, name: str, artifact_root: str) -> str:
     """The experiment's id, created (artifacts under `artifact_root`) if it does not exist."""
     if (uri, name) not in _EXPERIMENTS:
@@ -159,7 +164,9 @@ def open_experiment(uri: str, name: str, artifact_root: str) -> str:
         else:
             location = Path(artifact_root).resolve()
             location.mkdir(parents=True, exist_ok=True)
-            _EXPERIMENTS[(uri, name)] = client.create_experiment(name, artifact_location=location.as_uri())
+            _EXPERIMENTS[(uri, name)] = client.create_experiment(
+                name, artifact_location=location.as_uri(), tags=EXPERIMENT_TAGS
+            )
     return _EXPERIMENTS[(uri, name)]
 
 
@@ -276,6 +283,47 @@ def annotate(uri: str, run_id: str, metrics: Mapping[str, float], tags: Mapping[
 
     metric_list = [Metric(k, v, timestamp, 0) for k, v in metrics.items()]
     _client(uri).log_batch(run_id, metrics=metric_list, tags=[RunTag(k, v) for k, v in tags.items()])
+
+
+def log_table(token: str, artifact_file: str, table: Any) -> None:
+    """A DataFrame as an MLflow table artifact (`log_table`: JSON the run page and the compare view read)."""
+    client, run_id = _run(token)
+    client.log_table(run_id, data=table, artifact_file=artifact_file)
+
+
+def log_dataset(
+    token: str,
+    name: str,
+    digest: str,
+    sample: Any,
+    source: Mapping[str, str],
+    profile: Mapping[str, Any],
+    context: str,
+) -> None:
+    """The case's data as the run's dataset input (`mlflow.data.from_pandas`, `log_inputs`): its
+    name, `digest`, a source described by `source` (names and hashes, no local path), the schema of
+    `sample` (a few rows of it) and `profile` (the row count and the full hash) in place of the
+    sample's own."""
+    import json
+
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.pandas_dataset import from_pandas
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    client, run_id = _run(token)
+    with warnings.catch_warnings():  # MLflow's hint on integer columns is about model signatures
+        warnings.simplefilter("ignore", UserWarning)
+        found = from_pandas(sample, source=CodeDatasetSource(dict(source)), name=name, digest=digest)
+        fields = found.to_dict()
+    entity = Dataset(
+        name=fields["name"],
+        digest=fields["digest"],
+        source_type=fields["source_type"],
+        source=fields["source"],
+        schema=fields.get("schema"),
+        profile=json.dumps(dict(profile)),
+    )
+    client.log_inputs(run_id, datasets=[DatasetInput(entity, tags=[InputTag("mlflow.data.context", context)])])
 
 
 def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:

@@ -27,36 +27,56 @@ if TYPE_CHECKING:
 Series = tuple[tuple[str, str, str], ...]
 
 
+SIGNIFICANT, NOT_SIGNIFICANT = "#c0392b", "0.45"  # colour follows significance: red where the CI excludes 0
+PALE_FLAG = "#f1a9a0"  # an impact ratio below the line whose flag does not survive the test
+
+
 def forest_plot(
     table: pd.DataFrame, title: str = "Path-specific effects", series: Series = (("", "", "C0"),)
 ) -> Figure:
     """Forest plot of effect estimates with CI whiskers. `series` lists (column prefix, legend
     label, colour) per estimate drawn side by side (e.g. observational and interventional). With
-    one series, effects whose `significant` flag is set are drawn filled, the others hollow."""
+    one series, colour follows significance: effects whose `significant` flag is set are red and
+    filled, the others grey and hollow. An effect without an estimate (not identified) is marked
+    "not identified" on its row, never left blank. The legend sits under the axes, off the data."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.0, 3.2 + 0.3 * (len(series) - 1)), layout="constrained")
+    fig = Figure(figsize=(6.0, 3.4 + 0.3 * (len(series) - 1)), layout="constrained")
     ax = fig.add_subplot()
     rows = list(table.index)[::-1]
     ypos = np.arange(len(rows), dtype=float)
     offsets = np.linspace(0.15, -0.15, len(series)) if len(series) > 1 else [0.0]
+    missing = np.ones(len(rows), bool)
     for offset, (prefix, label, colour) in zip(offsets, series):
         est = table.loc[rows, prefix + "estimate"].to_numpy(float)
         lo = table.loc[rows, prefix + "ci_low"].to_numpy(float)
         hi = table.loc[rows, prefix + "ci_high"].to_numpy(float)
+        missing &= ~np.isfinite(est)
         y = ypos + offset
-        ax.hlines(y, lo, hi, color=colour, lw=2)
         if len(series) > 1:
+            ax.hlines(y, lo, hi, color=colour, lw=2)
             ax.scatter(est, y, color=colour, zorder=3, label=label)
             continue
         sig = table.loc[rows, "significant"].to_numpy(bool) if "significant" in table else np.zeros(len(rows), bool)
-        ax.scatter(est[sig], y[sig], color="C3", zorder=3, label="CI excludes 0")
-        ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=colour, zorder=3, label="CI covers 0")
+        ax.hlines(y[sig], lo[sig], hi[sig], color=SIGNIFICANT, lw=2)
+        ax.hlines(y[~sig], lo[~sig], hi[~sig], color=NOT_SIGNIFICANT, lw=2)
+        ax.scatter(est[sig], y[sig], color=SIGNIFICANT, zorder=3, label="95% CI excludes 0")
+        ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=NOT_SIGNIFICANT, zorder=3, label="CI covers 0")
     ax.axvline(0.0, color="0.5", lw=1, ls="--")
+    if missing.all():
+        ax.set_xlim(-1, 1)
+    for y in ypos[missing]:  # inside the axes, in axes coordinates across: wherever the data lie
+        ax.text(0.5, y, "not identified", transform=ax.get_yaxis_transform(), ha="center", va="center",
+                fontsize=8, style="italic", color="0.35",
+                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "0.8"})  # fmt: skip
     ax.set_yticks(ypos, rows)
-    ax.set_xlabel("effect on Y (positive favours x1)")
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    units = list(dict.fromkeys(table["unit"].dropna().astype(str))) if "unit" in table else []
+    ax.set_xlabel(f"effect in {units[0]} (positive favours x1)" if len(units) == 1 else "effect (positive favours x1)")
     ax.set_title(title)
-    ax.legend(loc="best", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     return fig
 
 
@@ -77,7 +97,7 @@ def impact_ratio_figure(
     # Placed in inches from the labels' lengths, not by a layout engine: laying out measures every
     # label's extent, a third of the drawing time of a chart that is drawn for every case.
     label_in = 0.2 + IN_PER_CHAR * max(len(label) for labels, _, _ in panels for label in labels)
-    plot_in, gap_in, top_in, bottom_in = 4.2, 0.35, 0.75, 0.55
+    plot_in, gap_in, top_in, bottom_in = 4.2, 0.35, 1.1, 0.55
     bars_in = 0.22 * max(len(labels) for labels, _, _ in panels)
     width, height = len(panels) * (label_in + plot_in + gap_in), top_in + bars_in + bottom_in
     fig = Figure(figsize=(width, height))
@@ -87,7 +107,10 @@ def impact_ratio_figure(
         ypos = -shown["position"].to_numpy(float)  # first dimension on top
         ratio = shown["impact_ratio"].to_numpy(float)
         lo, hi = shown["ci_low"].to_numpy(float), shown["ci_high"].to_numpy(float)
-        ax.barh(ypos, np.nan_to_num(ratio), color=np.where(shown["flag"].astype(bool), "#c0392b", "#2e86c1"))
+        flag = shown["flag"].astype(bool).to_numpy()
+        survives = flag & shown.get("flag_survives", shown["flag"]).astype(bool).to_numpy()
+        # colour follows the test: a flag that chance alone could produce is pale, not alarm red
+        ax.barh(ypos, np.nan_to_num(ratio), color=np.where(survives, SIGNIFICANT, np.where(flag, PALE_FLAG, "#2e86c1")))
         err = np.vstack([np.clip(ratio - lo, 0, None), np.clip(hi - ratio, 0, None)])
         ax.errorbar(ratio, ypos, xerr=np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
         ax.axvline(flag_below, color="#c0392b", linestyle="--", linewidth=1)
@@ -101,7 +124,8 @@ def impact_ratio_figure(
     fig.suptitle(
         title
         or f"Impact ratios with {round((1 - alpha) * 100)}% bootstrap CIs; "
-        f"dashed line: {flag_below:g} (four-fifths rule)",
+        f"dashed line: {flag_below:g} (four-fifths rule)\nred: below {flag_below:g}, the flag survives the test of no "
+        f"difference\npale red: below {flag_below:g}, within chance",
         fontsize=10,
         y=1 - 0.25 / height,
     )
@@ -163,6 +187,9 @@ def age_experience_figure(stats: pd.DataFrame, title: str = "") -> Figure:
     return fig
 
 
+MIN_TREND_N = 50  # applicants of a category in a period below which its point is drawn as small
+
+
 def trend_figure(
     table: pd.DataFrame,
     title: str = "",
@@ -173,39 +200,44 @@ def trend_figure(
     flagged: Mapping[str, Sequence[str]],
 ) -> Figure:
     """Selection (scoring) rates and impact ratios by period with their CIs: one row of two panels
-    per dimension (rates left, ratios right, the four-fifths line dashed), a line per category, the
-    periods whose change test flagged the dimension shaded. `table`: period, dimension, category,
-    rate, rate_ci_low, rate_ci_high, impact_ratio, ci_low, ci_high (the included rows)."""
+    per dimension (rates left, ratios right, the four-fifths line dashed), a line per category with
+    its CI as a band, the periods whose change test flagged the dimension shaded. Small categories
+    are drawn as small: a period with fewer than MIN_TREND_N applicants of a category is a hollow
+    point off the line, and a category small in most periods a thin dotted line, so its swings
+    (a wide band) do not dominate. The legend sits right of the panels, off the data. `table`:
+    period, dimension, category, n_applicants, rate, rate_ci_low, rate_ci_high, impact_ratio,
+    ci_low, ci_high (the included rows)."""
     from matplotlib.figure import Figure
 
     rows = list(dimensions) or [""]
-    fig = Figure(figsize=(10.0, 2.9 * len(rows) + 0.4), layout="constrained")
+    fig = Figure(figsize=(11.0, 2.9 * len(rows) + 0.5), layout="constrained")
     axes = fig.subplots(len(rows), 2, squeeze=False)
     x_of = {p: i for i, p in enumerate(periods)}
+    sizes = table["n_applicants"] if "n_applicants" in table else pd.Series(MIN_TREND_N, index=table.index)
     for (rate_ax, ratio_ax), dimension in zip(axes, rows):
         block = table[table["dimension"] == dimension]
-        categories = list(dict.fromkeys(block["category"]))
-        offsets = np.linspace(-0.12, 0.12, len(categories)) if len(categories) > 1 else [0.0]
-        for offset, (colour, category) in zip(offsets, enumerate(categories)):
+        for colour, category in enumerate(dict.fromkeys(block["category"])):
             line = block[block["category"] == category].sort_values("period", key=lambda s: s.map(x_of))
-            x = line["period"].map(x_of).to_numpy(float) + offset
+            x = line["period"].map(x_of).to_numpy(float)
+            small = (sizes.loc[line.index] < MIN_TREND_N).to_numpy()
+            mostly_small = small.mean() > 0.5
+            label = str(category) + (f" (n < {MIN_TREND_N} per period)" if mostly_small else "")
             for ax, (value, low, high) in (
                 (rate_ax, ("rate", "rate_ci_low", "rate_ci_high")),
                 (ratio_ax, ("impact_ratio", "ci_low", "ci_high")),
             ):
                 y = line[value].to_numpy(float)
-                err = np.vstack([np.clip(y - line[low], 0, None), np.clip(line[high] - y, 0, None)])
-                ax.errorbar(
-                    x,
-                    y,
-                    yerr=np.nan_to_num(err),
-                    marker="o",
-                    ms=3,
-                    lw=1.2,
-                    capsize=2,
-                    color=f"C{colour % 10}",
-                    label=str(category),
-                )
+                lo, hi = line[low].to_numpy(float), line[high].to_numpy(float)
+                shown = np.where(small, np.nan, y)  # the line joins the periods with enough applicants
+                c = f"C{colour % 10}"
+                if mostly_small:  # thin whiskers, not a band: a wide band would cover the others
+                    err = np.vstack([np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)])
+                    ax.errorbar(x, y, yerr=np.nan_to_num(err), fmt="none", ecolor=c, elinewidth=0.6, alpha=0.5)
+                else:
+                    ax.fill_between(x, lo, hi, color=c, alpha=0.13, lw=0)
+                ax.plot(x, shown, color=c, lw=0.8 if mostly_small else 1.5, ls=":" if mostly_small else "-",
+                        marker="o", ms=3.5, label=label if ax is ratio_ax else None)  # fmt: skip
+                ax.scatter(x[small], y[small], s=14, facecolor="white", edgecolor=c, lw=0.8, zorder=3)
         for period in flagged.get(dimension, ()):
             for ax in (rate_ax, ratio_ax):
                 ax.axvspan(x_of[period] - 0.4, x_of[period] + 0.4, color="#f5b7b1", alpha=0.5, lw=0)
@@ -217,8 +249,12 @@ def trend_figure(
         for ax in (rate_ax, ratio_ax):
             ax.set_xticks(range(len(periods)), list(periods), fontsize=8, rotation=45 if len(periods) > 8 else 0)
             ax.set_xlim(-0.5, len(periods) - 0.5)
-        rate_ax.legend(fontsize=7, loc="best")
-    fig.suptitle(title or "Rates and impact ratios by period", fontsize=10)
+        ratio_ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle(
+        (title or "Rates and impact ratios by period")
+        + f"\nbands and whiskers: CIs; hollow points: fewer than {MIN_TREND_N} applicants of the category in that period",
+        fontsize=10,
+    )
     return fig
 
 

@@ -8,6 +8,7 @@ everything has been logged, and only then does the `with` block return."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -19,6 +20,7 @@ import traceback
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,9 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+@functools.lru_cache(maxsize=1)
 def git_commit() -> str:
+    """The commit of popfair's checkout ("unknown" outside a git checkout, e.g. an installed wheel)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
@@ -99,7 +103,9 @@ class MlflowTracker:
             return found.experiment_id
         location = Path(self.artifact_root).resolve()
         location.mkdir(parents=True, exist_ok=True)
-        return mlflow.create_experiment(self.experiment_name, artifact_location=location.as_uri())
+        return mlflow.create_experiment(
+            self.experiment_name, artifact_location=location.as_uri(), tags=background.EXPERIMENT_TAGS
+        )
 
     def _keep_dir(self, run_name: str | None) -> Path:
         """Where a run's artifacts are kept when the tracking store fails before they are logged:
@@ -183,8 +189,10 @@ class MlflowTracker:
         tags: Mapping[str, Any],
         metrics: Mapping[str, float],
         artifact_dir: str | Path | None = None,
+        tables: Mapping[str, Any] | None = None,
     ) -> None:
-        """Tag, measure and close a parent run; `artifact_dir` is uploaded under `report/`."""
+        """Tag, measure and close a parent run; `artifact_dir` is uploaded under `report/`, `tables`
+        (artifact file -> DataFrame) are logged as MLflow table artifacts."""
         from mlflow import MlflowClient
 
         client = MlflowClient(self.uri)
@@ -195,6 +203,8 @@ class MlflowTracker:
                 client.log_metric(run_id, key, float(value))
         if artifact_dir is not None and Path(artifact_dir).is_dir():
             client.log_artifacts(run_id, str(artifact_dir), artifact_path="report")
+        for name, table in (tables or {}).items():
+            client.log_table(run_id, data=table.astype(object).where(table.notna(), None), artifact_file=name)
         client.set_terminated(run_id, status=status)
 
     def record_failure(
@@ -300,6 +310,29 @@ def _build_store_template(template: Path) -> None:
         building.unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class DatasetInput:
+    """What a run logs as its dataset input: a name, a digest (at most 36 characters, MLflow's limit),
+    a few rows whose columns are the schema, the source described without a local path, the profile
+    (row count, full hash) and the context (population, table)."""
+
+    name: str
+    digest: str
+    sample: Any
+    source: Mapping[str, str]
+    profile: Mapping[str, Any]
+    context: str
+
+
+def frame_digest(frame: Any) -> str:
+    """sha256 over a DataFrame's rows (pandas' row hashes, index left out), as hex."""
+    import hashlib
+
+    import pandas as pd
+
+    return hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()).hexdigest()
+
+
 class RunLogger:
     """Logs one run in the background (no-op when tracking is disabled): each call queues its
     work for the tracking worker and returns; `end` waits for all of it and ends the run.
@@ -380,6 +413,22 @@ class RunLogger:
             if self.token is not None:
                 self._kept.update(artifacts)
             self._submit(background.log_artifacts, dict(artifacts))
+
+    def table(self, artifact_file: str, table: Any) -> None:
+        """A DataFrame logged as an MLflow table artifact (JSON, shown by the run page and compare view)."""
+        self._submit(background.log_table, artifact_file, table)  # effects.csv holds the same, kept on failure
+
+    def dataset(self, dataset: DatasetInput) -> None:
+        """The case's population or table as the run's dataset input, with its digest."""
+        self._submit(
+            background.log_dataset,
+            dataset.name,
+            dataset.digest,
+            dataset.sample,
+            dict(dataset.source),
+            dict(dataset.profile),
+            dataset.context,
+        )
 
     def end(self, status: str = "FINISHED", exc: BaseException | None = None) -> str | None:
         """Wait until everything queued is logged, then end the run with `status` (FAILED when

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.types import Profiles
-from popfair.design.base import PreviousRun
+from popfair.design.base import PreviousRun, ScoreScale
 from popfair.design.sequential import UNIT, SequentialSettings, Stream, group_rate_values
 from popfair.estimate import power as pw
 from popfair.estimate.power import PowerPlan, PowerSettings
@@ -21,7 +21,9 @@ POWER_IMPORTS: tuple[
 ] = ()  # McNemar from scipy.special (popfair.estimate.light_stats), imported with this module
 
 
-def paired_power(profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None) -> PowerPlan:
+def paired_power(
+    profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None, scale: ScoreScale | None = None
+) -> PowerPlan:
     roles = profiles.roles
     n_pairs = int(profiles.table["pair_key"].nunique())
     extra: dict[str, float] = {}

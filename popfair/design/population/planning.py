@@ -1,4 +1,4 @@
-"""The population design's planning: its power line (the total effect TE on the 0-100 score, a
+"""The population design's planning: its power line (the total effect TE on the screener's score, a
 difference of means over the x0 and x1 applicants) and its sequential audit (a unit is an applicant
 of the i.i.d. resample, `population.n`; target `gap` is the difference of the x1 and x0 mean
 outcomes, target `impact_ratio` the LL144 ratios of selection rates over the categories of X:
@@ -14,7 +14,7 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Profiles
-from popfair.design.base import PreviousRun
+from popfair.design.base import PreviousRun, ScoreScale
 from popfair.design.sequential import SequentialSettings, Stream, group_rate_values, score_gap_values
 from popfair.estimate import power as pw
 from popfair.estimate.power import PowerPlan, PowerSettings
@@ -27,12 +27,14 @@ _GROWS = (
 )
 
 
-def population_power(profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None) -> PowerPlan:
+def population_power(
+    profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None, scale: ScoreScale | None = None
+) -> PowerPlan:
     roles = profiles.roles
     column = profiles.table[roles.x]
     n1, n0 = int((column == roles.x1).sum()), int((column == roles.x0).sum())
     n, total = n1 + n0, len(profiles.table)
-    estimand = f"total effect TE of {roles.x} ({roles.x1} vs {roles.x0}) on the 0-100 score"
+    estimand = f"total effect TE of {roles.x} ({roles.x1} vs {roles.x0}) on the score"
     se = previous.get("TE.se", "gap.se") if previous is not None else None
     n_prev = previous.get("plan.n", "n_rows") if previous is not None else None
     detail = ""
@@ -48,7 +50,12 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
             "the same screener, population mix and estimator as that run",
         )
     else:
-        sd = settings.sd if settings.sd is not None else pw.DEFAULT_SCORE_SD
+        if settings.sd is not None:
+            sd, sd_source = settings.sd, "plan.sd, a pilot's"
+        elif scale is not None:
+            sd, sd_source = scale.sd, scale.source
+        else:
+            sd, sd_source = pw.DEFAULT_SCORE_SD, "default for a 0-100 score; set plan.sd from a pilot or plan.from_run"
         testable = min(n1, n0) >= 2  # a t test needs two applicants in each group (a small pilot may draw fewer)
         mde = pw.mean_difference_mde(n1, n0, sd, settings.alpha, settings.power) if testable else None
         needed = (
@@ -62,15 +69,10 @@ def population_power(profiles: Profiles, settings: PowerSettings, previous: Prev
             needed = int(math.ceil(needed * total / n))
         test = "two-sample t test"
         assumptions = (
-            f"a score SD of {sd:g} points "
-            + (
-                "(plan.sd, a pilot's)"
-                if settings.sd is not None
-                else "(default; set plan.sd from a pilot or plan.from_run)"
-            ),
+            f"a score SD of {sd:.3g} points ({sd_source})",
             f"{n1:,} {roles.x1} and {n0:,} {roles.x0} applicants",
-            "DML-UCA's adjustment for the confounders neither gains nor loses precision against a difference "
-            "of means (confounders that predict the score shrink the MDE; poor overlap grows it)",
+            "the estimator's adjustment for the confounders neither gains nor loses precision against a "
+            "difference of means (confounders that predict the score shrink the MDE; poor overlap grows it)",
         )
     return PowerPlan(
         estimand, "points", "applicants", total, settings.alpha, settings.power, mde, test, assumptions,

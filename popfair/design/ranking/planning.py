@@ -13,7 +13,7 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Profiles
-from popfair.design.base import PreviousRun
+from popfair.design.base import PreviousRun, ScoreScale
 from popfair.design.ranking.trials import GROUP, TRIAL
 from popfair.design.sequential import SequentialSettings, Stream, group_rate_values
 from popfair.estimate.power import PowerPlan, PowerSettings
@@ -22,7 +22,9 @@ from popfair.estimate.ranking import top1_power as rp
 POWER_IMPORTS = ("popfair.estimate.ranking.top1_power",)
 
 
-def ranking_power(profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None) -> PowerPlan:
+def ranking_power(
+    profiles: Profiles, settings: PowerSettings, previous: PreviousRun | None, scale: ScoreScale | None = None
+) -> PowerPlan:
     k, n = int(profiles.table[GROUP].nunique()), int(profiles.table[TRIAL].nunique())
     worth = rp.top1_mde(n, k, alpha=settings.alpha, power=settings.power)
     assumptions = [

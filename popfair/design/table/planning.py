@@ -7,14 +7,16 @@ import math
 
 import pandas as pd
 
-from popfair.design.base import PreviousRun
+from popfair.design.base import PreviousRun, ScoreScale
 from popfair.estimate import power as pw
 from popfair.estimate.power import PowerPlan, PowerSettings
 
 POWER_IMPORTS = ("statsmodels.stats.power", "statsmodels.stats.proportion", "scipy.stats")
 
 
-def table_power(categories: pd.DataFrame, settings: PowerSettings, previous: PreviousRun | None) -> PowerPlan | None:
+def table_power(
+    categories: pd.DataFrame, settings: PowerSettings, previous: PreviousRun | None, scale: ScoreScale | None = None
+) -> PowerPlan | None:
     """`categories`: one row per category of the protected attribute (index), columns n and selected
     (None with fewer than two categories: nothing to compare)."""
     attribute = str(categories.index.name or "category")

@@ -164,13 +164,3 @@ def gate(
     if "significant" in table:
         table["significant"] = table["significant"].astype(bool) & table["identified"]
     return table
-
-
-def identification_tags(table: pd.DataFrame) -> dict[str, str]:
-    """MLflow tags `identification.<effect>`: "identified" or the reason, for tables that carry them."""
-    if "identified" not in table:
-        return {}
-    return {
-        f"identification.{effect}": "identified" if bool(row["identified"]) else str(row["reason"])
-        for effect, row in table.iterrows()
-    }

@@ -1,0 +1,60 @@
+"""The unit of every effect a case reports, so that no number is printed or stored without one.
+
+An estimate is in the unit of what its estimator compares: score points for differences of scores
+(the screener's own scale: 0-100 for a model asked for a score, a matcher's own range otherwise),
+percentage points for the paired callback gap (which `paired_gap` reports x 100), a proportion for
+a difference of 0/1 outcomes or a rate, a ratio for impact ratios; the ranking estimator mixes
+rates, ranks, probabilities and log-worths, one per row."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+UNIT_COLUMN = "unit"
+
+# what each unit means, for the reports' and the run page's legend
+UNIT_MEANING = {
+    "points": "points on the screener's own score scale (0-100 for a model asked for a score; a matcher's "
+    "scores have their own range)",
+    "pp": "percentage points (a difference of two rates x 100)",
+    "proportion": "a proportion or a difference of proportions (0.03 = 3 pp)",
+    "ratio": "a ratio of two rates (1 = equal)",
+    "rank": "a mean rank (1 = first)",
+    "probability": "a probability (0.5 = no preference)",
+    "log-worth": "a Plackett-Luce log-worth (0 = the reference group)",
+}
+
+RANKING_UNITS = (  # effect-name prefixes of the ranking estimator (popfair.estimate.ranking)
+    ("top1_position.", "proportion"),
+    ("top1.", "proportion"),
+    ("impact_ratio.", "ratio"),
+    ("mean_rank.", "rank"),
+    ("above.", "probability"),
+    ("logit.", "log-worth"),
+)
+
+
+def effect_unit(effect: str, estimator: str, outcome: str) -> str:
+    """The unit of one effect row of `estimator` on an `outcome` ("score", "callback", "rank")."""
+    if estimator == "impact_ratio" or effect.count("/") == 2:  # <metric>/<dimension>/<category>
+        return "ratio"
+    if estimator == "paired_gap":
+        return "pp"
+    if estimator == "ranking" or outcome == "rank":
+        return next((unit for prefix, unit in RANKING_UNITS if effect.startswith(prefix)), "proportion")
+    return "points" if outcome == "score" else "proportion"
+
+
+def with_units(table: pd.DataFrame, estimator: str, outcome: str) -> pd.DataFrame:
+    """`table` with its `unit` column (one per effect row), placed after the interval."""
+    units = [effect_unit(str(effect), estimator, outcome) for effect in table.index]
+    out = table.drop(columns=UNIT_COLUMN, errors="ignore")
+    position = next((i + 1 for i, c in enumerate(out.columns) if c == "ci_high"), len(out.columns))
+    out.insert(min(position, len(out.columns)), UNIT_COLUMN, units)
+    return out
+
+
+def unit_legend(units: list[str] | pd.Series) -> str:
+    """One line saying what the units in a table mean ("points: ...; pp: ...")."""
+    seen = list(dict.fromkeys(str(u) for u in units if str(u)))
+    return "; ".join(f"{u}: {UNIT_MEANING.get(u, u)}" for u in seen)
