@@ -254,7 +254,7 @@ def test_occupation_without_pools_is_a_clear_config_error():
 @pytest.mark.parametrize(
     "override, key",
     [
-        ("renderer.n_skills=0", "renderer.n_skills"),
+        ("renderer.n_skills=-1", "renderer.n_skills"),
         ("renderer.email_domain=nodot", "renderer.email_domain"),
         ("renderer.bullets_per_role=9", "renderer.bullets_per_role"),
     ],
