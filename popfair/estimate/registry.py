@@ -43,6 +43,7 @@ def in_section(section: str) -> set[str]:
 
 
 register_estimator("paired_gap", ("paired", "table"), section="paired")  # first: the paired design's own
+register_estimator("counterfactual", ("population",))  # the population design's default
 register_estimator("pse_dml", ("population", "table"))
 register_estimator("interventional", ("population",))
 register_estimator("both", ("population",))

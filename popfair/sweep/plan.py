@@ -290,9 +290,13 @@ def _power(experiment: Experiment, profiles: Profiles) -> Any:
     """The case's power plan (`CasePower.plan`), once per design, settings and sample: the models of a
     sweep plan the same sample (a power line costs a root search)."""
     design = experiment.design.name if experiment.design else "population"
-    key = (design, repr((experiment.power.settings, experiment.power.previous)), id(profiles))
+    key = (
+        design,
+        repr((experiment.power.settings, experiment.power.previous, experiment.estimator.name)),
+        id(profiles),
+    )
     if key not in _POWER:
-        _POWER[key] = (profiles, experiment.power.plan(design, profiles))
+        _POWER[key] = (profiles, experiment.power.plan(design, profiles, experiment.estimator))
     return _POWER[key][1]
 
 

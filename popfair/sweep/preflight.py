@@ -184,7 +184,7 @@ class Preflight:
 
         def power() -> list[tuple[str, Check]]:
             design = experiment.design.name if experiment.design is not None else "population"
-            plan = experiment.power.plan(design, experiment.sample())
+            plan = experiment.power.plan(design, experiment.sample(), experiment.estimator)
             if plan is None:
                 return [("case", Check("power", True, "no power line (plan.enabled=false)"))]
             return [
