@@ -25,7 +25,7 @@ import pandas as pd
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
-from popfair.render.base import Renderer
+from popfair.render.base import Renderer, displayed_attributes
 from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
 from popfair.runtime.parallel import forked_call
@@ -127,6 +127,11 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         if text_layout
         else renderer_config
     )
+    # a page that shows protected attributes (a headshot) differs where they differ, as its text layout
+    # does not: two worlds of one applicant that differ only in X are two calls (image_photo)
+    shown = sorted(displayed_attributes(experiment.renderer) or ()) if image else []
+    if shown:
+        identity = {"layout": identity, "shown": shown}
     document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else None
@@ -135,8 +140,17 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         documents = list(
             experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).prompts
         )
+        if shown and len(documents) == len(rows):
+            documents = with_shown(documents, rows, shown)
         _DOCUMENTS[document_key] = (documents, profiles)
     return profiles, _DOCUMENTS[document_key][0], document_key, image
+
+
+def with_shown(documents: list[Document], rows: pd.DataFrame, shown: list[str]) -> list[Document]:
+    """Text layouts marked with the protected attributes the page shows (`Renderer.shows`: the
+    headshot's gender and race), so that the plan counts the pages that differ only in them apart."""
+    marks = rows[shown].astype(str).agg(" ".join, axis=1).tolist()
+    return [replace(d, text=f"{d.text}\n[photo: {mark}]") for d, mark in zip(documents, marks)]
 
 
 KEPT_RENDERERS = ("text", "json")  # kinds whose plan documents are text alone: kept on disk (_kept_render)
@@ -345,7 +359,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
             n
             for n in (
                 str(plan_note(profiles)) if plan_note else "",
-                estimator_costs(experiment, profiles, total),
+                estimator_costs(experiment, profiles, total, documents),
                 _sequential_note(experiment),
             )
             if n
@@ -356,25 +370,37 @@ def plan_case(experiment: Experiment) -> CasePlan:
     )
 
 
-def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan) -> str:
+PSE_ESTIMATORS = ("counterfactual", "pse_dml", "interventional", "both")
+DEFAULT_FRACTION = 0.1  # conf/estimator/counterfactual.yaml
+
+
+def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan, documents: list[Document]) -> str:
     """For a path-specific-effects case: the calls and dollars each PSE estimator needs beyond the
-    factual screening, so a paid audit chooses knowingly. pse_dml: none (it reads the factual scores,
-    and reports what the data cannot identify as not identified); interventional / both: up to five
-    counterfactual documents per sampled applicant (an applicant's own world is its factual document,
-    and cached answers are free, so this is an upper bound), priced at this case's mean cost per call."""
+    factual screening, so a paid audit chooses knowingly. With worlds in this plan (counterfactual,
+    interventional, both), exactly: this plan's calls less those of its factual documents (an
+    applicant's own world is its factual document, and identical documents are one call). pse_dml:
+    none (it reads the factual scores and reports what they cannot identify as not identified); the
+    counterfactual design's default budget beside it, as an upper bound (four new documents per
+    sampled applicant), priced at this case's mean cost per call."""
     name = getattr(experiment.estimator, "name", "")
-    if name not in ("pse_dml", "interventional", "both") or not hasattr(experiment.population, "counterfactual"):
+    if name not in PSE_ESTIMATORS or not hasattr(experiment.population, "counterfactual"):
         return ""
     per_call = total.cost_usd / total.calls if total.calls else 0.0
-    eligible = _eligible(profiles)
-    design = getattr(experiment.estimator, "counterfactuals", None)
-    n = getattr(design, "n", None) if design is not None else 2000  # conf/estimator/interventional.yaml
-    n = eligible if n is None else min(int(n), eligible)
-    extra = 5 * n
+    n_factual = len(profiles.table)
+    if profiles.worlds is not None and len(documents) > n_factual:
+        factual = experiment.screener.plan(profiles.jobs, documents[:n_factual], profiles.outcome).calls
+        extra = total.calls - factual
+        n = int(profiles.worlds["applicant_id"].nunique())
+        return (
+            f"PSE estimators: {name} screens {n:,} applicants' counterfactual worlds, {extra:,} calls beyond the "
+            f"factual screening (~${extra * per_call:,.2f}; {total.calls / max(factual, 1):.2f}x the calls of "
+            "estimator=pse_dml, which adds none and reports what the factual data cannot identify as not identified)"
+        )
+    n = max(2, round(DEFAULT_FRACTION * _eligible(profiles)))
     return (
         f"PSE estimators: pse_dml 0 extra calls ($0.00; unidentified effects reported as not identified); "
-        f"interventional or both (n={n:,}) up to {extra:,} extra calls (~${extra * per_call:,.2f}), "
-        "which measure all five effects on counterfactual resumes"
+        f"counterfactual (the default, {n:,} applicants' worlds) at most {4 * n:,} extra calls "
+        f"(~${4 * n * per_call:,.2f}), which measure all five effects on counterfactual resumes"
     )
 
 
