@@ -38,6 +38,7 @@ from scipy import optimize, special, stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from popfair.design import design_named  # noqa: E402
 from popfair.design.sequential import UNIT, SequentialSettings, path  # noqa: E402
 from popfair.estimate.sequential.sequences import looks_for  # noqa: E402
 
@@ -70,7 +71,7 @@ def fixed_conclusion(x: np.ndarray) -> int:
 def one_audit(x: np.ndarray, looks: list[int], settings: SequentialSettings) -> tuple[int, int, int]:
     """(look at which it stopped, 1-based, or 0 = ran to the plan; postings used; its conclusion)."""
     values = pd.DataFrame({UNIT: np.arange(len(x)), "value": x})
-    for k, iv in enumerate(path("paired", "gap", values, looks, [], None, settings), start=1):  # type: ignore[arg-type]
+    for k, iv in enumerate(path(design_named("paired").sequential, "gap", values, looks, [], None, settings), start=1):  # type: ignore[arg-type]
         if iv.interval.excludes(0.0):
             return k, looks[k - 1], 1 if iv.interval.low > 0 else -1
     return 0, looks[-1], 0

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 from popfair.design.ranking.trials import williams_square  # noqa: E402
 from popfair.estimate.ranking.estimator import ranking_effects  # noqa: E402
-from popfair.estimate.ranking.power import simulate_rankings  # noqa: E402
+from popfair.estimate.ranking.top1_power import simulate_rankings  # noqa: E402
 
 K, TRIALS, REFERENCE = 8, 1000, "g1"
 STRENGTHS = np.array([0.2, 0.0, -0.3, -0.1, 0.1, 0.0, -0.2, 0.3])

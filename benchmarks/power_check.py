@@ -3,7 +3,7 @@ curve of the design's own estimator and test. Target: the simulated 80%-power po
 the printed MDE, for each design.
 
 For each design the plan's power line is computed as a dry run computes it
-(`popfair.design.power.plan_power`), then `--reps` audits are simulated at each of five effects
+(`popfair.design.base.plan_power`), then `--reps` audits are simulated at each of five effects
 (0.6 to 1.4 times the MDE) and run through the estimator the case runs:
 - population: `estimate_pse` (DML-UCA, pse_dml) on the simulated standard fairness model
   (`popfair.estimate.pse.simulate`, direct path only, so TE is the direct effect); significant = its TE CI
@@ -44,7 +44,8 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from popfair.core.types import Roles  # noqa: E402
-from popfair.design.power import PreviousRun, plan_power  # noqa: E402
+from popfair.design import design_named
+from popfair.design.base import PreviousRun, plan_power  # noqa: E402
 from popfair.estimate.power import PowerSettings  # noqa: E402
 
 FACTORS = (0.6, 0.8, 1.0, 1.2, 1.4)
@@ -121,7 +122,7 @@ def population_rows(n: int, reps: int, seed: int) -> list[dict[str, object]]:
     )
     rows = []
     sd = float(pilot["y"].std(ddof=1))
-    plan = plan_power("population", profiles, PowerSettings(sd=sd))
+    plan = plan_power(design_named("population"), profiles, PowerSettings(sd=sd))
     assert plan is not None
     print(plan.line())
 
@@ -133,7 +134,7 @@ def population_rows(n: int, reps: int, seed: int) -> list[dict[str, object]]:
     half = n // 2
     pilot_run = estimate_pse(base.sample(half, seed=seed + 97), x0="female", x1="male", y="y", **settings, **base.roles)
     previous = PreviousRun("a pilot run", {"TE.se": float(pilot_run.table.loc["TE", "se"]), "n_rows": float(half)})
-    plan = plan_power("population", profiles, PowerSettings(), previous)
+    plan = plan_power(design_named("population"), profiles, PowerSettings(), previous)
     assert plan is not None
     print(plan.line())
     rows.append(
@@ -154,7 +155,7 @@ def paired_rows(n_pairs: int, psi: float, reps: int, seed: int) -> list[dict[str
         table=pd.DataFrame({"pair_key": np.arange(n_pairs)}),
         roles=Roles(x="race", x0="black", x1="white", z=(), b=(), r=()),
     )
-    plan = plan_power("paired", profiles, PowerSettings(discordant_share=psi))
+    plan = plan_power(design_named("paired"), profiles, PowerSettings(discordant_share=psi))
     assert plan is not None
     print(plan.line())
 
@@ -176,7 +177,7 @@ def paired_rows(n_pairs: int, psi: float, reps: int, seed: int) -> list[dict[str
 
 
 def ranking_rows(n_trials: int, k: int, reps: int, seed: int) -> list[dict[str, object]]:
-    from popfair.estimate.ranking import power as rp
+    from popfair.estimate.ranking import top1_power as rp
     from popfair.estimate.ranking.model import fit_rank_logit
 
     profiles = SimpleNamespace(
@@ -184,7 +185,7 @@ def ranking_rows(n_trials: int, k: int, reps: int, seed: int) -> list[dict[str, 
             {"trial_id": np.repeat(np.arange(n_trials), k), "group": np.tile([f"g{i}" for i in range(k)], n_trials)}
         )
     )
-    plan = plan_power("ranking", profiles, PowerSettings())
+    plan = plan_power(design_named("ranking"), profiles, PowerSettings())
     assert plan is not None
     print(plan.line())
 
@@ -216,7 +217,7 @@ def table_rows(sizes: list[int], base: float, reps: int, seed: int) -> list[dict
     categories = pd.DataFrame(
         {"n": sizes, "selected": np.round(np.array(sizes) * base).astype(int)}, index=pd.Index(names, name="race")
     )
-    plan = plan_power("table", categories, PowerSettings(base_rate=base))
+    plan = plan_power(design_named("table"), categories, PowerSettings(base_rate=base))
     assert plan is not None
     print(plan.line())
     low = names[int(order[0])]

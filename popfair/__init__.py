@@ -49,5 +49,13 @@ _EXPORTS = {
 }
 
 __all__ = [*_EXPORTS, "__version__"]
-register_resolver()  # `route: auto` in the screener configs resolves through it
+
+
+def _load_providers() -> None:
+    """Import the provider adapters, which declare their credential chains as they register (a route
+    may need one to be chosen; runtime, a layer below, cannot import them itself)."""
+    import popfair.screen.providers  # noqa: F401
+
+
+register_resolver(_load_providers)  # `route: auto` in the screener configs resolves through it
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -102,6 +102,9 @@ class StubState:
     reject_auth: bool = False  # answer 401 to everything (a revoked key)
     batch_faults: list = field(default_factory=list)  # HTTP statuses for the next batch API requests, in order
     models: tuple = ("stub-model",)  # what GET /v1/models lists
+    model_fields: dict = field(default_factory=dict)  # further fields of each listed model (vLLM: root, owned_by ...)
+    version: str | None = None  # what GET /version reports (vLLM's engine version); None: no such endpoint
+    model_requests: int = 0  # GET /v1/models and /version requests received
     down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
     yes_share: object = None  # callable user -> P(callback "yes"), e.g. higher for some names (a biased model)
@@ -226,10 +229,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(
                 401, {"error": {"type": "authentication_error", "message": "invalid key"}, "message": "invalid key"}
             )
-        if path in ("/v1/models", "/models"):  # the model listing (pre-flight probes)
-            return self._send(
-                200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models]}
-            )
+        if path in ("/v1/models", "/models", "/version"):
+            with self.state.lock:
+                self.state.model_requests += 1
+        if path in ("/v1/models", "/models"):  # the model listing (pre-flight probes, served-model records)
+            listed = [{"id": m, "object": "model", **self.state.model_fields} for m in self.state.models]
+            return self._send(200, {"object": "list", "data": listed})
+        if path == "/version" and self.state.version is not None:  # vLLM's engine version
+            return self._send(200, {"version": self.state.version})
         if m := re.fullmatch(r"/v1/models/([\w.:-]+)", path):
             if m.group(1) in self.state.models:
                 return self._send(200, {"type": "model", "id": m.group(1), "display_name": m.group(1)})

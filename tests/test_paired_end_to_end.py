@@ -6,7 +6,7 @@ import mlflow
 import pytest
 
 from popfair import Experiment
-from popfair.case.power import CasePower
+from popfair.case.power_plan import CasePower
 from popfair.core.errors import ConfigError
 from popfair.estimate.power import mcnemar_mde
 from tests.conftest import compose_config

@@ -13,7 +13,8 @@ from scipy import stats
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Roles
-from popfair.design.power import PreviousRun, plan_power
+from popfair.design import design_named
+from popfair.design.base import PreviousRun, plan_power
 from popfair.estimate.power import PowerSettings, mcnemar_power
 
 SIMS = 2000  # vectorised audits of the test the case's label uses: power at the MDE 0.8 +- 0.036 (4 SE)
@@ -29,7 +30,7 @@ def test_paired_mde_has_80_percent_power_for_the_cases_mcnemar_test():
 
     n_pairs, psi = 240, 0.3
     profiles = SimpleNamespace(table=pd.DataFrame({"pair_key": range(n_pairs)}), roles=_roles("race", "black", "white"))
-    plan = plan_power("paired", profiles, PowerSettings(discordant_share=psi, effect=0.1))
+    plan = plan_power(design_named("paired"), profiles, PowerSettings(discordant_share=psi, effect=0.1))
     assert plan is not None and plan.mde is not None and 0.05 < plan.mde < psi and plan.units == "pairs"
     assert mcnemar_power(n_pairs, psi, plan.mde, 0.05) == pytest.approx(0.8, abs=1e-4)
     # (x1 yes, x0 no), (x1 no, x0 yes), concordant: paired_gap's b and c, and its McNemar test
@@ -45,17 +46,17 @@ def test_population_mde_has_80_percent_power_for_the_score_gap_and_from_a_previo
     n1, n0, sd = 120, 200, 12.0
     table = pd.DataFrame({"gender": ["male"] * n1 + ["female"] * n0})
     profiles = SimpleNamespace(table=table, roles=_roles("gender", "female", "male"))
-    plan = plan_power("population", profiles, PowerSettings(sd=sd, effect=5.0))
+    plan = plan_power(design_named("population"), profiles, PowerSettings(sd=sd, effect=5.0))
     assert plan is not None and plan.mde is not None and plan.unit == "points"
     # a previous run at half the n with the standard error a difference of means has there
     se_half = sd * np.sqrt(1 / (n1 / 2) + 1 / (n0 / 2))
     previous = PreviousRun("a pilot", {"TE.se": se_half, "n_rows": (n1 + n0) / 2})
-    from_run = plan_power("population", profiles, PowerSettings(), previous)
+    from_run = plan_power(design_named("population"), profiles, PowerSettings(), previous)
     assert from_run is not None and from_run.mde == pytest.approx(plan.mde, rel=0.02)
     # a race case: the previous run's n counts every applicant, as the plan's n does (the others included)
     mixed = pd.DataFrame({"race": ["white"] * 50 + ["black"] * 30 + ["asian"] * 20})
     same_n = plan_power(
-        "population", SimpleNamespace(table=mixed, roles=_roles("race", "black", "white")), PowerSettings(),
+        design_named("population"), SimpleNamespace(table=mixed, roles=_roles("race", "black", "white")), PowerSettings(),
         PreviousRun("a run", {"TE.se": 2.0, "n_rows": 100.0}),
     )  # fmt: skip
     assert same_n is not None and same_n.n == 100
@@ -67,17 +68,17 @@ def test_population_mde_has_80_percent_power_for_the_score_gap_and_from_a_previo
     )
     assert BAND[0] <= np.mean(test.pvalue < 0.05) <= BAND[1]
     assert plan.n_needed is not None and plan_power(
-        "population", SimpleNamespace(table=table.sample(plan.n_needed, replace=True, random_state=0), roles=profiles.roles),
+        design_named("population"), SimpleNamespace(table=table.sample(plan.n_needed, replace=True, random_state=0), roles=profiles.roles),
         PowerSettings(sd=sd),
     ).mde == pytest.approx(5.0, rel=0.05)  # fmt: skip
 
 
 def test_ranking_top1_mde_has_80_percent_power_for_the_top1_contrast():
-    from popfair.estimate.ranking import power as rp
+    from popfair.estimate.ranking import top1_power as rp
 
     n, k = 300, 4
     table = pd.DataFrame({"trial_id": np.repeat(np.arange(n), k), "group": np.tile([f"g{i}" for i in range(k)], n)})
-    plan = plan_power("ranking", SimpleNamespace(table=table), PowerSettings(effect=0.1))
+    plan = plan_power(design_named("ranking"), SimpleNamespace(table=table), PowerSettings(effect=0.1))
     assert plan is not None and plan.mde is not None and plan.units == "trials"
     worth = plan.extra["mde_log_worth"]
     assert rp.top1_trials(worth, k) == pytest.approx(n, rel=0.01)
@@ -91,7 +92,7 @@ def test_ranking_top1_mde_has_80_percent_power_for_the_top1_contrast():
 
 def test_table_mde_has_80_percent_power_for_two_proportions():
     categories = pd.DataFrame({"n": [300, 500], "selected": [120, 200]}, index=pd.Index(["female", "male"], name="sex"))
-    plan = plan_power("table", categories, PowerSettings())
+    plan = plan_power(design_named("table"), categories, PowerSettings())
     assert plan is not None and plan.mde is not None
     base = 0.4
     assert plan.extra["mde_impact_ratio"] == pytest.approx((base - plan.mde) / base)
@@ -109,7 +110,7 @@ def test_table_mde_of_three_categories_has_80_percent_power_for_the_lowest_ratio
     sizes, base, sims = [60, 150, 300], 0.4, 200
     names = ["c0", "c1", "c2"]
     categories = pd.DataFrame({"n": sizes, "selected": [24, 60, 120]}, index=pd.Index(names, name="race"))
-    plan = plan_power("table", categories, PowerSettings())
+    plan = plan_power(design_named("table"), categories, PowerSettings())
     assert plan is not None and plan.mde is not None and "lowest of 3 impact ratios" in plan.line()
     rng = np.random.default_rng(4)
     rates = np.array([base - plan.mde, base, base])  # the smallest category drops
@@ -143,7 +144,7 @@ def test_bad_plan_settings_fail_in_one_line_naming_the_key(node, message):
 def test_previous_run_from_a_folder(tmp_path):
     """plan.from_run names a run's artifact folder: its effects.csv is the previous run (an unknown MLflow
     run id: tests/test_paired_end_to_end.py, beside a real run)."""
-    from popfair.case.power import CasePower
+    from popfair.case.power_plan import CasePower
 
     tracking = {"enabled": False}
     with pytest.raises(ConfigError, match="holds no effects.csv"):
@@ -172,7 +173,9 @@ def test_reports_say_what_the_audit_can_and_cannot_detect():
 
     table = pd.DataFrame({"pair_key": range(800)})
     plan = plan_power(
-        "paired", SimpleNamespace(table=table, roles=_roles("race", "black", "white")), PowerSettings(effect=0.03)
+        design_named("paired"),
+        SimpleNamespace(table=table, roles=_roles("race", "black", "white")),
+        PowerSettings(effect=0.03),
     )
     assert plan is not None and plan.mde is not None
     heading, text = power_blocks(SimpleNamespace(power=plan))
@@ -199,7 +202,7 @@ def test_a_population_with_an_empty_group_plans_no_detectable_effect_instead_of_
     import pandas as pd
 
     from popfair.core.types import Profiles, Roles
-    from popfair.design.power import population_power
+    from popfair.design.population.planning import population_power
     from popfair.estimate.power import PowerSettings
 
     roles = Roles(x="gender", x0="female", x1="male", z=(), b=(), r=())

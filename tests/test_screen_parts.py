@@ -11,12 +11,8 @@ import pytest
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document
 from popfair.runtime.secrets import REDACTED, RedactSecrets, register_secret
-from popfair.screen.pricing import (
-    MESSAGE_OVERHEAD_TOKENS,
-    Price,
-    estimate_input_tokens,
-    image_tokens,
-)
+from popfair.screen.pricing import MESSAGE_OVERHEAD_TOKENS, Price
+from popfair.screen.providers import PROVIDERS
 from popfair.store.responses import SqliteCache
 from tests.llm_stub import StubServer
 from tests.screen_helpers import JOBS, documents, make_screener, png
@@ -43,11 +39,15 @@ def test_bad_price_names_the_key(config, key):
 
 
 def test_image_token_estimates_follow_the_providers_published_formulas():
+    """Each adapter declares its pricing unit; an image counts by its provider's published rule."""
+    openai, anthropic, bedrock = (PROVIDERS[kind].pricing for kind in ("openai", "anthropic", "bedrock"))
     square = png(1, (1024, 1024))
-    assert image_tokens(square, "openai") == 85 + 170 * 4  # 768x768 -> 2x2 tiles = 765
-    assert image_tokens(png(1, (1000, 1000)), "anthropic") == math.ceil(1000 * 1000 / 750)
-    assert image_tokens(png(1, (512, 512)), "openai") == 85 + 170  # small images are not upscaled
-    assert estimate_input_tokens("ab" * 10, "c" * 20, None, "openai") == 10 + MESSAGE_OVERHEAD_TOKENS
+    assert openai.image_tokens(square) == 85 + 170 * 4  # 768x768 -> 2x2 tiles = 765
+    assert anthropic.image_tokens(png(1, (1000, 1000))) == math.ceil(1000 * 1000 / 750)
+    assert bedrock.image_tokens(png(1, (2000, 1000))) == math.ceil(1568 * 784 / 750)  # fitted in 1568 px
+    assert openai.image_tokens(png(1, (512, 512))) == 85 + 170  # small images are not upscaled
+    assert PROVIDERS["openai_compatible"].pricing is openai
+    assert openai.input_tokens("ab" * 10, "c" * 20, None) == 10 + MESSAGE_OVERHEAD_TOKENS
 
 
 def test_plan_counts_distinct_uncached_prompts_and_prices_them(tmp_path, monkeypatch):
@@ -75,7 +75,7 @@ def test_plan_prices_each_distinct_image_once_and_looks_up_only_models_the_cache
         screener = make_screener("anthropic", stub.url, tmp_path, monkeypatch, vision=True)
         plan = screener.plan(JOBS, docs, "score")
         distinct = [screener.prompts.build("score", JOBS["nurse"], d) for d in docs[:3]]
-        expected = sum(estimate_input_tokens(p.system, p.user, p.image_png, "anthropic") for p in distinct)
+        expected = sum(PROVIDERS["anthropic"].pricing.input_tokens(p.system, p.user, p.image_png) for p in distinct)
         assert (plan.calls, plan.input_tokens) == (3, expected)
         assert not screener.cache.holds("anthropic", screener.provider.model)  # no key was even hashed
         screener.screen(JOBS, docs[:1], "score")

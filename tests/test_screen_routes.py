@@ -13,8 +13,9 @@ from omegaconf import OmegaConf
 
 from popfair.case.experiment import Experiment
 from popfair.core.errors import MissingSecretError
-from popfair.runtime.routes import AWS_VARIABLES
-from popfair.runtime.secrets import KNOWN_SECRET_VARIABLES
+from popfair.runtime.routes import CREDENTIAL_CHAINS
+from popfair.runtime.secrets import SECRET_VARIABLES
+from popfair.screen.providers import PROVIDERS
 from tests.conftest import compose_config, popfair_in_process
 from tests.llm_stub import StubServer
 
@@ -23,8 +24,14 @@ KEY = "sk-route-test-0123456789abcdef"
 
 @pytest.fixture
 def no_keys(monkeypatch, tmp_path):
-    """An environment without any provider key or AWS credentials."""
-    for variable in (*KNOWN_SECRET_VARIABLES, *AWS_VARIABLES):
+    """An environment without any provider key or AWS credentials (the variables every adapter declares)."""
+    assert {"OPENAI_API_KEY", "OPENROUTER_API_KEY"} <= SECRET_VARIABLES and "bedrock" in CREDENTIAL_CHAINS
+    declared = {v for cls in PROVIDERS.values() for v in cls.key_variables}
+    for variable in (
+        *declared,
+        *SECRET_VARIABLES,
+        *(v for chain in CREDENTIAL_CHAINS.values() for v in chain.variables),
+    ):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))

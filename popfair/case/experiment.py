@@ -16,7 +16,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
-from popfair.case.power import CasePower
+from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
@@ -123,7 +123,7 @@ class Experiment:
     documents : DocumentStore, optional
         Rendered documents kept for every later case (config `document_store`).
     power : CasePower, optional
-        The `plan.*` settings: what the case's main test can detect (popfair.case.power).
+        The `plan.*` settings: what the case's main test can detect (popfair.case.power_plan).
 
     Returns
     -------
@@ -375,8 +375,8 @@ class Experiment:
             check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
             screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
             scored_rows = design.scored(profiles, shown.rows, shown.documents, prompts, results)
-        else:  # rendered and screened in looks, stopped by the rule (popfair.case.sequential)
-            from popfair.case.sequential import record_artifacts, screen_in_looks
+        else:  # rendered and screened in looks, stopped by the rule (popfair.case.looks)
+            from popfair.case.looks import record_artifacts, screen_in_looks
 
             sequential = stage("screen", screen_in_looks, self, profiles)
             profiles, prompts, results = sequential.profiles, sequential.prompts, sequential.results

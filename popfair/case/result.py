@@ -64,7 +64,7 @@ class RunResult:
     profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
     scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
     report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
-    sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.sequential): looks, stop, CIs
+    sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.looks): looks, stop, CIs
     power: PowerPlan | None = None  # what the main test can detect at this n (config plan.*)
 
     @property

@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from popfair.case.power import CasePower, table_categories
+from popfair.case.power_plan import CasePower, table_categories
 from popfair.core.errors import ConfigError, PopfairError, TrackingFailed, require
 from popfair.core.types import Effects, Roles
 from popfair.design import design_named

@@ -266,11 +266,6 @@ class Effects:
         """The PopResume discrimination patterns (section 5.2) the effects show, or "none"."""
         return "; ".join(self.labels) if self.labels else "none"
 
-    @property
-    def case(self) -> str:
-        """Deprecated name of `pattern` ("case" now names only a run)."""
-        return self.pattern
-
 
 @dataclass(frozen=True)
 class Check:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from popfair.design.base import Design, ScreenedDesign
 
 DESIGNS = {  # design name -> the module holding its DESIGN
-    "population": "popfair.design.population",
+    "population": "popfair.design.population.design",
     "paired": "popfair.design.paired.design",
     "ranking": "popfair.design.ranking.design",
     "table": "popfair.design.table.design",

@@ -6,15 +6,40 @@ lives in its own folder or module of popfair.design."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Outcome, Profiles, ScreenResult
+from popfair.estimate.power import PowerPlan, PowerSettings
 from popfair.estimate.registry import estimators_for
+
+if TYPE_CHECKING:
+    from popfair.design.sequential import SequentialRules
+
+
+@dataclass(frozen=True)
+class PreviousRun:
+    """A previous run's logged numbers (`plan.from_run`): its metrics as MLflow holds them
+    (`<effect>.<column>`, n_rows, plan.n, ...) and where they were read."""
+
+    source: str
+    metrics: Mapping[str, float]
+
+    def get(self, *names: str) -> float | None:
+        for name in names:
+            value = self.metrics.get(name)
+            if value is not None and math.isfinite(value):
+                return float(value)
+        return None
+
+
+PowerLine = Callable[[Any, PowerSettings, "PreviousRun | None"], "PowerPlan | None"]
 
 
 class Design(Protocol):
@@ -22,10 +47,16 @@ class Design(Protocol):
 
     name: the design's name (a population's `design` attribute names it; DESIGNS registers it).
     estimators: names of the estimators that apply to its data (popfair.estimate.registry).
-    asks_screener: whether a screener is asked (False: the decisions exist already, the table design)."""
+    asks_screener: whether a screener is asked (False: the decisions exist already, the table design).
+    power_line: what its main test can detect at the planned n (its sample -> PowerPlan), or None.
+    power_imports: modules the power line imports at first use (a sweep imports them beside its worker).
+    sequential: its sequential audit's rules (units, targets, values), or None: no sequential audit."""
 
     name: str
     asks_screener: bool
+    power_line: PowerLine | None
+    power_imports: tuple[str, ...]
+    sequential: SequentialRules | None
 
     @property
     def estimators(self) -> tuple[str, ...]: ...
@@ -72,7 +103,12 @@ class ScreenedDesign(Design, Protocol):
 
 
 class DesignBase:
-    """What every design shares: its estimators are those registered for its name."""
+    """What every design shares: its estimators are those registered for its name; by default it
+    plans no power line and has no sequential audit."""
+
+    power_line: PowerLine | None = None
+    power_imports: tuple[str, ...] = ()
+    sequential: SequentialRules | None = None
 
     name: str
     asks_screener = True
@@ -125,3 +161,13 @@ def check_estimator(design: Design, estimator: Any, why: str = "") -> None:
             f"estimator: {name!r} does not apply to the {design.name} design{reason}; choose one of "
             f"{', '.join(design.estimators)}"
         )
+
+
+def plan_power(
+    design: Design, sample: Any, settings: PowerSettings, previous: PreviousRun | None = None
+) -> PowerPlan | None:
+    """The power line of a case of `design` for its sample (the case's Profiles, or the table's category
+    counts): None when the design has none, or plan.enabled is false."""
+    if not settings.enabled or design.power_line is None:
+        return None
+    return design.power_line(sample, settings, previous)

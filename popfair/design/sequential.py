@@ -1,23 +1,11 @@
-"""Sequential audits, what each design knows: its units in the order looks take them, the target
-effects their anytime-valid intervals are computed for, the stopping rules and their settings.
+"""Sequential audits: the stopping rules and their settings, the target effects, and the looks'
+anytime-valid intervals (popfair.estimate.sequential.sequences computes them). What a design knows
+(its units in the order looks take them, its targets, a unit's value) is its `SequentialRules`,
+declared in the design's own folder (`planning.py`) and reached here through `design.sequential`.
 
 A look at n units uses the first n units of the nested sample, so a look's answers are those of
-every earlier look plus the new batch (popfair.estimate.sequential.sequences has the intervals):
-
-- paired design: a unit is a posting, in draw order (`occupation.n_postings`); its value is the
-  mean within-pair difference y_x1 - y_x0 over its complete pairs (target `gap`), or its
-  callback rate per group (target `impact_ratio`).
-- population design: a unit is an applicant of the i.i.d. resample (`population.n`); target `gap`
-  is the difference of the x1 and x0 mean outcomes (callback share, or score on 0-100), target
-  `impact_ratio` the LL144 ratios of selection rates over the categories of X (callbacks, or a
-  score of at least `sequential.threshold`).
-- ranking design: a unit is a block of trials (one pass through the Latin square, k trials, 2k
-  for odd k; one trial with `order: random`), so every unit shows each group in each position
-  equally often and units are i.i.d.; target `top1` is the lowest impact ratio of the groups'
-  top-1 rates.
-
-Units whose screens all failed are skipped (they carry no outcome); failures are assumed
-unrelated to the answer the unit would have had.
+every earlier look plus the new batch. Units whose screens all failed are skipped (they carry no
+outcome); failures are assumed unrelated to the answer the unit would have had.
 """
 
 from __future__ import annotations
@@ -25,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -42,7 +30,6 @@ from popfair.estimate.sequential.sequences import (
 )
 
 RULES = ("off", "excludes_zero", "equivalence", "budget")
-TARGETS = {"paired": ("gap", "impact_ratio"), "population": ("gap", "impact_ratio"), "ranking": ("top1",)}
 UNIT = "_unit"  # column: a row's unit (its place in the order looks take units, 0-based)
 N_BOOTSTRAP = 2000  # the fixed-n interval of a group-based target: unit bootstrap replicates
 
@@ -110,70 +97,81 @@ class Stream:
     notes: tuple[str, ...] = ()
 
 
-def stream_for(design: str, population: Any, occupation: Any, profiles: Profiles, seed: int) -> Stream:
-    """The units of a composed case's sample, in the order its looks take them."""
-    table = profiles.table
-    if design == "paired":
-        posting = table["posting_id"].to_numpy(dtype=object)
-        ids = pd.unique(posting)
-        if getattr(occupation, "postings_csv", None) is None:
-            order = np.argsort([int(str(p)[1:]) for p in ids], kind="stable")  # draw order: p00000, p00001, ...
-            notes: tuple[str, ...] = ()
-        else:  # a user's file may be sorted (by firm, date): a seeded shuffle, fixed before any answer
-            from popfair.population.scm import keyed_uniforms
+class SequentialRules(Protocol):
+    """What one design knows of its sequential audit (declared in its folder's planning.py).
 
-            order = np.argsort(keyed_uniforms(ids, seed, "sequential_order"), kind="stable")
-            notes = ("sequential: the postings of occupation.postings_csv are taken in a seeded random order",)
-        rank = pd.Series(np.empty(len(ids), dtype=np.int64), index=ids)
-        rank.iloc[order] = np.arange(len(ids))
-        return Stream(rank.loc[posting].to_numpy(), len(ids), "postings", "occupation.n_postings", 1, notes)
-    if design == "population":
-        if getattr(population, "n", None) is None:
-            raise ConfigError(
-                "sequential: the population design grows an i.i.d. resample; set population.n (the planned "
-                "number of applicants). With population.n=null every PUMS record is taken once, in file order, "
-                "with survey weights, which a look cannot take a random part of"
-            )
-        return Stream(np.arange(len(table)), len(table), "applicants", "population.n")
-    if design == "ranking":
-        from popfair.design.ranking.trials import TRIAL
-        from popfair.estimate.ranking.model import williams_square
+    targets: the target effects that apply, the design's main one first."""
 
-        trials = table[TRIAL].to_numpy(dtype=object)
-        ids = pd.unique(trials)
-        k = int(getattr(population, "k", 0) or table.groupby(TRIAL).size().max())
-        block = len(williams_square(k)) if getattr(population, "order", "latin_square") == "latin_square" else 1
-        n_units = len(ids) // block
-        index = pd.Series(np.arange(len(ids)), index=ids).loc[trials].to_numpy()
-        unit = np.where(index < n_units * block, index // block, -1)  # -1: an incomplete last block
-        notes = ()
-        if n_units * block < len(ids):
-            notes = (
-                f"sequential: the last {len(ids) - n_units * block} trials do not fill a block of {block} "
-                "(population.n_trials is not a multiple of it) and are not screened",
-            )
-        if n_units < 1:
-            raise ConfigError(f"sequential: population.n_trials must be at least one block of {block} trials")
-        what = f"blocks of {block} trials" if block > 1 else "trials"
-        return Stream(unit, n_units, what, "population.n_trials", block, notes)
-    raise ConfigError(f"sequential: the {design} design has no sequential audit (paired, population, ranking do)")
+    targets: tuple[str, ...]
+
+    def stream(self, population: Any, occupation: Any, profiles: Profiles, seed: int) -> Stream:
+        """The units of a composed case's sample, in the order its looks take them."""
+        ...
+
+    def check(self, target: str, settings: SequentialSettings, population: Any, outcome: str) -> None:
+        """ConfigError when the case cannot be audited in looks for `target` (before any work)."""
+        ...
+
+    def unit_values(
+        self, target: str, ok: pd.DataFrame, profiles: Profiles, settings: SequentialSettings
+    ) -> pd.DataFrame:
+        """One value per unit (column value; `group` for group targets), from the factual rows that
+        were scored (column UNIT), sorted by unit."""
+        ...
+
+    def groups(self, target: str, profiles: Profiles) -> list[str]:
+        """The groups of a group target, known from the sample before any answer (alpha / G is fixed)."""
+        ...
+
+    def value_bounds(self, target: str, profiles: Profiles) -> tuple[float, float]:
+        """The range a unit's value can take (the confidence sequences need it)."""
+        ...
+
+    def mean_of_units(self, target: str) -> bool:
+        """Whether the target is the mean of one value per unit (else a contrast of group rates)."""
+        ...
+
+    def prompt_count(self, profiles: Profiles) -> int:
+        """Prompts the whole planned sample takes."""
+        ...
 
 
-def resolve_target(design: str, settings: SequentialSettings, outcome: str) -> str:
+def rules_of(design: Any) -> SequentialRules:
+    """The design's sequential rules, or ConfigError when it has none."""
+    rules = getattr(design, "sequential", None)
+    if rules is None:
+        raise ConfigError(f"sequential: the {design.name} design has no sequential audit")
+    return rules
+
+
+def resolve_target(design: Any, settings: SequentialSettings, outcome: str, population: Any = None) -> str:
     """The target effect: sequential.target, or the design's main one for `auto`."""
-    targets = TARGETS.get(design, ())
+    rules = rules_of(design)
+    targets = rules.targets
     target = targets[0] if settings.target == "auto" and targets else settings.target
     if target not in targets:
         raise ConfigError(
-            f"sequential.target: {settings.target!r} does not apply to the {design} design; choose auto or "
+            f"sequential.target: {settings.target!r} does not apply to the {design.name} design; choose auto or "
             f"{', '.join(targets)}"
         )
-    if design == "population" and target == "impact_ratio" and outcome == "score" and settings.threshold is None:
-        raise ConfigError(
-            "sequential.threshold: the impact-ratio target on scores needs a fixed selection threshold "
-            "(e.g. sequential.threshold=70); a sample's median or top share is not known before the answers"
-        )
+    rules.check(target, settings, population, outcome)
     return target
+
+
+def score_gap_values(ok: pd.DataFrame, profiles: Profiles) -> pd.DataFrame:
+    """Each applicant of the x0 and x1 groups as a unit: its group and outcome (a gap of means)."""
+    roles = profiles.roles
+    rows = ok[ok[roles.x].isin([roles.x0, roles.x1])]
+    return pd.DataFrame({UNIT: rows[UNIT].to_numpy(), "group": rows[roles.x].to_numpy(), "value": rows["y"].to_numpy()})
+
+
+def group_rate_values(ok: pd.DataFrame, column: str, profiles: Profiles, settings: SequentialSettings) -> pd.DataFrame:
+    """Each unit's rate per group of `column` (scores count as selected at sequential.threshold)."""
+    y = ok["y"].to_numpy(dtype=float)
+    if profiles.outcome == "score":
+        y = (y >= float(settings.threshold if settings.threshold is not None else math.inf)).astype(float)
+    frame = pd.DataFrame({UNIT: ok[UNIT].to_numpy(), "group": ok[column].to_numpy(), "value": y})
+    return frame.groupby([UNIT, "group"], sort=True, as_index=False)["value"].mean()
 
 
 @dataclass
@@ -226,7 +224,7 @@ class Target:
         return None
 
 
-def target_info(design: str, target: str, profiles: Profiles, settings: SequentialSettings) -> Target:
+def target_info(target: str, profiles: Profiles) -> Target:
     roles = profiles.roles
     if target == "gap":
         if profiles.outcome == "score":
@@ -237,52 +235,8 @@ def target_info(design: str, target: str, profiles: Profiles, settings: Sequenti
     return Target(target, 1.0, f"lowest impact ratio of the {what}", 1.0, 1.0)
 
 
-def unit_values(
-    design: str, target: str, ok: pd.DataFrame, profiles: Profiles, settings: SequentialSettings
-) -> pd.DataFrame:
-    """One value per unit (column value; `group` for group targets), from the factual rows that
-    were scored (column UNIT), sorted by unit."""
-    roles = profiles.roles
-    ok = ok.sort_values(UNIT, kind="stable")
-    if design == "paired" and target == "gap":
-        sides = ok.pivot_table(index=[UNIT, "pair_key"], columns=roles.x, values="y", aggfunc="first")
-        if roles.x1 not in sides or roles.x0 not in sides:
-            return pd.DataFrame({UNIT: [], "value": []})
-        diff = (sides[roles.x1] - sides[roles.x0]).dropna()
-        per_unit = diff.groupby(level=0).mean()
-        return pd.DataFrame({UNIT: per_unit.index.to_numpy(), "value": per_unit.to_numpy()})
-    if design == "population" and target == "gap":
-        rows = ok[ok[roles.x].isin([roles.x0, roles.x1])]
-        return pd.DataFrame(
-            {UNIT: rows[UNIT].to_numpy(), "group": rows[roles.x].to_numpy(), "value": rows["y"].to_numpy()}
-        )
-    # group rates per unit: paired callbacks (x0, x1), population selections, ranking top-1
-    if design == "ranking":
-        from popfair.design.ranking.trials import GROUP
-
-        column, y = GROUP, ok["y"].to_numpy(dtype=float)
-    else:
-        column, y = roles.x, ok["y"].to_numpy(dtype=float)
-        if profiles.outcome == "score":
-            y = (y >= float(settings.threshold if settings.threshold is not None else math.inf)).astype(float)
-    frame = pd.DataFrame({UNIT: ok[UNIT].to_numpy(), "group": ok[column].to_numpy(), "value": y})
-    return frame.groupby([UNIT, "group"], sort=True, as_index=False)["value"].mean()
-
-
-def groups_of(design: str, target: str, profiles: Profiles) -> list[str]:
-    """The groups of a group target, known from the sample before any answer (so alpha / G is fixed)."""
-    roles = profiles.roles
-    if design == "ranking":
-        from popfair.design.ranking.trials import GROUP
-
-        return sorted(map(str, pd.unique(profiles.table[GROUP])))
-    if target == "gap" or design == "paired":
-        return [roles.x1, roles.x0]
-    return sorted(map(str, pd.unique(profiles.table[roles.x].dropna())))
-
-
 def path(
-    design: str,
+    rules: SequentialRules,
     target: str,
     values: pd.DataFrame,
     looks: Sequence[int],
@@ -293,15 +247,15 @@ def path(
     """The target's anytime-valid interval at each look (look k: units < looks[k]), one pass."""
     out: list[Look] = []
     units = values[UNIT].to_numpy()
-    if design == "paired" and target == "gap":
-        seq = MeanSequence((-1.0, 1.0), alpha=settings.alpha, method=settings.method)
+    if rules.mean_of_units(target):
+        seq = MeanSequence(rules.value_bounds(target, profiles), alpha=settings.alpha, method=settings.method)
         start = 0
         for n in looks:
             stop = int(np.searchsorted(units, n, side="left"))
             out.append(Look(n, seq.update(values["value"].to_numpy()[start:stop])))
             start = stop
         return out
-    bounds = (0.0, 100.0) if (target == "gap" and profiles.outcome == "score") else (0.0, 1.0)
+    bounds = rules.value_bounds(target, profiles)
     rates = GroupRates(list(groups), alpha=settings.alpha, method=settings.method, bounds=bounds)
     start = 0
     for n in looks:
@@ -319,7 +273,7 @@ def path(
 
 
 def fixed_interval(
-    design: str,
+    rules: SequentialRules,
     target: str,
     values: pd.DataFrame,
     n: int,
@@ -331,7 +285,7 @@ def fixed_interval(
     """The fixed-n CI of the target at the units used (valid only for an n planned in advance):
     the t interval of the posting means (the paired gap's cluster-robust t), else a unit bootstrap."""
     used = values[values[UNIT] < n]
-    if design == "paired" and target == "gap":
+    if rules.mean_of_units(target):
         return fixed_mean_interval(used["value"].to_numpy(), alpha=alpha)
     wide = used.pivot_table(index=UNIT, columns="group", values="value", aggfunc="first").reindex(columns=list(groups))
     x = wide.to_numpy(dtype=float)
@@ -356,7 +310,6 @@ def fixed_interval(
 
 __all__ = [
     "RULES",
-    "TARGETS",
     "UNIT",
     "Look",
     "SequentialSettings",
@@ -364,26 +317,19 @@ __all__ = [
     "Target",
     "check_sequential",
     "fixed_interval",
-    "groups_of",
+    "group_rate_values",
     "looks_for",
     "path",
     "resolve_target",
-    "stream_for",
+    "rules_of",
+    "score_gap_values",
+    "SequentialRules",
     "target_info",
-    "unit_values",
 ]
 
 
 def check_sequential(design: Any, settings: SequentialSettings, population: Any) -> None:
     """Before any work: the design (a ScreenedDesign) has sequential audits, the target applies to
     it, and its sample can grow."""
-    if design.name not in TARGETS:
-        raise ConfigError(
-            f"sequential.rule: the {design.name} design has no sequential audit (paired, population, ranking do)"
-        )
-    resolve_target(design.name, settings, design.outcome)
-    if design.name == "population" and getattr(population, "n", None) is None:
-        raise ConfigError(
-            "sequential: the population design grows an i.i.d. resample; set population.n (the planned number "
-            "of applicants), or sequential.rule=off"
-        )
+    rules_of(design)
+    resolve_target(design, settings, design.outcome, population)

@@ -17,7 +17,7 @@ needs, for each design's main test, with the assumptions each figure rests on.
   binomial counts per category (common random numbers), the null's alpha-quantile of the lowest
   ratio, and the share of draws with the smallest category `delta` below it.
 
-The ranking design's top-1 rates are in `popfair.estimate.ranking.power` (`top1_power`)."""
+The ranking design's top-1 rates are in `popfair.estimate.ranking.top1_power` (`top1_power`)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ dry-run plan and the built screener all name the same provider, model and endpoi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,34 +16,60 @@ from typing import Any
 AUTO = "auto"
 RESOLVER = "popfair_route"
 
-# Environment variables from which boto3 finds AWS credentials without a network call.
-AWS_VARIABLES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_PROFILE",
-    "AWS_BEARER_TOKEN_BEDROCK",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-)
+
+@dataclass(frozen=True)
+class CredentialChain:
+    """Where a provider's SDK finds credentials when a route names no key variable (AWS's chain of
+    variables and files). The provider adapter declares it (`Provider.credentials`); this module
+    only reads it, without any network call."""
+
+    what: str  # what the credentials are, for messages ("AWS credentials")
+    shown: str  # the variables a user would set, for messages
+    variables: tuple[str, ...]  # any of them set: credentials are there
+    files: tuple[tuple[str, str], ...] = ()  # (variable that moves a file, its default path) the SDK reads
+
+    def present(self) -> bool:
+        """Whether the environment holds credentials of this chain (checked without any network call)."""
+        if any(os.environ.get(name) for name in self.variables):
+            return True
+        return any(Path(os.environ.get(variable, default)).expanduser().is_file() for variable, default in self.files)
 
 
-def _aws_files() -> bool:
-    """A shared credentials or config file that boto3 would read."""
-    files = (
-        os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"),
-        os.environ.get("AWS_CONFIG_FILE", "~/.aws/config"),
-    )
-    return any(Path(name).expanduser().is_file() for name in files)
+# provider kind -> its credential chain, filled as the adapters register (popfair.screen.providers,
+# a layer above: the entry point hands `register_resolver` the function that imports them)
+CREDENTIAL_CHAINS: dict[str, CredentialChain] = {}
+_load_providers: list[Callable[[], object]] = []  # at most one, called on the first lookup
+
+
+def register_credential_chain(kind: str, chain: CredentialChain) -> None:
+    """Called by `@register_provider` for an adapter that declares a credential chain."""
+    CREDENTIAL_CHAINS[kind] = chain
+
+
+def credential_chain(kind: Any) -> CredentialChain | None:
+    """The credential chain provider `kind` declares, or None (its routes need a key variable, or none)."""
+    while _load_providers:
+        _load_providers.pop()()
+    return CREDENTIAL_CHAINS.get(kind) if isinstance(kind, str) else None
 
 
 def credential_variable(route: Mapping[str, Any]) -> str | None:
-    """What holds the route's credentials, for messages: its key variable, the AWS chain for Bedrock,
-    None for a route that needs none (a local server)."""
+    """What holds the route's credentials, for messages: its key variable, its provider's credential
+    chain (an SDK's own, such as AWS's), None for a route that needs none (a local server)."""
     if route.get("api_key_env"):
         return str(route["api_key_env"])
-    if route.get("provider") == "bedrock":
-        return "AWS_ACCESS_KEY_ID/AWS_PROFILE/AWS_BEARER_TOKEN_BEDROCK"
-    return None
+    chain = credential_chain(route.get("provider"))
+    return chain.shown if chain is not None else None
+
+
+def is_self_hosted(route: Mapping[str, Any]) -> bool:
+    """A route to a server the user runs (vLLM, SGLang, ...), whose run records what the server
+    serves (popfair.screen.served): `self_hosted: true` on the route, or, unset, an
+    OpenAI-compatible route without a key variable (the `local` routes of conf/screener/)."""
+    flag = route.get("self_hosted")
+    if flag is not None:
+        return bool(flag)
+    return route.get("provider") == "openai_compatible" and not route.get("api_key_env")
 
 
 def has_credentials(route: Mapping[str, Any]) -> bool:
@@ -52,9 +78,8 @@ def has_credentials(route: Mapping[str, Any]) -> bool:
     variable = route.get("api_key_env")
     if variable:
         return bool(os.environ.get(str(variable), "").strip())
-    if route.get("provider") == "bedrock":
-        return any(os.environ.get(name) for name in AWS_VARIABLES) or _aws_files()
-    return True
+    chain = credential_chain(route.get("provider"))
+    return chain.present() if chain is not None else True
 
 
 @dataclass(frozen=True)
@@ -103,11 +128,16 @@ def _resolve(route: Any, default_route: Any, routes: Any) -> str:
     return choose_route(str(route), None if default_route is None else str(default_route), plain).name  # type: ignore[arg-type]
 
 
-def register_resolver() -> None:
+def register_resolver(load_providers: Callable[[], object] | None = None) -> None:
     """Make `${popfair_route:${.route},${.default_route},${.routes}}` available to every config this
     process resolves (called when popfair is imported). Not cached: the choice follows the
-    environment at the time of resolution."""
+    environment at the time of resolution. `load_providers` imports the provider adapters, whose
+    credential chains a route may need; it runs on the first lookup, not here (importing popfair
+    stays light)."""
     from omegaconf import OmegaConf
+
+    if load_providers is not None and not CREDENTIAL_CHAINS:
+        _load_providers[:] = [load_providers]
 
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, _resolve)

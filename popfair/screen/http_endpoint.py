@@ -4,15 +4,16 @@ vendor's automated employment decision tool, one request per document.
 The request (URL query, JSON body) is built from a template with placeholders; the answer is read
 from the JSON response by a JSONPath expression (or the whole body) and mapped to y by
 `ValueMapping` (labels such as advance/reject, the tool's score range, a callback threshold).
-Requests go through the same engine as the LLM screeners (concurrency, rate limits, retries on
-429/5xx/timeouts/malformed bodies honouring Retry-After, the dollar budget, the progress bar) and the
-same response cache, keyed by method, URL, the templates, the literal headers and the filled
+Requests go through the same request loop as the LLM screeners (`RequestLoop`: the engine's
+concurrency, rate limits, retries on 429/5xx/timeouts/malformed bodies honouring Retry-After, the
+dollar budget, the progress bar) and the same response cache, keyed by method, URL, the templates, the literal headers and the filled
 request. Cached raw bodies are re-read with the current mapping, so changing labels or the range
 never asks the vendor again. Header values that are secrets come only from environment variables.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -23,12 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from popfair.core.errors import ConfigError, DataError, MissingSecretError, require
-from popfair.core.types import CallPlan, Document, Job, Outcome
+from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.render.files import MEDIA_TYPES, document_binary, document_id
 from popfair.runtime.secrets import install_log_redaction, read_secret
+from popfair.screen.base import Screener
 from popfair.screen.calls import Answer, EngineSettings
-from popfair.screen.llm import LLMScreener
-from popfair.screen.pricing import Price
+from popfair.screen.failures import FailureHints
+from popfair.screen.limits import run_coroutine
+from popfair.screen.pricing import PER_CALL, Price
 from popfair.screen.providers import (
     Completion,
     Generation,
@@ -36,6 +39,7 @@ from popfair.screen.providers import (
     TransientError,
 )
 from popfair.screen.providers.base import classify_status, network_error
+from popfair.screen.request_loop import RequestLoop
 from popfair.screen.values import ValueMapping
 from popfair.store.responses import StoredReply, open_cache
 
@@ -104,6 +108,9 @@ class HttpEndpoint(Provider):
     are TransientError (retried); other 4xx are PermanentError (401/403 stop the run)."""
 
     kind = "http"
+    sdk = "aiohttp"
+    pricing = PER_CALL  # vendors bill per call (`CallPrice`), not per token
+    hints = FailureHints("screener.url", "screener.url, screener.method, screener.body and screener.params")
 
     def __init__(
         self, url: str, headers: Mapping[str, str], expects_json: bool, timeout_s: float, concurrency: int
@@ -125,6 +132,23 @@ class HttpEndpoint(Provider):
 
     def request_body(self, prompt: Any) -> dict[str, Any]:
         return prompt  # HttpScreener already filled the template
+
+    def probe(self, timeout_s: float) -> None:
+        """HEAD on the scoring URL with its headers: any answer but 401/403/404 shows it is there (a
+        POST-only endpoint may answer 405); nothing is scored."""
+        import aiohttp
+
+        async def head() -> None:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+                try:
+                    async with session.head(self.url, headers=self.headers) as response:
+                        status = response.status
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    raise network_error(exc) from None
+            if status in (401, 403, 404):
+                raise classify_status(status, None, f"{status} to HEAD")
+
+        run_coroutine(head)
 
     async def start(self) -> None:
         import aiohttp
@@ -156,16 +180,12 @@ class HttpEndpoint(Provider):
         return Completion(text=text, input_tokens=0, output_tokens=0)
 
 
-class HttpScreener(LLMScreener):
-    """Screens each document with one request to `url`. Shares LLMScreener's screening loop (cache
-    lookup, engine run, one result per document, metrics) and replaces what is model-specific: how a
-    request is built, keyed, priced and how its answer is read."""
+class HttpScreener(Screener):
+    """Screens each document with one request to `url`. Its request loop (cache lookup, engine run,
+    one result per document, metrics) is the one LLMScreener uses (`RequestLoop`); what is its own is
+    how a request is built, keyed and priced, and how its answer is read."""
 
     audits_a_tool = True  # the run writes the auditor's report (popfair/report/audit.py)
-    config_keys = {
-        "url_key": "screener.url",
-        "request_keys": "screener.url, screener.method, screener.body and screener.params",
-    }
     plans_real_documents = True  # dry runs plan the PNG pages themselves (keys and files need them)
     answers_rankings = False  # a vendor endpoint scores one document; it cannot rank a list (design/ranking)
 
@@ -293,7 +313,16 @@ class HttpScreener(LLMScreener):
             concurrency=self.settings.concurrency,
         )
         self.cache = open_cache(cache_url or cache_dir)
-        self.last_stats: dict[str, float] = {}
+        self.loop = RequestLoop(
+            name,
+            self.provider,
+            self.cache,
+            self.price,
+            self.settings,
+            self.provider.failure_hints(self.api_key_env, self.settings.timeout_s),
+            parse=self.parse_answer,
+            read_cached=self._cached_answers,
+        )
 
     def __repr__(self) -> str:  # never shows header values
         return f"HttpScreener(name={self.name!r}, method={self.method!r}, url={self.url!r})"
@@ -359,9 +388,6 @@ class HttpScreener(LLMScreener):
             requests.setdefault(key, request)
         return keys, requests.__getitem__
 
-    def _input_tokens(self, prompt: Any) -> int:
-        return 0  # priced per call, not per token
-
     # --- answers --------------------------------------------------------------------------------
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
         """The value at `response_path` (or the whole body), through the value mapping."""
@@ -391,17 +417,24 @@ class HttpScreener(LLMScreener):
         """Requests still to send (distinct requests not in the cache, capped by max_calls) and dollars."""
         keys, request = self._keys(jobs, documents, outcome)
         replies = self.cache.get_replies(keys)
-        todo = self._todo(keys, request, replies)
+        todo = self.loop.todo(keys, request, replies)
         calls = len(todo) if self.max_calls is None else min(len(todo), self.max_calls)
         return CallPlan(calls=calls, cost_usd=calls * self.call_price.per_call_usd, cached=len(set(replies)))
 
-    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome):
+    def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
+        """One result per document, in order: the mapped value, or a failure with the reason (and the
+        raw body when the endpoint answered something the mapping cannot read)."""
         if self.missing_key:
             raise MissingSecretError(
                 f"screener.secret_headers: {self.name} was built without its secrets (dry "
                 f"run); set environment variable(s) {self.api_key_env} to screen"
             )
-        return super().screen(jobs, documents, outcome)
+        keys, request = self._keys(jobs, documents, outcome)
+        return self.loop.run(documents, keys, request, outcome, self.max_cost_usd, self.max_calls)
+
+    def metrics(self) -> dict[str, float]:
+        """Figures of the last `screen` call (rows, cache hits, requests, failures, dollars)."""
+        return self.loop.metrics()
 
     def describe(self) -> dict[str, Any]:
         """What the report names as the audited tool (no header values)."""

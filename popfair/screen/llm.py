@@ -1,13 +1,13 @@
 """LLMScreener: a chat model behind a provider API (OpenAI, Anthropic, Bedrock, OpenAI-compatible)
 screens each document: yes/no callback or a 0-100 score. Answers come from the response cache when
-present; only what is missing is asked, online (engine.py) or as a provider batch (batch.py)."""
+present; only what is missing is asked, online (engine.py) or as a provider batch (batch.py), by the
+request loop it shares with HttpScreener (request_loop.py)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -15,52 +15,26 @@ from typing import Any
 import numpy as np
 
 from popfair.core.constraints import Boolean, Interval, Options, validate
-from popfair.core.errors import ConfigError, DataError, require
+from popfair.core.errors import ConfigError, DataError, MissingSecretError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.design import for_outcome
-from popfair.runtime.routes import AUTO, choose_route, no_credentials_message
+from popfair.runtime.routes import AUTO, RouteChoice, choose_route, is_self_hosted, no_credentials_message
 from popfair.runtime.secrets import install_log_redaction, read_secret
-from popfair.screen import collector
 from popfair.screen.base import Screener
-from popfair.screen.calls import Answer, Call, EngineSettings, EngineStats
-from popfair.screen.engine import Engine
-from popfair.screen.failures import FailureHints
+from popfair.screen.calls import EngineSettings
 from popfair.screen.parse import parse_answer
-from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price, estimate_input_tokens, image_tokens
+from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
-from popfair.screen.providers import PROVIDERS, Generation, make_provider
-from popfair.store.responses import StoredReply, open_cache
+from popfair.screen.providers import PROVIDERS, Generation, Provider
+from popfair.screen.request_loop import RequestLoop
+from popfair.store.responses import open_cache
+from popfair.screen.served import ServedModel, batch_invariant_tag, request_tags
 
 log = logging.getLogger("popfair.screen")
 
 MODES = ("online", "batch")
 
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
-
-
-def _generation(config: Mapping[str, Any] | None) -> Generation:
-    values = dict(config or {})
-    allowed = {"temperature", "max_tokens", "reasoning_effort", "extra"}
-    unknown = set(values) - allowed
-    require(not unknown, "screener.generation", f"unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
-    gen = Generation(**values)
-    require(
-        isinstance(gen.max_tokens, int) and gen.max_tokens >= 1,
-        "screener.generation.max_tokens",
-        f"must be an integer >= 1, got {gen.max_tokens!r}",
-    )
-    require(
-        gen.temperature is None or 0 <= float(gen.temperature) <= 2,
-        "screener.generation.temperature",
-        f"must be in [0, 2] or null, got {gen.temperature!r}",
-    )
-    require(isinstance(gen.extra, Mapping), "screener.generation.extra", "must be a mapping of body fields")
-    return Generation(
-        temperature=gen.temperature,
-        max_tokens=gen.max_tokens,
-        reasoning_effort=gen.reasoning_effort,
-        extra=dict(gen.extra),
-    )
 
 
 def _route_generation(generation: Mapping[str, Any] | None, from_route: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -81,17 +55,85 @@ def _route_generation(generation: Mapping[str, Any] | None, from_route: Mapping[
     return merged
 
 
-def _check_aws_credentials(region: str | None) -> None:
-    """Fail at construction when boto3 finds no AWS credentials (names the variables to set)."""
-    import boto3
+def _chosen_route(
+    name: str,
+    route: str | None,
+    routes: Mapping[str, Mapping[str, Any]],
+    default_route: str | None,
+    chosen_route: str | None,
+    require_key: bool,
+) -> RouteChoice | None:
+    """The route `route` resolves to (None: the screener has no routes), checked against the one the
+    config resolved; MissingSecretError listing every route when `auto` finds no credentials."""
+    require(
+        not routes or route == AUTO or route in routes,
+        "screener.route",
+        f"must be auto or one of screener.routes ({', '.join(routes)}), got {route!r}",
+    )
+    if not (routes and route):
+        return None
+    choice = choose_route(route, default_route, routes)
+    require(
+        chosen_route in (None, choice.name),
+        "screener.chosen_route",
+        f"is computed from screener.route; set screener.route={chosen_route} instead",
+    )
+    if route == AUTO and not choice.ready and require_key:
+        raise MissingSecretError(no_credentials_message(name, routes))
+    log.info("screener %s: route %s (%s)", name, choice.name, choice.reason)
+    return choice
 
-    if boto3.Session(region_name=region).get_credentials() is None:
-        from popfair.core.errors import MissingSecretError
 
-        raise MissingSecretError(
-            "screener.api_key_env: no AWS credentials found for Bedrock. Set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK)."
-        )
+def _adapter(
+    provider: str,
+    model: str,
+    api_key_env: str | None,
+    base_url: str | None,
+    region: str | None,
+    release_date: str | None,
+    mode: str,
+    max_cost_usd: float | None,
+) -> type[Provider]:
+    """The provider's adapter class, once the settings that tie a screener to it are checked (what the
+    provider cannot do without, its adapter declares: `Provider.check_settings`)."""
+    require(provider in PROVIDERS, "screener.provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
+    adapter = PROVIDERS[provider]
+    require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
+    require(
+        base_url is None or str(base_url).startswith(("http://", "https://")),
+        "screener.base_url",
+        f"must be an http(s) URL or null, got {base_url!r}",
+    )
+    require(
+        release_date is None or bool(_DATE.match(str(release_date))),
+        "screener.release_date",
+        f"must be YYYY-MM or YYYY-MM-DD, got {release_date!r}",
+    )
+    batch_capable = [kind for kind, cls in PROVIDERS.items() if cls.batch_api is not None]
+    require(
+        mode != "batch" or adapter.batch_api is not None,
+        "screener.mode",
+        f"batch mode needs provider {' or '.join(batch_capable)}, got {provider!r}",
+    )
+    require(
+        max_cost_usd is None or float(max_cost_usd) > 0,
+        "max_cost_usd",
+        f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}",
+    )
+    require(
+        api_key_env is None or bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(api_key_env))),
+        "screener.api_key_env",
+        f"must be the NAME of an environment variable, got {api_key_env!r}",
+    )
+    adapter.check_settings(api_key_env=api_key_env, base_url=base_url, region=region)
+    return adapter
+
+
+def _quiet_http_logs() -> None:
+    """SDK transports log one INFO line per HTTP request: WARNING unless the user set a level."""
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
+        if logging.getLogger(noisy).level == logging.NOTSET:
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 class LLMScreener(Screener):
@@ -101,7 +143,8 @@ class LLMScreener(Screener):
     `screen` then raises MissingSecretError instead of sending anything.
 
     Single settings follow `parameter_constraints` (checked by the builder before construction, and
-    here); the rules that tie settings together (a provider's URL, region or key) are checked below."""
+    here); the rules that tie settings together are checked by `_adapter`, and what a provider cannot
+    do without (a URL, a region, a key variable) by its adapter (`Provider.check_settings`)."""
 
     answers_rankings = True  # a chat model can rank the candidates of one prompt (design/ranking)
     parameter_constraints = {
@@ -110,6 +153,7 @@ class LLMScreener(Screener):
         "reasoning": Boolean(),
         "vision": Boolean(),
         "require_key": Boolean(),
+        "batch_invariant": [None, Boolean()],
     }
 
     def __init__(
@@ -140,50 +184,13 @@ class LLMScreener(Screener):
         default_route: str | None = None,
         chosen_route: str | None = None,
         popfair_choices: Mapping[str, str] | None = None,
+        batch_invariant: bool | None = None,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
-        require(
-            not routes or route == AUTO or route in routes,
-            "screener.route",
-            f"must be auto or one of screener.routes ({', '.join(routes)}), got {route!r}",
-        )
-        choice = choose_route(route, default_route, routes) if routes and route else None
-        if choice is not None:
-            require(
-                chosen_route in (None, choice.name),
-                "screener.chosen_route",
-                f"is computed from screener.route; set screener.route={chosen_route} instead",
-            )
-            if route == AUTO and not choice.ready and require_key:
-                from popfair.core.errors import MissingSecretError
-
-                raise MissingSecretError(no_credentials_message(name, routes))
-            route = choice.name
-            log.info("screener %s: route %s (%s)", name, route, choice.reason)
+        choice = _chosen_route(name, route, routes, default_route, chosen_route, require_key)
+        route = choice.name if choice is not None else route
         generation = _route_generation(generation, routes.get(route, {}).get("generation") if route else None)
-        require(provider in PROVIDERS, "screener.provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
-        require(isinstance(model, str) and bool(model.strip()), "screener.model", "must be a model id")
-        require(
-            base_url is None or str(base_url).startswith(("http://", "https://")),
-            "screener.base_url",
-            f"must be an http(s) URL or null, got {base_url!r}",
-        )
-        require(
-            provider != "openai_compatible" or base_url is not None,
-            "screener.base_url",
-            "is required for provider openai_compatible (the server's .../v1 URL)",
-        )
-        require(
-            provider != "bedrock" or bool(region or base_url),
-            "screener.region",
-            "is required for provider bedrock (e.g. us-east-1)",
-        )
-        require(
-            release_date is None or bool(_DATE.match(str(release_date))),
-            "screener.release_date",
-            f"must be YYYY-MM or YYYY-MM-DD, got {release_date!r}",
-        )
         validate(
             self.parameter_constraints,
             {
@@ -192,28 +199,23 @@ class LLMScreener(Screener):
                 "reasoning": reasoning,
                 "vision": vision,
                 "require_key": require_key,
+                "batch_invariant": batch_invariant,
             },
         )
-        batch_capable = [kind for kind, cls in PROVIDERS.items() if cls.batch_api is not None]
-        require(
-            mode != "batch" or provider in batch_capable,
-            "screener.mode",
-            f"batch mode needs provider {' or '.join(batch_capable)}, got {provider!r}",
+        adapter = _adapter(provider, model, api_key_env, base_url, region, release_date, mode, max_cost_usd)
+        hosted_by_user = is_self_hosted(
+            {**routes.get(route or "", {}), "provider": provider, "api_key_env": api_key_env}
         )
         require(
-            max_cost_usd is None or float(max_cost_usd) > 0,
-            "max_cost_usd",
-            f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}",
+            batch_invariant is None or hosted_by_user,
+            "screener.batch_invariant",
+            f"says how a self-hosted server was started (route=local); route {route} of {name} is a hosted API",
         )
         require(
-            api_key_env is None or bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(api_key_env))),
-            "screener.api_key_env",
-            f"must be the NAME of an environment variable, got {api_key_env!r}",
-        )
-        require(
-            provider not in ("openai", "anthropic") or api_key_env is not None,
-            "screener.api_key_env",
-            f"provider {provider} needs the name of the environment variable holding the API key",
+            provider in ("openai", "openai_compatible")
+            or not {"seed", "top_p"} & {k for k, v in dict(generation or {}).items() if v is not None},
+            "screener.generation",
+            f"seed and top_p are sent to OpenAI-style endpoints only, not to provider {provider}",
         )
         self.name, self.display_name = name, display_name or name
         self.route, self.routes = route, routes
@@ -231,18 +233,11 @@ class LLMScreener(Screener):
 
         self.batch_settings = BatchSettings.from_config(batch)
         install_log_redaction()
-        for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
-            if logging.getLogger(noisy).level == logging.NOTSET:  # one INFO line per HTTP request otherwise
-                logging.getLogger(noisy).setLevel(logging.WARNING)
-        keyed = bool(api_key_env) and (require_key or bool(os.environ.get(str(api_key_env))))
-        api_key = read_secret(str(api_key_env), "screener.api_key_env") if keyed else None
-        self.missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
-        if provider == "bedrock" and api_key_env is None and require_key:
-            _check_aws_credentials(region)
-        self.provider = make_provider(
-            provider,
+        _quiet_http_logs()
+        api_key = self._read_key(adapter, api_key_env, region, require_key)
+        self.provider = adapter(
             model=model,
-            generation=_generation(generation),
+            generation=Generation.from_config(generation),
             reasoning=self.reasoning,
             api_key=api_key,
             base_url=base_url,
@@ -251,7 +246,34 @@ class LLMScreener(Screener):
             concurrency=self.settings.concurrency,
         )
         self.cache = open_cache(cache_url or cache_dir)
-        self.last_stats: dict[str, float] = {}
+        self.loop = RequestLoop(
+            name,
+            self.provider,
+            self.cache,
+            self.price,
+            self.settings,
+            self.provider.failure_hints(api_key_env, self.settings.timeout_s),
+            parse=self.parse_answer,
+            batch=self.batch_settings if mode == "batch" else None,
+        )
+        self.run_tags = {**self.run_tags, **request_tags(self.provider)}  # what every request sends
+        if hosted_by_user:
+            hints = self.provider.failure_hints(None, self.settings.timeout_s)
+            self.served = ServedModel(name, self.provider, batch_invariant, hints)
+            self.run_tags["served.batch_invariant_requested"] = batch_invariant_tag(batch_invariant)
+
+    def _read_key(
+        self, adapter: type[Provider], api_key_env: str | None, region: str | None, require_key: bool
+    ) -> str | None:
+        """The API key from the environment (MissingSecretError naming the variable); a dry run
+        (`require_key=False`) goes without one that is not set, and records that it did (`missing_key`).
+        With no variable named, the provider's own credential chain must hold credentials."""
+        keyed = bool(api_key_env) and (require_key or bool(os.environ.get(str(api_key_env))))
+        api_key = read_secret(str(api_key_env), "screener.api_key_env") if keyed else None
+        self.missing_key = bool(api_key_env) and api_key is None  # built keyless for a dry run
+        if api_key_env is None and require_key:
+            adapter.check_credentials(region)
+        return api_key
 
     def __repr__(self) -> str:  # never shows the key
         return f"LLMScreener(name={self.name!r}, provider={self.provider.kind!r}, model={self.provider.model!r})"
@@ -289,17 +311,6 @@ class LLMScreener(Screener):
                 "or a text renderer"
             )
 
-    def _todo(self, keys: list[str], request: Callable[[str], Any], cached: Mapping[str, Any]) -> list[Call]:
-        """One Call per distinct request missing from the cache, with the number of rows sharing it."""
-        return [
-            Call(key, prompt := request(key), self._input_tokens(prompt), rows)
-            for key, rows in Counter(keys).items()
-            if key not in cached
-        ]
-
-    def _input_tokens(self, prompt: ChatPrompt) -> int:
-        return estimate_input_tokens(prompt.system, prompt.user, prompt.image_png, self.provider.kind)
-
     # --- Screener protocol ----------------------------------------------------------------------
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Calls, tokens and dollars still to pay: distinct prompts not in the cache. Calls nothing.
@@ -312,16 +323,18 @@ class LLMScreener(Screener):
         self._check_vision(table.has_images)
         system = self.prompts.system(outcome)
         todo = np.ones(len(table.users), bool)
-        if self.cache.holds(self.provider.kind, self.provider.model):
+        # a self-hosted server that cannot say what it serves: every prompt counted as still to ask
+        held = self.cache.holds(self.provider.kind, self.provider.model)
+        if held and (self.served is None or self.served.try_identify()):
             keys = self.provider.cache_keys(system, table.users, table.images)
             cached = self.cache.get_replies(keys)
             todo = np.array([key not in cached for key in keys], bool)
-        # estimate_input_tokens of every distinct prompt, vectorised
+        # the pricing unit's input tokens of every distinct prompt, vectorised
         per_prompt = (
             np.ceil((len(system) + table.user_chars) / CHARS_PER_TOKEN).astype(np.int64) + MESSAGE_OVERHEAD_TOKENS
         )
         if table.has_images:
-            per_prompt += [0 if png is None else image_tokens(png, self.provider.kind) for png in table.images]
+            per_prompt += [0 if png is None else self.provider.pricing.image_tokens(png) for png in table.images]
         calls = int(todo.sum())
         input_tokens = int(per_prompt[todo].sum())
         per_reply = for_outcome(outcome).reply_tokens(table.users)  # a ranking's reply grows with k
@@ -342,106 +355,24 @@ class LLMScreener(Screener):
         """One result per document, in order: parsed value, or a failure with the reason (and the raw
         text when the model answered something unparseable)."""
         if self.missing_key:
-            from popfair.core.errors import MissingSecretError
-
             raise MissingSecretError(
                 f"screener.api_key_env: {self.name} was built without its key (dry run); "
                 f"set environment variable {self.api_key_env} to screen"
             )
+        if self.served is not None:  # answers are keyed by what the server serves: asked first
+            self.run_tags = {**self.run_tags, **self.served.identify()}
         keys, request = self._keys(jobs, documents, outcome)
-        with collector.paused():  # tens of thousands of small tuples, no cycles: collections would only cost time
-            answers = self._cached_answers(self.cache.get_replies(keys), outcome)
-        stats = EngineStats()
-        todo: list[Call] = []
-        if len(answers) < len(keys):  # else fully cached: no claims, no engine
-            todo = self._todo(keys, request, answers)
-        if todo:
-            cached_rows = len(documents) - sum(c.rows for c in todo)
-            desc = f"screen {self.name}"
-            key_hint = f"check {self.api_key_env}" if self.api_key_env else "check the credentials"
-            if self.mode == "batch":
-                from popfair.screen.batch import BatchRunner
+        return self.loop.run(documents, keys, request, outcome, budget_usd=self.max_cost_usd)
 
-                runner = BatchRunner(
-                    self.batch_settings,
-                    self.provider,
-                    self.cache,
-                    self.price,
-                    outcome,
-                    stats,
-                    budget_usd=self.max_cost_usd,
-                    engine=self.settings,
-                    name=self.name,
-                    hints=FailureHints(
-                        self.config_keys["url_key"], self.config_keys["request_keys"], key_hint, self.settings.timeout_s
-                    ),
-                )
-                answers.update(runner.run(todo))
-            else:
-                engine = Engine(
-                    self.settings,
-                    self.provider,
-                    self.cache,
-                    self.price,
-                    outcome,
-                    budget_usd=self.max_cost_usd,
-                    stats=stats,
-                    key_hint=key_hint,
-                    name=self.name,
-                    **self.config_keys,
-                    max_calls=self.max_calls,
-                    parse=self.parse_answer,
-                )
-                answers.update(engine.run(todo, len(documents), cached_rows, desc))
-        with collector.paused():
-            results = _results(documents, keys, answers)
-        self._summarise(results, stats, len(todo))
-        return results
-
-    # --- hooks a screener of another kind of endpoint replaces (screen/http_endpoint.py) --------
-    max_calls: int | None = None  # requests one case may send; null = no cap
-    # the settings that place and shape requests, named in the fix of a stop message
-    config_keys = {"url_key": "screener.base_url", "request_keys": "screener.model and screener.generation"}
+    served: ServedModel | None = None  # a self-hosted server (route=local): asked what it serves
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
         """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""
         return parse_answer(raw, outcome)
 
-    def _cached_answers(self, replies: Mapping[str, StoredReply], outcome: Outcome) -> dict[str, Answer]:
-        return Answer.from_replies(replies)
-
-    def _summarise(self, results: list[ScreenResult], stats: EngineStats, asked: int) -> None:
-        n = len(results)
-        failed = sum(r.error is not None for r in results)
-        unparseable = sum(r.error is not None and r.raw is not None for r in results)
-        from_cache = sum(r.cached for r in results)
-        self.last_stats = {
-            "screen.rows": n,
-            "screen.rows_from_cache": from_cache,
-            "screen.calls_needed": asked,
-            "screen.failed_rows": failed,
-            "screen.unparseable_rows": unparseable,
-            "screen.failure_rate": failed / n if n else 0.0,
-            **stats.as_metrics(),
-        }
-        log.info(
-            "screen %s: %d rows, %d from cache, %d distinct prompts asked, %d requests, %d failed "
-            "(%.2f%%; %d unparseable), %d tokens, $%.4f",
-            self.name,
-            n,
-            from_cache,
-            asked,
-            stats.requests,
-            failed,
-            100 * failed / max(n, 1),
-            unparseable,
-            stats.input_tokens + stats.output_tokens,
-            stats.cost_usd,
-        )
-
     def metrics(self) -> dict[str, float]:
         """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars)."""
-        return dict(self.last_stats)
+        return self.loop.metrics()
 
     def describe(self) -> dict[str, Any]:
         """Model card fields for reports (no secrets)."""
@@ -456,33 +387,3 @@ class LLMScreener(Screener):
             "vision": self.vision,
             "price": asdict(self.price),
         }
-
-
-def _results(documents: Sequence[Document], keys: list[str], answers: Mapping[str, Answer]) -> list[ScreenResult]:
-    """One result per document; documents with the same prompt share one answer, whose tokens and
-    dollars are counted on the first of them only."""
-    new = tuple.__new__  # ScreenResult is a named tuple: skip its Python-level constructor (60,000 rows)
-    results: list[ScreenResult] = []
-    append, charged = results.append, set()
-    for document, key in zip(documents, keys):
-        a = answers[key]
-        if key in charged:  # a duplicate prompt: cached, nothing charged
-            append(new(ScreenResult, (document.applicant_id, a.raw, a.value, a.error, 0, 0, 0.0, True)))
-        else:
-            charged.add(key)
-            append(
-                new(
-                    ScreenResult,
-                    (
-                        document.applicant_id,
-                        a.raw,
-                        a.value,
-                        a.error,
-                        a.input_tokens,
-                        a.output_tokens,
-                        a.cost_usd,
-                        a.cached,
-                    ),
-                )
-            )
-    return results

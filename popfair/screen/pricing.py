@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,15 +55,9 @@ def png_size(png: bytes) -> tuple[int, int]:
     return 0, 0
 
 
-def image_tokens(png: bytes, provider: str) -> int:
-    """Input tokens one PNG costs: OpenAI high-detail tiling (85 + 170 per 512-px tile after fitting
-    in 2048 px and scaling the short side to 768), Anthropic/Bedrock width*height/750."""
-    width, height = png_size(png)
-    if width == 0 or height == 0:
-        return 1000
-    if provider in ("anthropic", "bedrock"):
-        scale = min(1.0, 1568 / max(width, height))
-        return math.ceil(width * scale * height * scale / 750)
+def tiled_image_tokens(width: int, height: int) -> int:
+    """OpenAI's high-detail tiling: 85 + 170 per 512-px tile, after fitting in 2048 px and scaling
+    the short side to 768 (small images are not upscaled)."""
     scale = min(1.0, 2048 / max(width, height))
     fit_w, fit_h = width * scale, height * scale
     scale = min(1.0, 768 / min(fit_w, fit_h))
@@ -71,9 +65,43 @@ def image_tokens(png: bytes, provider: str) -> int:
     return 85 + 170 * math.ceil(fit_w / 512) * math.ceil(fit_h / 512)
 
 
-def estimate_input_tokens(system: str, user: str, image_png: bytes | None, provider: str) -> int:
-    """Rough input tokens of one request (characters / 4, plus image tokens, plus overhead)."""
-    tokens = math.ceil((len(system) + len(user)) / CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
-    if image_png is not None:
-        tokens += image_tokens(image_png, provider)
-    return tokens
+def area_image_tokens(width: int, height: int) -> int:
+    """Anthropic's rule (Bedrock's too): width * height / 750, after fitting in 1568 px."""
+    scale = min(1.0, 1568 / max(width, height))
+    return math.ceil(width * scale * height * scale / 750)
+
+
+@dataclass(frozen=True)
+class PricingUnit:
+    """What a provider bills a request by, as its adapter declares it (`Provider.pricing`): tokens
+    (text at CHARS_PER_TOKEN, plus MESSAGE_OVERHEAD_TOKENS, plus each image by `image_rule` from its
+    width and height) priced by `Price`, or calls (`per_call`: nothing is counted in tokens)."""
+
+    name: str
+    image_rule: Callable[[int, int], int] = tiled_image_tokens
+    per_call: bool = False
+
+    def image_tokens(self, png: bytes) -> int:
+        """Input tokens one PNG costs (1000 when the bytes are not a PNG; 0 for calls)."""
+        if self.per_call:
+            return 0
+        width, height = png_size(png)
+        return 1000 if width == 0 or height == 0 else self.image_rule(width, height)
+
+    def input_tokens(self, system: str, user: str, image_png: bytes | None) -> int:
+        """Rough input tokens of one request (characters / 4, plus image tokens, plus overhead)."""
+        if self.per_call:
+            return 0
+        tokens = math.ceil((len(system) + len(user)) / CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
+        if image_png is not None:
+            tokens += self.image_tokens(image_png)
+        return tokens
+
+    def request_tokens(self, prompt: Any) -> int:
+        """`input_tokens` of a chat prompt; 0 for a provider priced per call (its request is no prompt)."""
+        return 0 if self.per_call else self.input_tokens(prompt.system, prompt.user, prompt.image_png)
+
+
+TOKENS_TILED_IMAGES = PricingUnit("tokens; images in 512-px tiles", tiled_image_tokens)
+TOKENS_AREA_IMAGES = PricingUnit("tokens; images by area", area_image_tokens)
+PER_CALL = PricingUnit("calls", per_call=True)

@@ -6,8 +6,9 @@ cluster sweep, and back:
     python -m popfair.store count .popfair_cache
 
 Answers and provider batch ids are copied, and so are the blob stores kept beside them: rendered
-documents, DML nuisances and text embeddings (`documents.sqlite`, `nuisances.sqlite`,
-`embeddings.sqlite` in a folder; tables of those names in a database). Rows already in the target
+documents, DML nuisances, text embeddings, tfidf scores and hf_local's generations
+(`documents.sqlite`, `nuisances.sqlite`, `embeddings.sqlite`, `tfidf_scores.sqlite`,
+`generations.sqlite` in a folder; tables of those names in a database). Rows already in the target
 are kept (a copy can be rerun, or merge two caches). Passwords come from the environment
 (PGPASSWORD / ~/.pgpass), never the URL."""
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     copy_cmd = commands.add_parser(
         "copy",
-        help="copy answers, batch ids, documents, nuisances, embeddings and tfidf scores from SOURCE into TARGET",
+        help="copy answers, batch ids, documents, nuisances, embeddings, tfidf scores and hf_local generations from SOURCE into TARGET",
     )
     copy_cmd.add_argument("source", help="cache folder (SQLite) or database URL")
     copy_cmd.add_argument("target", help="cache folder (SQLite) or database URL")

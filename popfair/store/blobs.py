@@ -50,7 +50,8 @@ _SCHEMA_LOCK = 0x706F7066  # advisory lock id held while tables are created ("po
 # The blob stores popfair keeps beside the response cache, by name (tables `blobs_<name>` of a server
 # cache; `<name>.sqlite` in a cache folder): one list, so the cache CLI copies every one of them.
 DOCUMENTS, NUISANCES, EMBEDDINGS, TFIDF_SCORES = "documents", "nuisances", "embeddings", "tfidf_scores"
-BLOB_STORES = (DOCUMENTS, NUISANCES, EMBEDDINGS, TFIDF_SCORES)
+GENERATIONS = "generations"  # hf_local's answers, each with the batch, dtype, device and versions that made it
+BLOB_STORES = (DOCUMENTS, NUISANCES, EMBEDDINGS, TFIDF_SCORES, GENERATIONS)
 MEMORY_BLOBS = 256  # blobs a memory store keeps (the most recently used)
 SQLITE_PAGE_SIZE = 16_384  # 16 KiB pages: ~50 KB blobs read 1.7x and write 2x faster than with 4 KiB
 

@@ -90,13 +90,13 @@ def prepare(configs: Sequence[DictConfig], first_job: int, ready: Mapping[int, A
 
 def warm_up(config: DictConfig) -> None:
     """What a sweep's cases build with, imported while a forked worker composes the batch (the
-    sweeper's `compose_all`): the case's modules and its design's power line (`POWER_IMPORTS`: a
+    sweeper's `compose_all`): the case's modules and its design's power line (its `power_imports`: a
     population case's t test imports statsmodels and scipy.stats, a paired case's McNemar neither),
     read from `config`, the batch's first case."""
     from importlib import import_module
 
     import popfair.case.experiment  # noqa: F401 - the pre-flight checks' import
-    from popfair.design.power import POWER_IMPORTS
+    from popfair.design import design_named
 
     if not OmegaConf.select(config, "plan.enabled", default=True):
         return
@@ -106,7 +106,7 @@ def warm_up(config: DictConfig) -> None:
         design = getattr(get_class(str(OmegaConf.select(config, "population._target_"))), "design", "population")
     except Exception:  # noqa: BLE001 - an unknown population: its case reports it, nothing to warm
         return
-    for module in POWER_IMPORTS.get(design, ()):
+    for module in design_named(design).power_imports:
         import_module(module)
 
 

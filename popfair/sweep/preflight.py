@@ -178,7 +178,7 @@ class Preflight:
                 self._check_power(job, experiment, values)
 
     def _check_power(self, job: int, experiment: Any, values: Any) -> None:
-        """The case's power line (popfair.case.power), once per distinct sample and plan."""
+        """The case's power line (popfair.case.power_plan), once per distinct sample and plan."""
         keys = ("population", "occupation", "protected_attr", "seed", "plan")
         key = json.dumps({k: (values or {}).get(k) for k in keys}, sort_keys=True, default=repr)
 

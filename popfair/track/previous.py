@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from popfair.core.errors import ConfigError
-from popfair.design.power import PreviousRun
+from popfair.design.base import PreviousRun
 from popfair.runtime.secrets import safe_url
 
 

@@ -12,7 +12,9 @@ from typing import Any
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Outcome
-from popfair.design.base import OnePromptPerDocument, check_estimator
+from popfair.design.base import OnePromptPerDocument, PowerLine, check_estimator
+from popfair.design.paired import planning
+from popfair.design.sequential import SequentialRules
 from popfair.population.postings import EntryLevelPostings
 
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
@@ -23,6 +25,9 @@ class PairedDesign(OnePromptPerDocument):
     name = "paired"
     outcome: Outcome = "callback"
     prompt_files: Mapping[str, str] = {"system": "callback_system.txt", "user": "callback_user.txt"}
+    power_line: PowerLine | None = staticmethod(planning.paired_power)
+    power_imports: tuple[str, ...] = planning.POWER_IMPORTS
+    sequential: SequentialRules | None = planning.PairedLooks()
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         match = _YES_NO.search(raw)

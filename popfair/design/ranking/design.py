@@ -18,9 +18,11 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Outcome, Profiles, ScreenResult
-from popfair.design.base import DesignBase, check_estimator
+from popfair.design.base import DesignBase, PowerLine, check_estimator
+from popfair.design.ranking import planning
 from popfair.design.ranking.parse import parse_ranking
 from popfair.design.ranking.trials import GROUP, TRIAL
+from popfair.design.sequential import SequentialRules
 
 TEXT_KINDS = ("text",)  # PopResume profiles render as text resumes (the JSON renderer is the paired design's)
 CANDIDATE_HEADER = "=== Candidate "  # heads each resume in a trial's prompt
@@ -31,6 +33,9 @@ RANK = "rank"  # column: 1 = ranked first; NaN = not ranked (failed trial, or le
 class RankingDesign(DesignBase):
     name = "ranking"
     outcome: Outcome = "rank"
+    power_line: PowerLine | None = staticmethod(planning.ranking_power)
+    power_imports: tuple[str, ...] = planning.POWER_IMPORTS
+    sequential: SequentialRules | None = planning.RankingLooks()
     prompt_files: Mapping[str, str] = {"system": "rank_system.txt", "user": "rank_user.txt"}
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:

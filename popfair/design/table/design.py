@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from popfair.design.base import DesignBase, check_estimator
+from popfair.design.base import DesignBase, PowerLine, check_estimator
+from popfair.design.table import planning
 
 
 class TableDesign(DesignBase):
     name = "table"
     asks_screener = False
+    power_line: PowerLine | None = staticmethod(planning.table_power)
+    power_imports: tuple[str, ...] = planning.POWER_IMPORTS
 
     def check_case(self, parts: Mapping[str, Any]) -> None:
         """The estimator takes recorded decisions (interventional effects need applicants to re-ask)."""

@@ -114,11 +114,6 @@ class PseResult:
         """The PopResume discrimination patterns (section 5.2) the effects show, or "none"."""
         return "; ".join(self.labels) if self.labels else "none"
 
-    @property
-    def case(self) -> str:
-        """Deprecated name of `pattern` ("case" now names only a run)."""
-        return self.pattern
-
     def plot(self, title: str = "Path-specific effects") -> Plot:
         """The five effects with their CIs (`popfair.track.figures.draw` makes the Figure).
 

@@ -67,7 +67,7 @@ class RankingEstimator:
     --------
     >>> import numpy as np
     >>> from popfair import RankingEstimator
-    >>> from popfair.estimate.ranking.power import simulate_rankings
+    >>> from popfair.estimate.ranking.top1_power import simulate_rankings
     >>> trials = simulate_rankings(800, [0.5, 0.0, 0.0, 0.0], [0.3, 0, 0, 0], np.random.default_rng(0))
     >>> rows = pd.DataFrame({"trial_id": np.repeat(np.arange(800), 4), "group": np.tile(trials.groups, 800),
     ...                      "position": trials.position.ravel(), "rank": trials.rank.ravel()})
@@ -136,7 +136,7 @@ class RankingEstimator:
     def plan_note(self, profiles: Profiles) -> str:
         """The trials needed to detect `power_effect` from the winner alone and from the whole ranking
         (for a dry run's plan), beside the trials the case has."""
-        from popfair.estimate.ranking.power import trials_needed
+        from popfair.estimate.ranking.top1_power import trials_needed
 
         k, n = profiles.table[GROUP].nunique(), profiles.table[TRIAL].nunique()
 

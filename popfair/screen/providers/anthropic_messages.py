@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from popfair.screen.prompts import ChatPrompt
+from popfair.core.errors import require
+from popfair.screen.limits import run_coroutine
+from popfair.screen.pricing import TOKENS_AREA_IMAGES
 from popfair.screen.providers.base import Completion, Provider, TransientError, register_provider
 from popfair.screen.providers.openai_chat import MALFORMED, aiohttp_client, sdk_error, sdk_errors
+
+if TYPE_CHECKING:  # annotations only: prompts pulls in the designs, and choosing a route loads the adapters
+    from popfair.screen.prompts import ChatPrompt
 
 
 class AnthropicBatches:
@@ -55,6 +60,34 @@ class AnthropicMessages(Provider):
     sdk = "anthropic"
     base_url_env = "ANTHROPIC_BASE_URL"
     default_url = "https://api.anthropic.com"
+    key_variables = ("ANTHROPIC_API_KEY",)
+    pricing = TOKENS_AREA_IMAGES
+
+    @classmethod
+    def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
+        require(
+            api_key_env is not None,
+            "screener.api_key_env",
+            f"provider {cls.kind} needs the name of the environment variable holding the API key",
+        )
+
+    def probe(self, timeout_s: float) -> bool:
+        """GET /v1/models/{model}: a 404 says the id is unknown."""
+        import anthropic
+
+        async def lookup() -> Any:
+            client = anthropic.AsyncAnthropic(
+                api_key=self.api_key, base_url=self.base_url, max_retries=0, timeout=timeout_s
+            )
+            try:
+                return await client.get(f"/v1/models/{self.model}", cast_to=object)
+            except anthropic.AnthropicError as exc:
+                raise sdk_error(exc, anthropic) from None
+            finally:
+                await client.close()
+
+        run_coroutine(lookup)
+        return True
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation

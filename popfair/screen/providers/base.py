@@ -1,9 +1,17 @@
-"""What every provider adapter shares: generation settings, results, error classes, cache keys."""
+"""What every provider adapter shares: generation settings, results, error classes, cache keys, and
+the registry of adapters.
+
+An adapter is one class that declares every fact the rest of popfair needs about its provider, so
+that adding one is its own file plus its `@register_provider` line (and a screener YAML naming it):
+its key variables and credential chain (read by `popfair.runtime.secrets` and `.routes`), the route
+settings it cannot do without (`check_settings`), its pricing unit (`popfair.screen.pricing`), its
+pre-flight probe (`probe`, run by `popfair.screen.preflight`) and its error hints (`hints`)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import email.utils
 import hashlib
 import json
@@ -14,9 +22,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from popfair.screen.prompts import ChatPrompt
+from popfair.core.errors import require
+from popfair.runtime.routes import CredentialChain, register_credential_chain
+from popfair.runtime.secrets import register_secret_variables
+from popfair.screen.failures import FailureHints
+from popfair.screen.pricing import TOKENS_TILED_IMAGES, PricingUnit
+
+if TYPE_CHECKING:  # annotations only: prompts pulls in the designs, and choosing a route loads the adapters
+    from popfair.screen.prompts import ChatPrompt
 
 P = TypeVar("P", bound="type[Provider]")
 # kind -> adapter class, filled by @register_provider as the adapter modules are imported (they
@@ -25,13 +40,17 @@ PROVIDERS: dict[str, type[Provider]] = {}
 
 
 def register_provider(kind: str) -> Callable[[P], P]:
-    """Class decorator: make an adapter available as `screener.provider=<kind>`."""
+    """Class decorator: make an adapter available as `screener.provider=<kind>`, and hand its declared
+    secret variables and credential chain to the runtime (log redaction, route choice)."""
 
     def register(cls: P) -> P:
         if kind in PROVIDERS and PROVIDERS[kind] is not cls:
             raise ValueError(f"provider kind {kind!r} is registered twice ({PROVIDERS[kind].__name__}, {cls.__name__})")
         cls.kind = kind
         PROVIDERS[kind] = cls
+        register_secret_variables(*cls.key_variables)
+        if cls.credentials is not None:
+            register_credential_chain(kind, cls.credentials)
         return cls
 
     return register
@@ -61,12 +80,49 @@ class Generation:
 
     temperature: null omits it. max_tokens: output cap (sent as max_completion_tokens to OpenAI
     reasoning-class models). reasoning_effort: e.g. "none"/"minimal" for reasoning models, null omits.
-    extra: further provider-specific body fields, merged verbatim."""
+    top_p, seed: sent to OpenAI-style endpoints when set (null omits). extra: further
+    provider-specific body fields, merged verbatim."""
 
     temperature: float | None = 0.0
     max_tokens: int = 200
     reasoning_effort: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    top_p: float | None = None
+    seed: int | None = None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> Generation:
+        """The settings of `screener.generation`, each checked (errors name the key)."""
+        values = dict(config or {})
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        require(
+            not unknown,
+            "screener.generation",
+            f"unknown keys {sorted(unknown)}; allowed: {sorted(cls.__dataclass_fields__)}",
+        )
+        gen = cls(**values)
+        require(
+            isinstance(gen.max_tokens, int) and gen.max_tokens >= 1,
+            "screener.generation.max_tokens",
+            f"must be an integer >= 1, got {gen.max_tokens!r}",
+        )
+        require(
+            gen.temperature is None or 0 <= float(gen.temperature) <= 2,
+            "screener.generation.temperature",
+            f"must be in [0, 2] or null, got {gen.temperature!r}",
+        )
+        require(
+            gen.top_p is None or 0 < float(gen.top_p) <= 1,
+            "screener.generation.top_p",
+            f"must be in (0, 1] or null, got {gen.top_p!r}",
+        )
+        require(
+            gen.seed is None or (isinstance(gen.seed, int) and not isinstance(gen.seed, bool)),
+            "screener.generation.seed",
+            f"must be an integer or null, got {gen.seed!r}",
+        )
+        require(isinstance(gen.extra, Mapping), "screener.generation.extra", "must be a mapping of body fields")
+        return cls(**{**values, "extra": dict(gen.extra)})
 
 
 @dataclass(frozen=True)
@@ -200,8 +256,20 @@ class Provider(ABC):
     # The variable the SDK reads its endpoint from when base_url is null (OPENAI_BASE_URL ...).
     base_url_env: ClassVar[str | None] = None
     default_url: ClassVar[str] = ""  # the SDK's endpoint when neither is set (for messages)
-    # The SDK's module, imported when a client opens (a sweep's fork server imports it once for all cases).
+    # The SDK's module, imported when a client opens (a sweep's fork server imports it once for all
+    # cases; pre-flight checks that it is installed).
     sdk: ClassVar[str] = ""
+    # Variables holding this provider's secrets: their values are redacted from logs even when
+    # popfair did not read them (the variable a route names is redacted once read, in any case).
+    key_variables: ClassVar[tuple[str, ...]] = ()
+    # Where the SDK finds credentials when a route names no key variable (AWS's chain); None: such a
+    # route needs no key (a local server). Route choice and pre-flight read it.
+    credentials: ClassVar[CredentialChain | None] = None
+    # What a request is billed by (tokens, an image counted by the provider's rule; or calls).
+    pricing: ClassVar[PricingUnit] = TOKENS_TILED_IMAGES
+    # Error hints: the settings named in the fix of a stop message or a failed pre-flight check (the
+    # key hint and timeout are the screener's: `failure_hints`).
+    hints: ClassVar[FailureHints] = FailureHints()
 
     def __init__(
         self,
@@ -219,6 +287,34 @@ class Provider(ABC):
         self.timeout_s, self.concurrency = timeout_s, concurrency
         self._key_prefixes: dict[tuple[bool, str], Any] = {}  # (image?, system text) -> sha256 state
         self._client: Any = None  # the SDK client, opened by start()
+        self.served: Mapping[str, Any] | None = None  # what a self-hosted server serves (serve_as)
+
+    def serve_as(self, identity: Mapping[str, Any]) -> None:
+        """Key answers by what a self-hosted server reports it serves (model id, revision, engine and
+        version, the kernels asked for) instead of its URL: the same model served the same way on
+        several servers shares one cache, and an engine upgrade asks again."""
+        self.served = dict(identity)
+        self._key_prefixes.clear()
+
+    @classmethod  # noqa: B027 - an optional declaration: most providers need no particular setting
+    def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
+        """Raise ConfigError naming a route setting this provider cannot do without (none by default)."""
+
+    @classmethod  # noqa: B027 - an optional declaration: most providers read a named key variable
+    def check_credentials(cls, region: str | None) -> None:
+        """With no key variable named: raise MissingSecretError when the SDK's own chain holds no
+        credentials (called when the screener is built for a real run)."""
+
+    def failure_hints(self, key_variable: str | None, timeout_s: float) -> FailureHints:
+        """`hints` for one screener: the variable its key comes from, and its request timeout."""
+        key_hint = f"check {key_variable}" if key_variable else "check the credentials"
+        return dataclasses.replace(self.hints, key_hint=key_hint, timeout_s=timeout_s)
+
+    @abstractmethod
+    def probe(self, timeout_s: float) -> bool | None:
+        """Pre-flight: one request that generates nothing (a model listing or lookup). True/False:
+        the model id is known / not listed; None: the endpoint cannot say. Raises TransientError or
+        PermanentError, as `send` does, when the endpoint is unreachable or refuses the key."""
 
     @property
     def endpoint(self) -> str:
@@ -268,9 +364,11 @@ class Provider(ABC):
     def _key_prefix(self, has_image: bool, system: str) -> Any:
         prefix = self._key_prefixes.get((has_image, system))
         if prefix is None:
+            from popfair.screen.prompts import ChatPrompt
+
             body = self.body(ChatPrompt(system="<system>", user="<user>"), "<image>" if has_image else None)
             template = json.dumps(
-                {"provider": self.kind, "endpoint": self.endpoint, "body": body},
+                {"provider": self.kind, "endpoint": self.served or self.endpoint, "body": body},
                 sort_keys=True,
                 separators=(",", ":"),
                 default=str,

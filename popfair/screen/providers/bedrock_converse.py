@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from popfair.screen.prompts import ChatPrompt
+from popfair.core.errors import MissingSecretError, require
+from popfair.runtime.routes import CredentialChain
+from popfair.screen.pricing import TOKENS_AREA_IMAGES
 from popfair.screen.providers.base import (
     Completion,
     Provider,
@@ -18,6 +20,9 @@ from popfair.screen.providers.base import (
     network_error,
     register_provider,
 )
+
+if TYPE_CHECKING:  # annotations only: prompts pulls in the designs, and choosing a route loads the adapters
+    from popfair.screen.prompts import ChatPrompt
 
 TRANSIENT_CODES = {
     "ThrottlingException": 429,
@@ -29,13 +34,73 @@ TRANSIENT_CODES = {
 }
 
 
+# The standard AWS chain: variables from which boto3 finds credentials without a network call, and
+# the shared files it reads.
+AWS_CREDENTIALS = CredentialChain(
+    what="AWS credentials",
+    shown="AWS_ACCESS_KEY_ID/AWS_PROFILE/AWS_BEARER_TOKEN_BEDROCK",
+    variables=(
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_BEARER_TOKEN_BEDROCK",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    ),
+    files=(("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"), ("AWS_CONFIG_FILE", "~/.aws/config")),
+)
+# the control plane takes a cross-region inference profile id (us.anthropic...) where it names a geography
+PROFILE_PREFIXES = ("us", "eu", "apac", "global", "jp", "au", "ca")
+
+
 @register_provider("bedrock")
 class BedrockConverse(Provider):
     sdk = "boto3"
+    key_variables = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK")
+    credentials = AWS_CREDENTIALS
+    pricing = TOKENS_AREA_IMAGES
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._pool: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
+        require(bool(region or base_url), "screener.region", f"is required for provider {cls.kind} (e.g. us-east-1)")
+
+    @classmethod
+    def check_credentials(cls, region: str | None) -> None:
+        """Fail at construction when boto3 finds no AWS credentials (names the variables to set)."""
+        import boto3
+
+        if boto3.Session(region_name=region).get_credentials() is None:
+            raise MissingSecretError(
+                "screener.api_key_env: no AWS credentials found for Bedrock. Set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK)."
+            )
+
+    def probe(self, timeout_s: float) -> bool:
+        """The control plane's GetFoundationModel (or GetInferenceProfile for a cross-region profile id)."""
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        config = Config(retries={"total_max_attempts": 1}, read_timeout=timeout_s, connect_timeout=timeout_s)
+        client = boto3.client("bedrock", region_name=self.region, endpoint_url=self.base_url, config=config)
+        try:
+            if self.model.split(".", 1)[0] in PROFILE_PREFIXES:
+                client.get_inference_profile(inferenceProfileIdentifier=self.model)
+            else:
+                client.get_foundation_model(modelIdentifier=self.model)
+        except ClientError as exc:
+            meta = exc.response.get("ResponseMetadata", {})
+            error = exc.response.get("Error", {})
+            raise classify_status(
+                int(meta.get("HTTPStatusCode") or 400), None, f"{error.get('Code')}: {error.get('Message')}"
+            ) from None
+        except BotoCoreError as exc:
+            raise network_error(exc) from None
+        return True
 
     @property
     def endpoint(self) -> str:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from popfair.screen.prompts import ChatPrompt
+from popfair.core.errors import require
+from popfair.screen.limits import run_coroutine
 from popfair.screen.providers.base import (
     BatchApi,
     Completion,
@@ -19,6 +20,9 @@ from popfair.screen.providers.base import (
     network_error,
     register_provider,
 )
+
+if TYPE_CHECKING:  # annotations only: prompts pulls in the designs, and choosing a route loads the adapters
+    from popfair.screen.prompts import ChatPrompt
 
 MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
@@ -135,12 +139,47 @@ class OpenAIChat(Provider):
     sdk = "openai"
     base_url_env = "OPENAI_BASE_URL"
     default_url = "https://api.openai.com/v1"
+    key_variables: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY",)
+
+    @classmethod
+    def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
+        require(
+            api_key_env is not None,
+            "screener.api_key_env",
+            f"provider {cls.kind} needs the name of the environment variable holding the API key",
+        )
+
+    def probe(self, timeout_s: float) -> bool | None:
+        """GET {base}/models through the SDK: True/False whether the model id is listed (None: the
+        server lists no model)."""
+        import openai
+
+        async def listing() -> Any:
+            client = openai.AsyncOpenAI(
+                api_key=self.api_key or "not-needed", base_url=self.base_url, max_retries=0, timeout=timeout_s
+            )
+            try:
+                return await client.get("/models", cast_to=object)
+            except openai.OpenAIError as exc:
+                raise sdk_error(exc, openai) from None
+            finally:
+                await client.close()
+
+        data = run_coroutine(listing)
+        ids = {str(m.get("id", "")) for m in (data or {}).get("data", []) if isinstance(m, dict)}
+        if not ids:
+            return None
+        return any(i == self.model or i.endswith("/" + self.model) for i in ids)
 
     def body(self, prompt: ChatPrompt, image: Any) -> dict[str, Any]:
         gen = self.generation
         body: dict[str, Any] = {"model": self.model, "messages": chat_messages(prompt, image)}
         if gen.temperature is not None:
             body["temperature"] = gen.temperature
+        if gen.top_p is not None:
+            body["top_p"] = gen.top_p
+        if gen.seed is not None:
+            body["seed"] = gen.seed
         # OpenAI's reasoning-class models take max_completion_tokens; compatible servers take max_tokens.
         cap = "max_completion_tokens" if (self.kind == "openai" and self.reasoning) else "max_tokens"
         body[cap] = gen.max_tokens
@@ -173,6 +212,37 @@ class OpenAIChat(Provider):
             raise sdk_error(exc, openai) from None
 
 
+def server_root(base_url: str) -> str:
+    """The server's own root from its OpenAI-style base URL (http://host:8000/v1 -> http://host:8000)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def served_model(provider: Provider, timeout_s: float = 10.0) -> tuple[list[dict[str, Any]], str | None]:
+    """What an OpenAI-compatible server says it serves: the entries of GET {base}/models (vLLM adds
+    root, parent, max_model_len and owned_by "vllm" to the id) and the engine version of GET
+    {root}/version where the server has one (vLLM does; None elsewhere). Through the official SDK;
+    failures come out as TransientError / PermanentError."""
+    import openai
+
+    client = openai.OpenAI(
+        api_key=provider.api_key or "not-needed", base_url=provider.base_url, max_retries=0, timeout=timeout_s
+    )
+    try:
+        listing = client.get("/models", cast_to=object)
+        try:
+            about = client.get(f"{server_root(str(client.base_url))}/version", cast_to=object)
+        except openai.APIStatusError:  # no version endpoint (not vLLM): nothing to record
+            about = None
+    except (openai.OpenAIError, *MALFORMED) as exc:
+        raise sdk_error(exc, openai) from None
+    finally:
+        client.close()
+    entries = [m for m in (listing or {}).get("data", []) if isinstance(m, dict)] if isinstance(listing, dict) else []
+    version = about.get("version") if isinstance(about, dict) else None
+    return entries, None if version is None else str(version)
+
+
 def completion_from_chat(data: Any) -> Completion:
     """Text and usage of a chat-completion JSON body; malformed bodies raise TransientError."""
     if not isinstance(data, dict):
@@ -191,7 +261,7 @@ def completion_from_chat(data: Any) -> Completion:
     )
 
 
-__all__ = ["OpenAIChat", "chat_messages", "completion_from_chat", "sdk_error", "PermanentError"]
+__all__ = ["OpenAIChat", "chat_messages", "completion_from_chat", "sdk_error", "served_model", "PermanentError"]
 
 
 @register_provider("openai_compatible")
@@ -200,3 +270,19 @@ class OpenAICompatibleChat(OpenAIChat):
     batch endpoint."""
 
     batch_api = None
+    # the keys of the hosted OpenAI-compatible endpoints the shipped screener configs route to
+    key_variables = (
+        "TOGETHER_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "XAI_API_KEY",
+        "DEEPSEEK_API_KEY",
+    )
+
+    @classmethod
+    def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
+        # a local server needs no key; every server needs its address
+        require(
+            base_url is not None, "screener.base_url", f"is required for provider {cls.kind} (the server's .../v1 URL)"
+        )

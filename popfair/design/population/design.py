@@ -11,7 +11,9 @@ import re
 from collections.abc import Mapping
 
 from popfair.core.types import Outcome
-from popfair.design.base import OnePromptPerDocument
+from popfair.design.base import OnePromptPerDocument, PowerLine
+from popfair.design.population import planning
+from popfair.design.sequential import SequentialRules
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -20,6 +22,9 @@ class PopulationDesign(OnePromptPerDocument):
     name = "population"
     outcome: Outcome = "score"
     prompt_files: Mapping[str, str] = {"system": "score_system.txt", "user": "score_user.txt"}
+    power_line: PowerLine | None = staticmethod(planning.population_power)
+    power_imports: tuple[str, ...] = planning.POWER_IMPORTS
+    sequential: SequentialRules | None = planning.PopulationLooks()
 
     def parse_reply(self, raw: str) -> tuple[float | None, str | None]:
         match = _NUMBER.search(raw)

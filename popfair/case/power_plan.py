@@ -1,5 +1,5 @@
 """A case's power plan: the `plan.*` settings, the previous run they may name (`plan.from_run`), and
-the design's power line (popfair.design.power) for the case's sample or the table's categories, as
+the design's power line (popfair.design.base.plan_power, the design's planning.py) for the case's sample or the table's categories, as
 the dry run, doctor, the MLflow run and the reports show it."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.core.errors import PopfairError
-from popfair.design.power import PreviousRun, plan_power
+from popfair.design import design_named
+from popfair.design.base import PreviousRun, plan_power
 from popfair.estimate.power import PowerPlan, PowerSettings
 
 log = logging.getLogger("popfair")
@@ -45,7 +46,7 @@ class CasePower:
         own = getattr(estimator, "power_plan", None)
         if own is not None and self.settings.enabled:
             return own(sample, self.settings, self.previous)
-        return plan_power(design, sample, self.settings, self.previous)
+        return plan_power(design_named(design), sample, self.settings, self.previous)
 
     def quietly(self, design: str, sample: Any, estimator: Any = None) -> PowerPlan | None:
         """`plan`, with a failure logged instead of raised (a run's results come first)."""

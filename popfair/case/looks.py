@@ -27,13 +27,11 @@ from popfair.design.sequential import (
     Stream,
     Target,
     fixed_interval,
-    groups_of,
     looks_for,
     path,
     resolve_target,
-    stream_for,
+    rules_of,
     target_info,
-    unit_values,
 )
 from popfair.estimate.sequential.sequences import AnytimeInterval
 
@@ -206,27 +204,20 @@ def _add_metrics(total: dict[str, float], new: dict[str, float]) -> None:
         total["screen.failure_rate"] = total["screen.failed_rows"] / max(total["screen.rows"], 1.0)
 
 
-def _prompt_count(design: str, profiles: Profiles) -> int:
-    if design == "ranking":
-        from popfair.design.ranking.trials import TRIAL
-
-        return int(profiles.table[TRIAL].nunique())
-    return len(profiles.table) + (0 if profiles.worlds is None else len(profiles.worlds))
-
-
 def screen_in_looks(exp: Any, profiles: Profiles) -> SequentialScreening:
     """Screen the case's sample (`exp`: the popfair.case.experiment.Experiment; `profiles`: its
     whole planned sample, drawn before any answer) in looks and stop by `exp.sequential`'s rule."""
     settings = exp.sequential
     assert settings is not None and exp.design is not None
     design = exp.design
-    stream = stream_for(design.name, exp.population, exp.occupation, profiles, exp.seed)
-    target_name = resolve_target(design.name, settings, profiles.outcome)
-    target = target_info(design.name, target_name, profiles, settings)
-    groups = groups_of(design.name, target_name, profiles)
+    rules = rules_of(design)
+    stream = rules.stream(exp.population, exp.occupation, profiles, exp.seed)
+    target_name = resolve_target(design, settings, profiles.outcome, exp.population)
+    target = target_info(target_name, profiles)
+    groups = rules.groups(target_name, profiles)
     planned = looks_for(stream.n_units, n_looks=settings.looks, batch=settings.batch)
     full = _restrict(profiles, stream.unit, 0, stream.n_units)
-    record = SequentialRecord(settings, target, stream, planned, prompts_planned=_prompt_count(design.name, full))
+    record = SequentialRecord(settings, target, stream, planned, prompts_planned=rules.prompt_count(full))
     unit_of = dict(zip(profiles.table["applicant_id"], stream.unit))
     screener: Any = exp.screener  # API screeners have max_cost_usd
     cap = getattr(screener, "max_cost_usd", None)
@@ -254,8 +245,8 @@ def screen_in_looks(exp: Any, profiles: Profiles) -> SequentialScreening:
             done = n
             all_rows = pd.concat(parts, ignore_index=True)
             ok = all_rows[(all_rows[WORLD] == FACTUAL) & all_rows["error"].isna()]
-            values = unit_values(design.name, target_name, ok, profiles, settings)
-            record.looks = path(design.name, target_name, values, planned[:k], groups, profiles, settings)
+            values = rules.unit_values(target_name, ok, profiles, settings)
+            record.looks = path(rules, target_name, values, planned[:k], groups, profiles, settings)
             iv = record.looks[-1].interval
             why = target.decide(settings.rule, iv, settings.margin)
             log.info(
@@ -277,10 +268,10 @@ def screen_in_looks(exp: Any, profiles: Profiles) -> SequentialScreening:
     all_rows = pd.concat(parts, ignore_index=True) if parts else profiles.table.iloc[:0].assign(**{UNIT: []})
     if record.looks:
         ok = all_rows[(all_rows[WORLD] == FACTUAL) & all_rows["error"].isna()]
-        values = unit_values(design.name, target_name, ok, profiles, settings)
+        values = rules.unit_values(target_name, ok, profiles, settings)
         try:
             record.fixed = fixed_interval(
-                design.name, target_name, values, record.n_used, groups, profiles, settings.alpha, exp.seed
+                rules, target_name, values, record.n_used, groups, profiles, settings.alpha, exp.seed
             )
         except Exception as exc:  # noqa: BLE001 - too few units for a fixed-n interval: say so, keep the record
             log.warning("sequential: no fixed-n interval at the n used: %s", exc)
