@@ -25,7 +25,7 @@ of each and their ratio; then the acceptance figures: every effect's coverage in
 and the TE agreement with DML (mean difference against the SE of that mean and the typical SE of one
 replication's difference).
 
-    nice python benchmarks/coverage_counterfactual.py --populations 3 --reps 8 --csv cov_cf.csv
+    nice python benchmarks/coverage_counterfactual.py --populations 3 --reps 8 --dml-reps 3 --csv cov_cf.csv
 
 `--csv` keeps per-replication rows and resumes from them; rerunning prints the table from the file.
 """
@@ -67,7 +67,8 @@ DML_CASES = ("nurse:gender", "nurse:race")
 
 def document_keys(table: pd.DataFrame) -> pd.Series:
     """What a text resume shows of a profile row: equal keys, equal documents (and answers)."""
-    return table[list(SHOWN)].astype(str).agg("\x1f".join, axis=1)
+    columns = [table[c].astype(str) for c in SHOWN]
+    return columns[0].str.cat(columns[1:], sep="\x1f")
 
 
 def scores(screener: SimulatedScreener, table: pd.DataFrame, seed: int) -> np.ndarray:
@@ -87,9 +88,7 @@ def replication(draw: tuple, case: str, pop_seed: int, kind: str, rep: int, frac
     roles = profiles.roles
     table = profiles.table
     eligible = table[table[roles.x].isin([roles.x0, roles.x1])].reset_index(drop=True)
-    screener = SimulatedScreener(
-        intercept=45.0, coefficients=coefficients(kind, table, roles.x), noise_sd=8.0, seed=0
-    )
+    screener = SimulatedScreener(intercept=45.0, coefficients=coefficients(kind, table, roles.x), noise_sd=8.0, seed=0)
     truth = expected_effects(everyone, screener.expected(everyone, "score"))
     noise_seed = 1000 * pop_seed + 100 * KINDS.index(kind) + rep
     factual = eligible.assign(y=scores(screener, eligible, noise_seed))
@@ -189,6 +188,9 @@ def main() -> None:
     parser.add_argument("--screeners", default=",".join(KINDS))
     parser.add_argument("--fraction", type=float, default=0.1, help="world sample share (estimator.fraction)")
     parser.add_argument("--no-dml", action="store_true", help="skip DML-UCA's TE (the agreement check)")
+    parser.add_argument(
+        "--dml-reps", type=int, default=None, help="DML-UCA's TE in the first this many reps of each draw (default all)"
+    )
     parser.add_argument("--csv", type=Path, default=None)
     args = parser.parse_args()
     done = pd.read_csv(args.csv) if args.csv and args.csv.exists() else pd.DataFrame()
@@ -218,7 +220,7 @@ def main() -> None:
                     if (case, kind, pop_seed, rep) in keys:
                         continue
                     draw = draw or population_draw(experiment, pop_seed)
-                    dml = case in DML_CASES and not args.no_dml
+                    dml = case in DML_CASES and not args.no_dml and (args.dml_reps is None or rep < args.dml_reps)
                     rows = pd.DataFrame(replication(draw, case, pop_seed, kind, rep, args.fraction, dml))
                     done = pd.concat([done, rows], ignore_index=True)
                     if args.csv:
@@ -235,17 +237,23 @@ def main() -> None:
     for effect, row in per_effect.iterrows():
         lo, hi = binom_ci(int(row["sum"]), int(row["count"]))
         verdict = "in 93-97%" if 0.93 <= row["mean"] <= 0.97 else "OUTSIDE 93-97%"
-        print(f"  {effect}: coverage {row['mean']:.3f} ({int(row['sum'])}/{int(row['count'])}, {lo:.3f}-{hi:.3f}) {verdict}")
+        print(
+            f"  {effect}: coverage {row['mean']:.3f} ({int(row['sum'])}/{int(row['count'])}, {lo:.3f}-{hi:.3f}) {verdict}"
+        )
     blind = done[(done["screener"] == "blind") & (done["effect"] == "NDE")]
     covers_zero = ((blind["ci_low"] <= 0) & (blind["ci_high"] >= 0)).mean()
-    print(f"blind screener: NDE CI covers 0 in {covers_zero:.3f}; labelled Case 1 in {int(blind['case1'].sum())} replications")
+    print(
+        f"blind screener: NDE CI covers 0 in {covers_zero:.3f}; labelled Case 1 in {int(blind['case1'].sum())} replications"
+    )
     ratio = done.groupby("effect", sort=False).apply(
         lambda g: g["se"].mean() / g["sample_se"].mean(), include_groups=False
     )
     print("SE combined / sample alone (mean over cases): " + ", ".join(f"{e} {v:.3f}" for e, v in ratio.items()))
     for line in agreement(done):
         print(line)
-    print(f"combine: {done.groupby(['case', 'screener', 'population_seed', 'rep'])['seconds'].first().mean():.2f} s per replication")
+    print(
+        f"combine: {done.groupby(['case', 'screener', 'population_seed', 'rep'])['seconds'].first().mean():.2f} s per replication"
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ import pandas as pd
 
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
+from popfair.estimate import registry
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
+from popfair.population.worlds import CounterfactualPopulation
 from popfair.render.base import Renderer, displayed_attributes
 from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
@@ -331,7 +333,9 @@ def plan_case(experiment: Experiment) -> CasePlan:
     profiles, documents, document_key, image = _planning_documents(experiment)
     screener = experiment.screener
     power = _power(experiment, profiles)
-    plan_note = getattr(experiment.estimator, "plan_note", None)  # ranking: trials for estimator.power_effect
+    # ranking: the trials its power effect needs
+    estimator: Any = experiment.estimator
+    plan_note = estimator.plan_note if registry.entry_of(estimator.name).plan_note else None
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
     # the image page of the same resume, so those two never share answers)
@@ -370,20 +374,18 @@ def plan_case(experiment: Experiment) -> CasePlan:
     )
 
 
-PSE_ESTIMATORS = ("counterfactual", "pse_dml", "interventional", "both")
-DEFAULT_FRACTION = 0.1  # conf/estimator/counterfactual.yaml
-
-
 def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan, documents: list[Document]) -> str:
-    """For a path-specific-effects case: the calls and dollars each PSE estimator needs beyond the
-    factual screening, so a paid audit chooses knowingly. With worlds in this plan (counterfactual,
-    interventional, both), exactly: this plan's calls less those of its factual documents (an
-    applicant's own world is its factual document, and identical documents are one call). pse_dml:
-    none (it reads the factual scores and reports what they cannot identify as not identified); the
-    counterfactual design's default budget beside it, as an upper bound (four new documents per
-    sampled applicant), priced at this case's mean cost per call."""
-    name = getattr(experiment.estimator, "name", "")
-    if name not in PSE_ESTIMATORS or not hasattr(experiment.population, "counterfactual"):
+    """The calls and dollars the estimators of the chosen one's family (the registry's `family`: the
+    PSE estimators) need beyond the factual screening, so a paid audit chooses knowingly. With worlds
+    in this plan (counterfactual, interventional, both), exactly: this plan's calls less those of its
+    factual documents (an applicant's own world is its factual document, and identical documents are
+    one call). Without (pse_dml: it reads the factual scores and reports what they cannot identify as
+    not identified), the members that draw worlds beside it, each at its own default budget, as an
+    upper bound (a new document for every world but the applicant's own), priced at this case's mean
+    cost per call."""
+    name = experiment.estimator.name
+    members = registry.family_members(name)
+    if not members or not isinstance(experiment.population, CounterfactualPopulation):
         return ""
     per_call = total.cost_usd / total.calls if total.calls else 0.0
     n_factual = len(profiles.table)
@@ -392,15 +394,26 @@ def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan,
         extra = total.calls - factual
         n = int(profiles.worlds["applicant_id"].nunique())
         return (
-            f"PSE estimators: {name} screens {n:,} applicants' counterfactual worlds, {extra:,} calls beyond the "
-            f"factual screening (~${extra * per_call:,.2f}; {total.calls / max(factual, 1):.2f}x the calls of "
-            "estimator=pse_dml, which adds none and reports what the factual data cannot identify as not identified)"
+            f"{name} screens {n:,} applicants' counterfactual worlds: {extra:,} calls beyond the factual "
+            f"screening (~${extra * per_call:,.2f}; {total.calls / max(factual, 1):.2f}x the factual screening's "
+            f"{factual:,} calls, all that an estimator on factual data alone needs)"
         )
-    n = max(2, round(DEFAULT_FRACTION * _eligible(profiles)))
+    eligible = _eligible(profiles)
+    priced = []
+    for other in members:
+        built = registry.at_defaults(other)
+        request = None if built is None else built.counterfactuals
+        if request is not None:
+            n = request.size(eligible)
+            extra = (len(request.worlds) - 1) * n
+            priced.append(f"{other} ({n:,} applicants' worlds) at most {extra:,} (~${extra * per_call:,.2f})")
+    if not priced:
+        return ""
     return (
-        f"PSE estimators: pse_dml 0 extra calls ($0.00; unidentified effects reported as not identified); "
-        f"counterfactual (the default, {n:,} applicants' worlds) at most {4 * n:,} extra calls "
-        f"(~${4 * n * per_call:,.2f}), which measure all five effects on counterfactual resumes"
+        f"{name} needs no calls beyond the factual screening (effects the factual data cannot identify are "
+        f"reported as not identified); measuring all five effects on counterfactual resumes costs "
+        + "; ".join(priced)
+        + " more"
     )
 
 
