@@ -236,3 +236,17 @@ def test_a_bigger_world_budget_pays_only_for_the_new_worlds(tmp_path, monkeypatc
         assert 0 < paid_second == planned.calls and planned.cached_calls > paid_first - paid_second
         assert paid_second <= 4 * 40  # at most the new applicants' four new worlds
     assert result.effects.table[["estimate", "se"]].notna().all().all()
+
+
+def test_the_auditors_report_shows_the_design_beside_dml(simulated_default):
+    from popfair.report.audit import effects_blocks
+
+    _, result, _, _ = simulated_default
+    blocks = effects_blocks(result.effects, "Effect of gender (counterfactual)")
+    tables = [b.content for b in blocks if b.kind == "table"]
+    main, beside = tables[0], tables[1]
+    assert list(main["effect"]) == list(EFFECTS) and main["estimate"].notna().all()
+    assert list(beside.columns) == ["effect", "counterfactual design", "DML-UCA", "difference", "agree"]
+    identified = result.effects.table["dml_identified"].astype(bool).to_numpy()
+    assert (beside.loc[~identified, "DML-UCA"] == "not identified").all()
+    assert beside.loc[identified, "agree"].isin([True, False]).all()

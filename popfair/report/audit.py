@@ -163,6 +163,27 @@ def side_by_side_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def beside_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """estimator=counterfactual's comparison as a report table: the design's estimate and CI, DML-UCA's
+    on the factual data where it identifies the effect ("not identified" where not), the difference
+    (design minus DML) and whether the two agree (the difference's 95% CI covers 0)."""
+    rows = []
+    for effect, row in table.iterrows():
+        identified = bool(row["dml_identified"])
+        rows.append(
+            {
+                "effect": effect,
+                "counterfactual design": f"{row['estimate']:+.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]",
+                "DML-UCA": f"{row['dml_estimate']:+.4g} [{row['dml_ci_low']:.4g}, {row['dml_ci_high']:.4g}]"
+                if identified
+                else "not identified",
+                "difference": round(float(row["difference"]), 4) if identified else None,
+                "agree": bool(row["agree"]) if identified else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def effects_blocks(effects: Effects, heading: str) -> list[Block]:
     """An estimator's effects table and what it found: PopResume's discrimination patterns for the
     path-specific effects, the estimator's own findings otherwise."""
@@ -179,6 +200,16 @@ def effects_blocks(effects: Effects, heading: str) -> list[Block]:
                 "observational number:",
             ),
             Block("table", side_by_side_rows(effects.table)),
+        ]
+    if "dml_estimate" in effects.table:  # estimator=counterfactual: DML-UCA beside the design's effects
+        blocks += [
+            Block(
+                "text",
+                "The counterfactual design (measured on counterfactual resumes of a sample of the applicants, "
+                "combined with every factual answer) beside DML-UCA (the paper's estimator, from the factual "
+                "resumes alone); an effect DML cannot identify has no number of its own:",
+            ),
+            Block("table", beside_rows(effects.table)),
         ]
     if set(PSE_EFFECTS) <= set(effects.table.index):
         blocks.append(Block("text", "Discrimination pattern (PopResume, section 5.2): " + effects.pattern))

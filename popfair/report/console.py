@@ -65,7 +65,10 @@ def _not_identified(reasons: pd.Series) -> str:
         return ""
     text = f"\n{header[:1].upper()}{header[1:]}: the data cannot answer a counterfactual mean these effects need"
     text += "".join(f"\n  {', '.join(effects)} need {problem}" for problem, effects in needs.items())
-    return text + "\n  (estimator=interventional measures them on counterfactual resumes)"
+    return (
+        text
+        + "\n  (estimator=counterfactual, the default of population cases, measures them on counterfactual resumes)"
+    )
 
 
 def _rounded(table: pd.DataFrame) -> pd.DataFrame:
