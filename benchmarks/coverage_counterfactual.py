@@ -191,6 +191,12 @@ def main() -> None:
     parser.add_argument(
         "--dml-reps", type=int, default=None, help="DML-UCA's TE in the first this many reps of each draw (default all)"
     )
+    parser.add_argument(
+        "--applicants",
+        type=int,
+        default=None,
+        help="population.n: resample this many applicants per draw (default all)",
+    )
     parser.add_argument("--csv", type=Path, default=None)
     args = parser.parse_args()
     done = pd.read_csv(args.csv) if args.csv and args.csv.exists() else pd.DataFrame()
@@ -208,6 +214,7 @@ def main() -> None:
             f"protected_attr={attribute or 'gender'}",
             "population.diagnostics=false",
             "tracking=none",
+            *([f"population.n={args.applicants}"] if args.applicants else []),
         ]
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
             experiments[case] = Experiment.from_config(compose(config_name="config", overrides=overrides))

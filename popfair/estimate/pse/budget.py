@@ -32,7 +32,7 @@ METRIC = "counterfactual"  # MLflow metric prefix of the design's own figures
 
 
 class Previous(Protocol):
-    """A previous run's logged metrics (popfair.design.power.PreviousRun)."""
+    """A previous run's logged metrics (popfair.design.base.PreviousRun)."""
 
     source: str
     metrics: Mapping[str, float]
