@@ -250,3 +250,64 @@ def test_the_auditors_report_shows_the_design_beside_dml(simulated_default):
     identified = result.effects.table["dml_identified"].astype(bool).to_numpy()
     assert (beside.loc[~identified, "DML-UCA"] == "not identified").all()
     assert beside.loc[identified, "agree"].isin([True, False]).all()
+
+
+def test_a_case_killed_mid_worlds_reruns_paying_only_what_was_not_answered(tmp_path):
+    """`python -m popfair` of the default estimator against the stub (openai SDK), killed with SIGKILL
+    while world requests are in flight; the rerun asks only the prompts never answered (those in
+    flight included), each once, and prints the five effects."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from popfair.store.responses import open_cache
+    from tests.conftest import ROOT
+    from tests.llm_stub import StubServer
+
+    def cached_rows(location: str) -> int:
+        with open_cache(location) as cache:
+            return cache.count()
+
+    kill_after = 330  # past the 300 factual prompts: the stub holds while the worlds' prompts are in flight
+    with StubServer(latency_s=0.005, hold_after=kill_after) as stub:
+        command = [
+            sys.executable,
+            "-m",
+            "popfair",
+            "screener=gpt4o_mini",
+            "screener.route=openai",
+            f"screener.base_url={stub.url}/v1",
+            "population.n=300",
+            "population.diagnostics=false",
+            "estimator.n=60",
+            "estimator.compare=false",
+            "outcome_audit=null",
+            "tracking=none",
+            f"cache_dir={tmp_path}/cache",
+            f"hydra.run.dir={tmp_path}/out",
+        ]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key-kill-0123456789"}
+        first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 240
+        # every answer sent is cached and requests are in flight, waiting on the stub
+        while stub.state.held == 0 or cached_rows(str(tmp_path / "cache")) < kill_after:
+            assert first.poll() is None, first.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "case too slow to reach the stub"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        assert first.returncode == -signal.SIGKILL
+        paid_before = sum(stub.state.answered.values())
+        assert paid_before == kill_after
+        stub.state.hold_after = None
+        stub.state.released.set()  # the dead process's held requests get a 503
+        rerun = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        answered = stub.state.answered
+        assert set(answered.values()) == {1}  # nothing answered before the kill is asked again
+        assert len(answered) > kill_after  # the rest, the held (in-flight) prompts among them, asked once
+    for effect in EFFECTS:
+        assert f"\n{effect} " in rerun.stdout
+    assert "not identified" not in rerun.stdout
