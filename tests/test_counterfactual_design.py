@@ -201,7 +201,7 @@ def test_the_plan_prices_the_default_against_pse_dml(tmp_path, monkeypatch):
     assert "counterfactual (200 applicants' worlds) at most 800" in dml.note
     assert "TE" in default.power and "RIE" in default.power  # the MDE of each effect at the world budget
     wanted = _plan(tmp_path, monkeypatch, "plan.effect=2.0")
-    assert "needs" in wanted.power
+    assert "needs" in wanted.power and "plan.effect's budget of" in wanted.note  # the budget, priced
 
 
 def test_a_bigger_world_budget_pays_only_for_the_new_worlds(tmp_path, monkeypatch):

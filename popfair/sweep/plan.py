@@ -25,6 +25,7 @@ import pandas as pd
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
 from popfair.estimate import registry
+from popfair.estimate.power import PowerPlan
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
 from popfair.population.worlds import CounterfactualPopulation
 from popfair.render.base import Renderer, displayed_attributes
@@ -363,7 +364,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
             n
             for n in (
                 str(plan_note(profiles)) if plan_note else "",
-                estimator_costs(experiment, profiles, total, documents),
+                estimator_costs(experiment, profiles, total, documents, power),
                 _sequential_note(experiment),
             )
             if n
@@ -374,7 +375,13 @@ def plan_case(experiment: Experiment) -> CasePlan:
     )
 
 
-def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan, documents: list[Document]) -> str:
+def estimator_costs(
+    experiment: Experiment,
+    profiles: Profiles,
+    total: CallPlan,
+    documents: list[Document],
+    power: PowerPlan | None = None,
+) -> str:
     """The calls and dollars the estimators of the chosen one's family (the registry's `family`: the
     PSE estimators) need beyond the factual screening, so a paid audit chooses knowingly. With worlds
     in this plan (counterfactual, interventional, both), exactly: this plan's calls less those of its
@@ -382,7 +389,8 @@ def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan,
     one call). Without (pse_dml: it reads the factual scores and reports what they cannot identify as
     not identified), the members that draw worlds beside it, each at its own default budget, as an
     upper bound (a new document for every world but the applicant's own), priced at this case's mean
-    cost per call."""
+    cost per call. With `plan.effect` and a world budget that detects it (`power.n_needed`), that
+    budget priced at this plan's calls per sampled applicant."""
     name = experiment.estimator.name
     members = registry.family_members(name)
     if not members or not isinstance(experiment.population, CounterfactualPopulation):
@@ -393,11 +401,19 @@ def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan,
         factual = experiment.screener.plan(profiles.jobs, documents[:n_factual], profiles.outcome).calls
         extra = total.calls - factual
         n = int(profiles.worlds["applicant_id"].nunique())
-        return (
+        line = (
             f"{name} screens {n:,} applicants' counterfactual worlds: {extra:,} calls beyond the factual "
             f"screening (~${extra * per_call:,.2f}; {total.calls / max(factual, 1):.2f}x the factual screening's "
             f"{factual:,} calls, all that an estimator on factual data alone needs)"
         )
+        # a world budget's plan (popfair.estimate.pse.budget.world_plan) logs its n as plan.world_n
+        needed = power.n_needed if power is not None and "world_n" in power.extra else None
+        if needed and n:
+            calls = round(extra * needed / n)
+            line += (
+                f"; plan.effect's budget of {needed:,} applicants: about {calls:,} calls (~${calls * per_call:,.2f})"
+            )
+        return line
     eligible = _eligible(profiles)
     priced = []
     for other in members:
