@@ -55,13 +55,13 @@ def variance_parts(
                 f"the variance of {previous.source}'s combined estimate (world sample n = {n_prev:,.0f}) "
                 "split into its world-sample part, scaled by n_prev / n, and its factual part, kept",
             )
-        n_prev = previous.get(f"{METRIC}.n", "intv.n")
+        sampled = previous.get(f"{METRIC}.n", "intv.n")
         ses = {e: previous.get(f"{e}.se") for e in EFFECTS}
-        if n_prev and all(v is not None for v in ses.values()):
+        if sampled and all(v is not None for v in ses.values()):
             return (
-                {e: float(se or 0.0) ** 2 * n_prev for e, se in ses.items()},
+                {e: float(se or 0.0) ** 2 * sampled for e, se in ses.items()},
                 dict.fromkeys(EFFECTS, 0.0),
-                f"the standard errors of {previous.source} (world sample n = {n_prev:,.0f}) scaled by sqrt(n_prev / n)",
+                f"the standard errors of {previous.source} (world sample n = {sampled:,.0f}) scaled by sqrt(n_prev / n)",
             )
     sd = settings.sd if settings.sd is not None else DEFAULT_SCORE_SD
     norms = dict(zip(EFFECTS, np.square(CONTRASTS).sum(axis=1)))

@@ -173,7 +173,7 @@ def combine(
                 f"counterfactual design: {n_g} sampled {roles.x}={level} applicants have all five worlds "
                 f"scored, of {big_n}; need at least 2 in each group (raise estimator.n)"
             )
-        cross = [j for j, levels in enumerate(TARGETS.values()) if levels != (g, g, g)]
+        cross = np.array([j for j, levels in enumerate(TARGETS.values()) if levels != (g, g, g)])
         change = sampled_values[:, cross] - factual_y[sampled_pos][:, None]  # D_i(w) = Y_i(w) - Y_i
         local = pd.Series(np.arange(big_n), index=members)
         if n_g >= MIN_MODEL_ROWS:
