@@ -165,7 +165,8 @@ html_theme = "pydata_sphinx_theme"
 html_title = "popfair"
 html_static_path = ["_static"]
 html_css_files = ["popfair.css"]
-html_favicon = "_static/favicon.svg"  # else every browser asks for /favicon.ico and logs a 404
+html_favicon = "_static/favicon.svg"  # else every browser asks for /favicon.ico and logs a 404; each page
+# carries it inline (popfair_docs.inline_favicon), so no page makes a request for it that can fail
 html_show_sourcelink = False
 html_theme_options = {
     "navbar_align": "left",

@@ -43,8 +43,7 @@ def main() -> float | None:
             print(doctor_help())
             return None
         program = "popfair doctor"
-        check_command_line(sys.argv[2:], CONF_DIR, program)
-        sys.argv[1:] = command_line(sys.argv[2:])
+        sys.argv[1:] = command_line(check_command_line(sys.argv[2:], CONF_DIR, program))
     if sys.argv[1:] in (["--help"], ["-h"]):
         from popfair.runtime.cli_help import render_help
 
@@ -53,7 +52,7 @@ def main() -> float | None:
             print(text)
             return None
     if program == "popfair":  # a typo'd group option, key or route: one line with the closest name
-        check_command_line(sys.argv[1:], CONF_DIR, program)
+        sys.argv[1:] = check_command_line(sys.argv[1:], CONF_DIR, program)  # `key=v` on an open map: `++key=v`
         if _tracks_one_case(sys.argv[1:]):
             from popfair.track.background import warm_up
 

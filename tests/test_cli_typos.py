@@ -37,6 +37,13 @@ def _run(monkeypatch, capsys, main, argv: list[str]) -> tuple[int | None, str, s
         (["-m", "screener=gpt4o_mini", "screener.route=openai,azur"], "screener.route=azur: no such route"),
         (["+screener.no_such_setting=1"], "+screener.no_such_setting: nothing reads"),
         (["table.path=a.csv"], "the table group is not selected here"),
+        (
+            ["table=default", "+table.columns.outcom=x"],
+            "nothing reads table.columns.outcom, so the case would run as if it were not there; did you mean table.columns.outcome?",
+        ),
+        (["table=default", "table.columns.outcom=x"], "no such config key; did you mean table.columns.outcome?"),
+        (["table=default", "+table.valus.race.w=white"], "+table.valus.race.w: nothing reads"),
+        (["+screener.coefficients.first_name.Michael=4"], "nothing reads screener.coefficients.first_name"),
     ],
 )
 def test_typos_are_one_line_with_the_closest_name(args, expected):
@@ -65,10 +72,93 @@ def test_route_error_lists_the_routes():
         ["hydra/launcher=joblib", "hydra.sweep.dir=x", "+hydra.callbacks.popfair_sweep.report=false"],
         ["--cfg", "job", "estimator@outcome_audit=impact_ratio", "outcome_audit=null"],
         ["--config-dir", "/elsewhere", "whatever.key=1"],
+        ["table=default", "+table.values.race.w=white", "+table.values.sex.x=female"],
+        ["screener=simulated", "+screener.coefficients.first_name.Michael=4"],
+        ["screener=simulated_ranker", "+screener.strengths.black female=0.2"],
+        ["screener=http", "screener.url=http://127.0.0.1:1", "+screener.headers.X-Client=popfair"],
     ],
 )
 def test_valid_command_lines_pass(args):
     check_overrides(args, CONF_DIR)
+
+
+@pytest.mark.parametrize(
+    ("args", "hydra_gets"),
+    [
+        (["table=default", "table.values.race.w=white"], ["table=default", "++table.values.race.w=white"]),
+        (
+            ["screener=simulated", "screener.coefficients.first_name.Michael=4", "seed=1"],
+            ["screener=simulated", "++screener.coefficients.first_name.Michael=4", "seed=1"],
+        ),
+        (["table=default", "table.values.race.latino=white"], ["table=default", "table.values.race.latino=white"]),
+        (["table=default", "table.values.race={01: white}"], ["table=default", "++table.values.race={01: white}"]),
+        (
+            ["-m", "table=default", "table.values.race.w=white,black"],
+            ["-m", "table=default", "++table.values.race.w=white,black"],
+        ),
+    ],
+)
+def test_a_new_key_of_an_open_mapping_without_plus_is_added(args, hydra_gets):
+    """Hydra's struct mode refuses `table.values.race.w=white` ("Key 'w' is not in struct"); a key the user
+    chooses goes to Hydra as `++` (add or set), and a key that exists is left as it is."""
+    assert check_overrides(args, CONF_DIR) == hydra_gets
+
+
+@pytest.mark.parametrize("plus", ["+", ""])
+def test_a_category_value_added_on_the_command_line_maps_the_table(tmp_path, plus):
+    """docs/tables.md's `+table.values.race.latinx=hispanic`, and the same without the +: the table's "w"
+    maps as white (else the case stops naming 'w' as unmapped), in a real `python -m popfair`."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "t.csv").write_text("sex,race,hired\nf,w,1\nm,w,0\nf,black,1\nm,black,0\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "popfair",
+            "experiment=table_audit",
+            "table.path=t.csv",
+            "table.columns.outcome=hired",
+            "table.columns.sex=sex",
+            "table.columns.race=race",
+            "dry_run=true",
+            f"{plus}table.values.race.w=white",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "4 rows read" in done.stdout and "no mapping covers" not in done.stderr
+
+
+@pytest.mark.parametrize("plus", ["+", ""])
+def test_a_coefficient_added_on_the_command_line_moves_the_scores(tmp_path, plus):
+    """`+screener.coefficients.first_name.Michael=4`: the simulated screener reads any profile column its
+    coefficients name, so a large coefficient for one first name raises the mean score."""
+    from tests.conftest import popfair_in_process
+
+    def gap(*extra: str) -> float:
+        done = popfair_in_process(
+            "screener=simulated",
+            "population.n=200",
+            "estimator=outcome_gap",
+            "outcome_audit=null",
+            "tracking=none",
+            f"cache_dir={tmp_path}/cache",
+            f"hydra.run.dir={tmp_path}/out",
+            *extra,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        line = next(line for line in done.stdout.splitlines() if line.startswith("gap "))
+        return float(line.split()[-1])  # mean score of x1 (men)
+
+    assert gap(f"{plus}screener.coefficients.first_name.Michael=400") > gap()
 
 
 def test_popfair_entry_point_stops_a_typo_in_one_line(monkeypatch, capsys):

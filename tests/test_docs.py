@@ -157,8 +157,19 @@ def test_every_page_loads_without_console_errors_or_remote_requests(site, served
     page.on("console", lambda m: m.type == "error" and problems.append(f"{page.url}: console: {m.text}"))
     page.on("pageerror", lambda e: problems.append(f"{page.url}: script error: {e}"))
     page.on("response", lambda r: r.status >= 400 and problems.append(f"{page.url}: HTTP {r.status} {r.url}"))
+    # a request that never completes (aborted, refused) is a failure too: the favicon, fetched after
+    # the page's load and aborted by the next navigation, was one on every page
+    page.on(
+        "requestfailed",
+        lambda r: (
+            not r.url.startswith("data:")
+            and urlsplit(r.url).hostname == "127.0.0.1"
+            and problems.append(f"{page.url}: failed request {r.url} ({r.failure})")
+        ),
+    )
     every = pages(site)
     assert len(every) > 40
+    assert '<link rel="icon" href="data:image/svg+xml;base64,' in (site / "index.html").read_text()
     for name in every:
         page.goto(f"{served}/{name}", wait_until="load")
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -322,6 +322,9 @@ def test_estimator_returns_effects_rows_summary_and_chart():
         "flag_below_0.8",
         "adjusted_p",
         "flag_survives_test",
+        "fisher_p",
+        "z",
+        "z_p",
         "note",
     ]
     assert hasattr(draw(effects.artifacts["impact_ratios/impact_ratios.png"]), "savefig")

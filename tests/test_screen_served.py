@@ -104,7 +104,7 @@ def test_batch_invariant_is_refused_on_a_hosted_route_and_seed_on_a_non_openai_p
     with pytest.raises(ConfigError, match="screener.batch_invariant: .* is a hosted API"):
         build(cfg.screener, "screener")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-    with pytest.raises(ConfigError, match="seed and top_p are sent to OpenAI-style endpoints only"):
+    with pytest.raises(ConfigError, match="screener.generation: seed cannot be sent to provider anthropic"):
         LLMScreener(
             name="claude",
             provider="anthropic",

@@ -6,6 +6,7 @@
 - The command-line reference (``reference/cli.md``): the ``--help`` of every console script in
   pyproject.toml (``popfair``, ``popfair-report``, ``popfair-export``, ``popfair-data``) as it prints it.
 - Math as MathML, converted at build time by docutils (no MathJax download: the site works offline).
+- The favicon inlined in every page as a data: URI (``inline_favicon``).
 
 The generated Markdown goes to folders git ignores (``docs/.gitignore``) and is rewritten only when
 its text changes, so incremental builds stay incremental.
@@ -522,11 +523,28 @@ def generate(app: Sphinx) -> None:
     write_benchmark_scripts()
 
 
+def inline_favicon(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
+    """The page's icon link as a data: URI of `html_favicon`, not a URL. A browser asks for a favicon
+    only after the page has loaded, so a reader (or a check) moving on at once aborts that request:
+    every page showed a failed request for _static/favicon.svg. Inlined, there is no request to fail."""
+    import base64
+    import mimetypes
+
+    if not app.config.html_favicon or "://" in app.config.html_favicon:
+        return
+    path = Path(app.confdir) / app.config.html_favicon
+    kind = mimetypes.guess_type(path.name)[0] or "image/x-icon"
+    context["favicon_url"] = f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_html_math_renderer("mathml", (visit_math_inline, None), (visit_math_block, None))
     app.config.html_math_renderer = "mathml"
+    app.connect("html-page-context", inline_favicon, priority=900)  # after Sphinx makes favicon_url a path
     app.connect("config-inited", lambda app, config: generate(app))  # before autosummary reads sources
-    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+    # env_version: raised when what the extension writes into every page changes (2: the inline favicon),
+    # so that an incremental build rewrites every page instead of only the edited ones
+    return {"version": "2", "env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}
 
 
 # --- gallery: figures are shown where an example's code block ends with one ----------------------

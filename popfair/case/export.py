@@ -76,7 +76,7 @@ def main() -> None:
     if set(sys.argv[1:]) & {"--help", "-h"}:
         print(export_help())
         return
-    check_command_line(sys.argv[1:], CONF_DIR, "popfair-export")
+    sys.argv[1:] = check_command_line(sys.argv[1:], CONF_DIR, "popfair-export")
     export()
 
 

@@ -343,7 +343,9 @@ def _cumulative(case: Any, state: WatchState, record: TableSource, look: WatchLo
     counts = state.counts.rename(columns={"selected": "selection"})
     total = counts.groupby(["sex", "race"], as_index=False)[["n", "selection"]].sum()
     settings = case.estimator.settings
-    outcome = WatchOutcome(look, record, impact_ratios_from_counts(total, outcome="callback", settings=settings))
+    # the first looks may hold one category: the notes say so, and the watch goes on
+    ratios = impact_ratios_from_counts(total, outcome="callback", settings=settings, require_comparison=False)
+    outcome = WatchOutcome(look, record, ratios)
     outcome.notes.append(
         "watch: the tables cover every row counted since the watch began; applicants are treated as independent "
         "(the watch's state keeps counts per category, not per cluster)"

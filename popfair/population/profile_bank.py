@@ -18,6 +18,8 @@ Every draw is vectorised over all profiles.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -244,15 +246,31 @@ def build_profiles(slots: pd.DataFrame, u: np.ndarray) -> pd.DataFrame:
     (N_PROFILE_STREAMS, len(slots)) array of Uniform(0, 1), one column per slot (key it by the slot,
     e.g. `popfair.population.scm.keyed_streams`, and a slot's profile never depends on the others)."""
     n = len(slots)
-    firms = pd.read_csv(audit_data_path(FIRMS))
     states = pd.read_csv(audit_data_path(STATES), dtype={"fips": str})
     if u.shape != (N_PROFILE_STREAMS, n):
         raise ValueError(f"build_profiles: u must have shape ({N_PROFILE_STREAMS}, {n}), got {u.shape}")
     state = slots["state"].to_numpy(dtype=object)
     post = pd.to_datetime(slots["post_date"])
-    post_month = (post.dt.year * 12 + post.dt.month - 1).to_numpy()
 
-    # Education: bachelor's (65%) at the state's flagship or a national online university, else an
+    post_month = (post.dt.year * 12 + post.dt.month - 1).to_numpy()
+    region = pd.Series(state).map(dict(zip(states["usps"], states["census_region"])))
+    education = _education(slots, state, post, u)
+    return pd.DataFrame(
+        {
+            "age": education.pop("age"),
+            "birth_year": education.pop("birth_year"),
+            "metro": slots["metro"].to_numpy(dtype=object),
+            "state": state,
+            "region": region.fillna("Unknown").to_numpy(dtype=object),
+            **education,
+            **_employment(slots, post_month, u),
+        }
+    )
+
+
+def _education(slots: pd.DataFrame, state: np.ndarray, post: pd.Series, u: np.ndarray) -> dict[str, Any]:
+    """Age and education columns of each profile (streams u[0..6])."""
+    # bachelor's (65%) at the state's flagship or a national online university, else an
     # associate degree at the metro's community college.
     bachelor = u[0] < 0.65
     online = u[1] < 0.2
@@ -274,7 +292,22 @@ def build_profiles(slots: pd.DataFrame, u: np.ndarray) -> pd.DataFrame:
     age = grad_age + years_since + (u[5] < 0.5)
     gpa = np.round(3.0 + u[6] * 0.9, 2)
 
-    # Employment: most recent job at a peer firm in the posting's industry (current, tenure 6-36
+    return {
+        "age": age.astype(int),
+        "birth_year": (post.dt.year.to_numpy() - age).astype(int),
+        "edu_level": np.where(bachelor, "bachelor", "associate"),
+        "school": np.where(bachelor, school_bachelor, school_associate),
+        "degree": np.where(bachelor, bachelor_degree, "Associate of Applied Science"),
+        "major": np.where(bachelor, bachelor_major, associate_major),
+        "gpa": gpa,
+        "graduation_year": graduation_year.astype(int),
+    }
+
+
+def _employment(slots: pd.DataFrame, post_month: np.ndarray, u: np.ndarray) -> dict[str, Any]:
+    """The two jobs of each profile and its years of experience (streams u[7..14])."""
+    firms = pd.read_csv(audit_data_path(FIRMS))
+    # most recent job at a peer firm in the posting's industry (current, tenure 6-36
     # months); before it a 6-24 month job at any KRW firm, ending 0-3 months before the next started.
     industry = slots["industry"].to_numpy(dtype=object)
     by_industry = {name: group["firm_name"].to_numpy(dtype=object) for name, group in firms.groupby("industry_name")}
@@ -301,31 +334,17 @@ def build_profiles(slots: pd.DataFrame, u: np.ndarray) -> pd.DataFrame:
     emp2_end = emp1_start - gap
     emp2_start = emp2_end - tenure2
 
-    region = pd.Series(state).map(dict(zip(states["usps"], states["census_region"])))
-    return pd.DataFrame(
-        {
-            "age": age.astype(int),
-            "birth_year": (post.dt.year.to_numpy() - age).astype(int),
-            "metro": slots["metro"].to_numpy(dtype=object),
-            "state": state,
-            "region": region.fillna("Unknown").to_numpy(dtype=object),
-            "edu_level": np.where(bachelor, "bachelor", "associate"),
-            "school": np.where(bachelor, school_bachelor, school_associate),
-            "degree": np.where(bachelor, bachelor_degree, "Associate of Applied Science"),
-            "major": np.where(bachelor, bachelor_major, associate_major),
-            "gpa": gpa,
-            "graduation_year": graduation_year.astype(int),
-            "emp1_employer": emp1,
-            "emp1_title": emp1_title,
-            "emp1_start": _month(emp1_start),
-            "emp1_end": "Present",
-            "emp2_employer": emp2,
-            "emp2_title": emp2_title,
-            "emp2_start": _month(emp2_start),
-            "emp2_end": _month(emp2_end),
-            "exp_year": ((post_month - emp2_start) // 12).astype(int),
-        }
-    )
+    return {
+        "emp1_employer": emp1,
+        "emp1_title": emp1_title,
+        "emp1_start": _month(emp1_start),
+        "emp1_end": "Present",
+        "emp2_employer": emp2,
+        "emp2_title": emp2_title,
+        "emp2_start": _month(emp2_start),
+        "emp2_end": _month(emp2_end),
+        "exp_year": ((post_month - emp2_start) // 12).astype(int),
+    }
 
 
 def _other_firm(

@@ -11,7 +11,7 @@ from popfair.core.types import Effects
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.pse.identification import reason_problems
 
-MAX_COLUMNS = 10  # wider tables (the LL144 table has 23 columns) show these, the rest is in effects.csv
+MAX_COLUMNS = 10  # wider tables (the LL144 table has 26 columns) show these, the rest is in effects.csv
 CONSOLE_COLUMNS = [
     *EFFECT_COLUMNS,
     "p_value",
@@ -20,6 +20,8 @@ CONSOLE_COLUMNS = [
     "rate",
     "flag",
     "flag_survives",
+    "fisher_p",
+    "z_p",
     "n_pairs",
     "mcnemar_p",
     "pattern",

@@ -123,6 +123,10 @@ def _dimension_blocks(ratios: ImpactRatios, metric: str, dimension: str, title: 
             "Flag survives test": [
                 ("yes" if s else "no") if f else "" for f, s in zip(known["flag"], known["flag_survives"])
             ],
+            "Fisher p vs reference": [_p(p) for p in known["fisher_p"]],
+            "Z vs reference (p)": [
+                f"{z:.2f} ({_p(p)})" if pd.notna(z) else "" for z, p in zip(known["z"], known["z_p"])
+            ],
             "Note": [_row_note(row, ratios) for row in known.itertuples()],
         }
     )
@@ -195,7 +199,19 @@ def _method_notes(ratios: ImpactRatios) -> list[str]:
         f"the category's ratio is below what the lowest of all ratios reaches by chance in {s.alpha:.0%} of shuffles "
         "(a single-step max-T adjustment over the categories).",
         "Score cutoffs (the median) are the sample's own, as LL144 defines the scoring rate; they are held fixed.",
+        "Fisher p vs reference (Fisher's exact test, two-sided) and Z vs reference (the two-proportion Z test "
+        "with the pooled rate, two-sided p; |Z| > 2 is the two-standard-deviation rule) compare each category "
+        "with the reference as if it had been chosen in advance: they are conditional on the reference choice "
+        "and treat applicants as independent, so under pure chance they find differences more often than "
+        "their level says. The flags follow the test above, which accounts for the choice.",
     ]
+
+
+def _p(value: float) -> str:
+    """A p-value as tables print it (blank where there is none: the reference, excluded categories)."""
+    if pd.isna(value):
+        return ""
+    return "< 0.0001" if value < 0.0001 else f"{value:.4f}"
 
 
 def _percent(value: float) -> str:

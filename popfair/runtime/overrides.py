@@ -1,6 +1,8 @@
 """The command line's overrides checked before Hydra sees them: a group option, a config key or a route
 that does not exist, and a `+key` that nothing reads, each stopped with one line naming the closest
 option or key (difflib), instead of Hydra's multi-line error or a run of the default case.
+Config nodes whose keys are the user's own (OPEN_MAPPINGS: category values, coefficients, headers)
+take new keys with or without the `+`.
 
 Used by every Hydra entry point (`popfair`, `popfair doctor`, `popfair-export`). Group options come
 from the config folder's listing (no composition); keys and routes are checked against one
@@ -36,6 +38,46 @@ _FLAGS_UNCHECKED = {
     "--version",
     "--experimental-rerun",
 }
+
+
+# Config nodes that are mappings read whole, whose keys the user chooses (a raw category value, a
+# profile column, a header), as opposed to a component's settings: a new key below one is read, so
+# `+key=v` and `key=v` both add it. `*` stands for any one key. Price is not here: its keys are fixed.
+OPEN_MAPPINGS = (
+    "table.values.*",  # raw category value -> popfair category (sex, race)
+    "table.read_options",  # DuckDB reader options
+    "screener.coefficients",  # simulated screener: profile column -> {level: coef} or a slope
+    "screener.strengths",  # simulated ranker: '<race> <sex>' -> log-worth
+    "screener.position_bonus",  # simulated ranker: position -> log-worth
+    "screener.routes",  # route name -> route
+    "screener.generation.extra",  # request-body fields sent verbatim
+    "screener.headers",  # http screener: literal headers
+    "screener.secret_headers",  # http screener: header -> environment variable
+    "screener.params",  # http screener: query-string template
+    "screener.body",  # http screener: request-body template
+    "screener.values.labels",  # http screener: answer label -> number
+)
+
+
+def open_mapping(key: str, config: Any) -> str | None:
+    """The open mapping of `config` (OPEN_MAPPINGS) that `key` lies below, as a dotted path, or None
+    (also when the composed config has no such node: `screener.coefficients` of screener=tfidf)."""
+    parts = key.split(".")
+    for pattern in OPEN_MAPPINGS:
+        shape = pattern.split(".")
+        if len(parts) > len(shape) and all(p == "*" or p == k for p, k in zip(shape, parts)):
+            node = ".".join(parts[: len(shape)])
+            if _has(config, node):
+                return node
+    return None
+
+
+def _merges_new_keys(override: Any, key: str, config: Any) -> bool:
+    """`table.values.race={01: white}`: a map set on an open mapping (or below one) merges into it, and
+    Hydra's struct mode refuses its new keys ("Key '01' is not in struct") unless it goes as `++`."""
+    if override.is_add() or override.is_force_add() or not any(isinstance(v, dict) for v in _values(override)):
+        return False
+    return open_mapping(key, config) is not None or open_mapping(f"{key}._", config) is not None
 
 
 def _closest(word: str, choices: Sequence[str]) -> str:
@@ -118,9 +160,11 @@ def _accepts(target: str, key: str) -> bool:
 
 def _check_added(key: str, config: Any, paths: Sequence[str]) -> None:
     """A `+key` must add to something that reads it: a component's keyword (its `_target_` takes it),
-    or an open map (an empty `{}` such as table.read_options, or a map of dicts such as routes)."""
+    or an open map (OPEN_MAPPINGS, an empty `{}`, or a map of dicts such as routes)."""
     from omegaconf import DictConfig, OmegaConf
 
+    if open_mapping(key, config) is not None:
+        return
     parent_path, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(config, parent_path) if parent_path else config
     if isinstance(parent, DictConfig) and parent_path:
@@ -152,24 +196,28 @@ def _check_route(key: str, values: Sequence[Any], config: Any) -> None:
             )
 
 
-def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "config") -> None:
+def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "config") -> list[str]:
     """Raise ConfigError with one line for the first override that names a group option, a key or a
     route that does not exist, or adds a key nothing reads. Hydra's own keys (hydra.*, hydra/...) and
-    anything this check cannot read are left to Hydra."""
+    anything this check cannot read are left to Hydra.
+
+    Returns the arguments as Hydra is to get them: `key=v` that adds a key to an open mapping
+    (OPEN_MAPPINGS) becomes `++key=v` (add or set), which Hydra's struct mode would otherwise refuse."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     from popfair.runtime.cli_help import config_groups
 
+    args = list(args)
     strings = override_strings(args)
     if strings is None:
-        return
+        return args
     try:
         overrides = OverridesParser.create().parse_overrides(strings)
     except HydraException:
-        return  # a syntax error: Hydra's own message points at the character
+        return args  # a syntax error: Hydra's own message points at the character
     if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
-        return
+        return args
     overrides = [
         o for o in overrides if not (o.key_or_group == "hydra" or o.key_or_group.startswith(("hydra.", "hydra/")))
     ]
@@ -188,12 +236,13 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
                     f"(options: {', '.join(groups[group])})"
                 )
     if not key_overrides or _in_primary(key_overrides, conf_dir, config_name):
-        return
+        return args
     config = _compose(conf_dir, config_name, [s for s in (_first(o) for o in group_overrides) if s])
     if config is None:
-        return
+        return args
     paths = sorted({p for p in _paths(config) if "._" not in p and not p.startswith("_")} | set(groups))
     deleted: set[str] = set()
+    added: dict[str, str] = {}  # `key=v` adding to an open mapping -> `++key=v`
     for override in key_overrides:
         key = override.key_or_group
         exists = _has(config, key) and key not in deleted
@@ -207,6 +256,10 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
         elif override.is_force_add():
             if not exists:
                 _check_added(key, config, paths)
+        elif not exists and open_mapping(key, config) is not None:
+            added[str(override.input_line)] = f"++{override.input_line}"
+        elif exists and _merges_new_keys(override, key, config):
+            added[str(override.input_line)] = f"++{override.input_line}"
         elif not exists:
             top = key.split(".", 1)[0]
             hint = (
@@ -217,6 +270,7 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
             raise ConfigError(f"{key}: no such config key{hint} (run `popfair --cfg job` to list the keys)")
         if key.endswith(".route") or key == "route":
             _check_route(key, _values(override), config)
+    return [added.get(arg, arg) for arg in args]
 
 
 def _in_primary(overrides: Sequence[Any], conf_dir: Path, config_name: str) -> bool:
@@ -272,12 +326,13 @@ def _compose(conf_dir: Path, config_name: str, overrides: list[str]) -> Any:
         GlobalHydra.instance().clear()
 
 
-def check_command_line(args: Sequence[str], conf_dir: Path, program: str) -> None:
-    """check_overrides, its error printed as one line `<program>: ...` on standard error, exit 2."""
+def check_command_line(args: Sequence[str], conf_dir: Path, program: str) -> list[str]:
+    """check_overrides (the arguments for Hydra returned), its error printed as one line
+    `<program>: ...` on standard error, exit 2."""
     import sys
 
     try:
-        check_overrides(args, conf_dir)
+        return check_overrides(args, conf_dir)
     except ConfigError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

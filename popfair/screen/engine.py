@@ -117,7 +117,9 @@ class Engine:
             "are saved): rerun to resume"
         )
 
-    async def _run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
+    def _start_run(self, rows_total: int, rows_done: int, desc: str) -> None:
+        """A run's fresh state: rate and concurrency limits, budget, fail-fast counters, breaker,
+        retry rule and progress bar."""
         s = self.settings
         self._rate = RateLimiter(s.requests_per_minute, s.tokens_per_minute)
         self._limit = AdaptiveLimit(s.concurrency, s.adaptive)
@@ -143,6 +145,10 @@ class Engine:
         self._failed_rows = 0
         self._unsent_rows = 0
         self._last_postfix = 0.0
+
+    async def _run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
+        s = self.settings
+        self._start_run(rows_total, rows_done, desc)
         answers: dict[str, Answer] = {}
         started = time.perf_counter()
         self._db = CacheThread(self.cache)

@@ -19,18 +19,19 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from popfair.core.constraints import Boolean, Interval, Options, validate
+from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener
 from popfair.screen.hf_generate import Decoding, Reply, generate, token_budget_batches
 from popfair.screen.local_runtime import (
     device_name,
+    file_samples,
     require_extra,
     resolve_device,
     resolve_dtype,
@@ -60,7 +61,6 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "tokenizer.model",
 )
-SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # of every weight file, for the model's identity
 
 
 class HFLocalScreener(Screener):
@@ -73,7 +73,7 @@ class HFLocalScreener(Screener):
     to the user message. `invariance_check` prompts of each call are also answered alone, and the
     share whose answer differs from the batched one is a metric of the run."""
 
-    parameter_constraints = {
+    parameter_constraints: ClassVar[Rules] = {
         "max_new_tokens": [Options(("auto",)), Interval(int, 1, 4096)],
         "batch_size": [None, Interval(int, 1, None)],
         "batch_tokens": [Options(("auto",)), Interval(int, 16, None)],
@@ -139,7 +139,7 @@ class HFLocalScreener(Screener):
             "screener.compile",
             f"compiling the decoding step needs a GPU (transformers compiles it on cuda); device is {self.device}",
         )
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype_setting, self._dtype = dtype, cast("str | None", None)
         self.device_map = device_map
         # compile runs on the static cache (a dynamic one changes shape every step)
         self.static_cache, self.compile = bool(static_cache or compile), bool(compile)
@@ -166,7 +166,7 @@ class HFLocalScreener(Screener):
         self._identity: str | None = None
         self._budget: int | None = None
         self.last_stats: dict[str, float] = {}
-        self.run_tags = self._tags()
+        self.run_tags: dict[str, str] = {}  # filled when screening: building stays free of CUDA calls
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         return CallPlan(calls=0)  # local computation: no paid calls
@@ -190,6 +190,14 @@ class HFLocalScreener(Screener):
         return self._model
 
     @property
+    def dtype(self) -> str:
+        """The dtype weights load in (auto resolved on first use: it asks the GPU, which a sweep's
+        parent process, building screeners it will fork cases from, must not do)."""
+        if self._dtype is None:
+            self._dtype = resolve_dtype(self.dtype_setting, self.device)
+        return self._dtype
+
+    @property
     def input_device(self) -> str:
         """Where prompts go: the device, or the first device of a model spread over several."""
         return str(self.model.device) if self.device_map else self.device
@@ -209,7 +217,7 @@ class HFLocalScreener(Screener):
             folder = Path(self.model_path)
             files = {name: (folder / name).read_bytes() for name in TOKENIZER_FILES if (folder / name).is_file()}
             weights = {
-                str(path.relative_to(folder)): _sampled(path)
+                str(path.relative_to(folder)): file_samples(path)
                 for pattern in ("*.safetensors", "*.bin")
                 for path in sorted(folder.rglob(pattern))
             }
@@ -276,6 +284,7 @@ class HFLocalScreener(Screener):
             )
         if not documents:
             return []
+        self.run_tags = self._tags()
         prompts = [self.prompt_text(jobs[d.job_id], d, outcome) for d in documents]
         ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         lengths = np.array([len(row) for row in ids])
@@ -301,8 +310,10 @@ class HFLocalScreener(Screener):
         results = []
         for i, (document, key) in enumerate(zip(documents, keys)):
             if too_long[i]:
-                error = f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
-                results.append(ScreenResult(document.applicant_id, None, None, error, int(lengths[i])))
+                too_long_error = (
+                    f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
+                )
+                results.append(ScreenResult(document.applicant_id, None, None, too_long_error, int(lengths[i])))
                 continue
             record = records[key]
             value, error = parse_answer(record["raw"], outcome)
@@ -442,19 +453,6 @@ def _record(reply: Reply, rows: int, padded: int, provenance: Mapping[str, Any],
         "alone_differs": None if alone is None else alone.text != reply.text,
         "created_at": time.time(),
     }
-
-
-def _sampled(path: Path) -> list[Any]:
-    """A weight file's size and the sha256 of SAMPLES evenly spaced windows of it."""
-    import hashlib
-
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for offset in np.linspace(0, max(size - SAMPLE_BYTES, 0), SAMPLES).astype(int):
-            handle.seek(int(offset))
-            digest.update(handle.read(SAMPLE_BYTES))
-    return [size, digest.hexdigest()]
 
 
 def _accepts_system_role(tokenizer: Any) -> bool:

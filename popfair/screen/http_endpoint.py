@@ -180,6 +180,71 @@ class HttpEndpoint(Provider):
         return Completion(text=text, input_tokens=0, output_tokens=0)
 
 
+def _request_template(url: Any, method: str, params: Any, body: Any) -> tuple[str, Any]:
+    """The method (upper case) and body template, once URL, method, params and body are checked and
+    every placeholder in them is known; a body-taking method without a body gets DEFAULT_BODY."""
+    require(
+        isinstance(url, str) and url.startswith(("http://", "https://")),
+        "screener.url",
+        f"must be an http(s) URL, got {url!r}",
+    )
+    method = str(method).upper()
+    require(method in METHODS, "screener.method", f"must be one of {', '.join(METHODS)}, got {method!r}")
+    require(method != "GET" or body is None, "screener.body", "must be null for GET (use screener.params)")
+    if body is None and method != "GET":
+        body = DEFAULT_BODY
+    require(params is None or isinstance(params, Mapping), "screener.params", "must be a mapping or null")
+    for key, template in (("url", url), ("params", params), ("body", body)):
+        for text in _strings(template):
+            unknown = sorted(set(_PLACEHOLDER.findall(text)) - set(PLACEHOLDER_HELP))
+            require(
+                not unknown,
+                f"screener.{key}",
+                f"unknown placeholders {unknown} in {text!r}; "
+                f"allowed: {', '.join('{' + p + '}' for p in PLACEHOLDER_HELP)}",
+            )
+    return method, body
+
+
+def _response_expr(response_path: str | None) -> Any:
+    """The compiled JSONPath of the answer in a response; None: the whole body is the answer."""
+    if response_path is None:
+        return None
+    from jsonpath_ng.ext import parse as parse_path
+
+    try:
+        return parse_path(str(response_path))
+    except Exception as exc:  # noqa: BLE001 - jsonpath-ng raises several types for bad syntax
+        raise ConfigError(
+            f"screener.response_path: {response_path!r} is not a JSONPath expression ({exc}); e.g. $.result.score"
+        ) from None
+
+
+def _with_secrets(
+    literal: Mapping[str, str], secret_headers: Mapping[str, Any] | None, require_key: bool
+) -> tuple[dict[str, str], list[str], bool]:
+    """The headers sent (the literal ones plus each secret header read from its variable), the
+    variables named, and whether a dry run (`require_key=False`) went without one that is not set."""
+    resolved, variables, missing = dict(literal), [], False
+    for header, spec in (secret_headers or {}).items():
+        spec = {"env": spec} if isinstance(spec, str) else dict(spec or {})
+        variable, prefix = spec.get("env"), str(spec.get("prefix", ""))
+        require(
+            set(spec) <= {"env", "prefix"} and isinstance(variable, str) and bool(_ENV_NAME.fullmatch(variable)),
+            f"screener.secret_headers.{header}",
+            f"must be the NAME of an environment variable, or {{env: NAME, prefix: 'Bearer '}}; got {spec!r}",
+        )
+        assert isinstance(variable, str)
+        variables.append(variable)
+        if require_key or os.environ.get(variable):
+            resolved[str(header)] = prefix + read_secret(variable, f"screener.secret_headers.{header}")
+        else:
+            missing = True
+    for header in resolved:
+        require(bool(_HEADER_NAME.fullmatch(header)), "screener.headers", f"{header!r} is not a header name")
+    return resolved, variables, missing
+
+
 class HttpScreener(Screener):
     """Screens each document with one request to `url`. Its request loop (cache lookup, engine run,
     one result per document, metrics) is the one LLMScreener uses (`RequestLoop`); what is its own is
@@ -210,26 +275,7 @@ class HttpScreener(Screener):
         require_key: bool = True,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
-        require(
-            isinstance(url, str) and url.startswith(("http://", "https://")),
-            "screener.url",
-            f"must be an http(s) URL, got {url!r}",
-        )
-        method = str(method).upper()
-        require(method in METHODS, "screener.method", f"must be one of {', '.join(METHODS)}, got {method!r}")
-        require(method != "GET" or body is None, "screener.body", "must be null for GET (use screener.params)")
-        if body is None and method != "GET":
-            body = DEFAULT_BODY
-        require(params is None or isinstance(params, Mapping), "screener.params", "must be a mapping or null")
-        for key, template in (("url", url), ("params", params), ("body", body)):
-            for text in _strings(template):
-                unknown = sorted(set(_PLACEHOLDER.findall(text)) - set(PLACEHOLDER_HELP))
-                require(
-                    not unknown,
-                    f"screener.{key}",
-                    f"unknown placeholders {unknown} in {text!r}; "
-                    f"allowed: {', '.join('{' + p + '}' for p in PLACEHOLDER_HELP)}",
-                )
+        method, body = _request_template(url, method, params, body)
         require(
             price_per_call_usd is not None and float(price_per_call_usd) >= 0,
             "screener.price_per_call_usd",
@@ -245,17 +291,7 @@ class HttpScreener(Screener):
             "max_cost_usd",
             f"must be > 0 dollars or null (no cap), got {max_cost_usd!r}",
         )
-        self.response_expr = None
-        if response_path is not None:
-            from jsonpath_ng.ext import parse as parse_path
-
-            try:
-                self.response_expr = parse_path(str(response_path))
-            except Exception as exc:  # noqa: BLE001 - jsonpath-ng raises several types for bad syntax
-                raise ConfigError(
-                    f"screener.response_path: {response_path!r} is not a JSONPath "
-                    f"expression ({exc}); e.g. $.result.score"
-                ) from None
+        self.response_expr = _response_expr(response_path)
         self.name, self.display_name = name, display_name or name
         self.url, self.method, self.response_path = url, method, response_path
         self.params_template = dict(params or {})
@@ -269,25 +305,7 @@ class HttpScreener(Screener):
         self.settings = EngineSettings.from_config(engine)
         install_log_redaction()
         literal = {str(k): str(v) for k, v in (headers or {}).items()}
-        resolved, missing = dict(literal), False
-        self.secret_variables: list[str] = []
-        for header, spec in (secret_headers or {}).items():
-            spec = {"env": spec} if isinstance(spec, str) else dict(spec or {})
-            variable, prefix = spec.get("env"), str(spec.get("prefix", ""))
-            require(
-                set(spec) <= {"env", "prefix"} and isinstance(variable, str) and bool(_ENV_NAME.fullmatch(variable)),
-                f"screener.secret_headers.{header}",
-                f"must be the NAME of an environment variable, or {{env: NAME, prefix: 'Bearer '}}; got {spec!r}",
-            )
-            assert isinstance(variable, str)
-            self.secret_variables.append(variable)
-            if require_key or os.environ.get(variable):
-                resolved[str(header)] = prefix + read_secret(variable, f"screener.secret_headers.{header}")
-            else:
-                missing = True
-        for header in resolved:
-            require(bool(_HEADER_NAME.fullmatch(header)), "screener.headers", f"{header!r} is not a header name")
-        self.missing_key = missing
+        resolved, self.secret_variables, self.missing_key = _with_secrets(literal, secret_headers, require_key)
         self.api_key_env = ", ".join(self.secret_variables) or None
         # what identifies the endpoint's answers: secret values are left out (they must not enter a
         # key that is stored), their header names are in

@@ -10,11 +10,11 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from popfair.core.constraints import Boolean, Interval, Options, validate
+from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, DataError, MissingSecretError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.design import for_outcome
@@ -27,8 +27,8 @@ from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Pri
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, Provider
 from popfair.screen.request_loop import RequestLoop
-from popfair.store.responses import open_cache
 from popfair.screen.served import ServedModel, batch_invariant_tag, request_tags
+from popfair.store.responses import open_cache
 
 log = logging.getLogger("popfair.screen")
 
@@ -129,6 +129,39 @@ def _adapter(
     return adapter
 
 
+def _check_generation(adapter: type[Provider], generation: Mapping[str, Any] | None) -> None:
+    """Generation settings the provider's requests cannot carry (its `sampling_settings`) are refused,
+    not dropped: an answer would otherwise be recorded with settings it was not asked with."""
+    unsupported = sorted(
+        ({"seed", "top_p"} - adapter.sampling_settings)
+        & {k for k, v in dict(generation or {}).items() if v is not None}
+    )
+    require(
+        not unsupported,
+        "screener.generation",
+        f"{' and '.join(unsupported)} cannot be sent to provider {adapter.kind} (OpenAI-style endpoints only)",
+    )
+
+
+def _self_hosted(
+    name: str,
+    route: str | None,
+    routes: Mapping[str, Mapping[str, Any]],
+    provider: str,
+    api_key_env: str | None,
+    batch_invariant: bool | None,
+) -> bool:
+    """Whether the route reaches a server the user runs (whose run records what it serves);
+    `batch_invariant` says how such a server was started, so a hosted API refuses it."""
+    hosted_by_user = is_self_hosted({**routes.get(route or "", {}), "provider": provider, "api_key_env": api_key_env})
+    require(
+        batch_invariant is None or hosted_by_user,
+        "screener.batch_invariant",
+        f"says how a self-hosted server was started (route=local); route {route} of {name} is a hosted API",
+    )
+    return hosted_by_user
+
+
 def _quiet_http_logs() -> None:
     """SDK transports log one INFO line per HTTP request: WARNING unless the user set a level."""
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
@@ -147,7 +180,7 @@ class LLMScreener(Screener):
     do without (a URL, a region, a key variable) by its adapter (`Provider.check_settings`)."""
 
     answers_rankings = True  # a chat model can rank the candidates of one prompt (design/ranking)
-    parameter_constraints = {
+    parameter_constraints: ClassVar[Rules] = {
         "mode": Options(MODES),
         "expected_output_tokens": Interval(int, 1, None),
         "reasoning": Boolean(),
@@ -203,20 +236,8 @@ class LLMScreener(Screener):
             },
         )
         adapter = _adapter(provider, model, api_key_env, base_url, region, release_date, mode, max_cost_usd)
-        hosted_by_user = is_self_hosted(
-            {**routes.get(route or "", {}), "provider": provider, "api_key_env": api_key_env}
-        )
-        require(
-            batch_invariant is None or hosted_by_user,
-            "screener.batch_invariant",
-            f"says how a self-hosted server was started (route=local); route {route} of {name} is a hosted API",
-        )
-        require(
-            provider in ("openai", "openai_compatible")
-            or not {"seed", "top_p"} & {k for k, v in dict(generation or {}).items() if v is not None},
-            "screener.generation",
-            f"seed and top_p are sent to OpenAI-style endpoints only, not to provider {provider}",
-        )
+        _check_generation(adapter, generation)
+        hosted_by_user = _self_hosted(name, route, routes, provider, api_key_env, batch_invariant)
         self.name, self.display_name = name, display_name or name
         self.route, self.routes = route, routes
         # MLflow tags of every run of this screener: the route called and why it was chosen

@@ -4,8 +4,10 @@ an answer (device, dtype, library versions)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from popfair.core.errors import ConfigError, require
@@ -13,6 +15,7 @@ from popfair.store.blobs import installed_versions
 
 # the libraries whose versions are recorded with, and enter the key of, every locally computed answer
 LIBRARIES = ("torch", "transformers", "tokenizers", "accelerate")
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # windows of a weight file read for a model's identity
 
 
 def require_extra(extra: str, modules: Mapping[str, str], screener: str) -> None:
@@ -88,3 +91,15 @@ def token_bytes(config: Any, dtype_bytes: int) -> int:
     layers = int(text.num_hidden_layers)
     intermediate = int(getattr(text, "intermediate_size", None) or 4 * hidden)
     return dtype_bytes * (2 * layers * kv_heads * head_dim + 2 * intermediate + 4 * hidden)
+
+
+def file_samples(path: Path) -> list[Any]:
+    """A weight file's size and the sha256 of SAMPLES evenly spaced windows of it: tells checkpoints
+    apart (a fine-tune changes every window) without reading gigabytes."""
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for k in range(SAMPLES):
+            handle.seek(k * max(size - SAMPLE_BYTES, 0) // max(SAMPLES - 1, 1))
+            digest.update(handle.read(SAMPLE_BYTES))
+    return [size, digest.hexdigest()]

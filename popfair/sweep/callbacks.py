@@ -1,6 +1,8 @@
 """Hydra callback for sweeps (registered in conf/config.yaml under hydra.callbacks).
 
-on_multirun_start: one MLflow parent run for the sweep; the sweep info file and environment
+on_run_start (a single case): every location the case writes checked before Hydra makes its output
+folder (popfair.sweep.storage): one line and exit status 2 for the first that cannot be written.
+on_multirun_start: the sweep's folder checked the same way; then one MLflow parent run for the sweep; the sweep info file and environment
 variables that tell every case (in this process, joblib workers or SLURM jobs) its parent.
 on_multirun_end: the summary of every case (failed ones with their error), the dry-run totals,
 the comparison report logged to the parent run, and the parent run closed; then exit status 1 when
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -50,19 +53,45 @@ def abandon_parent(config: DictConfig, reason: str) -> None:
         log.error("popfair: could not close the sweep's parent run %s: %s", parent_run_id, exc)
 
 
+def stop_on_storage_problem(problem: Any) -> None:
+    """One line on standard error and exit status 2 (Hydra turns a callback's Exception into a
+    warning and goes on; it lets SystemExit through)."""
+    if problem is not None:
+        print(f"popfair: {problem.line()}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 class SweepCallback(Callback):
-    """Parent run, case summary and report for `python -m popfair -m ...`."""
+    """Pre-flight of a single case's storage; parent run, case summary and report for
+    `python -m popfair -m ...`."""
 
     def __init__(self, report: bool = True) -> None:
         self.report = report  # write and log the comparison report when the sweep ends
         self.info: SweepInfo | None = None
         self.tracker: MlflowTracker | None = None
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before Hydra makes the output folder and the case builds or pays for anything: every
+        location the case writes (popfair doctor checks all but the output folder in its table)."""
+        from popfair.sweep.storage import first_problem, folder_problem
+
+        if config.get("check", False):  # popfair doctor: Hydra still needs its output folder
+            run_dir = config.hydra.run.dir
+            stop_on_storage_problem(
+                folder_problem(
+                    "hydra.run.dir", run_dir, Path(str(run_dir)), "hydra.run.dir=<a folder you can write in>"
+                )
+            )
+            return
+        stop_on_storage_problem(first_problem(config))
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from popfair.case.compose import build
+        from popfair.sweep.storage import sweep_problem
 
         if config.get("check", False):  # popfair doctor: the sweeper checks the cases and exits
             return
+        stop_on_storage_problem(sweep_problem(config))  # its case records, summary and report go there
         if runs_cases_here(config):  # its imports run beside MLflow's and the pre-flight checks
             start_fork_server(config)
         try:

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from popfair.core.errors import ConfigError, PopfairError, TrackingFailed
+from popfair.core.errors import PopfairError, TrackingFailed
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
 
 if TYPE_CHECKING:
@@ -87,8 +87,6 @@ def run_case(cfg: DictConfig) -> float | None:
     experiment = None
     alert = False  # a watch's look crossed its boundary: exit status 3 (popfair.case.table_watch)
     try:
-        if not dry_run and not in_sweep:  # a sweep's store is checked once, before its first case
-            check_tracking_store(cfg)
         experiment = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg))
         record.case_name = experiment.case_name()
         if dry_run:
@@ -156,23 +154,6 @@ def _print_summary(experiment: Any, result: Any, start: float) -> None:
             sequential=result.sequential.sentences() if getattr(result, "sequential", None) else None,
         )
     )
-
-
-def check_tracking_store(cfg: DictConfig) -> None:
-    """Before anything is built or paid for: the MLflow store of the case can be written or its
-    server answers (popfair.sweep.preflight.check_tracking: one request, seconds, no retries);
-    ConfigError naming the server and the fix otherwise."""
-    from popfair.runtime.secrets import safe_url
-    from popfair.sweep.preflight import check_tracking
-
-    tracking = cfg.get("tracking") or {}
-    if not tracking.get("enabled", False):
-        return
-    uri = str(tracking.get("uri"))
-    root = tracking.get("artifact_root")
-    check = check_tracking(uri, None if root is None else str(root))
-    if not check.ok:
-        raise ConfigError(f"tracking.uri={safe_url(uri)}: {check.detail}; nothing was run. Fix: {check.fix}")
 
 
 def case_from_config(cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Any:

@@ -19,8 +19,6 @@ import os
 import re
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +30,12 @@ from omegaconf import DictConfig, OmegaConf
 from popfair.core.errors import MissingSecretError, PopfairError, require
 from popfair.core.types import Check
 from popfair.runtime.secrets import safe_url
+from popfair.sweep.storage import (  # noqa: F401 - check_cache: the sweep's and doctor's check too
+    check_cache,
+    nearest_existing,
+    tracking_problems,
+    tracking_store_folder,
+)
 
 log = logging.getLogger("popfair")
 
@@ -39,7 +43,6 @@ log = logging.getLogger("popfair")
 # documents; with image renderers, the rendered pages kept in the document store as well.
 BYTES_PER_ROW = {"text": 4_000, "image": 250_000}
 BYTES_PER_CASE = 5_000_000  # run artifacts: figures, samples, config, effects
-HTTP_TIMEOUT_S = 15.0  # a tracking server on a busy machine may take seconds to answer
 
 
 @dataclass
@@ -264,7 +267,7 @@ class Preflight:
         jobs = sorted(self.cases)
         by_device: dict[int, list[str]] = defaultdict(list)  # one check per file system
         for folder in self._disk:
-            by_device[os.stat(_existing(Path(folder))).st_dev].append(folder)
+            by_device[os.stat(nearest_existing(Path(folder))).st_dev].append(folder)
         for folders in by_device.values():
             check = check_disk(folders[0], sum(self._disk[f] for f in folders), len(jobs))
             self._found[(check.name, check.ok, check.detail, "")] = Finding(f"disk {', '.join(folders)}", check, jobs)
@@ -304,107 +307,30 @@ def check_shared_services(config: DictConfig) -> None:
     )
 
 
-def check_cache(location: str) -> Check:
-    """The response cache opens: a SQLite folder that can be written, or a reachable database."""
-    from popfair.store.responses import is_url, open_cache
-
-    try:
-        if is_url(location) or Path(location).is_dir():
-            with open_cache(location):
-                pass
-        else:  # made by the first case: where it will be made must be writable
-            _writable(Path(location))
-    except Exception as exc:  # noqa: BLE001 - reported as the check's result
-        fix = "cache_url=<a reachable database>" if is_url(location) else "cache_dir=<a writable folder>"
-        message = str(exc) if isinstance(exc, PopfairError) else f"cannot open the response cache: {exc}"
-        return Check("cache", False, " ".join(message.split()), fix)
-    kind = "server database" if is_url(location) else "SQLite folder, writable"
-    return Check("cache", True, f"opens ({kind})")
-
-
-def _writable(folder: Path) -> None:
-    """OSError unless a file can be written in `folder` (or, if missing, in the folder it will be made in)."""
-    with tempfile.NamedTemporaryFile(dir=_existing(folder), prefix=".popfair-preflight-"):
-        pass
-
-
 def check_tracking(uri: str, artifact_root: str | None) -> Check:
     """The MLflow store can be written (a SQLite file's folder or a file store, and the artifact
     folder) or the tracking server answers (its /health, then an authenticated experiments search
-    with MLflow's usual credential variables). Other database stores are left to MLflow."""
-    scheme, _, path = uri.partition("://")
-    try:
-        if scheme in ("http", "https"):
-            _probe_mlflow_server(uri.rstrip("/"))
-            found = "reachable"
-        elif scheme in ("sqlite", "file"):
-            # sqlite:///relative/mlflow.db, sqlite:////absolute/mlflow.db, file:///folder
-            _writable(Path(path[1:]).parent if scheme == "sqlite" else Path(path))
-            found = "writable"
-        else:
-            found = f"a {scheme} database store: left to MLflow"
-        if artifact_root and "://" not in str(artifact_root):
-            _writable(Path(str(artifact_root)))
-    except Exception as exc:  # noqa: BLE001 - reported as the check's result
-        return Check(
-            "tracking",
-            False,
-            f"the MLflow store is not usable: {exc}",
-            "tracking.uri=<a writable sqlite:///path/mlflow.db or a running mlflow server>, or tracking=none",
-        )
-    return Check("tracking", True, found)
-
-
-def _probe_mlflow_server(base: str) -> None:
-    """OSError/URLError unless the server is up and accepts our credentials (if it asks for any)."""
-    with urllib.request.urlopen(f"{base}/health", timeout=HTTP_TIMEOUT_S):
-        pass
-    request = urllib.request.Request(
-        f"{base}/api/2.0/mlflow/experiments/search",
-        data=json.dumps({"max_results": 1}).encode(),
-        headers={"Content-Type": "application/json", **_mlflow_auth()},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S):
-            pass
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            raise OSError(
-                f"the server refused the credentials (HTTP {exc.code}); set MLFLOW_TRACKING_USERNAME and "
-                "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
-            ) from None
-        raise
-
-
-def _mlflow_auth() -> dict[str, str]:
-    """The Authorization header MLflow's client would send, from its environment variables."""
-    import base64
-
-    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
-    if token:
-        return {"Authorization": f"Bearer {token}"}
-    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user and password:
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-    return {}
+    with MLflow's usual credential variables). Other database stores are left to MLflow. A failure
+    names its own key: the store (`tracking.uri`) or the artifact folder (`tracking.artifact_root`)."""
+    problems = tracking_problems(uri, artifact_root)
+    if problems:
+        problem = problems[0]
+        detail = problem.detail if problem.key == "tracking.uri" else f"{problem.key}={problem.value}: {problem.detail}"
+        return Check("tracking", False, detail, problem.fix)
+    if uri.startswith(("http://", "https://")):
+        return Check("tracking", True, "reachable")
+    if tracking_store_folder(uri) is not None:
+        return Check("tracking", True, "writable")
+    return Check("tracking", True, f"a {uri.partition('://')[0]} database store: left to MLflow")
 
 
 def check_disk(folder: str, need: int, cases: int) -> Check:
     """Free space where the cases write (cache, artifacts) against a rough estimate of what they write."""
-    free = shutil.disk_usage(_existing(Path(folder))).free
+    free = shutil.disk_usage(nearest_existing(Path(folder))).free
     text = f"{_gib(free)} free; the {cases} case(s) write about {_gib(need)} here"
     if free < need:
         return Check("disk", False, text, "free some space, or point cache_dir / tracking.artifact_root elsewhere")
     return Check("disk", True, text)
-
-
-def _existing(path: Path) -> Path:
-    """`path`, or its nearest folder that exists (what a case will create lies on that file system)."""
-    path = path.resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 def _gib(n: int) -> str:

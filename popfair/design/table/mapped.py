@@ -142,7 +142,10 @@ class MappedTable(TableCoding):
         self.types = dict(zip(described["column_name"], described["column_type"]))
         rows_read = self._count(SOURCE)
         if rows_read == 0:
-            raise DataError(f"{source.key}: {source.description} has no rows")
+            raise DataError(
+                f"{source.key}: {source.description} has no rows"
+                + (f" (only column names: {_listed(source.columns)})" if source.kind != "database" else "")
+            )
         self.filters = self._filters()
         where = " AND ".join(f"({f})" for f in self.filters) or "true"
         source.sql(f"CREATE VIEW {FILTERED} AS SELECT * FROM {SOURCE} WHERE {where}", "table.where")
@@ -469,3 +472,9 @@ class MappedTable(TableCoding):
         row = self.source.sql(f"SELECT y FROM {MAPPED} ORDER BY y DESC LIMIT 1 OFFSET {k - 1}").fetchone()
         assert row is not None
         return float(row[0]), False
+
+
+def _listed(names: list[str], at_most: int = 10) -> str:
+    """Names joined with commas, the first `at_most` of them and how many more."""
+    more = f", ... ({len(names) - at_most} more)" if len(names) > at_most else ""
+    return ", ".join(names[:at_most]) + more

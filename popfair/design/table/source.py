@@ -38,6 +38,9 @@ log = logging.getLogger("popfair")
 MEMORY_LIMIT = os.environ.get("POPFAIR_TABLE_MEMORY", "1GB")  # DuckDB's buffer; beyond it, it spills to disk
 FETCH_BATCH = 100_000  # database rows per batch moved into DuckDB
 SOURCE = "source_rows"  # the relation every later query reads
+# Roles whose values are labels, read as text from a CSV whatever its sniffer guesses: a sex column of
+# only "f" is not a boolean, a race code "01" is not the number 1, a requisition id is not a date.
+TEXT_ROLES = ("sex", "race", "applicant_id", "cluster", "pair_id", "posting_id")
 ROW_HASH = "__popfair_row_hash"  # a file's whole row, hashed: exact duplicates without an applicant id
 
 
@@ -130,6 +133,8 @@ def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings, shown_as
         )
     fmt = settings.file_format
     description = shown_as or str(path.resolve())
+    if fmt in ("csv", "jsonl") and _blank(path):  # DuckDB would read it as one column named column0
+        raise DataError(f"table.path: {description} is empty: no column names and no rows")
     hasher: Future[str] = Future()
     threading.Thread(target=_sha256_into, args=(path, hasher), daemon=True).start()  # beside the reading
     options = dict(settings.read_options)
@@ -140,6 +145,9 @@ def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings, shown_as
             relation = con.sql("SELECT * FROM excel_frame")
         elif fmt == "csv":
             relation = con.read_csv(str(path), **options)
+            text = _text_types(settings, list(relation.columns), options.get("dtype"))
+            if text is not None:  # read again with the category columns as text (the sniff costs milliseconds)
+                relation = con.read_csv(str(path), **{**options, "dtype": text})
         elif fmt == "parquet":
             relation = con.read_parquet(str(path), **options)
         else:
@@ -165,6 +173,28 @@ def _open_file(con: duckdb.DuckDBPyConnection, settings: TableSettings, shown_as
     if fmt == "excel":
         con.unregister("excel_frame")
     return source
+
+
+def _blank(path: Path) -> bool:
+    """Whether a text file holds nothing but white space (0 bytes included); reading stops at the first
+    character that is not (at once, for any real table)."""
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 16):
+            if chunk.strip():
+                return False
+    return True
+
+
+def _text_types(settings: TableSettings, available: list[str], given: Any) -> dict[str, str] | None:
+    """DuckDB's `dtype` for a CSV: the category columns (TEXT_ROLES) as VARCHAR, the types the user
+    gave (table.read_options.dtype) kept; None when there is nothing to add or the user gave a list."""
+    if given is not None and not isinstance(given, dict):
+        return None
+    mapped = settings.columns.single()
+    text = {mapped[role]: "VARCHAR" for role in TEXT_ROLES if mapped.get(role) in available}
+    if not text:
+        return None
+    return {**text, **(given or {})}
 
 
 def _read_excel(path: Path, settings: TableSettings) -> pd.DataFrame:

@@ -88,6 +88,40 @@ class PairedGapResult:
         return self.as_dict()[key]
 
 
+def _complete_pairs(
+    pairs: pd.DataFrame, y_adv: str, y_other: str, cluster: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The pairs with both 0/1 decisions and a cluster: x1 and x0 decisions, cluster codes (0..G-1,
+    G >= 2) and how many pairs were dropped; EstimationError naming what makes the table unusable."""
+    missing = [col for col in (y_adv, y_other, cluster) if col not in pairs.columns]
+    if missing:
+        raise EstimationError(f"paired_gap: pairs table lacks columns {missing}; has {list(pairs.columns)}")
+    adv = pd.to_numeric(pairs[y_adv], errors="coerce").to_numpy(dtype=float)
+    other = pd.to_numeric(pairs[y_other], errors="coerce").to_numpy(dtype=float)
+    complete = ~(np.isnan(adv) | np.isnan(other)) & pairs[cluster].notna().to_numpy()
+    n_dropped = int((~complete).sum())
+    adv, other = adv[complete], other[complete]
+    if len(adv) == 0:
+        raise EstimationError(
+            f"paired_gap: none of {len(pairs)} pairs has both decisions "
+            f"({y_adv}, {y_other}); every pair is missing a side"
+        )
+    not_binary = ~np.isin(adv, (0.0, 1.0)) | ~np.isin(other, (0.0, 1.0))
+    if not_binary.any():
+        raise EstimationError(
+            f"paired_gap: decisions must be 0/1 callbacks; found values "
+            f"{sorted(set(np.r_[adv, other][np.r_[not_binary, not_binary]]))[:5]}"
+        )
+    codes, _ = pd.factorize(pairs.loc[complete, cluster])
+    n_clusters = int(codes.max()) + 1
+    if n_clusters < 2:
+        raise EstimationError(
+            f"paired_gap: the {len(adv)} complete pairs lie in {n_clusters} "
+            f"{cluster} cluster; clustered inference needs at least 2"
+        )
+    return adv, other, codes, n_dropped
+
+
 def paired_gap(
     pairs: pd.DataFrame,
     *,
@@ -134,33 +168,9 @@ def paired_gap(
     >>> round(result.gap_pp, 1), result.b, result.c
     (50.0, 100, 0)
     """
-    missing = [col for col in (y_adv, y_other, cluster) if col not in pairs.columns]
-    if missing:
-        raise EstimationError(f"paired_gap: pairs table lacks columns {missing}; has {list(pairs.columns)}")
     validate(PairedGap.parameter_constraints, {"n_bootstrap": n_bootstrap, "alpha": alpha, "seed": seed})
-    adv = pd.to_numeric(pairs[y_adv], errors="coerce").to_numpy(dtype=float)
-    other = pd.to_numeric(pairs[y_other], errors="coerce").to_numpy(dtype=float)
-    complete = ~(np.isnan(adv) | np.isnan(other)) & pairs[cluster].notna().to_numpy()
-    n_dropped = int((~complete).sum())
-    adv, other = adv[complete], other[complete]
-    if len(adv) == 0:
-        raise EstimationError(
-            f"paired_gap: none of {len(pairs)} pairs has both decisions "
-            f"({y_adv}, {y_other}); every pair is missing a side"
-        )
-    not_binary = ~np.isin(adv, (0.0, 1.0)) | ~np.isin(other, (0.0, 1.0))
-    if not_binary.any():
-        raise EstimationError(
-            f"paired_gap: decisions must be 0/1 callbacks; found values "
-            f"{sorted(set(np.r_[adv, other][np.r_[not_binary, not_binary]]))[:5]}"
-        )
-    codes, _ = pd.factorize(pairs.loc[complete, cluster])
+    adv, other, codes, n_dropped = _complete_pairs(pairs, y_adv, y_other, cluster)
     n_clusters = int(codes.max()) + 1
-    if n_clusters < 2:
-        raise EstimationError(
-            f"paired_gap: the {len(adv)} complete pairs lie in {n_clusters} "
-            f"{cluster} cluster; clustered inference needs at least 2"
-        )
     diff = adv - other
     b, c = int((diff > 0).sum()), int((diff < 0).sum())
     chi2, p_mcnemar = mcnemar_cc(b, c)

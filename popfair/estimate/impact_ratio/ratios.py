@@ -18,13 +18,14 @@ Every table goes through counts per (cluster x) sex x race cell and `popfair.est
 bootstrap CIs over clusters (applicants without clusters) that re-choose the reference in every
 replicate, and a permutation test of "no category differs" that says which four-fifths flags survive
 the choice of reference. Score cutoffs (median, top share) are the sample's, held fixed in the bootstrap.
+Beside them: Fisher's exact and the Z test against the reference (`pairwise`). A dimension of fewer than
+two categories in the ratios compares nothing: a note, or a DataError when no dimension has two.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -34,8 +35,10 @@ from popfair.core.constraints import Options, Rules, Text, validate
 from popfair.core.errors import DataError, EstimationError
 from popfair.core.race_coding import RACE_SCHEMES, recode_race
 from popfair.core.types import Effects, Roles
+from popfair.estimate.impact_ratio.dimensions import dimension_maps, not_compared
 from popfair.estimate.impact_ratio.inference import RatioInference, count_values, infer_groupings
-from popfair.estimate.impact_ratio.labels import category_label
+from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
+from popfair.estimate.impact_ratio.pairwise import reference_tests
 from popfair.estimate.impact_ratio.resampling import Units
 from popfair.estimate.impact_ratio.settings import (
     DEFAULT_CLUSTER,
@@ -77,8 +80,10 @@ def impact_ratios(
     -------
     ImpactRatios
         `table` (one row per metric x dimension x category: rates, impact ratios with bootstrap CIs,
-        flags, Fisher and chi-square tests), `summary()` / `markdown()` in the layout of published
-        audits, `plot()` (drawn by `popfair.track.figures.draw`), `metrics()` and `effects()`.
+        four-fifths flags and whether each survives the reference-aware test, each category's Fisher
+        exact and two-proportion Z tests against the reference), `summary()` / `markdown()` in the
+        layout of published audits, `plot()` (drawn by `popfair.track.figures.draw`), `metrics()` and
+        `effects()`.
 
     Examples
     --------
@@ -129,6 +134,7 @@ def impact_ratios_from_counts(
     sex: str = "sex",
     race: str = "race",
     n: str = "n",
+    require_comparison: bool = True,
 ) -> ImpactRatios:
     """The NYC Local Law 144 tables from counts of applicants per (cluster x) sex x race cell.
 
@@ -152,6 +158,9 @@ def impact_ratios_from_counts(
         alpha, seed (`outcome`, `top_share`, `min_score`, `cluster` are not used here).
     sex, race, n : str
         Column names.
+    require_comparison : bool, default True
+        Stop (DataError) when no dimension has two categories in the ratios; False: the tables, with a
+        note per dimension that compares nothing (one period of several, one look of a watch).
 
     Returns
     -------
@@ -177,6 +186,7 @@ def impact_ratios_from_counts(
         thresholds=thresholds,
         cluster=cluster,
         settings=settings,
+        require_comparison=require_comparison,
     )
 
 
@@ -191,6 +201,7 @@ def _ll144(
     thresholds: dict[str, float],
     cluster: str | None,
     settings: ImpactRatioSettings,
+    require_comparison: bool = True,
 ) -> ImpactRatios:
     """Counts per (cluster x) sex x race cell -> the tables, through `infer_groupings` (the same
     code that every other impact-ratio audit uses)."""
@@ -226,7 +237,7 @@ def _ll144(
     if cluster_values is None:  # independent applicants: each metric splits the cells into selected or not
         units_by_metric = [Units.of_applicants(cell_n, _sum_by(cell, c, n_cells)) for c in chosen.T]
     total = float(n.sum())
-    dimensions = _dimension_maps(sex_levels, race_levels)
+    dimensions = dimension_maps(sex_levels, race_levels)
     groupings = []
     for mapping in dimensions.values():
         n_cat = cell_n @ mapping.matrix
@@ -234,6 +245,16 @@ def _ll144(
         small = known & (n_cat / total < settings.min_category_share)
         included = known & (n_cat > 0) & ~(small & settings.exclude_small)
         groupings.append((mapping.matrix.argmax(axis=1), mapping.categories, included))
+    lone = {
+        dim: not_compared(dim, mapping.categories, (cell_n @ mapping.matrix) > 0, g[2], settings.min_category_share)
+        for (dim, mapping), g in zip(dimensions.items(), groupings)
+        if g[2].sum() < 2
+    }
+    if require_comparison and len(lone) == len(dimensions):  # ratios of 1 and "no pattern" would read as a result
+        raise DataError(
+            f"impact ratios: nothing was compared: {lone['sex']}, and {lone['race']}; "
+            "a comparison needs at least two categories of sex or of race"
+        )
 
     def infer(units: Units) -> list[list[RatioInference]]:
         return infer_groupings(
@@ -247,12 +268,16 @@ def _ll144(
         )
 
     inference = infer(units) if cluster_values is not None else [infer(u)[0] for u in units_by_metric]
-    blocks, tests, notes = [], [], []
+    blocks, tests = [], []
+    notes = [f"{DIMENSION_TITLES[dim]}: nothing compared: {why}" for dim, why in lone.items()]
     for (metric, cutoff), results in zip(thresholds.items(), inference):
         for (dim, mapping), result, (_, _, included) in zip(dimensions.items(), results, groupings):
             t = result.table
             is_unknown = np.arange(len(t)) == len(t) - 1
             share = t["n"].to_numpy() / total
+            pairwise = reference_tests(
+                t["n"].to_numpy(float), t["selected"].to_numpy(float), included, t["is_reference"].to_numpy(bool)
+            )
             block = pd.DataFrame(
                 {
                     "metric": metric,
@@ -265,6 +290,7 @@ def _ll144(
                     "share": share,
                     "n_selected": t["selected"].round().astype(np.int64).to_numpy(),
                     **{c: t[c].to_numpy() for c in RESULT_COLUMNS},
+                    **{c: v.to_numpy() for c, v in pairwise.items()},
                     "threshold": cutoff,
                 }
             )
@@ -332,33 +358,6 @@ def _select(metric: Metric, values: np.ndarray) -> tuple[float, np.ndarray]:
     else:
         cutoff = float(metric.value or 0.0)
     return cutoff, (values >= cutoff).astype(float)
-
-
-@dataclass(frozen=True)
-class _Dimension:
-    categories: list[str]  # known categories, then UNKNOWN last
-    matrix: np.ndarray  # cells x categories, 0/1
-
-
-def _dimension_maps(sex_levels: list[str], race_levels: list[str]) -> dict[str, _Dimension]:
-    """How the (sex incl. unknown) x (race incl. unknown) cells add up to each dimension's categories."""
-    n_sex, n_race = len(sex_levels), len(race_levels)
-    s, r = np.divmod(np.arange((n_sex + 1) * (n_race + 1)), n_race + 1)
-    known = (s < n_sex) & (r < n_race)
-    columns = {
-        "sex": (sex_levels, s),
-        "race": (race_levels, r),
-        "sex_race": (
-            [f"{a}-{b}" for a in sex_levels for b in race_levels],
-            np.where(known, s * n_race + r, n_sex * n_race),
-        ),
-    }
-    out = {}
-    for dim, (levels, column) in columns.items():
-        matrix = np.zeros((len(s), len(levels) + 1))
-        matrix[np.arange(len(s)), column] = 1.0
-        out[dim] = _Dimension(categories=[*levels, UNKNOWN], matrix=matrix)
-    return out
 
 
 def _outcome_values(column: pd.Series, y: str) -> np.ndarray:

@@ -17,6 +17,7 @@ from popfair.estimate.impact_ratio.labels import (
     metric_description,
     metric_key,
 )
+from popfair.estimate.impact_ratio.pairwise import PAIRWISE_CONSOLE, PAIRWISE_NOTE
 from popfair.estimate.impact_ratio.settings import ImpactRatioSettings
 
 
@@ -28,6 +29,7 @@ class ImpactRatios:
     n_applicants, share, n_selected, rate (+ CI), impact_ratio (+ se, CI), status (included /
     excluded / unknown), small, is_reference, flag (ratio < flag_below), flag_ci (CI upper bound
     below it too), p_adjusted and flag_survives (the reference-aware test: `RatioInference`),
+    fisher_p, z and z_p (each category against the reference, conditional on its choice: `pairwise`),
     threshold (the cutoff the metric used on the sample). `tests`: per metric x dimension, the
     test of "no category differs" (p_value, min_ratio, null_flag_rate, null_method, explanation)."""
 
@@ -82,6 +84,9 @@ class ImpactRatios:
                 f"flag_below_{self.settings.flag_below:g}": np.where(t["flag"], "yes", ""),
                 "adjusted_p": t["p_adjusted"].round(4),
                 "flag_survives_test": np.where(t["flag"], np.where(t["flag_survives"], "yes", "no"), ""),
+                "fisher_p": t["fisher_p"].round(4),
+                "z": t["z"].round(2),
+                "z_p": t["z_p"].round(4),
                 "note": notes,
             }
         )
@@ -109,6 +114,7 @@ class ImpactRatios:
         for dimension, count in self.n_unknown().items():
             lines.append(f"- Applicants with unknown {DIMENSION_TITLES[dimension].lower()} category: {count}")
         lines.extend(f"- Note: {note}" for note in self.notes)
+        lines.append(f"- {PAIRWISE_NOTE}")
         if self.table["status"].eq("excluded").any():
             lines.append(f"- Excluded categories: {self.settings.exclusion_justification}")
         explanations = self.explanations()
@@ -154,6 +160,10 @@ class ImpactRatios:
                 out[f"{name}.ratio"] = float(row.impact_ratio)
                 out[f"{name}.ci_low"] = float(row.ci_low)
                 out[f"{name}.ci_high"] = float(row.ci_high)
+                if not row.is_reference:  # against the reference, conditional on its choice: said in the key
+                    out[f"{name}.given_reference.fisher_p"] = float(row.fisher_p)
+                    out[f"{name}.given_reference.z"] = float(row.z)
+                    out[f"{name}.given_reference.z_p"] = float(row.z_p)
         for test in self.tests.itertuples():
             out[f"ll144.{test.metric}.{test.dimension}.p_value"] = float(test.p_value)
             out[f"ll144.{test.metric}.{test.dimension}.null_flag_rate"] = float(test.null_flag_rate)
@@ -192,4 +202,11 @@ class ImpactRatios:
             "impact_ratios/tests.csv": self.tests.set_index(["metric", "dimension"]),
             "impact_ratios/impact_ratios.png": self.plot(),
         }
-        return Effects(table=table, labels=self.labels(), metrics=self.metrics(), artifacts=artifacts, detail=self)
+        return Effects(
+            table=table,
+            labels=self.labels(),
+            metrics=self.metrics(),
+            artifacts=artifacts,
+            detail=self,
+            notes=[*self.notes, PAIRWISE_CONSOLE],
+        )

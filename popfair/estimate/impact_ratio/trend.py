@@ -229,6 +229,7 @@ def impact_ratios_by_period(
             thresholds=thresholds,
             cluster=cluster,
             settings=settings,
+            require_comparison=False,  # a period of one category says so in its notes; the others still count
         )
         for p in periods
     }

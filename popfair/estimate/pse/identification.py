@@ -63,14 +63,14 @@ def mean_diagnostics(
     rows = []
     for j, (target, (v, w, u)) in enumerate(TARGETS.items()):
         weight = pi3[:, j]
-        mass = float(np.square(weight.sum())) / max(float(np.square(weight).sum()), 1e-300)
+        ess = float(np.square(weight.sum())) / max(float(np.square(weight).sum()), 1e-300)
         own = a == v
         rows.append(
             {
                 "mean": target,
                 "mass_pi3": float(weight.mean()),
                 "mass_pi2": float(pi2[:, j].mean()),
-                "ess": mass,
+                "ess": ess,
                 "crossing": float(crossing[own, j].sum()) if (v != w or w != u) else np.nan,
                 "share_clipped": float(clipped[own, j].mean()) if own.any() else np.nan,
             }

@@ -28,7 +28,7 @@ from scipy import stats
 from popfair.core.constraints import Interval, Options, Rules, validate
 from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Profiles, Roles
-from popfair.estimate.impact_ratio.inference import impact_ratio_inference
+from popfair.estimate.impact_ratio.inference import RatioInference, impact_ratio_inference
 from popfair.estimate.ranking.model import (
     GROUP,
     SE_KINDS,
@@ -149,6 +149,21 @@ class RankingEstimator:
         )
 
 
+class _EffectRows(list):
+    """The rows of the effects table, added effect by effect."""
+
+    def add(self, effect: str, estimate: float, se: float, low: float, high: float, null: float, **extra: Any) -> None:
+        """One effect; `null` is its value when no group or position matters."""
+        self.append(
+            {"effect": effect, "estimate": estimate, "se": se, "ci_low": low, "ci_high": high, "null": null, **extra}
+        )
+
+    def table(self) -> pd.DataFrame:
+        table = pd.DataFrame(self).set_index("effect")
+        table["significant"] = (table["ci_low"] > table["null"]) | (table["ci_high"] < table["null"])
+        return table
+
+
 def ranking_effects(
     trials: RankTrials,
     *,
@@ -162,86 +177,31 @@ def ranking_effects(
     seed: int = 0,
 ) -> Effects:
     """All ranking estimates of `trials` as an Effects table (index: effect names)."""
-    k, n = trials.k, len(trials.rank)
     groups = trials.groups
     if reference not in groups:
         raise EstimationError(f"estimator.reference: {reference!r} is not one of the groups {groups}")
-    winner = trials.rank == 1
-    rows: list[dict[str, Any]] = []
-
-    def add(effect: str, estimate: float, se_: float, low: float, high: float, null: float, **extra: Any) -> None:
-        """One effect; `null` is its value when no group or position matters."""
-        rows.append(
-            {"effect": effect, "estimate": estimate, "se": se_, "ci_low": low, "ci_high": high, "null": null, **extra}
-        )
-
-    # top-1 rates and impact ratios: trial = cluster (reference-choice-aware inference)
-    counts = pd.DataFrame(
-        {
-            "cluster": np.repeat(np.arange(n), k),
-            "category": np.tile(np.array(groups, dtype=object), n),
-            "n": 1,
-            "selected": winner.ravel().astype(np.int64),
-        }
-    )
-    ratios = impact_ratio_inference(
-        counts,
+    rows = _EffectRows()
+    ratios = _top1_effects(
+        trials,
+        rows,
         n_bootstrap=n_bootstrap,
         n_permutations=n_permutations,
         alpha=alpha,
         flag_below=flag_below,
         seed=seed,
     )
-    table = ratios.table
-    for g in groups:
-        r = table.loc[g]
-        add(f"top1.{slug(g)}", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
-    for g in groups:
-        r = table.loc[g]
-        add(
-            f"impact_ratio.{slug(g)}",
-            r["impact_ratio"],
-            r["ratio_se"],
-            r["ci_low"],
-            r["ci_high"],
-            1.0,
-            flag=bool(r["flag"]),
-            p_value=r["p_adjusted"],
-        )
-    # mean ranks, and P(ranked above the reference)
-    filled = trials.filled_rank()
-    mean, se_, low, high = trial_mean(filled, alpha)
-    for i, g in enumerate(groups):
-        add(f"mean_rank.{slug(g)}", mean[i], se_[i], low[i], high[i], (k + 1) / 2)
-    ref = groups.index(reference)
-    above = (filled[:, :, None] < filled[:, None, :]) + 0.5 * (filled[:, :, None] == filled[:, None, :])
-    pair_mean, pair_se, pair_low, pair_high = trial_mean(above.reshape(n, k * k).astype(float), alpha)
-    for i, g in enumerate(groups):
-        if i != ref:
-            j = i * k + ref
-            add(f"above.{slug(g)}_vs_{slug(reference)}", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
-    # position effects: the winner's shown position
-    shown_first = np.zeros((n, k))
-    rows_won, groups_won = np.nonzero(winner)
-    shown_first[rows_won, trials.position[rows_won, groups_won] - 1] = 1.0
-    ranked_trials = winner.any(axis=1)
-    mean, se_, low, high = trial_mean(shown_first[ranked_trials], alpha)
-    for p in range(k):
-        add(f"top1_position.{p + 1}", mean[p], se_[p], low[p], high[p], 1 / k)
-    # the rank-ordered logit
+    pairwise = _rank_effects(trials, rows, reference, alpha)
+    _position_effects(trials, rows, alpha)
     fit = fit_rank_logit(trials, reference=reference, reference_position=reference_position, se=se)
     z = stats.norm.ppf(1 - alpha / 2)
     for name, b, s in zip(fit.names, fit.params, fit.se):
-        add(f"logit.{name}", b, s, b - z * s, b + z * s, 0.0, p_value=2 * stats.norm.sf(abs(b / s)))
-    effects_table = pd.DataFrame(rows).set_index("effect")
-    effects_table["significant"] = (effects_table["ci_low"] > effects_table["null"]) | (
-        effects_table["ci_high"] < effects_table["null"]
-    )
+        rows.add(f"logit.{name}", b, s, b - z * s, b + z * s, 0.0, p_value=2 * stats.norm.sf(abs(b / s)))
+    effects_table = rows.table()
     group_chi2, group_df, group_p = fit.wald("group")
     position_chi2, position_df, position_p = fit.wald("position")
     metrics = {
-        "ranking.trials": float(n),
-        "ranking.partial_trials": float((np.isfinite(trials.rank).sum(axis=1) < k).sum()),
+        "ranking.trials": float(len(trials.rank)),
+        "ranking.partial_trials": float((np.isfinite(trials.rank).sum(axis=1) < trials.k).sum()),
         "ranking.logit_stages": float(fit.n_stages),
         "ranking.logit_converged": float(fit.converged),
         "ranking.no_group_differs_logit_p": group_p,
@@ -256,11 +216,10 @@ def ranking_effects(
         labels.append(f"groups differ in the ranking (logit Wald p={group_p:.3g}, df={group_df})")
     if position_p <= alpha:
         labels.append(f"position effect (logit Wald p={position_p:.3g}, df={position_df})")
+    table = ratios.table
     flagged = table.index[table["flag_survives"].fillna(False).astype(bool)].tolist()
     if flagged:
         labels.append(f"impact ratio below {flag_below:g} survives the test: {', '.join(flagged)}")
-    pairwise = pd.DataFrame(pair_mean.reshape(k, k), index=groups, columns=groups)
-    pairwise.index.name = "P(row ranked above column)"
     forest = effects_table.loc[[i for i in effects_table.index if i.startswith("logit.")]]
     artifacts: dict[str, Any] = {
         "ranking/impact_ratios.csv": table,
@@ -273,3 +232,65 @@ def ranking_effects(
         "ranking/impact_ratios.txt": ratios.explain(),
     }
     return Effects(table=effects_table, labels=labels, metrics=metrics, artifacts=artifacts)
+
+
+def _top1_effects(trials: RankTrials, rows: _EffectRows, **inference: Any) -> RatioInference:
+    """Top-1 rates and impact ratios, a trial being a cluster (reference-choice-aware inference)."""
+    k, n, groups = trials.k, len(trials.rank), trials.groups
+    counts = pd.DataFrame(
+        {
+            "cluster": np.repeat(np.arange(n), k),
+            "category": np.tile(np.array(groups, dtype=object), n),
+            "n": 1,
+            "selected": (trials.rank == 1).ravel().astype(np.int64),
+        }
+    )
+    ratios = impact_ratio_inference(counts, **inference)
+    table = ratios.table
+    for g in groups:
+        r = table.loc[g]
+        rows.add(f"top1.{slug(g)}", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
+    for g in groups:
+        r = table.loc[g]
+        rows.add(
+            f"impact_ratio.{slug(g)}",
+            r["impact_ratio"],
+            r["ratio_se"],
+            r["ci_low"],
+            r["ci_high"],
+            1.0,
+            flag=bool(r["flag"]),
+            p_value=r["p_adjusted"],
+        )
+    return ratios
+
+
+def _rank_effects(trials: RankTrials, rows: _EffectRows, reference: str, alpha: float) -> pd.DataFrame:
+    """Mean ranks, and P(ranked above the reference); returns every pair's P(row above column)."""
+    k, n, groups = trials.k, len(trials.rank), trials.groups
+    filled = trials.filled_rank()
+    mean, se, low, high = trial_mean(filled, alpha)
+    for i, g in enumerate(groups):
+        rows.add(f"mean_rank.{slug(g)}", mean[i], se[i], low[i], high[i], (k + 1) / 2)
+    ref = groups.index(reference)
+    above = (filled[:, :, None] < filled[:, None, :]) + 0.5 * (filled[:, :, None] == filled[:, None, :])
+    pair_mean, pair_se, pair_low, pair_high = trial_mean(above.reshape(n, k * k).astype(float), alpha)
+    for i, g in enumerate(groups):
+        if i != ref:
+            j = i * k + ref
+            rows.add(f"above.{slug(g)}_vs_{slug(reference)}", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
+    pairwise = pd.DataFrame(pair_mean.reshape(k, k), index=groups, columns=groups)
+    pairwise.index.name = "P(row ranked above column)"
+    return pairwise
+
+
+def _position_effects(trials: RankTrials, rows: _EffectRows, alpha: float) -> None:
+    """Position effects: the share of winners shown at each position."""
+    k, n = trials.k, len(trials.rank)
+    winner = trials.rank == 1
+    shown_first = np.zeros((n, k))
+    rows_won, groups_won = np.nonzero(winner)
+    shown_first[rows_won, trials.position[rows_won, groups_won] - 1] = 1.0
+    mean, se, low, high = trial_mean(shown_first[winner.any(axis=1)], alpha)
+    for p in range(k):
+        rows.add(f"top1_position.{p + 1}", mean[p], se[p], low[p], high[p], 1 / k)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from popfair.core.errors import require
 from popfair.screen.limits import run_coroutine
 from popfair.screen.pricing import TOKENS_AREA_IMAGES
-from popfair.screen.providers.base import Completion, Provider, TransientError, register_provider
+from popfair.screen.providers.base import Completion, Provider, TransientError, register_provider, require_key_variable
 from popfair.screen.providers.openai_chat import MALFORMED, aiohttp_client, sdk_error, sdk_errors
 
 if TYPE_CHECKING:  # annotations only: prompts pulls in the designs, and choosing a route loads the adapters
@@ -65,11 +64,7 @@ class AnthropicMessages(Provider):
 
     @classmethod
     def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
-        require(
-            api_key_env is not None,
-            "screener.api_key_env",
-            f"provider {cls.kind} needs the name of the environment variable holding the API key",
-        )
+        require_key_variable(cls.kind, api_key_env)
 
     def probe(self, timeout_s: float) -> bool:
         """GET /v1/models/{model}: a 404 says the id is unknown."""

@@ -246,6 +246,16 @@ def _keyed(digest: Any, part: bytes) -> Any:
     return digest
 
 
+def require_key_variable(kind: str, api_key_env: str | None) -> None:
+    """`check_settings` of a provider whose SDK has no credential chain of its own: the route must
+    name the variable holding the key."""
+    require(
+        api_key_env is not None,
+        "screener.api_key_env",
+        f"provider {kind} needs the name of the environment variable holding the API key",
+    )
+
+
 class Provider(ABC):
     """One model behind one endpoint. `body` is the exact request the SDK sends; `cache_key`
     identifies it (model, parameters, messages, images) for the response cache."""
@@ -270,6 +280,8 @@ class Provider(ABC):
     # Error hints: the settings named in the fix of a stop message or a failed pre-flight check (the
     # key hint and timeout are the screener's: `failure_hints`).
     hints: ClassVar[FailureHints] = FailureHints()
+    # The generation settings this provider's requests can carry beyond temperature and max tokens.
+    sampling_settings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ from popfair.screen.providers.base import (
     classify_status,
     network_error,
     register_provider,
+    require_key_variable,
 )
 
 if TYPE_CHECKING:  # annotations only: prompts pulls in the designs, and choosing a route loads the adapters
@@ -140,14 +141,11 @@ class OpenAIChat(Provider):
     base_url_env = "OPENAI_BASE_URL"
     default_url = "https://api.openai.com/v1"
     key_variables: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY",)
+    sampling_settings: ClassVar[frozenset[str]] = frozenset({"seed", "top_p"})
 
     @classmethod
     def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
-        require(
-            api_key_env is not None,
-            "screener.api_key_env",
-            f"provider {cls.kind} needs the name of the environment variable holding the API key",
-        )
+        require_key_variable(cls.kind, api_key_env)
 
     def probe(self, timeout_s: float) -> bool | None:
         """GET {base}/models through the SDK: True/False whether the model id is listed (None: the

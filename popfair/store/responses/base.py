@@ -3,7 +3,8 @@
 key   = sha256 of provider, endpoint and the full request (model, every generation parameter, the
         messages including image bytes): see Provider.cache_key.
 value = raw text, parsed value (or parse failure), token usage, dollars, latency, time.
-Each answer is committed as it arrives, so a crash or `kill -9` loses nothing already answered.
+Each answer is committed as it arrives, so a crash or `kill -9` loses no answer received; only the
+requests in flight at that moment (up to the engine's concurrency) are asked again by the rerun.
 API errors are never stored: a rerun asks again only what is missing. The same database keeps the ids
 of submitted provider batches, so a batch run resumes instead of paying twice.
 
