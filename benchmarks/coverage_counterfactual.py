@@ -1,7 +1,8 @@
 """Coverage study of the counterfactual design (estimator=counterfactual), with known truth.
 
 Cases: nurse x gender, software developer x gender and nurse x race (every bundled PUMS record of the
-occupation). Screeners (popfair.screen.simulated, noise sd 8, as benchmarks/coverage_identification.py):
+occupation, or `--applicants` resampled with PUMS weights per population draw: 4,000 in the study
+reported in docs/concepts/counterfactual_design.md, to run 216 replications in minutes). Screeners (popfair.screen.simulated, noise sd 8, as benchmarks/coverage_identification.py):
 - direct: reads X (+2 for x1) and the grouped name (or surname) typicality, education, experience;
 - blind: reads only raw first names (+4 for the 20 most common male first names; race: the 20 most
   common surnames of White applicants) plus education and experience; its true NDE is exactly 0;
@@ -9,11 +10,14 @@ occupation). Screeners (popfair.screen.simulated, noise sd 8, as benchmarks/cove
 
 The noise of a score is a hash of the document it is given (the applicant and the profile columns a
 text resume shows), as the simulated screener and the response cache make it: an applicant's own
-world and a world that changes X alone show the same document and get the same answer.
+world and a world that changes X alone show the same document and get the same answer. A screener
+can read X only where the page shows it, so the direct screener's documents show X (as a photo page
+does): its two NDE worlds are two documents with two answers.
 
-Each replication: one population draw (seed p) and every applicant's five worlds (the truth: the
-screener's expected score averaged over them, the finite-population effects; the full interventional
-design on the same draw), a world sample of the default budget (fraction 0.1 of the x0/x1
+Each replication: one population draw (seed p) and every applicant's five worlds, two truths on
+them: the screener's expected score averaged over every applicant's worlds (`truth`), and the full
+interventional design's realised answers, every applicant in every world with this replication's
+noise (`truth_realised`); a world sample of the default budget (fraction 0.1 of the x0/x1
 applicants, an independent simple random sample per replication), scores with noise seed r, and
 the combined estimator (`popfair.estimate.pse.design_based.combine`) beside the sample alone
 (`interventional.paired_effects`). On nurse x gender and nurse x race DML-UCA's factual TE is
@@ -21,11 +25,11 @@ estimated too (small XGBoost grid), and the design's TE is compared with it.
 
 Prints per case x screener x effect: coverage of the combined CI and of the sample-only CI, mean SE
 of each and their ratio; then the acceptance figures: every effect's coverage in 93-97%
-(Clopper-Pearson interval beside it), the blind screener's NDE CI covering 0 and its Case 1 labels,
+(Clopper-Pearson interval beside it) against each truth, the blind screener's NDE CI covering 0 and its Case 1 labels,
 and the TE agreement with DML (mean difference against the SE of that mean and the typical SE of one
 replication's difference).
 
-    nice python benchmarks/coverage_counterfactual.py --populations 3 --reps 8 --dml-reps 3 --csv cov_cf.csv
+    nice python benchmarks/coverage_counterfactual.py --populations 3 --reps 8 --dml-reps 3 --applicants 4000 --csv cov_cf.csv
 
 `--csv` keeps per-replication rows and resumes from them; rerunning prints the table from the file.
 """
@@ -65,15 +69,16 @@ SHOWN = ("applicant_id", "first_name", "surname", "state", "edu_level", "exp_yea
 DML_CASES = ("nurse:gender", "nurse:race")
 
 
-def document_keys(table: pd.DataFrame) -> pd.Series:
-    """What a text resume shows of a profile row: equal keys, equal documents (and answers)."""
-    columns = [table[c].astype(str) for c in SHOWN]
+def document_keys(table: pd.DataFrame, shows: tuple[str, ...] = ()) -> pd.Series:
+    """What a resume shows of a profile row (a text resume's columns, and `shows`): equal keys, equal
+    documents (and answers)."""
+    columns = [table[c].astype(str) for c in (*SHOWN, *shows)]
     return columns[0].str.cat(columns[1:], sep="\x1f")
 
 
-def scores(screener: SimulatedScreener, table: pd.DataFrame, seed: int) -> np.ndarray:
+def scores(screener: SimulatedScreener, table: pd.DataFrame, seed: int, shows: tuple[str, ...] = ()) -> np.ndarray:
     """The simulated screener's answers: index + noise hashed from the document, clipped to 0-100."""
-    u = hash_uniforms(document_keys(table), seed, "score")
+    u = hash_uniforms(document_keys(table, shows), seed, "score")
     return np.clip(screener.linear_index(table) + special.ndtri(u) * screener.noise_sd, 0.0, 100.0)
 
 
@@ -92,14 +97,15 @@ def replication(draw: tuple, case: str, pop_seed: int, kind: str, rep: int, frac
     truth = expected_effects(everyone, screener.expected(everyone, "score"))
     noise_seed = 1000 * pop_seed + 100 * KINDS.index(kind) + rep
     # the full interventional design's answers: every applicant in every world, this replication's noise
-    realised = expected_effects(everyone, scores(screener, everyone, noise_seed))
-    factual = eligible.assign(y=scores(screener, eligible, noise_seed))
+    shows = (roles.x,) if kind == "direct" else ()  # a screener reads X only where the page shows it
+    realised = expected_effects(everyone, scores(screener, everyone, noise_seed, shows))
+    factual = eligible.assign(y=scores(screener, eligible, noise_seed, shows))
     # the world sample: a simple random sample of the default budget, independent per replication
     n = max(2, round(fraction * len(eligible)))
     u = keyed_uniforms(eligible["applicant_id"], noise_seed, "coverage_sample")
     chosen = set(eligible["applicant_id"].iloc[np.argsort(u, kind="stable")[:n]])
     worlds = everyone[everyone["applicant_id"].isin(chosen)]
-    worlds = worlds.assign(y=scores(screener, worlds, noise_seed))
+    worlds = worlds.assign(y=scores(screener, worlds, noise_seed, shows))
     outcomes = worlds.pivot(index="applicant_id", columns=WORLD, values="y")[list(TARGETS)]
     start = time.perf_counter()
     combined = combine(factual, outcomes, roles, "y", seed=noise_seed)
