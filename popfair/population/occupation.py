@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from popfair.core.errors import require
@@ -13,7 +14,8 @@ from popfair.core.types import Job
 @dataclass
 class Occupation:
     """A PopResume occupation: ACS OCCP code, SOC code, the job description the screener sees,
-    and content pools renderers draw resume text from."""
+    and content pools renderers draw resume text from. `description_file`: a text file whose contents
+    replace `description` (a job text of the user's, e.g. the one a replication screened against)."""
 
     key: str
     title: str
@@ -21,9 +23,14 @@ class Occupation:
     soc: str
     description: str
     pools: Mapping[str, Any] = field(default_factory=dict)
+    description_file: str | None = None
 
     def __post_init__(self) -> None:
         require(bool(self.key), "occupation.key", "must be a non-empty name")
+        if self.description_file is not None:
+            path = Path(self.description_file).expanduser()
+            require(path.is_file(), "occupation.description_file", f"{path} is not a file")
+            self.description = path.read_text(encoding="utf-8")
         require(
             isinstance(self.occp, int) and 0 < self.occp < 10000,
             "occupation.occp",
@@ -52,6 +59,7 @@ def occupation_from_pums(
     description: str | None = None,
     soc: str = "",
     pools: Mapping[str, Any] | None = None,
+    description_file: str | None = None,
 ) -> Occupation:
     """Any of the 20 occupations in the bundled PUMS extract, by OCCP code (config `occupation=pums_occp`).
 
@@ -74,5 +82,11 @@ def occupation_from_pums(
         "experience relevant to the role, reliability, and strong communication and teamwork skills."
     )
     return Occupation(
-        key=key or f"occp{occp}", title=title, occp=occp, soc=soc, description=description, pools=dict(pools or {})
+        key=key or f"occp{occp}",
+        title=title,
+        occp=occp,
+        soc=soc,
+        description=description,
+        pools=dict(pools or {}),
+        description_file=description_file,
     )

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
+from popfair.core.constraints import Boolean, Interval, ListOf, Options, Rules, validate
 from popfair.core.constraints import Path as FilePath
 from popfair.core.errors import ConfigError, DataError, require
 from popfair.core.types import Profiles, Roles
@@ -66,7 +66,7 @@ from popfair.population.names import (
 )
 from popfair.population.occupation import Occupation
 from popfair.population.occupation_model import OccupationModel
-from popfair.population.protected import LEVELS, ProtectedAttribute
+from popfair.population.protected import INTERVENABLE, LEVELS, RACE_GROUPS, ProtectedAttribute, select_races
 from popfair.population.pums import (
     BELOW_HS_POLICIES,
     BUNDLED_NOTE,
@@ -245,6 +245,7 @@ class PopResumePopulation:
         "ca_tx": Options(transport.CA_TX_POLICIES),
         "transport_donors": Options(transport.DONOR_POLICIES),
         "experience_source": Options(EXPERIENCE_SOURCES),
+        "exclude_races": ListOf(Options(RACE_GROUPS), f"ACS race groups ({', '.join(RACE_GROUPS)})"),
     }
 
     def __init__(
@@ -256,6 +257,7 @@ class PopResumePopulation:
         ca_tx: str = "transport",
         transport_donors: str = "all",
         experience_source: str = "nlsy97",
+        exclude_races: tuple[str, ...] = (),  # ACS race groups left out of the applicants (RACE_GROUPS)
     ) -> None:
         validate(
             self.parameter_constraints,
@@ -267,6 +269,7 @@ class PopResumePopulation:
                 "ca_tx": ca_tx,
                 "transport_donors": transport_donors,
                 "experience_source": experience_source,
+                "exclude_races": list(exclude_races),
             },
         )
         self.n = n
@@ -274,6 +277,7 @@ class PopResumePopulation:
         self.ca_tx = ca_tx
         self.transport_donors = transport_donors
         self.experience_source = experience_source
+        self.exclude_races = tuple(exclude_races)
         self.below_hs = below_hs
         self.diagnostics = diagnostics
         self.timings: dict[str, float] = {}  # seconds per stage of the last sample()
@@ -309,8 +313,9 @@ class PopResumePopulation:
             list(dict.fromkeys([*modules, *(m for _, mods in names for m in mods)])),  # in a fixed order
             lambda: self._draw_table(model, occupation, seed, names_ready, clock),
         )
+        table, race_notes = select_races(table, protected, self.exclude_races)  # AIAN, other race, ... left out
         clock.lap("table")
-        notes = [f"population.source: {model.source}"]
+        notes = [f"population.source: {model.source}", *race_notes]
         if model.transport is not None:
             notes += [transport.transport_note(row) for row in model.transport.to_dict("records")]
         elif self.pums_path is None:
@@ -394,7 +399,7 @@ class PopResumePopulation:
         With x_y = x_b = x_r equal to an applicant's own X, the row equals the factual row.
         `seed` keys the abducted noise: use one seed for all the worlds that one estimate compares."""
         x = profiles.roles.x
-        require(x in LEVELS, "counterfactual.x", f"protected attribute {x!r} is not one of {sorted(LEVELS)}")
+        require(x in INTERVENABLE, "counterfactual.x", f"{x!r}: counterfactual worlds set one of {INTERVENABLE}")
         for name, level in (("x_y", x_y), ("x_b", x_b), ("x_r", x_r)):
             require(
                 level in LEVELS[x],
@@ -402,23 +407,8 @@ class PopResumePopulation:
                 f"{level!r} is not a level of {x}; choose one of {list(LEVELS[x])}",
             )
         table = profiles.table
-        missing = [
-            c
-            for c in (
-                "applicant_id",
-                "job_id",
-                "gender",
-                "race",
-                "age",
-                "birth_year",
-                "state",
-                "edu_level",
-                "exp_year",
-                "first_name",
-                "surname",
-            )
-            if c not in table.columns
-        ]
+        needed = "applicant_id job_id gender race age birth_year state edu_level exp_year first_name surname"
+        missing = [c for c in needed.split() if c not in table.columns]
         if missing:
             raise DataError(f"counterfactual: profile table lacks columns {missing}")
         parts = []

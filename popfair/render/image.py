@@ -318,18 +318,18 @@ class ImageRenderer:
                 ops.append(_Op(x + indent, y, part, f.body, INK))
                 y += f.line
 
-        heading("SKILLS")
-        column = (right - left) / 2
-        half = (len(resume.skills) + 1) // 2
-        top = y
-        for col, skills in enumerate((resume.skills[:half], resume.skills[half:])):
-            y = top
-            for skill in skills:
-                bullet(skill, left + col * column, column - 12)
-            bottom_col = y
-            if col == 0:
-                first_bottom = bottom_col
-        y = max(first_bottom, y) + f.line * 0.5
+        if resume.skills:  # n_skills = 0: no skills section
+            heading("SKILLS")
+            column = (right - left) / 2
+            half = (len(resume.skills) + 1) // 2
+            top = y
+            for col, skills in enumerate((resume.skills[:half], resume.skills[half:])):
+                y = top
+                for skill in skills:
+                    bullet(skill, left + col * column, column - 12)
+                if col == 0:
+                    first_bottom = y
+            y = max(first_bottom, y) + f.line * 0.5
 
         heading("WORK HISTORY")
         for i, role in enumerate(resume.roles):

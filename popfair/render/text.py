@@ -194,8 +194,9 @@ class Resume:
         return f"{entry.credential}, {entry.school} | {entry.year}"
 
     def to_text(self) -> str:
-        lines = [self.name, self.contact_line, "", SECTION_TITLES[0]]
-        lines += [f"- {skill}" for skill in self.skills]
+        lines = [self.name, self.contact_line]
+        if self.skills:  # n_skills = 0: no skills section (the PopResume authors' scored resumes)
+            lines += ["", SECTION_TITLES[0], *(f"- {skill}" for skill in self.skills)]
         lines += ["", SECTION_TITLES[1]]
         for i, role in enumerate(self.roles):
             if i:
@@ -329,7 +330,7 @@ class ResumeBuilder:
         uniform = _random.Random(stream_seed(resume_id, self.seed)).random
         pools, per_role = self.pools, self.bullets_per_role
         location, phone, email = self._contact(uniform, first, last, state)
-        lines = [f"{first} {last}", f"{location} | {phone} | {email}", "", SECTION_TITLES[0]]
+        lines = [f"{first} {last}", f"{location} | {phone} | {email}"]
         drawn = []
         for pool, k in self._draws:  # _draw of each pool in build's order, inlined
             items = list(pool)
@@ -338,7 +339,8 @@ class ResumeBuilder:
                 j = i + int(uniform() * (n - i))
                 items[i], items[j] = items[j], items[i]
             drawn.append(items[:k])
-        lines += ["- " + skill for skill in drawn[0]]
+        if drawn[0]:  # n_skills = 0: no skills section
+            lines += ["", SECTION_TITLES[0], *("- " + skill for skill in drawn[0])]
         employers = drawn[1]
         titles = dict(zip(self._title_levels, drawn[2 : 2 + len(self._title_levels)]))
         bullets = dict(zip(self._bullet_levels, drawn[2 + len(self._title_levels) :]))
@@ -382,7 +384,7 @@ class EmailDomain(Constraint):
 # The layout settings shared by the text and image renderers.
 LAYOUT_CONSTRAINTS = {
     "seed": Interval(int, None, None),
-    "n_skills": Interval(int, 1, 20),
+    "n_skills": Interval(int, 0, 20),  # 0: no skills section
     "bullets_per_role": Interval(int, 1, 6),
     "email_domain": EmailDomain(),
 }

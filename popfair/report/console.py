@@ -45,7 +45,11 @@ def format_effects(effects: Effects) -> str:
         shown = [c for c in CONSOLE_COLUMNS if c in table.columns]
     hidden = [c for c in table.columns if c not in shown]
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 140, "display.max_columns", 20):
-        text = _rounded(table[shown]).to_string()
+        shown_table = table[shown].astype(object)
+        for column in ("fisher_p", "z_p"):  # the reference is not tested against itself
+            if column in shown_table:
+                shown_table[column] = shown_table[column].where(pd.notna(shown_table[column]), "-")
+        text = _rounded(shown_table).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
     text += _not_identified(reasons)

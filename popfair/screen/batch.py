@@ -17,7 +17,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -75,8 +75,10 @@ class BatchRunner:
         engine: EngineSettings | None = None,
         name: str = "",
         hints: FailureHints | None = None,
+        parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer,
     ) -> None:
         self.settings, self.provider, self.cache, self.price = settings, provider, cache, price
+        self.parse = parse  # how a reply becomes y: the screener's own reading (e.g. its score_reply)
         self.outcome, self.stats, self.budget_usd = outcome, stats, budget_usd
         self.engine = engine or EngineSettings()  # retries and backoff of each batch API call
         self.name = name or provider.kind
@@ -217,7 +219,7 @@ class BatchRunner:
             self.stats.failed += 1
             return
         cost = self.price.cost(result.input_tokens, result.output_tokens, batch=True)
-        value, parse_error = parse_answer(result.text, self.outcome)
+        value, parse_error = self.parse(result.text, self.outcome)
         stored = CachedAnswer(
             raw=result.text,
             value=value,

@@ -39,7 +39,7 @@ from popfair.screen.local_runtime import (
     text_config,
     token_bytes,
 )
-from popfair.screen.parse import parse_answer
+from popfair.screen.parse import SCORE_REPLIES, parse_answer
 from popfair.screen.prompts import PromptSet
 from popfair.store.blobs import GENERATIONS, STORE_ERRORS, BlobStore, content_key, open_blob_store_or_memory
 
@@ -49,6 +49,7 @@ EXTRA_MODULES = {"transformers": "transformers", "torch": "torch", "accelerate":
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SCHEMA = "hf_local-v1"  # bump when what a stored answer stands for changes
 AUTO_NEW_TOKENS = 8  # max_new_tokens=auto: a yes/no or a 0-100 integer with a few words around it
+AUTO_JSON_NEW_TOKENS = 16  # ... and for score_reply=json_decimal: {"score": XX.XX} with a few around it
 CPU_BATCH_TOKENS = 16_384  # batch_tokens=auto off a GPU: CPU throughput gains little beyond this
 GPU_MEMORY_SHARE = 0.5  # batch_tokens=auto on a GPU: this share of the free memory after loading
 BUDGET_RANGE = (512, 1 << 20)
@@ -83,6 +84,8 @@ class HFLocalScreener(Screener):
         "compile": Boolean(),
         "invariance_check": Interval(int, 0, None),
         "trust_remote_code": Boolean(),
+        "score_reply": Options(SCORE_REPLIES),
+        "max_new_tokens_override": [None, Interval(int, 1, 4096)],
     }
 
     def __init__(
@@ -102,6 +105,9 @@ class HFLocalScreener(Screener):
         trust_remote_code: bool = False,
         cache_dir: str | None = None,
         cache_url: str | None = None,
+        prompts_dir: str | None = None,
+        score_reply: str = "integer",
+        max_new_tokens_override: int | None = None,
     ) -> None:
         require(
             isinstance(model_path, str) and model_path.strip() != "",
@@ -127,9 +133,15 @@ class HFLocalScreener(Screener):
                 "compile": compile,
                 "invariance_check": invariance_check,
                 "trust_remote_code": trust_remote_code,
+                "score_reply": score_reply,
+                "max_new_tokens_override": max_new_tokens_override,
             },
         )
-        self.prompts = PromptSet(prompts)
+        self.prompts = PromptSet(prompts, prompts_dir)
+        self.score_reply = score_reply
+        # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
+        if max_new_tokens_override is not None:
+            max_new_tokens = max_new_tokens_override
         require_extra("hflocal", EXTRA_MODULES, name)
         self.name, self.model_path = name, model_path
         self.max_new_tokens, self.batch_size, self.batch_tokens = max_new_tokens, batch_size, batch_tokens
@@ -237,7 +249,9 @@ class HFLocalScreener(Screener):
 
     def new_tokens(self, outcome: Outcome) -> int:
         """The token cap of a reply: `max_new_tokens`, or for auto the few a yes/no or a score needs."""
-        return AUTO_NEW_TOKENS if self.max_new_tokens == "auto" else int(self.max_new_tokens)
+        if self.max_new_tokens != "auto":
+            return int(self.max_new_tokens)
+        return AUTO_JSON_NEW_TOKENS if outcome == "score" and self.score_reply == "json_decimal" else AUTO_NEW_TOKENS
 
     def budget(self) -> int:
         """Padded tokens per batch: `batch_tokens`, or for auto what half the device's free memory
@@ -310,13 +324,11 @@ class HFLocalScreener(Screener):
         results = []
         for i, (document, key) in enumerate(zip(documents, keys)):
             if too_long[i]:
-                too_long_error = (
-                    f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
-                )
-                results.append(ScreenResult(document.applicant_id, None, None, too_long_error, int(lengths[i])))
+                reason = f"prompt of {lengths[i]} tokens + max_new_tokens {cap} exceeds the model context {context}"
+                results.append(ScreenResult(document.applicant_id, None, None, reason, int(lengths[i])))
                 continue
             record = records[key]
-            value, error = parse_answer(record["raw"], outcome)
+            value, error = parse_answer(record["raw"], outcome, self.score_reply)
             if error is not None and record["cut_short"]:
                 error += f" (cut short at {cap} new tokens: raise screener.max_new_tokens)"
             results.append(
@@ -342,7 +354,7 @@ class HFLocalScreener(Screener):
 
         decoding = Decoding(self.new_tokens(outcome), self.static_cache, self.compile)
         end_ids = end_token_ids(self.model, self.tokenizer)
-        parse = lambda text: parse_answer(text, outcome)  # noqa: E731
+        parse = lambda text: parse_answer(text, outcome, self.score_reply)  # noqa: E731
         lengths = np.array([len(r) for r in rows])
         sample = set(np.random.default_rng(0).permutation(len(rows))[: self.invariance_check].tolist())
         provenance = self.provenance

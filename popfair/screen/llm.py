@@ -21,14 +21,14 @@ from popfair.design import for_outcome
 from popfair.runtime.routes import AUTO, RouteChoice, choose_route, is_self_hosted, no_credentials_message
 from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen.base import Screener
-from popfair.screen.calls import EngineSettings
-from popfair.screen.parse import parse_answer
+from popfair.screen.calls import Answer, EngineSettings
+from popfair.screen.parse import SCORE_REPLIES, parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, Provider
 from popfair.screen.request_loop import RequestLoop
 from popfair.screen.served import ServedModel, batch_invariant_tag, request_tags
-from popfair.store.responses import open_cache
+from popfair.store.responses import StoredReply, open_cache
 
 log = logging.getLogger("popfair.screen")
 
@@ -187,6 +187,8 @@ class LLMScreener(Screener):
         "vision": Boolean(),
         "require_key": Boolean(),
         "batch_invariant": [None, Boolean()],
+        "score_reply": Options(SCORE_REPLIES),
+        "max_new_tokens": [None, Interval(int, 1, None)],
     }
 
     def __init__(
@@ -218,6 +220,9 @@ class LLMScreener(Screener):
         chosen_route: str | None = None,
         popfair_choices: Mapping[str, str] | None = None,
         batch_invariant: bool | None = None,
+        prompts_dir: str | None = None,
+        score_reply: str = "integer",
+        max_new_tokens: int | None = None,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
@@ -233,8 +238,12 @@ class LLMScreener(Screener):
                 "vision": vision,
                 "require_key": require_key,
                 "batch_invariant": batch_invariant,
+                "score_reply": score_reply,
+                "max_new_tokens": max_new_tokens,
             },
         )
+        if max_new_tokens is not None:  # prompts.max_new_tokens: one cap for every screener of a preset
+            generation["max_tokens"] = int(max_new_tokens)
         adapter = _adapter(provider, model, api_key_env, base_url, region, release_date, mode, max_cost_usd)
         _check_generation(adapter, generation)
         hosted_by_user = _self_hosted(name, route, routes, provider, api_key_env, batch_invariant)
@@ -249,7 +258,8 @@ class LLMScreener(Screener):
         self.expected_output_tokens = expected_output_tokens
         self.price = Price.from_config(price)
         self.settings = EngineSettings.from_config(engine)
-        self.prompts = PromptSet(prompts)
+        self.prompts = PromptSet(prompts, prompts_dir)
+        self.score_reply = score_reply
         from popfair.screen.batch import BatchSettings
 
         self.batch_settings = BatchSettings.from_config(batch)
@@ -275,6 +285,7 @@ class LLMScreener(Screener):
             self.settings,
             self.provider.failure_hints(api_key_env, self.settings.timeout_s),
             parse=self.parse_answer,
+            read_cached=self._cached_answers,
             batch=self.batch_settings if mode == "batch" else None,
         )
         self.run_tags = {**self.run_tags, **request_tags(self.provider)}  # what every request sends
@@ -388,8 +399,17 @@ class LLMScreener(Screener):
     served: ServedModel | None = None  # a self-hosted server (route=local): asked what it serves
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
-        """The model's reply as y (callback: first word yes/no; score: first integer 0-100)."""
-        return parse_answer(raw, outcome)
+        """The model's reply as y (callback: first word yes/no; score: by `score_reply`)."""
+        return parse_answer(raw, outcome, self.score_reply)
+
+    def _cached_answers(self, replies: Mapping[str, StoredReply], outcome: Outcome) -> dict[str, Answer]:
+        if outcome != "score":
+            return Answer.from_replies(replies)
+        answers = {}  # scores are parsed again: a reply cached under the other score_reply keeps no stale value
+        for key, reply in replies.items():
+            value, problem = self.parse_answer(reply.raw or "", outcome)
+            answers[key] = Answer(reply.raw, value, problem, reply.input_tokens, reply.output_tokens, 0.0, True)
+        return answers
 
     def metrics(self) -> dict[str, float]:
         """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars)."""

@@ -2,7 +2,11 @@
 
 Each outcome has a system prompt and a user template. The user template may use the placeholders
 {job_title}, {job_description} and {document}; {document} is required. For image documents
-{document} becomes IMAGE_PLACEHOLDER and the PNG travels as an image part of the same message."""
+{document} becomes IMAGE_PLACEHOLDER and the PNG travels as an image part of the same message.
+
+A relative file name is read from `directory` (config `prompts.dir`) when that folder has it, else
+from conf/prompts/: a folder holding only the score prompts (e.g. a replication's own wording)
+leaves the other designs' prompts as they ship."""
 
 from __future__ import annotations
 
@@ -33,13 +37,21 @@ class ChatPrompt:
     image_png: bytes | None = None
 
 
-def _read(key: str, value: str) -> str:
-    path = Path(value)
-    if not path.is_absolute():
-        path = PROMPT_DIR / path
+def _path(value: str, directory: Path | None) -> Path:
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    if directory is not None and (directory / path).is_file():
+        return directory / path
+    return PROMPT_DIR / path
+
+
+def _read(key: str, value: str, directory: Path | None = None) -> str:
+    path = _path(value, directory)
     if not path.is_file():
+        where = f"{directory}, then {PROMPT_DIR}" if directory is not None else str(PROMPT_DIR)
         raise ConfigError(
-            f"screener.prompts.{key}: prompt file {path} does not exist (relative names are looked up in {PROMPT_DIR})"
+            f"screener.prompts.{key}: prompt file {path} does not exist (relative names are looked up in {where})"
         )
     text = path.read_text(encoding="utf-8").strip()
     require(bool(text), f"screener.prompts.{key}", f"prompt file {path} is empty")
@@ -49,7 +61,7 @@ def _read(key: str, value: str) -> str:
 class PromptSet:
     """The prompt texts of every design's question, read and checked once at construction."""
 
-    def __init__(self, files: Mapping[str, str] | None = None) -> None:
+    def __init__(self, files: Mapping[str, str] | None = None, directory: str | Path | None = None) -> None:
         chosen = {**DEFAULT_PROMPTS, **dict(files or {})}
         unknown = set(chosen) - set(DEFAULT_PROMPTS)
         require(
@@ -57,7 +69,22 @@ class PromptSet:
             "screener.prompts",
             f"unknown prompt keys {sorted(unknown)}; allowed: {sorted(DEFAULT_PROMPTS)}",
         )
-        self.texts = {key: _read(key, str(value)) for key, value in chosen.items()}
+        folder = None if directory is None else Path(directory).expanduser()
+        if folder is not None and not folder.is_absolute() and not folder.is_dir() and (PROMPT_DIR / folder).is_dir():
+            folder = PROMPT_DIR / folder  # a folder shipped under conf/prompts/ (json_score)
+        require(folder is None or folder.is_dir(), "prompts.dir", f"{directory} is not a folder")
+        # the keys read from prompts.dir (the others from conf/prompts/)
+        self.from_dir = (
+            []
+            if folder is None
+            else [k for k, v in chosen.items() if not Path(str(v)).is_absolute() and (folder / str(v)).is_file()]
+        )
+        require(
+            folder is None or bool(self.from_dir),
+            "prompts.dir",
+            f"{folder} holds none of the prompt files {sorted(set(map(str, chosen.values())))}",
+        )
+        self.texts = {key: _read(key, str(value), folder) for key, value in chosen.items()}
         for outcome in {key.rpartition("_")[0] for key in DEFAULT_PROMPTS}:
             require(
                 self.texts[f"{outcome}_user"].count("{document}") == 1,

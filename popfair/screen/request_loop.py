@@ -112,6 +112,7 @@ class RequestLoop:
                 engine=self.settings,
                 name=self.name,
                 hints=self.hints,
+                parse=self.parse,
             )
             return runner.run(todo)
         engine = Engine(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,7 @@ from popfair.core.constraints import Options, Rules, Text, validate
 from popfair.core.errors import DataError, EstimationError
 from popfair.core.race_coding import RACE_SCHEMES, recode_race
 from popfair.core.types import Effects, Roles
-from popfair.estimate.impact_ratio.dimensions import dimension_maps, not_compared
+from popfair.estimate.impact_ratio.dimensions import Dimension, dimension_maps, not_compared
 from popfair.estimate.impact_ratio.inference import RatioInference, count_values, infer_groupings
 from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
 from popfair.estimate.impact_ratio.pairwise import reference_tests
@@ -213,43 +213,10 @@ def _ll144(
     )
     n_cells = (len(sex_levels) + 1) * n_race
     chosen = np.column_stack(list(selected.values()))
-    n_clusters = None
-    if cluster_values is not None:
-        unit, index = pd.factorize(cluster_values, sort=True)
-        if (unit < 0).any():
-            raise DataError(
-                f"{cluster}: {int((unit < 0).sum())} rows have no {cluster}; "
-                "every row of a clustered design needs one (or set cluster: none)"
-            )
-        n_clusters = len(index)
-        units = Units(
-            n=_sum_by(unit * n_cells + cell, n, n_clusters * n_cells).reshape(n_clusters, n_cells),
-            selected=np.stack(
-                [
-                    _sum_by(unit * n_cells + cell, c, n_clusters * n_cells).reshape(n_clusters, n_cells)
-                    for c in chosen.T
-                ],
-                axis=1,
-            ),
-            clustered=True,
-        )
     cell_n = _sum_by(cell, n, n_cells)
-    if cluster_values is None:  # independent applicants: each metric splits the cells into selected or not
-        units_by_metric = [Units.of_applicants(cell_n, _sum_by(cell, c, n_cells)) for c in chosen.T]
     total = float(n.sum())
     dimensions = dimension_maps(sex_levels, race_levels)
-    groupings = []
-    for mapping in dimensions.values():
-        n_cat = cell_n @ mapping.matrix
-        known = np.arange(len(n_cat)) < len(n_cat) - 1
-        small = known & (n_cat / total < settings.min_category_share)
-        included = known & (n_cat > 0) & ~(small & settings.exclude_small)
-        groupings.append((mapping.matrix.argmax(axis=1), mapping.categories, included))
-    lone = {
-        dim: not_compared(dim, mapping.categories, (cell_n @ mapping.matrix) > 0, g[2], settings.min_category_share)
-        for (dim, mapping), g in zip(dimensions.items(), groupings)
-        if g[2].sum() < 2
-    }
+    groupings, lone = _groupings(cell_n, dimensions, total, settings)
     if require_comparison and len(lone) == len(dimensions):  # ratios of 1 and "no pattern" would read as a result
         raise DataError(
             f"impact ratios: nothing was compared: {lone['sex']}, and {lone['race']}; "
@@ -267,51 +234,21 @@ def _ll144(
             seed=settings.seed,
         )
 
-    inference = infer(units) if cluster_values is not None else [infer(u)[0] for u in units_by_metric]
+    n_clusters = None
+    if cluster_values is not None:
+        units, n_clusters = _cluster_units(cluster_values, cluster, cell, n_cells, n, chosen)
+        inference = infer(units)
+    else:  # independent applicants: each metric splits the cells into selected or not
+        inference = [infer(Units.of_applicants(cell_n, _sum_by(cell, c, n_cells)))[0] for c in chosen.T]
     blocks, tests = [], []
     notes = [f"{DIMENSION_TITLES[dim]}: nothing compared: {why}" for dim, why in lone.items()]
     for (metric, cutoff), results in zip(thresholds.items(), inference):
         for (dim, mapping), result, (_, _, included) in zip(dimensions.items(), results, groupings):
-            t = result.table
-            is_unknown = np.arange(len(t)) == len(t) - 1
-            share = t["n"].to_numpy() / total
-            pairwise = reference_tests(
-                t["n"].to_numpy(float), t["selected"].to_numpy(float), included, t["is_reference"].to_numpy(bool)
-            )
-            block = pd.DataFrame(
-                {
-                    "metric": metric,
-                    "dimension": dim,
-                    "category": mapping.categories,
-                    "status": np.where(is_unknown, "unknown", t["status"].to_numpy()),
-                    "small": ~is_unknown & (share < settings.min_category_share),
-                    "is_reference": t["is_reference"].to_numpy(),
-                    "n_applicants": t["n"].round().astype(np.int64).to_numpy(),
-                    "share": share,
-                    "n_selected": t["selected"].round().astype(np.int64).to_numpy(),
-                    **{c: t[c].to_numpy() for c in RESULT_COLUMNS},
-                    **{c: v.to_numpy() for c, v in pairwise.items()},
-                    "threshold": cutoff,
-                }
-            )
-            # categories never seen in the data (possible only for intersections) carry no information
-            blocks.append(block[(block["n_applicants"] > 0) | is_unknown])
+            block, test = _block(metric, cutoff, dim, mapping.categories, result, included, total, settings)
+            blocks.append(block)
+            tests.append(test)
             if included.any() and not np.isfinite(result.min_ratio):
                 notes.append(f"{metric} / {dim}: no category has a positive rate, impact ratios undefined")
-            tests.append(
-                {
-                    "metric": metric,
-                    "dimension": dim,
-                    "p_value": result.p_value,
-                    "min_ratio": result.min_ratio,
-                    "n_flagged": int(t["flag"].sum()),
-                    "n_flags_surviving": int(t["flag_survives"].sum()),
-                    "null_flag_rate": result.null_flag_rate,
-                    "null_method": result.null_method,
-                    "n_permutations": result.n_permutations,
-                    "explanation": result.explain(category_label),
-                }
-            )
     return ImpactRatios(
         table=pd.concat(blocks, ignore_index=True),
         outcome=outcome,
@@ -323,6 +260,97 @@ def _ll144(
         tests=pd.DataFrame(tests),
         notes=notes,
     )
+
+
+def _cluster_units(
+    cluster_values: pd.Series, cluster: str | None, cell: np.ndarray, n_cells: int, n: np.ndarray, chosen: np.ndarray
+) -> tuple[Units, int]:
+    """Counts per cluster x cell (applicants, and selected per metric) for the cluster bootstrap."""
+    unit, index = pd.factorize(cluster_values, sort=True)
+    if (unit < 0).any():
+        raise DataError(
+            f"{cluster}: {int((unit < 0).sum())} rows have no {cluster}; "
+            "every row of a clustered design needs one (or set cluster: none)"
+        )
+    n_clusters = len(index)
+    flat, size = unit * n_cells + cell, n_clusters * n_cells
+    units = Units(
+        n=_sum_by(flat, n, size).reshape(n_clusters, n_cells),
+        selected=np.stack([_sum_by(flat, c, size).reshape(n_clusters, n_cells) for c in chosen.T], axis=1),
+        clustered=True,
+    )
+    return units, n_clusters
+
+
+def _groupings(
+    cell_n: np.ndarray, dimensions: dict[str, Dimension], total: float, settings: ImpactRatioSettings
+) -> tuple[list[tuple[np.ndarray, list[str], np.ndarray]], dict[str, str]]:
+    """Per dimension, each cell's category and the categories compared (known, seen, not left out as
+    small); and why a dimension with fewer than two compared categories compares nothing."""
+    groupings = []
+    for mapping in dimensions.values():
+        n_cat = cell_n @ mapping.matrix
+        known = np.arange(len(n_cat)) < len(n_cat) - 1
+        small = known & (n_cat / total < settings.min_category_share)
+        included = known & (n_cat > 0) & ~(small & settings.exclude_small)
+        groupings.append((mapping.matrix.argmax(axis=1), mapping.categories, included))
+    lone = {
+        dim: not_compared(dim, mapping.categories, (cell_n @ mapping.matrix) > 0, g[2], settings.min_category_share)
+        for (dim, mapping), g in zip(dimensions.items(), groupings)
+        if g[2].sum() < 2
+    }
+    return groupings, lone
+
+
+def _block(
+    metric: str,
+    cutoff: float,
+    dim: str,
+    categories: list[str],
+    result: RatioInference,
+    included: np.ndarray,
+    total: float,
+    settings: ImpactRatioSettings,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One metric x dimension: its rows of the impact-ratio table (the unknown category last), and its
+    test of no difference."""
+    t = result.table
+    is_unknown = np.arange(len(t)) == len(t) - 1
+    share = t["n"].to_numpy() / total
+    pairwise = reference_tests(
+        t["n"].to_numpy(float), t["selected"].to_numpy(float), included, t["is_reference"].to_numpy(bool)
+    )
+    block = pd.DataFrame(
+        {
+            "metric": metric,
+            "dimension": dim,
+            "category": categories,
+            "status": np.where(is_unknown, "unknown", t["status"].to_numpy()),
+            "small": ~is_unknown & (share < settings.min_category_share),
+            "is_reference": t["is_reference"].to_numpy(),
+            "n_applicants": t["n"].round().astype(np.int64).to_numpy(),
+            "share": share,
+            "n_selected": t["selected"].round().astype(np.int64).to_numpy(),
+            **{c: t[c].to_numpy() for c in RESULT_COLUMNS},
+            **{c: v.to_numpy() for c, v in pairwise.items()},
+            "threshold": cutoff,
+        }
+    )
+    # categories never seen in the data (possible only for intersections) carry no information
+    block = block[(block["n_applicants"] > 0) | is_unknown]
+    test = {
+        "metric": metric,
+        "dimension": dim,
+        "p_value": result.p_value,
+        "min_ratio": result.min_ratio,
+        "n_flagged": int(t["flag"].sum()),
+        "n_flags_surviving": int(t["flag_survives"].sum()),
+        "null_flag_rate": result.null_flag_rate,
+        "null_method": result.null_method,
+        "n_permutations": result.n_permutations,
+        "explanation": result.explain(category_label),
+    }
+    return block, test
 
 
 RESULT_COLUMNS = [
