@@ -52,7 +52,13 @@ SCREENERS = {
 
 
 def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
-    base = ["screener=simulated", "tracking=none", "outcome_audit=null", "population.diagnostics=false"]
+    base = [
+        "screener=simulated",
+        "estimator=pse_dml",
+        "tracking=none",
+        "outcome_audit=null",
+        "population.diagnostics=false",
+    ]
     experiment = Experiment.from_config(compose_config(base + FAST_DML + overrides, tmp_path=tmp))
     result = experiment.run()
     everyone = draw_worlds(experiment.population, result.profiles, WorldRequest(worlds=TARGETS, n=None, seed=0))

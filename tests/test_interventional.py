@@ -228,7 +228,9 @@ def test_both_needs_the_pse_estimator_as_observational_part():
     with pytest.raises(ConfigError, match=r"^observational: must be the pse_dml estimator"):
         SideBySide(OutcomeGap(), Interventional())
     with pytest.raises(ConfigError, match=r"^interventional: must be"):
-        SideBySide(Experiment.from_config(compose_config(["tracking=none"])).estimator, OutcomeGap())
+        SideBySide(
+            Experiment.from_config(compose_config(["tracking=none", "estimator=pse_dml"])).estimator, OutcomeGap()
+        )
 
 
 def test_population_without_counterfactuals_fails_before_any_work():

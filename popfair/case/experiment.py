@@ -20,7 +20,7 @@ from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
 from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
-from popfair.core.types import FACTUAL, WORLD, Effects, Profiles
+from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
 from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
@@ -245,9 +245,22 @@ class Experiment:
 
     def sample(self) -> Profiles:
         """The population stage: the applicants and the counterfactual worlds the estimator declares."""
-        return worlds.sample(
-            self.population, self.occupation, self.protected, self.seed, self.estimator.counterfactuals
-        )
+        profiles = self.population.sample(self.occupation, self.protected, self.seed)
+        request = self.world_request(profiles)
+        if request is not None:
+            profiles.worlds = worlds.draw_worlds(self.population, profiles, request)  # type: ignore[arg-type]
+        return profiles
+
+    def world_request(self, profiles: Profiles) -> WorldRequest | None:
+        """The worlds the estimator declares, sized for these applicants where it sizes them by the
+        case's plan (a target precision: `sized`)."""
+        request = self.estimator.counterfactuals
+        sized = getattr(self.estimator, "sized", None)
+        if request is None or sized is None:
+            return request
+        roles = profiles.roles
+        eligible = int(profiles.table[roles.x].isin([roles.x0, roles.x1]).sum())
+        return sized(request, eligible, self.power.settings, self.power.previous)
 
     def prompts(
         self,
@@ -340,10 +353,9 @@ class Experiment:
             return out
 
         profiles: Profiles = stage("population", self.population.sample, self.occupation, self.protected, self.seed)
-        if self.estimator.counterfactuals is not None:
-            profiles.worlds = stage(
-                "worlds", worlds.draw_worlds, self.population, profiles, self.estimator.counterfactuals
-            )
+        request = self.world_request(profiles)
+        if request is not None:
+            profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, request)
         for note in profiles.notes:
             log.warning("note: %s", note)
         run.params(flatten(self.config))
@@ -400,7 +412,13 @@ class Experiment:
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         if set(EFFECTS) <= set(effects.table.index):  # path-specific effects: say what they mean in this case
             roles, grouped = profiles.roles, getattr(self.population, "grouped_from", {})
-            effects.notes[:0] = estimand_notes(roles, displayed_attributes(self.renderer), grouped, self.renderer.kind)
+            effects.notes[:0] = estimand_notes(
+                roles,
+                displayed_attributes(self.renderer),
+                grouped,
+                self.renderer.kind,
+                getattr(self.estimator, "estimand_design", "observational"),
+            )
             known = grouping_problems(roles, self.screener.reads, grouped)  # a raw column read, held grouped
             effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))
             effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
@@ -427,7 +445,9 @@ class Experiment:
             sequential=None if sequential is None else sequential.record,
         )
         scale = ScoreScale.of_scores(ok["y"]) if profiles.outcome == "score" else None
-        result.power = self.power.quietly((self.design or design_of(self.population)).name, profiles, scale)
+        result.power = self.power.quietly(
+            (self.design or design_of(self.population)).name, profiles, scale, self.estimator
+        )
         result.run_id = run.run_id  # the report names its run
         result.data_sha256 = str(dataset.profile["sha256"])
         if self.audit_report:

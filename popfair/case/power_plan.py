@@ -40,15 +40,24 @@ class CasePower:
         uri = str(tracking.get("uri")) if tracking.get("enabled", False) and tracking.get("uri") else None
         return cls(settings, previous_run(str(settings.from_run), uri))
 
-    def plan(self, design: str, sample: Any, scale: ScoreScale | None = None) -> PowerPlan | None:
+    def plan(
+        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Any = None
+    ) -> PowerPlan | None:
         """The design's power line for `sample` (Profiles, or the table's categories); `scale`: the
-        screener's score scale (its scores in this run, or its declared range before any)."""
+        screener's score scale (its scores in this run, or its declared range before any). An
+        estimator that plans its own sample (`power_plan`: the counterfactual design's world budget)
+        gives it instead."""
+        own = getattr(estimator, "power_plan", None)
+        if own is not None and self.settings.enabled:
+            return own(sample, self.settings, self.previous)
         return plan_power(design_named(design), sample, self.settings, self.previous, scale)
 
-    def quietly(self, design: str, sample: Any, scale: ScoreScale | None = None) -> PowerPlan | None:
+    def quietly(
+        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Any = None
+    ) -> PowerPlan | None:
         """`plan`, with a failure logged instead of raised (a run's results come first)."""
         try:
-            return self.plan(design, sample, scale)
+            return self.plan(design, sample, scale, estimator)
         except (PopfairError, ValueError, ArithmeticError) as exc:
             log.warning("power plan skipped: %s", exc)
             return None

@@ -83,14 +83,27 @@ class WorldRequest:
         Name -> (x_y, x_b, x_r) with 0 = x0 and 1 = x1, the world of
         Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}} (X set to x_y, B drawn under x_b, R under x_r).
     n : int or None
-        Applicants drawn (seeded, without replacement) from the x0/x1 rows; None = all of them.
+        Applicants drawn (seeded, without replacement) from the x0/x1 rows; None = all of them
+        (or `fraction` of them).
     seed : int
         Seeds the applicant sample and the counterfactual noise (common to all worlds).
+    fraction : float, optional
+        With n None: this share of the x0/x1 rows (rounded, at least 2), so the budget follows the
+        occupation's size.
     """
 
     worlds: Mapping[str, tuple[int, int, int]]
     n: int | None
     seed: int
+    fraction: float | None = None
+
+    def size(self, eligible: int) -> int:
+        """Applicants to draw from `eligible` x0/x1 rows."""
+        if self.n is not None:
+            return min(self.n, eligible)
+        if self.fraction is not None:
+            return min(eligible, max(2, round(self.fraction * eligible)))
+        return eligible
 
 
 WorldDesign = WorldRequest  # its name in popfair.__all__ since 0.1 (kept for the public API)

@@ -56,8 +56,8 @@ def sample(
 
 
 def sample_applicants(profiles: Profiles, request: WorldRequest) -> Profiles:
-    """The applicants to intervene on: rows with X in {x0, x1}, `request.n` of them drawn without
-    replacement, in their original order; all of them when n is None or larger.
+    """The applicants to intervene on: rows with X in {x0, x1}, `request.size` of them drawn without
+    replacement, in their original order; all of them when n is None (and no fraction) or larger.
 
     Nested: the n kept are the n with the smallest keyed uniform of (applicant_id, seed), so a
     larger `request.n` keeps every applicant a smaller one kept. When the population is itself a
@@ -65,12 +65,13 @@ def sample_applicants(profiles: Profiles, request: WorldRequest) -> Profiles:
     rows instead, which also stays nested when population.n grows."""
     roles = profiles.roles
     rows = profiles.table[profiles.table[roles.x].isin([roles.x0, roles.x1])]
-    if request.n is not None and request.n < len(rows):
+    n = request.size(len(rows))
+    if n < len(rows):
         if profiles.tags.get(DRAW_TAG) == IID_DRAW:
-            rows = rows.iloc[: request.n]
+            rows = rows.iloc[:n]
         else:
             u = keyed_uniforms(rows["applicant_id"], request.seed, "world_sample")
-            rows = rows.iloc[np.sort(np.argsort(u, kind="stable")[: request.n])]
+            rows = rows.iloc[np.sort(np.argsort(u, kind="stable")[:n])]
     return Profiles(table=rows, roles=roles, jobs=profiles.jobs, outcome=profiles.outcome)
 
 

@@ -81,7 +81,9 @@ def not_identified_text(reasons: pd.Series) -> str:
     if not head:
         return ""
     text = f"\n{head}" + "".join(f"\n  {line}" for line in lines)
-    return text + "\n  (estimator=interventional measures them on counterfactual resumes)"
+    return text + (
+        "\n  (estimator=counterfactual, the default of population cases, measures them on counterfactual resumes)"
+    )
 
 
 def _rounded(table: pd.DataFrame) -> pd.DataFrame:

@@ -38,6 +38,27 @@ def side_by_side_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def beside_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """estimator=counterfactual's comparison as a report table: the design's estimate and CI, DML-UCA's
+    on the factual data where it identifies the effect ("not identified" where not), the difference
+    (design minus DML) and whether the two agree (the difference's 95% CI covers 0)."""
+    rows = []
+    for effect, row in table.iterrows():
+        identified = bool(row["dml_identified"])
+        rows.append(
+            {
+                "effect": effect,
+                "counterfactual design": f"{row['estimate']:+.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}]",
+                "DML-UCA": f"{row['dml_estimate']:+.4g} [{row['dml_ci_low']:.4g}, {row['dml_ci_high']:.4g}]"
+                if identified
+                else NOT_IDENTIFIED,
+                "difference": round(float(row["difference"]), 4) if identified else None,
+                "agree": bool(row["agree"]) if identified else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def effects_table(effects: Effects) -> pd.DataFrame:
     """The report's effects table: the numbers rounded to 4 digits, "not identified" in place of the
     estimate of an effect the data cannot answer (its other numbers blank), and the unit column."""
@@ -69,6 +90,16 @@ def effect_table_blocks(effects: Effects, heading: str) -> list[Block]:
             ),
             Block("table", side_by_side_rows(effects.table)),
         ]
+    if "dml_estimate" in effects.table:  # estimator=counterfactual: DML-UCA beside the design's effects
+        blocks += [
+            Block(
+                "text",
+                "The counterfactual design (measured on counterfactual resumes of a sample of the applicants, "
+                "combined with every factual answer) beside DML-UCA (the paper's estimator, from the factual "
+                "resumes alone); an effect DML cannot identify has no number of its own:",
+            ),
+            Block("table", beside_rows(effects.table)),
+        ]
     return blocks
 
 
@@ -85,7 +116,8 @@ def identification_blocks(effects: Effects) -> list[Block]:
             Block(
                 "text",
                 f"{head}. These effects are reported as not identified, without an estimate, interval or "
-                "significance (estimator=interventional measures them on counterfactual resumes):",
+                "significance (estimator=counterfactual, the default of population cases, measures them on "
+                "counterfactual resumes):",
             ),
             Block("list", lines),
         ]

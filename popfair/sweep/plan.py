@@ -25,8 +25,11 @@ import pandas as pd
 from popfair.case.experiment import Experiment
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
 from popfair.design.base import ScoreScale
+from popfair.estimate import registry
+from popfair.estimate.power import PowerPlan
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
-from popfair.render.base import Renderer
+from popfair.population.worlds import CounterfactualPopulation
+from popfair.render.base import Renderer, displayed_attributes
 from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
 from popfair.runtime.parallel import forked_call
@@ -128,6 +131,11 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         if text_layout
         else renderer_config
     )
+    # a page that shows protected attributes (a headshot) differs where they differ, as its text layout
+    # does not: two worlds of one applicant that differ only in X are two calls (image_photo)
+    shown = sorted(displayed_attributes(experiment.renderer) or ()) if image else []
+    if shown:
+        identity = {"layout": identity, "shown": shown}
     document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else None
@@ -136,8 +144,17 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
         documents = list(
             experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).prompts
         )
+        if shown and len(documents) == len(rows):
+            documents = with_shown(documents, rows, shown)
         _DOCUMENTS[document_key] = (documents, profiles)
     return profiles, _DOCUMENTS[document_key][0], document_key, image
+
+
+def with_shown(documents: list[Document], rows: pd.DataFrame, shown: list[str]) -> list[Document]:
+    """Text layouts marked with the protected attributes the page shows (`Renderer.shows`: the
+    headshot's gender and race), so that the plan counts the pages that differ only in them apart."""
+    marks = rows[shown].astype(str).agg(" ".join, axis=1).tolist()
+    return [replace(d, text=f"{d.text}\n[photo: {mark}]") for d, mark in zip(documents, marks)]
 
 
 KEPT_RENDERERS = ("text", "json")  # kinds whose plan documents are text alone: kept on disk (_kept_render)
@@ -292,9 +309,14 @@ def _power(experiment: Experiment, profiles: Profiles) -> Any:
     sweep plan the same sample (a power line costs a root search)."""
     design = experiment.design.name if experiment.design else "population"
     score_range = experiment.screener.score_range
-    key = (design, repr((experiment.power.settings, experiment.power.previous, score_range)), id(profiles))
+    key = (
+        design,
+        repr((experiment.power.settings, experiment.power.previous, score_range, experiment.estimator.name)),
+        id(profiles),
+    )
     if key not in _POWER:
-        _POWER[key] = (profiles, experiment.power.plan(design, profiles, ScoreScale.of_range(*score_range)))
+        scale = ScoreScale.of_range(*score_range)
+        _POWER[key] = (profiles, experiment.power.plan(design, profiles, scale, experiment.estimator))
     return _POWER[key][1]
 
 
@@ -315,7 +337,9 @@ def plan_case(experiment: Experiment) -> CasePlan:
     profiles, documents, document_key, image = _planning_documents(experiment)
     screener = experiment.screener
     power = _power(experiment, profiles)
-    plan_note = getattr(experiment.estimator, "plan_note", None)  # ranking: trials for estimator.power_effect
+    # ranking: the trials its power effect needs
+    estimator: Any = experiment.estimator
+    plan_note = estimator.plan_note if registry.entry_of(estimator.name).plan_note else None
     total = screener.plan(profiles.jobs, documents, profiles.outcome)
     # same screener, same renderer, same text = the same prompt (an image_photo page differs from
     # the image page of the same resume, so those two never share answers)
@@ -343,7 +367,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
             n
             for n in (
                 str(plan_note(profiles)) if plan_note else "",
-                estimator_costs(experiment, profiles, total),
+                estimator_costs(experiment, profiles, total, documents, power),
                 _sequential_note(experiment),
             )
             if n
@@ -354,25 +378,61 @@ def plan_case(experiment: Experiment) -> CasePlan:
     )
 
 
-def estimator_costs(experiment: Experiment, profiles: Profiles, total: CallPlan) -> str:
-    """For a path-specific-effects case: the calls and dollars each PSE estimator needs beyond the
-    factual screening, so a paid audit chooses knowingly. pse_dml: none (it reads the factual scores,
-    and reports what the data cannot identify as not identified); interventional / both: up to five
-    counterfactual documents per sampled applicant (an applicant's own world is its factual document,
-    and cached answers are free, so this is an upper bound), priced at this case's mean cost per call."""
-    name = getattr(experiment.estimator, "name", "")
-    if name not in ("pse_dml", "interventional", "both") or not hasattr(experiment.population, "counterfactual"):
+def estimator_costs(
+    experiment: Experiment,
+    profiles: Profiles,
+    total: CallPlan,
+    documents: list[Document],
+    power: PowerPlan | None = None,
+) -> str:
+    """The calls and dollars the estimators of the chosen one's family (the registry's `family`: the
+    PSE estimators) need beyond the factual screening, so a paid audit chooses knowingly. With worlds
+    in this plan (counterfactual, interventional, both), exactly: this plan's calls less those of its
+    factual documents (an applicant's own world is its factual document, and identical documents are
+    one call). Without (pse_dml: it reads the factual scores and reports what they cannot identify as
+    not identified), the members that draw worlds beside it, each at its own default budget, as an
+    upper bound (a new document for every world but the applicant's own), priced at this case's mean
+    cost per call. With `plan.effect` and a world budget that detects it (`power.n_needed`), that
+    budget priced at this plan's calls per sampled applicant."""
+    name = experiment.estimator.name
+    members = registry.family_members(name)
+    if not members or not isinstance(experiment.population, CounterfactualPopulation):
         return ""
     per_call = total.cost_usd / total.calls if total.calls else 0.0
+    n_factual = len(profiles.table)
+    if profiles.worlds is not None and len(documents) > n_factual:
+        factual = experiment.screener.plan(profiles.jobs, documents[:n_factual], profiles.outcome).calls
+        extra = total.calls - factual
+        n = int(profiles.worlds["applicant_id"].nunique())
+        line = (
+            f"{name} screens {n:,} applicants' counterfactual worlds: {extra:,} calls beyond the factual "
+            f"screening (~${extra * per_call:,.2f}; {total.calls / max(factual, 1):.2f}x the factual screening's "
+            f"{factual:,} calls, all that an estimator on factual data alone needs)"
+        )
+        # a world budget's plan (popfair.estimate.pse.budget.world_plan) logs its n as plan.world_n
+        needed = power.n_needed if power is not None and "world_n" in power.extra else None
+        if needed and n:
+            calls = round(extra * needed / n)
+            line += (
+                f"; plan.effect's budget of {needed:,} applicants: about {calls:,} calls (~${calls * per_call:,.2f})"
+            )
+        return line
     eligible = _eligible(profiles)
-    design = getattr(experiment.estimator, "counterfactuals", None)
-    n = getattr(design, "n", None) if design is not None else 2000  # conf/estimator/interventional.yaml
-    n = eligible if n is None else min(int(n), eligible)
-    extra = 5 * n
+    priced = []
+    for other in members:
+        built = registry.at_defaults(other)
+        request = None if built is None else built.counterfactuals
+        if request is not None:
+            n = request.size(eligible)
+            extra = (len(request.worlds) - 1) * n
+            priced.append(f"{other} ({n:,} applicants' worlds) at most {extra:,} (~${extra * per_call:,.2f})")
+    if not priced:
+        return ""
     return (
-        f"PSE estimators: pse_dml 0 extra calls ($0.00; unidentified effects reported as not identified); "
-        f"interventional or both (n={n:,}) up to {extra:,} extra calls (~${extra * per_call:,.2f}), "
-        "which measure all five effects on counterfactual resumes"
+        f"{name} needs no calls beyond the factual screening (effects the factual data cannot identify are "
+        f"reported as not identified); measuring all five effects on counterfactual resumes costs "
+        + "; ".join(priced)
+        + " more"
     )
 
 

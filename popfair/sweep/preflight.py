@@ -190,7 +190,7 @@ class Preflight:
             from popfair.design.base import ScoreScale
 
             scale = ScoreScale.of_range(*experiment.screener.score_range)  # no scores before the run
-            plan = experiment.power.plan(design, experiment.sample(), scale)
+            plan = experiment.power.plan(design, experiment.sample(), scale, experiment.estimator)
             if plan is None:
                 return [("case", Check("power", True, "no power line (plan.enabled=false)"))]
             return [

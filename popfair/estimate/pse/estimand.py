@@ -37,6 +37,7 @@ import pandas as pd
 from popfair.core.types import Effects, Roles
 from popfair.estimate.pse.identification import gate
 from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, pattern_labels
+from popfair.estimate.pse.side_by_side import OBSERVED_PREFIX, comparison_notes
 
 
 def _columns(columns: tuple[str, ...], grouped_from: Mapping[str, str]) -> str:
@@ -46,10 +47,17 @@ def _columns(columns: tuple[str, ...], grouped_from: Mapping[str, str]) -> str:
 
 
 def estimand_notes(
-    roles: Roles, shows: frozenset[str] | None, grouped_from: Mapping[str, str], documents: str
+    roles: Roles,
+    shows: frozenset[str] | None,
+    grouped_from: Mapping[str, str],
+    documents: str,
+    design: str = "observational",
 ) -> list[str]:
     """Plain-words lines: the mediators as modeled (raw or grouped) and what the NDE means given what
-    the `documents` (the renderer's kind) display (`shows`, None when the renderer does not declare it)."""
+    the `documents` (the renderer's kind) display (`shows`, None when the renderer does not declare it).
+    `design` "worlds": the effects are measured on counterfactual worlds (`worlds_notes`)."""
+    if design == "worlds":
+        return worlds_notes(roles, shows, grouped_from, documents)
     lines = [
         f"Estimand: qualifications B = {_columns(roles.b, grouped_from)}; proxies R = "
         f"{_columns(roles.r, grouped_from)}; confounders Z = {', '.join(roles.z)}."
@@ -72,6 +80,42 @@ def estimand_notes(
             f"The {documents} documents never display {roles.x}, so the direct path X -> Y is structurally absent: "
             f"an NDE different from 0 is what the screener reads from content that depends on {roles.x} but is not "
             f"in B or R as modeled{beyond}. It is not evidence that the screener sees {roles.x}."
+        )
+    return lines
+
+
+def worlds_notes(
+    roles: Roles, shows: frozenset[str] | None, grouped_from: Mapping[str, str], documents: str
+) -> list[str]:
+    """The estimand of the counterfactual design in plain words: what each world redraws, that the
+    effects are the screener's under popfair's population model, and what NDE means for documents
+    that do or do not display X (the worlds redraw the raw proxies, so a raw name is in R)."""
+    raw_r = list(dict.fromkeys(grouped_from.get(c, c) for c in roles.r))
+    raw_b = list(dict.fromkeys(grouped_from.get(c, c) for c in roles.b))
+    lines = [
+        f"Estimand (counterfactual design): each effect contrasts means over the applicants of their score in "
+        f"worlds psi(x_y, x_b, x_r). A world sets {roles.x} to x_y, redraws the proxies R ({', '.join(raw_r)}, "
+        f"and from them {', '.join(c for c in roles.r if c in grouped_from)}) as under x_r and the qualifications "
+        f"B ({', '.join(raw_b)}) as under x_b given those proxies; the confounders Z ({', '.join(roles.z)}) and every "
+        "noise term stay the applicant's own (common random numbers). These are the screener's effects under "
+        "popfair's population model (PopResume's structural model fitted to the population data), not effects "
+        "in a labour market."
+    ]
+    if shows is None:
+        lines.append(
+            f"The {documents} renderer does not declare what its documents display, so popfair cannot say "
+            f"whether {roles.x} itself is visible: NDE is the effect of {roles.x} with the raw proxies and "
+            "qualifications held at their x0 values."
+        )
+    elif roles.x in shows:
+        lines.append(f"The {documents} documents display {roles.x}: NDE includes the screener reading it directly.")
+    else:
+        lines.append(
+            f"The {documents} documents never display {roles.x}, so the direct path X -> Y is structurally "
+            f"absent: the two worlds NDE contrasts show the same document, and a screener that reads only the "
+            f"document has NDE exactly 0. What it reads from the raw {', '.join(raw_r)} is in RIE (and NIE), "
+            "because the worlds redraw the raw values. DML-UCA beside it holds R grouped, so its NDE counts what "
+            "the screener reads from the raw name beyond R's grouping."
         )
     return lines
 
@@ -136,6 +180,8 @@ def structural_gate(effects: Effects, problems: Mapping[str, str], x0: str, x1: 
     contrast a failing mean are dropped, the coarser split is gated the same way and offered anew."""
     table = effects.table
     identification = effects.artifacts.get("pse_identification.csv")
+    if problems and f"{SIDE}identified" in table and identification is not None:
+        return _side_gate(effects, problems, identification)
     if not problems or "identified" not in table or identification is None:
         return effects
     if not table["reason"].astype(bool).any() and identification["reason"].astype(bool).any():
@@ -166,3 +212,42 @@ def structural_gate(effects: Effects, problems: Mapping[str, str], x0: str, x1: 
     metrics.update(coarse_metrics(coarse))
     metrics["pse.identified_effects"] = float(gated["identified"].sum())
     return Effects(table=gated, labels=labels, metrics=metrics, artifacts=artifacts, detail=effects.detail, notes=notes)
+
+
+SIDE = OBSERVED_PREFIX  # the columns of DML-UCA beside the counterfactual design
+
+
+def _side_gate(effects: Effects, problems: Mapping[str, str], identification: pd.DataFrame) -> Effects:
+    """The structural check applied to DML-UCA beside the counterfactual design: its effects that
+    contrast a failing mean lose their numbers and agreement; the design's own effects are measured
+    on worlds that redraw the raw values and are untouched."""
+    table = effects.table.copy()
+    merged = {t: str(r) for t, r in identification["reason"].items() if r}
+    for target, reason in problems.items():
+        merged[target] = f"{merged[target]}; {reason.split(': ', 1)[1]}" if target in merged else reason
+    side = table[[c for c in table if c.startswith(SIDE)]].rename(columns=lambda c: c[len(SIDE) :])
+    n = int(effects.metrics.get("pse.n", 0)) or len(table)
+    gated = gate(side.drop(columns=["identified", "reason"]), merged, n)
+    for column in gated:
+        table[SIDE + column] = gated[column]
+    hidden = ~gated["identified"].astype(bool)
+    for column in ("difference", "difference_se"):
+        if column in table:
+            table.loc[hidden, column] = np.nan
+    if "agree" in table:
+        table["agree"] = table["agree"].astype(object).where(~hidden, None)
+    artifacts = dict(effects.artifacts)
+    artifacts["pse_identification.csv"] = identification.assign(
+        identified=[t not in merged for t in identification.index],
+        reason=[merged.get(t, "") for t in identification.index],
+    )
+    notes = [n for n in effects.notes if not n.startswith("DML-UCA")]
+    notes += comparison_notes(table)
+    return Effects(
+        table=table,
+        labels=effects.labels,
+        metrics=effects.metrics,
+        artifacts=artifacts,
+        detail=effects.detail,
+        notes=notes,
+    )

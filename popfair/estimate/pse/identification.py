@@ -123,7 +123,7 @@ def mean_problems(diagnostics: pd.DataFrame, rule: IdentificationRule, groups: t
 
 
 NOT_IDENTIFIED_AT, PROBLEM_SEPARATOR = "not identified at n=", " | "
-HINT = " (estimator=interventional measures it on counterfactual resumes)"
+HINT = " (estimator=counterfactual, the default of population cases, measures it on counterfactual resumes)"
 
 
 def reason_problems(reason: str) -> list[str]:

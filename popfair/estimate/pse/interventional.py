@@ -111,13 +111,13 @@ class Interventional:
         }
         if "document" in worlds.columns:
             metrics[f"{METRIC_PREFIX}.distinct_documents"] = float(len(worlds.drop_duplicates(["job_id", "document"])))
-            consistency = _consistency(rows, worlds, roles)
-            metrics[f"{METRIC_PREFIX}.consistency"] = consistency
-            if consistency < 1.0:
+            share = consistency(rows, worlds, roles)
+            metrics[f"{METRIC_PREFIX}.consistency"] = share
+            if share < 1.0:
                 log.warning(
                     "interventional: %.1f%% of applicants' own-world documents differ from their "
                     "factual documents (renderer or counterfactual draws not consistent)",
-                    100 * (1 - consistency),
+                    100 * (1 - share),
                 )
         title = f"{roles.x}: {roles.x1} vs {roles.x0}, interventional (n={int(complete.sum())})"
         artifacts: dict[str, Any] = {
@@ -126,7 +126,7 @@ class Interventional:
             "interventional_outcomes.parquet": outcomes.reset_index(),
         }
         if "document" in worlds.columns:
-            artifacts["interventional_example.txt"] = _example(worlds)
+            artifacts["interventional_example.txt"] = example_documents(worlds)
         table["pattern"] = "; ".join(labels) if labels else "none"
         return Effects(table=table, labels=labels, metrics=metrics, artifacts=artifacts)
 
@@ -171,7 +171,7 @@ def paired_effects(
     return frame.iloc[len(TARGETS) :].copy(), frame.iloc[: len(TARGETS)].copy()
 
 
-def _consistency(factual: pd.DataFrame, worlds: pd.DataFrame, roles: Roles) -> float:
+def consistency(factual: pd.DataFrame, worlds: pd.DataFrame, roles: Roles) -> float:
     """Share of sampled applicants (with a scored factual row) whose own-world document
     (x_y = x_b = x_r = their X) equals the factual document they were scored on."""
     own_world = {roles.x0: "E[Y_x0]", roles.x1: "E[Y_x1]"}
@@ -182,7 +182,7 @@ def _consistency(factual: pd.DataFrame, worlds: pd.DataFrame, roles: Roles) -> f
     return float((matched["document"] == matched["document_world"]).mean()) if len(matched) else 1.0
 
 
-def _example(worlds: pd.DataFrame) -> str:
+def example_documents(worlds: pd.DataFrame) -> str:
     """The first sampled applicant's five counterfactual documents, for a reader of the run."""
     first = worlds[worlds["applicant_id"] == worlds["applicant_id"].iloc[0]]
     return "\n".join(

@@ -21,6 +21,7 @@ from popfair.estimate.pse.interventional import Interventional
 from popfair.estimate.pse.sfm import EFFECTS
 
 INTERVENTIONAL_PREFIX = "intv_"
+OBSERVED_PREFIX = "dml_"  # DML-UCA beside the counterfactual design (estimator=counterfactual)
 
 
 class SideBySide:
@@ -118,3 +119,67 @@ def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interv
         title,
         {"series": (("", "observational (DML-UCA)", "C0"), (INTERVENTIONAL_PREFIX, "interventional", "C3"))},
     )
+
+
+def beside(table: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
+    """The design's effects with DML-UCA's beside them (dml_estimate, dml_se, dml_ci_low, dml_ci_high,
+    dml_identified, dml_reason), the difference (design minus DML), its standard error (the two
+    treated as independent: they share the factual answers, which makes it conservative for TE) and
+    `agree`: the difference's CI covers 0 (missing where DML does not identify the effect)."""
+    from scipy import stats
+
+    dml = observed.reindex(list(EFFECTS))
+    out = table.copy()
+    for column in EFFECT_COLUMNS:
+        out[OBSERVED_PREFIX + column] = dml[column].astype(float).to_numpy()
+    identified = dml["identified"].astype(bool).to_numpy() if "identified" in dml else np.ones(len(dml), bool)
+    out[OBSERVED_PREFIX + "identified"] = identified
+    out[OBSERVED_PREFIX + "reason"] = dml["reason"].fillna("").to_numpy() if "reason" in dml else ""
+    difference = out["estimate"] - out[OBSERVED_PREFIX + "estimate"]
+    se = np.sqrt(out["se"] ** 2 + out[OBSERVED_PREFIX + "se"] ** 2)
+    half = stats.norm.ppf(0.975) * se
+    out["difference"] = difference
+    out["difference_se"] = se
+    agree = (difference - half <= 0) & (difference + half >= 0)
+    out["agree"] = pd.Series(agree.to_numpy(), index=out.index, dtype=object).where(identified, None)
+    return out
+
+
+def comparison_notes(table: pd.DataFrame) -> list[str]:
+    """DML-UCA beside the design, in words: each identified effect's estimate, the difference and
+    whether they agree; a disagreement beyond the CIs said as a finding; the effects DML cannot
+    identify, with why (its first failing mean)."""
+    parts, disagree = [], []
+    for effect, row in table.iterrows():
+        if not bool(row[OBSERVED_PREFIX + "identified"]):
+            continue
+        verdict = "agree" if bool(row["agree"]) else "DISAGREE"
+        parts.append(
+            f"{effect} {row[OBSERVED_PREFIX + 'estimate']:+.4g} [{row[OBSERVED_PREFIX + 'ci_low']:.4g}, {row[OBSERVED_PREFIX + 'ci_high']:.4g}], "
+            f"difference {row['difference']:+.3g} (SE {row['difference_se']:.2g}): {verdict}"
+        )
+        if not bool(row["agree"]):
+            disagree.append(str(effect))
+    lines = []
+    if parts:
+        lines.append(
+            "DML-UCA on the factual data (estimator=pse_dml, the paper's estimator) where it identifies an effect: "
+            + "; ".join(parts)
+            + "."
+        )
+    missing = [str(e) for e, row in table.iterrows() if not bool(row[OBSERVED_PREFIX + "identified"])]
+    if missing:
+        reason = next((str(r) for r in table[OBSERVED_PREFIX + "reason"] if r), "")
+        why = reason.split(": ", 1)[1].split(" | ")[0].split(" (estimator=")[0] if ": " in reason else ""
+        lines.append(
+            f"DML-UCA does not identify {', '.join(missing)} from the factual data"
+            + (f" ({why})" if why else "")
+            + "; the design measures them on counterfactual resumes."
+        )
+    if disagree:
+        lines.append(
+            f"The design and DML-UCA disagree beyond their CIs on {', '.join(disagree)}: a finding about the "
+            "population model (the worlds it draws) or the screener, not noise. Look at counterfactual_example.txt "
+            "and the DML diagnostics (pse_identification.csv) before reading either number."
+        )
+    return lines

@@ -1,0 +1,201 @@
+"""`estimator=counterfactual`, the default of generated populations: the five path-specific effects by design.
+
+popfair owns the population model and can ask the screener again, so the counterfactual means of the
+effects are measured, not reweighted from factual data. A simple random sample of the applicants
+(the world budget: `n` applicants, a `fraction` of them, or the sample `target_mde` needs) is rendered
+and screened in the five worlds psi(x_y, x_b, x_r) (`sfm.TARGETS`), through the case's renderer,
+screener and response cache; the estimate combines those answers with the factual answers of every
+applicant (`design_based.combine`), so its CIs are narrower than the sample's alone, which are
+reported beside them (`se_sample`). The effects hold by design: no overlap, no outcome model to
+extrapolate. They are the screener's effects under popfair's population model.
+
+DML-UCA on the factual data (`estimator=pse_dml`, the paper's estimator; its settings are this
+estimator's other keys) runs beside it (`compare`): where DML identifies an effect, the table shows
+its estimate, the difference and whether the two agree (the difference's CI covers 0); where they
+disagree beyond their CIs the case says so, a finding about the population model or the screener."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
+from popfair.core.errors import EstimationError
+from popfair.core.types import WORLD, Effects, Plot, Roles, WorldRequest
+from popfair.estimate.base import contrast_rows, factual_rows
+from popfair.estimate.power import PowerPlan, PowerSettings
+from popfair.estimate.pse import budget
+from popfair.estimate.pse.design_based import combine
+from popfair.estimate.pse.estimator import PseDml
+from popfair.estimate.pse.interventional import MAX_N, consistency, example_documents, paired_effects
+from popfair.estimate.pse.settings import PSE_CONSTRAINTS
+from popfair.estimate.pse.sfm import EFFECTS, TARGETS, pattern_labels
+from popfair.estimate.pse.side_by_side import OBSERVED_PREFIX, beside, comparison_notes
+
+log = logging.getLogger("popfair")
+
+METRIC = budget.METRIC
+
+
+class Counterfactual:
+    """`estimator=counterfactual`: TE, NDE, NIE, BIE, RIE from every factual answer and a world sample.
+
+    n: "auto" (`fraction` of the x0/x1 applicants), "all", or a number of applicants whose five
+    worlds are screened. target_mde: instead of n, the smallest sample whose planned MDE of every
+    effect is at most this many points (the case's plan.* assumptions). model_folds: cross-fitting
+    folds of the working model. compare: run DML-UCA beside it (its settings: the other keywords,
+    those of `PseDml`). alpha: 1 - CI level. seed: the sample, the worlds' noise and DML's folds."""
+
+    name = "counterfactual"
+    estimand_design = "worlds"  # the effects are measured on counterfactual worlds (popfair.estimate.pse.estimand)
+    parameter_constraints: ClassVar[Rules] = {
+        **PSE_CONSTRAINTS,
+        "n": [Options(("auto", "all")), Interval(int, 2, MAX_N)],
+        "fraction": Interval(float, 0, 1, closed="right"),
+        "target_mde": [None, Interval(float, 0, None, closed="neither")],
+        "model_folds": Interval(int, 2, 20),
+        "compare": Boolean(),
+    }
+
+    def __init__(
+        self,
+        n: int | str = "auto",
+        fraction: float = 0.1,
+        target_mde: float | None = None,
+        model_folds: int = 5,
+        compare: bool = True,
+        alpha: float = 0.05,
+        seed: int = 0,
+        **observational: Any,
+    ) -> None:
+        own = {"n": n, "fraction": fraction, "target_mde": target_mde, "model_folds": model_folds, "compare": compare}
+        validate(self.parameter_constraints, {**own, "alpha": alpha, "seed": seed})
+        self.n, self.fraction, self.target_mde, self.model_folds, self.compare = (
+            n,
+            fraction,
+            target_mde,
+            model_folds,
+            compare,
+        )
+        self.alpha, self.seed = alpha, seed
+        self.observational = PseDml(alpha=alpha, seed=seed, **observational) if compare else None
+        self.counterfactuals = WorldRequest(
+            worlds=TARGETS,
+            n=n if isinstance(n, int) else None,
+            seed=seed,
+            fraction=fraction if n == "auto" else None,
+        )
+
+    # --- the budget -------------------------------------------------------------------------------
+
+    def sized(self, request: WorldRequest, eligible: int, settings: PowerSettings, previous: Any) -> WorldRequest:
+        """The world request for a population of `eligible` x0/x1 applicants: with `target_mde`, the
+        sample the plan says detects it for every effect (nested, as any n: a larger sample contains
+        a smaller one)."""
+        if self.target_mde is None:
+            return request
+        n, why = budget.budget_for(self.target_mde, eligible, settings, previous)
+        log.info("counterfactual design: %s", why)
+        return WorldRequest(worlds=request.worlds, n=n, seed=request.seed)
+
+    def power_plan(self, profiles: Any, settings: PowerSettings, previous: Any) -> PowerPlan | None:
+        """What the world sample of `profiles` can detect, per effect (`budget.world_plan`)."""
+        roles = profiles.roles
+        eligible = int(profiles.table[roles.x].isin([roles.x0, roles.x1]).sum())
+        if profiles.worlds is None or eligible < 2:
+            return None
+        n = int(profiles.worlds["applicant_id"].nunique())
+        return budget.world_plan(n, eligible, settings, previous)
+
+    # --- the estimate -----------------------------------------------------------------------------
+
+    def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
+        """Effects from the factual rows (world = FACTUAL: every scored applicant) and the world rows
+        of the sample (failed screens have a missing `y`; an applicant missing any world is left out)."""
+        if WORLD not in data.columns or not data[WORLD].isin(list(TARGETS)).any():
+            raise EstimationError(
+                "counterfactual estimator: the scored table has no counterfactual world rows (column "
+                f"{WORLD!r}); run it through Experiment, whose population draws the worlds it declares "
+                "(population=popresume)"
+            )
+        factual = factual_rows(data)
+        rows = contrast_rows(factual, roles, y)
+        worlds = data[data[WORLD].isin(list(TARGETS))]
+        outcomes = (
+            worlds.pivot(index="applicant_id", columns=WORLD, values=y)
+            .reindex(index=pd.unique(worlds["applicant_id"]), columns=list(TARGETS))
+            .astype(float)
+        )
+        sampled = len(outcomes)
+        outcomes = outcomes[outcomes.notna().all(axis=1) & outcomes.index.isin(rows["applicant_id"])]
+        combined = combine(rows, outcomes, roles, y, alpha=self.alpha, folds=self.model_folds, seed=self.seed)
+        alone, _ = paired_effects(outcomes.to_numpy(), alpha=self.alpha, seed=self.seed)
+        table = combined.table.copy()
+        table["se_sample"] = alone["se"].to_numpy()
+        observed = self.observational.estimate(rows, roles, y) if self.observational is not None else None
+        if observed is not None:
+            table = beside(table, observed.table)
+        labels = pattern_labels(table)
+        table["pattern"] = "; ".join(labels) if labels else "none"
+        metrics = self._metrics(combined, sampled, len(worlds), worlds, observed)
+        notes = [_precision_line(combined, table)]
+        if observed is not None:
+            notes += comparison_notes(table)
+        title = f"{roles.x}: {roles.x1} vs {roles.x0} (positive favours {roles.x1})"
+        artifacts: dict[str, Any] = {
+            **({} if observed is None else _kept_artifacts(observed.artifacts)),
+            "counterfactual_means.csv": combined.means,
+            "counterfactual_sample_only.csv": alone,
+            "counterfactual_model_r2.csv": combined.r2,
+            "counterfactual_outcomes.parquet": outcomes.reset_index(),
+            "counterfactual_forest.png": forest(table, title),
+        }
+        if "document" in worlds.columns:
+            metrics[f"{METRIC}.consistency"] = consistency(rows, worlds, roles)
+            artifacts["counterfactual_example.txt"] = example_documents(worlds)
+        return Effects(table=table, labels=labels, metrics=metrics, artifacts=artifacts, notes=notes)
+
+    def _metrics(
+        self, combined: Any, sampled: int, documents: int, worlds: pd.DataFrame, observed: Effects | None
+    ) -> dict[str, float]:
+        metrics: dict[str, float] = {
+            f"{METRIC}.n": float(combined.n),
+            f"{METRIC}.n_sampled": float(sampled),
+            f"{METRIC}.n_eligible": float(combined.n_eligible),
+            f"{METRIC}.documents": float(documents),
+            f"{METRIC}.failed_screens": float(worlds["error"].notna().sum()) if "error" in worlds else 0.0,
+        }
+        for group, n in combined.n_by_group.items():
+            metrics[f"{METRIC}.n.{group}"] = float(n)
+        for effect in EFFECTS:
+            metrics[f"{METRIC}.var_world.{effect}"] = float(combined.world_variance[effect])
+            metrics[f"{METRIC}.var_fixed.{effect}"] = float(combined.fixed_variance[effect])
+        if "document" in worlds.columns:
+            metrics[f"{METRIC}.distinct_documents"] = float(len(worlds.drop_duplicates(["job_id", "document"])))
+        if observed is not None:  # DML's own diagnostics; its coarser split stays in its artifact
+            metrics.update({k: v for k, v in observed.metrics.items() if not k.startswith("coarse.")})
+        return metrics
+
+
+def _precision_line(combined: Any, table: pd.DataFrame) -> str:
+    groups = ", ".join(f"{n:,} of {combined.eligible_by_group[g]:,} {g}" for g, n in combined.n_by_group.items())
+    ses = "; ".join(f"{e} {table.loc[e, 'se']:.3g} vs {table.loc[e, 'se_sample']:.3g}" for e in EFFECTS)
+    return (
+        f"Counterfactual design: {combined.n:,} of {combined.n_eligible:,} applicants screened in all five worlds "
+        f"({groups}), combined with every applicant's factual answer. SE combined vs world sample alone: {ses}."
+    )
+
+
+def _kept_artifacts(artifacts: dict[str, Any]) -> dict[str, Any]:
+    """DML's artifacts, its forest plot left out (the design's plot draws both)."""
+    return {k: v for k, v in artifacts.items() if k != "pse_forest.png"}
+
+
+def forest(table: pd.DataFrame, title: str) -> Plot:
+    """Forest plot: the design's effects, and DML-UCA's beside them where it identifies them."""
+    series: tuple[tuple[str, str, str], ...] = (("", "counterfactual design", "C3"),)
+    if OBSERVED_PREFIX + "estimate" in table:
+        series += ((OBSERVED_PREFIX, "DML-UCA (factual data)", "C0"),)
+    return Plot("forest", table, title, {"series": series})
