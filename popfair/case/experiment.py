@@ -260,7 +260,8 @@ class Experiment:
             return request
         roles = profiles.roles
         eligible = int(profiles.table[roles.x].isin([roles.x0, roles.x1]).sum())
-        return sized(request, eligible, self.power.settings, self.power.previous)
+        scale = ScoreScale.of_range(*self.screener.score_range)  # no scores before the run
+        return sized(request, eligible, self.power.settings, self.power.previous, scale)
 
     def prompts(
         self,

@@ -49,7 +49,7 @@ class CasePower:
         gives it instead."""
         own = getattr(estimator, "power_plan", None)
         if own is not None and self.settings.enabled:
-            return own(sample, self.settings, self.previous)
+            return own(sample, self.settings, self.previous, scale)
         return plan_power(design_named(design), sample, self.settings, self.previous, scale)
 
     def quietly(

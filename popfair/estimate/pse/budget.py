@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -41,9 +41,11 @@ class Previous(Protocol):
 
 
 def variance_parts(
-    settings: PowerSettings, previous: Previous | None
+    settings: PowerSettings, previous: Previous | None, scale: Any = None
 ) -> tuple[dict[str, float], dict[str, float], str]:
-    """Per effect (W_e, F_e) of the module docstring, and the assumption in words."""
+    """Per effect (W_e, F_e) of the module docstring, and the assumption in words. `scale`: the
+    screener's own score scale (`sd`, `source`: design.base.ScoreScale), used when no pilot's SD
+    (plan.sd) and no previous run say more."""
     if previous is not None:
         world = {e: previous.get(f"{METRIC}.var_world.{e}") for e in EFFECTS}
         fixed = {e: previous.get(f"{METRIC}.var_fixed.{e}") for e in EFFECTS}
@@ -63,13 +65,17 @@ def variance_parts(
                 dict.fromkeys(EFFECTS, 0.0),
                 f"the standard errors of {previous.source} (world sample n = {sampled:,.0f}) scaled by sqrt(n_prev / n)",
             )
-    sd = settings.sd if settings.sd is not None else DEFAULT_SCORE_SD
+    if settings.sd is not None:
+        sd, source = float(settings.sd), "plan.sd, a pilot's"
+    elif scale is not None:
+        sd, source = float(scale.sd), str(scale.source)
+    else:
+        sd, source = DEFAULT_SCORE_SD, "default; set plan.sd or plan.from_run"
     norms = dict(zip(EFFECTS, np.square(CONTRASTS).sum(axis=1)))
-    source = "plan.sd, a pilot's" if settings.sd is not None else "default; set plan.sd or plan.from_run"
     return (
         {e: sd**2 * float(norms[e]) for e in EFFECTS},
         dict.fromkeys(EFFECTS, 0.0),
-        f"a score SD of {sd:g} points ({source}) and one applicant's world scores uncorrelated "
+        f"a score SD of {sd:.3g} points ({source}) and one applicant's world scores uncorrelated "
         "(usually they are strongly correlated, and the MDE smaller)",
     )
 
@@ -91,10 +97,12 @@ def n_needed(effect: float, world: float, fixed: float, settings: PowerSettings)
     return max(2, int(math.ceil(world / room)))
 
 
-def budget_for(effect: float, eligible: int, settings: PowerSettings, previous: Previous | None) -> tuple[int, str]:
+def budget_for(
+    effect: float, eligible: int, settings: PowerSettings, previous: Previous | None, scale: Any = None
+) -> tuple[int, str]:
     """The world sample that detects `effect` for every effect (capped at all `eligible` applicants),
     and a sentence saying so."""
-    world, fixed, assumed = variance_parts(settings, previous)
+    world, fixed, assumed = variance_parts(settings, previous, scale)
     needs = {e: n_needed(effect, world[e], fixed[e], settings) for e in EFFECTS}
     if any(v is None or v > eligible for v in needs.values()):
         short = [e for e, v in needs.items() if v is None or v > eligible]
@@ -106,11 +114,13 @@ def budget_for(effect: float, eligible: int, settings: PowerSettings, previous: 
     return n, f"a target MDE of {effect:g} points for every effect needs {n:,} applicants' worlds (assuming {assumed})"
 
 
-def world_plan(n: int, eligible: int, settings: PowerSettings, previous: Previous | None) -> PowerPlan:
+def world_plan(
+    n: int, eligible: int, settings: PowerSettings, previous: Previous | None, scale: Any = None
+) -> PowerPlan:
     """The power line of the counterfactual design at a world sample of n applicants: the MDE of
     each effect (`extra`: plan.mde.<effect>, plan.n_needed.<effect>), the largest as `mde`, and with
     plan.effect the budget that detects it for every effect."""
-    world, fixed, assumed = variance_parts(settings, previous)
+    world, fixed, assumed = variance_parts(settings, previous, scale)
     mdes = {e: mde(n, world[e], fixed[e], settings) for e in EFFECTS}
     extra: dict[str, float] = {f"mde.{e}": v for e, v in mdes.items()}
     extra["world_n"] = float(n)

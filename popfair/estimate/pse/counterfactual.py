@@ -90,24 +90,27 @@ class Counterfactual:
 
     # --- the budget -------------------------------------------------------------------------------
 
-    def sized(self, request: WorldRequest, eligible: int, settings: PowerSettings, previous: Any) -> WorldRequest:
+    def sized(
+        self, request: WorldRequest, eligible: int, settings: PowerSettings, previous: Any, scale: Any = None
+    ) -> WorldRequest:
         """The world request for a population of `eligible` x0/x1 applicants: with `target_mde`, the
         sample the plan says detects it for every effect (nested, as any n: a larger sample contains
         a smaller one)."""
         if self.target_mde is None:
             return request
-        n, why = budget.budget_for(self.target_mde, eligible, settings, previous)
+        n, why = budget.budget_for(self.target_mde, eligible, settings, previous, scale)
         log.info("counterfactual design: %s", why)
         return WorldRequest(worlds=request.worlds, n=n, seed=request.seed)
 
-    def power_plan(self, profiles: Any, settings: PowerSettings, previous: Any) -> PowerPlan | None:
-        """What the world sample of `profiles` can detect, per effect (`budget.world_plan`)."""
+    def power_plan(self, profiles: Any, settings: PowerSettings, previous: Any, scale: Any = None) -> PowerPlan | None:
+        """What the world sample of `profiles` can detect, per effect (`budget.world_plan`), on the
+        screener's score `scale` where no pilot or previous run says more."""
         roles = profiles.roles
         eligible = int(profiles.table[roles.x].isin([roles.x0, roles.x1]).sum())
         if profiles.worlds is None or eligible < 2:
             return None
         n = int(profiles.worlds["applicant_id"].nunique())
-        return budget.world_plan(n, eligible, settings, previous)
+        return budget.world_plan(n, eligible, settings, previous, scale)
 
     # --- the estimate -----------------------------------------------------------------------------
 
