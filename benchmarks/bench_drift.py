@@ -91,7 +91,7 @@ def end_to_end(counts: pd.DataFrame, rng: np.random.Generator, n_bootstrap: int)
     """The table case on the counts written as CSV rows: its test of change by period."""
     from hydra import compose, initialize_config_dir
 
-    from popfair.sweep.case import case_from_config
+    from popfair.sweep.run_case import case_from_config
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "decisions.csv"

@@ -49,12 +49,12 @@ SECOND_IMAGE_RENDER_TARGET_S = 3.0
 STORE_READ = """
 import os, sys, time
 from hydra import compose, initialize_config_dir
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.runtime.paths import CONF_DIR
 from popfair.render.base import render_all
 with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
     cfg = compose(config_name="config", overrides=sys.argv[1:] + ["tracking=none"])
-experiment = Experiment.from_config(cfg)
+experiment = PopulationCase.from_config(cfg)
 profiles = experiment.sample()
 wall, cpu = time.perf_counter(), time.process_time()
 documents = render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False, store=experiment.documents)

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popfair import Experiment  # noqa: E402
+from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.screen.llm import LLMScreener  # noqa: E402
 from popfair.sweep.plan import plan_case  # noqa: E402
 from tests.conftest import compose_config  # noqa: E402
@@ -64,9 +64,9 @@ def main() -> None:
         with StubServer() as stub, tempfile.TemporaryDirectory() as tmp:
             screen = screener(stub.url, Path(tmp))
 
-            def case(n: int, screen: LLMScreener = screen, base: list[str] = base, key: str = key) -> Experiment:
+            def case(n: int, screen: LLMScreener = screen, base: list[str] = base, key: str = key) -> PopulationCase:
                 return dataclasses.replace(
-                    Experiment.from_config(compose_config([*COMMON, *base, f"{key}={n}"])), screener=screen
+                    PopulationCase.from_config(compose_config([*COMMON, *base, f"{key}={n}"])), screener=screen
                 )
 
             case(small).run()

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from popfair.case.experiment import Experiment  # noqa: E402
+from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import FACTUAL, WORLD  # noqa: E402
 from popfair.render.base import render_all  # noqa: E402
 
@@ -67,7 +67,7 @@ def main() -> None:
         cfg = compose(config_name="config", overrides=overrides)
 
     start = time.perf_counter()
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     build_s = time.perf_counter() - start
     result = experiment.run()
     run_s = time.perf_counter() - start

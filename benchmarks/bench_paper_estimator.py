@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from popfair.case.experiment import Experiment  # noqa: E402
+from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import WorldRequest  # noqa: E402
 from popfair.estimate.pse.interventional import expected_effects  # noqa: E402
 from popfair.estimate.pse.settings import PseOverlapWarning  # noqa: E402
@@ -85,7 +85,9 @@ def settings(name: str, args: argparse.Namespace) -> list[str]:
     }.get(name, [])
 
 
-def experiment_for(case: str, estimator: str, args: argparse.Namespace, cache: Path, extra: list[str]) -> Experiment:
+def experiment_for(
+    case: str, estimator: str, args: argparse.Namespace, cache: Path, extra: list[str]
+) -> PopulationCase:
     attribute, screener = CASES[case]
     overrides = [
         "screener=simulated",
@@ -101,7 +103,7 @@ def experiment_for(case: str, estimator: str, args: argparse.Namespace, cache: P
         f"seed={args.seed}",
     ]
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        experiment = Experiment.from_config(compose(config_name="config", overrides=overrides))
+        experiment = PopulationCase.from_config(compose(config_name="config", overrides=overrides))
     if screener == "blind":  # the 20 most common first names of this draw's men
         table = experiment.population.sample(experiment.occupation, experiment.protected, args.seed).table
         names = table.loc[table["gender"] == "male", "first_name"].value_counts().index[:20]

@@ -24,7 +24,7 @@ from benchmarks.bench_table import COLUMNS, generate  # noqa: E402
 
 def one(args: list[str]) -> None:
     """One table case in this process, untracked and without the report: a JSON line of its stages."""
-    from popfair.sweep.case import case_from_config
+    from popfair.sweep.run_case import case_from_config
     from tests.conftest import compose_config
 
     case = case_from_config(compose_config(["experiment=table_audit", "tracking=none", "audit_report=false", *args]))

@@ -67,7 +67,7 @@ def one(args: list[str]) -> None:
     """Audit one table in this process; print a JSON line with the seconds and peak RSS."""
     os.environ.setdefault("DATAFRAME_FRAMEWORK", "pandas")
     start_process = time.perf_counter()
-    from popfair.sweep.case import case_from_config
+    from popfair.sweep.run_case import case_from_config
     from tests.conftest import compose_config
 
     case = case_from_config(compose_config(["experiment=table_audit", "tracking=none", "audit_report=false", *args]))

@@ -29,7 +29,7 @@ import time
 
 from hydra import compose, initialize_config_dir
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.runtime.paths import CONF_DIR
 
 CELLS = [  # tfidf screener settings: one screener cell each
@@ -56,7 +56,7 @@ def main() -> None:
             overrides += tracked if setting == "mlflow" else ["tracking=none"]
             with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
                 cfg = compose(config_name="config", overrides=overrides)
-            experiment = Experiment.from_config(cfg)
+            experiment = PopulationCase.from_config(cfg)
             start = time.perf_counter()
             result = experiment.run()
             return time.perf_counter() - start, result.timings["track"]

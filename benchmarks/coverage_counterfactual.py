@@ -53,7 +53,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from scipy import special  # noqa: E402
 
 from benchmarks.coverage_identification import SMALL_GRID, binom_ci, coefficients  # noqa: E402
-from popfair.case.experiment import Experiment  # noqa: E402
+from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import WORLD, WorldRequest  # noqa: E402
 from popfair.estimate.pse.design_based import combine  # noqa: E402
 from popfair.estimate.pse.estimator import estimate_pse  # noqa: E402
@@ -82,7 +82,7 @@ def scores(screener: SimulatedScreener, table: pd.DataFrame, seed: int, shows: t
     return np.clip(screener.linear_index(table) + special.ndtri(u) * screener.noise_sd, 0.0, 100.0)
 
 
-def population_draw(experiment: Experiment, pop_seed: int) -> tuple:
+def population_draw(experiment: PopulationCase, pop_seed: int) -> tuple:
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, pop_seed)
     everyone = draw_worlds(experiment.population, profiles, WorldRequest(worlds=TARGETS, n=None, seed=pop_seed))
     return profiles, everyone
@@ -230,7 +230,7 @@ def main() -> None:
             *([f"population.n={args.applicants}"] if args.applicants else []),
         ]
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            experiments[case] = Experiment.from_config(compose(config_name="config", overrides=overrides))
+            experiments[case] = PopulationCase.from_config(compose(config_name="config", overrides=overrides))
     start = time.perf_counter()
     for pop_seed in range(args.populations):  # population draws outermost: a study cut short stays balanced
         for case, experiment in experiments.items():

@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from popfair.case.experiment import Experiment  # noqa: E402
+from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import WORLD, WorldRequest  # noqa: E402
 from popfair.estimate.pse.estimand import grouping_problems  # noqa: E402
 from popfair.estimate.pse.estimator import estimate_pse  # noqa: E402
@@ -102,7 +102,7 @@ def score(screener: SimulatedScreener, table: pd.DataFrame, seed: int) -> np.nda
     return np.clip(index + noise, 0.0, 100.0)
 
 
-def population_draw(experiment: Experiment, pop_seed: int) -> tuple:
+def population_draw(experiment: PopulationCase, pop_seed: int) -> tuple:
     """One population draw (every applicant) and every applicant's five counterfactual worlds."""
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, pop_seed)
     everyone = draw_worlds(experiment.population, profiles, WorldRequest(worlds=TARGETS, n=None, seed=pop_seed))
@@ -314,7 +314,7 @@ def main() -> None:
             "tracking=none",
         ]
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            experiments[case] = Experiment.from_config(compose(config_name="config", overrides=overrides))
+            experiments[case] = PopulationCase.from_config(compose(config_name="config", overrides=overrides))
     keys = (
         set(done[["occupation", "screener", "population_seed", "rep"]].itertuples(index=False, name=None))
         if not done.empty

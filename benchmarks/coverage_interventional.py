@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from popfair.case.experiment import Experiment  # noqa: E402
+from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import FACTUAL, WORLD  # noqa: E402
 from popfair.estimate.pse.interventional import Interventional, expected_effects  # noqa: E402
 from popfair.estimate.pse.sfm import EFFECTS  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> None:
     ]
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose(config_name="config", overrides=overrides)
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, experiment.seed)
     factual = profiles.table.assign(y=0.0, **{WORLD: FACTUAL})  # counts the eligible; y is not used
     start = time.perf_counter()

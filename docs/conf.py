@@ -118,7 +118,7 @@ autosummary_context = {
         for concepts, names in _CONCEPT_PAGES.items()
         for name in names
     },
-    # a public name bound to a class of another name (WorldDesign = WorldRequest): autodoc would
+    # a public name bound to a class of another name (WorldDesign: WorldRequest): autodoc would
     # document it as a bare alias, so its page documents the class under its own name
     "aliases": {
         f"popfair.{name}": f"{getattr(popfair, name).__module__}.{getattr(popfair, name).__qualname__}"
@@ -126,7 +126,7 @@ autosummary_context = {
         if isinstance(getattr(popfair, name), type) and getattr(popfair, name).__name__ != name
     },
     "module_docs": {
-        f"popfair.{name}": module
+        f"popfair.{name}": module.partition(":")[0]
         for name, module in popfair._EXPORTS.items()
         if "module docstring" in (getattr(popfair, name).__doc__ or "")
     },

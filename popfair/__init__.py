@@ -15,7 +15,7 @@ from popfair.runtime.routes import register_resolver
 from popfair.runtime.version import __version__
 
 _EXPORTS = {
-    "Experiment": "popfair.case.experiment",
+    "Experiment": "popfair.case.population:PopulationCase",  # the population case; its public name since 0.1
     "RunResult": "popfair.case.result",
     "TableCase": "popfair.case.table",
     "TableRunResult": "popfair.case.table",
@@ -40,7 +40,7 @@ _EXPORTS = {
     "Roles": "popfair.core.types",
     "Document": "popfair.core.types",
     "Job": "popfair.core.types",
-    "WorldDesign": "popfair.core.types",
+    "WorldDesign": "popfair.core.types:WorldRequest",  # the estimator's worlds; its public name since 0.1
     "DocumentStore": "popfair.render.store",
     "PopfairError": "popfair.core.errors",
     "ConfigError": "popfair.core.errors",

@@ -23,7 +23,7 @@ from popfair.runtime.paths import CONF_DIR
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def run(cfg: DictConfig) -> float | None:
     """One case (or, with dry_run=true, its cost plan); under -m one case of a sweep."""
-    from popfair.sweep.case import run_case
+    from popfair.sweep.run_case import run_case
 
     return run_case(cfg)
 

@@ -16,7 +16,7 @@ from popfair.core.errors import ConfigError
 from popfair.core.types import Effects
 from popfair.report.document import Block, to_html, to_markdown, to_pdf
 from popfair.report.effects import effects_blocks
-from popfair.sweep.case import case_from_config
+from popfair.sweep.run_case import case_from_config
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import compose_config
 from tests.test_table_source import CELLS, COLUMNS, decisions, write

@@ -11,7 +11,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from popfair.case.compose import build
-from popfair.case.experiment import COMPONENT_GROUPS, Experiment
+from popfair.case.population import COMPONENT_GROUPS, PopulationCase
 from popfair.core.errors import ConfigError
 from tests.conftest import CONF_DIR, compose_config
 
@@ -49,7 +49,7 @@ def test_every_group_option_composes_and_instantiates(group, option, tmp_path, m
 
 
 def test_default_config_builds_an_experiment(tmp_path):
-    experiment = Experiment.from_config(compose_config(tmp_path=tmp_path))
+    experiment = PopulationCase.from_config(compose_config(tmp_path=tmp_path))
     assert experiment.case_name().startswith("nurse-gender-text-tfidf")
 
 
@@ -81,20 +81,20 @@ def test_unknown_key_is_rejected():
 def test_bad_value_fails_before_any_work_naming_the_key(override, key):
     cfg = compose_config([override])  # no tmp tracking override: it would mask tracking.uri
     with pytest.raises(ConfigError) as info:
-        Experiment.from_config(cfg)
+        PopulationCase.from_config(cfg)
     assert key in str(info.value)
 
 
 def test_a_dry_run_builds_each_distinct_component_once(tmp_path):
     """The cases of a sweep's dry run share their equal components (planning only reads them); a
     changed setting builds a new one, and a real run always builds its own."""
-    first = Experiment.from_config(compose_config(tmp_path=tmp_path), dry_run=True)
-    race = Experiment.from_config(compose_config(["protected_attr=race"], tmp_path=tmp_path), dry_run=True)
+    first = PopulationCase.from_config(compose_config(tmp_path=tmp_path), dry_run=True)
+    race = PopulationCase.from_config(compose_config(["protected_attr=race"], tmp_path=tmp_path), dry_run=True)
     assert race.screener is first.screener and race.renderer is first.renderer
     assert race.protected is not first.protected and race.protected.name == "race"
-    wider = Experiment.from_config(compose_config(["renderer.n_skills=6"], tmp_path=tmp_path), dry_run=True)
+    wider = PopulationCase.from_config(compose_config(["renderer.n_skills=6"], tmp_path=tmp_path), dry_run=True)
     assert wider.renderer is not first.renderer and wider.screener is first.screener
-    real = Experiment.from_config(compose_config(tmp_path=tmp_path))
+    real = PopulationCase.from_config(compose_config(tmp_path=tmp_path))
     assert real.screener is not first.screener and real.renderer is not first.renderer
 
 
@@ -110,5 +110,5 @@ def test_a_bad_screener_setting_is_named_before_the_api_key_is_asked_for(overrid
     even when the API key is missing too."""
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
     with pytest.raises(ConfigError) as info:
-        Experiment.from_config(compose_config(["screener=gpt4o_mini", override]))
+        PopulationCase.from_config(compose_config(["screener=gpt4o_mini", override]))
     assert message in str(info.value)

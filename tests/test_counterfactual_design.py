@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.types import WORLD, WorldRequest
 from popfair.estimate.pse.design_based import combine
 from popfair.estimate.pse.interventional import expected_effects
@@ -31,7 +31,7 @@ def simulated_default(tmp_path_factory):
     """The default estimator on 4,000 nurses x gender with the simulated screener, tracked to MLflow."""
     tmp = tmp_path_factory.mktemp("counterfactual")
     overrides = ["screener=simulated", "population.n=4000", "population.diagnostics=false", *FAST_DML]
-    experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
+    experiment = PopulationCase.from_config(compose_config(overrides, tmp_path=tmp))
     assert experiment.estimator.name == "counterfactual"  # the default of population cases
     result = experiment.run()
     everyone = dataclasses.replace(experiment.estimator.counterfactuals, n=None, fraction=None)
@@ -118,7 +118,7 @@ def test_world_profiles_match_each_groups_factual_profiles(attribute):
     """Each group's own world (x, x, x) drawn for the other group's applicants reproduces the group's
     factual qualifications B and name proxies given the confounders Z: the other group's worlds,
     standardised to the group's Z cells (race or gender x age quartile), against its factual rows."""
-    experiment = Experiment.from_config(
+    experiment = PopulationCase.from_config(
         compose_config(
             ["screener=simulated", "population.diagnostics=false", "tracking=none", f"protected_attr={attribute}"]
         )
@@ -165,9 +165,9 @@ def test_world_profiles_match_each_groups_factual_profiles(attribute):
 
 def test_world_budget_is_nested():
     base = ["population.n=2000", "population.diagnostics=false", "tracking=none"]
-    small = Experiment.from_config(compose_config([*base, "estimator.n=100"]))
-    large = Experiment.from_config(compose_config([*base, "estimator.n=200"]))
-    auto = Experiment.from_config(compose_config(base))
+    small = PopulationCase.from_config(compose_config([*base, "estimator.n=100"]))
+    large = PopulationCase.from_config(compose_config([*base, "estimator.n=200"]))
+    auto = PopulationCase.from_config(compose_config(base))
     profiles = small.population.sample(small.occupation, small.protected, small.seed)
     ids = {
         name: set(sample_applicants(profiles, e.world_request(profiles)).table["applicant_id"])
@@ -189,7 +189,7 @@ def _plan(tmp_path, monkeypatch, *extra: str):
         "population.diagnostics=false",
         "tracking=none",
     ]
-    return plan_case(Experiment.from_config(compose_config([*common, *extra]), dry_run=True))
+    return plan_case(PopulationCase.from_config(compose_config([*common, *extra]), dry_run=True))
 
 
 def test_the_plan_prices_the_default_against_pse_dml(tmp_path, monkeypatch):
@@ -221,12 +221,12 @@ def test_a_bigger_world_budget_pays_only_for_the_new_worlds(tmp_path, monkeypatc
     with StubServer() as stub:
         screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
         first = dataclasses.replace(
-            Experiment.from_config(compose_config([*base, "estimator.n=40"])), screener=screener
+            PopulationCase.from_config(compose_config([*base, "estimator.n=40"])), screener=screener
         )
         first.run()
         paid_first = sum(stub.state.answered.values())
         second = dataclasses.replace(
-            Experiment.from_config(compose_config([*base, "estimator.n=80"])), screener=screener
+            PopulationCase.from_config(compose_config([*base, "estimator.n=80"])), screener=screener
         )
         planned = plan_case(second)
         result = second.run()

@@ -6,7 +6,7 @@ import mlflow
 import pandas as pd
 import pytest
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from tests.conftest import compose_config
 
 
@@ -15,7 +15,7 @@ def small_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     # the paper's estimator: its identification gate is what this case checks
     cfg = compose_config(["population.n=400", "estimator=pse_dml", "estimator.n_bootstrap=200"], tmp_path=tmp)
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     return experiment, experiment.run(), tmp
 
 
@@ -76,7 +76,7 @@ def test_mlflow_round_trip(small_run):
 def test_same_seed_gives_identical_results(small_run, tmp_path):
     _, first, _ = small_run
     cfg = compose_config(["population.n=400", "estimator=pse_dml", "estimator.n_bootstrap=200"], tmp_path=tmp_path)
-    second = Experiment.from_config(cfg).run()
+    second = PopulationCase.from_config(cfg).run()
     pd.testing.assert_frame_equal(first.scored, second.scored)
     pd.testing.assert_frame_equal(first.effects.table, second.effects.table)
 
@@ -86,7 +86,7 @@ def test_different_seed_gives_different_applicants(small_run, tmp_path):
     cfg = compose_config(
         ["population.n=400", "estimator=pse_dml", "estimator.n_bootstrap=200", "seed=1"], tmp_path=tmp_path
     )
-    other = Experiment.from_config(cfg).sample()  # the population stage alone: applicants are drawn there
+    other = PopulationCase.from_config(cfg).sample()  # the population stage alone: applicants are drawn there
     assert len(other.table) == len(first.scored) == 400
     assert (
         not first.scored["first_name"].reset_index(drop=True).equals(other.table["first_name"].reset_index(drop=True))

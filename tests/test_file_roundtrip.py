@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from popfair import Experiment
 from popfair.case.export import export_case
+from popfair.case.population import PopulationCase
 from popfair.core.errors import DataError
 from popfair.render.base import render_all
 from popfair.render.files import document_id
@@ -42,8 +42,8 @@ def vendor():
     server.shutdown()
 
 
-def http_case(url: str, tmp_path: Path, extra: list[str]) -> Experiment:
-    return Experiment.from_config(
+def http_case(url: str, tmp_path: Path, extra: list[str]) -> PopulationCase:
+    return PopulationCase.from_config(
         compose_config(
             [
                 *extra,
@@ -106,7 +106,7 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
     case = [*PAIRED, *FILE_TOOL, f"screener.dir={folder}"]
     # a partial sheet leaves 37% of the documents without a result: estimated anyway on request
     first = [*case, "screener.results=first.xlsx", "max_failure_share=1.0"]
-    partial = Experiment.from_config(compose_config(first, tmp_path=tmp_path)).run()
+    partial = PopulationCase.from_config(compose_config(first, tmp_path=tmp_path)).run()
     assert partial.scored["error"].notna().sum() == 320 - len(sheet)
     assert partial.scored["error"].dropna().str.startswith("no result for document d").all()
     report = pd.read_csv(folder / "import_report.csv")
@@ -114,7 +114,7 @@ def test_export_score_import_reproduces_the_in_process_effects(vendor, tmp_path)
     assert "### Problems in the tool's results files" in partial.report["report.md"]
     assert "no result for document d" in partial.report["report.md"]
 
-    complete = Experiment.from_config(compose_config([*case, "screener.results=rest.parquet"], tmp_path=tmp_path))
+    complete = PopulationCase.from_config(compose_config([*case, "screener.results=rest.parquet"], tmp_path=tmp_path))
     assert complete.screener.plan({}, [], "callback").calls == 0
     result = complete.run()  # the first sheet's answers come from the cache: nothing is scored again
     assert result.scored["error"].isna().all()
@@ -144,7 +144,7 @@ def test_pdf_documents_travel_both_ways_with_a_text_layer(vendor, tmp_path):
     first = (folder / manifest["file"][0]).read_bytes()
     assert first.startswith(b"%PDF") and len(vendor_stub.applicant_name(vendor_stub.pdf_text(first)).split()) >= 2
     vendor_stub.score_files(folder, folder / "results.csv")
-    by_file = Experiment.from_config(
+    by_file = PopulationCase.from_config(
         compose_config([*case, *FILE_TOOL, f"screener.dir={folder}"], tmp_path=tmp_path)
     ).run()
     upload = ["screener.body={document_id: '{document_id}', resume: {base64: '{document_base64}'}}"]
@@ -178,7 +178,7 @@ def _malformed_case(tmp_path: Path, results: str, extra: list[str] | None = None
         tmp_path=tmp_path,
     )
     summary = export_case(cfg)
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     return summary, experiment, list(pd.read_csv(tmp_path / "manifest.csv")["document_id"])
 
 
@@ -224,7 +224,7 @@ def test_each_malformed_sheet_problem_is_named_by_row(tmp_path):
         metrics["screen.file_missing"],
     ) == (1, 2, 1, 2, 1)
     assert len(pd.read_csv(tmp_path / "import_report.csv")) == 7
-    strict = Experiment.from_config(
+    strict = PopulationCase.from_config(
         compose_config(
             [
                 "experiment=paired_race",
@@ -272,7 +272,7 @@ def test_export_missing_only_writes_what_no_sheet_has_answered(tmp_path):
     assert (summary.files, summary.skipped_answered) == (6, 10) and sorted(remaining) == sorted(ids[10:])
 
 
-def _documents(experiment: Experiment):
+def _documents(experiment: PopulationCase):
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, 0)
     return profiles.jobs, render_all(experiment.renderer, profiles.table, profiles.jobs, progress=False)
 
@@ -280,7 +280,7 @@ def _documents(experiment: Experiment):
 def test_pdf_text_layer_matches_the_resume():
     from pypdf import PdfReader
 
-    experiment = Experiment.from_config(compose_config(["population.n=12", "renderer=pdf"]))
+    experiment = PopulationCase.from_config(compose_config(["population.n=12", "renderer=pdf"]))
     _, documents = _documents(experiment)
     document = documents[0]
     page = PdfReader(io.BytesIO(document.pdf)).pages[0]

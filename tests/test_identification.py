@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from popfair.case.experiment import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.types import WORLD, Effects, WorldRequest
 from popfair.estimate.pse.identification import gate
 from popfair.estimate.pse.interventional import expected_effects
@@ -51,7 +51,7 @@ SCREENERS = {
 }
 
 
-def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
+def _run(overrides: list[str], tmp) -> tuple[PopulationCase, object, pd.Series]:
     base = [
         "screener=simulated",
         "estimator=pse_dml",
@@ -59,7 +59,7 @@ def _run(overrides: list[str], tmp) -> tuple[Experiment, object, pd.Series]:
         "outcome_audit=null",
         "population.diagnostics=false",
     ]
-    experiment = Experiment.from_config(compose_config(base + FAST_DML + overrides, tmp_path=tmp))
+    experiment = PopulationCase.from_config(compose_config(base + FAST_DML + overrides, tmp_path=tmp))
     result = experiment.run()
     everyone = draw_worlds(experiment.population, result.profiles, WorldRequest(worlds=TARGETS, n=None, seed=0))
     expected = experiment.screener.expected(everyone, result.profiles.outcome)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from popfair import Experiment
 from popfair.case.compose import build
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, DataError, EstimationError
 from popfair.core.types import Roles
 from popfair.estimate.base import EFFECT_COLUMNS
@@ -337,7 +337,7 @@ def test_every_case_logs_the_impact_ratio_table(tmp_path):
     cfg = compose_config(
         ["population.n=300", "estimator.n_bootstrap=200", "outcome_audit.n_bootstrap=200"], tmp_path=tmp_path
     )
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     assert isinstance(experiment.outcome_audit, ImpactRatio)
     result = experiment.run()
     assert result.effects.table.index.tolist() == ["TE", "NDE", "NIE", "BIE", "RIE"]  # default pse_dml, untouched
@@ -354,9 +354,9 @@ def test_every_case_logs_the_impact_ratio_table(tmp_path):
         "impact_ratios/tests.csv",
         "impact_ratios/impact_ratios.png",
     }
-    assert Experiment.from_config(compose_config(["outcome_audit=null"], tmp_path=tmp_path)).outcome_audit is None
+    assert PopulationCase.from_config(compose_config(["outcome_audit=null"], tmp_path=tmp_path)).outcome_audit is None
     with pytest.raises(ConfigError, match="outcome_audit.flag_below"):
-        Experiment.from_config(compose_config(["outcome_audit.flag_below=2"], tmp_path=tmp_path))
+        PopulationCase.from_config(compose_config(["outcome_audit.flag_below=2"], tmp_path=tmp_path))
 
 
 def test_ll144_race_scheme_reports_nhpi_and_two_or_more_separately():

@@ -12,8 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats
 
-from popfair import Experiment
 from popfair.case.compose import build
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import FACTUAL, WORLD, Roles
 from popfair.estimate.pse.interventional import Interventional, expected_effects, paired_effects
@@ -45,7 +45,7 @@ def simulated_both(request, tmp_path_factory):
         "population.diagnostics=false",
         *FAST_DML,
     ]
-    experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
+    experiment = PopulationCase.from_config(compose_config(overrides, tmp_path=tmp))
     result = experiment.run()
     # the truth over every x0/x1 applicant (the finite population the estimate samples), same seed
     everyone = dataclasses.replace(experiment.estimator.counterfactuals, n=None)
@@ -219,7 +219,7 @@ def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
 def test_nested_config_errors_name_the_nested_key():
     cfg = compose_config(["estimator=both", "estimator.interventional.ci=wald", "tracking=none"])
     with pytest.raises(ConfigError, match=r"estimator\.interventional\.ci"):
-        Experiment.from_config(cfg)
+        PopulationCase.from_config(cfg)
 
 
 def test_both_needs_the_pse_estimator_as_observational_part():
@@ -229,7 +229,7 @@ def test_both_needs_the_pse_estimator_as_observational_part():
         SideBySide(OutcomeGap(), Interventional())
     with pytest.raises(ConfigError, match=r"^interventional: must be"):
         SideBySide(
-            Experiment.from_config(compose_config(["tracking=none", "estimator=pse_dml"])).estimator, OutcomeGap()
+            PopulationCase.from_config(compose_config(["tracking=none", "estimator=pse_dml"])).estimator, OutcomeGap()
         )
 
 
@@ -239,7 +239,7 @@ def test_population_without_counterfactuals_fails_before_any_work():
     with pytest.raises(
         ConfigError, match=r"'interventional' does not apply to the paired design; choose one of paired_gap"
     ):
-        Experiment.from_config(cfg)
+        PopulationCase.from_config(cfg)
 
 
 def test_estimate_needs_the_world_rows_of_the_scored_table():
@@ -280,7 +280,7 @@ def test_compare_flags_overlap_and_conclusions():
 
 
 def test_population_draws_the_declared_worlds_and_each_distinct_row_is_rendered_once():
-    experiment = Experiment.from_config(
+    experiment = PopulationCase.from_config(
         compose_config(
             [
                 "estimator=interventional",
@@ -337,7 +337,7 @@ def test_llm_screener_scores_counterfactuals_through_its_cache(tmp_path, monkeyp
             "tracking=none",
         ]
     )
-    base = Experiment.from_config(cfg)
+    base = PopulationCase.from_config(cfg)
     with StubServer() as stub:
         screener = make_screener("openai", stub.url, tmp_path / "cache", monkeypatch)
         experiment = dataclasses.replace(base, screener=screener)
@@ -371,9 +371,11 @@ def test_dry_run_plans_the_counterfactual_documents(monkeypatch, tmp_path):
         "population.diagnostics=false",
         "tracking=none",
     ]
-    plain = plan_case(Experiment.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
+    plain = plan_case(PopulationCase.from_config(compose_config(common + ["estimator=outcome_gap"]), dry_run=True))
     audit = plan_case(
-        Experiment.from_config(compose_config(common + ["estimator=interventional", "estimator.n=50"]), dry_run=True)
+        PopulationCase.from_config(
+            compose_config(common + ["estimator=interventional", "estimator.n=50"]), dry_run=True
+        )
     )
     assert plain.estimator_documents == 0 and audit.estimator_documents == 5 * 50
     assert audit.documents == plain.documents + 5 * 50

@@ -10,7 +10,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.sweep.plan import plan_case
 from tests.conftest import compose_config
 from tests.llm_stub import StubServer
@@ -26,7 +26,7 @@ GROWTH = {
 
 
 def _sample(overrides: list[str]) -> pd.DataFrame:
-    experiment = Experiment.from_config(compose_config([*COMMON, *overrides]))
+    experiment = PopulationCase.from_config(compose_config([*COMMON, *overrides]))
     return experiment.sample().table.reset_index(drop=True)
 
 
@@ -49,7 +49,7 @@ def test_world_applicants_are_nested_in_the_estimator_n():
 
     def worlds(n: int) -> pd.DataFrame:
         cfg = ["estimator=interventional", f"estimator.n={n}", "population.n=200", "population.diagnostics=false"]
-        rows = Experiment.from_config(compose_config([*COMMON, *cfg])).sample().worlds
+        rows = PopulationCase.from_config(compose_config([*COMMON, *cfg])).sample().worlds
         return rows[rows[WORLD] == rows[WORLD].iloc[0]]
 
     few, many = set(worlds(30)["applicant_id"]), set(worlds(90)["applicant_id"])
@@ -60,8 +60,8 @@ def test_world_applicants_are_nested_in_the_estimator_n():
 def test_growing_an_audit_pays_only_for_the_new_units(design, tmp_path, monkeypatch):
     base, key, small, large, per_unit = GROWTH[design]
 
-    def case(n: int, screener) -> Experiment:
-        experiment = Experiment.from_config(compose_config([*COMMON, *base, f"{key}={n}"]))
+    def case(n: int, screener) -> PopulationCase:
+        experiment = PopulationCase.from_config(compose_config([*COMMON, *base, f"{key}={n}"]))
         return dataclasses.replace(experiment, screener=screener)
 
     with StubServer() as stub:

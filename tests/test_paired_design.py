@@ -337,7 +337,7 @@ def test_json_render_table_makes_what_render_makes_row_by_row(race_sample):
     ],
 )
 def test_bad_paired_case_fails_when_the_experiment_is_built(overrides, message, tmp_path):
-    from popfair import Experiment
+    from popfair.case.population import PopulationCase
 
     with pytest.raises(ConfigError, match=message):
-        Experiment.from_config(compose_config(overrides, tmp_path=tmp_path))
+        PopulationCase.from_config(compose_config(overrides, tmp_path=tmp_path))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.case.power_plan import CasePower
 from popfair.core.errors import ConfigError
 from popfair.estimate.power import mcnemar_mde
@@ -15,7 +15,7 @@ CASE = ["experiment=paired_race", "screener=tfidf", "occupation.n_postings=60", 
 
 
 def test_paired_race_case_runs_end_to_end(tmp_path):
-    experiment = Experiment.from_config(compose_config(CASE, tmp_path=tmp_path))
+    experiment = PopulationCase.from_config(compose_config(CASE, tmp_path=tmp_path))
     assert experiment.case_name() == "entry_level_postings-race-json-tfidf-paired_gap"
     result = experiment.run()
     scored = result.scored

@@ -9,7 +9,7 @@ import pytest
 
 import popfair.render.base as render_base
 import popfair.sweep.plan as plan
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.runtime.parallel import cpu_count
 from tests.conftest import compose_config
 
@@ -33,7 +33,7 @@ TEXT = ("population.n=300", "population.diagnostics=false")  # PopResume applica
 JSON = ("experiment=paired_race", "occupation.n_postings=20")  # paired candidates as JSON profiles
 
 
-def _case(tmp_path, *extra: str) -> Experiment:
+def _case(tmp_path, *extra: str) -> PopulationCase:
     overrides = [
         "screener=gpt4o_mini",
         "screener.route=openai",
@@ -41,10 +41,10 @@ def _case(tmp_path, *extra: str) -> Experiment:
         "tracking=none",
         *(extra or TEXT),
     ]
-    return Experiment.from_config(compose_config(overrides), dry_run=True)
+    return PopulationCase.from_config(compose_config(overrides), dry_run=True)
 
 
-def _planned(experiment: Experiment) -> tuple[plan.CasePlan, list]:
+def _planned(experiment: PopulationCase) -> tuple[plan.CasePlan, list]:
     """A case planned as a new process plans it: its plan and the documents it planned."""
     _forget()
     planned = plan.plan_case(experiment)

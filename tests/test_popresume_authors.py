@@ -9,7 +9,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError
 from popfair.core.types import Job
 from popfair.population.occupation import Occupation
@@ -58,7 +58,7 @@ def test_excluded_races_leave_every_analysis_and_are_counted():
 
 def test_unknown_race_group_fails_naming_the_key():
     with pytest.raises(ConfigError, match="population.exclude_races"):
-        Experiment.from_config(compose_config(["population.exclude_races=[martian]", "tracking=none"]))
+        PopulationCase.from_config(compose_config(["population.exclude_races=[martian]", "tracking=none"]))
 
 
 def test_renderer_without_skills_has_no_skills_section():
@@ -144,7 +144,7 @@ def test_preset_runs_with_the_simulated_screener_and_white_nonwhite(tmp_path):
         "estimator.grid={n_estimators:[20],max_depth:[2],reg_lambda:[1.0]}",
         "tracking=none",
     ]
-    result = Experiment.from_config(compose_config(overrides, tmp_path=tmp_path)).run()
+    result = PopulationCase.from_config(compose_config(overrides, tmp_path=tmp_path)).run()
     assert any("applicants excluded" in note and "American Indian or Alaska Native" in note for note in result.notes)
     assert set(result.scored["race_white_nonwhite"]) == {"white", "nonwhite"}
     assert "SKILLS" not in result.scored["document"].iloc[0]
@@ -162,7 +162,7 @@ def test_counterfactual_worlds_refuse_the_pooled_race_coding(tmp_path):
         "tracking=none",
     ]
     with pytest.raises(ConfigError, match="counterfactual worlds set one of"):
-        Experiment.from_config(compose_config(overrides, tmp_path=tmp_path)).run()
+        PopulationCase.from_config(compose_config(overrides, tmp_path=tmp_path)).run()
 
 
 @pytest.mark.parametrize("mode", ["online", "batch"])

@@ -11,7 +11,7 @@ import pytest
 import xgboost as xgb
 from sklearn.model_selection import GridSearchCV
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.constraints import ParameterError
 from popfair.core.errors import EstimationError
 from popfair.core.types import Roles, WorldRequest
@@ -121,7 +121,7 @@ def nurse_case(attribute: str, tmp):
         "tracking=none",
         *FAST,
     ]
-    experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp))
+    experiment = PopulationCase.from_config(compose_config(overrides, tmp_path=tmp))
     result = experiment.run()
     worlds = draw_worlds(experiment.population, result.profiles, WorldRequest(worlds=TARGETS, n=None, seed=0))
     truth = expected_effects(worlds, experiment.screener.expected(worlds, result.profiles.outcome))

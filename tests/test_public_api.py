@@ -87,4 +87,7 @@ def test_the_public_api_is_unchanged():
     assert popfair.__all__ == PUBLIC_API
     from popfair.core.types import WorldRequest
 
-    assert popfair.WorldDesign is WorldRequest  # the old name of the estimator's worlds
+    assert popfair.WorldDesign is WorldRequest  # public names kept when their classes were renamed
+    from popfair.case.population import PopulationCase
+
+    assert popfair.Experiment is PopulationCase

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError
 from popfair.design.ranking.parse import parse_ranking
 from popfair.design.ranking.trials import williams_square
@@ -121,7 +121,7 @@ def test_williams_squares_balance_positions_and_neighbours(k):
 @pytest.fixture(scope="module")
 def trials_case():
     cfg = compose_config(["experiment=ranking_race_gender", "population.n_trials=96", "tracking=none"])
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     return experiment, experiment.sample()
 
 
@@ -159,19 +159,25 @@ def test_a_trials_resumes_differ_only_in_the_name_and_its_email(trials_case):
 
 def test_ranking_design_rejects_image_renderers_and_scoring_only_screeners():
     with pytest.raises(ConfigError, match="renderer=text"):
-        Experiment.from_config(compose_config(["experiment=ranking_race_gender", "renderer=image", "tracking=none"]))
+        PopulationCase.from_config(
+            compose_config(["experiment=ranking_race_gender", "renderer=image", "tracking=none"])
+        )
     with pytest.raises(ConfigError, match="renderer=text"):
-        Experiment.from_config(compose_config(["experiment=ranking_race_gender", "renderer=json", "tracking=none"]))
+        PopulationCase.from_config(compose_config(["experiment=ranking_race_gender", "renderer=json", "tracking=none"]))
     with pytest.raises(ConfigError, match="cannot rank"):
-        Experiment.from_config(compose_config(["experiment=ranking_race_gender", "screener=tfidf", "tracking=none"]))
+        PopulationCase.from_config(
+            compose_config(["experiment=ranking_race_gender", "screener=tfidf", "tracking=none"])
+        )
     with pytest.raises(ConfigError, match="estimator.reference"):
-        Experiment.from_config(
+        PopulationCase.from_config(
             compose_config(
                 ["experiment=ranking_race_gender", "population.groups=[black female,white female]", "tracking=none"]
             )
         )
     with pytest.raises(ConfigError, match="does not apply to the ranking design"):
-        Experiment.from_config(compose_config(["experiment=ranking_race_gender", "estimator=pse_dml", "tracking=none"]))
+        PopulationCase.from_config(
+            compose_config(["experiment=ranking_race_gender", "estimator=pse_dml", "tracking=none"])
+        )
 
 
 def test_exploded_logit_equals_statsmodels_conditional_logit():
@@ -246,7 +252,7 @@ def test_ranking_audit_through_the_openai_sdk_loses_no_row_and_reruns_from_the_c
     from tests.screen_helpers import make_screener
 
     cfg = compose_config(["experiment=ranking_race_gender", "population.n_trials=1000", "tracking=none"])
-    base = Experiment.from_config(cfg)
+    base = PopulationCase.from_config(cfg)
     with StubServer(faults=Faults(rate_limit=0.05, server_error=0.05, malformed=0.05, retry_after="0.01")) as stub:
         screener = make_screener(
             "openai", stub.url, tmp_path / "cache", monkeypatch, engine={"concurrency": 16, "max_attempts": 10}
@@ -325,7 +331,7 @@ def test_ranking_through_every_provider_and_the_batch_api(provider, mode, tmp_pa
     from tests.screen_helpers import make_screener
 
     cfg = compose_config(["experiment=ranking_race_gender", "population.n_trials=24", "tracking=none"])
-    base = Experiment.from_config(cfg)
+    base = PopulationCase.from_config(cfg)
     with StubServer() as stub:
         extra = {"mode": mode, "batch": {"poll_interval_s": 0.01}} if mode == "batch" else {}
         screener = make_screener(provider, stub.url, tmp_path / "cache", monkeypatch, **extra)
@@ -348,7 +354,7 @@ def test_refusals_are_recorded_failures_and_the_rest_is_estimated(tmp_path):
     cfg = compose_config(
         ["experiment=ranking_race_gender", "population.n_trials=160", "screener.refusal_rate=0.25", "tracking=none"]
     )
-    result = Experiment.from_config(cfg).run()
+    result = PopulationCase.from_config(cfg).run()
     scored = result.scored
     failed = scored[scored["error"].notna()]
     assert 0.1 < failed["trial_id"].nunique() / 160 < 0.4

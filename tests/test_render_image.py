@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from popfair import Experiment
 from popfair.case.compose import build
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, DataError
 from popfair.render.image import ImagePhotoRenderer, ImageRenderer
 from tests.conftest import PHOTO_CELL_COLOURS, compose_config, synthetic_photos_dir
@@ -146,7 +146,7 @@ def test_image_run_logs_sample_text_and_png_artifacts(tmp_path):
     cfg = compose_config(
         ["renderer=image", "population.n=60", "estimator=outcome_gap", "estimator.n_bootstrap=100"], tmp_path=tmp_path
     )
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     result = experiment.run()
     assert experiment.case_name().split("-")[2] == "image"
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError
 from popfair.core.types import WORLD
 from popfair.render.base import render_all
@@ -36,7 +36,7 @@ N_KILL = 300  # pages the killed render is asked for (a few seconds of work on t
 def case(tmp_path: Path, *overrides: str):
     """(renderer, its resolved settings, profile rows, jobs) of a composed case."""
     cfg = compose_config(["population.n=60", "tracking=none", *overrides], tmp_path=tmp_path)
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     profiles = experiment.sample()
     return experiment.renderer, experiment.config["renderer"], profiles.table, profiles.jobs
 
@@ -142,10 +142,10 @@ def test_rows_that_differ_only_in_unread_fields_are_rendered_once(tmp_path):
 def test_a_killed_render_resumes_without_rendering_again_what_it_stored(tmp_path, caplog):
     cache = tmp_path / "cache"
     script = (
-        "import sys; from tests.conftest import compose_config; from popfair import Experiment\n"
+        "import sys; from tests.conftest import compose_config; from popfair.case.population import PopulationCase\n"
         "from popfair.render.base import render_all\n"
         f"cfg = compose_config(['population.n={N_KILL}', 'tracking=none', 'renderer=image', 'cache_dir={cache}'])\n"
-        "e = Experiment.from_config(cfg); p = e.sample()\n"
+        "e = PopulationCase.from_config(cfg); p = e.sample()\n"
         "print('rendering', flush=True)\n"
         "render_all(e.renderer, p.table, p.jobs, progress=False, store=e.documents)\n"
     )
@@ -174,7 +174,7 @@ def test_a_killed_render_resumes_without_rendering_again_what_it_stored(tmp_path
     assert 32 <= kept < N_KILL, "kill the render halfway"
 
     cfg = compose_config([f"population.n={N_KILL}", "tracking=none", "renderer=image", f"cache_dir={cache}"])
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     profiles = experiment.sample()
     assert experiment.documents is not None
     with caplog.at_level(logging.INFO, logger="popfair"):
@@ -193,18 +193,18 @@ def test_a_killed_render_resumes_without_rendering_again_what_it_stored(tmp_path
 
 def test_a_case_gives_the_same_effects_and_documents_with_and_without_the_store(tmp_path):
     overrides = ["population.n=120", "renderer=image", "screener=simulated", "estimator=outcome_gap", "tracking=none"]
-    without = Experiment.from_config(compose_config([*overrides, "document_store=false"], tmp_path=tmp_path))
+    without = PopulationCase.from_config(compose_config([*overrides, "document_store=false"], tmp_path=tmp_path))
     assert without.documents is None
     expected = without.run()
     for attribute in ("gender", "race"):  # the race case reads every page the gender case stored
-        experiment = Experiment.from_config(
+        experiment = PopulationCase.from_config(
             compose_config([*overrides, f"protected_attr={attribute}"], tmp_path=tmp_path)
         )
         calls = counted(experiment.renderer)
         result = experiment.run()
         if attribute == "race":
             assert calls == []
-            reference = Experiment.from_config(
+            reference = PopulationCase.from_config(
                 compose_config([*overrides, "protected_attr=race", "document_store=false"], tmp_path=tmp_path)
             ).run()
         else:
@@ -237,9 +237,9 @@ def test_server_store_shares_documents_between_processes(pg_url, tmp_path):
     assert writer.location.startswith("postgresql") and "pg-test-secret" not in writer.location
     fresh = render_all(renderer, table, jobs, progress=False, processes=1, store=writer)
     script = (
-        "import sys; from tests.conftest import compose_config; from popfair import Experiment\n"
+        "import sys; from tests.conftest import compose_config; from popfair.case.population import PopulationCase\n"
         "from popfair.render.base import profile_records; from popfair.render.store import DocumentStore\n"
-        "e = Experiment.from_config(compose_config(['population.n=60', 'tracking=none', 'renderer=image']))\n"
+        "e = PopulationCase.from_config(compose_config(['population.n=60', 'tracking=none', 'renderer=image']))\n"
         "store = DocumentStore.open(sys.argv[1], e.renderer, e.config['renderer'])\n"
         "found = store.blobs.get_many(store.keys(profile_records(e.sample().table.head(20))))\n"
         "print(len(found), sum(len(v) for v in found.values()))\n"
@@ -274,12 +274,12 @@ def test_blob_store_keeps_the_first_blob_of_a_key_and_reads_in_bulk(tmp_path):
 def test_document_store_setting_is_checked():
     cfg = compose_config(["document_store=sometimes", "tracking=none"])
     with pytest.raises(ConfigError, match="document_store"):
-        Experiment.from_config(cfg)
+        PopulationCase.from_config(cfg)
 
 
 def test_counterfactual_worlds_render_through_the_store(tmp_path):
     cfg = compose_config(["population.n=40", "estimator=interventional", "tracking=none"], tmp_path=tmp_path)
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     assert experiment.documents is not None
     profiles = experiment.sample()
     assert profiles.worlds is not None and len(profiles.worlds)
@@ -294,7 +294,7 @@ def test_a_store_that_cannot_be_opened_or_written_only_costs_the_reuse(tmp_path,
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     with caplog.at_level(logging.WARNING, logger="popfair"):
-        experiment = Experiment.from_config(compose_config(["tracking=none", f"cache_dir={blocker}/cache"]))
+        experiment = PopulationCase.from_config(compose_config(["tracking=none", f"cache_dir={blocker}/cache"]))
     assert experiment.documents is None and "document store off" in caplog.text
     renderer, settings, table, jobs = case(tmp_path, "renderer=text")
     fresh = render_all(renderer, table, jobs, progress=False, processes=1)
@@ -317,11 +317,11 @@ def test_processes_rendering_the_same_pages_at_once_split_them(tmp_path):
     script = (
         "import hashlib, sys, time\n"
         "from pathlib import Path\n"
-        "from tests.conftest import compose_config; from popfair import Experiment\n"
+        "from tests.conftest import compose_config; from popfair.case.population import PopulationCase\n"
         "import popfair.render.base as base\n"
         "base.ROUND_DOCUMENTS = 16  # small rounds (16 pages: the workers' spans are made small too) interleave\n"
         f"cfg = compose_config(['population.n={N_SHARED}', 'tracking=none', 'renderer=image', 'cache_dir={cache}'])\n"
-        "e = Experiment.from_config(cfg); p = e.sample()\n"
+        "e = PopulationCase.from_config(cfg); p = e.sample()\n"
         "e.renderer.rows_per_process = 8\n"
         "calls = []; render = e.renderer.render\n"
         "e.renderer.render = lambda row, job: calls.append(1) or render(row, job)\n"

@@ -14,7 +14,7 @@ import mlflow
 import pandas as pd
 import pytest
 
-from popfair.sweep.case import run_name_for
+from popfair.sweep.run_case import run_name_for
 from tests.conftest import popfair_in_process
 
 GROUPS = {"population", "occupation", "renderer", "screener", "estimator", "protected_attr", "outcome_audit"}

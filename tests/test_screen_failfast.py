@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import mlflow
 import pytest
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ScreeningStopped, TooManyFailures
 from popfair.screen.http_endpoint import HttpScreener
 from tests.conftest import compose_config
@@ -229,14 +229,14 @@ def test_a_case_whose_screens_mostly_failed_names_the_causes_and_runs_no_estimat
             "screener.engine.backoff_jitter_s=0",
         ]
         with pytest.raises(TooManyFailures) as failed:
-            Experiment.from_config(compose_config(case, tmp_path=tmp_path)).run()
+            PopulationCase.from_config(compose_config(case, tmp_path=tmp_path)).run()
         message = str(failed.value)
         assert "\n" not in message and "HTTP 500" in message and "max_failure_share=0.2" in message
         assert "the estimator was not run" in message and "max_failure_share=1.0" in message
         mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
         failed_run = mlflow.search_runs(experiment_names=["popfair"])
         assert list(failed_run["status"]) == ["FAILED"] and "metrics.gap.estimate" not in failed_run  # no estimate
-        result = Experiment.from_config(compose_config([*case, "max_failure_share=1.0"], tmp_path=tmp_path)).run()
+        result = PopulationCase.from_config(compose_config([*case, "max_failure_share=1.0"], tmp_path=tmp_path)).run()
     assert 0.2 < result.failure_rate < 0.7 and result.run_id is not None  # estimated on the scored rows
 
 

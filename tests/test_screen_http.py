@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, MissingSecretError
 from popfair.core.types import Document, Job
 from popfair.render.files import document_id
@@ -181,7 +181,7 @@ PAIRED = [
 
 def test_paired_audit_of_the_endpoint_recovers_its_known_bias(vendor, tmp_path):
     state, url = vendor
-    experiment = Experiment.from_config(compose_config([*PAIRED, f"screener.url={url}"], tmp_path=tmp_path))
+    experiment = PopulationCase.from_config(compose_config([*PAIRED, f"screener.url={url}"], tmp_path=tmp_path))
     result = experiment.run()
     scored = result.scored
     assert scored["error"].isna().all() and len(scored) == 100 * 4 * 2  # faults lost no row
@@ -201,7 +201,7 @@ def test_paired_audit_of_the_endpoint_recovers_its_known_bias(vendor, tmp_path):
     assert "popfair/data/audit" in report and "**Date of the bias audit:** 20" in report
     assert result.report["report.html"].count("<table") >= 5 and "data:image/png;base64" in result.report["report.html"]
     attempts = sum(state.attempts.values())
-    Experiment.from_config(compose_config([*PAIRED, f"screener.url={url}"], tmp_path=tmp_path)).run()
+    PopulationCase.from_config(compose_config([*PAIRED, f"screener.url={url}"], tmp_path=tmp_path)).run()
     assert sum(state.attempts.values()) == attempts  # the rerun asks nothing
 
 
@@ -222,5 +222,5 @@ def test_a_dry_run_plans_requests_and_dollars_without_the_secret(tmp_path, monke
         ],
         tmp_path=tmp_path,
     )
-    plan = plan_case(Experiment.from_config(cfg, dry_run=True))  # real PNG pages: keys need their bytes
+    plan = plan_case(PopulationCase.from_config(cfg, dry_run=True))  # real PNG pages: keys need their bytes
     assert (plan.calls, plan.cost_usd, plan.image_estimated_from_text) == (12, 6.0, False)

@@ -11,7 +11,7 @@ import mlflow
 import pytest
 from omegaconf import OmegaConf
 
-from popfair.case.experiment import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import MissingSecretError
 from popfair.runtime.routes import CREDENTIAL_CHAINS
 from popfair.runtime.secrets import SECRET_VARIABLES
@@ -62,13 +62,13 @@ def test_bedrock_default_route_is_taken_with_aws_credentials_only(no_keys):
 def test_no_key_at_all_lists_every_route_with_its_variable_and_override(no_keys, tmp_path):
     cfg = compose_config(["screener=gpt4o_mini"], tmp_path=tmp_path)
     with pytest.raises(MissingSecretError) as error:
-        Experiment.from_config(cfg)
+        PopulationCase.from_config(cfg)
     message = str(error.value)
     assert message.startswith("screener.route: no credentials")
     for route, variable in (("openrouter", "OPENROUTER_API_KEY"), ("openai", "OPENAI_API_KEY")):
         assert f"{route}: export {variable} (screener.route={route})" in message
     # a dry run plans without any key, on the default route
-    planned = Experiment.from_config(cfg, dry_run=True)
+    planned = PopulationCase.from_config(cfg, dry_run=True)
     assert planned.screener.route == "openrouter"
 
 

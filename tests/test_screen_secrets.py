@@ -59,14 +59,14 @@ def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
 
 
 def test_missing_key_fails_when_the_case_is_built_naming_the_variable(tmp_path, monkeypatch):
-    from popfair.case.experiment import Experiment
+    from popfair.case.population import PopulationCase
     from popfair.core.errors import MissingSecretError
     from tests.conftest import compose_config
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     cfg = compose_config(["screener=claude_haiku_4_5", "screener.route=anthropic"], tmp_path=tmp_path)
     try:
-        Experiment.from_config(cfg)
+        PopulationCase.from_config(cfg)
     except MissingSecretError as exc:
         assert "ANTHROPIC_API_KEY" in str(exc) and "screener.api_key_env" in str(exc)
     else:

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from scipy import integrate, special, stats
 
 from popfair.case.compose import build
-from popfair.case.experiment import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, DataError
 from popfair.core.types import Document, Job
 from popfair.screen.simulated import SimulatedScreener
@@ -254,7 +254,7 @@ def test_case_with_simulated_screener_estimates_the_true_gap(tmp_path):
         ],
         tmp_path=tmp_path,
     )
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     result = experiment.run()
     scored = result.scored
     assert scored["error"].isna().all() and scored["y"].between(0, 100).all()
@@ -272,7 +272,7 @@ def test_default_config_on_the_population_gives_known_path_effects(tmp_path):
     cfg = compose_config(
         ["population.n=1500", "screener=simulated", "estimator.n_bootstrap=200", "tracking=none"], tmp_path=tmp_path
     )
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     profiles = experiment.population.sample(experiment.occupation, experiment.protected, seed=0)
     documents_ = [
         Document(
@@ -304,7 +304,7 @@ def test_paired_preset_callback_gap_matches_its_truth(tmp_path):
         ],
         tmp_path=tmp_path,
     )
-    experiment = Experiment.from_config(cfg)
+    experiment = PopulationCase.from_config(cfg)
     result = experiment.run()
     scored = result.scored
     assert scored["error"].isna().all() and set(scored["y"].unique()) == {0.0, 1.0}

@@ -19,7 +19,7 @@ import pytest
 
 import popfair.design
 from popfair.case.compose import build
-from popfair.case.experiment import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, MissingSecretError, require
 from popfair.core.types import CallPlan, Document, Effects, Job, Outcome, Profiles, Roles, ScreenResult
 from popfair.design import DESIGNS, design_named, for_outcome
@@ -158,7 +158,7 @@ def _case(*overrides: str, estimator: str = f"{__name__}.MedianGap"):
 
 
 def test_a_case_runs_through_a_toy_design_screener_and_estimator(plugged):
-    experiment = Experiment.from_config(_case())
+    experiment = PopulationCase.from_config(_case())
     assert experiment.design is DESIGN and isinstance(experiment.screener, LetterScreener)
     result = experiment.run()
     assert set(result.scored["y"].dropna().unique()) <= set(GRADES.values())
@@ -171,17 +171,17 @@ def test_a_case_runs_through_a_toy_design_screener_and_estimator(plugged):
 def test_a_design_declares_its_power_line_and_sequential_audit(plugged):
     """The dry run's power line and a sequential audit of the toy design come from its own declarations:
     popfair.design.base.plan_power and popfair.design.sequential name no design."""
-    experiment = Experiment.from_config(_case("dry_run=true"))
+    experiment = PopulationCase.from_config(_case("dry_run=true"))
     power = experiment.run().power
     assert power is not None and power.estimand == "gap of mean grades" and power.mde > 0
-    result = Experiment.from_config(_case("sequential.rule=budget", "sequential.looks=3")).run()
+    result = PopulationCase.from_config(_case("sequential.rule=budget", "sequential.looks=3")).run()
     assert result.sequential.target.name == "gap" and [look.n_units for look in result.sequential.looks] == [
         100,
         200,
         300,
     ]
     with pytest.raises(ConfigError, match="sequential.target: 'impact_ratio' does not apply to the graded design"):
-        Experiment.from_config(_case("sequential.rule=budget", "sequential.target=impact_ratio"))
+        PopulationCase.from_config(_case("sequential.rule=budget", "sequential.target=impact_ratio"))
     for module in ("base.py", "sequential.py"):
         source = (Path(popfair.design.__file__).parent / module).read_text()
         assert not re.search(r"""["'](population|paired|ranking|table)["']""", source), module
@@ -192,12 +192,14 @@ def test_the_registry_decides_which_estimators_apply(plugged):
     assert "median_gap" in design_named("table").estimators  # registered for tables too
     assert "median_gap" not in design_named("population").estimators
     with pytest.raises(ConfigError, match="does not apply to the graded design; choose one of median_gap"):
-        Experiment.from_config(_case(estimator="popfair.estimate.gap.outcome_gap.OutcomeGap"))  # not registered for it
+        PopulationCase.from_config(
+            _case(estimator="popfair.estimate.gap.outcome_gap.OutcomeGap")
+        )  # not registered for it
 
 
 def test_a_component_that_is_not_a_screener_is_refused_by_name(plugged):
     with pytest.raises(ConfigError, match="MedianGap is not a screener: subclass popfair.screen.base.Screener"):
-        Experiment.from_config(_case(f"screener._target_={__name__}.MedianGap"))
+        PopulationCase.from_config(_case(f"screener._target_={__name__}.MedianGap"))
 
 
 def test_the_sweep_report_sections_follow_the_registry(monkeypatch):

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError
 from popfair.design import design_named
 from popfair.design.paired.population import load_name_pools
@@ -40,11 +40,11 @@ def _biased_model():
 
 
 def test_a_sequential_paired_audit_stops_early_and_a_resume_extends_it(tmp_path, monkeypatch):
-    def case(n: int, *extra: str, tracked: bool = False) -> Experiment:
+    def case(n: int, *extra: str, tracked: bool = False) -> PopulationCase:
         overrides = ["experiment=paired_race", f"occupation.n_postings={n}", "sequential.rule=excludes_zero", *LOOKS]
         overrides += ["outcome_audit=null", "estimator.n_bootstrap=200"]
         overrides += [] if tracked else ["tracking=none"]
-        experiment = Experiment.from_config(compose_config([*overrides, *extra], tmp_path=tmp_path))
+        experiment = PopulationCase.from_config(compose_config([*overrides, *extra], tmp_path=tmp_path))
         return dataclasses.replace(experiment, screener=screener)
 
     with StubServer(yes_share=_biased_model()) as stub:
@@ -100,7 +100,7 @@ def test_sequential_settings_fail_before_any_work():
         settings(colour="red")
     assert SequentialSettings.from_config({"rule": False}).rule == "off"  # YAML's bare `off`
     with pytest.raises(ConfigError, match="sequential.target: 'top1' does not apply to the paired design"):
-        Experiment.from_config(
+        PopulationCase.from_config(
             compose_config(
                 ["experiment=paired_race", "tracking=none", "sequential.rule=budget", "sequential.target=top1"]
             )
@@ -133,7 +133,7 @@ def test_a_ranking_audit_looks_at_top1_rates_in_blocks_of_the_latin_square():
         "estimator.n_bootstrap=200",
     ]
     overrides += ["sequential.rule=budget", "sequential.looks=3"]
-    result = Experiment.from_config(compose_config(overrides)).run()
+    result = PopulationCase.from_config(compose_config(overrides)).run()
     rec = result.sequential
     assert rec.stream.what == "blocks of 8 trials" and rec.planned_looks == [4, 8, 12]
     assert [look.n_units for look in rec.looks] == [4, 8, 12] and rec.stopped_by.startswith("the planned n is spent")
@@ -153,7 +153,7 @@ def test_a_ranking_audit_looks_at_top1_rates_in_blocks_of_the_latin_square():
 def test_a_population_audit_looks_at_the_score_gap_and_at_impact_ratios_of_a_threshold():
     base = ["population.n=240", "population.diagnostics=false", "estimator=outcome_gap", "outcome_audit=null"]
     base += ["tracking=none", "sequential.rule=budget", "sequential.looks=2"]
-    gap = Experiment.from_config(compose_config(base)).run()
+    gap = PopulationCase.from_config(compose_config(base)).run()
     rec, scored = gap.sequential, gap.scored
     assert rec.stream.what == "applicants" and [look.n_units for look in rec.looks] == [120, 240]
     frame = pd.DataFrame({"unit": range(len(scored)), "group": scored["gender"], "value": scored["y"]})
@@ -162,7 +162,7 @@ def test_a_population_audit_looks_at_the_score_gap_and_at_impact_ratios_of_a_thr
     assert rec.final.estimate == pytest.approx(gap.effects.table["estimate"].iloc[0])  # = the outcome gap
     assert "mean score gap male - female (points)" in rec.target.label
 
-    ratios = Experiment.from_config(
+    ratios = PopulationCase.from_config(
         compose_config([*base, "sequential.target=impact_ratio", "sequential.threshold=3.3"])
     ).run()
     rec, scored = ratios.sequential, ratios.scored
@@ -177,7 +177,7 @@ def test_a_paired_audit_can_target_the_impact_ratio_of_callback_rates():
     overrides = ["experiment=paired_race", "screener=simulated_paired", "occupation.n_postings=40", "tracking=none"]
     overrides += ["outcome_audit=null", "sequential.rule=equivalence", "sequential.target=impact_ratio"]
     overrides += ["sequential.margin=0.5", "sequential.batch=20", "sequential.looks=null", "audit_report=true"]
-    experiment = Experiment.from_config(compose_config(overrides))
+    experiment = PopulationCase.from_config(compose_config(overrides))
     assert "sequential (equivalence, a look every 20 units): this plan is the budget" in plan_case(experiment).line()
     result = experiment.run()
     rec, scored = result.sequential, result.scored

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from popfair.case.experiment import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.errors import MissingSecretError
 from popfair.report.__main__ import main as report_main
 from popfair.sweep.state import read_case_records, sweep_grid
@@ -232,11 +232,11 @@ def test_a_missing_key_fails_naming_the_variable_unless_dry_run(monkeypatch, tmp
     monkeypatch.delenv("POPFAIR_TEST_KEY", raising=False)
     cfg = compose_config(["screener._target_=tests.sweep_support.CountingScreener"], tmp_path=tmp_path)
     with pytest.raises(MissingSecretError, match="POPFAIR_TEST_KEY"):
-        Experiment.from_config(cfg)
-    assert Experiment.from_config(cfg, dry_run=True).screener.name == "counting"
+        PopulationCase.from_config(cfg)
+    assert PopulationCase.from_config(cfg, dry_run=True).screener.name == "counting"
     cfg = compose_config([f"screener._target_={EXPLODING}"], tmp_path=tmp_path)
     # a screener without a keyless mode keeps its own behaviour
-    assert Experiment.from_config(cfg, dry_run=True).screener.name == "exploding"
+    assert PopulationCase.from_config(cfg, dry_run=True).screener.name == "exploding"
 
 
 @pytest.mark.parametrize(
@@ -339,8 +339,8 @@ def test_api_screener_is_built_keyless_for_dry_runs_and_refuses_to_screen(monkey
         ["screener=gpt4o_mini", "screener.route=openai", f"cache_dir={tmp_path}/cache"], tmp_path=tmp_path
     )
     with pytest.raises(MissingSecretError, match="OPENAI_API_KEY"):
-        Experiment.from_config(cfg)
-    screener = Experiment.from_config(cfg, dry_run=True).screener
+        PopulationCase.from_config(cfg)
+    screener = PopulationCase.from_config(cfg, dry_run=True).screener
     with pytest.raises(MissingSecretError, match="OPENAI_API_KEY"):
         screener.screen({}, [], "score")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import mlflow
 import pandas as pd
 
-from popfair.case.experiment import Experiment
+from popfair.case.population import PopulationCase
 from popfair.sweep import plan
 from tests.conftest import compose_config
 from tests.llm_stub import StubServer
@@ -37,7 +37,7 @@ def planned_after_sharing(
     cases = [[f"occupation={o}", f"protected_attr={a}"] for o in occupations for a in ("gender", "race")]
     return sum(
         plan.plan_case(
-            Experiment.from_config(
+            PopulationCase.from_config(
                 compose_config([*case, *small, f"cache_dir={tmp_path}/plan_cache", "tracking=none"]), dry_run=True
             )
         ).new_calls
@@ -91,6 +91,6 @@ def test_sqlite_and_postgres_caches_give_identical_scored_tables(tmp_path, pg_ur
                     where,
                 ]
             )
-            scored[name] = Experiment.from_config(cfg).run().scored
+            scored[name] = PopulationCase.from_config(cfg).run().scored
     assert scored["sqlite"]["error"].isna().all()
     pd.testing.assert_frame_equal(scored["sqlite"], scored["postgres"])

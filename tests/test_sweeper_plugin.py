@@ -257,9 +257,9 @@ def test_a_skipped_missing_default_is_composed_again_and_fails_as_hydra_fails(tm
 @pytest.mark.parametrize(
     "overrides, imported, not_imported",
     [
-        ([], ["popfair.case.experiment", "statsmodels.stats.power", "scipy.stats"], []),
-        (["population=paired"], ["popfair.case.experiment"], ["statsmodels.stats.power", "scipy.stats"]),
-        (["plan.enabled=false"], ["popfair.case.experiment"], ["statsmodels.stats.power"]),
+        ([], ["popfair.case.population", "statsmodels.stats.power", "scipy.stats"], []),
+        (["population=paired"], ["popfair.case.population"], ["statsmodels.stats.power", "scipy.stats"]),
+        (["plan.enabled=false"], ["popfair.case.population"], ["statsmodels.stats.power"]),
     ],
 )
 def test_warm_up_imports_what_the_first_case_plans_with(overrides, imported, not_imported):

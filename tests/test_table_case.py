@@ -13,8 +13,8 @@ import mlflow
 import pandas as pd
 import pytest
 
-from popfair import Experiment
-from popfair.sweep.case import case_from_config
+from popfair.case.population import PopulationCase
+from popfair.sweep.run_case import case_from_config
 from tests.conftest import compose_config, popfair_in_process
 from tests.test_table_source import CELLS, COLUMNS, RACE, SEX, decisions, write
 
@@ -156,7 +156,7 @@ def test_a_bad_input_exits_with_one_line_and_no_traceback(tmp_path):
 
 
 def _run_case(tmp_path: Path, overrides: list[str]):
-    experiment = Experiment.from_config(compose_config(overrides, tmp_path=tmp_path))
+    experiment = PopulationCase.from_config(compose_config(overrides, tmp_path=tmp_path))
     result = experiment.run()
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     exported = tmp_path / "exported.parquet"  # the decisions table the run logged, as an auditor downloads it

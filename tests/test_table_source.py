@@ -11,7 +11,7 @@ import pytest
 
 from popfair.case.table import TableCase
 from popfair.core.errors import ConfigError, DataError
-from popfair.sweep.case import case_from_config
+from popfair.sweep.run_case import case_from_config
 from tests.conftest import compose_config
 
 # (sex, race) -> (applicants, selected): known selection rates per category. "" sex and "Prefer not

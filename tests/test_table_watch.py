@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from popfair.core.errors import ConfigError, DataError
-from popfair.sweep.case import case_from_config
+from popfair.sweep.run_case import case_from_config
 from tests.conftest import compose_config
 
 BATCH = 300

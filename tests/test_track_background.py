@@ -18,7 +18,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from popfair import Experiment
+from popfair.case.population import PopulationCase
 from popfair.track.mlflow_tracker import MAX_PARAM_CHARS, MlflowTracker, flatten
 from tests.conftest import compose_config
 
@@ -33,7 +33,7 @@ def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> se
 
 
 def test_the_run_is_complete_when_the_case_returns(tmp_path):
-    experiment = Experiment.from_config(compose_config(OVERRIDES, tmp_path=tmp_path))
+    experiment = PopulationCase.from_config(compose_config(OVERRIDES, tmp_path=tmp_path))
     result = experiment.run()
     client = MlflowClient(experiment.tracker.uri)
     run = client.get_run(result.run_id)  # read at once: nothing may still be in flight
@@ -126,7 +126,7 @@ def test_a_kept_figure_is_drawn_once_per_machine(monkeypatch, tmp_path):
 
 
 def test_a_case_that_raises_leaves_one_failed_run_with_its_error(tmp_path, monkeypatch):
-    experiment = Experiment.from_config(compose_config(OVERRIDES, tmp_path=tmp_path))
+    experiment = PopulationCase.from_config(compose_config(OVERRIDES, tmp_path=tmp_path))
 
     def broken(*args, **kwargs):
         raise RuntimeError("estimator exploded")

@@ -466,7 +466,8 @@ def write_api_reference() -> None:
     if missing:
         raise RuntimeError(f"popfair.__all__ names without a module in popfair._EXPORTS: {missing}")
     sections: dict[str, list[str]] = {}
-    for name, module in exports.items():
+    for name, spec in exports.items():
+        module = spec.partition(":")[0]
         owners = [p for p, _, _ in API_SECTIONS if module == p or module.startswith(p + ".")]
         prefix = max(owners, key=len) if owners else "other"  # the most specific section
         sections.setdefault(prefix, []).append(name)

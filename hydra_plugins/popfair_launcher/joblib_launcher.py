@@ -112,7 +112,7 @@ class PopfairJoblibLauncher(JoblibLauncher):
                     os.kill(worker.pid, signal.SIGTERM)
 
     def _run_case(self, context: Any, idx: int, overrides: list[str], singleton_state: Any) -> JobReturn:
-        from popfair.sweep.case import record_lost_case
+        from popfair.sweep.run_case import record_lost_case
 
         assert self.config is not None and self.hydra_context is not None
         # composed here (the sweeper composed every case already: this takes its copy)
@@ -148,7 +148,7 @@ class PopfairJoblibLauncher(JoblibLauncher):
 
 def _handled(overrides: list[str], sweep_config: DictConfig) -> JobReturn:
     """The return of a case recorded as failed here, as a case that raises is recorded by itself
-    (sweep/case.py): the sweep goes on and its summary lists it."""
+    (sweep/run_case.py): the sweep goes on and its summary lists it."""
     return JobReturn(
         overrides=overrides,
         cfg=sweep_config,

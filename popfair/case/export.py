@@ -27,7 +27,7 @@ log = logging.getLogger("popfair")
 def export_case(cfg: DictConfig):
     """Build the case (no keys needed), render its documents and write them with the file screener's
     `export`. Returns its ExportSummary."""
-    from popfair.case.experiment import Experiment
+    from popfair.case.population import PopulationCase
     from popfair.screen.file_results import FileScreener
 
     require(
@@ -35,7 +35,7 @@ def export_case(cfg: DictConfig):
         "screener",
         "popfair-export writes documents for screener=file: add screener=file screener.dir=DIR",
     )
-    experiment = Experiment.from_config(cfg, dry_run=True)
+    experiment = PopulationCase.from_config(cfg, dry_run=True)
     screener = experiment.screener
     assert isinstance(screener, FileScreener)
     profiles = experiment.sample()  # the applicants and the counterfactual worlds the estimator declares

@@ -205,7 +205,7 @@ def _add_metrics(total: dict[str, float], new: dict[str, float]) -> None:
 
 
 def screen_in_looks(exp: Any, profiles: Profiles) -> SequentialScreening:
-    """Screen the case's sample (`exp`: the popfair.case.experiment.Experiment; `profiles`: its
+    """Screen the case's sample (`exp`: the popfair.case.population.PopulationCase; `profiles`: its
     whole planned sample, drawn before any answer) in looks and stop by `exp.sequential`'s rule."""
     settings = exp.sequential
     assert settings is not None and exp.design is not None

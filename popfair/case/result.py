@@ -17,7 +17,7 @@ from popfair.estimate.power import PowerPlan
 
 @dataclass
 class RunResult:
-    """What `Experiment.run` returns.
+    """What `PopulationCase.run` returns.
 
     Parameters
     ----------
@@ -84,7 +84,7 @@ class RunResult:
 
 @dataclass
 class CasePrompts:
-    """What a case shows its screener (`Experiment.prompts`): the rows to screen (factual then
+    """What a case shows its screener (`PopulationCase.prompts`): the rows to screen (factual then
     counterfactual worlds, column `world`), each row's rendered document, and the design's prompts."""
 
     rows: pd.DataFrame

@@ -1,6 +1,6 @@
 """What every case adds to its MLflow run for the run page (popfair.report.run_page): the description,
 the effects as a table artifact, the "not identified" tags, and the population or table as the run's
-dataset input with its digest. Shared by generated cases (`Experiment`) and table cases (`TableCase`)."""
+dataset input with its digest. Shared by generated cases (`PopulationCase`) and table cases (`TableCase`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def page_tags(
 
 
 def generated_page_tags(experiment: Any, result: Any) -> dict[str, str]:
-    """`page_tags` of a generated case (popfair.case.experiment.Experiment) and its RunResult."""
+    """`page_tags` of a generated case (popfair.case.population.PopulationCase) and its RunResult."""
     from popfair.report.audit import impact_ratios_of
 
     population = getattr(experiment.population, "name", type(experiment.population).__name__)

@@ -1,7 +1,7 @@
 """A table case: the estimators run on decisions that already exist, nothing rendered or screened.
 
 `python -m popfair experiment=table_audit table.path=decisions.csv table.columns.outcome=hired ...`
-composes the `table` group; `popfair.sweep.case.case_from_config` then builds a `TableCase` instead of
+composes the `table` group; `popfair.sweep.run_case.case_from_config` then builds a `TableCase` instead of
 the generated pipeline. The case reads the table (`popfair.design.table.source`), maps it
 (`popfair.design.table.mapped`) and runs the configured estimator:
 
@@ -97,7 +97,7 @@ class TableCase:
         The impact-ratio add-on (config `outcome_audit`), run beside another estimator when the
         table has sex or race.
     seed, run_name, config, parent_run_id, tags, audit_report, report_dir
-        As for `Experiment`; `report_dir` is where `table_report.csv` goes (Hydra's output folder).
+        As for `PopulationCase`; `report_dir` is where `table_report.csv` goes (Hydra's output folder).
 
     Returns
     -------
@@ -107,7 +107,7 @@ class TableCase:
     --------
     >>> from pathlib import Path
     >>> from hydra import compose, initialize_config_dir
-    >>> from popfair.sweep.case import case_from_config
+    >>> from popfair.sweep.run_case import case_from_config
     >>> with initialize_config_dir(version_base="1.3", config_dir=str(Path("conf").resolve())):  # doctest: +SKIP
     ...     cfg = compose(config_name="config", overrides=["experiment=table_audit", "table.path=decisions.csv",
     ...                   "table.columns.outcome=hired", "table.columns.sex=gender", "table.columns.race=race"])

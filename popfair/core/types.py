@@ -106,9 +106,6 @@ class WorldRequest:
         return eligible
 
 
-WorldDesign = WorldRequest  # its name in popfair.__all__ since 0.1 (kept for the public API)
-
-
 @dataclass
 class Profiles:
     """One row per applicant (column `applicant_id`, and `job_id` naming the job it is screened for).

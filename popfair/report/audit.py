@@ -39,8 +39,8 @@ from popfair.runtime.version import __version__
 from popfair.track.mlflow_tracker import git_commit
 
 
-class Experiment(Protocol):
-    """What the report reads of a generated case (popfair.case.experiment.Experiment)."""
+class GeneratedCase(Protocol):
+    """What the report reads of a generated case (popfair.case.population.PopulationCase)."""
 
     config: dict[str, Any]
     population: Any
@@ -146,7 +146,7 @@ def _failure_reasons(scored: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def audit_blocks(experiment: Experiment, result: RunResult, out: Path, audit_date: dt.date) -> list[Block]:
+def audit_blocks(experiment: GeneratedCase, result: RunResult, out: Path, audit_date: dt.date) -> list[Block]:
     """The report of a generated (test-data) case, in order."""
     screener, protected = experiment.screener, experiment.protected
     described = screener.describe() if hasattr(screener, "describe") else {"name": screener.name}
@@ -356,7 +356,7 @@ def render(title: str, blocks: list[Block], out: Path, run_id: str | None = None
 
 
 def audit_report(
-    experiment: Experiment, result: RunResult, audit_date: dt.date | None = None
+    experiment: GeneratedCase, result: RunResult, audit_date: dt.date | None = None
 ) -> dict[str, str | bytes]:
     """The report of a generated case (test data) by file name (see `render`)."""
     day = audit_date or dt.datetime.now(dt.timezone.utc).date()

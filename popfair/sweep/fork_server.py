@@ -22,7 +22,7 @@ from popfair.track.background import WORKER_MODULES
 LAUNCHER = "hydra_plugins.popfair_launcher.joblib_launcher.PopfairJoblibLauncher"
 
 # every case's process (and the tracking worker it forks) starts with these loaded
-PRELOAD = ("popfair.sweep.case", "popfair.case.experiment", *WORKER_MODULES)
+PRELOAD = ("popfair.sweep.run_case", "popfair.case.population", *WORKER_MODULES)
 
 # What a generated case imports on its way, where it is needed (run_case's own imports, the table
 # check's DuckDB, the power line's statsmodels): a sweep's fork server imports them once for all its

@@ -95,7 +95,7 @@ def warm_up(config: DictConfig) -> None:
     read from `config`, the batch's first case."""
     from importlib import import_module
 
-    import popfair.case.experiment  # noqa: F401 - the pre-flight checks' import
+    import popfair.case.population  # noqa: F401 - the pre-flight checks' import
     from popfair.design import design_named
 
     if not OmegaConf.select(config, "plan.enabled", default=True):

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from popfair.case.experiment import Experiment
+from popfair.case.population import PopulationCase
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
 from popfair.design.base import ScoreScale
 from popfair.estimate import registry
@@ -103,7 +103,7 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
     return TextRenderer(**{k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS})
 
 
-def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document], str, bool]:
+def _planning_documents(experiment: PopulationCase) -> tuple[Profiles, list[Document], str, bool]:
     # screeners priced per call, not per token (http, file), plan the real pages: their cache keys
     # and file placeholders need the PNG itself
     image = str(experiment.renderer.kind).startswith("image") and not experiment.screener.plans_real_documents
@@ -139,7 +139,7 @@ def _planning_documents(experiment: Experiment) -> tuple[Profiles, list[Document
     document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else None
-        # the run's own step (`Experiment.prompts`): what the screener is shown, per prompt
+        # the run's own step (`PopulationCase.prompts`): what the screener is shown, per prompt
         stage = _kept_render(renderer or experiment.renderer, document_key, profiles.jobs)
         documents = list(
             experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).prompts
@@ -242,7 +242,7 @@ def _identities(document_key: str) -> list[tuple[str, str]]:
     return _IDENTITIES[document_key]
 
 
-def _sample(experiment: Experiment) -> Profiles:
+def _sample(experiment: PopulationCase) -> Profiles:
     """The case's sample, without the population's diagnostics (`population.diagnostics`: figures and
     tables logged with a run as MLflow artifacts, which a plan never logs): the same applicants and
     worlds, at half the cost of a PopResume sample."""
@@ -276,7 +276,7 @@ def _unplanned(screener_key: str, document_key: str) -> list[Document]:
     return fresh
 
 
-def image_call_delta(experiment: Experiment, profiles: Profiles, text_document: Document) -> CallPlan:
+def image_call_delta(experiment: PopulationCase, profiles: Profiles, text_document: Document) -> CallPlan:
     """Input tokens and dollars one image call costs beyond the same resume as text: the screener
     plans one really rendered image and its text layout. Zero when either is already cached."""
     row = profiles.table.iloc[0].to_dict()
@@ -304,7 +304,7 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
     )
 
 
-def _power(experiment: Experiment, profiles: Profiles) -> Any:
+def _power(experiment: PopulationCase, profiles: Profiles) -> Any:
     """The case's power plan (`CasePower.plan`), once per design, settings and sample: the models of a
     sweep plan the same sample (a power line costs a root search)."""
     design = experiment.design.name if experiment.design else "population"
@@ -320,7 +320,7 @@ def _power(experiment: Experiment, profiles: Profiles) -> Any:
     return _POWER[key][1]
 
 
-def _sequential_note(experiment: Experiment) -> str:
+def _sequential_note(experiment: PopulationCase) -> str:
     """A sequential case (config `sequential`): the plan is its budget, the most it can cost."""
     settings = getattr(experiment, "sequential", None)
     if settings is None:
@@ -332,7 +332,7 @@ def _sequential_note(experiment: Experiment) -> str:
     )
 
 
-def plan_case(experiment: Experiment) -> CasePlan:
+def plan_case(experiment: PopulationCase) -> CasePlan:
     """Ask the screener what this case would cost; nothing is called and nothing is logged."""
     profiles, documents, document_key, image = _planning_documents(experiment)
     screener = experiment.screener
@@ -379,7 +379,7 @@ def plan_case(experiment: Experiment) -> CasePlan:
 
 
 def estimator_costs(
-    experiment: Experiment,
+    experiment: PopulationCase,
     profiles: Profiles,
     total: CallPlan,
     documents: list[Document],

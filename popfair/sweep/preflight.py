@@ -140,7 +140,7 @@ class Preflight:
 
     def _check_components(self, job: int, task: DictConfig, choices: Any, cache_ok: bool) -> None:
         from popfair.case.compose import PLANNING_RELAXATIONS, build, keep_for_plan, resolved
-        from popfair.case.experiment import Experiment
+        from popfair.case.population import PopulationCase
         from popfair.sweep.in_process import resolved_of
 
         # one resolved copy: the memo keys and the case's build (a dry run resolves just the parts,
@@ -172,7 +172,7 @@ class Preflight:
         if not self.whole_case:
             return
         try:
-            experiment = Experiment.from_config(task, dry_run=True, values=values)
+            experiment = PopulationCase.from_config(task, dry_run=True, values=values)
         except Exception as exc:  # noqa: BLE001 - whatever would stop the case
             self._add(job, "case", _error_check(exc))
         else:

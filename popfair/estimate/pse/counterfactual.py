@@ -120,7 +120,7 @@ class Counterfactual:
         if WORLD not in data.columns or not data[WORLD].isin(list(TARGETS)).any():
             raise EstimationError(
                 "counterfactual estimator: the scored table has no counterfactual world rows (column "
-                f"{WORLD!r}); run it through Experiment, whose population draws the worlds it declares "
+                f"{WORLD!r}); run it through PopulationCase, whose population draws the worlds it declares "
                 "(population=popresume)"
             )
         factual = factual_rows(data)

@@ -53,7 +53,7 @@ TABLE_GROUPS = ("table", "estimator", "protected_attr")  # the groups a table au
 def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
     """The config option chosen per group (what the report groups by: renderer image vs image_photo)
     and, in a sweep, the overrides of this case whose key varies across the sweep."""
-    from popfair.case.experiment import COMPONENT_GROUPS
+    from popfair.case.population import COMPONENT_GROUPS
 
     choices = hydra_cfg.runtime.choices
     # a table audit screens nothing: its population, occupation, renderer and screener are not its own
@@ -188,14 +188,14 @@ def _print_summary(experiment: Any, result: Any, start: float) -> None:
 
 def case_from_config(cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Any:
     """The composed case: an audit of an existing table when the `table` group is set
-    (`popfair.case.table.TableCase`), else the generated pipeline (`popfair.case.experiment.Experiment`).
+    (`popfair.case.table.TableCase`), else the generated pipeline (`popfair.case.population.PopulationCase`).
     `values`: `cfg` already resolved (a dry run planned in process resolved it for its checks)."""
-    from popfair.case.experiment import Experiment
+    from popfair.case.population import PopulationCase
     from popfair.case.table import TableCase
 
     if cfg.get("table") is not None:
         return TableCase.from_config(cfg, dry_run=dry_run)
-    return Experiment.from_config(cfg, dry_run=dry_run, values=values)
+    return PopulationCase.from_config(cfg, dry_run=dry_run, values=values)
 
 
 def plan_table(case: TableCase) -> Any:

@@ -1,5 +1,5 @@
-"""Experiment: one audit case composed from config, run as population -> render -> screen -> estimate,
-logged to MLflow. Nothing downstream of `Experiment.from_config` reads the raw config."""
+"""PopulationCase: one audit case composed from config, run as population -> render -> screen -> estimate,
+logged to MLflow. Nothing downstream of `PopulationCase.from_config` reads the raw config."""
 
 from __future__ import annotations
 
@@ -95,10 +95,10 @@ def _failure_share(value: Any) -> float | None:
 
 
 @dataclass
-class Experiment:
+class PopulationCase:
     """One audit case: population -> render -> screen -> estimate, logged as one MLflow run.
 
-    Built from a composed Hydra config with `Experiment.from_config`, which validates and builds
+    Built from a composed Hydra config with `PopulationCase.from_config`, which validates and builds
     every component before any work (a bad value fails naming its config key); nothing downstream
     reads the raw config. Counterfactual worlds the estimator declares (`estimator.counterfactuals`) are
     drawn by the population and rendered and screened with the factual applicants.
@@ -163,7 +163,9 @@ class Experiment:
     power: CasePower = field(default_factory=lambda: CasePower.from_config({}))  # config plan.*: the power line
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Experiment:
+    def from_config(
+        cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None
+    ) -> PopulationCase:
         """Validate and build every component before any work is done.
 
         Parameters
@@ -178,7 +180,7 @@ class Experiment:
 
         Returns
         -------
-        Experiment
+        PopulationCase
             The case, every component built; `run()` runs it.
         """
         for group in COMPONENT_GROUPS:
