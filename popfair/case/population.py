@@ -4,10 +4,7 @@ logged to MLflow. Nothing downstream of `PopulationCase.from_config` reads the r
 from __future__ import annotations
 
 import logging
-import time
-import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -19,6 +16,7 @@ from popfair.case.compose import build_for_plan, resolved
 from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
+from popfair.case.stages import Stages, logged_when_done, timed, untimed
 from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
 from popfair.design import design_of
@@ -26,7 +24,6 @@ from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator
 from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
-from popfair.estimate.pse.settings import PseOverlapWarning
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
 from popfair.population.base import Population
@@ -46,36 +43,6 @@ from popfair.track.mlflow_tracker import MlflowTracker, RunLogger, flatten, git_
 log = logging.getLogger("popfair")
 
 COMPONENT_GROUPS = ("population", "occupation", "renderer", "screener", "estimator", "protected_attr")
-
-
-def _untimed(name: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """A stage run without timing it (the run passes its timed `stage`)."""
-    return fn(*args)
-
-
-def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
-    """fn(*args) and its wall seconds."""
-    start = time.perf_counter()
-    out = fn(*args)
-    return out, time.perf_counter() - start
-
-
-def _logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]) -> Callable[[], tuple[Effects, Any]]:
-    """Wait for the outcome audit (forked beside the estimate) in a thread and queue its artifacts
-    for the tracking worker the moment it ends: its figures (the impact ratio chart) are then drawn
-    while the estimate still runs, not at the end of the case, and by the worker, which has
-    matplotlib imported already (a fork drawing them would import it every case).
-    Returns the function that waits for the audit's result."""
-
-    def wait_and_log() -> tuple[Effects, Any]:
-        audit, seconds = pending()
-        run.artifacts(audit.artifacts)
-        return audit, seconds
-
-    pool = ThreadPoolExecutor(1, thread_name_prefix="popfair-outcome-audit")
-    future = pool.submit(wait_and_log)
-    pool.shutdown(wait=False)
-    return future.result
 
 
 def _audit_report_wanted(setting: Any, screener: Screener, design: str) -> bool:
@@ -272,7 +239,7 @@ class PopulationCase:
         renderer: Renderer | None = None,
         progress: bool = True,
         store: DocumentStore | None = None,
-        stage: Callable[..., Any] = _untimed,
+        stage: Callable[..., Any] = untimed,
         profile_rows: bool = True,
     ) -> CasePrompts:
         """The render step and the design's grouping: what the screener is shown, one Document per
@@ -336,60 +303,9 @@ class PopulationCase:
         return Interrupted(f"{message}{where}", metrics)
 
     def _run(self, run: RunLogger) -> RunResult:
-        timings: dict[str, float] = {}
-
-        def stage(name: str, fn, *args):
-            log.info("stage %s ...", name)
-            start = time.perf_counter()
-            with warnings.catch_warnings(record=True) as caught:  # a log line, not a Python traceback line
-                warnings.simplefilter("always", PseOverlapWarning)
-                out = fn(*args)
-            for warning in caught:
-                if issubclass(warning.category, PseOverlapWarning):
-                    log.warning(
-                        "stage %s: %s (the identification check below says what it means)", name, warning.message
-                    )
-                else:
-                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-            timings[name] = time.perf_counter() - start
-            log.info("stage %s done in %.2fs", name, timings[name])
-            return out
-
-        profiles: Profiles = stage("population", self.population.sample, self.occupation, self.protected, self.seed)
-        request = self.world_request(profiles)
-        if request is not None:
-            profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, request)
-        for note in profiles.notes:
-            log.warning("note: %s", note)
-        run.params(flatten(self.config))
-        dataset = population_dataset(profiles, getattr(self.population, "name", "population"), self.seed)
-        run.dataset(dataset)
-        run.artifacts(
-            {
-                "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
-                "roles.yaml": yaml.safe_dump(profiles.roles.as_dict(), sort_keys=False),
-                **profiles.artifacts,
-            }
-        )
-        design = self.design or design_of(self.population)
-        sequential = None
-        if self.sequential is None:
-            # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
-            shown = self.prompts(profiles, store=self.documents, stage=stage)
-            prompts = shown.prompts
-            results = stage("screen", self.screener.screen, profiles.jobs, prompts, profiles.outcome)
-            # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
-            check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
-            screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
-            scored_rows = design.scored(profiles, shown.rows, shown.documents, prompts, results)
-        else:  # rendered and screened in looks, stopped by the rule (popfair.case.looks)
-            from popfair.case.looks import record_artifacts, screen_in_looks
-
-            sequential = stage("screen", screen_in_looks, self, profiles)
-            profiles, prompts, results = sequential.profiles, sequential.prompts, sequential.results
-            run.artifacts(record_artifacts(sequential.record))
-            check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
-            screening, scored_rows = sequential.metrics, sequential.scored_rows
+        stage = Stages()
+        profiles, dataset = self._population(run, stage)
+        profiles, prompts, results, screening, scored_rows, sequential = self._screen(run, profiles, stage)
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
@@ -402,44 +318,18 @@ class PopulationCase:
             if scored_worlds is None
             else pd.concat([ok.assign(**{WORLD: FACTUAL}), scored_worlds], ignore_index=True)
         )
-        audit_result = None
-        if self.outcome_audit is not None and self.outcome_audit.name != self.estimator.name:
-            # the impact ratios need only the factual scored rows: computed in a forked process
-            # beside the estimator (forked before any of its threads start)
-            log.info("stage outcome_audit ... (beside estimate)")
-            audit_result = _logged_when_done(
-                run, forked_call(_timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
-            )
+        audit_result = self._start_outcome_audit(run, ok, profiles)
         samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
         run.artifacts({"scored.parquet": scored, **samples})
-        effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
-        if set(EFFECTS) <= set(effects.table.index):  # path-specific effects: say what they mean in this case
-            roles, grouped = profiles.roles, getattr(self.population, "grouped_from", {})
-            effects.notes[:0] = estimand_notes(
-                roles,
-                displayed_attributes(self.renderer),
-                grouped,
-                self.renderer.kind,
-                getattr(self.estimator, "estimand_design", "observational"),
-            )
-            known = grouping_problems(roles, self.screener.reads, grouped)  # a raw column read, held grouped
-            effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))
-            effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
+        effects = self._with_estimand(stage("estimate", self.estimator.estimate, data, profiles.roles, "y"), profiles)
         effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
-        audit = None
-        if audit_result is not None:
-            try:
-                audit, timings["outcome_audit"] = audit_result()
-                log.info("stage outcome_audit done in %.2fs", timings["outcome_audit"])
-            except PopfairError as exc:  # an add-on: report it, keep the case's own results
-                log.warning("outcome audit skipped: %s", exc)
-                profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
+        audit = self._outcome_audit(audit_result, stage.timings, profiles)
         result = RunResult(
             effects=effects,
             scored=scored,
             run_id=None,
             notes=profiles.notes,
-            timings=timings,
+            timings=stage.timings,
             audit=audit,
             samples=samples,
             screening=screening,
@@ -462,8 +352,87 @@ class PopulationCase:
         except TrackingFailed as exc:  # the results are kept: the command prints them, then the error
             exc.result = result
             raise
-
         return result
+
+    def _population(self, run: RunLogger, stage: Stages) -> tuple[Profiles, Any]:
+        """The applicants (and the worlds the estimator asks for), logged as the run's dataset input
+        with the config and roles."""
+        profiles: Profiles = stage("population", self.population.sample, self.occupation, self.protected, self.seed)
+        request = self.world_request(profiles)
+        if request is not None:
+            profiles.worlds = stage("worlds", worlds.draw_worlds, self.population, profiles, request)
+        for note in profiles.notes:
+            log.warning("note: %s", note)
+        run.params(flatten(self.config))
+        dataset = population_dataset(profiles, getattr(self.population, "name", "population"), self.seed)
+        run.dataset(dataset)
+        run.artifacts(
+            {
+                "config.yaml": yaml.safe_dump(self.config, sort_keys=False),
+                "roles.yaml": yaml.safe_dump(profiles.roles.as_dict(), sort_keys=False),
+                **profiles.artifacts,
+            }
+        )
+        return profiles, dataset
+
+    def _screen(self, run: RunLogger, profiles: Profiles, stage: Stages) -> tuple[Any, ...]:
+        """Render and screen every applicant and world at once, or in looks stopped by the sequential
+        rule: (profiles, prompts, results, screening metrics, scored rows, the looks or None)."""
+        design = self.design or design_of(self.population)
+        if self.sequential is not None:  # rendered and screened in looks, stopped by the rule (popfair.case.looks)
+            from popfair.case.looks import record_artifacts, screen_in_looks
+
+            looks = stage("screen", screen_in_looks, self, profiles)
+            run.artifacts(record_artifacts(looks.record))
+            check_failure_share(self.screener.name, [r.error for r in looks.results], self.max_failure_share)
+            return looks.profiles, looks.prompts, looks.results, looks.metrics, looks.scored_rows, looks
+        # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
+        shown = self.prompts(profiles, store=self.documents, stage=stage)
+        results = stage("screen", self.screener.screen, profiles.jobs, shown.prompts, profiles.outcome)
+        # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
+        check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
+        screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
+        scored_rows = design.scored(profiles, shown.rows, shown.documents, shown.prompts, results)
+        return profiles, shown.prompts, results, screening, scored_rows, None
+
+    def _start_outcome_audit(self, run: RunLogger, ok: pd.DataFrame, profiles: Profiles) -> Any:
+        """The impact ratios of the factual scored rows, started in a forked process beside the
+        estimator (forked before any of its threads start); None where the case has none."""
+        if self.outcome_audit is None or self.outcome_audit.name == self.estimator.name:
+            return None
+        log.info("stage outcome_audit ... (beside estimate)")
+        return logged_when_done(run, forked_call(timed, self.outcome_audit.estimate, ok, profiles.roles, "y"))
+
+    def _outcome_audit(self, pending: Any, timings: dict[str, float], profiles: Profiles) -> Effects | None:
+        """The outcome audit's effects once done; its failure is a note, the case's own results are kept."""
+        if pending is None:
+            return None
+        try:
+            audit, timings["outcome_audit"] = pending()
+        except PopfairError as exc:  # an add-on: report it, keep the case's own results
+            log.warning("outcome audit skipped: %s", exc)
+            profiles.notes.append(f"outcome audit (impact ratios) skipped: {exc}")
+            return None
+        log.info("stage outcome_audit done in %.2fs", timings["outcome_audit"])
+        return audit
+
+    def _with_estimand(self, effects: Effects, profiles: Profiles) -> Effects:
+        """Path-specific effects with what they mean in this case (the estimand notes) and the
+        structural gate (a raw column read by the screener but held grouped)."""
+        if not set(EFFECTS) <= set(effects.table.index):
+            return effects
+        roles, grouped = profiles.roles, getattr(self.population, "grouped_from", {})
+        effects.notes[:0] = estimand_notes(
+            roles,
+            displayed_attributes(self.renderer),
+            grouped,
+            self.renderer.kind,
+            getattr(self.estimator, "estimand_design", "observational"),
+        )
+        known = grouping_problems(roles, self.screener.reads, grouped)
+        effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))
+        effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
+        return effects
 
     def _track(self, run: RunLogger, result: RunResult, profiles: Profiles) -> str | None:
         """Log what the estimate and report stages made (the config, roles, population artifacts,
