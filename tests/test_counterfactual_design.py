@@ -17,7 +17,7 @@ from popfair.core.types import WORLD, WorldRequest
 from popfair.estimate.pse.design_based import combine
 from popfair.estimate.pse.interventional import expected_effects
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
-from popfair.population.worlds import draw_worlds, sample_applicants
+from popfair.population.worlds import MIN_PER_GROUP, draw_worlds, sample_applicants
 from tests.conftest import compose_config
 
 FAST_DML = [
@@ -174,7 +174,27 @@ def test_world_budget_is_nested():
         for name, e in (("small", small), ("large", large), ("auto", auto))
     }
     assert len(ids["small"]) == 100 and len(ids["large"]) == 200 and ids["small"] < ids["large"]
-    assert len(ids["auto"]) == round(0.1 * len(profiles.table))  # fraction 0.1 of the x0/x1 applicants
+    # the fraction 0.1 of the x0/x1 applicants, plus what brings a group up to MIN_PER_GROUP
+    table = profiles.table.set_index("applicant_id")[profiles.roles.x]
+    floor = {level: min(MIN_PER_GROUP, int(size)) for level, size in table.value_counts().items()}
+    drawn = table.loc[sorted(ids["auto"])].value_counts()
+    assert all(drawn.get(level, 0) >= need for level, need in floor.items()), (drawn, floor)
+    n = round(0.1 * len(profiles.table))
+    assert n <= len(ids["auto"]) <= n + sum(floor.values())
+
+
+def test_a_small_group_gets_enough_worlds_to_estimate_within_it(tmp_path):
+    """Race on 300 nurses: 10% of the applicants holds two or three Black applicants; each group keeps
+    at least MIN_PER_GROUP (here all 27 of the smaller one), and the case reports five effects."""
+    overrides = ["protected_attr=race", "population.n=300", "population.diagnostics=false", "tracking=none"]
+    case = PopulationCase.from_config(compose_config([*overrides, f"cache_dir={tmp_path}/cache"]))
+    profiles = case.population.sample(case.occupation, case.protected, case.seed)
+    drawn = sample_applicants(profiles, case.world_request(profiles)).table[profiles.roles.x].value_counts()
+    eligible = profiles.table[profiles.roles.x].value_counts()
+    for level in (profiles.roles.x0, profiles.roles.x1):
+        assert drawn[level] >= min(MIN_PER_GROUP, eligible[level]), (level, drawn, eligible)
+    effects = case.run().effects.table
+    assert set(EFFECTS) <= set(effects.index) and effects.loc[list(EFFECTS), "ci_low"].notna().all()
 
 
 def _plan(tmp_path, monkeypatch, *extra: str):

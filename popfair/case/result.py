@@ -94,8 +94,9 @@ class CasePrompts:
 
 def effects_metrics(effects: Effects) -> dict[str, float]:
     """An effects table as MLflow metrics, one scheme and each number once: `<effect>.<column>` for the
-    numbers of every identified effect (an effect that is not identified logs nothing: no estimate, no
-    `significant` flag; its `<effect>.identified` tag says why, popfair.report.run_page), plus the
+    numbers of every identified effect (an effect that is not identified logs no estimate and no
+    `significant` flag, only what was measured on counterfactual resumes beside it, `intv_*`; its
+    `<effect>.identified` tag says why, popfair.report.run_page), plus the
     estimator's own metrics. Impact ratios are logged once, as the estimator's `ll144.*` metrics (the
     scheme every case's outcome audit uses), not again row by row."""
     own = {k: v for k, v in effects.metrics.items() if not k.endswith(".identified")}
@@ -105,10 +106,11 @@ def effects_metrics(effects: Effects) -> dict[str, float]:
     table = effects.table
     identified = table["identified"].fillna(True).astype(bool) if "identified" in table else None
     for effect, row in table.iterrows():
-        if identified is not None and not identified[effect]:
-            continue
+        gated = identified is not None and not identified[effect]
         for column, value in row.items():
-            if column == "identified":
+            # an effect the factual data cannot answer keeps only what was measured on counterfactual
+            # resumes beside it (estimator=both's intv_* columns)
+            if column == "identified" or (gated and not str(column).startswith("intv_")):
                 continue
             if isinstance(value, (int, float)) and math.isfinite(value):
                 metrics[f"{effect}.{column}"] = value

@@ -55,9 +55,18 @@ def sample(
     return profiles
 
 
+MIN_PER_GROUP = (
+    30  # sampled applicants of each group at least (all of a smaller one): the design estimates within groups
+)
+
+
 def sample_applicants(profiles: Profiles, request: WorldRequest) -> Profiles:
     """The applicants to intervene on: rows with X in {x0, x1}, `request.size` of them drawn without
     replacement, in their original order; all of them when n is None (and no fraction) or larger.
+    A budget given as a fraction keeps at least MIN_PER_GROUP of each group (all of a smaller group):
+    a small group's share of the sample would otherwise leave it too few to estimate within it (an
+    explicit n is kept as given). Within a group the kept applicants are still a simple random
+    sample (its first ones in the draw order).
 
     Nested: the n kept are the n with the smallest keyed uniform of (applicant_id, seed), so a
     larger `request.n` keeps every applicant a smaller one kept. When the population is itself a
@@ -68,10 +77,18 @@ def sample_applicants(profiles: Profiles, request: WorldRequest) -> Profiles:
     n = request.size(len(rows))
     if n < len(rows):
         if profiles.tags.get(DRAW_TAG) == IID_DRAW:
-            rows = rows.iloc[:n]
+            rank = np.arange(len(rows))
         else:
             u = keyed_uniforms(rows["applicant_id"], request.seed, "world_sample")
-            rows = rows.iloc[np.sort(np.argsort(u, kind="stable")[:n])]
+            rank = np.empty(len(rows), dtype=np.int64)
+            rank[np.argsort(u, kind="stable")] = np.arange(len(rows))
+        keep = rank < n
+        group = rows[roles.x].to_numpy()
+        for level in (roles.x0, roles.x1) if request.n is None else ():
+            members = np.flatnonzero(group == level)
+            first = members[np.argsort(rank[members], kind="stable")[:MIN_PER_GROUP]]
+            keep[first] = True
+        rows = rows[keep]
     return Profiles(table=rows, roles=roles, jobs=profiles.jobs, outcome=profiles.outcome)
 
 
