@@ -20,7 +20,7 @@ COMMON = ["tracking=none", "outcome_audit=null"]
 # (design, config of the small and large case, new units, prompts per unit)
 GROWTH = {
     "paired": (["experiment=paired_race"], "occupation.n_postings", 20, 100, 8),  # 4 pairs x 2 members
-    "population": (["population.diagnostics=false"], "population.n", 100, 300, 1),
+    "population": (["population.diagnostics=false", "estimator=pse_dml"], "population.n", 100, 300, 1),
     "ranking": (["experiment=ranking_race_gender"], "population.n_trials", 50, 200, 1),
 }
 

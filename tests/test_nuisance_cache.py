@@ -135,5 +135,8 @@ def test_the_config_passes_the_server_cache_to_the_estimator():
     from tests.conftest import compose_config
 
     url = "postgresql+psycopg://popfair@db.internal:5432/popfair"
-    estimator = build(compose_config([f"cache_url={url}"]).estimator, "estimator")
+    estimator = build(compose_config([f"cache_url={url}", "estimator=pse_dml"]).estimator, "estimator")
     assert estimator.settings.cache_url == url
+    # the default (the counterfactual design) passes it to DML-UCA, which it runs beside its own estimate
+    default = build(compose_config([f"cache_url={url}"]).estimator, "estimator")
+    assert default.observational.settings.cache_url == url

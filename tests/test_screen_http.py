@@ -219,6 +219,7 @@ def test_a_dry_run_plans_requests_and_dollars_without_the_secret(tmp_path, monke
             "screener.secret_headers={Authorization: VENDOR_API_KEY}",
             "screener.price_per_call_usd=0.5",
             "tracking=none",
+            "estimator=pse_dml",  # the 12 applicants alone (the default would add their worlds)
         ],
         tmp_path=tmp_path,
     )

@@ -195,7 +195,7 @@ def test_a_paired_case_exported_and_read_back_gives_its_paired_gap(tmp_path):
 
 def test_a_default_case_exported_and_read_back_gives_its_pse_table(tmp_path):
     small = ["estimator.grid.max_depth=[2]", "estimator.grid.reg_lambda=[1]", "estimator.n_bootstrap=100"]
-    result, exported = _run_case(tmp_path, ["population.n=400", *small])
+    result, exported = _run_case(tmp_path, ["population.n=400", "estimator=pse_dml", *small])  # DML on both sides
     roles = result.profiles.roles
     case = case_from_config(
         compose_config(

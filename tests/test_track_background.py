@@ -54,8 +54,10 @@ def test_the_run_is_complete_when_the_case_returns(tmp_path):
     assert run.data.tags["mlflow.source.name"] and run.data.tags["mlflow.user"]  # as mlflow.start_run sets
     profiles = result.profiles
     assert profiles is not None
-    expected = {"config.yaml", "roles.yaml", "scored.parquet", "effects.csv"}
+    expected = {"config.yaml", "roles.yaml", "scored.parquet", "effects.csv", "effects_table.json"}
     expected |= set(profiles.artifacts) | set(result.samples) | set(result.effects.artifacts)
+    expected |= {f"audit_report/{name}" for name in result.report}  # a population case writes it by default
+    assert {"report.html", "report.md", "report.pdf"} <= set(result.report)
     if result.audit is not None:
         expected |= set(result.audit.artifacts)
     if result.notes:

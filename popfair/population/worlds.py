@@ -55,9 +55,8 @@ def sample(
     return profiles
 
 
-MIN_PER_GROUP = (
-    30  # sampled applicants of each group at least (all of a smaller one): the design estimates within groups
-)
+MIN_PER_GROUP = 20  # per group at least (all of a smaller one): the design estimates within groups, and its
+# working model needs 20 applicants of a group (estimate/pse/design_based.MIN_MODEL_ROWS)
 
 
 def sample_applicants(profiles: Profiles, request: WorldRequest) -> Profiles:

@@ -18,8 +18,6 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from statsmodels.stats.proportion import proportions_ztest
 
 PAIRWISE_COLUMNS = ["fisher_p", "z", "z_p"]
 PAIRWISE_NOTE = (
@@ -39,6 +37,11 @@ def reference_tests(n: np.ndarray, selected: np.ndarray, compared: np.ndarray, r
     the category against the reference (`reference`: one True). NaN where `compared` is False (the
     reference itself, excluded, unknown), where there is no single reference, or where the Z test is
     undefined (every applicant of both selected, or none)."""
+    # imported here: every case imports this module (through the effects table), few compute the tests,
+    # and a sweep's warm-up imports only what its design's power line needs
+    from scipy import stats
+    from statsmodels.stats.proportion import proportions_ztest
+
     out = pd.DataFrame(np.nan, index=range(len(n)), columns=PAIRWISE_COLUMNS)
     if reference.sum() != 1:
         return out
