@@ -60,7 +60,8 @@ def test_joblib_sweep_answers_every_distinct_prompt_once(tmp_path, monkeypatch):
             f"screener.base_url={stub.url}/v1",
             cwd=tmp_path,
         )
-        assert out.returncode == 0, out.stderr[-3000:]
+        errors = [line for line in (out.stdout + out.stderr).splitlines() if "render" not in line]
+        assert out.returncode == 0, "\n".join(errors)[-3000:]
         answered = stub.state.answered
     assert set(answered.values()) == {1}  # nothing paid twice, across the two worker processes
     assert len(answered) == planned  # the plan's "after cache sharing" figure came true

@@ -309,6 +309,7 @@ def log_dataset(
     from mlflow.data.code_dataset_source import CodeDatasetSource
     from mlflow.data.pandas_dataset import from_pandas
     from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.exceptions import MlflowException
 
     client, run_id = _run(token)
     with warnings.catch_warnings():  # MLflow's hint on integer columns is about model signatures
@@ -323,7 +324,20 @@ def log_dataset(
         schema=fields.get("schema"),
         profile=json.dumps(dict(profile)),
     )
-    client.log_inputs(run_id, datasets=[DatasetInput(entity, tags=[InputTag("mlflow.data.context", context)])])
+    inputs = [DatasetInput(entity, tags=[InputTag("mlflow.data.context", context)])]
+    for attempt in range(3):
+        try:
+            client.log_inputs(run_id, datasets=inputs)
+            return
+        except MlflowException as exc:
+            # cases of a parallel sweep logging the same population at once: the store checks for the
+            # dataset, then inserts it, and the second insert breaks the unique key. The dataset exists
+            # now, so the next attempt only links it to this run.
+            if "UNIQUE constraint failed: datasets" not in str(exc) and "duplicate key" not in str(exc):
+                raise
+            if attempt == 2:
+                raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 def log_artifacts(token: str, artifacts: Mapping[str, Any]) -> None:
