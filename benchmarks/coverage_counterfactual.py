@@ -49,10 +49,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 from scipy import special  # noqa: E402
 
-from benchmarks.coverage_identification import SMALL_GRID, binom_ci, coefficients  # noqa: E402
+from benchmarks.coverage_identification import SMALL_GRID, binom_ci, coefficients, simulated_case  # noqa: E402
 from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import WORLD, WorldRequest  # noqa: E402
 from popfair.estimate.pse.design_based import combine  # noqa: E402
@@ -193,6 +192,17 @@ def agreement(results: pd.DataFrame) -> list[str]:
     return lines
 
 
+def print_coverage(done: pd.DataFrame, column: str) -> None:
+    """Per effect: the share of CIs that cover (`column`), its binomial 95% CI, and the 93-97% verdict."""
+    per_effect = done.groupby("effect", sort=False)[column].agg(["mean", "sum", "count"])
+    for effect, row in per_effect.iterrows():
+        lo, hi = binom_ci(int(row["sum"]), int(row["count"]))
+        verdict = "in 93-97%" if 0.93 <= row["mean"] <= 0.97 else "OUTSIDE 93-97%"
+        print(
+            f"  {effect}: coverage {row['mean']:.3f} ({int(row['sum'])}/{int(row['count'])}, {lo:.3f}-{hi:.3f}) {verdict}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--populations", type=int, default=3, help="population draws per case")
@@ -220,17 +230,7 @@ def main() -> None:
     )
     experiments = {}
     for case in args.cases.split(","):
-        occupation, _, attribute = case.partition(":")
-        overrides = [
-            "screener=simulated",
-            f"occupation={occupation}",
-            f"protected_attr={attribute or 'gender'}",
-            "population.diagnostics=false",
-            "tracking=none",
-            *([f"population.n={args.applicants}"] if args.applicants else []),
-        ]
-        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            experiments[case] = PopulationCase.from_config(compose(config_name="config", overrides=overrides))
+        experiments[case] = simulated_case(case, [f"population.n={args.applicants}"] if args.applicants else [])
     start = time.perf_counter()
     for pop_seed in range(args.populations):  # population draws outermost: a study cut short stays balanced
         for case, experiment in experiments.items():
@@ -253,21 +253,9 @@ def main() -> None:
     print(f"\n{n_reps} replications; every effect reported in every one: {done['estimate'].notna().all()}")
     low, high = binom_ci(int(done["covered"].sum()), len(done))
     print(f"coverage of all {len(done)} CIs: {done['covered'].mean():.3f} (95% CI {low:.3f}-{high:.3f})")
-    per_effect = done.groupby("effect", sort=False)["covered"].agg(["mean", "sum", "count"])
-    for effect, row in per_effect.iterrows():
-        lo, hi = binom_ci(int(row["sum"]), int(row["count"]))
-        verdict = "in 93-97%" if 0.93 <= row["mean"] <= 0.97 else "OUTSIDE 93-97%"
-        print(
-            f"  {effect}: coverage {row['mean']:.3f} ({int(row['sum'])}/{int(row['count'])}, {lo:.3f}-{hi:.3f}) {verdict}"
-        )
+    print_coverage(done, "covered")
     print("against the full design's realised answers (every applicant in every world, the same noise):")
-    realised = done.groupby("effect", sort=False)["covered_realised"].agg(["mean", "sum", "count"])
-    for effect, row in realised.iterrows():
-        lo, hi = binom_ci(int(row["sum"]), int(row["count"]))
-        verdict = "in 93-97%" if 0.93 <= row["mean"] <= 0.97 else "OUTSIDE 93-97%"
-        print(
-            f"  {effect}: coverage {row['mean']:.3f} ({int(row['sum'])}/{int(row['count'])}, {lo:.3f}-{hi:.3f}) {verdict}"
-        )
+    print_coverage(done, "covered_realised")
     blind = done[(done["screener"] == "blind") & (done["effect"] == "NDE")]
     covers_zero = ((blind["ci_low"] <= 0) & (blind["ci_high"] >= 0)).mean()
     print(

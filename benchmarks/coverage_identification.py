@@ -264,6 +264,21 @@ def verdict(results: pd.DataFrame, label: str) -> str:
     )
 
 
+def simulated_case(case: str, overrides: list[str]) -> PopulationCase:
+    """The case "occupation" or "occupation:attribute" (default gender) with the simulated screener,
+    no diagnostics and no tracking, plus `overrides`."""
+    occupation, _, attribute = case.partition(":")
+    common = [
+        "screener=simulated",
+        f"occupation={occupation}",
+        f"protected_attr={attribute or 'gender'}",
+        "population.diagnostics=false",
+        "tracking=none",
+    ]
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        return PopulationCase.from_config(compose(config_name="config", overrides=[*common, *overrides]))
+
+
 def binom_ci(successes: int, n: int) -> tuple[float, float]:
     """Clopper-Pearson 95% interval of a share (the coverage over this many replications)."""
     from scipy.stats import binomtest
@@ -304,17 +319,9 @@ def main() -> None:
     start = time.perf_counter()
     experiments = {}
     for case in args.occupations.split(","):  # occupation or occupation:attribute (default gender)
-        occupation, _, attribute = case.partition(":")
-        overrides = [
-            "screener=simulated",
-            f"occupation={occupation}",
-            f"protected_attr={attribute or 'gender'}",
-            f"population.n={'null' if args.population_n is None else args.population_n}",
-            "population.diagnostics=false",
-            "tracking=none",
-        ]
-        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-            experiments[case] = PopulationCase.from_config(compose(config_name="config", overrides=overrides))
+        experiments[case] = simulated_case(
+            case, [f"population.n={'null' if args.population_n is None else args.population_n}"]
+        )
     keys = (
         set(done[["occupation", "screener", "population_seed", "rep"]].itertuples(index=False, name=None))
         if not done.empty
