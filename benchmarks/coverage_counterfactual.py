@@ -2,7 +2,8 @@
 
 Cases: nurse x gender, software developer x gender and nurse x race (every bundled PUMS record of the
 occupation, or `--applicants` resampled with PUMS weights per population draw: 4,000 in the study
-reported in docs/concepts/counterfactual_design.md, to run 216 replications in minutes). Screeners (popfair.screen.simulated, noise sd 8, as benchmarks/coverage_identification.py):
+reported in docs/concepts/counterfactual_design.md, to run 648 replications in minutes). Screeners
+(popfair.screen.simulated, noise sd 8, as benchmarks/coverage_identification.py):
 - direct: reads X (+2 for x1) and the grouped name (or surname) typicality, education, experience;
 - blind: reads only raw first names (+4 for the 20 most common male first names; race: the 20 most
   common surnames of White applicants) plus education and experience; its true NDE is exactly 0;
@@ -15,21 +16,25 @@ can read X only where the page shows it, so the direct screener's documents show
 does): its two NDE worlds are two documents with two answers.
 
 Each replication: one population draw (seed p) and every applicant's five worlds, two truths on
-them: the screener's expected score averaged over every applicant's worlds (`truth`), and the full
-interventional design's realised answers, every applicant in every world with this replication's
-noise (`truth_realised`); a world sample of the default budget (fraction 0.1 of the x0/x1
-applicants, an independent simple random sample per replication), scores with noise seed r, and
-the combined estimator (`popfair.estimate.pse.design_based.combine`) beside the sample alone
-(`interventional.paired_effects`). On nurse x gender and nurse x race DML-UCA's factual TE is
+them: the full interventional design's realised answers, every applicant in every world with this
+replication's noise (`truth_realised`: the estimand of the default `inference=finite`, and the
+acceptance figure), and the screener's expected score averaged over every applicant's worlds
+(`truth`); a world sample of the default budget (fraction 0.1 of the x0/x1 applicants, an
+independent simple random sample per replication), scores with noise seed r, and the combined
+estimator (`popfair.estimate.pse.design_based.combine`, finite-population SEs; its superpopulation
+SEs beside them) beside the sample alone (`interventional.paired_effects`, its SE with the same
+finite population correction). On nurse x gender and nurse x race DML-UCA's factual TE is
 estimated too (small XGBoost grid), and the design's TE is compared with it.
 
 Prints per case x screener x effect: coverage of the combined CI and of the sample-only CI, mean SE
 of each and their ratio; then the acceptance figures: every effect's coverage in 93-97%
-(Clopper-Pearson interval beside it) against each truth, the blind screener's NDE CI covering 0 and its Case 1 labels,
-and the TE agreement with DML (mean difference against the SE of that mean and the typical SE of one
-replication's difference).
+(Clopper-Pearson interval beside it) against the full design, over the replications where the
+effect is estimated (an effect that is exactly determined, SE 0 and estimate equal to the truth,
+such as NDE of a screener that cannot see X on identical documents, is counted apart), the blind
+screener's NDE CI covering 0 and its Case 1 labels, and the TE agreement with DML (mean difference
+against a replication's difference SE, and against the SE of the mean clustered by population draw).
 
-    nice python benchmarks/coverage_counterfactual.py --populations 3 --reps 8 --dml-reps 3 --applicants 4000 --csv cov_cf.csv
+    nice python benchmarks/coverage_counterfactual.py --populations 12 --reps 6 --applicants 4000 --csv cov_cf.csv
 
 `--csv` keeps per-replication rows and resumes from them; rerunning prints the table from the file.
 """
@@ -109,7 +114,9 @@ def replication(draw: tuple, case: str, pop_seed: int, kind: str, rep: int, frac
     start = time.perf_counter()
     combined = combine(factual, outcomes, roles, "y", seed=noise_seed)
     seconds = time.perf_counter() - start
+    wide = combine(factual, outcomes, roles, "y", seed=noise_seed, inference="superpopulation").table
     alone, _ = paired_effects(outcomes.to_numpy(), seed=noise_seed)
+    alone[["se", "ci_low", "ci_high"]] = _finite(alone, combined.n / combined.n_eligible)
     labels = pattern_labels(combined.table)
     dml_te = dml_se = np.nan
     if dml:
@@ -139,10 +146,16 @@ def replication(draw: tuple, case: str, pop_seed: int, kind: str, rep: int, frac
                 "covered": bool(c["ci_low"] <= t <= c["ci_high"]),
                 "truth_realised": r,
                 "covered_realised": bool(c["ci_low"] - 1e-9 <= r <= c["ci_high"] + 1e-9),
+                "exact": bool(c["se"] == 0 and abs(c["estimate"] - r) < 1e-9),
+                "super_se": float(wide.loc[effect, "se"]),
+                "super_covered": bool(wide.loc[effect, "ci_low"] <= t <= wide.loc[effect, "ci_high"]),
+                "super_covered_realised": bool(
+                    wide.loc[effect, "ci_low"] - 1e-9 <= r <= wide.loc[effect, "ci_high"] + 1e-9
+                ),
                 "significant": bool(c["significant"]),
                 "sample_estimate": float(a["estimate"]),
                 "sample_se": float(a["se"]),
-                "sample_covered": bool(a["ci_low"] <= t <= a["ci_high"]),
+                "sample_covered": bool(a["ci_low"] - 1e-9 <= r <= a["ci_high"] + 1e-9),
                 "case1": any(label.startswith("Case 1") for label in labels),
                 "n": combined.n,
                 "dml_te": dml_te,
@@ -153,6 +166,16 @@ def replication(draw: tuple, case: str, pop_seed: int, kind: str, rep: int, frac
     return rows
 
 
+def _finite(alone: pd.DataFrame, fraction: float) -> pd.DataFrame:
+    """The sample-only effects' SE and t interval with the finite population correction (the same
+    estimand as the combined estimator's default)."""
+    shrink = np.sqrt(1 - fraction)
+    half = (alone["ci_high"] - alone["ci_low"]) / 2 * shrink
+    return pd.DataFrame(
+        {"se": alone["se"] * shrink, "ci_low": alone["estimate"] - half, "ci_high": alone["estimate"] + half}
+    )
+
+
 def summarise(results: pd.DataFrame) -> pd.DataFrame:
     grouped = results.groupby(["case", "screener", "effect"], sort=False)
     return grouped.apply(
@@ -160,9 +183,10 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
             {
                 "reps": len(g),
                 "truth": g["truth"].mean(),
-                "coverage": g["covered"].mean(),
+                "coverage": g["covered_realised"].mean(),
                 "coverage_sample": g["sample_covered"].mean(),
-                "coverage_realised": g["covered_realised"].mean(),
+                "coverage_expected": g["covered"].mean(),
+                "coverage_super": g["super_covered"].mean(),
                 "se": g["se"].mean(),
                 "se_sample": g["sample_se"].mean(),
                 "se_ratio": g["se"].mean() / g["sample_se"].mean() if g["sample_se"].mean() > 0 else np.nan,
@@ -176,37 +200,49 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def agreement(results: pd.DataFrame) -> list[str]:
-    """The design's TE against DML-UCA's factual TE over the replications of each DML case."""
+    """The design's TE against DML-UCA's factual TE over the replications of each DML case: the mean
+    difference against a replication's difference SE, and against the SE of the mean clustered by
+    population draw (replications of one draw share its applicants, so they are not independent)."""
     lines = []
     te = results[(results["effect"] == "TE") & results["dml_te"].notna()]
     for case, rows in te.groupby("case", sort=False):
         difference = rows["estimate"] - rows["dml_te"]
-        se_mean = difference.std(ddof=1) / np.sqrt(len(difference))
+        by_draw = difference.groupby(rows["population_seed"]).mean()
+        se_mean = by_draw.std(ddof=1) / np.sqrt(len(by_draw)) if len(by_draw) > 1 else np.nan
         se_one = np.sqrt(rows["se"] ** 2 + rows["dml_se"] ** 2).mean()
         lines.append(
-            f"{case}: design TE - DML TE over {len(rows)} replications: mean {difference.mean():+.4f}, SE of the mean "
-            f"{se_mean:.4f} ({'within' if abs(difference.mean()) <= se_mean else 'NOT within'} one SE), a replication's "
-            f"difference SE {se_one:.4f} ({'within' if abs(difference.mean()) <= se_one else 'NOT within'}); "
-            f"SD of the differences {difference.std(ddof=1):.4f}"
+            f"{case}: design TE - DML TE over {len(rows)} replications ({len(by_draw)} population draws): mean "
+            f"{difference.mean():+.4f}; a replication's difference SE {se_one:.4f} "
+            f"({'within' if abs(difference.mean()) <= se_one else 'NOT within'} one SE); SE of the mean, clustered by "
+            f"draw, {se_mean:.4f} ({abs(difference.mean()) / se_mean:.2f} SEs from 0); SD of the differences "
+            f"{difference.std(ddof=1):.4f}"
         )
     return lines
 
 
 def print_coverage(done: pd.DataFrame, column: str) -> None:
-    """Per effect: the share of CIs that cover (`column`), its binomial 95% CI, and the 93-97% verdict."""
-    per_effect = done.groupby("effect", sort=False)[column].agg(["mean", "sum", "count"])
-    for effect, row in per_effect.iterrows():
-        lo, hi = binom_ci(int(row["sum"]), int(row["count"]))
-        verdict = "in 93-97%" if 0.93 <= row["mean"] <= 0.97 else "OUTSIDE 93-97%"
-        print(
-            f"  {effect}: coverage {row['mean']:.3f} ({int(row['sum'])}/{int(row['count'])}, {lo:.3f}-{hi:.3f}) {verdict}"
+    """Per effect: the share of CIs that cover (`column`), its binomial 95% CI and the 93-97% verdict,
+    over the replications where the effect is estimated; exactly determined ones counted apart."""
+    for effect, rows in done.groupby("effect", sort=False):
+        estimated = rows[~rows["exact"]]
+        exact = (
+            f"; exactly determined (SE 0, estimate = truth) in {int(rows['exact'].sum())}"
+            if rows["exact"].any()
+            else ""
         )
+        if estimated.empty:
+            print(f"  {effect}: exactly determined in all {len(rows)}")
+            continue
+        share, hits, count = estimated[column].mean(), int(estimated[column].sum()), len(estimated)
+        lo, hi = binom_ci(hits, count)
+        verdict = "in 93-97%" if 0.93 <= share <= 0.97 else "OUTSIDE 93-97%"
+        print(f"  {effect}: coverage {share:.3f} ({hits}/{count}, {lo:.3f}-{hi:.3f}) {verdict}{exact}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--populations", type=int, default=3, help="population draws per case")
-    parser.add_argument("--reps", type=int, default=8, help="samples and noise seeds per draw and screener")
+    parser.add_argument("--populations", type=int, default=12, help="population draws per case")
+    parser.add_argument("--reps", type=int, default=6, help="samples and noise seeds per draw and screener")
     parser.add_argument("--cases", default="nurse:gender,software_developer:gender,nurse:race")
     parser.add_argument("--screeners", default=",".join(KINDS))
     parser.add_argument("--fraction", type=float, default=0.1, help="world sample share (estimator.fraction)")
@@ -251,11 +287,19 @@ def main() -> None:
         print(summary.to_string())
     n_reps = done.groupby(["case", "screener", "population_seed", "rep"]).ngroups
     print(f"\n{n_reps} replications; every effect reported in every one: {done['estimate'].notna().all()}")
-    low, high = binom_ci(int(done["covered"].sum()), len(done))
-    print(f"coverage of all {len(done)} CIs: {done['covered'].mean():.3f} (95% CI {low:.3f}-{high:.3f})")
-    print_coverage(done, "covered")
-    print("against the full design's realised answers (every applicant in every world, the same noise):")
+    estimated = done[~done["exact"]]
+    low, high = binom_ci(int(estimated["covered_realised"].sum()), len(estimated))
+    print(
+        f"against the full design on the same draw (every applicant in every world, this replication's answers), "
+        f"finite-population CIs: {estimated['covered_realised'].mean():.3f} of {len(estimated)} estimated effects "
+        f"(95% CI {low:.3f}-{high:.3f})"
+    )
     print_coverage(done, "covered_realised")
+    print("the same CIs against the screener's expected score on the same applicants (no answer noise):")
+    print_coverage(done, "covered")
+    print("superpopulation CIs (inference=superpopulation) against the full design, then the expected score:")
+    print_coverage(done, "super_covered_realised")
+    print_coverage(done, "super_covered")
     blind = done[(done["screener"] == "blind") & (done["effect"] == "NDE")]
     covers_zero = ((blind["ci_low"] <= 0) & (blind["ci_high"] >= 0)).mean()
     print(
@@ -264,7 +308,10 @@ def main() -> None:
     ratio = done.groupby("effect", sort=False).apply(
         lambda g: g["se"].mean() / g["sample_se"].mean(), include_groups=False
     )
-    print("SE combined / sample alone (mean over cases): " + ", ".join(f"{e} {v:.3f}" for e, v in ratio.items()))
+    print(
+        "SE combined / sample alone, both finite-population (mean over cases): "
+        + ", ".join(f"{e} {v:.3f}" for e, v in ratio.items())
+    )
     for line in agreement(done):
         print(line)
     print(

@@ -113,6 +113,82 @@ def test_combined_estimate_with_everyone_sampled_is_the_full_world_mean():
         assert combined.table.loc[effect, "estimate"] == pytest.approx(expected, abs=1e-9)
 
 
+def _finite_population(n: int = 600, seed: int = 0):
+    """A fixed population of n applicants with every world's answer known (the full design)."""
+    from popfair.core.types import Roles
+
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random(n) < 0.3, "m", "f")
+    table = pd.DataFrame({"applicant_id": np.arange(n), "g": x, "z": rng.normal(size=n), "b": rng.normal(size=n)})
+    base = 50 + 3 * table["z"] + 2 * table["b"] + rng.normal(0, 5, n)
+    table["y"] = base + np.where(x == "m", 4.0, 0.0)
+    worlds = list(TARGETS)
+    own = {worlds[0]: "f", worlds[1]: "m"}
+    shift = dict(zip(worlds, (0.0, 4.0, 2.0, 3.0, 1.0)))
+    outcomes = pd.DataFrame(
+        {w: np.where(x == own.get(w, ""), table["y"], base + shift[w] + rng.normal(0, 3, n)) for w in worlds},
+        index=table["applicant_id"],
+    )
+    return table, outcomes, Roles(x="g", x0="f", x1="m", z=("z",), b=("b",), r=())
+
+
+def test_finite_inference_matches_the_sampling_distribution_over_the_applicants_drawn():
+    """One fixed population, 150 simple random samples of a quarter of it: the finite-population SE
+    is the spread of the estimate around the full design's effects (whose SE is 0 with everyone
+    sampled); the superpopulation SE is wider by the between-applicant spread."""
+    table, outcomes, roles = _finite_population()
+    truth = CONTRASTS @ outcomes[list(TARGETS)].mean().to_numpy()
+    everyone = combine(table, outcomes, roles, "y", seed=1)
+    assert (everyone.table["se"] == 0).all()  # the full design is known exactly
+    np.testing.assert_allclose(everyone.table["estimate"], truth, atol=1e-9)
+    rng = np.random.default_rng(7)
+    errors, ses, wider = [], [], []
+    for rep in range(150):
+        chosen = rng.choice(len(table), size=len(table) // 4, replace=False)
+        sample = outcomes.iloc[np.sort(chosen)]
+        finite = combine(table, sample, roles, "y", seed=rep)
+        errors.append(finite.table["estimate"].to_numpy() - truth)
+        ses.append(finite.table["se"].to_numpy())
+        wider.append(combine(table, sample, roles, "y", seed=rep, inference="superpopulation").table["se"].to_numpy())
+    errors, ses, wider = np.array(errors), np.array(ses), np.array(wider)
+    spread = errors.std(axis=0)
+    np.testing.assert_allclose(ses.mean(axis=0), spread, rtol=0.15)  # SE = the estimate's real spread (within 5%)
+    assert (np.abs(errors.mean(axis=0)) < 3 * spread / np.sqrt(150)).all()  # unbiased
+    covered = (np.abs(errors) <= 1.97 * ses).mean()
+    assert 0.92 <= covered <= 0.98
+    assert (wider > ses).all()  # the population model adds the applicants' spread
+
+
+def test_the_budget_predicts_the_se_of_another_world_budget():
+    """W_e logged at one n (counterfactual.var_world) predicts the finite-population SE at another
+    (SE^2 = W (1/n - 1/N)); with every applicant sampled the MDE is 0, and n_needed never asks for
+    more than the population."""
+    from popfair.estimate.power import PowerSettings
+    from popfair.estimate.pse import budget
+
+    table, outcomes, roles = _finite_population()
+    big_n, rng = len(table), np.random.default_rng(3)
+
+    def run(n: int, seed: int):
+        return combine(table, outcomes.iloc[np.sort(rng.choice(big_n, size=n, replace=False))], roles, "y", seed=seed)
+
+    pilot = [run(100, seed) for seed in range(8)]
+    world = {e: np.mean([p.world_variance[e] for p in pilot]) for e in EFFECTS}
+    later = [run(400, seed) for seed in range(8)]
+    for e in EFFECTS:
+        predicted = np.sqrt(budget.variance(400, big_n, world[e], 0.0, finite=True))
+        assert np.mean([r.table.loc[e, "se"] for r in later]) == pytest.approx(predicted, rel=0.2), e
+    settings = PowerSettings()
+    assert budget.mde(big_n, big_n, world["TE"], 0.0, settings) == 0.0
+    assert budget.n_needed(1e-6, big_n, world["TE"], 0.0, settings) == big_n
+    wanted = budget.n_needed(1.0, big_n, world["TE"], 0.0, settings)
+    assert (
+        budget.mde(wanted, big_n, world["TE"], 0.0, settings)
+        <= 1.0
+        < budget.mde(wanted - 1, big_n, world["TE"], 0.0, settings)
+    )
+
+
 @pytest.mark.parametrize("attribute", ["gender", "race"])
 def test_world_profiles_match_each_groups_factual_profiles(attribute):
     """Each group's own world (x, x, x) drawn for the other group's applicants reproduces the group's

@@ -1,11 +1,14 @@
 """The counterfactual design's world budget: what n applicants' worlds can detect, and the n an effect needs.
 
-The combined estimator's variance (`popfair.estimate.pse.design_based`) has two parts: one from the
-world sample, which shrinks as 1/n, and one from the N factual answers, fixed by the population:
+The combined estimator's variance (`popfair.estimate.pse.design_based`) comes from the world sample
+of n of the N applicants. For the effects over the N applicants drawn (`inference=finite`, the
+default) it carries the finite population correction; under the population model
+(`inference=superpopulation`) a fixed part F_e, the spread between the N applicants, adds to it:
 
-    SE_e(n)^2 = W_e / n + F_e,    MDE_e(n) = (z_{1 - alpha/2} + z_power) * SE_e(n)
-
-(a z test). W_e and F_e come from a previous counterfactual run (`plan.from_run`: its
+    finite:           SE_e(n)^2 = W_e (1/n - 1/N)
+    superpopulation:  SE_e(n)^2 = W_e / n + F_e
+    MDE_e(n) = (z_{1 - alpha/2} + z_power) * SE_e(n)   (a z test)
+ W_e and F_e come from a previous counterfactual run (`plan.from_run`: its
 `counterfactual.var_world.<e>` and `counterfactual.var_fixed.<e>` metrics), else from its SE at its n
 (all of it counted as the sample's), else from an assumed score SD sigma (`plan.sd`, default 25
 points): one applicant's five world scores uncorrelated, so an effect with coefficients c has
@@ -14,7 +17,9 @@ applicant in different worlds are in practice strongly correlated and the workin
 part of what is left, so this default overstates the MDE; a pilot's run states it.
 
 The n an effect needs is the smallest n with MDE_e(n) <= effect; the budget that detects it for every
-effect is the largest of those. An effect the fixed part alone cannot reach has no such n."""
+effect is the largest of those. Over the N applicants every effect is reached by n = N at the latest
+(the full design); under the population model an effect the fixed part alone cannot reach has no
+such n."""
 
 from __future__ import annotations
 
@@ -84,26 +89,45 @@ def _z(settings: PowerSettings) -> float:
     return float(ls.norm_ppf(1 - settings.alpha / 2) + ls.norm_ppf(settings.power))
 
 
-def mde(n: int, world: float, fixed: float, settings: PowerSettings) -> float:
-    """MDE of one effect with n applicants' worlds."""
-    return _z(settings) * math.sqrt(world / max(n, 1) + fixed)
+def variance(n: int, eligible: int, world: float, fixed: float, finite: bool) -> float:
+    """One effect's variance with n of `eligible` applicants' worlds (module docstring)."""
+    n = max(n, 1)
+    if finite:
+        return world * max(1 / n - 1 / max(eligible, n), 0.0)
+    return world / n + fixed
 
 
-def n_needed(effect: float, world: float, fixed: float, settings: PowerSettings) -> int | None:
-    """Smallest world sample whose MDE is at most `effect` (None: the factual part alone exceeds it)."""
-    room = (effect / _z(settings)) ** 2 - fixed
+def mde(n: int, eligible: int, world: float, fixed: float, settings: PowerSettings, finite: bool = True) -> float:
+    """MDE of one effect with n of `eligible` applicants' worlds."""
+    return _z(settings) * math.sqrt(variance(n, eligible, world, fixed, finite))
+
+
+def n_needed(
+    effect: float, eligible: int, world: float, fixed: float, settings: PowerSettings, finite: bool = True
+) -> int | None:
+    """Smallest world sample whose MDE is at most `effect` (None: not even all applicants reach it)."""
+    room = (effect / _z(settings)) ** 2
+    if finite:  # W (1/n - 1/N) <= room
+        n = math.ceil(1 / (room / world + 1 / eligible)) if world > 0 else 2
+        return max(2, min(int(n), eligible))
+    room -= fixed
     if room <= 0:
         return None
     return max(2, int(math.ceil(world / room)))
 
 
 def budget_for(
-    effect: float, eligible: int, settings: PowerSettings, previous: Previous | None, scale: Any = None
+    effect: float,
+    eligible: int,
+    settings: PowerSettings,
+    previous: Previous | None,
+    scale: Any = None,
+    finite: bool = True,
 ) -> tuple[int, str]:
     """The world sample that detects `effect` for every effect (capped at all `eligible` applicants),
     and a sentence saying so."""
     world, fixed, assumed = variance_parts(settings, previous, scale)
-    needs = {e: n_needed(effect, world[e], fixed[e], settings) for e in EFFECTS}
+    needs = {e: n_needed(effect, eligible, world[e], fixed[e], settings, finite) for e in EFFECTS}
     if any(v is None or v > eligible for v in needs.values()):
         short = [e for e, v in needs.items() if v is None or v > eligible]
         return eligible, (
@@ -115,19 +139,24 @@ def budget_for(
 
 
 def world_plan(
-    n: int, eligible: int, settings: PowerSettings, previous: Previous | None, scale: Any = None
+    n: int,
+    eligible: int,
+    settings: PowerSettings,
+    previous: Previous | None,
+    scale: Any = None,
+    finite: bool = True,
 ) -> PowerPlan:
     """The power line of the counterfactual design at a world sample of n applicants: the MDE of
     each effect (`extra`: plan.mde.<effect>, plan.n_needed.<effect>), the largest as `mde`, and with
     plan.effect the budget that detects it for every effect."""
     world, fixed, assumed = variance_parts(settings, previous, scale)
-    mdes = {e: mde(n, world[e], fixed[e], settings) for e in EFFECTS}
+    mdes = {e: mde(n, eligible, world[e], fixed[e], settings, finite) for e in EFFECTS}
     extra: dict[str, float] = {f"mde.{e}": v for e, v in mdes.items()}
     extra["world_n"] = float(n)
     extra["world_eligible"] = float(eligible)
     needed = None
     if settings.effect is not None:
-        needs = {e: n_needed(settings.effect, world[e], fixed[e], settings) for e in EFFECTS}
+        needs = {e: n_needed(settings.effect, eligible, world[e], fixed[e], settings, finite) for e in EFFECTS}
         extra.update({f"n_needed.{e}": float(v) for e, v in needs.items() if v is not None})
         if all(v is not None for v in needs.values()):
             needed = max(int(v or 0) for v in needs.values())
@@ -136,6 +165,9 @@ def world_plan(
         assumed,
         f"{n:,} of {eligible:,} applicants' five worlds screened (a simple random sample), combined with "
         "every applicant's factual answer",
+        "the effects over the applicants drawn (finite population correction)"
+        if finite
+        else "the effects under the population model (superpopulation variance)",
     )
     return PowerPlan(
         "path-specific effect (counterfactual design; each effect's MDE in brackets)",

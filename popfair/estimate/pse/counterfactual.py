@@ -6,8 +6,11 @@ effects are measured, not reweighted from factual data. A simple random sample o
 and screened in the five worlds psi(x_y, x_b, x_r) (`sfm.TARGETS`), through the case's renderer,
 screener and response cache; the estimate combines those answers with the factual answers of every
 applicant (`design_based.combine`), so its CIs are narrower than the sample's alone, which are
-reported beside them (`se_sample`). The effects hold by design: no overlap, no outcome model to
-extrapolate. They are the screener's effects under popfair's population model.
+reported beside them (`se_sample`). The CIs are for the effects over the applicants drawn
+(`inference=finite`: what screening every one of them in every world would give), or under the
+population model averaged over draws (`inference=superpopulation`, wider). The effects hold by
+design: no overlap, no outcome model to extrapolate. They are the screener's effects under
+popfair's population model.
 
 DML-UCA on the factual data (`estimator=pse_dml`, the paper's estimator; its settings are this
 estimator's other keys) runs beside it (`compare`): where DML identifies an effect, the table shows
@@ -27,7 +30,7 @@ from popfair.core.types import WORLD, Effects, Plot, Roles, WorldRequest
 from popfair.estimate.base import contrast_rows, factual_rows
 from popfair.estimate.power import PowerPlan, PowerSettings
 from popfair.estimate.pse import budget
-from popfair.estimate.pse.design_based import combine
+from popfair.estimate.pse.design_based import INFERENCE, combine
 from popfair.estimate.pse.estimator import PseDml
 from popfair.estimate.pse.interventional import MAX_N, consistency, example_documents, paired_effects
 from popfair.estimate.pse.settings import PSE_CONSTRAINTS
@@ -45,8 +48,9 @@ class Counterfactual:
     n: "auto" (`fraction` of the x0/x1 applicants), "all", or a number of applicants whose five
     worlds are screened. target_mde: instead of n, the smallest sample whose planned MDE of every
     effect is at most this many points (the case's plan.* assumptions). model_folds: cross-fitting
-    folds of the working model. compare: run DML-UCA beside it (its settings: the other keywords,
-    those of `PseDml`). alpha: 1 - CI level. seed: the sample, the worlds' noise and DML's folds."""
+    folds of the working model. inference: "finite" (the effects over the applicants drawn) or
+    "superpopulation" (under the population model; `design_based`). compare: run DML-UCA beside it
+    (its settings: the other keywords, those of `PseDml`). alpha: 1 - CI level. seed: the sample, the worlds' noise and DML's folds."""
 
     name = "counterfactual"
     estimand_design = "worlds"  # the effects are measured on counterfactual worlds (popfair.estimate.pse.estimand)
@@ -56,6 +60,7 @@ class Counterfactual:
         "fraction": Interval(float, 0, 1, closed="right"),
         "target_mde": [None, Interval(float, 0, None, closed="neither")],
         "model_folds": Interval(int, 2, 20),
+        "inference": Options(INFERENCE),
         "compare": Boolean(),
     }
 
@@ -65,20 +70,23 @@ class Counterfactual:
         fraction: float = 0.1,
         target_mde: float | None = None,
         model_folds: int = 5,
+        inference: str = "finite",
         compare: bool = True,
         alpha: float = 0.05,
         seed: int = 0,
         **observational: Any,
     ) -> None:
-        own = {"n": n, "fraction": fraction, "target_mde": target_mde, "model_folds": model_folds, "compare": compare}
+        own = {
+            "n": n,
+            "fraction": fraction,
+            "target_mde": target_mde,
+            "model_folds": model_folds,
+            "inference": inference,
+            "compare": compare,
+        }
         validate(self.parameter_constraints, {**own, "alpha": alpha, "seed": seed})
-        self.n, self.fraction, self.target_mde, self.model_folds, self.compare = (
-            n,
-            fraction,
-            target_mde,
-            model_folds,
-            compare,
-        )
+        self.n, self.fraction, self.target_mde, self.model_folds = n, fraction, target_mde, model_folds
+        self.inference, self.compare = inference, compare
         self.alpha, self.seed = alpha, seed
         self.observational = PseDml(alpha=alpha, seed=seed, **observational) if compare else None
         self.counterfactuals = WorldRequest(
@@ -98,7 +106,7 @@ class Counterfactual:
         a smaller one)."""
         if self.target_mde is None:
             return request
-        n, why = budget.budget_for(self.target_mde, eligible, settings, previous, scale)
+        n, why = budget.budget_for(self.target_mde, eligible, settings, previous, scale, self.finite)
         log.info("counterfactual design: %s", why)
         return WorldRequest(worlds=request.worlds, n=n, seed=request.seed)
 
@@ -110,7 +118,12 @@ class Counterfactual:
         if profiles.worlds is None or eligible < 2:
             return None
         n = int(profiles.worlds["applicant_id"].nunique())
-        return budget.world_plan(n, eligible, settings, previous, scale)
+        return budget.world_plan(n, eligible, settings, previous, scale, self.finite)
+
+    @property
+    def finite(self) -> bool:
+        """Whether the effects are those over the applicants drawn (the finite population correction)."""
+        return self.inference == "finite"
 
     # --- the estimate -----------------------------------------------------------------------------
 
@@ -133,10 +146,14 @@ class Counterfactual:
         )
         sampled = len(outcomes)
         outcomes = outcomes[outcomes.notna().all(axis=1) & outcomes.index.isin(rows["applicant_id"])]
-        combined = combine(rows, outcomes, roles, y, alpha=self.alpha, folds=self.model_folds, seed=self.seed)
+        combined = combine(
+            rows, outcomes, roles, y, alpha=self.alpha, folds=self.model_folds, seed=self.seed, inference=self.inference
+        )
         alone, _ = paired_effects(outcomes.to_numpy(), alpha=self.alpha, seed=self.seed)
         table = combined.table.copy()
-        table["se_sample"] = alone["se"].to_numpy()
+        # the sample alone on the same footing: over the N applicants its SE has the same correction
+        correction = (1 - combined.n / combined.n_eligible) ** 0.5 if self.finite else 1.0
+        table["se_sample"] = alone["se"].to_numpy() * correction
         observed = self.observational.estimate(rows, roles, y) if self.observational is not None else None
         if observed is not None:
             table = beside(table, observed.table)
@@ -187,7 +204,14 @@ def _precision_line(combined: Any, table: pd.DataFrame) -> str:
     ses = "; ".join(f"{e} {table.loc[e, 'se']:.3g} vs {table.loc[e, 'se_sample']:.3g}" for e in EFFECTS)
     return (
         f"Counterfactual design: {combined.n:,} of {combined.n_eligible:,} applicants screened in all five worlds "
-        f"({groups}), combined with every applicant's factual answer. SE combined vs world sample alone: {ses}."
+        f"({groups}), combined with every applicant's factual answer. SE combined vs world sample alone: {ses}. "
+        + (
+            f"The CIs are for the effects over these {combined.n_eligible:,} applicants, what screening every one "
+            "of them in all five worlds would give (estimator.inference=superpopulation: under the population "
+            "model, averaged over draws, wider)."
+            if combined.inference == "finite"
+            else "The CIs are for the effects under the population model, averaged over draws of the applicants."
+        )
     )
 
 

@@ -19,11 +19,18 @@ contrasts (`sfm.CONTRASTS`). docs/concepts/counterfactual_design.md derives what
   that does not depend on S; with cross-fitting, as cross-prediction-powered inference); the model
   only decides the variance.
 - theta_w = sum_g (N_g / N) theta_wg. One applicant's five worlds are correlated, so inference
-  clusters by applicant: each applicant's contribution to all five means is one vector psi_i, the
-  estimate is their mean over the N applicants, and the standard error of every contrast is the
-  standard deviation of psi_i @ c over applicants divided by sqrt(N) (an influence-function, that is
-  superpopulation, variance: conservative for the finite population of applicants drawn). CIs are
-  t intervals with n - 1 degrees of freedom.
+  clusters by applicant: an applicant's residuals in all five worlds enter every contrast together.
+  Two estimands, two variances (`inference`):
+  - "finite" (default): the effects over the N applicants drawn, what screening every one of them in
+    every world would give. Only the world sample is random (a stratified simple random sample
+    without replacement), so the variance is the survey-sampling one with its finite population
+    correction: SE_c^2 = sum_g (N_g / N)^2 (1 - n_g / N_g) s_g^2(r . c) / n_g, with r the sampled
+    applicants' residual vectors. With every applicant sampled it is 0: the full design is known.
+  - "superpopulation": the effects under the population model, averaged over draws of N applicants.
+    Each applicant's contribution to the five means is one vector psi_i, the estimate is their
+    mean, and SE_c = sd_i(psi_i . c) / sqrt(N), an influence-function variance that adds the
+    between-applicant spread of the N drawn.
+  CIs are t intervals with n - 1 degrees of freedom.
 
 `sample_only` is the world sample alone (`interventional.paired_effects`), reported beside it.
 """
@@ -43,6 +50,7 @@ MAX_LEVELS = 32  # one-hot levels per categorical covariate; rarer levels are po
 MIN_MODEL_ROWS = 20  # a group's sampled applicants below this: no working model (the plain difference)
 RIDGE_ALPHAS = np.logspace(-3, 5, 17)  # ridge penalties searched (generalised cross-validation)
 ZERO = 1e-9  # a contrast whose estimate and SE are both below this is exactly 0 (identical documents)
+INFERENCE = ("finite", "superpopulation")  # the estimand whose variance is reported (module docstring)
 
 
 @dataclass
@@ -52,8 +60,10 @@ class Combined:
     table: effects (estimate, se, ci_low, ci_high, p_value, significant, n).
     means: the five world means with the same columns.
     psi: per applicant (rows: the N applicants) its contribution to each world mean (columns TARGETS).
-    world_variance: per effect, the part of the variance from the world sample (times n: the figure
-    that scales as 1/n when the budget changes); fixed_variance: the part from the N applicants.
+    world_variance: per effect, the world sample's variance times n, before the finite population
+    correction (W_e: the variance is W_e (1/n - 1/N) for the N applicants, W_e / n + F_e under the
+    population model); fixed_variance: F_e, the between-applicant part (superpopulation only).
+    inference: which of the two the table's SEs are (module docstring).
     n, n_eligible, n_by_group, eligible_by_group: the sample and the population it was drawn from.
     r2: per group and cross world, the working model's out-of-fold R^2 on the sample."""
 
@@ -67,6 +77,7 @@ class Combined:
     n_by_group: dict[str, int]
     eligible_by_group: dict[str, int]
     r2: pd.DataFrame
+    inference: str = "finite"
 
 
 def covariates(frame: pd.DataFrame, roles: Roles, y: str) -> np.ndarray:
@@ -140,12 +151,16 @@ def combine(
     alpha: float = 0.05,
     folds: int = 5,
     seed: int = 0,
+    inference: str = "finite",
 ) -> Combined:
     """The combined estimate (module docstring).
 
     factual: one row per applicant (`applicant_id`, the roles' columns, `y`); rows whose X is neither
     x0 nor x1 or whose score is missing are not in the target population.
-    outcomes: the world sample, indexed by applicant_id, one column per world (TARGETS), complete."""
+    outcomes: the world sample, indexed by applicant_id, one column per world (TARGETS), complete.
+    inference: "finite" (the N applicants drawn) or "superpopulation" (module docstring)."""
+    if inference not in INFERENCE:
+        raise EstimationError(f"combine: inference must be one of {list(INFERENCE)}, got {inference!r}")
     eligible = factual[factual[roles.x].isin([roles.x0, roles.x1]) & factual[y].notna()].reset_index(drop=True)
     position = pd.Series(np.arange(len(eligible)), index=eligible["applicant_id"].to_numpy())
     outcomes = outcomes[outcomes.index.isin(position.index)]
@@ -162,6 +177,7 @@ def combine(
     r2_rows = []
     sample_pos = position.loc[outcomes.index].to_numpy()
     n_by_group, eligible_by_group = {}, {}
+    strata = []  # per group: (N_g / N, n_g / N_g, the sampled applicants' residuals in all five worlds)
     for g, level in enumerate((roles.x0, roles.x1)):
         members = np.flatnonzero(group == g)
         in_group = group[sample_pos] == g
@@ -191,17 +207,25 @@ def combine(
         centred = residual - residual.mean(axis=0)
         psi[np.ix_(members, cross)] += predicted + residual.mean(axis=0)
         world_part[np.ix_(sampled_pos, cross)] += (big_n / n_g) * centred
+        residuals = np.zeros((n_g, len(names)))
+        residuals[:, cross] = residual
+        strata.append((big_n / n_all, n_g / big_n, residuals))
         total = ((change - change.mean(axis=0)) ** 2).sum(axis=0)
         explained = np.where(total > 0, 1 - (residual**2).sum(axis=0) / np.where(total > 0, total, 1), np.nan)
         r2_rows += [{"group": str(level), "world": names[j], "r2": float(r)} for j, r in zip(cross, explained)]
     n = len(outcomes)
     scores = psi + world_part
-    table = _inference(scores @ CONTRASTS.T, list(EFFECTS), n, alpha)
-    means = _inference(scores, names, n, alpha)
     contrasts_fixed = psi @ CONTRASTS.T
-    contrasts_world = world_part @ CONTRASTS.T
     fixed = pd.Series(contrasts_fixed.var(axis=0, ddof=1) / n_all, index=list(EFFECTS))
-    world = pd.Series(n * (contrasts_world.var(axis=0, ddof=1) / n_all), index=list(EFFECTS))
+    world = pd.Series(n * _sample_variance(strata, CONTRASTS, corrected=False), index=list(EFFECTS))
+    if inference == "finite":
+        effect_se = np.sqrt(_sample_variance(strata, CONTRASTS, corrected=True))
+        mean_se = np.sqrt(_sample_variance(strata, np.eye(len(names)), corrected=True))
+    else:
+        effect_se = (scores @ CONTRASTS.T).std(axis=0, ddof=1) / np.sqrt(n_all)
+        mean_se = scores.std(axis=0, ddof=1) / np.sqrt(n_all)
+    table = _inference(scores.mean(axis=0) @ CONTRASTS.T, effect_se, list(EFFECTS), n, alpha)
+    means = _inference(scores.mean(axis=0), mean_se, names, n, alpha)
     return Combined(
         table=table,
         means=means,
@@ -213,17 +237,30 @@ def combine(
         n_by_group=n_by_group,
         eligible_by_group=eligible_by_group,
         r2=pd.DataFrame(r2_rows),
+        inference=inference,
     )
 
 
-def _inference(scores: np.ndarray, index: list[str], n: int, alpha: float) -> pd.DataFrame:
-    """Mean of per-applicant scores over the N applicants, influence-function SE, t interval and
-    test with n - 1 df (n: the world sample, whose residuals carry the estimate's sampling error)."""
+def _sample_variance(
+    strata: list[tuple[float, float, np.ndarray]], contrasts: np.ndarray, *, corrected: bool
+) -> np.ndarray:
+    """Variance of each contrast's estimate from the world sample: sum over groups of
+    (N_g / N)^2 s_g^2(r . c) / n_g, times the finite population correction 1 - n_g / N_g if
+    `corrected`. An applicant's residuals in all five worlds enter each contrast together (the
+    applicant is the cluster)."""
+    total = np.zeros(len(contrasts))
+    for weight, fraction, residuals in strata:
+        spread = (residuals @ contrasts.T).var(axis=0, ddof=1)
+        total += weight**2 * spread / len(residuals) * ((1 - fraction) if corrected else 1.0)
+    return total
+
+
+def _inference(estimate: np.ndarray, se: np.ndarray, index: list[str], n: int, alpha: float) -> pd.DataFrame:
+    """Estimates with their SEs: t interval and test with n - 1 df (n: the world sample, whose
+    residuals carry the estimate's sampling error)."""
     from scipy import stats
 
-    big_n = len(scores)
-    estimate = scores.mean(axis=0)
-    se = scores.std(axis=0, ddof=1) / np.sqrt(big_n)
+    estimate, se = np.asarray(estimate, float), np.asarray(se, float)
     exact = (np.abs(estimate) < ZERO) & (se < ZERO)
     estimate, se = np.where(exact, 0.0, estimate), np.where(se < ZERO, 0.0, se)
     quantile = stats.t.ppf(1 - alpha / 2, df=max(n - 1, 1))
