@@ -192,8 +192,11 @@ def test_the_budget_predicts_the_se_of_another_world_budget():
 @pytest.mark.parametrize("attribute", ["gender", "race"])
 def test_world_profiles_match_each_groups_factual_profiles(attribute):
     """Each group's own world (x, x, x) drawn for the other group's applicants reproduces the group's
-    factual qualifications B and name proxies given the confounders Z: the other group's worlds,
-    standardised to the group's Z cells (race or gender x age quartile), against its factual rows."""
+    factual qualifications B and proxies R (names, region, state) given the confounders Z: the other
+    group's worlds, standardised to the group's Z cells (race or gender x age quartile), against its
+    factual rows. Region and state hold because the conditionals are fitted on the population the
+    factual rows are (every record once here): PUMS-weighted ones put the worlds' Black nurses in
+    CA/TX at 14% where the factual rows have 22% (region TV 0.07, state 0.12)."""
     experiment = PopulationCase.from_config(
         compose_config(
             ["screener=simulated", "population.diagnostics=false", "tracking=none", f"protected_attr={attribute}"]
@@ -225,7 +228,7 @@ def test_world_profiles_match_each_groups_factual_profiles(attribute):
             cells(drawn).value_counts(normalize=True),
         )
         weight = cells(drawn).map(share_factual / share_drawn).fillna(0.0)
-        for column in [*roles.b, *names]:
+        for column in [*roles.b, *names, "region", "state"]:
             if pd.api.types.is_numeric_dtype(table[column]):
                 difference = np.average(drawn[column], weights=weight) - factual[column].mean()
                 assert abs(difference) < 3 * factual[column].std() / np.sqrt(len(factual)), (world, column, difference)
@@ -236,7 +239,9 @@ def test_world_profiles_match_each_groups_factual_profiles(attribute):
             distance = (
                 0.5 * (p_factual.reindex(levels, fill_value=0) - p_drawn.reindex(levels, fill_value=0)).abs().sum()
             )
-            assert distance < 0.03, (world, column, distance)  # measured 0.003-0.017 (nurse, seed 0)
+            # measured 0.003-0.017 (nurse, seed 0); state 0.012-0.043 over 51 levels, as close as the
+            # drawn side's sampling noise allows (1,418 Black or 2,347 male applicants drawn)
+            assert distance < (0.06 if column == "state" else 0.03), (world, column, distance)
 
 
 def test_world_budget_is_nested():

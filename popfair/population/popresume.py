@@ -15,7 +15,10 @@ abducts every U from the factual row (uniform on the interval of CDF values that
 noise keyed by applicant and seed: common random numbers) and re-evaluates the equations with X
 changed; at the applicant's own X it returns the factual row exactly. Conditionals back off
 hierarchically (finest cell -> coarser cells -> occupation marginal) so every counterfactual cell
-has a proper distribution. Grouped columns (paper C.4) are functions of the raw ones.
+has a proper distribution. The state and education conditionals are fitted on the population the
+factual rows are (every record once, or PWGTP-weighted for `population.n` draws:
+`OccupationModel.conditionals`), so each group's worlds reproduce its factual rows. Grouped columns
+(paper C.4) are functions of the raw ones.
 
 Below high school (SCHL 1-15): the paper's resumes have seven levels starting at HS/GED, so the
 default `below_hs: drop` drops these records and says how many in the notes; `below_hs: hs_ged` keeps
@@ -39,6 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pandas as pd
 
 from popfair.core.constraints import Boolean, Interval, ListOf, Options, Rules, validate
@@ -187,12 +191,33 @@ def _fit_occupation(
         else f"ACS PUMS {survey_year} from population.pums_path={pums_path} ({records['state'].nunique()} states)"
     )
     levels: dict[str, Sequence[str]] = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
-    state_levels = tuple(sorted(records["state"].unique()))
-    weight = records["weight"].to_numpy(float)
+    state, education = _conditionals(records, levels, records["weight"].to_numpy(float))
+    state_by_row, education_by_row = _conditionals(records, levels, np.ones(len(records)))
+    experience = experience_model_for(
+        experience_source, records["gender"], records["race"], records["age"], records["edu_level"], records["weight"]
+    )
+    return OccupationModel(
+        records,
+        survey_year,
+        dropped,
+        state,
+        education,
+        state_by_row,
+        education_by_row,
+        experience,
+        source,
+        None if moved is None else moved.summary,
+    )
+
+
+def _conditionals(
+    records: pd.DataFrame, levels: dict[str, Sequence[str]], weight: np.ndarray
+) -> tuple[DiscreteConditional, DiscreteConditional]:
+    """The state and education conditionals of the SCM (module docstring), fitted with `weight`."""
     state = DiscreteConditional.fit(
         records,
         "state",
-        state_levels,
+        tuple(sorted(records["state"].unique())),
         [("gender", "race", "age_group"), ("gender", "race"), ("race",)],
         levels,
         weight,
@@ -207,12 +232,7 @@ def _fit_occupation(
         weight,
         SMOOTHING,
     )
-    experience = experience_model_for(
-        experience_source, records["gender"], records["race"], records["age"], records["edu_level"], records["weight"]
-    )
-    return OccupationModel(
-        records, survey_year, dropped, state, education, experience, source, None if moved is None else moved.summary
-    )
+    return state, education
 
 
 def add_groupings(table: pd.DataFrame, survey_year: int) -> pd.DataFrame:
@@ -421,16 +441,17 @@ class PopResumePopulation:
             )
         return pd.concat(parts).loc[table.index]
 
-    @staticmethod
     def _counterfactual_rows(
-        rows: pd.DataFrame, model: OccupationModel, x: str, x_y: str, x_b: str, x_r: str, seed: int
+        self, rows: pd.DataFrame, model: OccupationModel, x: str, x_y: str, x_b: str, x_r: str, seed: int
     ) -> pd.DataFrame:
         ids = rows["applicant_id"]
+        # the conditionals of the population the factual rows are: weighted draws, or every record once
+        state_model, education_model = model.conditionals(weighted=self.n is not None)
         factual = rows.assign(age_group=age_group(rows["age"]), region=region_of(rows["state"]))
         first, last = first_names(model.survey_year), surnames()
         # abduction: the noise of every endogenous variable, consistent with the factual row
-        u_state = model.state.abduct(factual, keyed_uniforms(ids, seed, "cf_state"))
-        u_edu = model.education.abduct(factual, keyed_uniforms(ids, seed, "cf_edu_level"))
+        u_state = state_model.abduct(factual, keyed_uniforms(ids, seed, "cf_state"))
+        u_edu = education_model.abduct(factual, keyed_uniforms(ids, seed, "cf_edu_level"))
         u_exp = model.experience.abduct(
             factual["gender"],
             factual["race"],
@@ -445,7 +466,7 @@ class PopResumePopulation:
         u_last = last.abduct(factual["race"], factual["surname"], keyed_uniforms(ids, seed, "cf_surname"))
         # R under X = x_r
         world_r = factual.assign(**{x: x_r})
-        state = model.state.draw(world_r, u_state)
+        state = state_model.draw(world_r, u_state)
         out = rows.assign(
             state=state,
             region=region_of(state),
@@ -454,7 +475,7 @@ class PopResumePopulation:
         )
         # B under X = x_b and R = R_{x_r}
         world_b = factual.assign(**{x: x_b}, state=out["state"], region=out["region"])
-        edu = model.education.draw(world_b, u_edu)
+        edu = education_model.draw(world_b, u_edu)
         out["edu_level"] = edu
         out["exp_year"] = model.experience.draw(world_b["gender"], world_b["race"], world_b["age"], edu, u_exp)
         out[x] = x_y
