@@ -412,3 +412,32 @@ def test_a_case_killed_mid_worlds_reruns_paying_only_what_was_not_answered(tmp_p
     for effect in EFFECTS:
         assert f"\n{effect} " in rerun.stdout
     assert "not identified" not in rerun.stdout
+
+
+def test_dml_is_compared_only_where_the_two_estimate_the_same_quantity():
+    """DML-UCA holds R grouped and the worlds redraw the raw names and state: what a screener reads
+    from a raw name beyond its grouping is DML's NDE and the design's RIE. Only TE and BIE (and so
+    NDE + RIE) are one quantity: those get a difference and a verdict, the others are shown apart."""
+    from popfair.estimate.pse.side_by_side import beside, comparison_notes
+    from popfair.report.effects import DIFFERENT_ESTIMAND, beside_rows
+
+    def table(estimates):
+        frame = pd.DataFrame({"estimate": estimates, "se": 0.1}, index=pd.Index(EFFECTS, name="effect"))
+        return frame.assign(ci_low=frame["estimate"] - 0.2, ci_high=frame["estimate"] + 0.2, identified=True, reason="")
+
+    # a screener reading the raw surname only: the design has it in RIE, DML in NDE; TE and BIE agree
+    design = table([1.0, 0.0, 1.0, 0.3, 0.7])
+    dml = table([1.05, 0.6, 0.45, 0.3, 0.15])
+    out = beside(design.drop(columns=["identified", "reason"]), dml)
+    assert out.loc[["TE", "BIE"], "agree"].tolist() == [True, True]
+    assert (
+        out.loc[["NDE", "NIE", "RIE"], "agree"].isna().all()
+        and out.loc[["NDE", "NIE", "RIE"], "difference"].isna().all()
+    )
+    notes = "\n".join(comparison_notes(out))
+    assert "DISAGREE" not in notes and "shown, not compared" in notes and "NDE +0.6" in notes
+    assert set(beside_rows(out).set_index("effect").loc[["NDE", "NIE", "RIE"], "agree"]) == {DIFFERENT_ESTIMAND}
+    # a real gap in TE is still a finding
+    far = beside(design.drop(columns=["identified", "reason"]), table([2.0, 0.6, 1.4, 0.3, 1.1]))
+    assert not far.loc["TE", "agree"]
+    assert "disagree beyond their CIs on TE" in "\n".join(comparison_notes(far))

@@ -38,13 +38,18 @@ def side_by_side_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+DIFFERENT_ESTIMAND = "different estimand"  # DML-UCA holds R grouped; the worlds redraw the raw proxies
+
+
 def beside_rows(table: pd.DataFrame) -> pd.DataFrame:
     """estimator=counterfactual's comparison as a report table: the design's estimate and CI, DML-UCA's
     on the factual data where it identifies the effect ("not identified" where not), the difference
-    (design minus DML) and whether the two agree (the difference's 95% CI covers 0)."""
+    (design minus DML) and whether the two agree (the difference's 95% CI covers 0), where the two
+    estimate the same quantity ("different estimand" where not: side_by_side.SAME_ESTIMAND)."""
     rows = []
     for effect, row in table.iterrows():
         identified = bool(row["dml_identified"])
+        compared = identified and bool(row.get("comparable", True))
         rows.append(
             {
                 "effect": effect,
@@ -52,8 +57,8 @@ def beside_rows(table: pd.DataFrame) -> pd.DataFrame:
                 "DML-UCA": f"{row['dml_estimate']:+.4g} [{row['dml_ci_low']:.4g}, {row['dml_ci_high']:.4g}]"
                 if identified
                 else NOT_IDENTIFIED,
-                "difference": round(float(row["difference"]), 4) if identified else None,
-                "agree": bool(row["agree"]) if identified else None,
+                "difference": round(float(row["difference"]), 4) if compared else None,
+                "agree": bool(row["agree"]) if compared else (DIFFERENT_ESTIMAND if identified else None),
             }
         )
     return pd.DataFrame(rows)

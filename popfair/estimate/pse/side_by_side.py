@@ -22,6 +22,15 @@ from popfair.estimate.pse.sfm import EFFECTS
 
 INTERVENTIONAL_PREFIX = "intv_"
 OBSERVED_PREFIX = "dml_"  # DML-UCA beside the counterfactual design (estimator=counterfactual)
+# The effects whose estimand the design and DML-UCA share. The worlds redraw the raw proxies (names,
+# state) while DML-UCA holds R grouped, so what a screener reads from a raw name or state beyond its
+# grouping is in the design's RIE and in DML's NDE: NDE, NIE and RIE are two different quantities,
+# and only their sum NDE + RIE = TE - BIE is common (NIE = BIE + RIE in both).
+SAME_ESTIMAND = ("TE", "BIE")
+NOT_COMPARED = (
+    "DML-UCA holds R grouped while the worlds redraw the raw names and state, so what the screener reads "
+    "from them beyond their grouping is in DML's NDE and in the design's RIE"
+)
 
 
 class SideBySide:
@@ -123,9 +132,11 @@ def side_by_side_plot(table: pd.DataFrame, title: str = "Observational vs interv
 
 def beside(table: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
     """The design's effects with DML-UCA's beside them (dml_estimate, dml_se, dml_ci_low, dml_ci_high,
-    dml_identified, dml_reason), the difference (design minus DML), its standard error (the two
-    treated as independent: they share the factual answers, which makes it conservative for TE) and
-    `agree`: the difference's CI covers 0 (missing where DML does not identify the effect)."""
+    dml_identified, dml_reason), `comparable` (the two estimate the same quantity: SAME_ESTIMAND), the
+    difference (design minus DML), its standard error (the two treated as independent: they share
+    the factual answers, which makes it conservative for TE) and `agree`: the difference's CI covers
+    0 (missing where DML does not identify the effect or the two estimands differ, and then so are
+    the difference and its SE)."""
     from scipy import stats
 
     dml = observed.reindex(list(EFFECTS))
@@ -138,10 +149,12 @@ def beside(table: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
     difference = out["estimate"] - out[OBSERVED_PREFIX + "estimate"]
     se = np.sqrt(out["se"] ** 2 + out[OBSERVED_PREFIX + "se"] ** 2)
     half = stats.norm.ppf(0.975) * se
-    out["difference"] = difference
-    out["difference_se"] = se
+    comparable = out.index.isin(SAME_ESTIMAND)
+    out["comparable"] = comparable
+    out["difference"] = difference.where(comparable)
+    out["difference_se"] = se.where(comparable)
     agree = (difference - half <= 0) & (difference + half >= 0)
-    out["agree"] = pd.Series(agree.to_numpy(), index=out.index, dtype=object).where(identified, None)
+    out["agree"] = pd.Series(agree.to_numpy(), index=out.index, dtype=object).where(identified & comparable, None)
     return out
 
 
@@ -149,15 +162,19 @@ def comparison_notes(table: pd.DataFrame) -> list[str]:
     """DML-UCA beside the design, in words: each identified effect's estimate, the difference and
     whether they agree; a disagreement beyond the CIs said as a finding; the effects DML cannot
     identify, with why (its first failing mean)."""
-    parts, disagree = [], []
+    parts, disagree, apart = [], [], []
     for effect, row in table.iterrows():
         if not bool(row[OBSERVED_PREFIX + "identified"]):
             continue
-        verdict = "agree" if bool(row["agree"]) else "DISAGREE"
-        parts.append(
-            f"{effect} {row[OBSERVED_PREFIX + 'estimate']:+.4g} [{row[OBSERVED_PREFIX + 'ci_low']:.4g}, {row[OBSERVED_PREFIX + 'ci_high']:.4g}], "
-            f"difference {row['difference']:+.3g} (SE {row['difference_se']:.2g}): {verdict}"
+        shown = (
+            f"{effect} {row[OBSERVED_PREFIX + 'estimate']:+.4g} [{row[OBSERVED_PREFIX + 'ci_low']:.4g}, "
+            f"{row[OBSERVED_PREFIX + 'ci_high']:.4g}]"
         )
+        if not bool(row.get("comparable", True)):
+            apart.append(shown)
+            continue
+        verdict = "agree" if bool(row["agree"]) else "DISAGREE"
+        parts.append(f"{shown}, difference {row['difference']:+.3g} (SE {row['difference_se']:.2g}): {verdict}")
         if not bool(row["agree"]):
             disagree.append(str(effect))
     lines = []
@@ -166,6 +183,11 @@ def comparison_notes(table: pd.DataFrame) -> list[str]:
             "DML-UCA on the factual data (estimator=pse_dml, the paper's estimator) where it identifies an effect: "
             + "; ".join(parts)
             + "."
+        )
+    if apart:
+        lines.append(
+            f"DML-UCA's {'; '.join(apart)} are shown, not compared: {NOT_COMPARED} (their sums NDE + RIE "
+            "= TE - BIE are the same quantity, compared through TE and BIE)."
         )
     missing = [str(e) for e, row in table.iterrows() if not bool(row[OBSERVED_PREFIX + "identified"])]
     if missing:
