@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 
 from popfair.case.population import PopulationCase
+from popfair.core.types import FACTUAL, WORLD
+from popfair.estimate.pse.sfm import EFFECTS
+from popfair.estimate.pse.side_by_side import OBSERVED_PREFIX
 from tests.conftest import compose_config
 
 
@@ -129,3 +133,39 @@ def test_tfidf_counts_words_unseen_when_it_was_fit():
     plain = screener.screen({"j": job}, base, "score")[0].value
     padded = Document(applicant_id="b", job_id="j", kind="text", text="registered nurse acute care zyxwvut qwertyuiop")
     assert screener.screen({"j": job}, [padded], "score")[0].value < plain
+
+
+def test_tfidf_scores_a_factual_applicant_alike_with_or_without_its_worlds():
+    """The IDF is fit on the first call's applicants, each once (its first document): a call that
+    also holds counterfactual worlds (the same applicant and job ids, after the factual documents)
+    scores the factual documents exactly as a call of the factual documents alone."""
+    from popfair.core.types import Document, Job
+    from popfair.screen.tfidf import TfidfScreener, fitted_rows
+
+    job = Job(job_id="j", title="Nurse", description="registered nurse acute care patient assessment")
+    texts = ["registered nurse acute care", "patient assessment and care", "software engineer python cloud"]
+    factual = [Document(applicant_id=str(i), job_id="j", kind="text", text=t) for i, t in enumerate(texts)]
+    worlds = [Document(applicant_id="0", job_id="j", kind="text", text="acute care nurse zyxwvut zyxwvut")] * 3
+    alone = [r.value for r in TfidfScreener().screen({"j": job}, factual, "score")]
+    together = [r.value for r in TfidfScreener().screen({"j": job}, factual + worlds, "score")]
+    assert together[: len(factual)] == alone  # the same floats, not approximately
+    assert fitted_rows(1, factual + worlds).tolist() == [0, 1, 2, 3]  # the job and the three applicants
+
+
+def test_tfidf_factual_scores_and_dml_do_not_depend_on_the_worlds_screened(tmp_path):
+    """estimator=counterfactual screens the world sample in the same call as the factual applicants;
+    the tfidf screener's factual scores, and DML-UCA beside the design, are those of estimator=pse_dml
+    alone. Each case has its own cache directory: no score of one is read by the other."""
+    fast = ["population.n=400", "tracking=none", "screener=tfidf", "estimator.n_bootstrap=200"]
+    fast += ["estimator.grid={n_estimators:[20,50],max_depth:[2,3],reg_lambda:[1.0]}"]
+    runs = {}
+    for estimator in ("counterfactual", "pse_dml"):
+        cfg = compose_config([*fast, f"estimator={estimator}"], tmp_path=tmp_path / estimator)
+        runs[estimator] = PopulationCase.from_config(cfg).run()
+    design, dml = runs["counterfactual"], runs["pse_dml"]
+    assert design.scored_worlds is not None and (design.scored_worlds[WORLD] != FACTUAL).any()
+    pd.testing.assert_frame_equal(design.scored, dml.scored)  # every factual score, exactly
+    beside, alone = design.effects.table, dml.effects.table.reindex(list(EFFECTS))
+    for column in ("estimate", "se", "ci_low", "ci_high"):
+        np.testing.assert_array_equal(beside[OBSERVED_PREFIX + column].to_numpy(), alone[column].to_numpy(float))
+    np.testing.assert_array_equal(beside[OBSERVED_PREFIX + "identified"], alone["identified"].astype(bool))

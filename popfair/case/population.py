@@ -22,11 +22,11 @@ from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
 from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
-from popfair.estimate.base import Estimator
+from popfair.estimate.base import Estimator, SizesWorlds, estimand_design
 from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
-from popfair.population.base import Population
+from popfair.population.base import GroupsColumns, Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
@@ -222,15 +222,14 @@ class PopulationCase:
 
     def world_request(self, profiles: Profiles) -> WorldRequest | None:
         """The worlds the estimator declares, sized for these applicants where it sizes them by the
-        case's plan (a target precision: `sized`)."""
+        case's plan (a target precision: `SizesWorlds`)."""
         request = self.estimator.counterfactuals
-        sized = getattr(self.estimator, "sized", None)
-        if request is None or sized is None:
+        if request is None or not isinstance(self.estimator, SizesWorlds):
             return request
         roles = profiles.roles
         eligible = int(profiles.table[roles.x].isin([roles.x0, roles.x1]).sum())
         scale = ScoreScale.of_range(*self.screener.score_range)  # no scores before the run
-        return sized(request, eligible, self.power.settings, self.power.previous, scale)
+        return self.estimator.sized(request, eligible, self.power.settings, self.power.previous, scale)
 
     def prompts(
         self,
@@ -421,13 +420,14 @@ class PopulationCase:
         structural gate (a raw column read by the screener but held grouped)."""
         if not set(EFFECTS) <= set(effects.table.index):
             return effects
-        roles, grouped = profiles.roles, getattr(self.population, "grouped_from", {})
+        roles = profiles.roles
+        grouped = self.population.grouped_from if isinstance(self.population, GroupsColumns) else {}
         effects.notes[:0] = estimand_notes(
             roles,
             displayed_attributes(self.renderer),
             grouped,
             self.renderer.kind,
-            getattr(self.estimator, "estimand_design", "observational"),
+            estimand_design(self.estimator),
         )
         known = grouping_problems(roles, self.screener.reads, grouped)
         effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from popfair.core.errors import PopfairError
 from popfair.design import design_named
 from popfair.design.base import PreviousRun, ScoreScale, plan_power
+from popfair.estimate.base import Estimator, PlansPower
 from popfair.estimate.power import PowerPlan, PowerSettings
 
 log = logging.getLogger("popfair")
@@ -41,19 +42,18 @@ class CasePower:
         return cls(settings, previous_run(str(settings.from_run), uri))
 
     def plan(
-        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Any = None
+        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Estimator | None = None
     ) -> PowerPlan | None:
         """The design's power line for `sample` (Profiles, or the table's categories); `scale`: the
         screener's score scale (its scores in this run, or its declared range before any). An
-        estimator that plans its own sample (`power_plan`: the counterfactual design's world budget)
+        estimator that plans its own sample (`PlansPower`: the counterfactual design's world budget)
         gives it instead."""
-        own = getattr(estimator, "power_plan", None)
-        if own is not None and self.settings.enabled:
-            return own(sample, self.settings, self.previous, scale)
+        if isinstance(estimator, PlansPower) and self.settings.enabled:
+            return estimator.power_plan(sample, self.settings, self.previous, scale)
         return plan_power(design_named(design), sample, self.settings, self.previous, scale)
 
     def quietly(
-        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Any = None
+        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Estimator | None = None
     ) -> PowerPlan | None:
         """`plan`, with a failure logged instead of raised (a run's results come first)."""
         try:

@@ -1,13 +1,19 @@
-"""Estimate stage interface: scored table + SFM roles -> effects table with inference."""
+"""Estimate stage interface: scored table + SFM roles -> effects table with inference.
+
+`Estimator` is what every estimator is. The optional capabilities below it (`SizesWorlds`,
+`PlansPower`, `DeclaresEstimand`) are what the case asks of an estimator that has them, checked with
+isinstance; an estimator declares one by subclassing it (mypy then checks its signature), as
+`popfair.estimate.pse.counterfactual.Counterfactual` declares all three."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import pandas as pd
 
 from popfair.core.errors import EstimationError
 from popfair.core.types import FACTUAL, WORLD, Effects, Roles, WorldRequest
+from popfair.estimate.power import PowerPlan, PowerSettings
 
 EFFECT_COLUMNS = ["estimate", "se", "ci_low", "ci_high"]
 
@@ -25,6 +31,50 @@ class Estimator(Protocol):
         (failed screens already removed); with `counterfactuals`, also the world rows (failed screens
         kept, `y` missing). Positive effects favour roles.x1."""
         ...
+
+
+# --- optional capabilities: declared by subclassing, found by the case with isinstance ----------------
+
+
+@runtime_checkable
+class SizesWorlds(Protocol):
+    """An estimator that sizes the worlds it declares (`counterfactuals`) by the case's plan, e.g.
+    the sample a target precision needs (the counterfactual design's `target_mde`). Without it the
+    case draws `counterfactuals` as declared."""
+
+    def sized(
+        self, request: WorldRequest, eligible: int, settings: PowerSettings, previous: Any, scale: Any = None
+    ) -> WorldRequest:
+        """The world request for a population of `eligible` x0/x1 applicants, under the case's `plan.*`
+        `settings`, the `previous` run they name and the screener's score `scale`."""
+        ...
+
+
+@runtime_checkable
+class PlansPower(Protocol):
+    """An estimator that plans the power of its own sample (the counterfactual design's world budget);
+    the case's power line is its plan instead of the design's (popfair.case.power_plan)."""
+
+    def power_plan(self, profiles: Any, settings: PowerSettings, previous: Any, scale: Any = None) -> PowerPlan | None:
+        """What the estimator's sample of `profiles` can detect (None: no plan for this sample)."""
+        ...
+
+
+EstimandDesign = Literal["observational", "worlds"]
+
+
+@runtime_checkable
+class DeclaresEstimand(Protocol):
+    """An estimator that says how its path-specific effects are measured: "worlds" (on counterfactual
+    worlds) or "observational" (from factual data), which words the case's estimand notes
+    (popfair.estimate.pse.estimand). An estimator without it is observational."""
+
+    estimand_design: EstimandDesign
+
+
+def estimand_design(estimator: Estimator) -> EstimandDesign:
+    """How `estimator` measures its effects: its declared `estimand_design`, else observational."""
+    return estimator.estimand_design if isinstance(estimator, DeclaresEstimand) else "observational"
 
 
 def factual_rows(data: pd.DataFrame) -> pd.DataFrame:

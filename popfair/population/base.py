@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import ClassVar, Protocol, runtime_checkable
 
 from popfair.core.types import Profiles
 from popfair.population.occupation import Occupation
@@ -13,3 +14,13 @@ class Population(Protocol):
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         """Draw applicants (one row each) with their SFM roles for the given protected attribute."""
         ...
+
+
+@runtime_checkable
+class GroupsColumns(Protocol):
+    """A population whose SFM roles hold some columns grouped from a raw column the documents show
+    (role column -> raw column, e.g. PopResume's `name_gender_typicality` from `first_name`, paper
+    C.4); the case's estimand notes and grouping check read it (popfair.estimate.pse.estimand). A
+    population without it holds every role column raw."""
+
+    grouped_from: ClassVar[Mapping[str, str]]

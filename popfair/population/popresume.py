@@ -51,6 +51,7 @@ from popfair.core.errors import ConfigError, DataError, require
 from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
 from popfair.population import experience, pums, scm, transport
+from popfair.population.base import GroupsColumns
 from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint
 from popfair.population.experience import (
     AGE_GROUPS,
@@ -241,9 +242,10 @@ def add_groupings(table: pd.DataFrame, survey_year: int) -> pd.DataFrame:
     return table.assign(edu_group=table["edu_level"].map(EDU_GROUP).to_numpy(dtype=object), **grouped)
 
 
-class PopResumePopulation:
+class PopResumePopulation(GroupsColumns):
     """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP, with experience
-    and names drawn from the SCM in the module docstring."""
+    and names drawn from the SCM in the module docstring. It declares its grouped role columns
+    (`GroupsColumns`) and draws counterfactual worlds (popfair.population.worlds)."""
 
     design = "population"  # popfair.design.population: one resume per prompt, a 0-100 score
     # The SFM roles' grouped columns (paper C.4) and the raw column each groups: the resume shows the

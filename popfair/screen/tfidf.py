@@ -4,7 +4,13 @@ The scores of a `screen` call are kept in a content-addressed store beside the r
 (`popfair.store.blobs`: `<cache_dir>/tfidf_scores.sqlite`, or the `cache_url` database), keyed by
 the matcher's settings, the library versions, the jobs and every document's job and text (and, for
 a later call, the first call's key: the IDF corpus): a rerun of a case reads its scores instead of
-counting every resume again."""
+counting every resume again.
+
+The IDF is fit on the job descriptions and the applicants of the first call, each applicant once:
+its first document. A case passes its factual applicants before their counterfactual worlds, which
+repeat their applicant and job ids, so the fit (and every factual score) is the same whether or
+not the estimator asked for worlds (`estimator=counterfactual` and `estimator=pse_dml` score the
+factual resumes alike)."""
 
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ from popfair.store.blobs import (
 
 log = logging.getLogger("popfair")
 STORE_NAME = TFIDF_SCORES  # popfair.store.blobs.BLOB_STORES
-SCHEMA = "tfidf-scores-v1"  # bump when what a stored score is changes (counting, weighting, the score)
+SCHEMA = "tfidf-scores-v2"  # bump when what a stored score is changes (counting, weighting, the score)
 LIBRARIES = ("scikit-learn", "scipy", "numpy", "popfair")
 
 ROWS_PER_PROCESS = 4_000  # documents counted per forked span (about 0.5 s of tokenising)
@@ -96,9 +102,11 @@ class _WordHashing(HashingVectorizer):
 class TfidfScreener(Screener):
     """Resume-Matcher-style lexical score. Terms are hashed (no fixed vocabulary, so no word is
     ever dropped) and IDF weights are fit once, on the job descriptions plus the resumes of the
-    first `screen` call (the case's own applicants), then reused: a document's score is a fixed
-    function of (job, document) within a case, so counterfactual resumes scored later are measured
-    on the same scale. A term unseen in that corpus gets the largest IDF, as the rarest word would."""
+    first `screen` call's applicants (the case's own, each once: its first document, so the
+    counterfactual worlds screened with them are left out, `fitted_rows`), then reused: a
+    document's score is a fixed function of (job, document) within a case, so counterfactual
+    resumes are measured on the factual applicants' scale. A term unseen in that corpus gets the
+    largest IDF, as the rarest word would."""
 
     parameter_constraints = {
         "sublinear_tf": Boolean(),
@@ -165,14 +173,15 @@ class TfidfScreener(Screener):
         corpus = [jobs[j].description for j in job_ids] + [d.text for d in documents]
         key = self._key(job_ids, corpus, documents)
         first, self._idf_key = self._idf_key is None, self._idf_key or key
+        fit = fitted_rows(len(job_ids), documents) if first else None
         with self._store() as store:
             blob = store.get_many([key]).get(key)
             scores = unpack_arrays(blob).get("scores") if blob is not None else None
             if scores is not None and scores.shape == (len(documents),):
-                if first:
-                    self._idf_corpus = corpus  # fit only if a later call needs it
+                if fit is not None:
+                    self._idf_corpus = [corpus[i] for i in fit]  # fit only if a later call needs it
             else:
-                scores = self._scores(job_ids, corpus, documents)
+                scores = self._scores(job_ids, corpus, documents, fit)
                 try:
                     store.put_many([(key, pack_arrays({"scores": scores}))])
                 except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
@@ -211,17 +220,32 @@ class TfidfScreener(Screener):
             format="csr",
         )
 
-    def _scores(self, job_ids: list[str], corpus: list[str], documents: Sequence[Document]) -> np.ndarray:
-        """100 x cosine of each document with its job; the IDF is fit on the first call's corpus."""
+    def _scores(
+        self, job_ids: list[str], corpus: list[str], documents: Sequence[Document], fit: np.ndarray | None = None
+    ) -> np.ndarray:
+        """100 x cosine of each document with its job; the IDF is fit on the first call's corpus
+        (its rows `fit` when this is the first call, else the kept `_idf_corpus`)."""
         counts = self._counted(corpus)
         if not self._fitted:
-            self.idf.fit(counts if self._idf_corpus is None else self._counted(self._idf_corpus))
+            if self._idf_corpus is not None:
+                self.idf.fit(self._counted(self._idf_corpus))
+            else:
+                assert fit is not None, "the first call's scores fit the IDF on its corpus"
+                self.idf.fit(counts if len(fit) == counts.shape[0] else counts[fit])
             self._fitted, self._idf_corpus = True, None
         matrix = self.idf.transform(counts)
         job_rows = {j: i for i, j in enumerate(job_ids)}
         docs = matrix[len(job_ids) :]
         job_index = np.array([job_rows[d.job_id] for d in documents], dtype=int)
         return np.asarray(docs.multiply(matrix[job_index]).sum(axis=1)).ravel() * 100.0
+
+
+def fitted_rows(n_jobs: int, documents: Sequence[Document]) -> np.ndarray:
+    """The rows of a call's corpus (its `n_jobs` job descriptions, then `documents`) that the IDF is
+    fit on: every job and each (applicant, job)'s first document. A counterfactual world's document
+    repeats its factual applicant's ids after it, so only factual applicants count."""
+    repeated = pd.Series([(d.applicant_id, d.job_id) for d in documents], dtype=object).duplicated(keep="first")
+    return np.concatenate([np.arange(n_jobs), n_jobs + np.flatnonzero(~repeated.to_numpy())])
 
 
 def _count_by_line(counts: _WordHashing, texts: Sequence[str]) -> sparse.csr_matrix:

@@ -27,7 +27,7 @@ import pandas as pd
 from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import EstimationError
 from popfair.core.types import WORLD, Effects, Plot, Roles, WorldRequest
-from popfair.estimate.base import contrast_rows, factual_rows
+from popfair.estimate.base import DeclaresEstimand, PlansPower, SizesWorlds, contrast_rows, factual_rows
 from popfair.estimate.power import PowerPlan, PowerSettings
 from popfair.estimate.pse import budget
 from popfair.estimate.pse.design_based import INFERENCE, combine
@@ -42,7 +42,7 @@ log = logging.getLogger("popfair")
 METRIC = budget.METRIC
 
 
-class Counterfactual:
+class Counterfactual(SizesWorlds, PlansPower, DeclaresEstimand):
     """`estimator=counterfactual`: TE, NDE, NIE, BIE, RIE from every factual answer and a world sample.
 
     n: "auto" (`fraction` of the x0/x1 applicants), "all", or a number of applicants whose five
@@ -50,7 +50,11 @@ class Counterfactual:
     effect is at most this many points (the case's plan.* assumptions). model_folds: cross-fitting
     folds of the working model. inference: "finite" (the effects over the applicants drawn) or
     "superpopulation" (under the population model; `design_based`). compare: run DML-UCA beside it
-    (its settings: the other keywords, those of `PseDml`). alpha: 1 - CI level. seed: the sample, the worlds' noise and DML's folds."""
+    (its settings: the other keywords, those of `PseDml`). alpha: 1 - CI level. seed: the sample,
+    the worlds' noise and DML's folds.
+
+    Its capabilities (popfair.estimate.base): it sizes its world sample by the case's plan (`sized`),
+    plans that sample's power (`power_plan`) and measures its effects on worlds (`estimand_design`)."""
 
     name = "counterfactual"
     estimand_design = "worlds"  # the effects are measured on counterfactual worlds (popfair.estimate.pse.estimand)
