@@ -152,6 +152,50 @@ def test_tfidf_scores_a_factual_applicant_alike_with_or_without_its_worlds():
     assert fitted_rows(1, factual + worlds).tolist() == [0, 1, 2, 3]  # the job and the three applicants
 
 
+def test_tfidf_weighs_a_document_of_its_fit_leaving_it_out():
+    """Against a dense implementation from the definition (two jobs): a document of the fit is scored
+    with the smooth IDF of the fit without it (its vector and its job's), sublinear tf; that is the
+    score a matcher fit without it gives; an unseen document is scored as sklearn's
+    TfidfTransformer would."""
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    from popfair.core.types import Document, Job
+    from popfair.screen.tfidf import TfidfScreener
+
+    jobs = {
+        "j": Job(job_id="j", title="Nurse", description="registered nurse acute care patient assessment care plan"),
+        "k": Job(job_id="k", title="Developer", description="software engineer python cloud services patient data"),
+    }
+    texts = [
+        "registered nurse acute care zyxwvut",
+        "patient assessment and care planning",
+        "registered nurse patient care qwertyuiop",
+        "software engineer python cloud",
+        "python data engineer patient records",
+    ]
+    job_of = ["j", "j", "j", "k", "k"]
+    factual = [Document(applicant_id=str(i), job_id=job_of[i], kind="text", text=t) for i, t in enumerate(texts)]
+    screener = TfidfScreener()
+    got = np.array([r.value for r in screener.screen(jobs, factual, "score")])
+    counts = screener._count([jobs["j"].description, jobs["k"].description, *texts]).toarray()
+    present = counts > 0
+    n, tf = len(counts), np.where(present, 1 + np.log(np.where(present, counts, 1)), 0.0)
+    for i in range(len(texts)):
+        df = present.sum(axis=0) - present[2 + i]  # the fit without the document itself
+        idf = np.log(n / (1 + df)) + 1
+        doc, jd = tf[2 + i] * idf, tf["jk".index(job_of[i])] * idf
+        assert got[i] == pytest.approx(100 * doc @ jd / np.linalg.norm(doc) / np.linalg.norm(jd), rel=1e-12)
+    # resume 0 scored by a matcher whose fit never saw it
+    unseen = TfidfScreener()
+    unseen.screen(jobs, factual[1:], "score")
+    assert unseen.screen(jobs, factual[:1], "score")[0].value == pytest.approx(got[0], rel=1e-12)
+    # an unseen document: sklearn's own weighting
+    other = Document(applicant_id="0", job_id="j", kind="text", text="registered nurse acute care vutsrqp")
+    fitted = TfidfTransformer(sublinear_tf=True).fit(counts)
+    vectors = fitted.transform(screener._count([jobs["j"].description, other.text])).toarray()
+    assert screener.screen(jobs, [other], "score")[0].value == pytest.approx(100 * vectors[0] @ vectors[1], rel=1e-12)
+
+
 def test_tfidf_factual_scores_and_dml_do_not_depend_on_the_worlds_screened(tmp_path):
     """estimator=counterfactual screens the world sample in the same call as the factual applicants;
     the tfidf screener's factual scores, and DML-UCA beside the design, are those of estimator=pse_dml
