@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from popfair.population.experience import ExperienceModel
+from popfair.population.experience import AGE_GROUPS, ExperienceModel
+from popfair.population.pums import EDU_LEVELS, GENDERS, RACES
 from popfair.population.scm import DiscreteConditional
+
+SMOOTHING = 10.0  # pseudo-records pulling a sparse conditional cell toward its coarser parent
+REGIONS = ("Northeast", "Midwest", "South", "West")
 
 
 @dataclass(frozen=True)
@@ -34,3 +40,29 @@ class OccupationModel:
     def conditionals(self, weighted: bool) -> tuple[DiscreteConditional, DiscreteConditional]:
         """(state, education) for factual rows that are PUMS-weighted draws, or every record once."""
         return (self.state, self.education) if weighted else (self.state_by_row, self.education_by_row)
+
+
+def fit_conditionals(records: pd.DataFrame, weight: np.ndarray) -> tuple[DiscreteConditional, DiscreteConditional]:
+    """The SCM's state | (gender, race, age group) and education | (gender, race, age group, region)
+    conditionals (popfair.population.popresume), fitted with `weight`, each backing off to coarser
+    cells where a cell is sparse."""
+    levels: dict[str, Sequence[str]] = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
+    state = DiscreteConditional.fit(
+        records,
+        "state",
+        tuple(sorted(records["state"].unique())),
+        [("gender", "race", "age_group"), ("gender", "race"), ("race",)],
+        levels,
+        weight,
+        SMOOTHING,
+    )
+    education = DiscreteConditional.fit(
+        records,
+        "edu_level",
+        EDU_LEVELS,
+        [("gender", "race", "age_group", "region"), ("gender", "race", "age_group"), ("gender", "race"), ("gender",)],
+        levels,
+        weight,
+        SMOOTHING,
+    )
+    return state, education

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,10 +50,10 @@ from popfair.core.errors import ConfigError, DataError, require
 from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
 from popfair.population import experience, pums, scm, transport
+from popfair.population import occupation_model as occupation_model_module
 from popfair.population.base import GroupsColumns
 from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint
 from popfair.population.experience import (
-    AGE_GROUPS,
     EXPERIENCE_SOURCES,
     age_group,
     experience_model_for,
@@ -70,16 +69,13 @@ from popfair.population.names import (
     surnames_key,
 )
 from popfair.population.occupation import Occupation
-from popfair.population.occupation_model import OccupationModel
+from popfair.population.occupation_model import OccupationModel, fit_conditionals
 from popfair.population.protected import INTERVENABLE, LEVELS, RACE_GROUPS, ProtectedAttribute, select_races
 from popfair.population.pums import (
     BELOW_HS_POLICIES,
     BUNDLED_NOTE,
     BUNDLED_PUMS,
     EDU_GROUP,
-    EDU_LEVELS,
-    GENDERS,
-    RACES,
     bundled_survey_year,
     decode_education,
     decode_race,
@@ -89,12 +85,10 @@ from popfair.population.pums import (
     region_of,
     state_table,
 )
-from popfair.population.scm import DRAW_TAG, IID_DRAW, DiscreteConditional, keyed_choice, keyed_uniforms
+from popfair.population.scm import DRAW_TAG, IID_DRAW, keyed_choice, keyed_uniforms
 
 MAX_N = 1_000_000  # beyond this a resample is a typo, not a study
 MAX_RESAMPLE_FACTOR = 20  # n above this many times the occupation's records only duplicates records
-SMOOTHING = 10.0  # pseudo-records pulling a sparse conditional cell toward its coarser parent
-REGIONS = ("Northeast", "Midwest", "South", "West")
 
 
 @lru_cache(maxsize=32)
@@ -139,7 +133,7 @@ def _occupation_key(
     ]
     if ca_tx == "transport":
         parts += [file_fingerprint(data_file(*transport.CELLS_FILE)), file_fingerprint(data_file(*transport.OEWS_FILE))]
-    return parts, [sys.modules[__name__], pums, scm, experience, transport], ca_tx
+    return parts, [sys.modules[__name__], occupation_model_module, pums, scm, experience, transport], ca_tx
 
 
 def _fit_occupation(
@@ -191,9 +185,8 @@ def _fit_occupation(
         if pums_path is None
         else f"ACS PUMS {survey_year} from population.pums_path={pums_path} ({records['state'].nunique()} states)"
     )
-    levels: dict[str, Sequence[str]] = {"gender": GENDERS, "race": RACES, "age_group": AGE_GROUPS, "region": REGIONS}
-    state, education = _conditionals(records, levels, records["weight"].to_numpy(float))
-    state_by_row, education_by_row = _conditionals(records, levels, np.ones(len(records)))
+    state, education = fit_conditionals(records, records["weight"].to_numpy(float))
+    state_by_row, education_by_row = fit_conditionals(records, np.ones(len(records)))
     experience = experience_model_for(
         experience_source, records["gender"], records["race"], records["age"], records["edu_level"], records["weight"]
     )
@@ -209,31 +202,6 @@ def _fit_occupation(
         source,
         None if moved is None else moved.summary,
     )
-
-
-def _conditionals(
-    records: pd.DataFrame, levels: dict[str, Sequence[str]], weight: np.ndarray
-) -> tuple[DiscreteConditional, DiscreteConditional]:
-    """The state and education conditionals of the SCM (module docstring), fitted with `weight`."""
-    state = DiscreteConditional.fit(
-        records,
-        "state",
-        tuple(sorted(records["state"].unique())),
-        [("gender", "race", "age_group"), ("gender", "race"), ("race",)],
-        levels,
-        weight,
-        SMOOTHING,
-    )
-    education = DiscreteConditional.fit(
-        records,
-        "edu_level",
-        EDU_LEVELS,
-        [("gender", "race", "age_group", "region"), ("gender", "race", "age_group"), ("gender", "race"), ("gender",)],
-        levels,
-        weight,
-        SMOOTHING,
-    )
-    return state, education
 
 
 def add_groupings(table: pd.DataFrame, survey_year: int) -> pd.DataFrame:

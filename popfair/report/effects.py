@@ -58,7 +58,9 @@ def beside_rows(table: pd.DataFrame) -> pd.DataFrame:
                 if identified
                 else NOT_IDENTIFIED,
                 "difference": round(float(row["difference"]), 4) if compared else None,
-                "agree": bool(row["agree"]) if compared else (DIFFERENT_ESTIMAND if identified else None),
+                "agree": ("yes" if bool(row["agree"]) else "NO")
+                if compared
+                else (DIFFERENT_ESTIMAND if identified else None),
             }
         )
     return pd.DataFrame(rows)
@@ -170,10 +172,12 @@ def clip_sensitivity_blocks(effects: Effects) -> list[Block]:
         index="effect", columns="bound", values="cell"
     )
     wide = wide.loc[list(dict.fromkeys(raw["effect"])), list(dict.fromkeys(bounds))]
+    # beside the counterfactual design the bounds are DML-UCA's: the design has no propensities
+    whose = "DML-UCA's effects beside the design" if "dml_estimate" in effects.table else "each effect"
     return [
         Block(
             "text",
-            "Sensitivity to the propensity clipping bound: each effect re-estimated with the same "
+            f"Sensitivity to the propensity clipping bound: {whose} re-estimated with the same "
             "nuisances at each bound, estimate (standard error); n.i. = not identified at that bound. "
             "These numbers are the diagnosis, not the finding: an effect that moves with the bound is "
             "not identified by the data, whichever bound is chosen.",
