@@ -440,4 +440,4 @@ def test_dml_is_compared_only_where_the_two_estimate_the_same_quantity():
     # a real gap in TE is still a finding
     far = beside(design.drop(columns=["identified", "reason"]), table([2.0, 0.6, 1.4, 0.3, 1.1]))
     assert not far.loc["TE", "agree"]
-    assert "disagree beyond their CIs on TE" in "\n".join(comparison_notes(far))
+    assert "disagree beyond their 95% CIs on TE (p = " in "\n".join(comparison_notes(far))

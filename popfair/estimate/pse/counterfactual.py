@@ -14,8 +14,9 @@ popfair's population model.
 
 DML-UCA on the factual data (`estimator=pse_dml`, the paper's estimator; its settings are this
 estimator's other keys) runs beside it (`compare`): where DML identifies an effect, the table shows
-its estimate, the difference and whether the two agree (the difference's CI covers 0); where they
-disagree beyond their CIs the case says so, a finding about the population model or the screener."""
+its estimate, and for the effects whose estimand the two share (TE, BIE) the difference and whether
+they agree (the difference's CI covers 0); where they disagree the case says so, with the
+difference's p-value (`side_by_side`)."""
 
 from __future__ import annotations
 

@@ -115,6 +115,12 @@ def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _two_sided_p(z: float) -> float:
+    from scipy import stats
+
+    return float(2 * stats.norm.sf(abs(z)))
+
+
 def _direction(table: pd.DataFrame) -> np.ndarray:
     """+1 when the CI lies above 0, -1 below, 0 when it covers 0."""
     return np.where(table["ci_low"] > 0, 1, np.where(table["ci_high"] < 0, -1, 0))
@@ -176,7 +182,7 @@ def comparison_notes(table: pd.DataFrame) -> list[str]:
         verdict = "agree" if bool(row["agree"]) else "DISAGREE"
         parts.append(f"{shown}, difference {row['difference']:+.3g} (SE {row['difference_se']:.2g}): {verdict}")
         if not bool(row["agree"]):
-            disagree.append(str(effect))
+            disagree.append(f"{effect} (p = {_two_sided_p(row['difference'] / row['difference_se']):.2g})")
     lines = []
     if parts:
         lines.append(
@@ -200,8 +206,9 @@ def comparison_notes(table: pd.DataFrame) -> list[str]:
         )
     if disagree:
         lines.append(
-            f"The design and DML-UCA disagree beyond their CIs on {', '.join(disagree)}: a finding about the "
-            "population model (the worlds it draws) or the screener, not noise. Look at counterfactual_example.txt "
-            "and the DML diagnostics (pse_identification.csv) before reading either number."
+            f"The design and DML-UCA disagree beyond their 95% CIs on {', '.join(disagree)}. By chance alone one "
+            "comparison in twenty does; a difference that holds on another seed is a finding about the population "
+            "model (the worlds it draws) or the screener. Look at counterfactual_example.txt and the DML "
+            "diagnostics (pse_identification.csv) before reading either number."
         )
     return lines
