@@ -377,7 +377,9 @@ class TableCase:
             "case_name": self.case_name(),
             "design": "table",
             "data_kind": source.kind,
-            "table.source": source.description[:4900],
+            # a file by its name (table.sha256 says which), never this machine's path; a database
+            # by its redacted URL and table or query
+            "table.source": (self.shown_source() if self.table.path else source.description)[:4900],
             **{f"table.{k}": v for k, v in source.fingerprint.items()},
             "git_commit": git_commit(),
             "popfair_version": __version__,
