@@ -71,6 +71,20 @@ def test_a_table_of_one_sex_and_one_race_says_nothing_was_compared(tmp_path):
     assert "at least two categories" in line
 
 
+def test_the_dry_run_of_a_table_of_one_sex_and_one_race_says_it_would_compare_nothing(tmp_path):
+    """The dry run reads and maps the table without estimating: it says now what the run would stop
+    on; a table with two races does not get the warning."""
+    csv = _write(tmp_path, ["Female"] * 60, ["White"] * 60, [1, 0, 0] * 20)
+    done = _audit(tmp_path, csv, "dry_run=true")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "NOTHING TO COMPARE: every applicant of known sex is female" in output
+    assert "every applicant of known race is white" in output and "the run would stop" in output
+    two = _write(tmp_path, ["Female"] * 60, ["White", "Black"] * 30, [1, 0, 0] * 20)
+    checked = _audit(tmp_path, two, "dry_run=true")
+    assert checked.returncode == 0 and "NOTHING TO COMPARE" not in checked.stdout + checked.stderr
+
+
 def test_one_dimension_of_one_category_is_said_under_the_table(tmp_path):
     """Two races, one sex: the race ratios are computed; the sex block says that it compares nothing."""
     csv = _write(tmp_path, ["Female"] * 80, ["White", "Black"] * 40, [1, 0, 1, 0, 1, 0, 0, 0] * 10)

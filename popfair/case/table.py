@@ -197,14 +197,34 @@ class TableCase:
         mapped = self.read()
         try:
             record = mapped.record
+            nothing = ""
             if mapped.columns.sex is not None or mapped.columns.race is not None:
-                self.checked_power = self.power.plan("table", table_categories(mapped.counts(), self.protected.name))
+                counts = mapped.counts()
+                self.checked_power = self.power.plan("table", table_categories(counts, self.protected.name))
+                nothing = self._nothing_compared(counts)
             return (
                 f"table {record.description}: {record.rows_read:,} rows read, {record.rows_after_filters:,} after "
-                f"filters, {record.rows_used:,} used; outcome {mapped.coding.kind}"
+                f"filters, {record.rows_used:,} used; outcome {mapped.coding.kind}{nothing}"
             )
         finally:
             mapped.source.close()
+
+    def _nothing_compared(self, counts: Any) -> str:
+        """For the dry run: the impact ratios would compare nothing (one category of sex and of race),
+        which the real run stops on; said now, before anything is estimated."""
+        ratios: Any = self.estimator if self.estimator.name == IMPACT_RATIO else self.outcome_audit
+        if ratios is None:
+            return ""
+        from popfair.estimate.impact_ratio.ratios import uncompared
+
+        lone = uncompared(counts.counts, ratios.settings)
+        if len(lone) < 2:
+            return ""
+        log.warning("dry run: the impact ratios would compare nothing: %s and %s", lone["sex"], lone["race"])
+        return (
+            f"; NOTHING TO COMPARE: {lone['sex']}, and {lone['race']} (a comparison needs at least two categories "
+            "of sex or of race; the run would stop)"
+        )
 
     def run(self) -> TableRunResult:
         if self.table.watch:  # one look of a watch: the rows added since the last one

@@ -190,6 +190,23 @@ def impact_ratios_from_counts(
     )
 
 
+def uncompared(
+    counts: pd.DataFrame, settings: ImpactRatioSettings, sex: str = "sex", race: str = "race", n: str = "n"
+) -> dict[str, str]:
+    """Per dimension (sex, race) that would compare nothing, why (fewer than two known categories
+    kept by the small-category rule): the rule the tables apply, for a dry run to say before any
+    estimate (`counts`: one row per cell, as `impact_ratios_from_counts` takes)."""
+    sex_codes, sex_levels = _category_codes(counts[sex], settings.unknown_labels)
+    race_codes, race_levels = _category_codes(counts[race], settings.unknown_labels)
+    n_race = len(race_levels) + 1
+    cell = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + np.where(
+        race_codes < 0, len(race_levels), race_codes
+    )
+    cell_n = _sum_by(cell, counts[n].to_numpy(float), (len(sex_levels) + 1) * n_race)
+    _, lone = _groupings(cell_n, dimension_maps(sex_levels, race_levels), float(cell_n.sum()), settings)
+    return lone
+
+
 def _ll144(
     sex: pd.Series,
     race: pd.Series,
