@@ -464,3 +464,25 @@ def test_offline_popresume_grid_image_cells_report_photo_vs_no_photo(tmp_path, h
     assert pairs.loc[0, "estimate_image"] == pytest.approx(nde["image"])
     assert pairs.loc[0, "estimate_image_photo"] == pytest.approx(nde["image_photo"])
     assert (report / "plots" / "photo_vs_no_photo.png").is_file()
+
+
+def test_the_sweep_parent_description_leaves_figures_out_with_their_captions(tmp_path):
+    """The parent run's description (MLflow shows Markdown without images): tables and their text,
+    no figure, no caption of a figure, no heading left empty."""
+    from popfair.report.document import Block
+    from popfair.report.sweep import comparison_markdown
+
+    blocks = [
+        Block("h2", "All cases at a glance"),
+        Block("text", "One cell per case x effect: the heatmap below."),
+        Block("figure", tmp_path / "overview.png"),
+        Block("h2", "Effects per case"),
+        Block("text", "Each case's five effects."),
+        Block("table", pd.DataFrame({"case": ["nurse"], "TE": [0.1]})),
+        Block("h3", "Forest plots per case"),
+        Block("figure", tmp_path / "forest.png"),
+    ]
+    text = comparison_markdown("Sweep", blocks, tmp_path)
+    assert "Effects per case" in text and "Each case's five effects." in text and "nurse" in text
+    assert "heatmap" not in text and "All cases at a glance" not in text and "Forest plots" not in text
+    assert ".png" not in text

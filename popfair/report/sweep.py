@@ -443,8 +443,13 @@ MAX_COMPARISON = 7_900  # MLflow keeps tag values up to 8,000 characters
 
 def comparison_markdown(title: str, blocks: list[Block], out: Path) -> str:
     """The report's headings, text and tables in Markdown, without figures: the parent run's
-    description (cut to what MLflow keeps; report.html holds everything)."""
-    kept = [b for b in blocks if b.kind != "figure"]
+    description (cut to what MLflow keeps; report.html holds everything). A text right before a
+    figure is its caption and goes with it."""
+    kept = [
+        b
+        for i, b in enumerate(blocks)
+        if b.kind != "figure" and not (b.kind == "text" and i + 1 < len(blocks) and blocks[i + 1].kind == "figure")
+    ]
     # a heading with nothing under it once the figures are gone (the forest plots) goes too
     shown = [
         b
