@@ -353,6 +353,31 @@ def test_the_auditors_report_shows_the_design_beside_dml(simulated_default):
     assert beside.loc[identified, "agree"].isin(["yes", "NO"]).all()
 
 
+def test_the_working_model_fit_beside_dml_gives_the_same_effects_and_its_warnings(simulated_default, monkeypatch):
+    """The design's working model is fit in a forked process while DML-UCA runs in this one: the
+    effects are those of fitting it here, and a warning it raises reaches the caller."""
+    import warnings
+
+    from popfair.core.types import FACTUAL
+    from popfair.estimate.pse import counterfactual
+
+    experiment, result, _, _ = simulated_default
+    ok = result.scored[result.scored["error"].isna()]
+    data = pd.concat([ok.assign(**{WORLD: FACTUAL}), result.scored_worlds], ignore_index=True)
+
+    def warning_combine(*args, **kwargs):
+        warnings.warn("from the working model", UserWarning, stacklevel=1)
+        return combine(*args, **kwargs)
+
+    monkeypatch.setattr(counterfactual, "combine", warning_combine)
+    with pytest.warns(UserWarning, match="from the working model"):
+        forked = experiment.estimator.estimate(data, result.profiles.roles, "y").table
+    monkeypatch.setattr(counterfactual, "forked_call", lambda fn, *args: lambda: fn(*args))
+    with pytest.warns(UserWarning, match="from the working model"):
+        here = experiment.estimator.estimate(data, result.profiles.roles, "y").table
+    pd.testing.assert_frame_equal(forked, here, check_exact=True)
+
+
 def test_a_case_killed_mid_worlds_reruns_paying_only_what_was_not_answered(tmp_path):
     """`python -m popfair` of the default estimator against the stub (openai SDK), killed with SIGKILL
     while world requests are in flight; the rerun asks only the prompts never answered (those in

@@ -257,6 +257,35 @@ def test_a_drawn_table_is_kept_on_disk_and_read_back_exactly(tmp_path, monkeypat
     pd.testing.assert_frame_equal(off, drawn, check_exact=True)
 
 
+def test_counterfactual_worlds_are_kept_on_disk_and_read_back_exactly(nurses, tmp_path, monkeypatch):
+    """A counterfactual world of the same applicants, intervention and seed is drawn once per machine
+    (a rerun, every screener of a sweep): read back, it is the very frame drawn; other applicants,
+    another intervention or seed, or the disk cache switched off, draw."""
+    from popfair.population import popresume
+
+    population, profiles = nurses
+    sample = type(profiles)(table=profiles.table.iloc[::7], roles=profiles.roles, jobs=profiles.jobs)
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", str(tmp_path / "cache"))
+    drawn = population.counterfactual(sample, "male", "female", "male", seed=5)
+    assert len(list((tmp_path / "cache").glob("worlds_popresume-*.parquet"))) == 1
+
+    def no_drawing(*args, **kwargs):
+        raise AssertionError("drawn again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(popresume.PopResumePopulation, "_counterfactual_rows", no_drawing)
+        read = population.counterfactual(sample, "male", "female", "male", seed=5)
+    pd.testing.assert_frame_equal(read, drawn, check_exact=True)
+    assert read.index.equals(sample.table.index)
+    fewer = type(profiles)(table=sample.table.iloc[1:], roles=profiles.roles, jobs=profiles.jobs)
+    for other, levels, seed in ((fewer, ("male",) * 3, 5), (sample, ("male",) * 3, 5), (sample, ("male",) * 3, 6)):
+        population.counterfactual(other, *levels, seed=seed)
+    assert len(list((tmp_path / "cache").glob("worlds_popresume-*.parquet"))) == 4
+    monkeypatch.setenv("POPFAIR_CACHE_DIR", "off")
+    off = population.counterfactual(sample, "male", "female", "male", seed=5)
+    pd.testing.assert_frame_equal(off, drawn, check_exact=True)
+
+
 def test_roles_use_grouped_columns():
     roles = roles_for(GENDER)
     assert roles.z == ("race", "age") and roles.b == ("edu_group", "exp_year")

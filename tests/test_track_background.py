@@ -89,6 +89,36 @@ def test_an_equal_figure_is_drawn_once_per_process(monkeypatch):
     assert len(drawn) == 2
 
 
+def test_a_figure_drawn_beside_is_taken_from_the_worker(monkeypatch):
+    """A figure the tracking worker was asked to draw (the auditor's report's chart) is not drawn in
+    this process; one the worker failed to draw is drawn here."""
+    from concurrent.futures import Future
+
+    from popfair.core.types import Plot
+    from popfair.track import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "_DRAWN", {})
+    monkeypatch.setattr(
+        figures, "draw", lambda plot: drawn.append(plot) or figures.DRAW[plot.kind](plot.table, plot.title)
+    )
+    table = pd.DataFrame({"theoretical": [-1.0, 0.0, 1.0], "empirical": [-0.9, 0.1, 1.2], "weight": [1.0, 2.0, 1.0]})
+
+    def submit(result: bytes | Exception):
+        def call(fn, figure, dpi):
+            assert fn is figures.png
+            done: Future = Future()
+            done.set_exception(result) if isinstance(result, Exception) else done.set_result(result)
+            return done
+
+        return call
+
+    figures.draw_beside(Plot("qq", table, "a"), 100, submit(b"the worker's PNG"))
+    assert figures.png(Plot("qq", table.copy(), "a"), dpi=100) == b"the worker's PNG" and not drawn
+    figures.draw_beside(Plot("qq", table, "b"), 100, submit(RuntimeError("the worker died")))
+    assert figures.png(Plot("qq", table, "b"), dpi=100)[:4] == b"\x89PNG" and len(drawn) == 1
+
+
 def test_a_kept_figure_is_drawn_once_per_machine(monkeypatch, tmp_path):
     """A Plot marked `keep` (a population's diagnostics) drawn by one process is read from popfair's
     disk cache by the next (each case of a joblib sweep, each rerun, is a fresh process): the same

@@ -322,6 +322,7 @@ class PopulationCase:
         run.artifacts({"scored.parquet": scored, **samples})
         effects = self._with_estimand(stage("estimate", self.estimator.estimate, data, profiles.roles, "y"), profiles)
         effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
+        run.artifacts(effects.artifacts)  # the worker draws and writes them while the report is written
         audit = self._outcome_audit(audit_result, stage.timings, profiles)
         result = RunResult(
             effects=effects,
@@ -400,7 +401,8 @@ class PopulationCase:
         if self.outcome_audit is None or self.outcome_audit.name == self.estimator.name:
             return None
         log.info("stage outcome_audit ... (beside estimate)")
-        return logged_when_done(run, forked_call(timed, self.outcome_audit.estimate, ok, profiles.roles, "y"))
+        pending = forked_call(timed, self.outcome_audit.estimate, ok, profiles.roles, "y")
+        return logged_when_done(run, pending, report=self.audit_report)
 
     def _outcome_audit(self, pending: Any, timings: dict[str, float], profiles: Profiles) -> Effects | None:
         """The outcome audit's effects once done; its failure is a note, the case's own results are kept."""
@@ -436,7 +438,8 @@ class PopulationCase:
 
     def _track(self, run: RunLogger, result: RunResult, profiles: Profiles) -> str | None:
         """Log what the estimate and report stages made (the config, roles, population artifacts,
-        documents and scored table are logged as their stages finish) and wait for the run."""
+        documents, scored table and the estimator's artifacts are logged as their stages finish) and
+        wait for the run."""
         effects = result.effects
         metrics: dict[str, float] = {
             "n_rows": result.n_rows,
@@ -471,7 +474,6 @@ class PopulationCase:
         if result.notes:
             artifacts["notes.txt"] = "\n".join(result.notes)
         artifacts.update({f"audit_report/{name}": content for name, content in result.report.items()})
-        artifacts.update(effects.artifacts)
         if result.audit is not None:  # its artifacts were queued when it ended
             metrics.update(result.audit.metrics)
         if result.sequential is not None:  # the looks, why it stopped, both intervals

@@ -29,15 +29,25 @@ def timed(fn: Any, *args: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
-def logged_when_done(run: RunLogger, pending: Callable[[], tuple[Effects, Any]]) -> Callable[[], tuple[Effects, Any]]:
+def logged_when_done(
+    run: RunLogger, pending: Callable[[], tuple[Effects, Any]], report: bool = False
+) -> Callable[[], tuple[Effects, Any]]:
     """Wait for the outcome audit (forked beside the estimate) in a thread and queue its artifacts
     for the tracking worker the moment it ends: its figures (the impact ratio chart) are then drawn
     while the estimate still runs, not at the end of the case, and by the worker, which has
-    matplotlib imported already (a fork drawing them would import it every case).
-    Returns the function that waits for the audit's result."""
+    matplotlib imported already (a fork drawing them would import it every case). With `report`
+    (the case writes the auditor's report), the worker draws the report's chart too, so this
+    process need not import matplotlib. Returns the function that waits for the audit's result."""
 
     def wait_and_log() -> tuple[Effects, Any]:
         audit, seconds = pending()
+        if report:  # first: the report waits for it, the run's artifacts only for the run's end
+            from popfair.report.audit import impact_ratios_of
+            from popfair.report.ll144 import FIGURE_DPI
+
+            ratios = impact_ratios_of(audit)
+            if ratios is not None:
+                run.draw(ratios.plot(), FIGURE_DPI)
         run.artifacts(audit.artifacts)
         return audit, seconds
 

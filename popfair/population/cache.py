@@ -65,6 +65,15 @@ def cached_path(name: str, parts: Iterable[Any], modules: Iterable[ModuleType], 
     return root / f"{name}-{digest.hexdigest()[:24]}{suffix}"
 
 
+def frame_digest(table: pd.DataFrame) -> str:
+    """A digest of a frame's rows, index, column names and types (a part of an entry's key)."""
+    import pandas as pd
+
+    digest = hashlib.sha256(pd.util.hash_pandas_object(table, index=True).to_numpy().tobytes())
+    digest.update(repr([(str(name), str(dtype)) for name, dtype in table.dtypes.items()]).encode())
+    return digest.hexdigest()
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """`data` into `path` whole or not at all (concurrent runs never read half a file); a read-only
     cache folder is left as it is."""

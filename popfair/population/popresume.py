@@ -52,7 +52,7 @@ from popfair.data import data_file
 from popfair.population import experience, pums, scm, transport
 from popfair.population import occupation_model as occupation_model_module
 from popfair.population.base import GroupsColumns
-from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint
+from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint, frame_digest
 from popfair.population.experience import (
     EXPERIENCE_SOURCES,
     age_group,
@@ -401,15 +401,27 @@ class PopResumePopulation(GroupsColumns):
         missing = [c for c in needed.split() if c not in table.columns]
         if missing:
             raise DataError(f"counterfactual: profile table lacks columns {missing}")
-        parts = []
-        for job_id, rows in table.groupby("job_id", sort=False):
+        occps = {}
+        for job_id in pd.unique(table["job_id"]):
             job = profiles.jobs.get(job_id)
             if job is None or "occp" not in job.attributes:
                 raise DataError(f"counterfactual: job {job_id!r} has no OCCP code in profiles.jobs")
-            parts.append(
-                self._counterfactual_rows(rows, self.model(int(job.attributes["occp"])), x, x_y, x_b, x_r, seed)
-            )
-        return pd.concat(parts).loc[table.index]
+            occps[job_id] = int(job.attributes["occp"])
+
+        def draw() -> pd.DataFrame:
+            groups = table.groupby("job_id", sort=False)
+            drawn = [self._counterfactual_rows(r, self.model(occps[j]), x, x_y, x_b, x_r, seed) for j, r in groups]
+            return pd.concat(drawn).loc[table.index]
+
+        # kept on disk as a drawn table is (a rerun, every screener of a sweep: 0.3 s of the default case); keyed
+        # by the rows, intervention and seed, the models' and name tables' inputs and the drawing modules' source
+        keys = [_occupation_key(*self._model_args(occp))[:2] for occp in sorted(set(occps.values()))]
+        keys += [first_names_key(year) for year in sorted({self.model(o).survey_year for o in occps.values()})]
+        keys.append(surnames_key())
+        # the population the rows are (every record once, or weighted draws) picks the conditionals
+        parts = [frame_digest(table), occps, x, x_y, x_b, x_r, seed, self.n is not None, [key for key, _ in keys]]
+        modules = [sys.modules[OccupationModel.__module__], *(module for _, used in keys for module in used)]
+        return disk_cached_frame("worlds_popresume", parts, list(dict.fromkeys(modules)), draw)  # in a fixed order
 
     def _counterfactual_rows(
         self, rows: pd.DataFrame, model: OccupationModel, x: str, x_y: str, x_b: str, x_r: str, seed: int

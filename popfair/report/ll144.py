@@ -23,6 +23,7 @@ UNKNOWN_OF = {"sex": "sex", "race": "race/ethnicity", "sex_race": "sex or race/e
 
 
 LL144_METRICS = ("selection", "scoring_median")  # the law's rates; other rules are popfair's additions
+FIGURE_DPI = 100  # the impact ratio chart's resolution in the report
 
 
 @dataclass
@@ -91,7 +92,7 @@ def ll144_blocks(ratios: ImpactRatios, data: AuditData, out: Path) -> list[Block
     if ratios.notes:
         blocks.append(Block("list", ratios.notes))
     path = out / "impact_ratios.png"
-    path.write_bytes(png(ratios.plot(), dpi=100))  # laid out by itself: no second drawing to measure it
+    path.write_bytes(png(ratios.plot(), dpi=FIGURE_DPI))  # laid out by itself: no second drawing to measure it
     blocks.append(
         Block("figure", path, caption="Impact ratios with their confidence intervals; dashed line: four-fifths.")
     )

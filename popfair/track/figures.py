@@ -12,8 +12,9 @@ import io
 import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 Series = tuple[tuple[str, str, str], ...]
+T = TypeVar("T", bytes, Future)
 
 
 SIGNIFICANT, NOT_SIGNIFICANT = "#c0392b", "0.45"  # colour follows significance: red where the CI excludes 0
@@ -272,22 +274,28 @@ def draw(plot: Plot) -> Figure:
     return DRAW[plot.kind](plot.table, plot.title, **plot.options)
 
 
-_DRAWN: dict[str, bytes] = {}  # content key of a Plot -> its PNG, for the cases of one process
+# content key of a Plot -> its PNG (or the tracking worker drawing it), for the cases of one process
+_DRAWN: dict[str, bytes | Future[bytes]] = {}
 _DRAWN_MAX = 64
 
 
 def png(figure: Plot | Figure, dpi: int = 120) -> bytes:
     """A `Plot` or Figure as the PNG bytes a run logs. A Plot equal to one this process has drawn
-    (the population's figures, the same for every screener cell of a sweep) is not drawn again; nor,
-    on this machine, one marked `keep` that any process has drawn (kept in popfair's disk cache,
-    keyed by the Plot, this module's source and matplotlib's version)."""
+    (the population's figures, the same for every screener cell of a sweep) or had drawn
+    (`draw_beside`) is not drawn again; nor, on this machine, one marked `keep` that any process
+    has drawn (kept in popfair's disk cache, keyed by the Plot, this module's source and
+    matplotlib's version)."""
     key = kept = None
     if isinstance(figure, Plot):
-        key = hashlib.sha256(
-            pickle.dumps((figure.kind, figure.title, dict(figure.options), figure.table, dpi))
-        ).hexdigest()
-        if key in _DRAWN:
-            return _DRAWN[key]
+        key = _key(figure, dpi)
+        found = _DRAWN.get(key)
+        if isinstance(found, Future):
+            try:
+                return _remember(key, found.result())
+            except Exception:  # noqa: BLE001 - the worker could not draw it: drawn here
+                found = None
+        if found is not None:
+            return found
         kept = _kept_path(key) if figure.keep else None
         if kept is not None and kept.is_file():
             mark_used(kept)
@@ -301,8 +309,22 @@ def png(figure: Plot | Figure, dpi: int = 120) -> bytes:
     return buffer.getvalue() if key is None else _remember(key, buffer.getvalue())
 
 
-def _remember(key: str, drawn: bytes) -> bytes:
+def draw_beside(figure: Plot, dpi: int, submit: Callable[..., Future[bytes]]) -> None:
+    """Have `submit` (the tracking worker's queue, popfair.track.background) draw `figure` now: `png`
+    of an equal Plot in this process then takes the worker's bytes instead of importing matplotlib
+    (0.3 s) and drawing it."""
+    _remember(_key(figure, dpi), submit(png, figure, dpi))
+
+
+def _key(figure: Plot, dpi: int) -> str:
+    return hashlib.sha256(
+        pickle.dumps((figure.kind, figure.title, dict(figure.options), figure.table, dpi))
+    ).hexdigest()
+
+
+def _remember(key: str, drawn: T) -> T:
     """`drawn` kept in this process's memo of PNGs (the oldest out beyond _DRAWN_MAX)."""
+    _DRAWN.pop(key, None)  # a drawing the worker finished replaces its pending entry
     if len(_DRAWN) >= _DRAWN_MAX:
         del _DRAWN[next(iter(_DRAWN))]
     _DRAWN[key] = drawn

@@ -22,11 +22,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from popfair.core.errors import TrackingFailed, require
 from popfair.runtime.secrets import safe_url
 from popfair.track import background
+
+if TYPE_CHECKING:
+    from popfair.core.types import Plot
 
 MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead
 
@@ -413,6 +416,14 @@ class RunLogger:
             if self.token is not None:
                 self._kept.update(artifacts)
             self._submit(background.log_artifacts, dict(artifacts))
+
+    def draw(self, figure: Plot, dpi: int) -> None:
+        """Have the tracking worker draw `figure` now, for this process to use later (a report's
+        chart: `popfair.track.figures.draw_beside`); nothing when tracking is off."""
+        if self.token is not None:
+            from popfair.track.figures import draw_beside
+
+            draw_beside(figure, dpi, background.submit)
 
     def table(self, artifact_file: str, table: Any) -> None:
         """A DataFrame logged as an MLflow table artifact (JSON, shown by the run page and compare view)."""

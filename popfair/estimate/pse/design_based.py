@@ -163,7 +163,8 @@ def combine(
         raise EstimationError(f"combine: inference must be one of {list(INFERENCE)}, got {inference!r}")
     eligible = factual[factual[roles.x].isin([roles.x0, roles.x1]) & factual[y].notna()].reset_index(drop=True)
     position = pd.Series(np.arange(len(eligible)), index=eligible["applicant_id"].to_numpy())
-    outcomes = outcomes[outcomes.index.isin(position.index)]
+    # a hash lookup: Index.isin boxes every one of pandas' Arrow string ids (0.13 s on 19,000)
+    outcomes = outcomes[position.index.get_indexer(outcomes.index) >= 0]
     names = list(TARGETS)
     values = outcomes[names].to_numpy(float)
     if np.isnan(values).any():
