@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from popfair.estimate.impact_ratio.settings import UNKNOWN
+from popfair.estimate.impact_ratio.settings import UNKNOWN, ImpactRatioSettings
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,27 @@ def not_compared(
         if names
         else f"no {of} category is in the ratios ({small})"
     )
+
+
+def cells(
+    sex: pd.Series, race: pd.Series, settings: ImpactRatioSettings
+) -> tuple[np.ndarray, int, dict[str, Dimension]]:
+    """Each row's sex x race cell (the last level of each: unknown), the number of cells, and the
+    dimensions' maps from cells to categories."""
+    sex_codes, sex_levels = category_codes(sex, settings.unknown_labels)
+    race_codes, race_levels = category_codes(race, settings.unknown_labels)
+    n_race = len(race_levels) + 1  # last slot = unknown
+    cell = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + np.where(
+        race_codes < 0, len(race_levels), race_codes
+    )
+    return cell, (len(sex_levels) + 1) * n_race, dimension_maps(sex_levels, race_levels)
+
+
+def category_codes(column: pd.Series, unknown_labels: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
+    """Integer codes of the known categories (sorted), -1 for unknown (NaN or an unknown label)."""
+    rows, values = pd.factorize(column)  # millions of count rows, a few values: the string work on those
+    text = pd.Series(values, dtype=object).astype("string").str.strip()
+    unknown = (text.isna() | text.str.lower().isin([u.strip().lower() for u in unknown_labels])).to_numpy(bool)
+    levels = sorted(text[~unknown].unique().tolist())
+    codes = pd.Categorical(text.where(~unknown), categories=levels).codes.astype(np.int64)
+    return np.append(codes, -1)[rows], levels  # rows = -1: NaN, unknown

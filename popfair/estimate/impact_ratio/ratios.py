@@ -35,7 +35,7 @@ from popfair.core.constraints import Options, Rules, Text, validate
 from popfair.core.errors import DataError, EstimationError
 from popfair.core.race_coding import RACE_SCHEMES, recode_race
 from popfair.core.types import Effects, Roles
-from popfair.estimate.impact_ratio.dimensions import Dimension, dimension_maps, not_compared
+from popfair.estimate.impact_ratio.dimensions import Dimension, cells, not_compared
 from popfair.estimate.impact_ratio.inference import RatioInference, count_values, infer_groupings
 from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
 from popfair.estimate.impact_ratio.pairwise import reference_tests
@@ -196,15 +196,9 @@ def uncompared(
     """Per dimension (sex, race) that would compare nothing, why (fewer than two known categories
     kept by the small-category rule): the rule the tables apply, for a dry run to say before any
     estimate (`counts`: one row per cell, as `impact_ratios_from_counts` takes)."""
-    sex_codes, sex_levels = _category_codes(counts[sex], settings.unknown_labels)
-    race_codes, race_levels = _category_codes(counts[race], settings.unknown_labels)
-    n_race = len(race_levels) + 1
-    cell = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + np.where(
-        race_codes < 0, len(race_levels), race_codes
-    )
-    cell_n = _sum_by(cell, counts[n].to_numpy(float), (len(sex_levels) + 1) * n_race)
-    _, lone = _groupings(cell_n, dimension_maps(sex_levels, race_levels), float(cell_n.sum()), settings)
-    return lone
+    cell, n_cells, dimensions = cells(counts[sex], counts[race], settings)
+    cell_n = _sum_by(cell, counts[n].to_numpy(float), n_cells)
+    return _groupings(cell_n, dimensions, float(cell_n.sum()), settings)[1]
 
 
 def _ll144(
@@ -222,17 +216,10 @@ def _ll144(
 ) -> ImpactRatios:
     """Counts per (cluster x) sex x race cell -> the tables, through `infer_groupings` (the same
     code that every other impact-ratio audit uses)."""
-    sex_codes, sex_levels = _category_codes(sex, settings.unknown_labels)
-    race_codes, race_levels = _category_codes(race, settings.unknown_labels)
-    n_race = len(race_levels) + 1  # last slot = unknown
-    cell = np.where(sex_codes < 0, len(sex_levels), sex_codes) * n_race + np.where(
-        race_codes < 0, len(race_levels), race_codes
-    )
-    n_cells = (len(sex_levels) + 1) * n_race
+    cell, n_cells, dimensions = cells(sex, race, settings)
     chosen = np.column_stack(list(selected.values()))
     cell_n = _sum_by(cell, n, n_cells)
     total = float(n.sum())
-    dimensions = dimension_maps(sex_levels, race_levels)
     groupings, lone = _groupings(cell_n, dimensions, total, settings)
     if require_comparison and len(lone) == len(dimensions):  # ratios of 1 and "no pattern" would read as a result
         raise DataError(
@@ -440,16 +427,6 @@ def _resolve_cluster(data: pd.DataFrame, cluster: str) -> str | None:
             f"(set cluster: auto or none, or one of {sorted(map(str, data.columns))})"
         )
     return cluster
-
-
-def _category_codes(column: pd.Series, unknown_labels: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
-    """Integer codes of the known categories (sorted), -1 for unknown (NaN or an unknown label)."""
-    rows, values = pd.factorize(column)  # millions of count rows, a few values: the string work on those
-    text = pd.Series(values, dtype=object).astype("string").str.strip()
-    unknown = (text.isna() | text.str.lower().isin([u.strip().lower() for u in unknown_labels])).to_numpy(bool)
-    levels = sorted(text[~unknown].unique().tolist())
-    codes = pd.Categorical(text.where(~unknown), categories=levels).codes.astype(np.int64)
-    return np.append(codes, -1)[rows], levels  # rows = -1: NaN, unknown
 
 
 class ImpactRatio:
