@@ -255,8 +255,8 @@ class TfidfScreener(Screener):
         job_index = np.array([job_rows[d.job_id] for d in documents], dtype=int)
         n_jobs = len(job_ids)
         return 100.0 * _cosines(
-            self._tf(counts[n_jobs:]),
-            self._tf(counts[:n_jobs]),
+            self._tf(counts, n_jobs, counts.shape[0]),
+            self._tf(counts, 0, n_jobs),
             job_index,
             self.idf.idf_,
             self._frequency,
@@ -264,13 +264,18 @@ class TfidfScreener(Screener):
             own,
         )
 
-    def _tf(self, counts: sparse.csr_matrix) -> sparse.csr_matrix:
-        """Term frequencies as the TfidfTransformer weights them (1 + log count when sublinear)."""
-        tf = counts.astype(float, copy=True)
-        if self.idf.sublinear_tf:
-            np.log(tf.data, tf.data)
-            tf.data += 1
-        return tf
+    def _tf(self, counts: sparse.csr_matrix, first: int, stop: int) -> sparse.csr_matrix:
+        """Term frequencies of rows first..stop of `counts` as the TfidfTransformer weights them (1 +
+        log count when sublinear): new values on the counts' own index arrays (no copy of them)."""
+        begin, end = counts.indptr[first], counts.indptr[stop]
+        data = counts.data[begin:end].astype(float, copy=True)
+        if self.idf.sublinear_tf:  # most counts are 1, whose tf is 1: the logarithm of the others only
+            more = data > 1
+            data[more] = 1 + np.log(data[more])
+        return sparse.csr_matrix(
+            (data, counts.indices[begin:end], counts.indptr[first : stop + 1] - begin),
+            shape=(stop - first, counts.shape[1]),
+        )
 
 
 def _digest(text: str) -> bytes:
@@ -293,32 +298,34 @@ def _cosines(
     With no `own` document this is sklearn's TfidfTransformer with L2 rows, then their dot product."""
     without = np.log(n_fit / (1 + frequency)) + 1  # the fit without one document: n - 1 rows
     own_terms = np.log(n_fit / np.maximum(frequency, 1)) + 1  # ... and one document fewer for its terms
-    # sparse products only (no per-entry arrays): each is a document's sum over its terms of tf
-    # times a per-term weight, for the two weightings, then picked per document by `own`
-    squared = docs.multiply(docs).tocsr()
+    # matrix-vector products only (no per-entry arrays): a document's sum over its terms of tf (or
+    # tf squared, or 1) times a per-term weight, for both weightings, then picked by `own`
+    squared = sparse.csr_matrix((docs.data**2, docs.indices, docs.indptr), shape=docs.shape)
+    present = sparse.csr_matrix((np.ones_like(docs.data), docs.indices, docs.indptr), shape=docs.shape)
     doc_norm = np.where(own, squared @ own_terms**2, squared @ idf**2)
-    job_tf = jobs.T.tocsr()  # terms x jobs
-    job_sq = job_tf.multiply(job_tf).tocsr()
-    rows = np.arange(docs.shape[0])
+    dot, job_norm = np.empty(docs.shape[0]), np.empty(docs.shape[0])
+    for j in np.unique(job_index):
+        rows = np.flatnonzero(job_index == j)
+        whole = len(rows) == docs.shape[0]  # one job (the usual case): no row copies
+        start, stop = jobs.indptr[j], jobs.indptr[j + 1]
+        terms, tf_job = jobs.indices[start:stop], jobs.data[start:stop]
 
-    def at_job(product: sparse.csr_matrix) -> np.ndarray:  # each document's entry for its own job
-        return np.asarray(product.tocsr()[rows, job_index]).ravel()
+        def spread(values: np.ndarray, terms: np.ndarray = terms) -> np.ndarray:
+            vector = np.zeros(docs.shape[1])
+            vector[terms] = values
+            return vector
 
-    dot = np.where(
-        own,
-        at_job(docs @ job_tf.multiply(own_terms[:, None] ** 2).tocsr()),
-        at_job(docs @ job_tf.multiply(idf[:, None] ** 2).tocsr()),
-    )
-    present = docs.copy()
-    present.data[:] = 1.0
-    # the job's own norm at the document's IDF: its terms the document lacks at `without`, its terms
-    # the document has at `own_terms`
-    correction = at_job(present @ job_sq.multiply((own_terms**2 - without**2)[:, None]).tocsr())
-    job_norm = np.where(
-        own,
-        (job_sq.T @ without**2)[job_index] + correction,
-        (job_sq.T @ idf**2)[job_index],
-    )
+        mine = own[rows]
+        part, part_present = (docs, present) if whole else (docs[rows], present[rows])
+        dot[rows] = np.where(
+            mine, part @ spread(tf_job * own_terms[terms] ** 2), part @ spread(tf_job * idf[terms] ** 2)
+        )
+        # the job's own norm at the document's IDF: the terms the document lacks at `without`, the
+        # terms it has at `own_terms`
+        correction = part_present @ spread(tf_job**2 * (own_terms[terms] ** 2 - without[terms] ** 2))
+        job_norm[rows] = np.where(
+            mine, tf_job**2 @ without[terms] ** 2 + correction, np.full(len(rows), tf_job**2 @ idf[terms] ** 2)
+        )
     scale = np.sqrt(doc_norm * job_norm)
     return np.divide(dot, scale, out=np.zeros_like(dot), where=scale > 0)
 
