@@ -105,6 +105,32 @@ def test_a_population_case_writes_the_auditors_report_by_default(default_case):
     assert pdf.startswith(b"%PDF")
 
 
+def test_no_tag_or_param_holds_a_local_path(default_case):
+    """What the run page shows names no folder of this machine: not the case's, not the checkout's
+    (MLflow's own source tag is the entry point's name: `python -m popfair` from the command line)."""
+    tmp, _, run, _ = default_case
+    roots = (str(tmp), str(Path(__file__).resolve().parents[1]), os.path.expanduser("~"))
+    logged = {**run.data.tags, **run.data.params}
+    typed = {k for k in logged if k.endswith("cache_dir")}  # the fixture's own cache_dir override, as typed
+    assert not {k: v for k, v in logged.items() if k not in typed and any(root in v for root in roots)}
+
+
+def test_the_runs_source_is_the_command_not_the_checkouts_path(tmp_path, monkeypatch):
+    """MLflow's source tag is sys.argv[0]: for `python -m popfair` the absolute path of
+    popfair/__main__.py; the run says `python -m popfair`, a script its file name."""
+    from popfair.track import background
+
+    monkeypatch.setattr(background, "_NICED", True)  # creating a run renices its process: not the test's
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    for entry, shown in (
+        (Path(background.__file__).parents[1] / "__main__.py", "python -m popfair"),
+        (tmp_path / "nightly.py", "nightly.py"),
+    ):
+        monkeypatch.setattr("sys.argv", [str(entry)])
+        run_id = background.start_run(shown, uri, ("popfair", str(tmp_path / "artifacts")), None, {})
+        assert mlflow.MlflowClient(uri).get_run(run_id).data.tags["mlflow.source.name"] == shown
+
+
 def test_run_names_say_what_differs_from_the_defaults():
     small = run_name_for("nurse-gender-text-tfidf-pse_dml", ["population.n=1000"], GROUPS)
     large = run_name_for("nurse-gender-text-tfidf-pse_dml", ["population.n=2000"], GROUPS)

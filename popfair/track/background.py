@@ -234,13 +234,23 @@ def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str |
     from mlflow.tracking.context.registry import resolve_tags
 
     experiment_id = open_experiment(uri, *experiment)
-    run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolve_tags(dict(tags)))
+    resolved = resolve_tags(dict(tags))
+    if "mlflow.source.name" not in tags and resolved.get("mlflow.source.name"):
+        resolved["mlflow.source.name"] = shown_source(resolved["mlflow.source.name"])
+    run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolved)
     _RUNS[token] = (uri, run.info.run_id, run.info.artifact_uri)
     global _NICED
     if not _NICED:  # MLflow imported and the run created at full priority: a stopped case has its run
         os.nice(NICENESS)
         _NICED = True
     return run.info.run_id
+
+
+def shown_source(path: str) -> str:
+    """What started the run, without this machine's folders: `python -m popfair` for popfair's own
+    entry point, else the script's file name (MLflow logs sys.argv[0], an absolute path)."""
+    entry = Path(path)
+    return "python -m popfair" if (entry.parent.name, entry.name) == ("popfair", "__main__.py") else entry.name
 
 
 def _run(token: str) -> tuple[Any, str]:
