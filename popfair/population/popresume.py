@@ -50,7 +50,6 @@ from popfair.core.errors import ConfigError, DataError, require
 from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
 from popfair.population import experience, pums, scm, transport
-from popfair.population import occupation_model as occupation_model_module
 from popfair.population.base import GroupsColumns
 from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint, frame_digest
 from popfair.population.experience import (
@@ -133,7 +132,11 @@ def _occupation_key(
     ]
     if ca_tx == "transport":
         parts += [file_fingerprint(data_file(*transport.CELLS_FILE)), file_fingerprint(data_file(*transport.OEWS_FILE))]
-    return parts, [sys.modules[__name__], occupation_model_module, pums, scm, experience, transport], ca_tx
+    return (
+        parts,
+        [sys.modules[__name__], sys.modules[OccupationModel.__module__], pums, scm, experience, transport],
+        ca_tx,
+    )
 
 
 def _fit_occupation(
