@@ -167,7 +167,7 @@ def popfair_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None)
     from popfair.__main__ import main
     from popfair.sweep import plan
 
-    plan._PLANNED.clear()  # a process plans one sweep: documents planned by an earlier call are not this one's
+    plan.default_planner().planned.clear()  # a process plans one sweep: documents planned by an earlier call are not this one's
 
     argv, here, environ = sys.argv, os.getcwd(), dict(os.environ)
     handlers, level = logging.root.handlers[:], logging.root.level

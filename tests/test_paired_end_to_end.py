@@ -36,11 +36,11 @@ def test_paired_race_case_runs_end_to_end(tmp_path):
     assert run.data.metrics["plan.n"] == 240 and run.data.tags["plan.units"] == "pairs"
     assert run.data.metrics["plan.mde"] == pytest.approx(mcnemar_mde(240, 0.5, 0.05, 0.8))  # default: independent pairs
     tracking = {"enabled": True, "uri": f"sqlite:///{tmp_path}/mlflow.db"}
-    power = CasePower.from_config({"plan": {"from_run": result.run_id, "effect": 0.05}, "tracking": tracking})
+    power = CasePower.of({"from_run": result.run_id, "effect": 0.05}, tracking)
     plan = power.plan("paired", result.profiles)
     share = (row["b"] + row["c"]) / 240
     assert f"{share:.1%} of the pairs discordant, as in MLflow run {result.run_id[:12]}" in plan.line()
     # tfidf answers both sides of every pair alike: no gap is detectable at any n, and the plan says so
     assert share == 0 and plan.mde is None and "shows no gap at any n" in plan.line()
     with pytest.raises(ConfigError, match=r"^plan.from_run: no run 'deadbeef' in the MLflow store sqlite:"):
-        CasePower.from_config({"plan": {"from_run": "deadbeef"}, "tracking": tracking})
+        CasePower.of({"from_run": "deadbeef"}, tracking)

@@ -25,8 +25,7 @@ def fresh_process(monkeypatch, tmp_path):
 
 
 def _forget() -> None:
-    for memo in (plan._SAMPLES, plan._DOCUMENTS, plan._IDENTITIES, plan._PLANNED, plan._FRESH, plan._POWER):
-        memo.clear()
+    plan.default_planner().clear()
 
 
 TEXT = ("population.n=300", "population.diagnostics=false")  # PopResume applicants as text resumes
@@ -49,7 +48,7 @@ def _planned(experiment: PopulationCase) -> tuple[plan.CasePlan, list]:
     _forget()
     planned = plan.plan_case(experiment)
     plan.finish_writes()  # the rendered set is kept by a forked worker
-    ((documents, _),) = plan._DOCUMENTS.values()
+    ((documents, _),) = plan.default_planner().documents.values()
     return planned, documents
 
 

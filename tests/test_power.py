@@ -148,15 +148,15 @@ def test_previous_run_from_a_folder(tmp_path):
 
     tracking = {"enabled": False}
     with pytest.raises(ConfigError, match="holds no effects.csv"):
-        CasePower.from_config({"plan": {"from_run": str(tmp_path)}, "tracking": tracking})
+        CasePower.of({"from_run": str(tmp_path)}, tracking)
     with pytest.raises(ConfigError, match="is not a folder, and tracking is off"):
-        CasePower.from_config({"plan": {"from_run": "deadbeef"}, "tracking": tracking})
+        CasePower.of({"from_run": "deadbeef"}, tracking)
     # a run's artifact folder: its effects.csv and scored.parquet are the previous run
     pd.DataFrame(
         {"estimate": [5.0], "se": [1.5], "b": [30], "c": [18], "n_pairs": [240], "cluster_se": [3.5]},
         index=pd.Index(["gap"], name="effect"),
     ).to_csv(tmp_path / "effects.csv")
-    power = CasePower.from_config({"plan": {"from_run": str(tmp_path)}, "tracking": tracking})
+    power = CasePower.of({"from_run": str(tmp_path)}, tracking)
     assert power.previous is not None and power.previous.get("gap.b") == 30
     table = pd.DataFrame({"pair_key": range(100)})
     plan = power.plan("paired", SimpleNamespace(table=table, roles=_roles("race", "black", "white")))

@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ import pandas as pd
 import pytest
 
 import popfair.design
+from popfair.case import base as case_base
+from popfair.case.base import CaseDescription, CasePlan, CaseResult, CaseSettings, register_case
 from popfair.case.compose import build
 from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, MissingSecretError, require
@@ -36,6 +40,8 @@ from popfair.screen.failures import FailureHints
 from popfair.screen.preflight import probe_endpoint, screener_checks
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, PricingUnit
 from popfair.screen.providers import PROVIDERS, Completion, PermanentError, Provider, register_provider
+from popfair.sweep.plan import Planner
+from popfair.sweep.run_case import _print_summary, case_from_config
 from tests.conftest import compose_config
 from tests.screen_helpers import JOBS, png
 
@@ -219,6 +225,86 @@ def test_the_sweep_report_sections_follow_the_registry(monkeypatch):
     assert kept == {"pse_dml", "own_gap"}  # an unregistered estimator's effects are shown as effects
     monkeypatch.setitem(registry.ESTIMATORS, "own_gap", registry.EstimatorEntry(("paired",), section="paired"))
     assert set(sweep.popresume_effects(effects)["estimator"]) == {"pse_dml"}
+
+
+# --- a kind of case: one class with compose, run, plan and describe, one registration line ---------
+@dataclass(kw_only=True)
+class PollResult(CaseResult):
+    """A poll's result: the share that said yes, over the answers read."""
+
+    answers: int
+
+    @property
+    def n_rows(self) -> int:
+        return self.answers
+
+    @property
+    def n_failed(self) -> int:
+        return 0
+
+
+@dataclass
+class PollCase:
+    """A toy kind of case: the share of yes (1) among a poll's answers (config `+poll.answers=[...]`),
+    with a normal-approximation 95% interval; nothing rendered or screened."""
+
+    answers: tuple[int, ...]
+    tracker: Any
+    name: str = "poll"
+
+    @classmethod
+    def compose(cls, parts: Any, settings: CaseSettings) -> PollCase:
+        answers = parts.values("poll").get("answers") or []
+        require(all(a in (0, 1) for a in answers), "poll.answers", f"must be 0s and 1s, got {answers!r}")
+        return cls(tuple(answers), parts.build("tracking"), f"poll-{len(answers)}-seed{settings.seed}")
+
+    def case_name(self) -> str:
+        return self.name
+
+    def describe(self) -> CaseDescription:
+        return CaseDescription(self.name, "poll")
+
+    def plan(self, planner: Any) -> CasePlan:
+        return CasePlan.free(self.name, "poll")
+
+    def run(self) -> PollResult:
+        share = float(np.mean(self.answers))
+        se = math.sqrt(share * (1 - share) / len(self.answers))
+        table = pd.DataFrame(
+            {"estimate": [share], "se": [se], "ci_low": [share - 1.96 * se], "ci_high": [share + 1.96 * se],
+             "unit": ["proportion"]},
+            index=pd.Index(["yes_share"], name="effect"),
+        )  # fmt: skip
+        return PollResult(effects=Effects(table=table), answers=len(self.answers), failed_label="unanswered")
+
+
+@pytest.fixture
+def poll_kind():
+    """The toy case's one registration line (popfair.case.base.register_case), undone after the test."""
+    register_case("poll", f"{__name__}.PollCase", chosen_by="poll")
+    yield
+    del case_base.CASE_KINDS["poll"]
+
+
+def test_a_toy_kind_of_case_is_one_class_and_one_registration_line(poll_kind, capsys):
+    """The config's `poll` group chooses the toy kind (compose reads the config once); the command
+    runs and plans it through the Case contract, reading the result's declared fields."""
+    answers = "+poll.answers=[1,0,1,1,0,1,1,1]"
+    case = case_from_config(compose_config([answers, "tracking=none"]))
+    assert isinstance(case, PollCase) and case.describe() == CaseDescription("poll-8-seed0", "poll")
+    result = case.run()
+    assert result.effects.table.loc["yes_share", "estimate"] == 0.75 and result.units == ["proportion"]
+    assert result.periods is None and result.watch is None and result.sequential is None and result.printed()
+    with pytest.raises(ConfigError, match=r"poll.answers: must be 0s and 1s, got \[2\]"):
+        case_from_config(compose_config(["+poll.answers=[2]", "tracking=none"]))
+    # what the command prints of a case: the result's declared fields (popfair.sweep.run_case)
+    _print_summary(case, result, time.perf_counter())
+    shown = capsys.readouterr().out
+    assert "yes_share     0.75" in shown and "applicants: 8   unanswered: 0" in shown
+    assert case.plan(Planner()).line().startswith("plan poll-8-seed0: 0 documents")
+    # without the registration line the poll group chooses nothing: the default (population) case
+    others = {name: kind for name, kind in case_base.CASE_KINDS.items() if name != "poll"}
+    assert case_base.kind_for({"poll"}, others).name == "population"
 
 
 # --- a provider: one class declaring its facts, one registry line, one YAML -----------------------

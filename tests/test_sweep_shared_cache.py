@@ -33,7 +33,7 @@ def planned_after_sharing(
 ) -> int:
     """The dry-run plan's total of calls "after cache sharing" (new_calls) for the cases, in sweep order
     (each case with the `small` overrides)."""
-    plan._PLANNED.clear()
+    plan.default_planner().planned.clear()
     cases = [[f"occupation={o}", f"protected_attr={a}"] for o in occupations for a in ("gender", "race")]
     return sum(
         plan.plan_case(

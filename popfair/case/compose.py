@@ -1,21 +1,26 @@
-"""Building a case's components from a composed config: every setting checked against the constraints
-its `_target_` declares before anything is built (errors name the config key), and a dry run's
-builds that need no API key or photo folder, made once per process."""
+"""The one door from config to case: `compose_case` reads the composed config once into the case's
+`CaseSettings` and its components (`Parts`), every setting checked against the constraints its
+`_target_` declares before anything is built (errors name the config key), and builds the kind of
+case the config chooses (popfair.case.base's registry). A dry run's builds need no API key or photo
+folder and are made once per process. Nothing below this module reads the config."""
 
 from __future__ import annotations
 
 import inspect
 import json
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from popfair.case.base import CASE_KINDS, CaseSettings, RunContext, kind_for
 from popfair.core.constraints import ParameterError, validate
-from popfair.core.errors import ConfigError, PopfairError
+from popfair.core.errors import ConfigError, PopfairError, require
+from popfair.design.sequential import SequentialSettings
+from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE
 
 PARSED_KEPT = 4096  # distinct interpolation strings whose parse trees a process keeps
 
@@ -135,3 +140,93 @@ def _keywords(target: Any) -> set[str]:
         return set(inspect.signature(get_object(str(target))).parameters)
     except Exception:  # noqa: BLE001 - an unknown target: building it says why
         return set()
+
+
+class Parts:
+    """The config groups of one case, each built on request and checked against the constraints its
+    `_target_` declares (errors name the config key); in a dry run built without the external
+    resources planning does not need (`build_for_plan`). What a case kind's `compose` reads: it never
+    sees the config itself."""
+
+    def __init__(self, cfg: DictConfig, values: dict[Any, Any] | None, dry_run: bool) -> None:
+        self._cfg, self._values, self.dry_run = cfg, values, dry_run
+
+    def has(self, group: str) -> bool:
+        """Whether the config sets the group (not null)."""
+        return group in self._cfg and self._cfg[group] is not None
+
+    def require(self, *groups: str) -> None:
+        for group in groups:
+            require(self.has(group), group, f"missing config group; pick an option, e.g. {group}=<option>")
+
+    def values(self, group: str) -> Any:
+        """The group's settings, interpolations resolved, as plain values (None: not set)."""
+        if self._values is not None:
+            return self._values.get(group)
+        node = self._cfg.get(group)
+        return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+    def build(self, group: str) -> Any:
+        """The group's component, built (once per distinct settings in a dry run)."""
+        own = self._values and self._values[group]
+        return build_for_plan(self._cfg[group], group, dry_run=self.dry_run, values=own)
+
+
+def case_settings(
+    cfg: DictConfig, values: dict[Any, Any] | None, *, dry_run: bool, context: RunContext
+) -> CaseSettings:
+    """The case's own settings (`CaseSettings`), read from the config once and checked: a bad value
+    fails naming its key."""
+    from popfair.case.power_plan import CasePower
+
+    whole = values if values is not None else resolved(cfg)
+    if whole is None:
+        whole = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))  # says which interpolation
+    seed = whole.get("seed", 0)
+    require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
+    report = whole.get("audit_report", "auto")
+    require(report in ("auto", True, False), "audit_report", f"must be auto, true or false, got {report!r}")
+    share = whole.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)
+    require(
+        share is None or (isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share <= 1),
+        "max_failure_share",
+        f"must be a share in [0, 1] or null (estimate whatever failed), got {share!r}",
+    )
+    store = whole.get("document_store", True)
+    require(isinstance(store, bool), "document_store", f"must be true or false, got {store!r}")
+    location = whole.get("cache_url") or whole.get("cache_dir")
+    run_name = whole.get("run_name")
+    return CaseSettings(
+        seed=int(seed),
+        run_name=None if run_name is None else str(run_name),
+        config=whole,
+        audit_report=report,
+        max_failure_share=None if share is None else float(share),
+        cache_location=str(location) if store and location and not dry_run else None,
+        sequential=SequentialSettings.from_config(whole.get("sequential")),
+        power=CasePower.of(whole.get("plan"), whole.get("tracking")),
+        dry_run=dry_run,
+        context=context,
+    )
+
+
+def compose_case(
+    cfg: DictConfig,
+    *,
+    dry_run: bool = False,
+    values: dict[Any, Any] | None = None,
+    context: RunContext | None = None,
+    kind: str | None = None,
+) -> Any:
+    """The composed case (popfair.case.base.Case): the registered kind of case the config chooses
+    (`register_case`: a table audit when the `table` group is set, else the generated pipeline), its
+    settings read once (`case_settings`) and its components built (`Parts`), every one checked
+    before any work. `values`: `cfg` already resolved, when the caller has it; `context`: what the
+    command knows of the run (a sweep's parent run, tags, the run name's suffix); `kind`: a kind by
+    name instead of the config's choice."""
+    chosen = {str(group) for group in cfg if cfg.get(group) is not None}
+    case_kind = CASE_KINDS[kind] if kind is not None else kind_for(chosen)
+    if values is None:
+        values = resolved(cfg)  # one resolved copy: checked per group, logged, and a dry run's memo key
+    settings = case_settings(cfg, values, dry_run=dry_run, context=context or RunContext())
+    return case_kind.load().compose(Parts(cfg, values, dry_run), settings)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from popfair.case.compose import build_for_plan, resolved
+from popfair.case.base import CaseDescription, CasePlan, CaseSettings, Planner, run_name_of
 from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
@@ -22,23 +22,24 @@ from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
 from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
-from popfair.estimate.base import Estimator, SizesWorlds, estimand_design
-from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
-from popfair.estimate.pse.sfm import EFFECTS
+from popfair.estimate.base import CaseFacts, Estimator, SizesWorlds, with_units
+from popfair.estimate.registry import explained
 from popfair.population import worlds
-from popfair.population.base import GroupsColumns, Population
+from popfair.population.base import GroupsColumns, LogsDiagnostics, Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
-from popfair.report.units import with_units
 from popfair.runtime.interrupts import sigterm_as_interrupt
 from popfair.runtime.parallel import forked_call, frozen_heap
 from popfair.runtime.version import __version__
 from popfair.screen.base import Screener
 from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE, check_failure_share
 from popfair.track.mlflow_tracker import MlflowTracker, RunLogger, flatten, git_commit
+
+if TYPE_CHECKING:
+    from popfair.case.compose import Parts
 
 log = logging.getLogger("popfair")
 
@@ -47,18 +48,8 @@ COMPONENT_GROUPS = ("population", "occupation", "renderer", "screener", "estimat
 
 def _audit_report_wanted(setting: Any, screener: Screener, design: str) -> bool:
     """`audit_report`: auto = for population cases and screeners that audit an outside tool (http,
-    file), true, false."""
-    require(setting in ("auto", True, False), "audit_report", f"must be auto, true or false, got {setting!r}")
+    file), true, false (checked by popfair.case.compose)."""
     return (screener.audits_a_tool or design == "population") if setting == "auto" else bool(setting)
-
-
-def _failure_share(value: Any) -> float | None:
-    require(
-        value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1),
-        "max_failure_share",
-        f"must be a share in [0, 1] or null (estimate whatever failed), got {value!r}",
-    )
-    return None if value is None else float(value)
 
 
 @dataclass
@@ -127,79 +118,70 @@ class PopulationCase:
     design: ScreenedDesign | None = None  # how applicants become prompts and answers (default: the population's)
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
     sequential: SequentialSettings | None = None  # screen in looks and stop by a rule (config sequential)
-    power: CasePower = field(default_factory=lambda: CasePower.from_config({}))  # config plan.*: the power line
+    power: CasePower = field(default_factory=CasePower.of)  # config plan.*: the power line
+    name_suffix: str = ""  # the overrides that set values, in the run name when run_name is null
 
     @classmethod
     def from_config(
         cls, cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None
     ) -> PopulationCase:
-        """Validate and build every component before any work is done.
+        """The population case of a composed config (`popfair.case.compose.compose_case`): every
+        component validated and built before any work. `dry_run`: API screeners without keys and
+        photo renderers without photos (planning needs neither); `values`: `cfg` already resolved."""
+        from popfair.case.compose import compose_case
 
-        Parameters
-        ----------
-        cfg : DictConfig
-            A composed config (`hydra.compose(config_name="config", overrides=[...])`).
-        dry_run : bool, default False
-            Build API screeners without keys and photo renderers without photos (planning needs
-            neither).
-        values : dict, optional
-            `cfg` already resolved, when the caller has it (the pre-flight checks).
+        return cast(PopulationCase, compose_case(cfg, dry_run=dry_run, values=values, kind="population"))
 
-        Returns
-        -------
-        PopulationCase
-            The case, every component built; `run()` runs it.
-        """
-        for group in COMPONENT_GROUPS:
-            require(
-                group in cfg and cfg[group] is not None,
-                group,
-                f"missing config group; pick an option, e.g. {group}=<option>",
-            )
-        require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
-        values = values if values is not None else resolved(cfg)  # one resolved copy: checked per group,
-        # logged, and a dry run's memo key
-        parts = {
-            group: build_for_plan(cfg[group], group, dry_run=dry_run, values=values and values[group])
-            for group in COMPONENT_GROUPS
-        }
+    @classmethod
+    def compose(cls, parts: Parts, settings: CaseSettings) -> PopulationCase:
+        """Build the case from its composed parts and settings (popfair.case.compose)."""
+        parts.require(*COMPONENT_GROUPS)
+        built = {group: parts.build(group) for group in COMPONENT_GROUPS}
         require(
-            isinstance(parts["screener"], Screener),
+            isinstance(built["screener"], Screener),
             "screener",
-            f"{type(parts['screener']).__name__} is not a screener: subclass popfair.screen.base.Screener",
+            f"{type(built['screener']).__name__} is not a screener: subclass popfair.screen.base.Screener",
         )
-        design = design_of(parts["population"])
-        design.check_case(parts)  # cross-group checks (a paired design needs postings, its estimators)
-        sequential = SequentialSettings.from_config((values or {}).get("sequential", cfg.get("sequential")))
+        design = design_of(built["population"])
+        design.check_case(built)  # cross-group checks (a paired design needs postings, its estimators)
+        sequential = settings.sequential
         if sequential.on:  # the target and the design's units, checked before any work
-            check_sequential(design, sequential, parts["population"])
+            check_sequential(design, sequential, built["population"])
+        renderer = built["renderer"]
+        location, store = settings.cache_location, parts.values("renderer")
         return cls(
-            population=parts["population"],
-            occupation=parts["occupation"],
-            renderer=parts["renderer"],
-            screener=parts["screener"],
-            estimator=parts["estimator"],
-            protected=parts["protected_attr"],
+            population=built["population"],
+            occupation=built["occupation"],
+            renderer=renderer,
+            screener=built["screener"],
+            estimator=built["estimator"],
+            protected=built["protected_attr"],
             design=design,
-            tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values and values["tracking"]),
-            seed=int(cfg.seed),
-            run_name=cfg.get("run_name"),
-            outcome_audit=(
-                build_for_plan(
-                    cfg.outcome_audit, "outcome_audit", dry_run=dry_run, values=values and values["outcome_audit"]
-                )
-                if cfg.get("outcome_audit") is not None
-                else None
-            ),
-            config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
-            audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"], design.name),
-            max_failure_share=_failure_share(cfg.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)),
-            documents=None
-            if dry_run
-            else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
+            tracker=parts.build("tracking"),
+            seed=settings.seed,
+            run_name=settings.run_name,
+            outcome_audit=parts.build("outcome_audit") if parts.has("outcome_audit") else None,
+            config=settings.config,
+            audit_report=_audit_report_wanted(settings.audit_report, built["screener"], design.name),
+            max_failure_share=settings.max_failure_share,
+            documents=DocumentStore.for_case(location, renderer, store) if location and store is not None else None,
             sequential=sequential if sequential.on else None,
-            power=CasePower.from_config(cfg),
+            power=settings.power or CasePower.of(),
+            parent_run_id=settings.context.parent_run_id,
+            tags=dict(settings.context.tags),
+            name_suffix=settings.context.name_suffix,
         )
+
+    def describe(self) -> CaseDescription:
+        return CaseDescription(self.case_name(), "population")
+
+    def plan(self, planner: Planner) -> CasePlan:
+        """What the case would cost (the screener's calls and dollars), nothing called."""
+        return planner.price(self)
+
+    @property
+    def mlflow_name(self) -> str:
+        return run_name_of(self.case_name(), self.run_name, self.name_suffix)
 
     def case_name(self) -> str:
         return "-".join(
@@ -212,9 +194,14 @@ class PopulationCase:
         # worlds the estimator declares but the population cannot draw fail here, before any work
         worlds.check_request(self.population, self.estimator.counterfactuals)
 
-    def sample(self) -> Profiles:
-        """The population stage: the applicants and the counterfactual worlds the estimator declares."""
-        profiles = self.population.sample(self.occupation, self.protected, self.seed)
+    def sample(self, diagnostics: bool = True) -> Profiles:
+        """The population stage: the applicants and the counterfactual worlds the estimator declares;
+        `diagnostics=False`: without the population's diagnostics where it draws them (`LogsDiagnostics`)."""
+        population = self.population
+        if isinstance(population, LogsDiagnostics):
+            profiles = population.sample(self.occupation, self.protected, self.seed, diagnostics)
+        else:
+            profiles = population.sample(self.occupation, self.protected, self.seed)
         request = self.world_request(profiles)
         if request is not None:
             profiles.worlds = worlds.draw_worlds(self.population, profiles, request)  # type: ignore[arg-type]
@@ -264,7 +251,7 @@ class PopulationCase:
     def run(self) -> RunResult:
         # frozen: what exists before the run is left out of its garbage collections. The MLflow run
         # is logged in the background while the stages compute and is complete when this returns.
-        name, tags = self.run_name or self.case_name(), {"case_name": self.case_name(), **self.tags}
+        name, tags = self.mlflow_name, {"case_name": self.case_name(), **self.tags}
         with frozen_heap(), sigterm_as_interrupt():
             try:
                 with self.tracker.run(name, tags, self.parent_run_id) as run:
@@ -287,7 +274,7 @@ class PopulationCase:
         message = f"{interrupted}"
         try:
             run_id = self.tracker.record_failure(
-                self.run_name or self.case_name(),
+                self.mlflow_name,
                 {"case_name": self.case_name(), **self.tags, **self.screener.run_tags},
                 flatten(self.config),
                 message,
@@ -320,8 +307,9 @@ class PopulationCase:
         audit_result = self._start_outcome_audit(run, ok, profiles)
         samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
         run.artifacts({"scored.parquet": scored, **samples})
-        effects = self._with_estimand(stage("estimate", self.estimator.estimate, data, profiles.roles, "y"), profiles)
-        effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
+        effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
+        effects = explained(self.estimator, effects, self.facts(profiles))  # its notes and gate, in this case
+        effects.table = with_units(effects.table, self.estimator, profiles.outcome)
         run.artifacts(effects.artifacts)  # the worker draws and writes them while the report is written
         audit = self._outcome_audit(audit_result, stage.timings, profiles)
         result = RunResult(
@@ -417,24 +405,15 @@ class PopulationCase:
         log.info("stage outcome_audit done in %.2fs", timings["outcome_audit"])
         return audit
 
-    def _with_estimand(self, effects: Effects, profiles: Profiles) -> Effects:
-        """Path-specific effects with what they mean in this case (the estimand notes) and the
-        structural gate (a raw column read by the screener but held grouped)."""
-        if not set(EFFECTS) <= set(effects.table.index):
-            return effects
-        roles = profiles.roles
-        grouped = self.population.grouped_from if isinstance(self.population, GroupsColumns) else {}
-        effects.notes[:0] = estimand_notes(
-            roles,
-            displayed_attributes(self.renderer),
-            grouped,
-            self.renderer.kind,
-            estimand_design(self.estimator),
+    def facts(self, profiles: Profiles) -> CaseFacts:
+        """What the estimator's explanation of its effects reads of this case (`ExplainsEffects`)."""
+        return CaseFacts(
+            roles=profiles.roles,
+            shows=displayed_attributes(self.renderer),
+            grouped_from=self.population.grouped_from if isinstance(self.population, GroupsColumns) else {},
+            documents=self.renderer.kind,
+            reads=self.screener.reads,
         )
-        known = grouping_problems(roles, self.screener.reads, grouped)
-        effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))
-        effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
-        return effects
 
     def _track(self, run: RunLogger, result: RunResult, profiles: Profiles) -> str | None:
         """Log what the estimate and report stages made (the config, roles, population artifacts,

@@ -5,11 +5,11 @@ the dry run, doctor, the MLflow run and the reports show it."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
 from popfair.core.errors import PopfairError
 from popfair.design import design_named
@@ -29,15 +29,15 @@ class CasePower:
     previous: PreviousRun | None = None
 
     @classmethod
-    def from_config(cls, cfg: DictConfig | dict[str, Any]) -> CasePower:
-        node = cfg.get("plan")
-        values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-        settings = PowerSettings.from_config(values)  # type: ignore[arg-type]
+    def of(cls, plan: Mapping[str, Any] | None = None, tracking: Mapping[str, Any] | None = None) -> CasePower:
+        """The settings of config `plan` (resolved), and the run `plan.from_run` names in the tracking
+        store of config `tracking` (read now: an unknown run id stops the case before any work)."""
+        settings = PowerSettings.from_config(plan)
         if settings.from_run is None or not settings.enabled:
             return cls(settings)
         from popfair.track.previous import previous_run
 
-        tracking = cfg.get("tracking") or {}
+        tracking = tracking or {}
         uri = str(tracking.get("uri")) if tracking.get("enabled", False) and tracking.get("uri") else None
         return cls(settings, previous_run(str(settings.from_run), uri))
 

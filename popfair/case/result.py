@@ -1,4 +1,4 @@
-"""What a generated case returns (`RunResult`) and shows its screener (`CasePrompts`), and an effects
+"""What a generated case returns (`RunResult`, a `popfair.case.base.CaseResult`) and shows its screener (`CasePrompts`), and an effects
 table as MLflow metrics."""
 
 from __future__ import annotations
@@ -10,29 +10,25 @@ from typing import Any
 
 import pandas as pd
 
+from popfair.case.base import CaseResult
 from popfair.core.types import Document, Effects, Profiles
 from popfair.estimate.impact_ratio.table import ImpactRatios
-from popfair.estimate.power import PowerPlan
 
 
-@dataclass
-class RunResult:
-    """What `PopulationCase.run` returns.
+@dataclass(kw_only=True)
+class RunResult(CaseResult):
+    """What `PopulationCase.run` returns (popfair.case.base.CaseResult, with a generated case's own parts).
 
     Parameters
     ----------
     effects : Effects
-        The estimator's table (estimate, se, ci_low, ci_high, ...), pattern labels, metrics, artifacts.
+        The estimator's table (estimate, se, ci_low, ci_high, unit, ...), pattern labels, metrics, artifacts.
     scored : DataFrame
         One row per sampled applicant: profile columns, document, raw answer, y, error.
     run_id : str or None
         The MLflow run (None with tracking=none).
-    notes : list of str, optional
-        Caveats shown to the user and logged (population notes, screening failures, ...).
-    timings : dict, optional
-        Seconds per stage (population, render, screen, estimate, track), the `time.*_s` metrics.
-    audit : Effects, optional
-        The LL144 impact ratios logged for every case (config `outcome_audit`).
+    notes, timings, audit, power, report, sequential
+        As `CaseResult` declares them.
     samples : dict, optional
         A few rendered documents, logged under `samples/`.
     screening : dict, optional
@@ -41,12 +37,6 @@ class RunResult:
         The sampled applicants and counterfactual worlds (not logged).
     scored_worlds : DataFrame, optional
         The counterfactual world rows as scored (an estimator's `WorldRequest`).
-    report : dict, optional
-        The auditor's report files (`popfair.report.audit`), logged under `audit_report/`.
-    sequential : SequentialRecord, optional
-        A sequential case's looks, why it stopped, the n used and both intervals (config `sequential`).
-    power : PowerPlan, optional
-        What the case's main test can detect at its n (config `plan.*`), logged as `plan.*` metrics.
 
     Examples
     --------
@@ -54,19 +44,11 @@ class RunResult:
     >>> result.effects.table, result.effects.pattern, result.failure_rate  # doctest: +SKIP
     """
 
-    effects: Effects
     scored: pd.DataFrame
-    run_id: str | None
-    notes: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    audit: Effects | None = None  # outcome-level LL144 impact ratios, logged for every case
     samples: dict[str, Any] = field(default_factory=dict)  # a few rendered documents, logged as artifacts
     screening: dict[str, float] = field(default_factory=dict)  # screener.metrics() of the case's screening
     profiles: Profiles | None = None  # the sampled applicants and counterfactual worlds (not logged)
     scored_worlds: pd.DataFrame | None = None  # the counterfactual world rows as scored (estimator design)
-    report: dict[str, str | bytes] = field(default_factory=dict)  # the auditor's report (popfair.report.audit)
-    sequential: Any = None  # a sequential case's SequentialRecord (popfair.case.looks): looks, stop, CIs
-    power: PowerPlan | None = None  # what the main test can detect at this n (config plan.*)
     data_sha256: str = ""  # sha256 of the applicants' rows as drawn: the run's dataset input, the report's source
 
     @property

@@ -44,7 +44,7 @@ def generated_page_tags(experiment: Any, result: Any) -> dict[str, str]:
 
     population = getattr(experiment.population, "name", type(experiment.population).__name__)
     return page_tags(
-        experiment.run_name or experiment.case_name(),
+        experiment.mlflow_name,
         result.effects,
         {
             "applicants": f"{result.n_rows:,}",

@@ -21,12 +21,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from popfair.case.base import CaseDescription, CasePlan, CaseResult, CaseSettings, Planner, run_name_of
 from popfair.case.power_plan import CasePower, table_categories
 from popfair.case.run_log import log_effects_table, page_tags, table_dataset
 from popfair.core.errors import ConfigError, PopfairError, TrackingFailed, require
@@ -35,12 +36,14 @@ from popfair.design import design_named
 from popfair.design.table.mapped import FRAME_NAMES, MappedTable, TableCounts, TableSource
 from popfair.design.table.settings import TableSettings
 from popfair.design.table.source import open_source
-from popfair.estimate.base import Estimator
+from popfair.estimate.base import Estimator, with_units
 from popfair.estimate.power import PowerPlan
 from popfair.population.protected import ProtectedAttribute
-from popfair.report.units import with_units
 from popfair.runtime.version import __version__
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
+
+if TYPE_CHECKING:
+    from popfair.case.compose import Parts
 
 log = logging.getLogger("popfair")
 
@@ -48,27 +51,18 @@ IMPACT_RATIO = "impact_ratio"
 CONFIG_GROUPS = ("table", "estimator", "protected_attr", "outcome_audit", "tracking", "plan")  # what a table case uses
 
 
-@dataclass
-class TableRunResult:
-    """What `TableCase.run` returns: the estimator's effects, the impact-ratio add-on, the table's
-    source record and counts, and the MLflow run id."""
+@dataclass(kw_only=True)
+class TableRunResult(CaseResult):
+    """What `TableCase.run` returns (popfair.case.base.CaseResult): the estimator's effects, the
+    impact-ratio add-on, the table's source record and counts, and the MLflow run id."""
 
-    effects: Effects
     source: TableSource
-    run_id: str | None = None
     counts: TableCounts | None = None
     ratios: Any = None  # the ImpactRatios behind `effects` (impact_ratio) or `audit` (the add-on)
-    audit: Effects | None = None
     mapping: pd.DataFrame | None = None
-    notes: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    report: dict[str, str | bytes] = field(default_factory=dict)
-    report_path: Path | None = None  # table_report.csv, when rows had problems
-    periods: Any = None  # the PeriodRatios of table.period (popfair.estimate.impact_ratio.trend)
-    watch: Any = None  # a watch's look (popfair.case.table_watch.WatchLook)
-    power: PowerPlan | None = None  # what the impact-ratio test can detect in this table (config plan.*)
     outcome: str = "callback"  # what the table's outcome holds: callback (0/1), score or rank
     sample: pd.DataFrame | None = None  # a few of the rows the estimator read: the run's dataset schema
+    failed_label: str = "rows left out"
 
     @property
     def n_rows(self) -> int:
@@ -127,51 +121,64 @@ class TableCase:
     tags: dict[str, str] = field(default_factory=dict)
     audit_report: bool = True
     report_dir: Path = field(default_factory=Path.cwd)
-    power: CasePower = field(default_factory=lambda: CasePower.from_config({}))  # config plan.*
-    checked_power: PowerPlan | None = None  # the power line `check` found (a dry run prints it)
+    power: CasePower = field(default_factory=CasePower.of)  # config plan.*
+    name_suffix: str = ""  # the overrides that set values, in the run name when run_name is null
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> TableCase:
+        """The table case of a composed config (`popfair.case.compose.compose_case`)."""
+        from popfair.case.compose import compose_case
+
+        return cast(TableCase, compose_case(cfg, dry_run=dry_run, kind="table"))
+
+    @classmethod
+    def compose(cls, parts: Parts, settings: CaseSettings) -> TableCase:
         """Check the table settings and build the estimator, protected attribute and tracker;
         nothing is read yet."""
-        from popfair.case.compose import build_for_plan, resolved
-
-        values = resolved(cfg) or cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
-        table = TableSettings.from_config(values["table"])
-        for group in ("estimator", "protected_attr", "tracking"):
-            require(cfg.get(group) is not None, group, f"missing config group; pick an option, e.g. {group}=<option>")
-        estimator = build_for_plan(cfg.estimator, "estimator", dry_run=dry_run, values=values["estimator"])
+        table = TableSettings.from_config(parts.values("table"))
+        parts.require("estimator", "protected_attr", "tracking")
+        estimator = parts.build("estimator")
         design_named("table").check_case({"estimator": estimator})  # the estimators registered for tables
         require(
-            str((values.get("sequential") or {}).get("rule", "off")) in ("off", "False"),
+            not settings.sequential.on,
             "sequential.rule",
             "a table audit reads decisions that exist and asks no screener: it has no looks to stop at; "
             "set sequential.rule=off",
         )
         audit = None
-        if cfg.get("outcome_audit") is not None and estimator.name != IMPACT_RATIO:
-            audit = build_for_plan(cfg.outcome_audit, "outcome_audit", dry_run=dry_run, values=values["outcome_audit"])
-        report_setting = cfg.get("audit_report", "auto")
-        require(
-            report_setting in ("auto", True, False),
-            "audit_report",
-            f"must be auto, true or false, got {report_setting!r}",
-        )
+        if parts.has("outcome_audit") and estimator.name != IMPACT_RATIO:
+            audit = parts.build("outcome_audit")
         return cls(
             table=table,
             estimator=estimator,
-            protected=build_for_plan(
-                cfg.protected_attr, "protected_attr", dry_run=dry_run, values=values["protected_attr"]
-            ),
-            tracker=build_for_plan(cfg.tracking, "tracking", dry_run=dry_run, values=values["tracking"]),
+            protected=parts.build("protected_attr"),
+            tracker=parts.build("tracking"),
             outcome_audit=audit,
-            seed=int(cfg.get("seed", 0)),
-            run_name=cfg.get("run_name"),
-            config={group: values.get(group) for group in (*CONFIG_GROUPS, "seed") if group in values},
-            audit_report=report_setting != False,  # noqa: E712 - auto: an existing table is what LL144 audits
+            seed=settings.seed,
+            run_name=settings.run_name,
+            config={
+                group: settings.config.get(group) for group in (*CONFIG_GROUPS, "seed") if group in settings.config
+            },
+            audit_report=settings.audit_report != False,  # noqa: E712 - auto: an existing table is what LL144 audits
             report_dir=_output_dir(),
-            power=CasePower.from_config(cfg),
+            power=settings.power or CasePower.of(),
+            parent_run_id=settings.context.parent_run_id,
+            tags=dict(settings.context.tags),
+            name_suffix=settings.context.name_suffix,
         )
+
+    def describe(self) -> CaseDescription:
+        return CaseDescription(self.case_name(), "table")
+
+    def plan(self, planner: Planner) -> CasePlan:
+        """A table case's dry run: the table is read and checked; nothing is screened, so nothing costs."""
+        line, power = self.checked()
+        print(line)
+        return CasePlan.free(self.case_name(), "table", power)
+
+    @property
+    def mlflow_name(self) -> str:
+        return run_name_of(self.case_name(), self.run_name, self.name_suffix)
 
     def case_name(self) -> str:
         source = Path(self.table.path).stem if self.table.path else (self.table.name or "query")
@@ -194,18 +201,23 @@ class TableCase:
 
     def check(self) -> str:
         """dry_run: read and map the table (every check runs), estimate nothing; one line on what was read."""
+        return self.checked()[0]
+
+    def checked(self) -> tuple[str, PowerPlan | None]:
+        """`check`'s line and the power line of the table's categories (None without sex or race)."""
         mapped = self.read()
         try:
             record = mapped.record
-            nothing = ""
+            nothing, power = "", None
             if mapped.columns.sex is not None or mapped.columns.race is not None:
                 counts = mapped.counts()
-                self.checked_power = self.power.plan("table", table_categories(counts, self.protected.name))
+                power = self.power.plan("table", table_categories(counts, self.protected.name))
                 nothing = self._nothing_compared(counts)
-            return (
+            line = (
                 f"table {record.description}: {record.rows_read:,} rows read, {record.rows_after_filters:,} after "
                 f"filters, {record.rows_used:,} used; outcome {mapped.coding.kind}{nothing}"
             )
+            return line, power
         finally:
             mapped.source.close()
 
@@ -285,7 +297,7 @@ class TableCase:
             result.effects = self.estimator.estimate(frame, roles, "y")
             if counts is not None:
                 result.audit = self._impact_add_on(counts, result)
-        result.effects.table = with_units(result.effects.table, self.estimator.name, result.outcome)
+        result.effects.table = with_units(result.effects.table, self.estimator, result.outcome)
         if by_period is not None:
             from popfair.case.table_watch import periods_of
 
@@ -314,7 +326,7 @@ class TableCase:
             timings={"estimate": outcome.seconds},
         )
         if outcome.ratios is not None:
-            result.effects.table = with_units(result.effects.table, IMPACT_RATIO, result.outcome)
+            result.effects.table = with_units(result.effects.table, self.estimator, result.outcome)
             result.run_id = self._track(result)
         return result
 
@@ -407,7 +419,7 @@ class TableCase:
             "estimator": self.estimator.name,
             **(result.power.tags() if result.power is not None else {}),
             **page_tags(
-                self.run_name or self.case_name(),
+                self.mlflow_name,
                 result.effects,
                 {"rows used": f"{source.rows_used:,}", "estimator": self.estimator.name, "source": self.shown_source()},
                 ratios=result.ratios,
@@ -440,7 +452,7 @@ class TableCase:
                 tags.update(part.tags())
                 steps += part.steps()
         timings, start = result.timings, time.perf_counter()
-        with self.tracker.run(self.run_name or self.case_name(), tags, self.parent_run_id) as run:
+        with self.tracker.run(self.mlflow_name, tags, self.parent_run_id) as run:
             run.params(flatten(self.config))
             run.metrics(metrics)
             if steps:

@@ -1,12 +1,15 @@
 """Estimate stage interface: scored table + SFM roles -> effects table with inference.
 
 `Estimator` is what every estimator is. The optional capabilities below it (`SizesWorlds`,
-`PlansPower`, `DeclaresEstimand`) are what the case asks of an estimator that has them, checked with
-isinstance; an estimator declares one by subclassing it (mypy then checks its signature), as
-`popfair.estimate.pse.counterfactual.Counterfactual` declares all three."""
+`PlansPower`, `DeclaresEstimand`, `ExplainsEffects`, `DeclaresUnits`) are what the case asks of an
+estimator that has them, checked with isinstance; an estimator declares one by subclassing it (mypy
+then checks its signature) or by defining its method, as
+`popfair.estimate.pse.counterfactual.Counterfactual` declares the first three."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import pandas as pd
@@ -75,6 +78,62 @@ class DeclaresEstimand(Protocol):
 def estimand_design(estimator: Estimator) -> EstimandDesign:
     """How `estimator` measures its effects: its declared `estimand_design`, else observational."""
     return estimator.estimand_design if isinstance(estimator, DeclaresEstimand) else "observational"
+
+
+@dataclass(frozen=True)
+class CaseFacts:
+    """What an estimator's explanation of its effects may read of the case (`ExplainsEffects`): the
+    roles, the protected attributes the documents display (`Renderer.shows`, None: not declared), the
+    role columns the population holds grouped and the raw column of each (`GroupsColumns`), the kind of
+    documents (text, image, ...) and the columns the screener is known to read (None: the document)."""
+
+    roles: Roles
+    shows: frozenset[str] | None = None
+    grouped_from: Mapping[str, str] = field(default_factory=dict)
+    documents: str = "text"
+    reads: frozenset[str] | None = None
+
+
+@runtime_checkable
+class ExplainsEffects(Protocol):
+    """An estimator that explains its own effects in this case: notes on what they mean, and a gate
+    that withholds what the case cannot answer (the path-specific effects' estimand notes and
+    structural gate). A family of estimators may declare it once for its members
+    (popfair.estimate.registry.register_family); an estimator with neither explains nothing."""
+
+    def explain(self, effects: Effects, facts: CaseFacts) -> Effects: ...
+
+
+@runtime_checkable
+class DeclaresUnits(Protocol):
+    """An estimator that says the unit of each of its effect rows (UNIT_MEANING's names: ratio for
+    impact ratios, pp for the paired callback gap, a ranking's rates, ranks and log-worths). Without
+    it: `default_unit`."""
+
+    def effect_unit(self, effect: str, outcome: str) -> str: ...
+
+
+UNIT_COLUMN = "unit"
+
+
+def default_unit(effect: str, outcome: str) -> str:
+    """The unit of an effect of an estimator that declares none: a ratio for an impact ratio's row
+    (`<metric>/<dimension>/<category>`), score points for differences of scores, else a proportion
+    (a difference of 0/1 outcomes or a rate)."""
+    if effect.count("/") == 2:
+        return "ratio"
+    return "points" if outcome == "score" else "proportion"
+
+
+def with_units(table: pd.DataFrame, estimator: object, outcome: str) -> pd.DataFrame:
+    """`table` with its `unit` column (one per effect row, as the estimator declares it: `DeclaresUnits`),
+    placed after the interval."""
+    unit = estimator.effect_unit if isinstance(estimator, DeclaresUnits) else default_unit
+    units = [unit(str(effect), outcome) for effect in table.index]
+    out = table.drop(columns=UNIT_COLUMN, errors="ignore")
+    position = next((i + 1 for i, c in enumerate(out.columns) if c == "ci_high"), len(out.columns))
+    out.insert(min(position, len(out.columns)), UNIT_COLUMN, units)
+    return out
 
 
 def factual_rows(data: pd.DataFrame) -> pd.DataFrame:

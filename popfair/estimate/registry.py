@@ -5,11 +5,14 @@ estimator is one module, one config file under conf/estimator/ and one `register
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.utils import get_object
+
 from popfair.core.errors import ConfigError
+from popfair.core.types import Effects
+from popfair.estimate.base import CaseFacts, ExplainsEffects
 
 SECTIONS = ("effects", "paired", "ranking")  # the sweep report's tables of effects
 
@@ -66,8 +69,25 @@ def at_defaults(name: str) -> Any:
     target = entry_of(name).target
     if not target:
         return None
-    module, _, cls = target.rpartition(".")
-    return getattr(importlib.import_module(module), cls)()
+    return get_object(target)()
+
+
+FAMILY_EXPLAINERS: dict[str, str] = {}  # family -> its `explain(estimator, effects, facts)` (module.function)
+
+
+def register_family(family: str, explain: str) -> None:
+    """Declare what every member of `family` explains of its effects (`ExplainsEffects`, once for the
+    family): `explain` names a function `(estimator, effects, facts) -> Effects` (module.function)."""
+    FAMILY_EXPLAINERS[family] = explain
+
+
+def explained(estimator: Any, effects: Effects, facts: CaseFacts) -> Effects:
+    """`effects` as the estimator explains them in this case: its own `explain` (`ExplainsEffects`),
+    else its registered family's, else as they are."""
+    if isinstance(estimator, ExplainsEffects):
+        return estimator.explain(effects, facts)
+    target = FAMILY_EXPLAINERS.get(entry_of(str(estimator.name)).family)
+    return effects if target is None else get_object(target)(estimator, effects, facts)
 
 
 def estimators_for(design: str) -> tuple[str, ...]:
@@ -82,6 +102,7 @@ def in_section(section: str) -> set[str]:
 
 register_estimator("paired_gap", ("paired", "table"), section="paired")  # first: the paired design's own
 PSE = "pse"  # the five path-specific effects, by design (worlds) or from factual data
+register_family(PSE, explain="popfair.estimate.pse.estimand.explain_effects")  # estimand notes, structural gate
 register_estimator(  # the population design's default
     "counterfactual", ("population",), family=PSE, target="popfair.estimate.pse.counterfactual.Counterfactual"
 )

@@ -24,3 +24,14 @@ class GroupsColumns(Protocol):
     population without it holds every role column raw."""
 
     grouped_from: ClassVar[Mapping[str, str]]
+
+
+@runtime_checkable
+class LogsDiagnostics(Protocol):
+    """A population that draws diagnostics with its sample (figures and tables logged with a run as
+    MLflow artifacts) and can leave them out (`diagnostics=False`: a dry run logs none). The
+    applicants drawn are the same either way."""
+
+    def sample(
+        self, occupation: Occupation, protected: ProtectedAttribute, seed: int, diagnostics: bool = True
+    ) -> Profiles: ...

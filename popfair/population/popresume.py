@@ -50,7 +50,7 @@ from popfair.core.errors import ConfigError, DataError, require
 from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
 from popfair.population import experience, pums, scm, transport
-from popfair.population.base import GroupsColumns
+from popfair.population.base import GroupsColumns, LogsDiagnostics
 from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint, frame_digest
 from popfair.population.experience import (
     EXPERIENCE_SOURCES,
@@ -213,7 +213,7 @@ def add_groupings(table: pd.DataFrame, survey_year: int) -> pd.DataFrame:
     return table.assign(edu_group=table["edu_level"].map(EDU_GROUP).to_numpy(dtype=object), **grouped)
 
 
-class PopResumePopulation(GroupsColumns):
+class PopResumePopulation(GroupsColumns, LogsDiagnostics):
     """Every PUMS record of the occupation (default) or `n` draws weighted by PWGTP, with experience
     and names drawn from the SCM in the module docstring. It declares its grouped role columns
     (`GroupsColumns`) and draws counterfactual worlds (popfair.population.worlds)."""
@@ -283,7 +283,11 @@ class PopResumePopulation(GroupsColumns):
         pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
         return pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors, self.experience_source
 
-    def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
+    def sample(
+        self, occupation: Occupation, protected: ProtectedAttribute, seed: int, diagnostics: bool = True
+    ) -> Profiles:
+        """The applicants; `diagnostics=False` leaves out this sample's diagnostics even with
+        `population.diagnostics` on (`LogsDiagnostics`: a dry run logs none)."""
         clock = _Clock()
         # cold name tables are built by a forked worker beside the occupation model's fit
         names_ready = prefetch_names(None if self.pums_path else bundled_survey_year())
@@ -321,7 +325,7 @@ class PopResumePopulation(GroupsColumns):
                 "dropped (population.below_hs=drop: not one of the seven resume education levels)"
             )
         artifacts: dict[str, Any] = {}
-        if self.diagnostics:
+        if self.diagnostics and diagnostics:
             from popfair.population.diagnostics import cached_population_artifacts
 
             artifacts = cached_population_artifacts(table, model, occupation)

@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from popfair.core.errors import ConfigError, require
+from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Job
 from popfair.store.blobs import DOCUMENTS, STORE_ERRORS, BlobStore, open_blob_store
 
@@ -144,16 +144,11 @@ class DocumentStore:
         return cls(open_blob_store(location, STORE_NAME), renderer, settings)
 
     @classmethod
-    def for_case(
-        cls, cfg: Mapping[str, Any], renderer: Any, settings: Mapping[str, Any] | None
-    ) -> DocumentStore | None:
-        """The store a case renders through: config `document_store` (true/false) at `cache_url`,
-        else `cache_dir`; None when it is off, there is no cache location, or the renderer declares
-        no `store_fields`."""
-        enabled = cfg.get("document_store", True)
-        require(isinstance(enabled, bool), "document_store", f"must be true or false, got {enabled!r}")
-        location = cfg.get("cache_url") or cfg.get("cache_dir")
-        if not enabled or not location or settings is None or not storable(renderer):
+    def for_case(cls, location: str, renderer: Any, settings: Mapping[str, Any]) -> DocumentStore | None:
+        """The store a case renders through at `location` (config `cache_url`, else `cache_dir`, when
+        `document_store` is on: popfair.case.compose); None when the renderer declares no
+        `store_fields` or the store cannot be opened (the case then renders every document)."""
+        if not storable(renderer):
             return None
         try:
             return cls.open(location, renderer, settings)

@@ -1,7 +1,8 @@
-"""The unit of every effect a case reports, so that no number is printed or stored without one.
+"""What the unit of every effect a case reports means, for the reports' legends.
 
-An estimate is in the unit of what its estimator compares: score points for differences of scores
-(the screener's own scale: 0-100 for a model asked for a score, a matcher's own range otherwise),
+An estimate is in the unit of what its estimator compares, which the estimator declares
+(popfair.estimate.base.DeclaresUnits, `with_units`): score points for differences of scores (the
+screener's own scale: 0-100 for a model asked for a score, a matcher's own range otherwise),
 percentage points for the paired callback gap (which `paired_gap` reports x 100), a proportion for
 a difference of 0/1 outcomes or a rate, a ratio for impact ratios; the ranking estimator mixes
 rates, ranks, probabilities and log-worths, one per row."""
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-UNIT_COLUMN = "unit"
+from popfair.estimate.base import UNIT_COLUMN
+
+__all__ = ["UNIT_COLUMN", "UNIT_MEANING", "unit_legend"]
 
 # what each unit means, for the reports' and the run page's legend
 UNIT_MEANING = {
@@ -23,35 +26,6 @@ UNIT_MEANING = {
     "probability": "a probability (0.5 = no preference)",
     "log-worth": "a Plackett-Luce log-worth (0 = the reference group)",
 }
-
-RANKING_UNITS = (  # effect-name prefixes of the ranking estimator (popfair.estimate.ranking)
-    ("top1_position.", "proportion"),
-    ("top1.", "proportion"),
-    ("impact_ratio.", "ratio"),
-    ("mean_rank.", "rank"),
-    ("above.", "probability"),
-    ("logit.", "log-worth"),
-)
-
-
-def effect_unit(effect: str, estimator: str, outcome: str) -> str:
-    """The unit of one effect row of `estimator` on an `outcome` ("score", "callback", "rank")."""
-    if estimator == "impact_ratio" or effect.count("/") == 2:  # <metric>/<dimension>/<category>
-        return "ratio"
-    if estimator == "paired_gap":
-        return "pp"
-    if estimator == "ranking" or outcome == "rank":
-        return next((unit for prefix, unit in RANKING_UNITS if effect.startswith(prefix)), "proportion")
-    return "points" if outcome == "score" else "proportion"
-
-
-def with_units(table: pd.DataFrame, estimator: str, outcome: str) -> pd.DataFrame:
-    """`table` with its `unit` column (one per effect row), placed after the interval."""
-    units = [effect_unit(str(effect), estimator, outcome) for effect in table.index]
-    out = table.drop(columns=UNIT_COLUMN, errors="ignore")
-    position = next((i + 1 for i, c in enumerate(out.columns) if c == "ci_high"), len(out.columns))
-    out.insert(min(position, len(out.columns)), UNIT_COLUMN, units)
-    return out
 
 
 def unit_legend(units: list[str] | pd.Series) -> str:

@@ -13,17 +13,15 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from popfair.case.base import Case, CaseResult, RunContext, run_name_of
 from popfair.core.errors import PopfairError, TrackingFailed
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
-
-if TYPE_CHECKING:
-    from popfair.case.table import TableCase
 
 log = logging.getLogger("popfair")
 
@@ -68,13 +66,12 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
 # overrides that change where and how a case is kept or read, not what it finds: left out of its run name
 NOT_IN_RUN_NAME = ("tracking", "cache_dir", "cache_url", "document_store", "dry_run", "check", "run_name",
                    "hydra", "audit_report", "table.path", "table.columns", "table.values")  # fmt: skip
-MAX_RUN_NAME = 240  # MLflow keeps run names up to 250 characters
 
 
-def run_name_for(case_name: str, overrides: list[str], groups: set[str]) -> str:
-    """The case's MLflow run name: its case name (the groups' options) and each override that sets a
-    value rather than a group's option, so that two cases differing only in, say, population.n are
-    told apart in the run list (`nurse-gender-text-tfidf-pse_dml population.n=2000`)."""
+def name_suffix_for(overrides: list[str], groups: set[str]) -> str:
+    """What the case's MLflow run name shows beside its case name (the groups' options): each override
+    that sets a value rather than a group's option, so that two cases differing only in, say,
+    population.n are told apart in the run list (`nurse-gender-text-tfidf-pse_dml population.n=2000`)."""
     from popfair.sweep.state import key_and_value
 
     differs = []
@@ -86,15 +83,18 @@ def run_name_for(case_name: str, overrides: list[str], groups: set[str]) -> str:
         if any(key == k or key.startswith(k + ".") for k in NOT_IN_RUN_NAME):
             continue
         differs.append(f"{key}={value}")
-    name = " ".join([case_name, *differs])
-    return name if len(name) <= MAX_RUN_NAME else name[: MAX_RUN_NAME - 3] + "..."
+    return " ".join(differs)
+
+
+def run_name_for(case_name: str, overrides: list[str], groups: set[str]) -> str:
+    """The case's MLflow run name when config `run_name` is null: its case name and `name_suffix_for`."""
+    return run_name_of(case_name, None, name_suffix_for(overrides, groups))
 
 
 def run_case(cfg: DictConfig) -> float | None:
     """Run (or, with dry_run=true, plan) the composed case; returns the first effect estimate."""
-    from popfair.case.table import TableCase
     from popfair.sweep.in_process import resolved_of
-    from popfair.sweep.plan import plan_case
+    from popfair.sweep.plan import default_planner
 
     if cfg.get("check", False):  # popfair doctor for one case (a sweep's cases are checked by the sweeper)
         from popfair.sweep.doctor import doctor_case
@@ -109,38 +109,32 @@ def run_case(cfg: DictConfig) -> float | None:
     dry_run = bool(cfg.get("dry_run", False))
     start = time.perf_counter()
     record = CaseRecord(job=job, overrides=overrides, status="running", tags=tags)
-    experiment = None
+    case: Case | None = None
     alert = False  # a watch's look crossed its boundary: exit status 3 (popfair.case.table_watch)
+    groups = {part for key in hydra_cfg.runtime.choices for part in str(key).split("@")}  # estimator@outcome_audit
+    context = RunContext(sweep.parent_run_id if sweep else None, tags, name_suffix_for(overrides, groups))
     try:
-        experiment = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg))
-        record.case_name = experiment.case_name()
+        case = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg), context=context)
+        record.case_name = case.describe().name
         if dry_run:
-            plan = plan_table(experiment) if isinstance(experiment, TableCase) else plan_case(experiment)
+            plan = case.plan(default_planner())
             print(plan.line())
             record.status, record.plan = "planned", plan.as_dict()
             value = None
         else:
-            experiment.parent_run_id = sweep.parent_run_id if sweep else None
-            experiment.tags = tags
-            if experiment.run_name is None:  # run_name=null: say what differs from the defaults
-                groups = {
-                    part for key in hydra_cfg.runtime.choices for part in str(key).split("@")
-                }  # estimator@outcome_audit
-                experiment.run_name = run_name_for(experiment.case_name(), overrides, groups)
             try:
-                result = experiment.run()
+                result = case.run()
             except TrackingFailed as failed:  # the store failed, not the case: its results first
-                if failed.result is not None:
-                    _print_summary(experiment, failed.result, start)
+                if isinstance(failed.result, CaseResult):
+                    _print_summary(case, failed.result, start)
                 raise
-            watch = getattr(result, "watch", None)
-            if watch is None or watch.rows_read:
-                _print_summary(experiment, result, start)
-            if getattr(result, "periods", None) is not None:
+            if result.printed():
+                _print_summary(case, result, start)
+            if result.periods is not None:
                 print(f"By {result.periods.period}:\n" + "\n".join(f"  {line}" for line in result.periods.sentences()))
-            if watch is not None:
-                print(watch.line())
-                alert = watch.alert
+            if result.watch is not None:
+                print(result.watch.line())
+                alert = result.watch.alert
             record.status, record.run_id = "finished", result.run_id
             table = result.effects.table
             value = float(table["estimate"].iloc[0]) if len(table) else None
@@ -153,7 +147,7 @@ def run_case(cfg: DictConfig) -> float | None:
         log.error("popfair: case %d (%s) failed: %s: %s", job, " ".join(overrides), type(exc).__name__, exc)
         record.status, record.error, record.error_type = "failed", str(exc) or repr(exc), type(exc).__name__
         if not dry_run:
-            record.run_id = _record_failed_run(cfg, experiment, sweep, tags, traceback.format_exc(), exc)
+            record.run_id = _record_failed_run(cfg, case, sweep, tags, traceback.format_exc(), exc)
         value = None
     record.seconds = time.perf_counter() - start
     if sweep:
@@ -165,49 +159,39 @@ def run_case(cfg: DictConfig) -> float | None:
     return value
 
 
-def _print_summary(experiment: Any, result: Any, start: float) -> None:
+def _print_summary(case: Case, result: CaseResult, start: float) -> None:
     """The case's console summary: the effects table, counts, timings and where the run went."""
-    from popfair.case.table import TableCase
     from popfair.report.console import summary
 
     print(
         summary(
-            experiment.case_name(),
+            case.describe().name,
             result.effects,
             result.run_id,
             result.n_rows,
             result.n_failed,
-            experiment.tracker.uri,
+            case.tracker.uri,
             timings=result.timings,
             total=time.perf_counter() - start,
-            failed_label="rows left out" if isinstance(experiment, TableCase) else "failed screens",
-            sequential=result.sequential.sentences() if getattr(result, "sequential", None) else None,
+            failed_label=result.failed_label,
+            sequential=result.sequential.sentences() if result.sequential is not None else None,
         )
     )
 
 
-def case_from_config(cfg: DictConfig, *, dry_run: bool = False, values: dict[Any, Any] | None = None) -> Any:
-    """The composed case: an audit of an existing table when the `table` group is set
-    (`popfair.case.table.TableCase`), else the generated pipeline (`popfair.case.population.PopulationCase`).
-    `values`: `cfg` already resolved (a dry run planned in process resolved it for its checks)."""
-    from popfair.case.population import PopulationCase
-    from popfair.case.table import TableCase
+def case_from_config(
+    cfg: DictConfig,
+    *,
+    dry_run: bool = False,
+    values: dict[Any, Any] | None = None,
+    context: RunContext | None = None,
+) -> Case:
+    """The composed case (popfair.case.compose.compose_case): the registered kind of case the config
+    chooses, built once with what the command knows of its run (`context`). `values`: `cfg` already
+    resolved (a dry run planned in process resolved it for its checks)."""
+    from popfair.case.compose import compose_case
 
-    if cfg.get("table") is not None:
-        return TableCase.from_config(cfg, dry_run=dry_run)
-    return PopulationCase.from_config(cfg, dry_run=dry_run, values=values)
-
-
-def plan_table(case: TableCase) -> Any:
-    """A table case's dry run: the table is read and checked; nothing is screened, so nothing costs."""
-    from popfair.sweep.plan import CasePlan
-
-    print(case.check())
-    power = case.checked_power
-    return CasePlan(
-        case.case_name(), "none (table)", "none (table)", 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0,
-        power="" if power is None else power.line(), mde=None if power is None else power.mde,
-    )  # fmt: skip
+    return cast(Case, compose_case(cfg, dry_run=dry_run, values=values, context=context))
 
 
 class WorkerDied(Exception):
@@ -273,7 +257,7 @@ def _close_orphan_run(cfg: DictConfig, sweep: SweepInfo | None, tags: dict[str, 
 
 
 def _record_failed_run(
-    cfg: DictConfig, experiment, sweep: SweepInfo | None, tags: dict[str, str], trace: str, exc: Exception
+    cfg: DictConfig, experiment: Case | None, sweep: SweepInfo | None, tags: dict[str, str], trace: str, exc: Exception
 ) -> str | None:
     """A FAILED MLflow run for the case, under the sweep's parent; None if tracking is unusable."""
     from popfair.case.compose import build

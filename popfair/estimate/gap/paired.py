@@ -245,6 +245,10 @@ class PairedGap:
         "seed": SEED,
     }
 
+    def effect_unit(self, effect: str, outcome: str) -> str:
+        """The gap is reported x 100: percentage points (`DeclaresUnits`)."""
+        return "pp"
+
     def __init__(
         self,
         n_bootstrap: int = 2000,

@@ -443,6 +443,10 @@ class ImpactRatio:
         "race_scheme": Options(RACE_SCHEMES),
     }
 
+    def effect_unit(self, effect: str, outcome: str) -> str:
+        """Every row is an impact ratio (`DeclaresUnits`)."""
+        return "ratio"
+
     def __init__(
         self,
         outcome: str = "auto",

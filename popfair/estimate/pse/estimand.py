@@ -30,14 +30,33 @@ not the gate: what it reads is not known."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from popfair.core.types import Effects, Roles
+from popfair.estimate.base import CaseFacts, estimand_design
 from popfair.estimate.pse.identification import gate
 from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, pattern_labels
 from popfair.estimate.pse.side_by_side import OBSERVED_PREFIX, comparison_notes
+
+
+def explain_effects(estimator: Any, effects: Effects, facts: CaseFacts) -> Effects:
+    """The path-specific effects with what they mean in this case (`estimand_notes`, first among the
+    effects' notes and kept as `estimand.txt`) and the structural gate (`grouping_problems`: a raw
+    column the screener reads but the roles hold grouped); the family's `ExplainsEffects`
+    (popfair.estimate.registry.register_family). A table without the five effects is as it is."""
+    if not set(EFFECTS) <= set(effects.table.index):
+        return effects
+    roles = facts.roles
+    effects.notes[:0] = estimand_notes(
+        roles, facts.shows, facts.grouped_from, facts.documents, estimand_design(estimator)
+    )
+    known = grouping_problems(roles, facts.reads, facts.grouped_from)
+    effects = structural_gate(effects, known, str(roles.x0), str(roles.x1))
+    effects.artifacts["estimand.txt"] = "\n".join(effects.notes)
+    return effects
 
 
 def _columns(columns: tuple[str, ...], grouped_from: Mapping[str, str]) -> str:

@@ -45,6 +45,16 @@ from popfair.estimate.ranking.model import (
 # --- the estimator ------------------------------------------------------------------------------------
 
 
+RANKING_UNITS = (  # effect-name prefixes of the ranking estimator's rows and their units
+    ("top1_position.", "proportion"),
+    ("top1.", "proportion"),
+    ("impact_ratio.", "ratio"),
+    ("mean_rank.", "rank"),
+    ("above.", "probability"),
+    ("logit.", "log-worth"),
+)
+
+
 class RankingEstimator:
     """Every ranking estimate of a case (see module docstring), as one effects table.
 
@@ -88,6 +98,10 @@ class RankingEstimator:
         "power": Interval(float, 0, 1, closed="neither"),
         "seed": Interval(int, None, None),
     }
+
+    def effect_unit(self, effect: str, outcome: str) -> str:
+        """Each row's own unit, by its name's prefix (`DeclaresUnits`, RANKING_UNITS)."""
+        return next((unit for prefix, unit in RANKING_UNITS if effect.startswith(prefix)), "proportion")
 
     def __init__(
         self,
