@@ -1,10 +1,12 @@
-"""Plans in seconds (issue 35): the dry run of the 120-case PopResume grid and of the 27-case callback
-panel (every PUMS record, 6,006 postings; no keys, nothing called), on this tree and on a baseline
-tree (main before the issue: commit e928285) side by side in one run, interleaved, each a fresh
+"""Plans in seconds (issues 35 and 62): the dry run of the 120-case PopResume grid and of the 27-case
+callback panel (every PUMS record, 6,006 postings; no keys, nothing called), on this tree and on a
+baseline tree (commit f14273b, before the counterfactual design became the default estimator: the
+grid planned in 6 s there, 27 s after) side by side in one run, interleaved, each a fresh
 `python -m popfair experiment=... dry_run=true` in a fresh folder.
 
-For every run it prints the wall seconds, the CPU seconds of the process and its forked workers, and
-the load average before and after; then per experiment the best and median of each tree, the ratio,
+For every run it prints the wall seconds, the CPU seconds of the process and its forked workers, the
+peak memory of the command's own process (its maximum resident set), and the load average before and
+after; then per experiment the best and median of each tree, the ratio,
 the target (grid <= 10 s, panel <= 4 s, on a quiet 2-core machine), and whether both trees printed
 the same plan (every line of standard output but the log lines, with timestamps, the sweep folder and
 timings masked) and the same log lines (the baseline logs the route of a screener that builds twice:
@@ -14,7 +16,7 @@ issue's figure for the baseline there, so a machine slower or busier than that o
 miss, nor a faster one as a pass.
 
     python benchmarks/bench_plan.py [--rounds 2] [--only grid|panel] [--quick]
-        [--baseline PATH | --baseline-commit e928285] [--skip-baseline] [--no-warm-up] [--first-plan]
+        [--baseline PATH | --baseline-commit f14273b] [--skip-baseline] [--no-warm-up] [--first-plan]
 
 Before its timed rounds, each tree runs each experiment once untimed (a fresh worktree's first run
 compiles its bytecode and fills popfair's disk cache; `--no-warm-up` skips it). The timed rounds then
@@ -44,12 +46,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks._side_by_side import baseline_tree, child_cpu, core_speed, load, on_target_machine  # noqa: E402
 
-BASELINE_COMMIT = "e928285"  # main when issue 35 was filed
+BASELINE_COMMIT = "f14273b"  # the grid's dry run before it regressed (issue 62: 6 s there, 27 s after)
 TARGETS_S = {"grid": 10.0, "panel": 4.0}
-# what the baseline took on the quiet 2-core machine the targets were set on (issue 35: "takes 27.6-32.4 s";
-# it gives no figure for the panel): this tree's ratio to the baseline, measured here side by side,
+# what the baseline took on the quiet 2-core machine the targets were set on (issue 62: "27 s vs 6 s at
+# commit f14273b"; no figure for the panel): this tree's ratio to the baseline, measured here side by side,
 # times that figure is this tree's time there, whatever the speed of the machine measuring now
-BASELINE_THERE_S = {"grid": (27.6, 32.4)}
+BASELINE_THERE_S = {"grid": (6.0, 6.0)}
 EXPERIMENTS = {"grid": "popresume_grid", "panel": "callback_panel"}
 QUICK = {"grid": ["occupation=nurse", "population.n=2000"], "panel": ["occupation.n_postings=300"]}
 
@@ -81,7 +83,8 @@ def log_differences(ours: set[str], base: set[str]) -> list[str]:
 
 
 def dry_run(tree: Path, which: str, quick: bool) -> tuple[float, float, str]:
-    """Wall and CPU seconds of one dry run of `tree`, and what it printed (masked)."""
+    """Wall and CPU seconds of one dry run of `tree`, and what it printed (masked); its peak memory
+    in `PEAK_MB` (the command's own process: os.wait4's maximum resident set)."""
     # no keys; popfair's compiled modules kept as on a user's install (this machine sets PYTHONDONTWRITEBYTECODE)
     env = {
         k: v
@@ -91,14 +94,22 @@ def dry_run(tree: Path, which: str, quick: bool) -> tuple[float, float, str]:
     env.update(PYTHONPATH=str(tree), DATAFRAME_FRAMEWORK="pandas", MPLBACKEND="Agg", HF_HUB_OFFLINE="1")
     command = [sys.executable, "-m", "popfair", f"experiment={EXPERIMENTS[which]}", "dry_run=true"]
     with tempfile.TemporaryDirectory(prefix="popfair-plan-") as cwd:
+        stdout, stderr = Path(cwd) / "stdout.txt", Path(cwd) / "stderr.txt"
         start, cpu = time.perf_counter(), child_cpu()
-        out = subprocess.run(
-            [*command, *(QUICK[which] if quick else [])], cwd=cwd, env=env, capture_output=True, text=True
-        )
+        with stdout.open("w") as out, stderr.open("w") as err:
+            child = subprocess.Popen(
+                [*command, *(QUICK[which] if quick else [])], cwd=cwd, env=env, stdout=out, stderr=err
+            )
+            _, status, usage = os.wait4(child.pid, 0)
         seconds, cpu = time.perf_counter() - start, child_cpu() - cpu
-    if out.returncode != 0:
-        raise SystemExit(f"{tree}: {' '.join(command)} failed:\n{out.stderr[-3000:]}")
-    return seconds, cpu, masked(out.stdout)
+        PEAK_MB.append(usage.ru_maxrss / 1024)
+        printed, errors = stdout.read_text(), stderr.read_text()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{tree}: {' '.join(command)} failed:\n{errors[-3000:]}")
+    return seconds, cpu, masked(printed)
+
+
+PEAK_MB: list[float] = []  # each dry run's peak resident memory (MB), in the order run
 
 
 def forget_plan_documents() -> None:
@@ -137,6 +148,7 @@ def main() -> None:
         trees = {"this tree": ROOT} if args.skip_baseline else {"this tree": ROOT, "baseline": baseline}
         results: dict[tuple[str, str], list[float]] = {}
         printed: dict[tuple[str, str], set[str]] = {}
+        memory: dict[tuple[str, str], list[float]] = {}
         for name in which:
             for label, tree in trees.items() if args.warm_up else ():
                 # untimed: a fresh worktree's first run compiles its bytecode and fills the disk cache
@@ -152,9 +164,10 @@ def main() -> None:
                     seconds, cpu, stdout = dry_run(tree, name, args.quick)
                     results.setdefault((name, label), []).append(seconds)
                     printed.setdefault((name, label), set()).add(stdout)
+                    memory.setdefault((name, label), []).append(PEAK_MB[-1])
                     print(
-                        f"  {name:5s} {label:9s} round {round_ + 1}: {seconds:6.2f} s wall, {cpu:6.2f} CPU s "
-                        f"(load {before} -> {load()})",
+                        f"  {name:5s} {label:9s} round {round_ + 1}: {seconds:6.2f} s wall, {cpu:6.2f} CPU s, "
+                        f"peak {PEAK_MB[-1]:,.0f} MB (load {before} -> {load()})",
                         flush=True,
                     )
         print()
@@ -170,7 +183,8 @@ def main() -> None:
                 plan_same = {plan_lines(o) for o in ours_out} == {plan_lines(o) for o in base_out}
                 line += (
                     f"; baseline ({args.baseline or args.baseline_commit}) best {min(base):.2f} s, median "
-                    f"{statistics.median(base):.2f} s; ratio {min(ours) / min(base):.2f}x; printed plan identical: "
+                    f"{statistics.median(base):.2f} s; ratio {min(ours) / min(base):.2f}x; peak memory "
+                    f"{max(memory[(name, 'this tree')]):,.0f} MB vs {max(memory[(name, 'baseline')]):,.0f} MB; printed plan identical: "
                     f"{'yes' if plan_same else 'NO'}; log lines identical: {'yes' if same else 'no'}"
                 )
                 if not same:
