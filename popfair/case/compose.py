@@ -17,7 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from popfair.case.base import CASE_KINDS, CaseSettings, RunContext, kind_for
-from popfair.core.constraints import ParameterError, validate
+from popfair.core.constraints import DeclaresConstraints, ParameterError, validate
 from popfair.core.errors import ConfigError, PopfairError, require
 from popfair.design.sequential import SequentialSettings
 from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE
@@ -62,7 +62,7 @@ def _check_values(values: dict[Any, Any], path: str) -> None:
         target = get_object(values["_target_"]) if "_target_" in values else None
     except Exception:  # noqa: BLE001 - an unknown target: instantiate says why
         return
-    constraints = getattr(target, "parameter_constraints", {})
+    constraints = target.parameter_constraints if isinstance(target, DeclaresConstraints) else {}
     for key, value in values.items():
         if value == MISSING:  # `???`: instantiate names it as required
             continue

@@ -106,9 +106,15 @@ class SequentialRecord:
             "sequential.saved_share": self.saved_share,
         }
         if self.final is not None:
-            out.update({f"sequential.anytime_{k}": getattr(self.final, k) * s for k in ("estimate", "low", "high")})
+            final = self.final
+            out.update(
+                {
+                    f"sequential.anytime_{k}": v * s
+                    for k, v in zip(("estimate", "low", "high"), (final.estimate, final.low, final.high))
+                }
+            )
         if self.fixed is not None:
-            out.update({f"sequential.fixed_n_{k}": getattr(self.fixed, k) * s for k in ("low", "high")})
+            out.update({"sequential.fixed_n_low": self.fixed.low * s, "sequential.fixed_n_high": self.fixed.high * s})
         return {k: v for k, v in out.items() if math.isfinite(v)}
 
     def tags(self) -> dict[str, str]:
@@ -219,8 +225,8 @@ def screen_in_looks(exp: Any, profiles: Profiles) -> SequentialScreening:
     full = _restrict(profiles, stream.unit, 0, stream.n_units)
     record = SequentialRecord(settings, target, stream, planned, prompts_planned=rules.prompt_count(full))
     unit_of = dict(zip(profiles.table["applicant_id"], stream.unit))
-    screener: Any = exp.screener  # API screeners have max_cost_usd
-    cap = getattr(screener, "max_cost_usd", None)
+    screener = exp.screener
+    cap = screener.max_cost_usd  # API screeners' budget (Screener: None)
     prompts: list[Document] = []
     results: list[ScreenResult] = []
     parts: list[pd.DataFrame] = []

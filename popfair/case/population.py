@@ -25,7 +25,7 @@ from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import CaseFacts, Estimator, SizesWorlds, with_units
 from popfair.estimate.registry import explained
 from popfair.population import worlds
-from popfair.population.base import GroupsColumns, LogsDiagnostics, Population
+from popfair.population.base import GroupsColumns, LogsDiagnostics, Population, population_name
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
@@ -197,11 +197,10 @@ class PopulationCase:
     def sample(self, diagnostics: bool = True) -> Profiles:
         """The population stage: the applicants and the counterfactual worlds the estimator declares;
         `diagnostics=False`: without the population's diagnostics where it draws them (`LogsDiagnostics`)."""
-        population = self.population
-        if isinstance(population, LogsDiagnostics):
-            profiles = population.sample(self.occupation, self.protected, self.seed, diagnostics)
-        else:
-            profiles = population.sample(self.occupation, self.protected, self.seed)
+        population: Population = self.population
+        if not diagnostics and isinstance(population, LogsDiagnostics):
+            population = population.without_diagnostics()
+        profiles = population.sample(self.occupation, self.protected, self.seed)
         request = self.world_request(profiles)
         if request is not None:
             profiles.worlds = worlds.draw_worlds(self.population, profiles, request)  # type: ignore[arg-type]
@@ -352,7 +351,7 @@ class PopulationCase:
         for note in profiles.notes:
             log.warning("note: %s", note)
         run.params(flatten(self.config))
-        dataset = population_dataset(profiles, getattr(self.population, "name", "population"), self.seed)
+        dataset = population_dataset(profiles, population_name(self.population), self.seed)
         run.dataset(dataset)
         run.artifacts(
             {

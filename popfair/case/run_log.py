@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from popfair.core.types import Effects, Profiles
+from popfair.population.base import population_name
 from popfair.report.run_page import DESCRIPTION_TAG, effects_records, not_identified_tags, run_description, unit_tag
 from popfair.runtime.version import __version__
 from popfair.track.mlflow_tracker import DatasetInput, RunLogger, frame_digest, git_commit
@@ -42,7 +43,7 @@ def generated_page_tags(experiment: Any, result: Any) -> dict[str, str]:
     """`page_tags` of a generated case (popfair.case.population.PopulationCase) and its RunResult."""
     from popfair.report.audit import impact_ratios_of
 
-    population = getattr(experiment.population, "name", type(experiment.population).__name__)
+    population = population_name(experiment.population)
     return page_tags(
         experiment.mlflow_name,
         result.effects,

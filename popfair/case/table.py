@@ -358,7 +358,7 @@ class TableCase:
         x = self.protected.name
         source_role = "sex" if x == "gender" else "race"
         require(
-            getattr(mapped.columns, source_role) is not None,
+            mapped.columns.of(source_role) is not None,
             f"table.columns.{source_role}",
             f"protected_attr={x} needs the table's {source_role} column (table.columns.{source_role}=COLUMN)",
         )

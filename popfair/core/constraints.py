@@ -16,9 +16,17 @@ import math
 from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 from os import PathLike
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from popfair.core.errors import ConfigError
+
+
+@runtime_checkable
+class DeclaresConstraints(Protocol):
+    """A component (class) that declares the constraints of its settings (`parameter_constraints`),
+    checked before it is built (popfair.case.compose)."""
+
+    parameter_constraints: Mapping[str, Any]
 
 
 class ParameterError(ConfigError):

@@ -17,6 +17,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, cast
 
 from popfair.core.lazy import lazy_exports
+from popfair.population.base import design_name
 
 if TYPE_CHECKING:
     from popfair.design.base import Design, ScreenedDesign
@@ -40,7 +41,7 @@ def design_named(name: str) -> Design:
 
 def design_of(population: Any) -> ScreenedDesign:
     """The design a population's applicants are drawn for (a population's designs ask a screener)."""
-    return cast("ScreenedDesign", design_named(getattr(population, "design", "population")))
+    return cast("ScreenedDesign", design_named(design_name(population)))
 
 
 def screened_designs() -> list[ScreenedDesign]:

@@ -138,7 +138,7 @@ class SequentialRules(Protocol):
 
 def rules_of(design: Any) -> SequentialRules:
     """The design's sequential rules, or ConfigError when it has none."""
-    rules = getattr(design, "sequential", None)
+    rules = design.sequential  # declared by every design (DesignBase: None, no sequential audit)
     if rules is None:
         raise ConfigError(f"sequential: the {design.name} design has no sequential audit")
     return rules

@@ -63,13 +63,14 @@ class PowerSettings:
                 f"plan.{unknown[0]}: unknown key; the plan keys are {', '.join(cls.__dataclass_fields__)}"
             )
         settings = cls(**values)
+        given = vars(settings)  # every setting, defaults included
         for key in ("alpha", "power"):
-            _open_unit(key, getattr(settings, key))
+            _open_unit(key, given[key])
         for key in ("base_rate", "discordant_share"):
-            if getattr(settings, key) is not None:
-                _open_unit(key, getattr(settings, key))
+            if given[key] is not None:
+                _open_unit(key, given[key])
         for key in ("effect", "sd"):
-            value = getattr(settings, key)
+            value = given[key]
             if value is not None and not (_number(value) and value > 0):
                 raise ConfigError(f"plan.{key}: must be a positive number (null: none), got {value!r}")
         if settings.from_run is not None and not str(settings.from_run).strip():

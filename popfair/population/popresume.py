@@ -35,6 +35,7 @@ matches the paper's Table 3 (tag `population.table3`); the bundled data do not r
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from functools import lru_cache
@@ -283,11 +284,16 @@ class PopResumePopulation(GroupsColumns, LogsDiagnostics):
         pums_path = resolve_pums_path(self.pums_path) if self.pums_path else None
         return pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors, self.experience_source
 
-    def sample(
-        self, occupation: Occupation, protected: ProtectedAttribute, seed: int, diagnostics: bool = True
-    ) -> Profiles:
-        """The applicants; `diagnostics=False` leaves out this sample's diagnostics even with
-        `population.diagnostics` on (`LogsDiagnostics`: a dry run logs none)."""
+    def without_diagnostics(self) -> PopResumePopulation:
+        """This population, drawing the same applicants without their diagnostics (`LogsDiagnostics`:
+        a dry run logs none): a copy with `diagnostics` off, this one left as it is."""
+        if not self.diagnostics:
+            return self
+        quiet = copy.copy(self)
+        quiet.diagnostics = False
+        return quiet
+
+    def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         clock = _Clock()
         # cold name tables are built by a forked worker beside the occupation model's fit
         names_ready = prefetch_names(None if self.pums_path else bundled_survey_year())
@@ -325,7 +331,7 @@ class PopResumePopulation(GroupsColumns, LogsDiagnostics):
                 "dropped (population.below_hs=drop: not one of the seven resume education levels)"
             )
         artifacts: dict[str, Any] = {}
-        if self.diagnostics and diagnostics:
+        if self.diagnostics:
             from popfair.population.diagnostics import cached_population_artifacts
 
             artifacts = cached_population_artifacts(table, model, occupation)

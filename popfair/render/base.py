@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -36,10 +36,46 @@ class Renderer(Protocol):
         ...
 
 
+# --- optional abilities: declared by defining them, found with isinstance ---------------------------
+
+
+@runtime_checkable
+class ShowsAttributes(Protocol):
+    """A renderer that declares the protected attributes its documents display (`Renderer.shows`)."""
+
+    shows: frozenset[str] | None
+
+
+@runtime_checkable
+class ChecksProfiles(Protocol):
+    """A renderer that rejects a profile table before any document is rendered (an image renderer
+    whose photos lack a cell)."""
+
+    def check_profiles(self, table: pd.DataFrame) -> None: ...
+
+
+@runtime_checkable
+class RendersTables(Protocol):
+    """A renderer that renders a whole table at once: the documents `render` makes, at a fraction of
+    the cost (`rows`: each row's profile, None to leave them out)."""
+
+    def render_table(
+        self, table: pd.DataFrame, jobs: Mapping[str, Job], rows: list[dict[str, Any]] | None
+    ) -> list[Document]: ...
+
+
+@runtime_checkable
+class RendersInProcesses(Protocol):
+    """A renderer worth forking workers for: `rows_per_process` rows are about a quarter second of
+    its work (5,000 text resumes, 32 PNG pages). Without it a table renders in this process."""
+
+    rows_per_process: int
+
+
 def displayed_attributes(renderer: object) -> frozenset[str] | None:
     """The protected attributes a renderer's documents display explicitly (`Renderer.shows`), or None
     where the renderer does not declare them (the Protocol's default, for renderers that do not subclass it)."""
-    shows = getattr(renderer, "shows", None)
+    shows = renderer.shows if isinstance(renderer, ShowsAttributes) else None
     return None if shows is None else frozenset(str(s) for s in shows)
 
 
@@ -73,9 +109,8 @@ def render_all(
     `render` makes, at a fraction of the cost); without a store it does. There, `profile_rows=False`
     (a plan's documents) leaves out each document's profile row, which only structural screeners
     read when they screen: building the rows costs more than rendering them."""
-    check = getattr(renderer, "check_profiles", None)
-    if check is not None:
-        check(table)
+    if isinstance(renderer, ChecksProfiles):
+        renderer.check_profiles(table)
     if "applicant_id" in table.columns and table["applicant_id"].duplicated().any():
         group = table.groupby(list(table.columns), sort=False, dropna=False).ngroup().to_numpy()
         first = np.unique(group, return_index=True)[1]  # groups are numbered in order of first appearance
@@ -93,9 +128,8 @@ def _render_table(
     store: DocumentStore | None,
     profile_rows: bool = True,
 ) -> list[Document]:
-    whole = getattr(renderer, "render_table", None)
-    if store is None and whole is not None:
-        return whole(table, jobs, profile_records(table) if profile_rows else None)
+    if store is None and isinstance(renderer, RendersTables):
+        return renderer.render_table(table, jobs, profile_records(table) if profile_rows else None)
     rows = profile_records(table)
     if store is None:
         with tqdm(total=len(rows), desc="render", unit="doc", disable=not progress, leave=False) as bar:
@@ -142,7 +176,8 @@ def _render_claimed(
     same keys at once (`popfair.store.shared_work`): a round's worth at a time (at least ROUND_DOCUMENTS,
     and two spans per worker), read from the store when another process has stored them
     meanwhile, else rendered and saved batch by batch."""
-    per_round = max(ROUND_DOCUMENTS, 2 * getattr(renderer, "rows_per_process", 0) * (processes or cpu_count()))
+    chunk = renderer.rows_per_process if isinstance(renderer, RendersInProcesses) else 0
+    per_round = max(ROUND_DOCUMENTS, 2 * chunk * (processes or cpu_count()))
     made: dict[int, Document] = {}
     for positions in claimed_rounds(store.blobs, store.scope, [keys[i] for i in todo], per_round):
         wanted = [todo[p] for p in positions]
@@ -167,8 +202,7 @@ def _rendered(
 ) -> Iterator[list[Document]]:
     """The documents of `rows`, in order, in consecutive batches: forked workers' spans (see
     render_all), or batches of SERIAL_BATCH for renderers without `rows_per_process`."""
-    chunk = getattr(renderer, "rows_per_process", None)
-    if chunk is None:
+    if not isinstance(renderer, RendersInProcesses):
         for start in range(0, len(rows), SERIAL_BATCH):
             yield [renderer.render(row, jobs[row["job_id"]]) for row in rows[start : start + SERIAL_BATCH]]
         return
@@ -178,7 +212,7 @@ def _rendered(
         # holds the same rows): a quarter of the pickling, and no copy of each Document
         return [_SENT_FIELDS(renderer.render(row, jobs[row["job_id"]])) for row in rows[start:stop]]
 
-    for start, done in forked_spans(render_span, len(rows), chunk, processes):
+    for start, done in forked_spans(render_span, len(rows), renderer.rows_per_process, processes):
         yield [_received(sent, row) for sent, row in zip(done, rows[start:])]
 
 

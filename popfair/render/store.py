@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from popfair.core.errors import ConfigError
 from popfair.core.types import Document, Job
@@ -64,9 +64,24 @@ def file_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+@runtime_checkable
+class Storable(Protocol):
+    """A renderer whose documents can be kept: it declares the profile fields they depend on."""
+
+    store_fields: tuple[str, ...]
+
+
+@runtime_checkable
+class IdentifiesStore(Protocol):
+    """A storable renderer whose documents depend on files beside its settings (fonts, photos): their
+    digests join its identity in the store."""
+
+    def store_identity(self) -> dict[str, Any]: ...
+
+
 def storable(renderer: object) -> bool:
-    """Whether the renderer declares the profile fields its documents depend on."""
-    return getattr(renderer, "store_fields", None) is not None
+    """Whether the renderer declares the profile fields its documents depend on (`Storable`)."""
+    return isinstance(renderer, Storable) and renderer.store_fields is not None
 
 
 def pack(document: Document) -> bytes:
@@ -123,7 +138,7 @@ class DocumentStore:
         self.blobs = blobs
         self._failed = False  # a write failed: later batches are not offered to the store
         self.fields: tuple[str, ...] = tuple(renderer.store_fields)
-        identity: dict[str, Any] = getattr(renderer, "store_identity", dict)()
+        identity: dict[str, Any] = renderer.store_identity() if isinstance(renderer, IdentifiesStore) else {}
         prefix = json.dumps(
             {
                 "renderer": f"{type(renderer).__module__}.{type(renderer).__qualname__}",

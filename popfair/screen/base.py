@@ -51,6 +51,7 @@ class Screener(ABC):
     route: str | None = None
     routes: Mapping[str, Any] = _NONE
     missing_key: bool = False
+    max_cost_usd: float | None = None  # a cap on the dollars a screening may spend (API screeners); None: none
 
     @abstractmethod
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:

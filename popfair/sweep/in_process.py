@@ -97,13 +97,14 @@ def warm_up(config: DictConfig) -> None:
 
     import popfair.case.population  # noqa: F401 - the pre-flight checks' import
     from popfair.design import design_named
+    from popfair.population.base import design_name
 
     if not OmegaConf.select(config, "plan.enabled", default=True):
         return
     try:
         from hydra.utils import get_class
 
-        design = getattr(get_class(str(OmegaConf.select(config, "population._target_"))), "design", "population")
+        design = design_name(get_class(str(OmegaConf.select(config, "population._target_"))))
     except Exception:  # noqa: BLE001 - an unknown population: its case reports it, nothing to warm
         return
     for module in design_named(design).power_imports:

@@ -78,8 +78,7 @@ def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job])
     back in a tenth, so planning a sweep again, with other models, prices or budgets, renders
     nothing. Rendered documents are kept by a forked worker while the plan goes on (`_keep_later`).
     Other renderers (pages, a user's own class) render every time."""
-    kind = getattr(renderer, "kind", None)
-    if kind not in KEPT_RENDERERS or not type(renderer).__module__.startswith("popfair.render."):
+    if renderer.kind not in KEPT_RENDERERS or not type(renderer).__module__.startswith("popfair.render."):
         return _rendered_here
     # the jobs as tuples: asdict of a panel's 6,006 postings takes 0.3 s
     parts = [

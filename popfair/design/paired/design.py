@@ -45,7 +45,7 @@ def check_postings_and_axis(occupation: Any, protected: Any, axis: str) -> None:
     if not isinstance(occupation, EntryLevelPostings):
         raise ConfigError(
             f"population: the paired audit needs occupation=entry_level_postings "
-            f"(a set of postings), got occupation.key={getattr(occupation, 'key', '?')!r}; "
+            f"(a set of postings), got {type(occupation).__name__}; "
             f"experiment=paired_{axis} sets the whole design"
         )
     x0, x1 = AXES[axis]

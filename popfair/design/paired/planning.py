@@ -15,6 +15,7 @@ from popfair.design.base import PreviousRun, ScoreScale
 from popfair.design.sequential import UNIT, SequentialSettings, Stream, group_rate_values
 from popfair.estimate import power as pw
 from popfair.estimate.power import PowerPlan, PowerSettings
+from popfair.population.postings import EntryLevelPostings
 
 POWER_IMPORTS: tuple[
     str, ...
@@ -82,7 +83,7 @@ class PairedLooks:
     def stream(self, population: Any, occupation: Any, profiles: Profiles, seed: int) -> Stream:
         posting = profiles.table["posting_id"].to_numpy(dtype=object)
         ids = pd.unique(posting)
-        if getattr(occupation, "postings_csv", None) is None:
+        if not isinstance(occupation, EntryLevelPostings) or occupation.postings_csv is None:
             order = np.argsort([int(str(p)[1:]) for p in ids], kind="stable")  # draw order: p00000, p00001, ...
             notes: tuple[str, ...] = ()
         else:  # a user's file may be sorted (by firm, date): a seeded shuffle, fixed before any answer

@@ -18,6 +18,7 @@ from popfair.design.base import PreviousRun, ScoreScale
 from popfair.design.sequential import SequentialSettings, Stream, group_rate_values, score_gap_values
 from popfair.estimate import power as pw
 from popfair.estimate.power import PowerPlan, PowerSettings
+from popfair.population.base import sample_size
 
 POWER_IMPORTS = ("statsmodels.stats.power",)  # imported beside a sweep's worker (popfair.sweep.in_process)
 _GROWS = (
@@ -86,7 +87,7 @@ class PopulationLooks:
     targets: tuple[str, ...] = ("gap", "impact_ratio")
 
     def stream(self, population: Any, occupation: Any, profiles: Profiles, seed: int) -> Stream:
-        if getattr(population, "n", None) is None:
+        if sample_size(population) is None:
             raise ConfigError(_GROWS)
         n = len(profiles.table)
         return Stream(np.arange(n), n, "applicants", "population.n")
@@ -97,7 +98,7 @@ class PopulationLooks:
                 "sequential.threshold: the impact-ratio target on scores needs a fixed selection threshold "
                 "(e.g. sequential.threshold=70); a sample's median or top share is not known before the answers"
             )
-        if population is not None and getattr(population, "n", None) is None:
+        if population is not None and sample_size(population) is None:
             raise ConfigError(_GROWS)
 
     def unit_values(

@@ -21,8 +21,9 @@ from popfair.core.types import Document, Outcome, Profiles, ScreenResult
 from popfair.design.base import DesignBase, PowerLine, check_estimator
 from popfair.design.ranking import planning
 from popfair.design.ranking.parse import parse_ranking
-from popfair.design.ranking.trials import GROUP, TRIAL
+from popfair.design.ranking.trials import GROUP, TRIAL, RankingTrials
 from popfair.design.sequential import SequentialRules
+from popfair.estimate.ranking.estimator import RankingEstimator
 
 TEXT_KINDS = ("text",)  # PopResume profiles render as text resumes (the JSON renderer is the paired design's)
 CANDIDATE_HEADER = "=== Candidate "  # heads each resume in a trial's prompt
@@ -59,8 +60,9 @@ class RankingDesign(DesignBase):
                 "(screener=gpt4o_mini, ...) or the offline twin screener=simulated_ranker"
             )
         check_estimator(self, parts["estimator"])
-        groups = getattr(parts["population"], "groups", None)
-        reference = getattr(parts["estimator"], "reference", None)
+        population, estimator = parts["population"], parts["estimator"]
+        groups = population.groups if isinstance(population, RankingTrials) else None
+        reference = estimator.reference if isinstance(estimator, RankingEstimator) else None
         if groups is not None and reference is not None and reference not in groups:
             raise ConfigError(
                 f"estimator.reference: {reference!r} is not one of the trials' groups ({', '.join(groups)}); "

@@ -14,7 +14,7 @@ import pandas as pd
 from popfair.core.errors import ConfigError
 from popfair.core.types import Profiles
 from popfair.design.base import PreviousRun, ScoreScale
-from popfair.design.ranking.trials import GROUP, TRIAL
+from popfair.design.ranking.trials import GROUP, TRIAL, RankingTrials
 from popfair.design.sequential import SequentialSettings, Stream, group_rate_values
 from popfair.estimate.power import PowerPlan, PowerSettings
 from popfair.estimate.ranking import top1_power as rp
@@ -69,8 +69,9 @@ class RankingLooks:
         table = profiles.table
         trials = table[TRIAL].to_numpy(dtype=object)
         ids = pd.unique(trials)
-        k = int(getattr(population, "k", 0) or table.groupby(TRIAL).size().max())
-        block = len(williams_square(k)) if getattr(population, "order", "latin_square") == "latin_square" else 1
+        k = int(table.groupby(TRIAL).size().max())
+        order = population.order if isinstance(population, RankingTrials) else "latin_square"
+        block = len(williams_square(k)) if order == "latin_square" else 1
         n_units = len(ids) // block
         index = pd.Series(np.arange(len(ids)), index=ids).loc[trials].to_numpy()
         unit = np.where(index < n_units * block, index // block, -1)  # -1: an incomplete last block

@@ -123,7 +123,7 @@ class RankingTrials:
             raise ConfigError(
                 "occupation: the ranking design draws its profiles from an occupation's population "
                 f"(occupation=nurse|teacher|software_developer|accountant|construction_laborer), got "
-                f"occupation.key={getattr(occupation, 'key', '?')!r}"
+                f"{type(occupation).__name__}"
             )
         base = self.profiles.sample(occupation, protected, seed)
         # every draw is keyed by (trial id, seed): n trials are the first n of any larger n_trials

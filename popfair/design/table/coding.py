@@ -44,7 +44,7 @@ class TableCoding:
         """Raw value -> category for every sex / race value present; unmapped values named with counts."""
         tables = []
         for role in ("sex", "race"):
-            column = getattr(self.columns, role)
+            column = self.columns.of(role)
             if column is None:
                 continue
             seen = self.source.fetch(

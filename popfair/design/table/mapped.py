@@ -284,7 +284,7 @@ class MappedTable(TableCoding):
     def frame(self) -> pd.DataFrame:
         """One row per applicant used, in source order: y, gender, race, cluster, posting_id, pair_key,
         applicant_id, date (those mapped) and the PSE role columns under their own names."""
-        codes = [CODE[r] for r in ("sex", "race") if getattr(self.columns, r) is not None]
+        codes = [CODE[r] for r in ("sex", "race") if self.columns.of(r) is not None]
         exclude = f"EXCLUDE ({', '.join(codes)})" if codes else ""
         frame = self.source.fetch(f"SELECT * {exclude} FROM {MAPPED}")
         if "y" in frame:
@@ -317,7 +317,7 @@ class MappedTable(TableCoding):
         """(SQL predicate on a source row, problem wording) for each row-level check."""
         checks = [(self.coding.bad, self.coding.problem)]
         for role in ("cluster", "posting_id", "pair_id"):
-            column = getattr(self.columns, role)
+            column = self.columns.of(role)
             if column is not None:
                 checks.append((f"{quote_identifier(column)} IS NULL", f"{role} is missing"))
         if self.settings.period is not None:  # every row needs its period
@@ -370,7 +370,7 @@ class MappedTable(TableCoding):
             return str(self.columns.date)
         for role in ("cluster", "posting_id", "pair_id"):
             if problem.startswith(role):
-                return str(getattr(self.columns, role))
+                return str(self.columns.of(role))
         return self.columns.outcome
 
     def _write_report(self, problems: pd.DataFrame) -> Path:
@@ -383,7 +383,7 @@ class MappedTable(TableCoding):
         """The view every output reads: coded outcome, mapped categories, role columns renamed."""
         select = [f"{self.coding.y} AS y"]
         for role in ("sex", "race"):
-            column = getattr(self.columns, role)
+            column = self.columns.of(role)
             if column is None:
                 continue
             rows = self.mapping[(self.mapping["role"] == role) & self.mapping["raw"].notna()]
@@ -403,17 +403,17 @@ class MappedTable(TableCoding):
             )
         taken = {FRAME_NAMES[r] for r in ("outcome", "sex", "race")}
         for role in ("applicant_id", "cluster", "date", "pair_id", "posting_id"):
-            column = getattr(self.columns, role)
+            column = self.columns.of(role)
             if column is not None:
                 select.append(f"{quote_identifier(column)} AS {FRAME_NAMES[role]}")
                 taken.add(FRAME_NAMES[role])
         if self.columns.posting_id is None and self.columns.cluster is not None:
             select.append(f"{quote_identifier(self.columns.cluster)} AS posting_id")  # paired_gap's default cluster
             taken.add("posting_id")
-        mapped_names = {getattr(self.columns, r): FRAME_NAMES[r] for r in ("sex", "race") if getattr(self.columns, r)}
+        mapped_names = {self.columns.of(r): FRAME_NAMES[r] for r in ("sex", "race") if self.columns.of(r)}
         for role in ("z", "b", "r"):
-            for column in getattr(self.columns, role):
-                if column in mapped_names or column in [getattr(self.columns, r) for r in FRAME_NAMES]:
+            for column in self.columns.of(role):
+                if column in mapped_names or column in [self.columns.of(r) for r in FRAME_NAMES]:
                     continue  # a mapped column serves the role under popfair's name (roles() says which)
                 if column in taken:
                     raise ConfigError(
@@ -439,7 +439,7 @@ class MappedTable(TableCoding):
     def role_column(self, name: str) -> str:
         """The frame's name for a source column named in a PSE role (a mapped one keeps popfair's name)."""
         for role in FRAME_NAMES:
-            if getattr(self.columns, role, None) == name:
+            if self.columns.of(role) == name:
                 return FRAME_NAMES[role]
         return name
 

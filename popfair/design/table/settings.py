@@ -79,9 +79,14 @@ class Columns:
     b: tuple[str, ...] = ()
     r: tuple[str, ...] = ()
 
+    def of(self, role: str) -> Any:
+        """The source column of a single-column role (None: not in the table, or no such role), or the
+        columns of z, b or r (a tuple)."""
+        return vars(self).get(role)
+
     def single(self) -> dict[str, str]:
         """role -> source column, for the single-column roles that are mapped."""
-        return {role: getattr(self, role) for role in SINGLE_COLUMNS if getattr(self, role) is not None}
+        return {role: self.of(role) for role in SINGLE_COLUMNS if self.of(role) is not None}
 
     def source_columns(self) -> list[str]:
         """Every source column the case reads, once each, in a stable order."""

@@ -109,9 +109,7 @@ def check_columns(settings: TableSettings, available: list[str], description: st
     """Every mapped column exists; else a ConfigError naming the role's key and the closest columns."""
     c = settings.columns
     wanted = [(f"table.columns.{role}", name) for role, name in c.single().items()]
-    wanted += [
-        (f"table.columns.{role}[{i}]", name) for role in ("z", "b", "r") for i, name in enumerate(getattr(c, role))
-    ]
+    wanted += [(f"table.columns.{role}[{i}]", name) for role in ("z", "b", "r") for i, name in enumerate(c.of(role))]
     if settings.watch_column is not None:
         wanted.append(("table.watch_column", settings.watch_column))
     for key, name in wanted:

@@ -51,7 +51,7 @@ STATE_SETTINGS = (
 
 def settings_record(settings: TableSettings) -> dict[str, Any]:
     """The settings a watch's counts depend on, as JSON values (compared at every look)."""
-    record = {key: getattr(settings, key) for key in STATE_SETTINGS}
+    record = {key: vars(settings)[key] for key in STATE_SETTINGS}
     record["path"] = None if settings.path is None else str(Path(settings.path).expanduser().resolve())
     record["unknown_labels"] = list(settings.unknown_labels)
     record["columns"] = dataclasses.asdict(settings.columns)
