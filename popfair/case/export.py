@@ -30,13 +30,13 @@ def export_case(cfg: DictConfig):
     from popfair.case.population import PopulationCase
     from popfair.screen.file_results import FileScreener
 
+    experiment = PopulationCase.from_config(cfg, dry_run=True)  # composed once; a dry run needs no key
+    screener = experiment.screener
     require(
-        cfg.get("screener") is not None and str(cfg.screener.get("_target_", "")).endswith(".FileScreener"),
+        isinstance(screener, FileScreener),
         "screener",
         "popfair-export writes documents for screener=file: add screener=file screener.dir=DIR",
     )
-    experiment = PopulationCase.from_config(cfg, dry_run=True)
-    screener = experiment.screener
     assert isinstance(screener, FileScreener)
     profiles = experiment.sample()  # the applicants and the counterfactual worlds the estimator declares
     return screener.export(profiles.jobs, experiment.prompts(profiles).prompts)
