@@ -14,7 +14,7 @@ from typing import Any, cast
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from popfair.case.base import CASE_KINDS, CaseSettings, RunContext, kind_for
 from popfair.core.constraints import DeclaresConstraints, ParameterError, validate
@@ -180,8 +180,11 @@ def case_settings(
     from popfair.case.power_plan import CasePower
 
     whole = values if values is not None else resolved(cfg)
-    if whole is None:
-        whole = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))  # says which interpolation
+    if whole is None:  # a broken interpolation: its key and why, in one line
+        try:
+            whole = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{exc.full_key or 'config'}: {str(exc).splitlines()[0]}") from None
     seed = whole.get("seed", 0)
     require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
     report = whole.get("audit_report", "auto")

@@ -145,7 +145,7 @@ class Planner:
     rendered image of a first resume, and each power line (by the design, settings and sample).
     Nothing is process-wide but the planner `default_planner` returns (a command's sweep)."""
 
-    samples: dict[str, tuple[Profiles, pd.DataFrame, str]] = field(default_factory=dict)
+    samples: dict[str, tuple[Profiles, str]] = field(default_factory=dict)
     documents: dict[str, tuple[list[Document], Profiles]] = field(default_factory=dict)
     identities: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     planned: dict[str, list[str]] = field(default_factory=dict)
@@ -227,8 +227,8 @@ class Planner:
             rows = profiles.rows().drop(columns=WORLD)
             digest = hashlib.sha256(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
             digest.update(repr(list(rows.columns)).encode())
-            self.samples[sample_key] = (profiles, rows, digest.hexdigest())
-        profiles, rows, rows_digest = self.samples[sample_key]
+            self.samples[sample_key] = (profiles, digest.hexdigest())  # not the rows: rebuilt where a set is made
+        profiles, rows_digest = self.samples[sample_key]
         renderer_config = config.get("renderer") or {}
         text_layout = image or type(experiment.renderer) is TextRenderer  # text and image formats agree on it
         identity: Any = (
@@ -249,8 +249,10 @@ class Planner:
             documents = list(
                 experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).prompts
             )
-            if shown and len(documents) == len(rows):
-                documents = with_shown(documents, rows, shown)
+            if shown:
+                rows = profiles.rows().drop(columns=WORLD)
+                if len(documents) == len(rows):
+                    documents = with_shown(documents, rows, shown)
             self.documents[document_key] = (documents, profiles)
         return profiles, self.documents[document_key][0], document_key, image
 
