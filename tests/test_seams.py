@@ -129,6 +129,10 @@ class MedianGap:
     def __init__(self, **_: Any) -> None:
         pass
 
+    def effect_unit(self, effect: str, outcome: str) -> str:
+        """Its own unit (popfair.estimate.base.DeclaresUnits): no report module names it."""
+        return "grade points"
+
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         by = data.groupby(roles.x)[y].median()
         gap = float(by[roles.x1] - by[roles.x0])
@@ -172,6 +176,7 @@ def test_a_case_runs_through_a_toy_design_screener_and_estimator(plugged):
     assert result.screening == {"toy.calls": 300.0}  # a declared ability: the screener's metrics
     by = result.scored.groupby("gender")["y"].median()
     assert result.effects.table.loc["median_gap", "estimate"] == pytest.approx(by["male"] - by["female"])
+    assert result.units == ["grade points"]  # the estimator's declared unit, beside its estimate
 
 
 def test_a_design_declares_its_power_line_and_sequential_audit(plugged):

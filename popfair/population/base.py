@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, TypeVar, runtime_checkable
 
 from popfair.core.types import Profiles
 from popfair.population.occupation import Occupation
@@ -67,6 +68,13 @@ class GroupsColumns(Protocol):
     grouped_from: ClassVar[Mapping[str, str]]
 
 
+class _Diagnosed(Protocol):
+    diagnostics: bool
+
+
+P = TypeVar("P", bound=_Diagnosed)
+
+
 @runtime_checkable
 class LogsDiagnostics(Protocol):
     """A population that draws diagnostics with its sample (figures and tables logged with a run as
@@ -74,3 +82,13 @@ class LogsDiagnostics(Protocol):
     the same applicants without them (a dry run logs none)."""
 
     def without_diagnostics(self) -> Population: ...
+
+
+def copy_without_diagnostics(population: P) -> P:
+    """A shallow copy of a population whose `diagnostics` setting is off (the population itself where it
+    is off already): what `LogsDiagnostics.without_diagnostics` returns, the population left as it is."""
+    if not population.diagnostics:
+        return population
+    quiet = copy.copy(population)
+    quiet.diagnostics = False
+    return quiet

@@ -35,7 +35,6 @@ matches the paper's Table 3 (tag `population.table3`); the bundled data do not r
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from functools import lru_cache
@@ -51,7 +50,7 @@ from popfair.core.errors import ConfigError, DataError, require
 from popfair.core.types import Profiles, Roles
 from popfair.data import data_file
 from popfair.population import experience, pums, scm, transport
-from popfair.population.base import GroupsColumns, LogsDiagnostics
+from popfair.population.base import GroupsColumns, LogsDiagnostics, copy_without_diagnostics
 from popfair.population.cache import disk_cached, disk_cached_frame, file_fingerprint, frame_digest
 from popfair.population.experience import (
     EXPERIENCE_SOURCES,
@@ -285,13 +284,8 @@ class PopResumePopulation(GroupsColumns, LogsDiagnostics):
         return pums_path, int(occp), self.below_hs, self.ca_tx, self.transport_donors, self.experience_source
 
     def without_diagnostics(self) -> PopResumePopulation:
-        """This population, drawing the same applicants without their diagnostics (`LogsDiagnostics`:
-        a dry run logs none): a copy with `diagnostics` off, this one left as it is."""
-        if not self.diagnostics:
-            return self
-        quiet = copy.copy(self)
-        quiet.diagnostics = False
-        return quiet
+        """The same applicants drawn without their diagnostics (`LogsDiagnostics`): a copy, this one kept."""
+        return copy_without_diagnostics(self)
 
     def sample(self, occupation: Occupation, protected: ProtectedAttribute, seed: int) -> Profiles:
         clock = _Clock()
