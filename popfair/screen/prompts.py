@@ -177,8 +177,9 @@ class PromptTable:
         return table
 
 
-_PROMPT_TABLE_MEMO = 12  # tables kept: a sweep plans a few document sets over many models (the paper grid:
-# 5 occupations x 2 prompt sets; fewer slots than that rebuilt each table a dozen times)
+_PROMPT_TABLE_MEMO = 16  # tables kept: a sweep plans a few document sets over many models (the paper grid:
+# per format, 5 occupations x 2 attributes, whose counterfactual worlds differ, and the 5 race sets' documents
+# not already planned for gender: 15 lists a model cycles through; fewer slots rebuilt every table every case)
 _PROMPT_TABLE_MIN_DOCUMENTS = 256  # shorter lists are built afresh
 _PROMPT_TABLES: OrderedDict[
     tuple[Any, ...], tuple[Sequence[Document], Mapping[str, Job], list[tuple[str, str, str]], PromptTable]

@@ -60,7 +60,10 @@ def with_shown(documents: list[Document], rows: pd.DataFrame, shown: list[str]) 
     joined = rows[shown[0]].astype(str)
     for column in shown[1:]:  # column by column: a row-wise join transposes the frame (seconds per grid set)
         joined = joined + " " + rows[column].astype(str)
-    return [replace(d, text=f"{d.text}\n[photo: {mark}]") for d, mark in zip(documents, joined.tolist())]
+    return [
+        Document(d.applicant_id, d.job_id, d.kind, f"{d.text}\n[photo: {mark}]", d.image_png, d.profile, d.pdf)
+        for d, mark in zip(documents, joined.tolist())
+    ]  # not dataclasses.replace: it inspects the fields of each of a grid set's 20,000 documents
 
 
 KEPT_RENDERERS = ("text", "json")  # kinds whose plan documents are text alone: kept on disk (_kept_render)
