@@ -283,7 +283,10 @@ class Planner:
             fresh = self.fresh[memo]
         else:
             seen = {identity for key in earlier for identity in self._identities(key)}
-            fresh = self.fresh[memo] = [d for d, i in zip(documents, self._identities(document_key)) if i not in seen]
+            fresh = [d for d, i in zip(documents, self._identities(document_key)) if i not in seen]
+            # none planned before (another occupation's set): the set's own list, so that the screener
+            # prices it once with its total, and its prompt table is the one the total built
+            fresh = self.fresh[memo] = documents if len(fresh) == len(documents) else fresh
         earlier.append(document_key)
         return fresh
 
