@@ -251,6 +251,7 @@ def test_tokenizer_without_chat_template_is_refused(tmp_path):
         ("screener.max_new_tokens=0", "screener.max_new_tokens"),
         ("screener.dtype=int8", "screener.dtype"),
         ("screener.device=tpu", "screener.device"),
+        ("screener.prefix_cache=sometimes", "screener.prefix_cache"),
         ("screener.prompts.score_user=no_such_prompt.txt", "screener.prompts.score_user"),
     ],
 )
@@ -369,3 +370,74 @@ def test_compile_needs_a_gpu_and_dtype_auto_is_fp32_on_cpu(llama_dir):
     with pytest.raises(ConfigError, match="screener.compile"):
         screener(llama_dir, "screener.compile=true")
     assert screener(llama_dir, "screener.dtype=auto").dtype == "float32"
+
+
+# --- the shared prefix computed once per job (popfair.screen.hf_prefix) ------------------------------
+TWO_JOBS = {**JOBS, "aide": Job(job_id="aide", title="aide", description="the job is care for patients years")}
+
+
+def two_job_documents(n: int) -> list[Document]:
+    return [
+        Document(d.applicant_id, "aide" if i % 3 == 0 else "nurse", "text", d.text) for i, d in enumerate(documents(n))
+    ]
+
+
+@pytest.mark.parametrize("static", ["false", "true"])
+def test_prefix_computed_once_per_job_answers_as_every_prompt_whole(llama_dir, tmp_path, static):
+    docs = two_job_documents(14)
+    settings = ("screener.batch_size=null", "screener.batch_tokens=500", f"screener.static_cache={static}")
+    reused = screener(llama_dir, *settings, f"cache_dir={tmp_path}/a")
+    answers = reused.screen(TWO_JOBS, docs, "score")
+    whole = screener(llama_dir, *settings, "screener.prefix_cache=false", f"cache_dir={tmp_path}/b")
+    expected = whole.screen(TWO_JOBS, docs, "score")
+    assert [r.raw for r in answers] == [r.raw for r in expected]  # greedy, fp32: the same answers
+    assert [r.output_tokens for r in answers] == [r.output_tokens for r in expected]
+    metrics = reused.metrics()
+    assert metrics["screen.prefixes_computed"] == 2 and metrics["screen.prefix_rows"] == 14  # once per job
+    assert metrics["screen.batches"] > 2  # the token budget cut each job's resumes into several batches
+    assert 0.3 < metrics["screen.prefix_token_share"] < 1 and metrics["screen.batch_variant_share"] == 0.0
+    assert whole.metrics()["screen.prefix_rows"] == 0 and whole.metrics()["screen.prefixes_computed"] == 0
+    records = stored_records(tmp_path / "a")
+    system_tokens = len(reused.tokenizer(reused.prompts.system("score"))["input_ids"])
+    assert all(r["prefix_tokens"] > system_tokens for r in records)  # the system prompt and more: the job
+    assert reused.run_tags["hf_local.prefix_cache"] == "True" and whole.run_tags["hf_local.prefix_cache"] == "False"
+    # the prefix does not change answers, so it is not in their key: computed whole, they are found stored
+    again = screener(llama_dir, *settings, "screener.prefix_cache=false", f"cache_dir={tmp_path}/a")
+    assert [r.raw for r in again.screen(TWO_JOBS, docs, "score")] == [r.raw for r in answers]
+    assert again.metrics()["screen.rows_from_cache"] == 14
+
+
+def test_prefix_cache_gives_the_logits_of_the_whole_prompt(llama_dir):
+    import torch
+
+    from popfair.screen.hf_prefix import PrefixCache, common_prefix
+
+    s = screener(llama_dir)
+    prompts = [s.prompt_text(JOBS["nurse"], d, "callback") for d in documents(5)]
+    rows = s.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    prefix = common_prefix(rows)
+    assert len(prefix) > 20 and all(tuple(r[: len(prefix)]) == prefix for r in rows)
+    assert len({r[len(prefix)] for r in rows}) > 1  # the longest common prefix: the next token differs
+    shared = PrefixCache(s.model, prefix, "cpu")
+    with torch.inference_mode():
+        inputs = shared.inputs(s.tokenizer, rows, 4, static=False)
+        mask = inputs["attention_mask"]
+        # the rest of every row on top of the prefix's cache (generate's position ids: the mask's count)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, len(prefix) :]
+        ids = inputs.pop("input_ids")[:, len(prefix) :]
+        logits = s.model(input_ids=ids, position_ids=positions, **inputs).logits[:, -1]
+        for row, last in zip(rows, logits):
+            alone = s.model(input_ids=torch.tensor([row])).logits[0, -1]
+            assert torch.allclose(last, alone, atol=1e-5)
+
+
+def test_prefix_groups_need_two_rows_and_a_long_enough_start():
+    from popfair.screen.hf_prefix import MIN_PREFIX_TOKENS, common_prefix, plan_batches
+
+    start = list(range(100, 100 + MIN_PREFIX_TOKENS))
+    rows = [start + [1, 2], start + [1, 3, 4], start + [5], [7] * 20, start[:3] + [9] * 20, start[:3] + [8] * 20]
+    assert common_prefix(rows[:3]) == tuple(start)
+    assert common_prefix([start + [1], start + [1, 2]]) == (*start,)  # each row keeps a token of its own
+    plan = plan_batches(rows, ["a", "a", "a", "b", "c", "c"], lambda idx: [list(range(len(idx)))])
+    assert plan == [(tuple(start), [0, 1, 2]), (None, [3, 4, 5])]  # job c shares only 3 tokens
+    assert plan_batches(rows, None, lambda idx: [list(range(len(idx)))]) == [(None, [0, 1, 2, 3, 4, 5])]

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from popfair.screen.hf_prefix import PrefixCache
 
 Parse = Callable[[str], tuple[float | None, str | None]]
 # continuations that would extend a match still open: "7" -> "70", "ye"/"no" -> "nox", "7" -> "7.5"
@@ -82,9 +85,10 @@ def settled_stop(tokenizer: Any, parse: Parse, width: int, rows: int) -> Any:
     return SettledReplies()
 
 
-def generation_config(decoding: Decoding, end_ids: Sequence[int], pad_id: int) -> Any:
+def generation_config(decoding: Decoding, end_ids: Sequence[int], pad_id: int, own_cache: bool = False) -> Any:
     """Greedy decoding to the cap; the static cache and transformers' compiled decoding step only
-    when asked for (generate compiles by itself whenever the cache is static, unless told not to)."""
+    when asked for (generate compiles by itself whenever the cache is static, unless told not to).
+    `own_cache`: the caller passes the cache (a shared prefix's), static already where asked for."""
     from transformers import GenerationConfig
 
     return GenerationConfig(
@@ -92,7 +96,7 @@ def generation_config(decoding: Decoding, end_ids: Sequence[int], pad_id: int) -
         max_new_tokens=decoding.max_new_tokens,
         eos_token_id=list(end_ids),
         pad_token_id=pad_id,
-        cache_implementation="static" if decoding.static_cache else None,
+        cache_implementation="static" if decoding.static_cache and not own_cache else None,
         disable_compile=not decoding.compile,
     )
 
@@ -105,19 +109,24 @@ def generate(
     decoding: Decoding,
     end_ids: Sequence[int],
     device: str,
+    prefix: PrefixCache | None = None,
 ) -> list[Reply]:
-    """One batch of prompts (token ids, unpadded), left-padded and decoded greedily together."""
+    """One batch of prompts (token ids, unpadded), left-padded and decoded greedily together; rows
+    that all begin with `prefix` start from its computed cache (popfair.screen.hf_prefix)."""
     import torch
     from transformers import StoppingCriteriaList
 
-    padded = tokenizer.pad({"input_ids": [list(r) for r in rows]}, return_tensors="pt")  # padding_side: left
-    encoded = {key: value.to(device) for key, value in padded.items()}
+    if prefix is None:
+        padded = tokenizer.pad({"input_ids": [list(r) for r in rows]}, return_tensors="pt")  # padding_side: left
+        encoded = {key: value.to(device) for key, value in padded.items()}
+    else:
+        encoded = prefix.inputs(tokenizer, rows, decoding.max_new_tokens, decoding.static_cache)
     width = encoded["input_ids"].shape[1]
     stop = settled_stop(tokenizer, parse, width, len(rows))
     with torch.inference_mode():
         out = model.generate(
             **encoded,
-            generation_config=generation_config(decoding, end_ids, tokenizer.pad_token_id),
+            generation_config=generation_config(decoding, end_ids, tokenizer.pad_token_id, prefix is not None),
             stopping_criteria=StoppingCriteriaList([stop]),
         )
     generated = out[:, width:].cpu().numpy()
@@ -139,3 +148,11 @@ def _reply_length(tokens: np.ndarray, end_ids: Sequence[int], settled_at: int | 
     ends = np.flatnonzero(np.isin(tokens, end_ids))
     n = int(ends[0] + 1) if len(ends) else len(tokens)
     return min(n, settled_at) if settled_at is not None else n
+
+
+def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Token ids that end an answer: the generation config's eos id(s) and the tokenizer's."""
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids = list(configured) if isinstance(configured, list) else [configured]
+    ids.append(tokenizer.eos_token_id)
+    return sorted({int(i) for i in ids if i is not None})
