@@ -108,6 +108,8 @@ class StubState:
     down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
     yes_share: object = None  # callable user -> P(callback "yes"), e.g. higher for some names (a biased model)
+    metrics: object = None  # callable state -> Prometheus text served at GET /metrics (None: no such endpoint)
+    prompts: list = field(default_factory=list)  # every chat prompt received, in order (system, user)
 
 
 def _user_text(content) -> str:
@@ -237,6 +239,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, {"object": "list", "data": listed})
         if path == "/version" and self.state.version is not None:  # vLLM's engine version
             return self._send(200, {"version": self.state.version})
+        if path == "/metrics" and callable(self.state.metrics):  # an engine's Prometheus metrics
+            with self.state.lock:
+                text = self.state.metrics(self.state)
+            return self._send(200, text, content_type="text/plain; version=0.0.4; charset=utf-8")
         if m := re.fullmatch(r"/v1/models/([\w.:-]+)", path):
             if m.group(1) in self.state.models:
                 return self._send(200, {"type": "model", "id": m.group(1), "display_name": m.group(1)})
@@ -293,6 +299,7 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.requests += 1
             st.attempts[prompt] += 1
+            st.prompts.append((system, user))
             st.images.extend(extract_images(path, body))
             attempt = st.attempts[prompt]
             # grant answers at arrival, so that exactly hold_after requests are ever answered

@@ -393,8 +393,12 @@ class LLMScreener(Screener):
             )
         if self.served is not None:  # answers are keyed by what the server serves: asked first
             self.run_tags = {**self.run_tags, **self.served.identify()}
+            self.served.meter.start()  # its prefix-cache counters, read again after the requests
         keys, request = self._keys(jobs, documents, outcome)
-        return self.loop.run(documents, keys, request, outcome, budget_usd=self.max_cost_usd)
+        results = self.loop.run(documents, keys, request, outcome, budget_usd=self.max_cost_usd)
+        if self.served is not None:
+            self.served.meter.stop()
+        return results
 
     served: ServedModel | None = None  # a self-hosted server (route=local): asked what it serves
 
@@ -412,8 +416,9 @@ class LLMScreener(Screener):
         return answers
 
     def metrics(self) -> dict[str, float]:
-        """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars)."""
-        return self.loop.metrics()
+        """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars; a
+        self-hosted server's prefix-cache hit rate)."""
+        return {**self.loop.metrics(), **(self.served.meter.metrics if self.served is not None else {})}
 
     def describe(self) -> dict[str, Any]:
         """Model card fields for reports (no secrets)."""
