@@ -204,12 +204,13 @@ def screen(screener, jobs, docs, outcome: str) -> list[str]:
     return [r.raw for r in screener.screen(jobs, docs, outcome)]
 
 
-def timed(device: str, run) -> tuple[float, list[str]]:
+def timed(device: str, run) -> tuple[float, float, list[str]]:
+    """Wall seconds, this process's CPU seconds (all its threads) and the answers of `run()`."""
     sync(device)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     answers = run()
     sync(device)
-    return time.perf_counter() - t0, answers
+    return time.perf_counter() - t0, time.process_time() - c0, answers
 
 
 def decode_steps(screener, jobs, docs, outcome: str) -> Timing:
@@ -250,7 +251,7 @@ def decode_steps(screener, jobs, docs, outcome: str) -> Timing:
                 screener.input_device,
                 prefix,
             )
-            t, reply = timed(screener.device, run)
+            t, _, reply = timed(screener.device, run)
             times.append(t)
             replies.append(reply)
         steps = max(r.new_tokens for r in replies[0])
@@ -271,6 +272,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three rows (default 3)")
     parser.add_argument("--outcome", choices=["score", "callback"], default="score")
     parser.add_argument("--steps", action=argparse.BooleanOptionalAction, help="decode step times (default: on a GPU)")
+    parser.add_argument("--threads", type=int, help="torch threads on CPU (default: torch's own)")
     parser.add_argument("--peak-gbs", type=float, help="device memory bandwidth, GB/s (default: by device)")
     args = parser.parse_args()
 
@@ -282,6 +284,8 @@ def main() -> None:
     from popfair.screen.local_runtime import device_name, runtime_versions
 
     gpu = torch.cuda.is_available()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     shape = args.shape or ("1b" if gpu else "tiny")
     n = args.prompts or (512 if gpu else 96)
     with tempfile.TemporaryDirectory(prefix="bench-local-") as tmp:
@@ -318,23 +322,33 @@ def main() -> None:
         plain_generate(reuse, prompts[:4], 2, args.baseline_batch)
         names = list(runs)
         seconds: dict[str, list[float]] = {name: [] for name in names}
+        cpu: dict[str, list[float]] = {name: [] for name in names}
         answers: dict[str, list[str]] = {}
         for r in range(args.rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                t, answers[name] = timed(device, runs[name])
+                t, c, answers[name] = timed(device, runs[name])
                 seconds[name].append(t)
+                cpu[name].append(c)
         print(
             f"prefix computed once: {reuse.metrics().get('screen.prefixes_computed', 0):.0f} time(s), "
             f"{reuse.metrics().get('screen.prefix_token_share', 0):.0%} of the prompt tokens not computed again"
         )
-        base = seconds["hf_local, every prompt whole"]
-        print(f"{'':30} {'prompts/s':>10} {'speed-up':>9} {'per round':>18} {'answers same':>13}")
+        whole_name = "hf_local, every prompt whole"
+        header = f"{'prompts/s':>10} {'speed-up':>9} {'per round':>12} {'CPU speed-up':>13} {'per round':>12}"
+        print(f"{'':30} {header} {'answers same':>13}")
         for name in names:
-            ratios = [b / t for b, t in zip(base, seconds[name])]
-            same = np.mean([a == b for a, b in zip(answers[name], answers["hf_local, every prompt whole"])])
-            spread = f"{min(ratios):.2f}-{max(ratios):.2f}x"
-            print(f"{name:30} {n / np.median(seconds[name]):10.1f} {np.median(ratios):8.2f}x {spread:>18} {same:13.0%}")
-        print(f"load {load()} at the end; speed-up: hf_local without reuse's time / the row's, per round")
+            ratios = [b / t for b, t in zip(seconds[whole_name], seconds[name])]
+            cpu_ratios = [b / t for b, t in zip(cpu[whole_name], cpu[name])]
+            same = np.mean([a == b for a, b in zip(answers[name], answers[whole_name])])
+            print(
+                f"{name:30} {n / np.median(seconds[name]):10.1f} {np.median(ratios):8.2f}x "
+                f"{min(ratios):5.2f}-{max(ratios):.2f}x {np.median(cpu_ratios):12.2f}x "
+                f"{min(cpu_ratios):5.2f}-{max(cpu_ratios):.2f}x {same:13.0%}"
+            )
+        print(
+            f"load {load()} at the end. Speed-up: hf_local without reuse's time / the row's, in each round "
+            "(median, range); CPU: the same with this process's CPU seconds (less moved by other users)"
+        )
         if args.steps if args.steps is not None else gpu:
             if args.peak_gbs:
                 peak, source = args.peak_gbs, "--peak-gbs"

@@ -441,3 +441,18 @@ def test_prefix_groups_need_two_rows_and_a_long_enough_start():
     plan = plan_batches(rows, ["a", "a", "a", "b", "c", "c"], lambda idx: [list(range(len(idx)))])
     assert plan == [(tuple(start), [0, 1, 2]), (None, [3, 4, 5])]  # job c shares only 3 tokens
     assert plan_batches(rows, None, lambda idx: [list(range(len(idx)))]) == [(None, [0, 1, 2, 3, 4, 5])]
+
+
+def test_prefix_reuse_is_off_past_a_sliding_window_and_for_recurrent_state():
+    from types import SimpleNamespace
+
+    import transformers
+
+    from popfair.screen.hf_prefix import reusable
+
+    windowed = SimpleNamespace(config=transformers.MistralConfig(sliding_window=100, num_hidden_layers=2))
+    assert reusable(windowed, 100) and not reusable(windowed, 101)  # the middle padding would take window places
+    assert reusable(SimpleNamespace(config=transformers.MistralConfig(sliding_window=None)), 10_000)
+    hybrid = transformers.Qwen3NextConfig(num_hidden_layers=4) if hasattr(transformers, "Qwen3NextConfig") else None
+    if hybrid is not None:  # linear-attention layers keep a recurrent state that a prefix cannot be shared by
+        assert any("linear" in t for t in hybrid.layer_types) and not reusable(SimpleNamespace(config=hybrid), 10)

@@ -423,6 +423,7 @@ class HFLocalScreener(Screener):
             stats["rows_in_batches"] += len(batch)
             bar.update(len(batch))
         bar.close()
+        shared.last = None  # the last prefix's cache: freed
         return out
 
     def _summarise(

@@ -76,6 +76,9 @@ def reusable(model: Any, longest: int) -> bool:
     not for caches with recurrent state, nor past a sliding attention window."""
     from popfair.screen.local_runtime import text_config
 
+    supports = getattr(model, "_supports_default_dynamic_cache", None)  # False: a model keeping state of its own
+    if supports is not None and not supports():
+        return False
     text = text_config(model.config)
     types = getattr(text, "layer_types", None) or []
     if any("linear" in str(t) or "mamba" in str(t) for t in types):
