@@ -215,7 +215,7 @@ def timed(device: str, run) -> tuple[float, float, list[str]]:
 
 def decode_steps(screener, jobs, docs, outcome: str) -> Timing:
     """hf_local's batches (with its shared prefixes) generated again: decode step times and bytes."""
-    from popfair.screen.hf_generate import Decoding, generate, token_budget_batches
+    from popfair.screen.hf_generate import Decoding, generate
     from popfair.screen.hf_local import end_token_ids
     from popfair.screen.hf_prefix import SharedPrefixes, plan_batches
     from popfair.screen.parse import parse_answer
@@ -229,13 +229,11 @@ def decode_steps(screener, jobs, docs, outcome: str) -> Timing:
     def parse(text):
         return parse_answer(text, outcome)
 
-    def cut(indices):
-        return token_budget_batches(lengths[indices], cap, screener.budget(), screener.batch_size)
-
     groups = [d.job_id for d in docs] if screener.prefix_cache else None
-    shared = SharedPrefixes(screener.model, screener.input_device, int(lengths.sum()))
+    pad_id = screener.tokenizer.pad_token_id
+    shared = SharedPrefixes(screener.model, screener.input_device, int(lengths.sum()), pad_id)
     timing = Timing()
-    for prefix_ids, batch in plan_batches(ids, groups, cut):
+    for prefix_ids, batch in plan_batches(ids, groups, cap, screener.budget(), screener.batch_size):
         rows = [ids[i] for i in batch]
         prefix = shared.for_batch(prefix_ids, int(lengths[batch].max()) + cap)
         times, replies = [], []

@@ -408,23 +408,26 @@ def test_prefix_computed_once_per_job_answers_as_every_prompt_whole(llama_dir, t
 
 
 def test_prefix_cache_gives_the_logits_of_the_whole_prompt(llama_dir):
+    """Two jobs' prefixes in one cache (the shorter left-padded), each row on top of its own job's."""
     import torch
 
     from popfair.screen.hf_prefix import PrefixCache, common_prefix
 
     s = screener(llama_dir)
-    prompts = [s.prompt_text(JOBS["nurse"], d, "callback") for d in documents(5)]
+    docs = two_job_documents(8)
+    prompts = [s.prompt_text(TWO_JOBS[d.job_id], d, "callback") for d in docs]
     rows = s.tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    prefix = common_prefix(rows)
-    assert len(prefix) > 20 and all(tuple(r[: len(prefix)]) == prefix for r in rows)
-    assert len({r[len(prefix)] for r in rows}) > 1  # the longest common prefix: the next token differs
-    shared = PrefixCache(s.model, prefix, "cpu")
+    prefixes = [common_prefix([r for r, d in zip(rows, docs) if d.job_id == job]) for job in ("nurse", "aide")]
+    assert len(prefixes[0]) > 20 and len(prefixes[0]) != len(prefixes[1])
+    shared = PrefixCache(s.model, prefixes, "cpu", s.tokenizer.pad_token_id)
+    assert [shared.which(r) for r in rows] == [1 if d.job_id == "aide" else 0 for d in docs]
     with torch.inference_mode():
         inputs = shared.inputs(s.tokenizer, rows, 4, static=False)
         mask = inputs["attention_mask"]
-        # the rest of every row on top of the prefix's cache (generate's position ids: the mask's count)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, len(prefix) :]
-        ids = inputs.pop("input_ids")[:, len(prefix) :]
+        width = shared.ids.shape[1]
+        # the rest of every row on top of its prefix's cache (generate's position ids: the mask's count)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, width:]
+        ids = inputs.pop("input_ids")[:, width:]
         logits = s.model(input_ids=ids, position_ids=positions, **inputs).logits[:, -1]
         for row, last in zip(rows, logits):
             alone = s.model(input_ids=torch.tensor([row])).logits[0, -1]
@@ -438,9 +441,27 @@ def test_prefix_groups_need_two_rows_and_a_long_enough_start():
     rows = [start + [1, 2], start + [1, 3, 4], start + [5], [7] * 20, start[:3] + [9] * 20, start[:3] + [8] * 20]
     assert common_prefix(rows[:3]) == tuple(start)
     assert common_prefix([start + [1], start + [1, 2]]) == (*start,)  # each row keeps a token of its own
-    plan = plan_batches(rows, ["a", "a", "a", "b", "c", "c"], lambda idx: [list(range(len(idx)))])
-    assert plan == [(tuple(start), [0, 1, 2]), (None, [3, 4, 5])]  # job c shares only 3 tokens
-    assert plan_batches(rows, None, lambda idx: [list(range(len(idx)))]) == [(None, [0, 1, 2, 3, 4, 5])]
+    plan = plan_batches(rows, ["a", "a", "a", "b", "c", "c"], 4, 10_000, None)
+    assert plan == [((tuple(start),), [0, 1, 2]), (None, [4, 5, 3])]  # job c shares only 3 tokens
+    assert plan_batches(rows, None, 4, 10_000, None) == [(None, [4, 5, 3, 1, 0, 2])]
+
+
+def test_small_jobs_are_packed_whole_within_the_token_budget():
+    from popfair.screen.hf_prefix import MIN_PREFIX_TOKENS, plan_batches
+
+    def job(k: int, width: int) -> list[list[int]]:  # two rows sharing a prefix of `width` tokens
+        return [[k] * width + [1, 2], [k] * width + [3, 4, 5]]
+
+    rows = [*job(10, MIN_PREFIX_TOKENS), *job(11, 30), *job(12, 20), *job(13, 40)]
+    groups = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    # longest prefix first; a batch costs rows x (longest prefix + longest rest + 2 new tokens)
+    plan = plan_batches(rows, groups, 2, 4 * (40 + 3 + 2), None)
+    assert [len(prefixes) for prefixes, _ in plan] == [2, 2]
+    assert plan[0] == ((tuple([13] * 40), tuple([11] * 30)), [6, 7, 2, 3])
+    assert sorted(i for _, batch in plan for i in batch) == list(range(8))
+    # 135 tokens: the two longest jobs alone (4 x (40 + 5) and 4 x (30 + 5) exceed it), the short ones together
+    assert [len(prefixes) for prefixes, _ in plan_batches(rows, groups, 2, 3 * (40 + 3 + 2), None)] == [1, 1, 2]
+    assert [len(b) for _, b in plan_batches(rows, groups, 2, 10_000, 5)] == [4, 4]  # at most 5 rows
 
 
 def test_prefix_reuse_is_off_past_a_sliding_window_and_for_recurrent_state():
@@ -456,3 +477,19 @@ def test_prefix_reuse_is_off_past_a_sliding_window_and_for_recurrent_state():
     hybrid = transformers.Qwen3NextConfig(num_hidden_layers=4) if hasattr(transformers, "Qwen3NextConfig") else None
     if hybrid is not None:  # linear-attention layers keep a recurrent state that a prefix cannot be shared by
         assert any("linear" in t for t in hybrid.layer_types) and not reusable(SimpleNamespace(config=hybrid), 10)
+
+
+@pytest.mark.parametrize("static", ["false", "true"])
+def test_postings_of_a_few_resumes_are_packed_and_answer_as_every_prompt_whole(llama_dir, static):
+    """A paired audit's shape: many jobs (postings) of a few prompts each, of unequal lengths."""
+    words = ["care", "for", "patients", "years", "experience", "the", "job", "nurse"]
+    postings = {f"p{k}": Job(f"p{k}", "nurse", " ".join(words[: 2 + k] * (k + 1))) for k in range(5)}
+    docs = [Document(d.applicant_id, f"p{i % 5}", "text", d.text) for i, d in enumerate(documents(15))]
+    settings = ("screener.batch_size=null", f"screener.static_cache={static}", "screener.invariance_check=4")
+    packed = screener(llama_dir, *settings)
+    answers = packed.screen(postings, docs, "score")
+    whole = screener(llama_dir, *settings, "screener.prefix_cache=false").screen(postings, docs, "score")
+    assert [r.raw for r in answers] == [r.raw for r in whole]
+    metrics = packed.metrics()
+    assert metrics["screen.prefixes_computed"] == 5 and metrics["screen.prefix_rows"] == 15
+    assert metrics["screen.batches"] == 1 and metrics["screen.batch_variant_share"] == 0.0  # all five in one batch

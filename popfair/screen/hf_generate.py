@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from popfair.screen.hf_prefix import PrefixCache
 
 Parse = Callable[[str], tuple[float | None, str | None]]
 # continuations that would extend a match still open: "7" -> "70", "ye"/"no" -> "nox", "7" -> "7.5"
@@ -109,10 +106,11 @@ def generate(
     decoding: Decoding,
     end_ids: Sequence[int],
     device: str,
-    prefix: PrefixCache | None = None,
+    prefix: Any = None,
 ) -> list[Reply]:
     """One batch of prompts (token ids, unpadded), left-padded and decoded greedily together; rows
-    that all begin with `prefix` start from its computed cache (popfair.screen.hf_prefix)."""
+    that begin with the prefixes of `prefix` (a popfair.screen.hf_prefix.PrefixCache) start from their
+    computed cache."""
     import torch
     from transformers import StoppingCriteriaList
 

@@ -29,7 +29,7 @@ from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener
-from popfair.screen.hf_generate import Decoding, Reply, end_token_ids, generate, token_budget_batches
+from popfair.screen.hf_generate import Decoding, Reply, end_token_ids, generate
 from popfair.screen.hf_prefix import SharedPrefixes, plan_batches
 from popfair.screen.local_runtime import (
     accepts_system_role,
@@ -375,14 +375,12 @@ class HFLocalScreener(Screener):
         provenance = self.provenance
         out: dict[str, dict[str, Any]] = {}
 
-        def cut(indices: list[int]) -> list[list[int]]:  # positions in `indices`, token-budget batches
-            return token_budget_batches(lengths[indices], decoding.max_new_tokens, self.budget(), self.batch_size)
-
         def answer(batch_rows: list[list[int]], prefix: Any) -> list[Reply]:
             return generate(self.model, self.tokenizer, batch_rows, parse, decoding, end_ids, self.input_device, prefix)
 
-        pending = plan_batches(rows, groups, cut)
-        shared = self._prefixes = SharedPrefixes(self.model, self.input_device, int(lengths.sum()))
+        pending = plan_batches(rows, groups, decoding.max_new_tokens, self.budget(), self.batch_size)
+        pad_id = self.tokenizer.pad_token_id
+        shared = self._prefixes = SharedPrefixes(self.model, self.input_device, int(lengths.sum()), pad_id)
         bar = tqdm(total=len(rows), desc=f"screen {self.name}", unit="prompt", leave=False)
         while pending:
             prefix_ids, batch = pending.pop(0)
@@ -403,15 +401,15 @@ class HFLocalScreener(Screener):
                 pending[:0] = [(prefix_ids, batch[: len(batch) // 2]), (prefix_ids, batch[len(batch) // 2 :])]
                 continue
             padded = len(batch) * (int(lengths[batch].max()) + decoding.max_new_tokens)
-            fresh, prefix_tokens = [], shared.answered(prefix, len(batch))
-            for i, reply in zip(batch, replies):
+            fresh, prefix_tokens = [], shared.answered(prefix, [rows[i] for i in batch])
+            for i, reply, prefix_length in zip(batch, replies, prefix_tokens):
                 alone = None
                 if i in sample and len(batch) > 1:
                     alone = answer([rows[i]], prefix)[0]
                     stats["checked"] += 1
                     stats["differ"] += alone.text != reply.text
                 out[keys[i]] = _record(reply, len(batch), padded, provenance, alone)
-                out[keys[i]]["prefix_tokens"] = prefix_tokens
+                out[keys[i]]["prefix_tokens"] = prefix_length
                 fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
                 stats["cut_short"] += reply.cut_short
             try:
