@@ -400,6 +400,7 @@ def test_prefix_computed_once_per_job_answers_as_every_prompt_whole(llama_dir, t
     records = stored_records(tmp_path / "a")
     system_tokens = len(reused.tokenizer(reused.prompts.system("score"))["input_ids"])
     assert all(r["prefix_tokens"] > system_tokens for r in records)  # the system prompt and more: the job
+    assert all(r["batch_padded_tokens"] <= 500 for r in records)  # within batch_tokens
     assert reused.run_tags["hf_local.prefix_cache"] == "True" and whole.run_tags["hf_local.prefix_cache"] == "False"
     # the prefix does not change answers, so it is not in their key: computed whole, they are found stored
     again = screener(llama_dir, *settings, "screener.prefix_cache=false", f"cache_dir={tmp_path}/a")

@@ -400,8 +400,8 @@ class HFLocalScreener(Screener):
                 )
                 pending[:0] = [(prefix_ids, batch[: len(batch) // 2]), (prefix_ids, batch[len(batch) // 2 :])]
                 continue
-            padded = len(batch) * (int(lengths[batch].max()) + decoding.max_new_tokens)
-            fresh, prefix_tokens = [], shared.answered(prefix, [rows[i] for i in batch])
+            prefix_tokens, width = shared.answered(prefix, [rows[i] for i in batch])
+            fresh, padded = [], len(batch) * (width + decoding.max_new_tokens)
             for i, reply, prefix_length in zip(batch, replies, prefix_tokens):
                 alone = None
                 if i in sample and len(batch) > 1:

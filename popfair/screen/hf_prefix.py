@@ -204,14 +204,15 @@ class SharedPrefixes:
             self.saved_tokens -= sum(map(len, prefixes))  # computed once: what is saved is every other row's copy
         return self.last
 
-    def answered(self, prefix: PrefixCache | None, rows: Sequence[Sequence[int]]) -> list[int]:
-        """Count a batch answered from `prefix`: each row's prefix length in tokens (0: none)."""
+    def answered(self, prefix: PrefixCache | None, rows: Sequence[Sequence[int]]) -> tuple[list[int], int]:
+        """Count a batch answered from `prefix`: each row's prefix length in tokens (0: none), and the
+        batch's padded width (the prefixes' width and the longest rest; without: the longest row)."""
         if prefix is None:
-            return [0] * len(rows)
+            return [0] * len(rows), max(len(r) for r in rows)
         used = [len(prefix.prefixes[prefix.which(r)]) for r in rows]
         self.rows += len(rows)
         self.saved_tokens += sum(used)
-        return used
+        return used, int(prefix.ids.shape[1]) + max(len(r) - n for r, n in zip(rows, used))
 
     def metrics(self) -> dict[str, float]:
         """Prompts started from a shared prefix's cache, the prefixes computed (one per job) and the
