@@ -8,7 +8,8 @@ prompts/s, the speed-up over hf_local without reuse, and whether the answers are
 
 The prompts are shaped like a case's: the score prompts of conf/prompts/ with a job description of
 `--job-words` words (default 450) and resumes of about `--prompt-words` (default 200), so the system
-prompt and the job description are about 500 of a prompt's ~700 tokens, one job for every prompt.
+prompt and the job description are about 500 of a prompt's ~700 tokens; one job for every prompt, or
+`--jobs` jobs (a paired audit's shape: many postings of a few prompts each, packed into batches).
 
 Rows: `hf_local, prefix once` is the screener at its defaults (token-budget batches, max_new_tokens
 auto, decoding stopped once the reply's reading is settled, the invariance check, the shared
@@ -111,7 +112,7 @@ def random_model(folder: Path, shape: str) -> Path:
     return folder
 
 
-def documents(n: int, prompt_words: int, seed: int = 0) -> list:
+def documents(n: int, prompt_words: int, jobs: int = 1, seed: int = 0) -> list:
     from popfair.core.types import Document
 
     rng = np.random.default_rng(seed)
@@ -119,7 +120,7 @@ def documents(n: int, prompt_words: int, seed: int = 0) -> list:
     return [
         Document(
             applicant_id=f"a{i}",
-            job_id="nurse",
+            job_id=f"job{i % jobs}",
             kind="text",
             text=" ".join(rng.choice(vocabulary, int(prompt_words * rng.uniform(0.7, 1.3)))),
         )
@@ -266,6 +267,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=None, help="prompts (default: 512 on a GPU, 96 on CPU)")
     parser.add_argument("--prompt-words", type=int, default=200, help="resume words (default 200)")
     parser.add_argument("--job-words", type=int, default=450, help="job description words (default 450)")
+    parser.add_argument("--jobs", type=int, default=1, help="jobs the prompts are spread over (default 1)")
     parser.add_argument("--baseline-batch", type=int, default=8, help="the plain loop's batch (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three rows (default 3)")
     parser.add_argument("--outcome", choices=["score", "callback"], default="score")
@@ -296,9 +298,13 @@ def main() -> None:
         whole = build(prefix_cache=False)
         whole._model = reuse.model  # the same weights: not loaded twice
         device = reuse.device
-        jobs = {"nurse": Job("nurse", "Registered nurse", " ".join(words(args.job_words)))}
-        docs = documents(n, args.prompt_words)
-        prompts = [reuse.prompt_text(jobs["nurse"], d, args.outcome) for d in docs]
+        vocabulary = words(args.job_words + args.jobs)
+        jobs = {  # descriptions of one length, each its own words
+            f"job{k}": Job(f"job{k}", "Registered nurse", " ".join(vocabulary[k : k + args.job_words]))
+            for k in range(args.jobs)
+        }
+        docs = documents(n, args.prompt_words, args.jobs)
+        prompts = [reuse.prompt_text(jobs[d.job_id], d, args.outcome) for d in docs]
         ids = reuse.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         lengths = [len(r) for r in ids]
         cap = reuse.new_tokens(args.outcome)
@@ -306,7 +312,7 @@ def main() -> None:
         print(f"device {device_name(device)}, dtype {reuse.dtype}, model {args.model or f'random Llama ({shape})'}")
         print(f"  {weights:.3f} GB of weights; versions {runtime_versions()}")
         print(
-            f"{n} prompts of {np.mean(lengths):.0f} tokens (min {min(lengths)}, max {max(lengths)}), one job, "
+            f"{n} prompts of {np.mean(lengths):.0f} tokens (min {min(lengths)}, max {max(lengths)}), {args.jobs} job(s), "
             f"outcome {args.outcome}, token cap {cap}, batch_tokens {reuse.budget()}"
         )
         print(f"load {load()}, core speed {core_speed():.3f} s (benchmarks/_side_by_side.py)")
@@ -328,7 +334,8 @@ def main() -> None:
                 seconds[name].append(t)
                 cpu[name].append(c)
         print(
-            f"prefix computed once: {reuse.metrics().get('screen.prefixes_computed', 0):.0f} time(s), "
+            f"prefixes computed: {reuse.metrics().get('screen.prefixes_computed', 0):.0f} in "
+            f"{reuse.metrics().get('screen.batches', 0):.0f} batch(es), "
             f"{reuse.metrics().get('screen.prefix_token_share', 0):.0%} of the prompt tokens not computed again"
         )
         whole_name = "hf_local, every prompt whole"
