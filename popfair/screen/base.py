@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from popfair.core.errors import require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 _NONE: Mapping[str, Any] = MappingProxyType({})
@@ -64,3 +65,14 @@ class Screener(ABC):
     def metrics(self) -> dict[str, float]:
         """The screener's counters for the case (API screeners: calls, cache hits, dollars)."""
         return {}
+
+
+def one_answer_per_prompt(name: str, samples: int, why: str) -> None:
+    """Refuse `screener.samples` > 1 for a screener whose answer to a prompt cannot vary (`why`): asking
+    again would pay for the same answer (ConfigError, one line)."""
+    require(
+        isinstance(samples, int) and not isinstance(samples, bool) and samples == 1,
+        "screener.samples",
+        f"{name} {why}, so every answer to a prompt is the same; set samples=1 "
+        "(repeated answers are for LLM routes, route=local and HTTP endpoints)",
+    )

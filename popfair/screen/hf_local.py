@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.hf_generate import Decoding, Reply, generate, token_budget_batches
 from popfair.screen.local_runtime import (
     device_name,
@@ -108,7 +108,9 @@ class HFLocalScreener(Screener):
         prompts_dir: str | None = None,
         score_reply: str = "integer",
         max_new_tokens_override: int | None = None,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(name, samples, "decodes greedily (its determinism check is invariance_check)")
         require(
             isinstance(model_path, str) and model_path.strip() != "",
             "screener.model_path",
