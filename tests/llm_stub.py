@@ -77,20 +77,16 @@ def first_token_logprobs(system: str, user: str, answer: str, yes_share=None) ->
         top = [(yes, 0.9 * p), (no, 0.9 * (1 - p)), ("I", 0.06), ("The", 0.04)]
     else:
         centre = int(unit("answer", text) * 101)
-        low, high = max(0, centre - 10), min(100, centre + 10)
-        top = [(str(centre), 0.45), (str(low), 0.225), (str(high), 0.225), ("Score", 0.1)]
-        if low == centre or high == centre:  # at the ends of the scale the neighbours collapse
+        top = [(str(centre), 0.45), (str(centre - 10), 0.225), (str(centre + 10), 0.225), ("Score", 0.1)]
+        if not 10 <= centre <= 90:  # near the ends of the scale: the prompt's score alone
             top = [(str(centre), 0.9), ("Score", 0.1)]
     top += [(f"tok{i}", 1e-9) for i in range(20 - len(top))]
     import math
 
     alternatives = [{"token": t, "logprob": math.log(max(q, 1e-300)), "bytes": None} for t, q in top]
-    first = answer.split()[0] if answer.split() else answer
-    return {
-        "content": [
-            {"token": first, "logprob": alternatives[0]["logprob"], "bytes": None, "top_logprobs": alternatives}
-        ]
-    }
+    # the token the answer starts with, as one of the alternatives (the prompt's spelling of yes or no)
+    chosen = alternatives[1] if "callback" in system and answer.strip().lower().startswith("no") else alternatives[0]
+    return {"content": [{**chosen, "top_logprobs": alternatives}]}
 
 
 def stub_ranking(user: str) -> list[str]:
