@@ -39,7 +39,7 @@ from popfair.screen.local_runtime import (
     text_config,
     token_bytes,
 )
-from popfair.screen.parse import SCORE_REPLIES, parse_answer
+from popfair.screen.parse import SCORE_FROM, SCORE_REPLIES, parse_answer
 from popfair.screen.prompts import PromptSet
 from popfair.store.blobs import GENERATIONS, STORE_ERRORS, BlobStore, content_key, open_blob_store_or_memory
 
@@ -86,6 +86,7 @@ class HFLocalScreener(Screener):
         "trust_remote_code": Boolean(),
         "score_reply": Options(SCORE_REPLIES),
         "max_new_tokens_override": [None, Interval(int, 1, 4096)],
+        "score_from": Options(SCORE_FROM),
     }
 
     def __init__(
@@ -109,6 +110,7 @@ class HFLocalScreener(Screener):
         score_reply: str = "integer",
         max_new_tokens_override: int | None = None,
         samples: int = 1,
+        score_from: str = "text",
     ) -> None:
         one_answer_per_prompt(name, samples, "decodes greedily (its determinism check is invariance_check)")
         require(
@@ -137,10 +139,11 @@ class HFLocalScreener(Screener):
                 "trust_remote_code": trust_remote_code,
                 "score_reply": score_reply,
                 "max_new_tokens_override": max_new_tokens_override,
+                "score_from": score_from,
             },
         )
         self.prompts = PromptSet(prompts, prompts_dir)
-        self.score_reply = score_reply
+        self.score_reply, self.score_from = score_reply, score_from
         # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
         if max_new_tokens_override is not None:
             max_new_tokens = max_new_tokens_override
@@ -307,7 +310,9 @@ class HFLocalScreener(Screener):
         cap = self.new_tokens(outcome)
         context = getattr(text_config(self.config), "max_position_embeddings", None)
         too_long = (lengths + cap > context) if context else np.zeros(len(ids), bool)
-        keys = [content_key(self.identity, outcome, cap, prompt) for prompt in prompts]
+        # logprobs: the first token's probabilities, kept apart from generated replies (and independent of the cap)
+        reading = "logprobs" if self.score_from == "logprobs" else cap
+        keys = [content_key(self.identity, outcome, reading, prompt) for prompt in prompts]
         stats = {"generated": 0, "batches": 0, "rows_in_batches": 0, "cut_short": 0, "checked": 0, "differ": 0}
         start = time.perf_counter()
         with open_blob_store_or_memory(
@@ -321,7 +326,8 @@ class HFLocalScreener(Screener):
                     todo.setdefault(key, i)
             if todo:
                 rows = [ids[i] for i in todo.values()]
-                records.update(self._generate(store, rows, list(todo), outcome, stats))
+                fill = self._first_tokens if self.score_from == "logprobs" else self._generate
+                records.update(fill(store, rows, list(todo), outcome, stats))
         elapsed = time.perf_counter() - start
         results = []
         for i, (document, key) in enumerate(zip(documents, keys)):
@@ -330,7 +336,10 @@ class HFLocalScreener(Screener):
                 results.append(ScreenResult(document.applicant_id, None, None, reason, int(lengths[i])))
                 continue
             record = records[key]
-            value, error = parse_answer(record["raw"], outcome, self.score_reply)
+            if "value" in record:  # a probability score (score_from=logprobs), stored with its answer
+                value, error = record["value"], record["error"]
+            else:
+                value, error = parse_answer(record["raw"], outcome, self.score_reply)
             if error is not None and record["cut_short"]:
                 error += f" (cut short at {cap} new tokens: raise screener.max_new_tokens)"
             results.append(
@@ -404,6 +413,41 @@ class HFLocalScreener(Screener):
             stats["rows_in_batches"] += len(batch)
             bar.update(len(batch))
         bar.close()
+        return out
+
+    def _first_tokens(
+        self, store: BlobStore, rows: list[list[int]], keys: list[str], outcome: Outcome, stats: dict[str, int]
+    ) -> dict[str, dict[str, Any]]:
+        """score_from=logprobs: P(yes) or the expected score from each prompt's first-token logits
+        (popfair.screen.hf_logprobs), in token-budget batches, each stored as it is done."""
+        from popfair.screen.hf_logprobs import answer_tokens, first_token_values
+
+        answers = answer_tokens(self.tokenizer)
+        lengths = np.array([len(r) for r in rows])
+        out: dict[str, dict[str, Any]] = {}
+        for batch in token_budget_batches(lengths, 1, self.budget(), self.batch_size):
+            values = first_token_values(
+                self.model, self.tokenizer, [rows[i] for i in batch], outcome, self.input_device, answers
+            )
+            fresh = []
+            for i, (top, value, problem) in zip(batch, values):
+                out[keys[i]] = {
+                    "raw": top,
+                    "value": value,
+                    "error": problem,
+                    "new_tokens": 0,
+                    "cut_short": False,
+                    **self.provenance,
+                    "created_at": time.time(),
+                }
+                fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
+            try:
+                store.put_many(fresh)
+            except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
+                log.warning("screener %s: answers not stored (%s): %s", self.name, store.location, exc)
+            stats["generated"] += len(batch)
+            stats["batches"] += 1
+            stats["rows_in_batches"] += len(batch)
         return out
 
     def _summarise(
