@@ -282,6 +282,7 @@ class HttpScreener(Screener):
             f"must be an integer >= 1 (answers per document), got {samples!r}",
         )
         method, body = _request_template(url, method, params, body)
+        self.samples = samples
         require(
             price_per_call_usd is not None and float(price_per_call_usd) >= 0,
             "screener.price_per_call_usd",
@@ -458,6 +459,10 @@ class HttpScreener(Screener):
             )
         keys, request = self._keys(jobs, documents, outcome)
         return self.loop.run(documents, keys, request, outcome, self.max_cost_usd, self.max_calls)
+
+    def answer_costs(self, plan: CallPlan) -> tuple[float, float] | None:
+        """Every answer is its own request: a further answer costs what a new prompt does."""
+        return (self.call_price.per_call_usd, self.call_price.per_call_usd)
 
     def metrics(self) -> dict[str, float]:
         """Figures of the last `screen` call (rows, cache hits, requests, failures, dollars)."""

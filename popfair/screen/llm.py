@@ -449,6 +449,16 @@ class LLMScreener(Screener):
 
     served: ServedModel | None = None  # a self-hosted server (route=local): asked what it serves
 
+    def answer_costs(self, plan: CallPlan) -> tuple[float, float] | None:
+        """A prompt's first answer (its input tokens and one answer's output) and a further answer
+        (output only where one request asks `n`; else a whole request), in dollars."""
+        if plan.calls == 0:
+            return None
+        prompt_tokens = plan.input_tokens / plan.calls  # every request carries its prompt once
+        first = self.price.cost(prompt_tokens, self.expected_output_tokens, batch=self.mode == "batch")
+        more = self.price.cost(0, self.expected_output_tokens) if self.loop.asks_n else first
+        return first, more
+
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
         """The model's reply as y (callback: first word yes/no; score: by `score_reply`)."""
         return parse_answer(raw, outcome, self.score_reply)
