@@ -268,3 +268,35 @@ def test_two_processes_with_k3_generate_each_answer_once(tmp_path):
         for i in range(2):
             rows = json.loads((tmp_path / f"out{i}.json").read_text())["rows"]
             assert all(error is None for _, _, error, _ in rows)
+
+
+def test_logprob_scores_give_a_narrower_paired_ci_than_text_answers_on_the_same_prompts(tmp_path, monkeypatch):
+    """Pairs of resumes that differ in one group word; the stub's P(yes) is a number of the resume plus
+    5-15 pp for group A (the known gap: their mean over these pairs). Text answers (T=0: one yes/no draw per prompt) against P(yes) read from the
+    same prompts' log-probabilities: the posting-clustered CI of the paired gap is narrower."""
+    from popfair.core.types import Document
+    from popfair.estimate.gap.paired import paired_gap
+
+    def share(user: str) -> float:
+        plain = user.replace("group A", "group").replace("group B", "group")
+        effect = 0.05 + 0.1 * unit("effect", plain)  # 5-15 pp, by resume
+        return 0.2 + 0.5 * unit("base", plain) + (effect if "group A" in user else 0.0)
+
+    n = 400
+    docs = [
+        Document(f"{g}{i}", "nurse", "text", f"Applicant {i} group {g}\nExperience: {i % 13} years")
+        for i in range(n)
+        for g in "AB"
+    ]
+    with StubServer(yes_share=share) as stub:
+        widths = {}
+        for score_from in ("text", "logprobs"):
+            screener = make_screener("openai", stub.url, tmp_path, monkeypatch, score_from=score_from)
+            values = [r.value for r in screener.screen(JOBS, docs, "callback")]
+            prompts = screener.prompts.users("callback", JOBS, docs)
+            truth = 100 * np.mean([share(a) - share(b) for a, b in zip(prompts[0::2], prompts[1::2])])
+            pairs = pd.DataFrame({"a": values[0::2], "b": values[1::2], "posting": np.arange(n) // 4})
+            result = paired_gap(pairs, y_adv="a", y_other="b", cluster="posting", n_bootstrap=1000)
+            widths[score_from] = result.ci_high - result.ci_low
+            assert result.ci_low < truth < result.ci_high
+        assert widths["logprobs"] < widths["text"] / 3, widths
