@@ -77,3 +77,39 @@ def test_a_paired_case_with_three_answers_per_prompt_reports_the_noise(tmp_path)
     reports = [p for p in tmp_path.rglob("*") if "audit_report" in p.parts and p.suffix in (".md", ".html")]
     text = "".join(p.read_text() for p in reports)
     assert "answered each prompt 3 times" in text and "within prompts" in text
+
+
+def test_the_counterfactual_design_takes_a_worlds_answers_as_one_unit(tmp_path):
+    """The population audit's default estimator with two answers per prompt at temperature 1: every
+    factual and world prompt is answered twice (one request, n=2), each scored row (a world of an
+    applicant) is one row whose score is the mean of its two answers, and the effects are estimated."""
+    from popfair.case.population import PopulationCase
+    from popfair.core.types import FACTUAL, WORLD
+    from tests.conftest import compose_config
+
+    with vllm_stub() as stub:
+        cfg = compose_config(
+            [
+                "screener=llama31_8b",
+                "screener.route=local",
+                f"screener.routes.local.base_url={stub.url}/v1",
+                "screener.samples=2",
+                "screener.generation.temperature=1.0",
+                "screener.engine.progress=false",
+                "population.n=80",
+                "estimator.n_bootstrap=200",
+                "tracking=none",
+            ],
+            tmp_path=tmp_path,
+        )
+        result = PopulationCase.from_config(cfg).run()
+        assert set(stub.state.choices.values()) == {2} and set(stub.state.n_requested) == {2}
+        prompts = len(stub.state.choices)
+    worlds = result.scored_worlds
+    assert worlds is not None and (worlds[WORLD] != FACTUAL).any()
+    assert not worlds.duplicated([c for c in worlds.columns if c in ("applicant_id", WORLD)]).any()
+    scores = pd.concat([result.scored["y"], worlds["y"]]).dropna()
+    assert np.allclose(scores * 2, np.round(scores * 2))  # the mean of two integer scores
+    assert (scores * 2 % 2 == 1).any()  # some worlds' two answers differ: a mean, not one answer
+    assert result.screening["screen.samples"] == 2 and result.screening["screen.noise_prompts"] <= prompts
+    assert np.isfinite(result.effects.table["estimate"].to_numpy(float)).any()
