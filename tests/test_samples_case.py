@@ -113,3 +113,13 @@ def test_the_counterfactual_design_takes_a_worlds_answers_as_one_unit(tmp_path):
     assert (scores * 2 % 2 == 1).any()  # some worlds' two answers differ: a mean, not one answer
     assert result.screening["screen.samples"] == 2 and result.screening["screen.noise_prompts"] <= prompts
     assert np.isfinite(result.effects.table["estimate"].to_numpy(float)).any()
+
+
+def test_a_sequential_case_weights_each_looks_noise_by_its_prompts():
+    from popfair.case.looks import _add_metrics
+
+    total: dict[str, float] = {}
+    _add_metrics(total, {"screen.rows": 10, "screen.samples": 3, "screen.noise_prompts": 10, "screen.flip_rate": 0.5})
+    _add_metrics(total, {"screen.rows": 30, "screen.samples": 3, "screen.noise_prompts": 30, "screen.flip_rate": 0.1})
+    assert total["screen.flip_rate"] == pytest.approx((0.5 * 10 + 0.1 * 30) / 40)
+    assert total["screen.samples"] == 3 and total["screen.noise_prompts"] == 40 and total["screen.rows"] == 40

@@ -300,3 +300,19 @@ def test_logprob_scores_give_a_narrower_paired_ci_than_text_answers_on_the_same_
             widths[score_from] = result.ci_high - result.ci_low
             assert result.ci_low < truth < result.ci_high
         assert widths["logprobs"] < widths["text"] / 3, widths
+
+
+def test_batch_mode_sends_k_requests_per_prompt(tmp_path, monkeypatch):
+    """A provider batch carries no `n`: each answer is its own line (its own cache key)."""
+    docs = documents(N)
+    with StubServer(batch_polls=1) as stub:
+        settings = dict(mode="batch", batch={"poll_interval_s": 0.01}, samples=3, generation=HOT)
+        screener = make_screener("openai", stub.url, tmp_path, monkeypatch, **settings)
+        assert screener.plan(JOBS, docs, "callback").calls == 3 * N
+        results = screener.screen(JOBS, docs, "callback")
+        assert all(r.error is None for r in results) and set(stub.state.answered.values()) == {3}
+        assert cached_rows(str(tmp_path)) == 3 * N
+        again = make_screener("openai", stub.url, tmp_path, monkeypatch, **settings)
+        assert again.plan(JOBS, docs, "callback").calls == 0
+        assert [r.value for r in again.screen(JOBS, docs, "callback")] == [r.value for r in results]
+        assert len(stub.state.batches) == 1
