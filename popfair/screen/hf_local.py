@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -29,6 +30,7 @@ from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.hf_generate import Decoding, Reply, generate, token_budget_batches
+from popfair.screen.hf_logprobs import first_token_records
 from popfair.screen.local_runtime import (
     device_name,
     file_samples,
@@ -310,8 +312,7 @@ class HFLocalScreener(Screener):
         cap = self.new_tokens(outcome)
         context = getattr(text_config(self.config), "max_position_embeddings", None)
         too_long = (lengths + cap > context) if context else np.zeros(len(ids), bool)
-        # logprobs: the first token's probabilities, kept apart from generated replies (and independent of the cap)
-        reading = "logprobs" if self.score_from == "logprobs" else cap
+        reading = "logprobs" if self.score_from == "logprobs" else cap  # logprobs: apart from replies, no cap
         keys = [content_key(self.identity, outcome, reading, prompt) for prompt in prompts]
         stats = {"generated": 0, "batches": 0, "rows_in_batches": 0, "cut_short": 0, "checked": 0, "differ": 0}
         start = time.perf_counter()
@@ -326,7 +327,7 @@ class HFLocalScreener(Screener):
                     todo.setdefault(key, i)
             if todo:
                 rows = [ids[i] for i in todo.values()]
-                fill = self._first_tokens if self.score_from == "logprobs" else self._generate
+                fill = partial(first_token_records, self) if self.score_from == "logprobs" else self._generate
                 records.update(fill(store, rows, list(todo), outcome, stats))
         elapsed = time.perf_counter() - start
         results = []
@@ -336,10 +337,10 @@ class HFLocalScreener(Screener):
                 results.append(ScreenResult(document.applicant_id, None, None, reason, int(lengths[i])))
                 continue
             record = records[key]
-            if "value" in record:  # a probability score (score_from=logprobs), stored with its answer
-                value, error = record["value"], record["error"]
-            else:
-                value, error = parse_answer(record["raw"], outcome, self.score_reply)
+            stored = "value" in record  # a probability score (score_from=logprobs), stored with its answer
+            value, error = (
+                (record["value"], record["error"]) if stored else parse_answer(record["raw"], outcome, self.score_reply)
+            )
             if error is not None and record["cut_short"]:
                 error += f" (cut short at {cap} new tokens: raise screener.max_new_tokens)"
             results.append(
@@ -413,41 +414,6 @@ class HFLocalScreener(Screener):
             stats["rows_in_batches"] += len(batch)
             bar.update(len(batch))
         bar.close()
-        return out
-
-    def _first_tokens(
-        self, store: BlobStore, rows: list[list[int]], keys: list[str], outcome: Outcome, stats: dict[str, int]
-    ) -> dict[str, dict[str, Any]]:
-        """score_from=logprobs: P(yes) or the expected score from each prompt's first-token logits
-        (popfair.screen.hf_logprobs), in token-budget batches, each stored as it is done."""
-        from popfair.screen.hf_logprobs import answer_tokens, first_token_values
-
-        answers = answer_tokens(self.tokenizer)
-        lengths = np.array([len(r) for r in rows])
-        out: dict[str, dict[str, Any]] = {}
-        for batch in token_budget_batches(lengths, 1, self.budget(), self.batch_size):
-            values = first_token_values(
-                self.model, self.tokenizer, [rows[i] for i in batch], outcome, self.input_device, answers
-            )
-            fresh = []
-            for i, (top, value, problem) in zip(batch, values):
-                out[keys[i]] = {
-                    "raw": top,
-                    "value": value,
-                    "error": problem,
-                    "new_tokens": 0,
-                    "cut_short": False,
-                    **self.provenance,
-                    "created_at": time.time(),
-                }
-                fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
-            try:
-                store.put_many(fresh)
-            except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
-                log.warning("screener %s: answers not stored (%s): %s", self.name, store.location, exc)
-            stats["generated"] += len(batch)
-            stats["batches"] += 1
-            stats["rows_in_batches"] += len(batch)
         return out
 
     def _summarise(

@@ -8,6 +8,9 @@ score over the numbers."""
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +18,8 @@ import numpy as np
 
 from popfair.core.types import Outcome
 from popfair.screen.parse import logprob_value
+
+log = logging.getLogger("popfair.screen")
 
 
 def answer_tokens(tokenizer: Any) -> tuple[np.ndarray, list[str]]:
@@ -57,4 +62,42 @@ def first_token_values(
     for row, top in zip(chosen, tops):
         value, problem = logprob_value(tuple(zip(texts, row.tolist())), outcome)
         out.append((top, value, problem))
+    return out
+
+
+def first_token_records(
+    screener: Any, store: Any, rows: list[list[int]], keys: list[str], outcome: Outcome, stats: dict[str, int]
+) -> dict[str, dict[str, Any]]:
+    """hf_local with score_from=logprobs (`screener`: the HFLocalScreener): each prompt's value from its
+    first-token logits, in the screener's token-budget batches, each batch stored as it is done (a
+    stored record keeps the value, so a rerun computes nothing)."""
+    from popfair.screen.hf_generate import token_budget_batches
+    from popfair.store.blobs import STORE_ERRORS
+
+    answers = answer_tokens(screener.tokenizer)
+    lengths = np.array([len(r) for r in rows])
+    out: dict[str, dict[str, Any]] = {}
+    for batch in token_budget_batches(lengths, 1, screener.budget(), screener.batch_size):
+        values = first_token_values(
+            screener.model, screener.tokenizer, [rows[i] for i in batch], outcome, screener.input_device, answers
+        )
+        fresh = []
+        for i, (top, value, problem) in zip(batch, values):
+            out[keys[i]] = {
+                "raw": top,
+                "value": value,
+                "error": problem,
+                "new_tokens": 0,
+                "cut_short": False,
+                **screener.provenance,
+                "created_at": time.time(),
+            }
+            fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
+        try:
+            store.put_many(fresh)
+        except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
+            log.warning("screener %s: answers not stored (%s): %s", screener.name, store.location, exc)
+        stats["generated"] += len(batch)
+        stats["batches"] += 1
+        stats["rows_in_batches"] += len(batch)
     return out

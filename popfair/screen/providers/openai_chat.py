@@ -253,9 +253,10 @@ def completion_from_chat(data: Any) -> Completion:
     choices = data.get("choices")
     if isinstance(choices, list):  # the order the request's `n` answers come in
         choices = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
-    messages = [c.get("message") if isinstance(c, dict) else None for c in choices or []]
-    if not messages or not all(isinstance(m, dict) for m in messages):
+    found = [c.get("message") if isinstance(c, dict) else None for c in choices or []]
+    if not found or not all(isinstance(m, dict) for m in found):
         raise TransientError("malformed response: no choices[0].message", cause="malformed response")
+    messages: list[dict[str, Any]] = found  # type: ignore[assignment]  # every one a dict, checked above
     usage = data.get("usage") or {}
     texts = [m.get("content") or "" for m in messages]
     return Completion(
@@ -263,7 +264,7 @@ def completion_from_chat(data: Any) -> Completion:
         input_tokens=int(usage.get("prompt_tokens") or 0),
         output_tokens=int(usage.get("completion_tokens") or 0),
         more=tuple(texts[1:]),
-        top_logprobs=tuple(first_token_logprobs(c) for c in choices),
+        top_logprobs=tuple(first_token_logprobs(c) for c in choices or []),
     )
 
 
