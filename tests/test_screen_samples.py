@@ -316,3 +316,28 @@ def test_batch_mode_sends_k_requests_per_prompt(tmp_path, monkeypatch):
         assert again.plan(JOBS, docs, "callback").calls == 0
         assert [r.value for r in again.screen(JOBS, docs, "callback")] == [r.value for r in results]
         assert len(stub.state.batches) == 1
+
+
+def test_an_http_endpoint_is_asked_k_times_per_document(tmp_path):
+    """screener=http takes samples: k requests per document (no `n`), priced by the plan, each answer
+    its own cache entry; a deterministic vendor gives a flip rate of 0."""
+    from tests import vendor_stub
+    from tests.test_screen_http import DECISIONS, FAST, docs
+    from tests.test_screen_http import JOBS as VENDOR_JOBS
+
+    server, state, url = vendor_stub.start(vendor_stub.VendorState())
+    try:
+        settings = dict(url=url, response_path="$.result.decision", values=DECISIONS, cache_dir=str(tmp_path),
+                        engine=FAST, samples=3, price_per_call_usd=0.01)  # fmt: skip
+        from popfair.screen.http_endpoint import HttpScreener
+
+        screener = HttpScreener(**settings)
+        documents = docs(20)
+        plan = screener.plan(VENDOR_JOBS, documents, "callback")
+        assert plan.calls == 60 and plan.cost_usd == pytest.approx(0.6)
+        results = screener.screen(VENDOR_JOBS, documents, "callback")
+        assert all(r.error is None for r in results) and set(state.attempts.values()) == {3}
+        assert screener.metrics()["screen.flip_rate"] == 0.0
+        assert HttpScreener(**settings).plan(VENDOR_JOBS, documents, "callback").calls == 0
+    finally:
+        server.shutdown()
