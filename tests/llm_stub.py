@@ -158,6 +158,7 @@ class StubState:
     choices: Counter = field(default_factory=Counter)  # prompt -> answers generated (n per request counted)
     n_requested: list = field(default_factory=list)  # the `n` of every chat request (1 when absent)
     rng: object = None  # random.Random of the fresh draws (seeded per server)
+    ignore_n: bool = False  # answer one choice whatever `n` asks (as some OpenAI-compatible gateways do)
 
 
 def _user_text(content) -> str:
@@ -398,7 +399,7 @@ class Handler(BaseHTTPRequestHandler):
         if kind == "malformed":
             return self._send(200, '{"id": "x", "choices": [{"message": {"con')
         openai_style = not bedrock and not path.endswith("/messages")
-        n = int(body.get("n") or 1) if openai_style else 1
+        n = int(body.get("n") or 1) if openai_style and not st.ignore_n else 1
         # a temperature above 0 draws afresh (absent: the stub answers as at 0, as the tests have always had it)
         temperature = body.get("temperature", (body.get("inferenceConfig") or {}).get("temperature"))
         fresh = float(temperature or 0) > 0 or unit("unstable", prompt) < st.unstable_share

@@ -341,3 +341,15 @@ def test_an_http_endpoint_is_asked_k_times_per_document(tmp_path):
         assert HttpScreener(**settings).plan(VENDOR_JOBS, documents, "callback").calls == 0
     finally:
         server.shutdown()
+
+
+def test_an_endpoint_that_ignores_n_has_the_missing_answers_asked_again(tmp_path, monkeypatch, caplog):
+    docs = documents(N)
+    with StubServer(ignore_n=True) as stub, caplog.at_level(logging.WARNING, "popfair.screen"):
+        screener = make_screener("openai", stub.url, tmp_path, monkeypatch, samples=3, generation=HOT)
+        results = screener.screen(JOBS, docs, "callback")
+        assert all(r.error is None for r in results)
+        assert set(stub.state.choices.values()) == {3} and set(stub.state.answered.values()) == {3}
+        assert cached_rows(str(tmp_path)) == 3 * N and screener.metrics()["screen.answered"] == 3 * N
+        assert [r.value for r in results] == pytest.approx([sum(v) / 3 for v in sample_values(screener, docs, 3)])
+        assert sum("answered 1 of n=3" in r.message for r in caplog.records) == 1

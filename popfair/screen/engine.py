@@ -72,6 +72,7 @@ class Engine:
     request_keys: str = "screener.model and screener.generation"  # what shapes the request
     _halt: str | None = field(default=None, init=False)  # why the run stopped (one line), when it did
     _interrupted: str | None = field(default=None, init=False)  # the signal that stopped it (SIGINT, SIGTERM)
+    _n_ignored: bool = field(default=False, init=False)  # the endpoint answered fewer than an `n` asked
     max_calls: int | None = None  # call budget: requests started in this run (retries not counted)
     parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer  # raw text -> y
     score_from: str = "text"  # logprobs: y from the first token's top log-probabilities (parse.logprob_value)
@@ -308,17 +309,9 @@ class Engine:
         try:
             completion, latency = await self._send_with_retries(call)
             actual = self.price.cost(completion.input_tokens, completion.output_tokens)
-            stored = self._stored(call, completion, latency)
-            keys = (call.key, *call.siblings)[: len(stored)]
-            kind, model = self.provider.kind, self.provider.model
-            await self._db.put_all([(key, kind, model, one) for key, one in zip(keys, stored)])
-            for key, one in zip(keys[1:], stored[1:]):
-                self.more[key] = Answer.from_cache(one, paid_now=True)
-            st = self.stats
-            st.answered += len(keys)
-            st.input_tokens += completion.input_tokens
-            st.output_tokens += completion.output_tokens
-            st.cost_usd += actual
+            stored = await self._commit(call, completion, latency)
+            if len(stored) < call.n:  # an endpoint that ignores `n` answered fewer
+                actual += await self._fill(call, len(stored))
             return Answer.from_cache(stored[0], paid_now=True)
         except TransientError as exc:
             self.stats.failed += 1
@@ -342,6 +335,47 @@ class Engine:
             self._budget.settle(worst_case, actual)
             if completion is not None:  # its answer is committed (or failed to be): settled
                 self._in_flight.settled()
+
+    async def _commit(self, call: Call, completion: Any, latency: float) -> list[CachedAnswer]:
+        """Store a response's answers (one commit) and count them; the answers of the call's siblings
+        are kept in `more`."""
+        stored = self._stored(call, completion, latency)
+        keys = (call.key, *call.siblings)[: len(stored)]
+        kind, model = self.provider.kind, self.provider.model
+        await self._db.put_all([(key, kind, model, one) for key, one in zip(keys, stored)])
+        for key, one in zip(keys[1:], stored[1:]):
+            self.more[key] = Answer.from_cache(one, paid_now=True)
+        st = self.stats
+        st.answered += len(keys)
+        st.input_tokens += completion.input_tokens
+        st.output_tokens += completion.output_tokens
+        st.cost_usd += self.price.cost(completion.input_tokens, completion.output_tokens)
+        return stored
+
+    async def _fill(self, call: Call, got: int) -> float:
+        """The answers an `n` request did not bring (the endpoint ignores `n`, as some OpenAI-compatible
+        gateways do), asked again for the rest until each is answered; a failure leaves the rest to the
+        rerun (the answers received are stored). Returns the dollars paid."""
+        if not self._n_ignored:
+            self._n_ignored = True
+            log.warning("%s: the endpoint answered %d of n=%d; the rest are asked again", self.name, got, call.n)
+        paid, remaining = 0.0, (call.key, *call.siblings)[got:]
+        try:
+            while remaining:
+                rest = Call(remaining[0], call.prompt, call.input_tokens_estimate, 0, tuple(remaining[1:]))
+                completion, latency = await self._send_with_retries(rest)
+                try:
+                    answered = await self._commit(rest, completion, latency)
+                finally:
+                    self._in_flight.settled()
+                paid += self.price.cost(completion.input_tokens, completion.output_tokens)
+                self.more[rest.key] = Answer.from_cache(answered[0], paid_now=True)
+                remaining = remaining[len(answered) :]
+        except (TransientError, PermanentError, SendingStopped) as exc:
+            log.warning(
+                "%s: %d answers of one prompt not received (the rerun asks them): %s", self.name, len(remaining), exc
+            )
+        return paid
 
     def _stored(self, call: Call, completion: Any, latency: float) -> list[CachedAnswer]:
         """What is cached of a response: one answer per choice (at most the `n` asked). The request's
