@@ -203,6 +203,13 @@ def test_deterministic_screeners_refuse_more_than_one_answer():
     with pytest.raises(ConfigError, match=r"^screener.samples: simulated draws its noise once per document"):
         SimulatedScreener(samples=3)
     TfidfScreener(samples=1)
+    from popfair.screen.embedding import EmbeddingScreener
+    from popfair.screen.file_results import FileScreener
+
+    with pytest.raises(ConfigError, match=r"^screener.samples: embedding_minilm scores a document by arithmetic"):
+        EmbeddingScreener(samples=2)
+    with pytest.raises(ConfigError, match=r"^screener.samples: file reads one answer per document"):
+        FileScreener(dir="x", samples=2)
 
 
 def test_noise_share_matches_a_one_way_anova_and_the_simulated_truth():
