@@ -494,3 +494,32 @@ def test_postings_of_a_few_resumes_are_packed_and_answer_as_every_prompt_whole(l
     metrics = packed.metrics()
     assert metrics["screen.prefixes_computed"] == 5 and metrics["screen.prefix_rows"] == 15
     assert metrics["screen.batches"] == 1 and metrics["screen.batch_variant_share"] == 0.0  # all five in one batch
+@pytest.mark.parametrize("outcome", ["callback", "score"])
+def test_logprob_scores_come_from_the_first_token_logits_over_the_whole_vocabulary(llama_dir, tmp_path, outcome):
+    """score_from=logprobs: P(yes) = p(yes) / (p(yes) + p(no)), or the expected score over the 0-100
+    tokens, computed here independently from one prompt at a time through the model's own forward."""
+    import torch
+
+    s = screener(llama_dir, "screener.score_from=logprobs", f"cache_dir={tmp_path}")
+    docs = documents(6)
+    results = s.screen(JOBS, docs, outcome)
+    assert all(r.error is None for r in results)
+    vocab = {w: i for i, w in enumerate(WORDS)}
+    for doc, result in zip(docs, results):
+        ids = s.tokenizer(s.prompt_text(JOBS["nurse"], doc, outcome), add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            p = torch.softmax(s.model(torch.tensor([ids])).logits[0, -1].double(), -1)
+        if outcome == "callback":
+            truth = float(p[vocab["yes"]] / (p[vocab["yes"]] + p[vocab["no"]]))
+        else:
+            numbers = torch.tensor([vocab[str(v)] for v in range(101)])
+            truth = float((p[numbers] * torch.arange(101)).sum() / p[numbers].sum())
+        assert result.value == pytest.approx(truth, rel=1e-4)
+    again = screener(llama_dir, "screener.score_from=logprobs", f"cache_dir={tmp_path}")
+    assert [r.value for r in again.screen(JOBS, docs, outcome)] == [r.value for r in results]
+    assert again.metrics()["screen.rows_from_cache"] == len(docs)
+
+
+def test_hf_local_refuses_more_than_one_answer_per_prompt(llama_dir):
+    with pytest.raises(ConfigError, match=r"^screener.samples: hf_local decodes greedily"):
+        screener(llama_dir, "screener.samples=2")

@@ -339,7 +339,7 @@ class PopulationCase:
         )
         scale = ScoreScale.of_scores(ok["y"]) if profiles.outcome == "score" else None
         result.power = self.power.quietly(
-            (self.design or design_of(self.population)).name, profiles, scale, self.estimator
+            (self.design or design_of(self.population)).name, profiles, scale, self.estimator, self.screener.samples
         )
         result.run_id = run.run_id  # the report names its run
         result.data_sha256 = str(dataset.profile["sha256"])

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from popfair.core.constraints import Interval, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.values import ValueMapping, scored_results
 from popfair.store.blobs import (
@@ -85,7 +85,9 @@ class EmbeddingScreener(Screener):
         max_seq_length: int = 256,
         cache_dir: str | None = None,
         cache_url: str | None = None,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(name, samples, "scores a document by arithmetic (embedding similarity)")
         validate(
             self.parameter_constraints,
             {"batch_size": batch_size, "callback_threshold": callback_threshold, "max_seq_length": max_seq_length},

@@ -28,8 +28,9 @@ from tqdm.auto import tqdm
 from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.hf_generate import Decoding, Reply, end_token_ids, generate
+from popfair.screen.hf_logprobs import first_token_records
 from popfair.screen.hf_prefix import SharedPrefixes, plan_batches
 from popfair.screen.local_runtime import (
     accepts_system_role,
@@ -42,7 +43,7 @@ from popfair.screen.local_runtime import (
     text_config,
     token_bytes,
 )
-from popfair.screen.parse import SCORE_REPLIES, parse_answer
+from popfair.screen.parse import SCORE_FROM, SCORE_REPLIES, parse_answer
 from popfair.screen.prompts import PromptSet
 from popfair.store.blobs import GENERATIONS, STORE_ERRORS, BlobStore, content_key, open_blob_store_or_memory
 
@@ -91,6 +92,7 @@ class HFLocalScreener(Screener):
         "trust_remote_code": Boolean(),
         "score_reply": Options(SCORE_REPLIES),
         "max_new_tokens_override": [None, Interval(int, 1, 4096)],
+        "score_from": Options(SCORE_FROM),
     }
 
     def __init__(
@@ -114,7 +116,10 @@ class HFLocalScreener(Screener):
         prompts_dir: str | None = None,
         score_reply: str = "integer",
         max_new_tokens_override: int | None = None,
+        samples: int = 1,
+        score_from: str = "text",
     ) -> None:
+        one_answer_per_prompt(name, samples, "decodes greedily (its determinism check is invariance_check)")
         require(
             isinstance(model_path, str) and model_path.strip() != "",
             "screener.model_path",
@@ -142,10 +147,11 @@ class HFLocalScreener(Screener):
                 "trust_remote_code": trust_remote_code,
                 "score_reply": score_reply,
                 "max_new_tokens_override": max_new_tokens_override,
+                "score_from": score_from,
             },
         )
         self.prompts = PromptSet(prompts, prompts_dir)
-        self.score_reply = score_reply
+        self.score_reply, self.score_from = score_reply, score_from
         # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
         if max_new_tokens_override is not None:
             max_new_tokens = max_new_tokens_override
@@ -317,7 +323,8 @@ class HFLocalScreener(Screener):
         cap = self.new_tokens(outcome)
         context = getattr(text_config(self.config), "max_position_embeddings", None)
         too_long = (lengths + cap > context) if context else np.zeros(len(ids), bool)
-        keys = [content_key(self.identity, outcome, cap, prompt) for prompt in prompts]
+        reading = "logprobs" if self.score_from == "logprobs" else cap  # logprobs: apart from replies, no cap
+        keys = [content_key(self.identity, outcome, reading, prompt) for prompt in prompts]
         stats = {"generated": 0, "batches": 0, "rows_in_batches": 0, "cut_short": 0, "checked": 0, "differ": 0}
         start = time.perf_counter()
         with open_blob_store_or_memory(
@@ -332,7 +339,8 @@ class HFLocalScreener(Screener):
             if todo:
                 rows = [ids[i] for i in todo.values()]
                 groups = [documents[i].job_id for i in todo.values()] if self.prefix_cache else None
-                records.update(self._generate(store, rows, list(todo), outcome, stats, groups))
+                fill = first_token_records if self.score_from == "logprobs" else type(self)._generate  # no decode
+                records.update(fill(self, store, rows, list(todo), outcome, stats, groups))
         elapsed = time.perf_counter() - start
         results = []
         for i, (document, key) in enumerate(zip(documents, keys)):
@@ -341,7 +349,10 @@ class HFLocalScreener(Screener):
                 results.append(ScreenResult(document.applicant_id, None, None, reason, int(lengths[i])))
                 continue
             record = records[key]
-            value, error = parse_answer(record["raw"], outcome, self.score_reply)
+            stored = "value" in record  # a probability score (score_from=logprobs), stored with its answer
+            value, error = (
+                (record["value"], record["error"]) if stored else parse_answer(record["raw"], outcome, self.score_reply)
+            )
             if error is not None and record["cut_short"]:
                 error += f" (cut short at {cap} new tokens: raise screener.max_new_tokens)"
             results.append(

@@ -36,7 +36,7 @@ from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 from popfair.core.constraints import Boolean, Interval, validate
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.runtime.parallel import forked_spans
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.values import ValueMapping, scored_results
 from popfair.store.blobs import (
     STORE_ERRORS,
@@ -129,7 +129,9 @@ class TfidfScreener(Screener):
         callback_threshold: float = 20.0,
         cache_dir: str | None = None,
         cache_url: str | None = None,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(name, samples, "scores a document by arithmetic (TF-IDF similarity)")
         validate(
             self.parameter_constraints,
             {"sublinear_tf": sublinear_tf, "ngram_max": ngram_max, "callback_threshold": callback_threshold},

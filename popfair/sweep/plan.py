@@ -26,7 +26,7 @@ from popfair.case.population import PopulationCase
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
 from popfair.design.base import ScoreScale
 from popfair.estimate import registry
-from popfair.estimate.power import PowerPlan
+from popfair.estimate.power import PowerPlan, answers_or_units
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
 from popfair.population.worlds import CounterfactualPopulation
 from popfair.render.base import Renderer, displayed_attributes
@@ -309,15 +309,26 @@ def _power(experiment: PopulationCase, profiles: Profiles) -> Any:
     sweep plan the same sample (a power line costs a root search)."""
     design = experiment.design.name if experiment.design else "population"
     score_range = experiment.screener.score_range
+    samples = experiment.screener.samples  # answers per prompt: with a known noise share, the MDE counts them
     key = (
         design,
-        repr((experiment.power.settings, experiment.power.previous, score_range, experiment.estimator.name)),
+        repr((experiment.power.settings, experiment.power.previous, score_range, experiment.estimator.name, samples)),
         id(profiles),
     )
     if key not in _POWER:
         scale = ScoreScale.of_range(*score_range)
-        _POWER[key] = (profiles, experiment.power.plan(design, profiles, scale, experiment.estimator))
+        _POWER[key] = (profiles, experiment.power.plan(design, profiles, scale, experiment.estimator, samples))
     return _POWER[key][1]
+
+
+def _answers_note(experiment: PopulationCase, power: Any, total: CallPlan) -> str:
+    """Whether, for the same money, more answers per prompt or more units buy more precision (issue
+    59): only where the noise share is known and the screener prices its answers."""
+    noise = None if power is None else power.extra.get("noise_share")
+    costs = experiment.screener.answer_costs(total)
+    if noise is None or costs is None or costs[0] <= 0:
+        return ""
+    return answers_or_units(noise, experiment.screener.samples, costs[0], costs[1], power.units)
 
 
 def _sequential_note(experiment: PopulationCase) -> str:
@@ -369,6 +380,7 @@ def plan_case(experiment: PopulationCase) -> CasePlan:
                 str(plan_note(profiles)) if plan_note else "",
                 estimator_costs(experiment, profiles, total, documents, power),
                 _sequential_note(experiment),
+                _answers_note(experiment, power, total),
             )
             if n
         ),
