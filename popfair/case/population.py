@@ -462,6 +462,7 @@ class PopulationCase:
             "screener": self.screener.name,
             "renderer": self.renderer.kind,
             "estimator": self.estimator.name,
+            **({"context": str(self.config["context"].get("name"))} if self.config.get("context") else {}),
             **profiles.tags,
             **generated_page_tags(self, result),
             **self.tags,

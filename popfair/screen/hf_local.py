@@ -106,6 +106,7 @@ class HFLocalScreener(Screener):
         cache_dir: str | None = None,
         cache_url: str | None = None,
         prompts_dir: str | None = None,
+        context: Sequence[str] | None = None,
         score_reply: str = "integer",
         max_new_tokens_override: int | None = None,
     ) -> None:
@@ -137,7 +138,7 @@ class HFLocalScreener(Screener):
                 "max_new_tokens_override": max_new_tokens_override,
             },
         )
-        self.prompts = PromptSet(prompts, prompts_dir)
+        self.prompts = PromptSet(prompts, prompts_dir, context)
         self.score_reply = score_reply
         # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
         if max_new_tokens_override is not None:
