@@ -24,6 +24,7 @@ from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator, SizesWorlds, estimand_design
+from popfair.estimate.controls.names import with_name_effects
 from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
@@ -328,6 +329,7 @@ class PopulationCase:
         effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
         if placebo is not None and self.placebo is not None:  # beside the demographic effects, same unit
             effects = with_placebo(effects, placebo, self.estimator.name, profiles.outcome, self.placebo)
+        effects = with_name_effects(effects, ok, profiles.roles, getattr(self.design, "name", ""))  # paired, ranking
         run.artifacts(effects.artifacts)  # the worker draws and writes them while the report is written
         audit = self._outcome_audit(audit_result, stage.timings, profiles)
         result = RunResult(
