@@ -392,6 +392,8 @@ def write_report(
             ]
         blocks.append(Block("h3", "Forest plots per case"))
         for keys, case in pse.groupby(CASE_KEYS, dropna=False, sort=True):
+            # the default context (none) is not named: the case's figure keeps its name
+            keys = [k for k, c in zip(keys, CASE_KEYS) if not (c == "context" and str(k) in ("", "none"))]
             title = " / ".join(str(k) for k in keys if str(k))
             path = _save(
                 plots.forest_plot(case, title), out / "plots" / "forest" / f"{_slug('-'.join(map(str, keys)))}.png"
