@@ -142,3 +142,17 @@ def test_names_per_cell_keeps_a_nested_choice_and_refuses_more_than_the_lists_ho
     assert all(len(p) == 5 for p in small.first_pools.values())
     with pytest.raises(ConfigError, match=r"population\.names_per_cell: .* 19 first names in cell black female"):
         PairedAuditPopulation(names_per_cell=100)
+
+
+def test_a_ranking_case_reports_every_shown_name_and_its_leave_one_out_gap(tmp_path):
+    overrides = ["experiment=ranking_race_gender", "population.n_trials=120", "population.names_per_group=5"]
+    result = PopulationCase.from_config(compose_config([*overrides, "tracking=none"], tmp_path=tmp_path)).run()
+    table = result.effects.artifacts["names/effects.csv"]
+    scored = result.scored[result.scored["error"].isna()]
+    assert table["n"].sum() == len(scored) and set(table["first_name"]) == set(scored["first_name"])
+    assert len(table) <= 8 * 5  # population.names_per_group: 5 names per group
+    loo = result.effects.artifacts["names/leave_one_out.csv"].set_index("first_name")
+    name = loo.index[0]
+    rest = scored[scored["first_name"] != name]
+    by_gender = rest.groupby("gender")["y"].mean()
+    assert loo.loc[name, "gap"] == pytest.approx(by_gender["male"] - by_gender["female"])
