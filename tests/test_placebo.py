@@ -11,6 +11,7 @@ import re
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 from scipy import stats
@@ -20,7 +21,7 @@ from popfair.core.errors import ConfigError
 from popfair.core.types import Job
 from popfair.estimate.controls.placebo import placebo_change
 from popfair.render.json_profile import JsonRenderer
-from popfair.render.placebo import EDITS, PAD_SENTENCE, PlaceboSettings, edit_document_text, keyed_sample
+from popfair.render.placebo import PAD_SENTENCE, TEXT_EDITS, PlaceboSettings, edit_document_text, keyed_sample
 from popfair.render.text import SECTION_TITLES, TextRenderer
 from tests.conftest import compose_config
 
@@ -86,7 +87,7 @@ def test_json_edits_keep_every_value():
     }
     text = JsonRenderer().render(row, JOB).text
     original = json.loads(text)
-    for edit in EDITS:
+    for edit in TEXT_EDITS:
         edited = json.loads(edit_document_text(text, "json", edit))
         if edit == "rephrase":
             assert "work_experience" in edited and "employment_history" not in edited
@@ -154,7 +155,7 @@ def test_tfidf_on_words_does_not_move_under_reordering_or_formatting_but_moves_u
     notes = "\n".join(result.effects.notes)
     assert "placebo.reorder: " in notes and "does not react to this edit at all" in notes
     assert re.search(r"placebo\.pad: .*; gap \([-+][\d.e-]+\) is [\d.e-]+x that movement", notes)
-    assert set(result.effects.artifacts["placebo.csv"]["effect"]) == {f"placebo.{e}" for e in EDITS}
+    assert set(result.effects.artifacts["placebo.csv"]["effect"]) == {f"placebo.{e}" for e in TEXT_EDITS}
 
 
 def test_a_screener_that_ignores_formatting_has_placebo_effects_covering_zero(tmp_path):
@@ -215,3 +216,32 @@ def test_ranking_trials_edit_one_candidate_each_and_read_its_top1_change(tmp_pat
         assert prompt.text.replace("\n\n" + PAD_SENTENCE, "") == by_trial[prompt.applicant_id]
     row = experiment.run().effects.table.loc["placebo.pad"]
     assert row["unit"] == "proportion" and 0 < row["n"] <= 30 and -1 <= row["ci_low"] <= row["ci_high"] <= 1
+
+
+def test_within_group_worlds_take_a_donors_name_and_qualifications_in_the_same_group(tmp_path):
+    cfg = compose_config(  # no score noise: what moves is the donor's R and B alone
+        [*CASE, "screener=simulated", "screener.noise_sd=0", "renderer.placebo=within_group"], tmp_path=tmp_path
+    )
+    experiment = PopulationCase.from_config(cfg)
+    profiles = experiment.sample()
+    sample = experiment.prompts(profiles, progress=False).placebo
+    usable = sample.usable["within_group"]
+    original = sample.rows
+    donated = pd.DataFrame([d.profile for d in sample.documents["within_group"]])
+    kept = ["applicant_id", "job_id", "gender", "race", "age"]  # the applicant, its job, X and Z
+    assert donated[kept].astype(str).equals(original[kept].astype(str))
+    moved = ["first_name", "surname", "state", "edu_level", "exp_year"]  # R and B, raw
+    factual = profiles.table
+    for i in np.flatnonzero(usable)[:50]:
+        donors = factual[(factual[moved] == donated.loc[i, moved]).all(axis=1)]
+        assert ((donors[kept[1:]] == original.loc[i, kept[1:]]).all(axis=1)).any()  # a donor of the same cell
+        assert donors["applicant_id"].ne(original.loc[i, "applicant_id"]).any()
+    assert usable.mean() > 0.5 and (donated.loc[~usable, moved] == original.loc[~usable, moved]).all().all()
+    assert all(d.profile["first_name"] in d.text for d in sample.documents["within_group"])  # rendered anew
+    table = experiment.run().effects.table  # donors of the same cell: no change in expectation
+    row = table.loc["placebo.within_group"]
+    assert row["ci_low"] <= 0 <= row["ci_high"] and row["n"] == usable.sum()
+    with pytest.raises(ConfigError, match=r"within_group .* not the paired design"):
+        PopulationCase.from_config(
+            compose_config(["experiment=paired_race", "renderer.placebo=within_group", "tracking=none"]), dry_run=True
+        )

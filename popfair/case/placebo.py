@@ -21,8 +21,10 @@ from popfair.core.errors import ConfigError
 from popfair.core.types import FACTUAL, WORLD, Document, Effects, Profiles
 from popfair.design.ranking.trials import TRIAL
 from popfair.estimate.controls.placebo import comparison_notes, demographic_effects, placebo_table
+from popfair.render.base import render_all
 from popfair.render.placebo import (
     EDITABLE_KINDS,
+    WITHIN_GROUP,
     PlaceboSettings,
     edit_document_text,
     keyed_sample,
@@ -33,21 +35,26 @@ from popfair.report.units import effect_unit
 
 
 def placebo_settings(
-    cfg: Any, values: dict[Any, Any] | None, renderer_kind: str, sequential: bool
+    cfg: Any, values: dict[Any, Any] | None, renderer_kind: str, design: str, sequential: bool
 ) -> tuple[PlaceboSettings | None, dict[Any, Any] | None]:
     """A case's placebo settings (config renderer.placebo, checked before any work) and the renderer's
     own settings without them (what its documents depend on: the document store's identity)."""
     renderer = values["renderer"] if values is not None else resolved(cfg.renderer)
     settings = PlaceboSettings.from_config(renderer)
-    check_placebo(settings, renderer_kind, sequential)
+    check_placebo(settings, renderer_kind, sequential, design)
     return settings, None if renderer is None else without_placebo(renderer)
 
 
-def check_placebo(settings: PlaceboSettings | None, renderer_kind: str, sequential: bool) -> None:
+def check_placebo(settings: PlaceboSettings | None, renderer_kind: str, sequential: bool, design: str = "") -> None:
     """ConfigError for placebo edits the case cannot make, before any work."""
     if settings is None:
         return
-    if renderer_kind not in EDITABLE_KINDS:
+    if WITHIN_GROUP in settings.edits and design != "population":
+        raise ConfigError(
+            f"renderer.placebo: within_group gives an applicant another applicant's name and qualifications within "
+            f"its own group: the population design (population=popresume), not the {design} design"
+        )
+    if set(settings.edits) - {WITHIN_GROUP} and renderer_kind not in EDITABLE_KINDS:
         raise ConfigError(
             f"renderer.placebo: edits apply to text and JSON documents, not renderer={renderer_kind}; "
             "use renderer=text (or json) for placebo edits"
@@ -70,6 +77,7 @@ class PlaceboSet:
     origin: np.ndarray
     documents: dict[str, list[Document]] = field(default_factory=dict)
     prompts: dict[str, list[Document]] = field(default_factory=dict)
+    usable: dict[str, np.ndarray] = field(default_factory=dict)  # per edit, the edited rows it could change
 
     @property
     def all_prompts(self) -> list[Document]:
@@ -91,19 +99,18 @@ class PlaceboSet:
             scored = design.scored(profiles, self.rows, self.documents[edit], prompts, answers)
             after = pd.to_numeric(scored["y"], errors="coerce").to_numpy(dtype=float)[self.edited]
             ok = before_ok & scored["error"].isna().to_numpy()[self.edited] & np.isfinite(after) & np.isfinite(before)
+            ok &= self.usable.get(edit, np.ones(len(ok), bool))
             out[edit] = (after - before)[ok]
         return out
 
 
 def placebo_set(
-    settings: PlaceboSettings | None,
-    design: Any,
-    profiles: Profiles,
-    rows: pd.DataFrame,
-    documents: Sequence[Document],
-    seed: int,
+    case: Any, design: Any, profiles: Profiles, rows: pd.DataFrame, documents: Sequence[Document], renderer: Any
 ) -> PlaceboSet | None:
-    """The applicants (ranking: trials) screened again, and the prompts of each edit (None: no edits)."""
+    """The applicants (ranking: trials) screened again, and the prompts of each edit (None: no edits).
+    `case`: the PopulationCase (its placebo settings, seed, population); `renderer`: what renders its
+    documents (the within-group world's rows are rendered anew)."""
+    settings, seed = case.placebo, case.seed
     if settings is None:
         return None
     factual = np.flatnonzero((rows[WORLD] == FACTUAL).to_numpy()) if WORLD in rows else np.arange(len(rows))
@@ -125,11 +132,42 @@ def placebo_set(
     base = [documents[i] for i in taken]
     for edit in settings.edits:
         docs = list(base)
-        for j in edited:
+        if edit == WITHIN_GROUP:  # the population design: one document per row, every row edited
+            donated, sample.usable[edit] = within_group_rows(rows, taken, profiles.roles, case.population, seed)
+            docs = render_all(renderer, donated.drop(columns=WORLD, errors="ignore"), profiles.jobs, False)
+        for j in edited if edit != WITHIN_GROUP else ():
             docs[j] = replace(docs[j], text=edit_document_text(docs[j].text, docs[j].kind, edit))
         sample.documents[edit] = docs
         sample.prompts[edit] = list(design.prompts(profiles, sample.rows, docs))
     return sample
+
+
+def within_group_rows(
+    rows: pd.DataFrame, taken: np.ndarray, roles: Any, population: Any, seed: int
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows at `taken`, each with the proxies R and qualifications B (and the raw columns they are
+    grouped from) of a donor: another factual applicant with the same job, X and Z, chosen by a hash of
+    (applicant, seed). Rows without such a donor stay as they are (False in the second value)."""
+    grouped = dict(getattr(population, "grouped_from", {}) or {})
+    role_columns = [*roles.r, *roles.b]
+    donated = [c for c in dict.fromkeys(role_columns + [grouped[c] for c in role_columns if c in grouped]) if c in rows]
+    keys = [c for c in ("job_id", roles.x, *roles.z) if c in rows]
+    factual = (rows[WORLD] == FACTUAL).to_numpy() if WORLD in rows else np.ones(len(rows), bool)
+    cell = rows[keys].astype(str).agg("\x1f".join, axis=1).to_numpy()
+    members: dict[str, np.ndarray] = {str(k): np.flatnonzero(factual & (cell == k)) for k in pd.unique(cell[taken])}
+    hashed = pd.util.hash_pandas_object(
+        rows["applicant_id"].iloc[taken].astype(str) + f"\x1fwithin_group\x1f{seed}", index=False
+    ).to_numpy()
+    donors, usable = np.array(taken), np.zeros(len(taken), bool)
+    for i, (row, h) in enumerate(zip(taken, hashed)):
+        group = members[str(cell[row])]
+        if len(group) > 1:
+            own = int(np.searchsorted(group, row))
+            donors[i] = group[(own + 1 + int(h % np.uint64(len(group) - 1))) % len(group)]
+            usable[i] = True
+    out = rows.iloc[taken].reset_index(drop=True)
+    out[donated] = rows[donated].iloc[donors].to_numpy()
+    return out, usable
 
 
 def placebo_changes(

@@ -177,7 +177,7 @@ class PopulationCase:
         sequential = SequentialSettings.from_config((values or {}).get("sequential", cfg.get("sequential")))
         if sequential.on:  # the target and the design's units, checked before any work
             check_sequential(design, sequential, parts["population"])
-        placebo, renderer_values = placebo_settings(cfg, values, parts["renderer"].kind, sequential.on)
+        placebo, renderer_values = placebo_settings(cfg, values, parts["renderer"].kind, design.name, sequential.on)
         return cls(
             population=parts["population"],
             occupation=parts["occupation"],
@@ -263,7 +263,7 @@ class PopulationCase:
             profile_rows,
         )
         design = self.design or design_of(self.population)
-        placebo = placebo_set(self.placebo, design, profiles, rows, documents, self.seed)
+        placebo = placebo_set(self, design, profiles, rows, documents, renderer or self.renderer)
         return CasePrompts(rows, documents, design.prompts(profiles, rows, documents), placebo)
 
     def run(self) -> RunResult:

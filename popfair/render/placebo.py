@@ -12,6 +12,10 @@ of the document and changes only its presentation:
 - `format`: bullets, separators and spacing (text: "- " bullets become "* ", " | " becomes " / ",
   a blank line more between sections; JSON: indented over several lines).
 - `pad`: one neutral sentence added at the end ("References available upon request.").
+- `within_group` (the population design): not an edit of the text but a within-group world: the
+  applicant keeps its group X and confounders Z and takes the proxies R (name, state) and
+  qualifications B of another applicant with the same job, X and Z (a keyed donor), rendered anew.
+  It separates "reads the group" (RIE, TE) from "reacts to any new name and resume".
 
 A keyed sample of applicants (`renderer.placebo_n`, the same applicants for every edit and every run
 of the same seed) is screened again with each edited document (popfair.case.placebo), through the
@@ -29,7 +33,10 @@ import pandas as pd
 
 from popfair.core.errors import ConfigError, require
 
-EDITS = ("reorder", "rephrase", "format", "pad")
+TEXT_EDITS = ("reorder", "rephrase", "format", "pad")
+# not an edit of the text: the applicant in its own group with another applicant's R and B (popfair.case.placebo)
+WITHIN_GROUP = "within_group"
+EDITS = (*TEXT_EDITS, WITHIN_GROUP)
 KEYS = ("placebo", "placebo_n")  # the renderer config's placebo settings (not the renderer's own)
 EDITABLE_KINDS = ("text", "json")  # documents the edits apply to (a page would be re-rendered: not yet)
 PAD_SENTENCE = "References available upon request."
@@ -90,7 +97,7 @@ def edit_document_text(text: str, kind: str, edit: str) -> str:
             f"renderer.placebo: edits apply to text and JSON documents, not {kind!r}; use renderer=text or "
             "renderer=json for placebo edits"
         )
-    require(edit in EDITS, "renderer.placebo", f"unknown edit {edit!r}; choose from {', '.join(EDITS)}")
+    require(edit in TEXT_EDITS, "renderer.placebo", f"{edit!r} is not a text edit ({', '.join(TEXT_EDITS)})")
     return _edit_json(text, edit) if kind == "json" else _edit_text(text, edit)
 
 

@@ -22,6 +22,7 @@ WHAT = {
     "rephrase": "boilerplate rephrased",
     "format": "bullets, separators and spacing changed",
     "pad": "a neutral sentence added",
+    "within_group": "another applicant's name and qualifications from its own group (same job, X and Z)",
 }
 
 
