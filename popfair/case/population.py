@@ -96,6 +96,8 @@ class PopulationCase:
         Rendered documents kept for every later case (config `document_store`).
     power : CasePower, optional
         The `plan.*` settings: what the case's main test can detect (popfair.case.power_plan).
+    placebo : PlaceboSettings, optional
+        Placebo edits re-screened beside the effects (config `renderer.placebo`, popfair.case.placebo).
 
     Returns
     -------
