@@ -13,6 +13,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
+from popfair.case.placebo import placebo_changes, placebo_set, placebo_settings, with_placebo
 from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
@@ -23,6 +24,7 @@ from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator, SizesWorlds, estimand_design
+from popfair.estimate.controls.names import with_name_effects
 from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
@@ -30,6 +32,7 @@ from popfair.population.base import GroupsColumns, Population
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
+from popfair.render.placebo import PlaceboSettings
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
 from popfair.report.units import with_units
@@ -93,6 +96,8 @@ class PopulationCase:
         Rendered documents kept for every later case (config `document_store`).
     power : CasePower, optional
         The `plan.*` settings: what the case's main test can detect (popfair.case.power_plan).
+    placebo : PlaceboSettings, optional
+        Placebo edits re-screened beside the effects (config `renderer.placebo`, popfair.case.placebo).
 
     Returns
     -------
@@ -128,6 +133,7 @@ class PopulationCase:
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
     sequential: SequentialSettings | None = None  # screen in looks and stop by a rule (config sequential)
     power: CasePower = field(default_factory=lambda: CasePower.from_config({}))  # config plan.*: the power line
+    placebo: PlaceboSettings | None = None  # config renderer.placebo: edits re-screened (popfair.case.placebo)
 
     @classmethod
     def from_config(
@@ -173,6 +179,7 @@ class PopulationCase:
         sequential = SequentialSettings.from_config((values or {}).get("sequential", cfg.get("sequential")))
         if sequential.on:  # the target and the design's units, checked before any work
             check_sequential(design, sequential, parts["population"])
+        placebo, renderer_values = placebo_settings(cfg, values, parts["renderer"].kind, design.name, sequential.on)
         return cls(
             population=parts["population"],
             occupation=parts["occupation"],
@@ -194,11 +201,10 @@ class PopulationCase:
             config=values if values is not None else cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
             audit_report=_audit_report_wanted(cfg.get("audit_report", "auto"), parts["screener"], design.name),
             max_failure_share=_failure_share(cfg.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)),
-            documents=None
-            if dry_run
-            else DocumentStore.for_case(cfg, parts["renderer"], values and values["renderer"]),
+            documents=None if dry_run else DocumentStore.for_case(cfg, parts["renderer"], renderer_values),
             sequential=sequential if sequential.on else None,
             power=CasePower.from_config(cfg),
+            placebo=placebo,
         )
 
     def case_name(self) -> str:
@@ -259,7 +265,8 @@ class PopulationCase:
             profile_rows,
         )
         design = self.design or design_of(self.population)
-        return CasePrompts(rows, documents, design.prompts(profiles, rows, documents))
+        placebo = placebo_set(self, design, profiles, rows, documents, renderer or self.renderer)
+        return CasePrompts(rows, documents, design.prompts(profiles, rows, documents), placebo)
 
     def run(self) -> RunResult:
         # frozen: what exists before the run is left out of its garbage collections. The MLflow run
@@ -304,7 +311,7 @@ class PopulationCase:
     def _run(self, run: RunLogger) -> RunResult:
         stage = Stages()
         profiles, dataset = self._population(run, stage)
-        profiles, prompts, results, screening, scored_rows, sequential = self._screen(run, profiles, stage)
+        profiles, prompts, results, screening, scored_rows, sequential, placebo = self._screen(run, profiles, stage)
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
@@ -322,6 +329,9 @@ class PopulationCase:
         run.artifacts({"scored.parquet": scored, **samples})
         effects = self._with_estimand(stage("estimate", self.estimator.estimate, data, profiles.roles, "y"), profiles)
         effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
+        if placebo is not None and self.placebo is not None:  # beside the demographic effects, same unit
+            effects = with_placebo(effects, placebo, self.estimator.name, profiles.outcome, self.placebo)
+        effects = with_name_effects(effects, ok, profiles.roles, getattr(self.design, "name", ""))  # paired, ranking
         run.artifacts(effects.artifacts)  # the worker draws and writes them while the report is written
         audit = self._outcome_audit(audit_result, stage.timings, profiles)
         result = RunResult(
@@ -385,15 +395,18 @@ class PopulationCase:
             looks = stage("screen", screen_in_looks, self, profiles)
             run.artifacts(record_artifacts(looks.record))
             check_failure_share(self.screener.name, [r.error for r in looks.results], self.max_failure_share)
-            return looks.profiles, looks.prompts, looks.results, looks.metrics, looks.scored_rows, looks
-        # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
+            return looks.profiles, looks.prompts, looks.results, looks.metrics, looks.scored_rows, looks, None
+        # factual applicants and counterfactual worlds: one render pass, one screening (one cache);
+        # placebo re-screens (renderer.placebo) in the same pass, after the case's own prompts
         shown = self.prompts(profiles, store=self.documents, stage=stage)
-        results = stage("screen", self.screener.screen, profiles.jobs, shown.prompts, profiles.outcome)
+        results = stage("screen", self.screener.screen, profiles.jobs, shown.screened, profiles.outcome)
+        results, placebo_results = results[: len(shown.prompts)], results[len(shown.prompts) :]
         # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
         check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
         screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
         scored_rows = design.scored(profiles, shown.rows, shown.documents, shown.prompts, results)
-        return profiles, shown.prompts, results, screening, scored_rows, None
+        placebo = placebo_changes(shown.placebo, design, profiles, placebo_results, scored_rows)
+        return profiles, shown.prompts, results, screening, scored_rows, None, placebo
 
     def _start_outcome_audit(self, run: RunLogger, ok: pd.DataFrame, profiles: Profiles) -> Any:
         """The impact ratios of the factual scored rows, started in a forked process beside the
@@ -462,6 +475,7 @@ class PopulationCase:
             "screener": self.screener.name,
             "renderer": self.renderer.kind,
             "estimator": self.estimator.name,
+            **({"context": str(self.config["context"].get("name"))} if self.config.get("context") else {}),
             **profiles.tags,
             **generated_page_tags(self, result),
             **self.tags,

@@ -114,6 +114,7 @@ class HFLocalScreener(Screener):
         cache_dir: str | None = None,
         cache_url: str | None = None,
         prompts_dir: str | None = None,
+        context: Sequence[str] | None = None,
         score_reply: str = "integer",
         max_new_tokens_override: int | None = None,
         samples: int = 1,
@@ -150,7 +151,7 @@ class HFLocalScreener(Screener):
                 "score_from": score_from,
             },
         )
-        self.prompts = PromptSet(prompts, prompts_dir)
+        self.prompts = PromptSet(prompts, prompts_dir, context)
         self.score_reply, self.score_from = score_reply, score_from
         # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
         if max_new_tokens_override is not None:

@@ -240,6 +240,7 @@ class LLMScreener(Screener):
         popfair_choices: Mapping[str, str] | None = None,
         batch_invariant: bool | None = None,
         prompts_dir: str | None = None,
+        context: Sequence[str] | None = None,
         score_reply: str = "integer",
         max_new_tokens: int | None = None,
         samples: int = 1,
@@ -284,7 +285,7 @@ class LLMScreener(Screener):
         self.expected_output_tokens = expected_output_tokens
         self.price = Price.from_config(price)
         self.settings = EngineSettings.from_config(engine)
-        self.prompts = PromptSet(prompts, prompts_dir)
+        self.prompts = PromptSet(prompts, prompts_dir, context)
         self.score_reply = score_reply
         from popfair.screen.batch import BatchSettings
 

@@ -136,13 +136,15 @@ def _planning_documents(experiment: PopulationCase) -> tuple[Profiles, list[Docu
     shown = sorted(displayed_attributes(experiment.renderer) or ()) if image else []
     if shown:
         identity = {"layout": identity, "shown": shown}
+    if experiment.placebo is not None:  # placebo re-screens are part of what the screener is shown
+        identity = {"documents": identity, "placebo": repr(experiment.placebo), "seed": experiment.seed}
     document_key = _key({"renderer": identity, "rows": rows_digest})
     if document_key not in _DOCUMENTS:
         renderer = text_layout_renderer(renderer_config) if text_layout else None
         # the run's own step (`PopulationCase.prompts`): what the screener is shown, per prompt
         stage = _kept_render(renderer or experiment.renderer, document_key, profiles.jobs)
-        documents = list(
-            experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).prompts
+        documents = list(  # the design's prompts, then any placebo re-screens (renderer.placebo)
+            experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).screened
         )
         if shown and len(documents) == len(rows):
             documents = with_shown(documents, rows, shown)
