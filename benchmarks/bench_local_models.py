@@ -1,27 +1,36 @@
-"""hf_local against a plain `model.generate` loop on the same prompts, side by side in one run:
-prompts/s, generated tokens/s, the decode step time and its share of the device's limit.
+"""hf_local with each job's shared prompt prefix computed once, beside hf_local computing every
+prompt whole and a plain `model.generate` loop, on the same prompts, run side by side in rounds:
+prompts/s, the speed-up over hf_local without reuse, and whether the answers are the same.
 
     python benchmarks/bench_local_models.py                      # CPU: a tiny random Llama
     python benchmarks/bench_local_models.py --shape 1b           # a GPU: a random Llama-3.2-1B shape
     python benchmarks/bench_local_models.py --model /models/Llama-3.1-8B-Instruct --prompts 512
 
-Rows: `generate b8` is hf_local as it was (a plain greedy `model.generate`, batches of 8 sorted by
-length, `--new-tokens` new tokens); `hf_local` is the screener at its defaults (token-budget
-batches, the token cap of max_new_tokens=auto, decoding stopped once the reply's reading is
-settled, the invariance check); `hf_local cap N, no check` is the same with the baseline's cap and
-no invariance check: the same work as the baseline. A random model's replies never settle (its vocabulary has no digits and no
-yes or no), so every reply decodes to its cap: a worst case for hf_local.
+The prompts are shaped like a case's: the score prompts of conf/prompts/ with a job description of
+`--job-words` words (default 450) and resumes of about `--prompt-words` (default 200), so the system
+prompt and the job description are about 500 of a prompt's ~700 tokens; one job for every prompt, or
+`--jobs` jobs (a paired audit's shape: many postings of a few prompts each, packed into batches).
 
-Decode step time: per batch, (time of the generation - time of its prefill alone, a generation of
-one token) / (decode steps - 1). Share of the limit: a decode step must read every weight and the
-batch's keys and values once, so bytes per step / step time against the device's memory bandwidth
-(GPU: the data-sheet figure of the device's name; CPU: an assumed figure, printed; --peak-gbs sets
-either). hf_local's prompts/s come from `screen()` itself (its invariance check included, its
-answer store in memory), the step times from its batches generated again with the same code."""
+Rows: `hf_local, prefix once` is the screener at its defaults (token-budget batches, max_new_tokens
+auto, decoding stopped once the reply's reading is settled, the invariance check, the shared
+prefix computed once per job); `hf_local, every prompt whole` the same with
+screener.prefix_cache=false; `generate bN` a plain greedy `model.generate` over length-sorted
+batches of N, to hf_local's token cap. A random model's replies never settle (its vocabulary has
+no digits and no yes or no), so every reply decodes to its cap. Each round times the three rows one
+after another, in a rotated order (the machine may be shared: the ratio of each round's adjacent
+runs is the figure to read, its median and range are printed); prompts/s is the median over rounds.
+Answers the same: the share of prompts whose answer equals hf_local's without reuse.
+
+`--steps` (default on a GPU) adds hf_local's decode step time and its share of the device's limit:
+per batch, (time of the generation - time of its prefill alone, a generation of one token) /
+(decode steps - 1); a decode step must read every weight and the batch's keys and values once, so
+bytes per step / step time against the device's memory bandwidth (GPU: the data-sheet figure of the
+device's name; CPU: an assumed figure, printed; --peak-gbs sets either)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import string
@@ -34,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars between the rows
 
 # memory bandwidth, GB/s, by a substring of torch.cuda.get_device_name (data sheets)
 GPU_PEAK_GBS = {
@@ -102,7 +112,7 @@ def random_model(folder: Path, shape: str) -> Path:
     return folder
 
 
-def documents(n: int, prompt_words: int, seed: int = 0) -> list:
+def documents(n: int, prompt_words: int, jobs: int = 1, seed: int = 0) -> list:
     from popfair.core.types import Document
 
     rng = np.random.default_rng(seed)
@@ -110,7 +120,7 @@ def documents(n: int, prompt_words: int, seed: int = 0) -> list:
     return [
         Document(
             applicant_id=f"a{i}",
-            job_id="nurse",
+            job_id=f"job{i % jobs}",
             kind="text",
             text=" ".join(rng.choice(vocabulary, int(prompt_words * rng.uniform(0.7, 1.3)))),
         )
@@ -161,8 +171,9 @@ class Timing:
         return self.bytes / self.decode_s / (peak_gbs * 1e9) if self.decode_s else float("nan")
 
 
-def baseline(screener, prompts: list[str], new_tokens: int, batch: int) -> Timing:
-    """Greedy `model.generate` on length-sorted batches of `batch` (hf_local before the token budget)."""
+def plain_generate(screener, prompts: list[str], new_tokens: int, batch: int) -> list[str]:
+    """Greedy `model.generate` on length-sorted batches of `batch`, to `new_tokens`: the replies, each
+    up to and including its first end token (as hf_local reads them)."""
     import torch
 
     from popfair.screen.hf_local import end_token_ids
@@ -171,67 +182,79 @@ def baseline(screener, prompts: list[str], new_tokens: int, batch: int) -> Timin
     ids = tok(prompts, add_special_tokens=False)["input_ids"]
     order = np.argsort([-len(r) for r in ids], kind="stable")
     end_ids = end_token_ids(model, tok)
-    timing = Timing()
+    texts: list[str] = [""] * len(prompts)
     for s in range(0, len(order), batch):
-        rows = [ids[i] for i in order[s : s + batch]]
-        enc = {k: v.to(device) for k, v in tok.pad({"input_ids": rows}, return_tensors="pt").items()}
+        rows = order[s : s + batch]
+        enc = {k: v.to(device) for k, v in tok.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt").items()}
         width = enc["input_ids"].shape[1]
-        times = []
-        for cap in (new_tokens, 1):  # the generation, then its prefill alone
-            sync(device)
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                out = model.generate(
-                    **enc, do_sample=False, max_new_tokens=cap, pad_token_id=tok.pad_token_id, eos_token_id=end_ids
-                )
-            sync(device)
-            times.append(time.perf_counter() - t0)
-            if cap == new_tokens:
-                steps = out.shape[1] - width
-                timing.tokens += int((out[:, width:] != tok.pad_token_id).sum())
-        timing.add_batch(model, len(rows), width, times[0], times[1], steps)
-        timing.seconds += times[0]
-        timing.prompts += len(rows)
-    return timing
+        with torch.inference_mode():
+            out = model.generate(
+                **enc, do_sample=False, max_new_tokens=new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=end_ids
+            )
+        for i, tokens in zip(rows, out[:, width:].cpu().numpy()):
+            ends = np.flatnonzero(np.isin(tokens, end_ids))
+            texts[i] = tok.decode(tokens[: int(ends[0] + 1) if len(ends) else len(tokens)], skip_special_tokens=True)
+    return texts
 
 
-def hf_local(screener, jobs, docs, outcome: str) -> Timing:
-    """The screener's own `screen()` for prompts/s, then its batches again for the step times."""
-    from popfair.screen.hf_generate import Decoding, generate, token_budget_batches
-    from popfair.screen.hf_local import end_token_ids
-    from popfair.screen.parse import parse_answer
+def screen(screener, jobs, docs, outcome: str) -> list[str]:
+    """hf_local's own `screen()` (its answer store emptied first): the raw answers."""
     from popfair.store.blobs import GENERATIONS, MemoryBlobStore
 
     MemoryBlobStore.clear(GENERATIONS)
-    sync(screener.device)
-    t0 = time.perf_counter()
-    results = screener.screen(jobs, docs, outcome)
-    sync(screener.device)
-    timing = Timing()
-    timing.seconds, timing.prompts = time.perf_counter() - t0, len(results)
-    timing.tokens = sum(r.output_tokens for r in results)
+    return [r.raw for r in screener.screen(jobs, docs, outcome)]
+
+
+def timed(device: str, run) -> tuple[float, float, list[str]]:
+    """Wall seconds, this process's CPU seconds (all its threads) and the answers of `run()`."""
+    sync(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    answers = run()
+    sync(device)
+    return time.perf_counter() - t0, time.process_time() - c0, answers
+
+
+def decode_steps(screener, jobs, docs, outcome: str) -> Timing:
+    """hf_local's batches (with its shared prefixes) generated again: decode step times and bytes."""
+    from popfair.screen.hf_generate import Decoding, generate
+    from popfair.screen.hf_local import end_token_ids
+    from popfair.screen.hf_prefix import SharedPrefixes, plan_batches
+    from popfair.screen.parse import parse_answer
+
     prompts = [screener.prompt_text(jobs[d.job_id], d, outcome) for d in docs]
     ids = screener.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    lengths = np.array([len(r) for r in ids])
     cap = screener.new_tokens(outcome)
     end_ids = end_token_ids(screener.model, screener.tokenizer)
 
     def parse(text):
         return parse_answer(text, outcome)
 
-    for batch in token_budget_batches(np.array([len(r) for r in ids]), cap, screener.budget(), screener.batch_size):
+    groups = [d.job_id for d in docs] if screener.prefix_cache else None
+    pad_id = screener.tokenizer.pad_token_id
+    shared = SharedPrefixes(screener.model, screener.input_device, int(lengths.sum()), pad_id)
+    timing = Timing()
+    for prefix_ids, batch in plan_batches(ids, groups, cap, screener.budget(), screener.batch_size):
         rows = [ids[i] for i in batch]
+        prefix = shared.for_batch(prefix_ids, int(lengths[batch].max()) + cap)
         times, replies = [], []
         for decoding in (Decoding(cap, screener.static_cache, screener.compile), Decoding(1)):
-            sync(screener.device)
-            t = time.perf_counter()
-            replies.append(
-                generate(screener.model, screener.tokenizer, rows, parse, decoding, end_ids, screener.input_device)
+            run = functools.partial(
+                generate,
+                screener.model,
+                screener.tokenizer,
+                rows,
+                parse,
+                decoding,
+                end_ids,
+                screener.input_device,
+                prefix,
             )
-            sync(screener.device)
-            times.append(time.perf_counter() - t)
+            t, _, reply = timed(screener.device, run)
+            times.append(t)
+            replies.append(reply)
         steps = max(r.new_tokens for r in replies[0])
         timing.add_batch(screener.model, len(rows), max(len(r) for r in rows), times[0], times[1], steps)
-    timing.cut_short = sum("cut short" in (r.error or "") for r in results)  # type: ignore[attr-defined]
     return timing
 
 
@@ -242,82 +265,108 @@ def main() -> None:
         "--shape", choices=sorted(SHAPES), help="random model shape (default: 1b on a GPU, tiny on CPU)"
     )
     parser.add_argument("--prompts", type=int, default=None, help="prompts (default: 512 on a GPU, 96 on CPU)")
-    parser.add_argument("--prompt-words", type=int, default=None, help="resume words (default: 550 GPU, 150 CPU)")
-    parser.add_argument("--new-tokens", type=int, default=16, help="the baseline's new tokens (default 16)")
-    parser.add_argument("--baseline-batch", type=int, default=8, help="the baseline's batch (default 8)")
+    parser.add_argument("--prompt-words", type=int, default=200, help="resume words (default 200)")
+    parser.add_argument("--job-words", type=int, default=450, help="job description words (default 450)")
+    parser.add_argument("--jobs", type=int, default=1, help="jobs the prompts are spread over (default 1)")
+    parser.add_argument("--baseline-batch", type=int, default=8, help="the plain loop's batch (default 8)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three rows (default 3)")
     parser.add_argument("--outcome", choices=["score", "callback"], default="score")
+    parser.add_argument("--steps", action=argparse.BooleanOptionalAction, help="decode step times (default: on a GPU)")
+    parser.add_argument("--threads", type=int, help="torch threads on CPU (default: torch's own)")
     parser.add_argument("--peak-gbs", type=float, help="device memory bandwidth, GB/s (default: by device)")
     args = parser.parse_args()
 
     import torch
 
+    from benchmarks._side_by_side import core_speed, load
     from popfair.core.types import Job
     from popfair.screen.hf_local import HFLocalScreener
     from popfair.screen.local_runtime import device_name, runtime_versions
 
     gpu = torch.cuda.is_available()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     shape = args.shape or ("1b" if gpu else "tiny")
     n = args.prompts or (512 if gpu else 96)
-    prompt_words = args.prompt_words or (550 if gpu else 150)
     with tempfile.TemporaryDirectory(prefix="bench-local-") as tmp:
         path = args.model or str(random_model(Path(tmp), shape))
 
         def build(**settings):
             return HFLocalScreener(model_path=path, name="hf_local", cache_dir=None, **settings)
 
-        screener = build()
-        device = screener.device
-        label = device_name(device)
-        if args.peak_gbs:
-            peak, source = args.peak_gbs, "--peak-gbs"
-        elif gpu:
-            name = torch.cuda.get_device_name(device)
-            peak = next((v for k, v in GPU_PEAK_GBS.items() if k in name), float("nan"))
-            source = f"data sheet of {name}" if peak == peak else f"unknown device {name}: give --peak-gbs"
-        else:
-            peak, source = CPU_PEAK_GBS, "ASSUMED for this CPU (set --peak-gbs)"
-        jobs = {"nurse": Job("nurse", "Registered nurse", " ".join(words(60)))}
-        docs = documents(n, prompt_words)
-        prompts = [screener.prompt_text(jobs["nurse"], d, args.outcome) for d in docs]
-        lengths = [len(r) for r in screener.tokenizer(prompts, add_special_tokens=False)["input_ids"]]
-        weights = sum(p.numel() * p.element_size() for p in screener.model.parameters()) / 1e9
+        reuse = build()
+        whole = build(prefix_cache=False)
+        whole._model = reuse.model  # the same weights: not loaded twice
+        device = reuse.device
+        vocabulary = words(args.job_words + args.jobs)
+        jobs = {  # descriptions of one length, each its own words
+            f"job{k}": Job(f"job{k}", "Registered nurse", " ".join(vocabulary[k : k + args.job_words]))
+            for k in range(args.jobs)
+        }
+        docs = documents(n, args.prompt_words, args.jobs)
+        prompts = [reuse.prompt_text(jobs[d.job_id], d, args.outcome) for d in docs]
+        ids = reuse.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        lengths = [len(r) for r in ids]
+        cap = reuse.new_tokens(args.outcome)
+        weights = sum(p.numel() * p.element_size() for p in reuse.model.parameters()) / 1e9
+        print(f"device {device_name(device)}, dtype {reuse.dtype}, model {args.model or f'random Llama ({shape})'}")
+        print(f"  {weights:.3f} GB of weights; versions {runtime_versions()}")
         print(
-            f"device {label}, dtype {screener.dtype}, model {args.model or f'random Llama ({shape})'} {weights:.3f} GB"
+            f"{n} prompts of {np.mean(lengths):.0f} tokens (min {min(lengths)}, max {max(lengths)}), {args.jobs} job(s), "
+            f"outcome {args.outcome}, token cap {cap}, batch_tokens {reuse.budget()}"
         )
+        print(f"load {load()}, core speed {core_speed():.3f} s (benchmarks/_side_by_side.py)")
+        runs = {
+            "hf_local, prefix once": lambda: screen(reuse, jobs, docs, args.outcome),
+            "hf_local, every prompt whole": lambda: screen(whole, jobs, docs, args.outcome),
+            f"generate b{args.baseline_batch}": lambda: plain_generate(reuse, prompts, cap, args.baseline_batch),
+        }
+        screen(reuse, jobs, docs[:4], args.outcome)  # one untimed pass of each path (kernels, allocator)
+        screen(whole, jobs, docs[:4], args.outcome)
+        plain_generate(reuse, prompts[:4], 2, args.baseline_batch)
+        names = list(runs)
+        seconds: dict[str, list[float]] = {name: [] for name in names}
+        cpu: dict[str, list[float]] = {name: [] for name in names}
+        answers: dict[str, list[str]] = {}
+        for r in range(args.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                t, c, answers[name] = timed(device, runs[name])
+                seconds[name].append(t)
+                cpu[name].append(c)
         print(
-            f"{n} prompts of {np.mean(lengths):.0f} tokens (min {min(lengths)}, max {max(lengths)}), outcome {args.outcome}"
+            f"prefixes computed: {reuse.metrics().get('screen.prefixes_computed', 0):.0f} in "
+            f"{reuse.metrics().get('screen.batches', 0):.0f} batch(es), "
+            f"{reuse.metrics().get('screen.prefix_token_share', 0):.0%} of the prompt tokens not computed again"
         )
-        print(f"memory bandwidth {peak:.0f} GB/s ({source}); versions {runtime_versions()}")
-        # one untimed pass of each path (kernels, allocator)
-        hf_local(screener, jobs, docs[:4], args.outcome)
-        baseline(screener, prompts[:4], 2, args.baseline_batch)
-        rows = [
-            (
-                f"generate b{args.baseline_batch}, {args.new_tokens} new",
-                baseline(screener, prompts, args.new_tokens, args.baseline_batch),
-            )
-        ]
-        rows.append(
-            (
-                f"hf_local defaults (cap {screener.new_tokens(args.outcome)})",
-                hf_local(screener, jobs, docs, args.outcome),
-            )
-        )
-        capped = build(max_new_tokens=args.new_tokens, invariance_check=0)
-        capped._model = screener.model  # the same weights: not loaded twice
-        rows.append((f"hf_local cap {args.new_tokens}, no check", hf_local(capped, jobs, docs, args.outcome)))
-        print(f"hf_local batch_tokens {screener.budget()} (auto), invariance check {screener.invariance_check} prompts")
-        print(f"{'':34} {'prompts/s':>10} {'tokens/s':>10} {'step ms':>9} {'limit share':>12} {'cut short':>10}")
-        for name, t in rows:
-            cut = getattr(t, "cut_short", None)
+        whole_name = "hf_local, every prompt whole"
+        header = f"{'prompts/s':>10} {'speed-up':>9} {'per round':>12} {'CPU speed-up':>13} {'per round':>12}"
+        print(f"{'':30} {header} {'answers same':>13}")
+        for name in names:
+            ratios = [b / t for b, t in zip(seconds[whole_name], seconds[name])]
+            cpu_ratios = [b / t for b, t in zip(cpu[whole_name], cpu[name])]
+            same = np.mean([a == b for a, b in zip(answers[name], answers[whole_name])])
             print(
-                f"{name:34} {t.prompts / t.seconds:10.1f} {t.tokens / t.seconds:10.1f} {t.step_ms:9.2f} "
-                f"{t.share(peak):12.1%} {'' if cut is None else cut:>10}"
+                f"{name:30} {n / np.median(seconds[name]):10.1f} {np.median(ratios):8.2f}x "
+                f"{min(ratios):5.2f}-{max(ratios):.2f}x {np.median(cpu_ratios):12.2f}x "
+                f"{min(cpu_ratios):5.2f}-{max(cpu_ratios):.2f}x {same:13.0%}"
             )
-        base = rows[0][1]
         print(
-            f"hf_local defaults / baseline prompts/s: {rows[1][1].prompts / rows[1][1].seconds / (base.prompts / base.seconds):.2f}x"
+            f"load {load()} at the end. Speed-up: hf_local without reuse's time / the row's, in each round "
+            "(median, range); CPU: the same with this process's CPU seconds (less moved by other users)"
         )
+        if args.steps if args.steps is not None else gpu:
+            if args.peak_gbs:
+                peak, source = args.peak_gbs, "--peak-gbs"
+            elif gpu:
+                name = torch.cuda.get_device_name(device)
+                peak = next((v for k, v in GPU_PEAK_GBS.items() if k in name), float("nan"))
+                source = f"data sheet of {name}" if peak == peak else f"unknown device {name}: give --peak-gbs"
+            else:
+                peak, source = CPU_PEAK_GBS, "ASSUMED for this CPU (set --peak-gbs)"
+            print(f"memory bandwidth {peak:.0f} GB/s ({source})")
+            for label, screener in (("hf_local, prefix once", reuse), ("hf_local, every prompt whole", whole)):
+                t = decode_steps(screener, jobs, docs, args.outcome)
+                print(f"{label:30} decode step {t.step_ms:.2f} ms, {t.share(peak):.1%} of the limit")
 
 
 if __name__ == "__main__":

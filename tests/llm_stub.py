@@ -44,6 +44,51 @@ def expected_answer(system: str, user: str, garbage_rate: float = 0.0, yes_share
     return str(int(unit("answer", text) * 101))
 
 
+def yes_probability(system: str, user: str, yes_share=None) -> float:
+    """The stub model's P(yes) for a callback prompt: what its log-probabilities say and what its
+    answers at temperature > 0 are drawn from. With `yes_share` that function of the prompt; else a
+    number of the prompt in [0.1, 0.9]."""
+    if yes_share is not None:
+        return float(yes_share(user))
+    return 0.1 + 0.8 * unit("p_yes", prompt_text(system, user))
+
+
+def drawn_answer(system: str, user: str, rng, yes_share=None, score_sd: float = 10.0) -> str:
+    """A fresh answer (temperature > 0, or an unstable prompt at temperature 0): yes with the prompt's
+    P(yes); a score drawn around the prompt's own score."""
+    if "callback" in system:
+        return "yes" if rng.random() < yes_probability(system, user, yes_share) else "no"
+    centre = int(unit("answer", prompt_text(system, user)) * 101)
+    return str(min(100, max(0, round(rng.gauss(centre, score_sd)))))
+
+
+YES_TOKENS = (("yes", "no"), (" Yes", " No"), ("Yes", "No"), (" yes", " no"))
+
+
+def first_token_logprobs(system: str, user: str, answer: str, yes_share=None) -> dict:
+    """The `logprobs` of a choice: its first token, with 20 alternatives. Callback: yes/no spellings
+    (the prompt picks one, e.g. " Yes") carry 0.9 of the mass in the ratio P(yes) : P(no), other
+    words the rest; score: the prompt's score and its neighbours +-10 (probabilities .25/.5/.25) and
+    a word, so the expected score is the prompt's own."""
+    text = prompt_text(system, user)
+    if "callback" in system:
+        p = yes_probability(system, user, yes_share)
+        yes, no = YES_TOKENS[int(unit("spelling", text) * len(YES_TOKENS))]
+        top = [(yes, 0.9 * p), (no, 0.9 * (1 - p)), ("I", 0.06), ("The", 0.04)]
+    else:
+        centre = int(unit("answer", text) * 101)
+        top = [(str(centre), 0.45), (str(centre - 10), 0.225), (str(centre + 10), 0.225), ("Score", 0.1)]
+        if not 10 <= centre <= 90:  # near the ends of the scale: the prompt's score alone
+            top = [(str(centre), 0.9), ("Score", 0.1)]
+    top += [(f"tok{i}", 1e-9) for i in range(20 - len(top))]
+    import math
+
+    alternatives = [{"token": t, "logprob": math.log(max(q, 1e-300)), "bytes": None} for t, q in top]
+    # the token the answer starts with, as one of the alternatives (the prompt's spelling of yes or no)
+    chosen = alternatives[1] if "callback" in system and answer.strip().lower().startswith("no") else alternatives[0]
+    return {"content": [{**chosen, "top_logprobs": alternatives}]}
+
+
 def stub_ranking(user: str) -> list[str]:
     """The candidates of a ranking prompt (the name heading each resume), in the stub's order: a
     deterministic shuffle of the prompt."""
@@ -108,6 +153,14 @@ class StubState:
     down_after: int | None = None  # after this many answers, drop every connection unanswered (an outage)
     images: list = field(default_factory=list)  # (format, png bytes) of every image part received
     yes_share: object = None  # callable user -> P(callback "yes"), e.g. higher for some names (a biased model)
+    metrics: object = None  # callable state -> Prometheus text served at GET /metrics (None: no such endpoint)
+    prompts: list = field(default_factory=list)  # every chat prompt received, in order (system, user)
+    unstable_share: float = 0.0  # share of prompts answered afresh each time even at temperature 0
+    score_sd: float = 10.0  # sd of a drawn 0-100 score around the prompt's own
+    choices: Counter = field(default_factory=Counter)  # prompt -> answers generated (n per request counted)
+    n_requested: list = field(default_factory=list)  # the `n` of every chat request (1 when absent)
+    rng: object = None  # random.Random of the fresh draws (seeded per server)
+    ignore_n: bool = False  # answer one choice whatever `n` asks (as some OpenAI-compatible gateways do)
 
 
 def _user_text(content) -> str:
@@ -145,7 +198,10 @@ def extract_prompt(path: str, body: dict) -> tuple[str, str]:
     return system, _user_text(messages[-1]["content"])
 
 
-def openai_reply(text: str, model: str, tokens_in: int) -> dict:
+def openai_reply(text: str, model: str, tokens_in: int, more: tuple = (), logprobs: list | None = None) -> dict:
+    """A chat completion with one choice per text (`text`, then `more`: a request's `n`), each with
+    its `logprobs` where given; one output token per choice."""
+    texts = (text, *more)
     return {
         "id": "chatcmpl-stub",
         "object": "chat.completion",
@@ -153,13 +209,14 @@ def openai_reply(text: str, model: str, tokens_in: int) -> dict:
         "model": model,
         "choices": [
             {
-                "index": 0,
+                "index": i,
                 "finish_reason": "stop",
-                "logprobs": None,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": logprobs[i] if logprobs else None,
+                "message": {"role": "assistant", "content": t, "refusal": None},
             }
+            for i, t in enumerate(texts)
         ],
-        "usage": {"prompt_tokens": tokens_in, "completion_tokens": 1, "total_tokens": tokens_in + 1},
+        "usage": {"prompt_tokens": tokens_in, "completion_tokens": len(texts), "total_tokens": tokens_in + len(texts)},
     }
 
 
@@ -237,6 +294,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, {"object": "list", "data": listed})
         if path == "/version" and self.state.version is not None:  # vLLM's engine version
             return self._send(200, {"version": self.state.version})
+        if path == "/metrics" and callable(self.state.metrics):  # an engine's Prometheus metrics
+            with self.state.lock:
+                text = self.state.metrics(self.state)
+            return self._send(200, text, content_type="text/plain; version=0.0.4; charset=utf-8")
         if m := re.fullmatch(r"/v1/models/([\w.:-]+)", path):
             if m.group(1) in self.state.models:
                 return self._send(200, {"type": "model", "id": m.group(1), "display_name": m.group(1)})
@@ -293,6 +354,7 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.requests += 1
             st.attempts[prompt] += 1
+            st.prompts.append((system, user))
             st.images.extend(extract_images(path, body))
             attempt = st.attempts[prompt]
             # grant answers at arrival, so that exactly hold_after requests are ever answered
@@ -343,7 +405,19 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(504, {"error": {"message": "too late"}, "message": "too late"})
         if kind == "malformed":
             return self._send(200, '{"id": "x", "choices": [{"message": {"con')
-        answer = expected_answer(system, user, st.garbage_rate, st.yes_share)
+        openai_style = not bedrock and not path.endswith("/messages")
+        n = int(body.get("n") or 1) if openai_style and not st.ignore_n else 1
+        # a temperature above 0 draws afresh (absent: the stub answers as at 0, as the tests have always had it)
+        temperature = body.get("temperature", (body.get("inferenceConfig") or {}).get("temperature"))
+        fresh = float(temperature or 0) > 0 or unit("unstable", prompt) < st.unstable_share
+        with st.lock:
+            answers = [
+                drawn_answer(system, user, st.rng, st.yes_share, st.score_sd)
+                if fresh and unit("garbage", prompt) >= st.garbage_rate and "Rank all candidates" not in system
+                else expected_answer(system, user, st.garbage_rate, st.yes_share)
+                for _ in range(n)
+            ]
+        answer = answers[0]
         tokens_in = max(1, len(prompt) // 4)
         model = body.get("model", "stub")
         if bedrock:
@@ -351,9 +425,14 @@ class Handler(BaseHTTPRequestHandler):
         elif path.endswith("/messages"):
             reply = anthropic_reply(answer, model, tokens_in)
         else:
-            reply = openai_reply(answer, model, tokens_in)
+            logprobs = (
+                [first_token_logprobs(system, user, a, st.yes_share) for a in answers] if body.get("logprobs") else None
+            )
+            reply = openai_reply(answer, model, tokens_in, tuple(answers[1:]), logprobs)
         with st.lock:
             st.answered[prompt] += 1
+            st.choices[prompt] += n
+            st.n_requested.append(n)
         self._send(200, reply)
 
     # --- OpenAI batches -------------------------------------------------------------------------
@@ -521,6 +600,9 @@ class StubServer:
     """Start/stop the stub in a background thread: `with StubServer(...) as stub: stub.url`."""
 
     def __init__(self, **state) -> None:
+        import random
+
+        state.setdefault("rng", random.Random(state.pop("draw_seed", 0)))
         self.state = StubState(**state)
         handler = type("BoundHandler", (Handler,), {"state": self.state})
         self.httpd = QuietServer(("127.0.0.1", 0), handler)

@@ -1,7 +1,9 @@
 """A screening process for the multi-process tests: screens `n` stub documents through the cache at
 `cache` (a folder or a database URL) and writes each row and the engine figures to `out` as JSON.
 
-    python -m tests.screen_worker STUB_URL CACHE OUT N [CLAIM_LEASE_S]"""
+    python -m tests.screen_worker STUB_URL CACHE OUT N [CLAIM_LEASE_S [SAMPLES TEMPERATURE]]
+
+With SAMPLES > 1 it asks each prompt SAMPLES times (callback answers) at TEMPERATURE (screener.samples)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from tests.screen_helpers import FAST_ENGINE, JOBS, documents
 def main() -> None:
     url, cache, out, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     lease = float(sys.argv[5]) if len(sys.argv) > 5 else 60.0
+    samples = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+    temperature = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
     where = {"cache_url": cache} if is_url(cache) else {"cache_dir": cache}
     screener = LLMScreener(
         name="worker",
@@ -25,8 +29,10 @@ def main() -> None:
         base_url=url + "/v1",
         **where,
         engine={**FAST_ENGINE, "concurrency": 4, "timeout_s": 30.0, "claim_lease_s": lease, "claim_poll_s": 0.1},
+        samples=samples,
+        generation={"temperature": temperature, "max_tokens": 200},
     )
-    results = screener.screen(JOBS, documents(n), "score")
+    results = screener.screen(JOBS, documents(n), "score" if samples == 1 else "callback")
     with open(out, "w") as f:
         json.dump(
             {"rows": [[r.applicant_id, r.value, r.error, r.cached] for r in results], "metrics": screener.metrics()}, f

@@ -136,8 +136,11 @@ def test_failures_drop_their_pairs_and_bad_inputs_are_clear():
         paired_gap(pairs.assign(y_black=np.nan), y_adv="y_white", y_other="y_black", cluster="posting")
     with pytest.raises(EstimationError, match="lacks columns \\['cluster'\\]"):
         paired_gap(pairs, y_adv="y_white", y_other="y_black", cluster="cluster")
-    with pytest.raises(EstimationError, match="must be 0/1"):
-        paired_gap(pairs.assign(y_white=0.5), y_adv="y_white", y_other="y_black", cluster="posting")
+    with pytest.raises(EstimationError, match=r"must be callbacks in \[0, 1\]"):
+        paired_gap(pairs.assign(y_white=2.0), y_adv="y_white", y_other="y_black", cluster="posting")
+    # a mean of several answers (screener.samples > 1) is a callback rate: the clustered t, no McNemar
+    mean = paired_gap(pairs.assign(y_white=0.5), y_adv="y_white", y_other="y_black", cluster="posting")
+    assert mean.test == "cluster_t" and np.isnan(mean.mcnemar_p)
     with pytest.raises(EstimationError, match="at least 2"):
         paired_gap(pairs.assign(posting=1), y_adv="y_white", y_other="y_black", cluster="posting")
 

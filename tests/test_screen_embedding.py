@@ -297,3 +297,22 @@ def test_processes_encoding_the_same_texts_at_once_split_them(tmp_path):
     encoded = [int(out[0]) for out in outputs]
     assert sum(encoded) == n and min(encoded) > 0, f"texts encoded by each process: {encoded} of {n} ({logs})"
     assert outputs[0][1] == outputs[1][1]  # the same stored vectors in both
+
+
+@needs_extra
+@pytest.mark.xdist_group(SHARES_THE_MODEL)
+def test_each_job_description_is_embedded_once_per_case_and_only_if_named(monkeypatch):
+    from popfair.screen.embedding import EmbeddingScreener
+
+    case = fresh_screener("null")
+    embedded: list[str] = []
+    original = EmbeddingScreener.embed
+    monkeypatch.setattr(case, "embed", lambda texts: embedded.extend(texts) or original(case, texts))
+    unused = Job(job_id="chef", title="Chef", description="Chef: plan menus and cook for a restaurant.")
+    jobs = {**JOBS, "chef": unused}
+    waves = [documents()[:2], documents()[2:], documents()]  # e.g. a sequential audit's screening calls
+    scores = [r.value for wave in waves for r in case.screen(jobs, wave, "score")]
+    descriptions = [text for text in embedded if text in {job.description for job in jobs.values()}]
+    assert sorted(descriptions) == sorted(job.description for job in JOBS.values())  # once each, never the chef's
+    alone = fresh_screener("null")  # another case, without the unused job: the same scores
+    assert scores == pytest.approx([r.value for wave in waves for r in alone.screen(JOBS, wave, "score")], abs=1e-6)

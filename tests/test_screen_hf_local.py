@@ -251,6 +251,7 @@ def test_tokenizer_without_chat_template_is_refused(tmp_path):
         ("screener.max_new_tokens=0", "screener.max_new_tokens"),
         ("screener.dtype=int8", "screener.dtype"),
         ("screener.device=tpu", "screener.device"),
+        ("screener.prefix_cache=sometimes", "screener.prefix_cache"),
         ("screener.prompts.score_user=no_such_prompt.txt", "screener.prompts.score_user"),
     ],
 )
@@ -369,3 +370,158 @@ def test_compile_needs_a_gpu_and_dtype_auto_is_fp32_on_cpu(llama_dir):
     with pytest.raises(ConfigError, match="screener.compile"):
         screener(llama_dir, "screener.compile=true")
     assert screener(llama_dir, "screener.dtype=auto").dtype == "float32"
+
+
+# --- the shared prefix computed once per job (popfair.screen.hf_prefix) ------------------------------
+TWO_JOBS = {**JOBS, "aide": Job(job_id="aide", title="aide", description="the job is care for patients years")}
+
+
+def two_job_documents(n: int) -> list[Document]:
+    return [
+        Document(d.applicant_id, "aide" if i % 3 == 0 else "nurse", "text", d.text) for i, d in enumerate(documents(n))
+    ]
+
+
+@pytest.mark.parametrize("static", ["false", "true"])
+def test_prefix_computed_once_per_job_answers_as_every_prompt_whole(llama_dir, tmp_path, static):
+    docs = two_job_documents(14)
+    settings = ("screener.batch_size=null", "screener.batch_tokens=500", f"screener.static_cache={static}")
+    reused = screener(llama_dir, *settings, f"cache_dir={tmp_path}/a")
+    answers = reused.screen(TWO_JOBS, docs, "score")
+    whole = screener(llama_dir, *settings, "screener.prefix_cache=false", f"cache_dir={tmp_path}/b")
+    expected = whole.screen(TWO_JOBS, docs, "score")
+    assert [r.raw for r in answers] == [r.raw for r in expected]  # greedy, fp32: the same answers
+    assert [r.output_tokens for r in answers] == [r.output_tokens for r in expected]
+    metrics = reused.metrics()
+    assert metrics["screen.prefixes_computed"] == 2 and metrics["screen.prefix_rows"] == 14  # once per job
+    assert metrics["screen.batches"] > 2  # the token budget cut each job's resumes into several batches
+    assert 0.3 < metrics["screen.prefix_token_share"] < 1 and metrics["screen.batch_variant_share"] == 0.0
+    assert whole.metrics()["screen.prefix_rows"] == 0 and whole.metrics()["screen.prefixes_computed"] == 0
+    records = stored_records(tmp_path / "a")
+    system_tokens = len(reused.tokenizer(reused.prompts.system("score"))["input_ids"])
+    assert all(r["prefix_tokens"] > system_tokens for r in records)  # the system prompt and more: the job
+    assert all(r["batch_padded_tokens"] <= 500 for r in records)  # within batch_tokens
+    assert reused.run_tags["hf_local.prefix_cache"] == "True" and whole.run_tags["hf_local.prefix_cache"] == "False"
+    # the prefix does not change answers, so it is not in their key: computed whole, they are found stored
+    again = screener(llama_dir, *settings, "screener.prefix_cache=false", f"cache_dir={tmp_path}/a")
+    assert [r.raw for r in again.screen(TWO_JOBS, docs, "score")] == [r.raw for r in answers]
+    assert again.metrics()["screen.rows_from_cache"] == 14
+
+
+def test_prefix_cache_gives_the_logits_of_the_whole_prompt(llama_dir):
+    """Two jobs' prefixes in one cache (the shorter left-padded), each row on top of its own job's."""
+    import torch
+
+    from popfair.screen.hf_prefix import PrefixCache, common_prefix
+
+    s = screener(llama_dir)
+    docs = two_job_documents(8)
+    prompts = [s.prompt_text(TWO_JOBS[d.job_id], d, "callback") for d in docs]
+    rows = s.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    prefixes = [common_prefix([r for r, d in zip(rows, docs) if d.job_id == job]) for job in ("nurse", "aide")]
+    assert len(prefixes[0]) > 20 and len(prefixes[0]) != len(prefixes[1])
+    shared = PrefixCache(s.model, prefixes, "cpu", s.tokenizer.pad_token_id)
+    assert [shared.which(r) for r in rows] == [1 if d.job_id == "aide" else 0 for d in docs]
+    with torch.inference_mode():
+        inputs = shared.inputs(s.tokenizer, rows, 4, static=False)
+        mask = inputs["attention_mask"]
+        width = shared.ids.shape[1]
+        # the rest of every row on top of its prefix's cache (generate's position ids: the mask's count)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, width:]
+        ids = inputs.pop("input_ids")[:, width:]
+        logits = s.model(input_ids=ids, position_ids=positions, **inputs).logits[:, -1]
+        for row, last in zip(rows, logits):
+            alone = s.model(input_ids=torch.tensor([row])).logits[0, -1]
+            assert torch.allclose(last, alone, atol=1e-5)
+
+
+def test_prefix_groups_need_two_rows_and_a_long_enough_start():
+    from popfair.screen.hf_prefix import MIN_PREFIX_TOKENS, common_prefix, plan_batches
+
+    start = list(range(100, 100 + MIN_PREFIX_TOKENS))
+    rows = [start + [1, 2], start + [1, 3, 4], start + [5], [7] * 20, start[:3] + [9] * 20, start[:3] + [8] * 20]
+    assert common_prefix(rows[:3]) == tuple(start)
+    assert common_prefix([start + [1], start + [1, 2]]) == (*start,)  # each row keeps a token of its own
+    plan = plan_batches(rows, ["a", "a", "a", "b", "c", "c"], 4, 10_000, None)
+    assert plan == [((tuple(start),), [0, 1, 2]), (None, [4, 5, 3])]  # job c shares only 3 tokens
+    assert plan_batches(rows, None, 4, 10_000, None) == [(None, [4, 5, 3, 1, 0, 2])]
+
+
+def test_small_jobs_are_packed_whole_within_the_token_budget():
+    from popfair.screen.hf_prefix import MIN_PREFIX_TOKENS, plan_batches
+
+    def job(k: int, width: int) -> list[list[int]]:  # two rows sharing a prefix of `width` tokens
+        return [[k] * width + [1, 2], [k] * width + [3, 4, 5]]
+
+    rows = [*job(10, MIN_PREFIX_TOKENS), *job(11, 30), *job(12, 20), *job(13, 40)]
+    groups = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    # longest prefix first; a batch costs rows x (longest prefix + longest rest + 2 new tokens)
+    plan = plan_batches(rows, groups, 2, 4 * (40 + 3 + 2), None)
+    assert [len(prefixes) for prefixes, _ in plan] == [2, 2]
+    assert plan[0] == ((tuple([13] * 40), tuple([11] * 30)), [6, 7, 2, 3])
+    assert sorted(i for _, batch in plan for i in batch) == list(range(8))
+    # 135 tokens: the two longest jobs alone (4 x (40 + 5) and 4 x (30 + 5) exceed it), the short ones together
+    assert [len(prefixes) for prefixes, _ in plan_batches(rows, groups, 2, 3 * (40 + 3 + 2), None)] == [1, 1, 2]
+    assert [len(b) for _, b in plan_batches(rows, groups, 2, 10_000, 5)] == [4, 4]  # at most 5 rows
+
+
+def test_prefix_reuse_is_off_past_a_sliding_window_and_for_recurrent_state():
+    from types import SimpleNamespace
+
+    import transformers
+
+    from popfair.screen.hf_prefix import reusable
+
+    windowed = SimpleNamespace(config=transformers.MistralConfig(sliding_window=100, num_hidden_layers=2))
+    assert reusable(windowed, 100) and not reusable(windowed, 101)  # the middle padding would take window places
+    assert reusable(SimpleNamespace(config=transformers.MistralConfig(sliding_window=None)), 10_000)
+    hybrid = transformers.Qwen3NextConfig(num_hidden_layers=4) if hasattr(transformers, "Qwen3NextConfig") else None
+    if hybrid is not None:  # linear-attention layers keep a recurrent state that a prefix cannot be shared by
+        assert any("linear" in t for t in hybrid.layer_types) and not reusable(SimpleNamespace(config=hybrid), 10)
+
+
+@pytest.mark.parametrize("static", ["false", "true"])
+def test_postings_of_a_few_resumes_are_packed_and_answer_as_every_prompt_whole(llama_dir, static):
+    """A paired audit's shape: many jobs (postings) of a few prompts each, of unequal lengths."""
+    words = ["care", "for", "patients", "years", "experience", "the", "job", "nurse"]
+    postings = {f"p{k}": Job(f"p{k}", "nurse", " ".join(words[: 2 + k] * (k + 1))) for k in range(5)}
+    docs = [Document(d.applicant_id, f"p{i % 5}", "text", d.text) for i, d in enumerate(documents(15))]
+    settings = ("screener.batch_size=null", f"screener.static_cache={static}", "screener.invariance_check=4")
+    packed = screener(llama_dir, *settings)
+    answers = packed.screen(postings, docs, "score")
+    whole = screener(llama_dir, *settings, "screener.prefix_cache=false").screen(postings, docs, "score")
+    assert [r.raw for r in answers] == [r.raw for r in whole]
+    metrics = packed.metrics()
+    assert metrics["screen.prefixes_computed"] == 5 and metrics["screen.prefix_rows"] == 15
+    assert metrics["screen.batches"] == 1 and metrics["screen.batch_variant_share"] == 0.0  # all five in one batch
+
+
+@pytest.mark.parametrize("outcome", ["callback", "score"])
+def test_logprob_scores_come_from_the_first_token_logits_over_the_whole_vocabulary(llama_dir, tmp_path, outcome):
+    """score_from=logprobs: P(yes) = p(yes) / (p(yes) + p(no)), or the expected score over the 0-100
+    tokens, computed here independently from one prompt at a time through the model's own forward."""
+    import torch
+
+    s = screener(llama_dir, "screener.score_from=logprobs", f"cache_dir={tmp_path}")
+    docs = documents(6)
+    results = s.screen(JOBS, docs, outcome)
+    assert all(r.error is None for r in results)
+    vocab = {w: i for i, w in enumerate(WORDS)}
+    for doc, result in zip(docs, results):
+        ids = s.tokenizer(s.prompt_text(JOBS["nurse"], doc, outcome), add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            p = torch.softmax(s.model(torch.tensor([ids])).logits[0, -1].double(), -1)
+        if outcome == "callback":
+            truth = float(p[vocab["yes"]] / (p[vocab["yes"]] + p[vocab["no"]]))
+        else:
+            numbers = torch.tensor([vocab[str(v)] for v in range(101)])
+            truth = float((p[numbers] * torch.arange(101)).sum() / p[numbers].sum())
+        assert result.value == pytest.approx(truth, rel=1e-4)
+    again = screener(llama_dir, "screener.score_from=logprobs", f"cache_dir={tmp_path}")
+    assert [r.value for r in again.screen(JOBS, docs, outcome)] == [r.value for r in results]
+    assert again.metrics()["screen.rows_from_cache"] == len(docs)
+
+
+def test_hf_local_refuses_more_than_one_answer_per_prompt(llama_dir):
+    with pytest.raises(ConfigError, match=r"^screener.samples: hf_local decodes greedily"):
+        screener(llama_dir, "screener.samples=2")

@@ -113,3 +113,83 @@ def test_batch_invariant_is_refused_on_a_hosted_route_and_seed_on_a_non_openai_p
             cache_dir=str(tmp_path),
             generation={"seed": 1},
         )
+
+
+# --- the engine's prefix-cache hit rate (popfair.screen.served_metrics) -------------------------------
+BLOCK = 4  # words per cached block: the stub caches whole blocks of a prompt's start, as vLLM does
+
+
+def prefix_cache_counters(prompts: list) -> tuple[int, int]:
+    """(hits, queries) in words of an engine that caches every block of every prompt it has seen."""
+    seen: set[tuple[str, ...]] = set()
+    hits = queries = 0
+    for system, user in prompts:
+        words = tuple(f"{system}\n{user}".split())
+        blocks = [words[: end + BLOCK] for end in range(0, len(words) - BLOCK + 1, BLOCK)]
+        hits += BLOCK * next((i for i, block in enumerate(blocks) if block not in seen), len(blocks))
+        queries += len(words)
+        seen.update(blocks)
+    return hits, queries
+
+
+def vllm_metrics(earlier: tuple[int, int] = (300, 1000)):
+    """A /metrics of vLLM's counters (made by prometheus_client, as vLLM does), after `earlier` traffic."""
+
+    def render(state) -> str:
+        from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+        registry = CollectorRegistry()
+        hits, queries = prefix_cache_counters(state.prompts)
+        for name, value in (("hits", hits + earlier[0]), ("queries", queries + earlier[1])):
+            counter = Counter(f"vllm:prefix_cache_{name}", name, ["model_name", "engine"], registry=registry)
+            counter.labels(MODEL, "0").inc(value)
+            counter.labels("another-model", "0").inc(7)  # another model on the server: not this run's
+        return generate_latest(registry).decode()
+
+    return render
+
+
+def test_route_local_records_the_engines_prefix_cache_hit_rate_over_its_own_requests(tmp_path):
+    docs = documents(30)
+    with StubServer(models=(MODEL,), model_fields=dict(VLLM_CARD), version="0.11.0", metrics=vllm_metrics()) as stub:
+        first = local_screener(stub.url, tmp_path / "a")
+        first.screen(JOBS, docs[:10], "score")
+        second = local_screener(stub.url, tmp_path / "b")
+        second.screen(JOBS, docs, "score")
+        sent = list(stub.state.prompts)
+    assert len(sent) == 40
+    before, after = prefix_cache_counters(sent[:10]), prefix_cache_counters(sent)
+    expected = (after[0] - before[0]) / (after[1] - before[1])  # the second run's requests only
+    metrics = second.metrics()
+    assert metrics["served.prefix_cache_hit_rate"] == pytest.approx(expected)
+    assert metrics["served.prefix_cache_queried_tokens"] == after[1] - before[1]
+    assert metrics["served.prefix_cache_hit_rate"] > 0.5  # the shared part first: most of each prompt is found
+    assert first.metrics()["served.prefix_cache_hit_rate"] == pytest.approx(before[0] / before[1])
+    # every answer from popfair's own cache: nothing asked, no rate
+    with StubServer(models=(MODEL,), model_fields=dict(VLLM_CARD), version="0.11.0", metrics=vllm_metrics()) as stub:
+        again = local_screener(stub.url, tmp_path / "b")
+        again.screen(JOBS, docs, "score")
+    assert stub.state.requests == 0 and "served.prefix_cache_hit_rate" not in again.metrics()
+
+
+def test_an_engine_without_prefix_cache_metrics_is_said_once_and_records_nothing(tmp_path, caplog):
+    import logging
+
+    gauge = "# TYPE sglang:cache_hit_rate gauge\nsglang:cache_hit_rate 0.75\n"
+    with (
+        vllm_stub() as bare,
+        StubServer(models=(MODEL,), metrics=lambda state: "# TYPE other gauge\nother 1\n") as other,
+        StubServer(models=(MODEL,), metrics=lambda state: gauge) as sglang,
+        caplog.at_level(logging.WARNING, logger="popfair.screen"),
+    ):
+        for _ in range(2):
+            for stub in (bare, other):
+                screener = local_screener(stub.url, tmp_path / stub.url.rsplit(":", 1)[1])
+                screener.screen(JOBS, documents(4), "score")
+                assert not any(key.startswith("served.prefix") for key in screener.metrics())
+        said = [r.getMessage() for r in caplog.records if "prefix-cache hit rate not recorded" in r.getMessage()]
+        assert len(said) == 2  # once per server, though each was asked twice
+        assert f"cannot read {bare.url}/metrics" in said[0] and "reports no prefix-cache metric" in said[1]
+        engine = local_screener(sglang.url, tmp_path / "sglang")
+        engine.screen(JOBS, documents(4), "score")
+    assert engine.metrics()["served.prefix_cache_engine_hit_rate"] == 0.75  # the engine's own running rate

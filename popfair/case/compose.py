@@ -20,6 +20,8 @@ from popfair.case.base import CASE_KINDS, CaseSettings, RunContext, kind_for
 from popfair.core.constraints import DeclaresConstraints, ParameterError, validate
 from popfair.core.errors import ConfigError, PopfairError, require
 from popfair.design.sequential import SequentialSettings
+from popfair.render.placebo import KEYS as PLACEBO_KEYS
+from popfair.render.placebo import without_placebo
 from popfair.screen.failures import DEFAULT_MAX_FAILURE_SHARE
 
 PARSED_KEPT = 4096  # distinct interpolation strings whose parse trees a process keeps
@@ -79,6 +81,11 @@ def build(node: DictConfig, group: str, *, values: dict[Any, Any] | None = None,
     """Instantiate one config group, after checking its settings against their declared constraints;
     surface our own validation errors unwrapped, with the config path of the setting. `values`: the
     node already resolved, when the caller has it."""
+    if group == "renderer" and any(key in node for key in PLACEBO_KEYS):  # the case's, not the renderer's
+        values = values if values is not None else resolved(node)
+        if values is not None:
+            values = without_placebo(values)
+            node = OmegaConf.create(values)
     check_node(node, group, values)
     try:
         return instantiate(node, _convert_="all", **kwargs)

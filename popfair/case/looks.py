@@ -200,9 +200,21 @@ def _restrict(profiles: Profiles, unit: np.ndarray, lo: int, hi: int) -> Profile
     return dataclasses.replace(profiles, table=table, worlds=worlds)
 
 
+# the screener's noise (screener.samples > 1): over looks, a mean weighted by each look's prompts
+NOISE = ("screen.flip_rate", "screen.noise_share", "screen.within_prompt_sd", "screen.between_prompt_sd")
+
+
 def _add_metrics(total: dict[str, float], new: dict[str, float]) -> None:
+    before, added = total.get("screen.noise_prompts", 0.0), new.get("screen.noise_prompts", 0.0)
+    for key in NOISE:
+        if key in new and before + added > 0:
+            total[key] = (total.get(key, 0.0) * before + float(new[key]) * added) / (before + added)
     for key, value in new.items():
-        if key.endswith("min_concurrency"):
+        if key in NOISE:
+            continue
+        if key == "screen.samples":
+            total[key] = float(value)
+        elif key.endswith("min_concurrency"):
             total[key] = min(total.get(key, value), value)
         elif not key.endswith("_rate"):
             total[key] = total.get(key, 0.0) + float(value)

@@ -13,6 +13,7 @@ import yaml
 from omegaconf import DictConfig
 
 from popfair.case.base import CaseDescription, CasePlan, CaseSettings, Planner, run_name_of
+from popfair.case.placebo import placebo_changes, placebo_set, placebo_settings, with_placebo
 from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
@@ -23,12 +24,14 @@ from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import CaseFacts, Estimator, SizesWorlds, with_units
+from popfair.estimate.controls.names import with_name_effects
 from popfair.estimate.registry import explained
 from popfair.population import worlds
 from popfair.population.base import GroupsColumns, LogsDiagnostics, Population, population_name
 from popfair.population.occupation import Occupation
 from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
+from popfair.render.placebo import PlaceboSettings
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
 from popfair.runtime.interrupts import sigterm_as_interrupt
@@ -120,6 +123,7 @@ class PopulationCase:
     sequential: SequentialSettings | None = None  # screen in looks and stop by a rule (config sequential)
     power: CasePower = field(default_factory=CasePower.of)  # config plan.*: the power line
     name_suffix: str = ""  # the overrides that set values, in the run name when run_name is null
+    placebo: PlaceboSettings | None = None  # config renderer.placebo: edits re-screened (popfair.case.placebo)
 
     @classmethod
     def from_config(
@@ -148,7 +152,8 @@ class PopulationCase:
         if sequential.on:  # the target and the design's units, checked before any work
             check_sequential(design, sequential, built["population"])
         renderer = built["renderer"]
-        location, store = settings.cache_location, parts.values("renderer")
+        placebo, store = placebo_settings(parts.values("renderer"), renderer.kind, design.name, sequential.on)
+        location = settings.cache_location
         return cls(
             population=built["population"],
             occupation=built["occupation"],
@@ -170,6 +175,7 @@ class PopulationCase:
             parent_run_id=settings.context.parent_run_id,
             tags=dict(settings.context.tags),
             name_suffix=settings.context.name_suffix,
+            placebo=placebo,
         )
 
     def describe(self) -> CaseDescription:
@@ -245,7 +251,8 @@ class PopulationCase:
             profile_rows,
         )
         design = self.design or design_of(self.population)
-        return CasePrompts(rows, documents, design.prompts(profiles, rows, documents))
+        placebo = placebo_set(self, design, profiles, rows, documents, renderer or self.renderer)
+        return CasePrompts(rows, documents, design.prompts(profiles, rows, documents), placebo)
 
     def run(self) -> RunResult:
         # frozen: what exists before the run is left out of its garbage collections. The MLflow run
@@ -290,7 +297,7 @@ class PopulationCase:
     def _run(self, run: RunLogger) -> RunResult:
         stage = Stages()
         profiles, dataset = self._population(run, stage)
-        profiles, prompts, results, screening, scored_rows, sequential = self._screen(run, profiles, stage)
+        profiles, prompts, results, screening, scored_rows, sequential, placebo = self._screen(run, profiles, stage)
         is_factual = (scored_rows[WORLD] == FACTUAL).to_numpy()
         scored = scored_rows[is_factual].drop(columns=WORLD)
         ok = scored[scored["error"].isna()]
@@ -309,6 +316,9 @@ class PopulationCase:
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         effects = explained(self.estimator, effects, self.facts(profiles))  # its notes and gate, in this case
         effects.table = with_units(effects.table, self.estimator, profiles.outcome)
+        if placebo is not None and self.placebo is not None:  # beside the demographic effects, same unit
+            effects = with_placebo(effects, placebo, self.estimator, profiles.outcome, self.placebo)
+        effects = with_name_effects(effects, ok, profiles.roles, self.design.name if self.design else "")
         run.artifacts(effects.artifacts)  # the worker draws and writes them while the report is written
         audit = self._outcome_audit(audit_result, stage.timings, profiles)
         result = RunResult(
@@ -326,7 +336,7 @@ class PopulationCase:
         )
         scale = ScoreScale.of_scores(ok["y"]) if profiles.outcome == "score" else None
         result.power = self.power.quietly(
-            (self.design or design_of(self.population)).name, profiles, scale, self.estimator
+            (self.design or design_of(self.population)).name, profiles, scale, self.estimator, self.screener.samples
         )
         result.run_id = run.run_id  # the report names its run
         result.data_sha256 = str(dataset.profile["sha256"])
@@ -372,15 +382,18 @@ class PopulationCase:
             looks = stage("screen", screen_in_looks, self, profiles)
             run.artifacts(record_artifacts(looks.record))
             check_failure_share(self.screener.name, [r.error for r in looks.results], self.max_failure_share)
-            return looks.profiles, looks.prompts, looks.results, looks.metrics, looks.scored_rows, looks
-        # factual applicants and counterfactual worlds: one render pass, one screening (one cache)
+            return looks.profiles, looks.prompts, looks.results, looks.metrics, looks.scored_rows, looks, None
+        # factual applicants and counterfactual worlds: one render pass, one screening (one cache);
+        # placebo re-screens (renderer.placebo) in the same pass, after the case's own prompts
         shown = self.prompts(profiles, store=self.documents, stage=stage)
-        results = stage("screen", self.screener.screen, profiles.jobs, shown.prompts, profiles.outcome)
+        results = stage("screen", self.screener.screen, profiles.jobs, shown.screened, profiles.outcome)
+        results, placebo_results = results[: len(shown.prompts)], results[len(shown.prompts) :]
         # most screens failed: say why, by cause, instead of letting the estimator complain of empty groups
         check_failure_share(self.screener.name, [r.error for r in results], self.max_failure_share)
         screening = self.screener.metrics()  # API screeners: calls, cache hits, dollars
         scored_rows = design.scored(profiles, shown.rows, shown.documents, shown.prompts, results)
-        return profiles, shown.prompts, results, screening, scored_rows, None
+        placebo = placebo_changes(shown.placebo, design, profiles, placebo_results, scored_rows)
+        return profiles, shown.prompts, results, screening, scored_rows, None, placebo
 
     def _start_outcome_audit(self, run: RunLogger, ok: pd.DataFrame, profiles: Profiles) -> Any:
         """The impact ratios of the factual scored rows, started in a forked process beside the
@@ -440,6 +453,7 @@ class PopulationCase:
             "screener": self.screener.name,
             "renderer": self.renderer.kind,
             "estimator": self.estimator.name,
+            **({"context": str(self.config["context"].get("name"))} if self.config.get("context") else {}),
             **profiles.tags,
             **generated_page_tags(self, result),
             **self.tags,

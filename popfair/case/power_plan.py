@@ -15,7 +15,7 @@ from popfair.core.errors import PopfairError
 from popfair.design import design_named
 from popfair.design.base import PreviousRun, ScoreScale, plan_power
 from popfair.estimate.base import Estimator, PlansPower
-from popfair.estimate.power import PowerPlan, PowerSettings
+from popfair.estimate.power import PowerPlan, PowerSettings, with_answers
 
 log = logging.getLogger("popfair")
 
@@ -42,22 +42,43 @@ class CasePower:
         return cls(settings, previous_run(str(settings.from_run), uri))
 
     def plan(
-        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Estimator | None = None
+        self,
+        design: str,
+        sample: Any,
+        scale: ScoreScale | None = None,
+        estimator: Estimator | None = None,
+        samples: int = 1,
     ) -> PowerPlan | None:
         """The design's power line for `sample` (Profiles, or the table's categories); `scale`: the
         screener's score scale (its scores in this run, or its declared range before any). An
         estimator that plans its own sample (`PlansPower`: the counterfactual design's world budget)
-        gives it instead."""
+        gives it instead. `samples`: answers per prompt (screener.samples), with the noise share
+        (`noise`) they shrink the MDE and the units needed by (popfair.estimate.power.with_answers)."""
         if isinstance(estimator, PlansPower) and self.settings.enabled:
-            return estimator.power_plan(sample, self.settings, self.previous, scale)
-        return plan_power(design_named(design), sample, self.settings, self.previous, scale)
+            plan = estimator.power_plan(sample, self.settings, self.previous, scale)
+        else:
+            plan = plan_power(design_named(design), sample, self.settings, self.previous, scale)
+        return None if plan is None else with_answers(plan, samples, *self.noise())
+
+    def noise(self) -> tuple[float | None, str]:
+        """The screener's noise share and where it comes from: plan.noise_share (a pilot), else the
+        previous run's screen.noise_share (plan.from_run), else unknown."""
+        if self.settings.noise_share is not None:
+            return float(self.settings.noise_share), "plan.noise_share, a pilot"
+        found = None if self.previous is None else self.previous.get("screen.noise_share")
+        return (found, f"as in {self.previous.source}") if found is not None and self.previous else (None, "")
 
     def quietly(
-        self, design: str, sample: Any, scale: ScoreScale | None = None, estimator: Estimator | None = None
+        self,
+        design: str,
+        sample: Any,
+        scale: ScoreScale | None = None,
+        estimator: Estimator | None = None,
+        samples: int = 1,
     ) -> PowerPlan | None:
         """`plan`, with a failure logged instead of raised (a run's results come first)."""
         try:
-            return self.plan(design, sample, scale, estimator)
+            return self.plan(design, sample, scale, estimator, samples)
         except (PopfairError, ValueError, ArithmeticError) as exc:
             log.warning("power plan skipped: %s", exc)
             return None

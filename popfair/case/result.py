@@ -72,6 +72,12 @@ class CasePrompts:
     rows: pd.DataFrame
     documents: list[Document]
     prompts: Sequence[Document]
+    placebo: Any = None  # a PlaceboSet (config renderer.placebo): edited documents screened again
+
+    @property
+    def screened(self) -> Sequence[Document]:
+        """Everything the screener is asked: the design's prompts, then any placebo re-screens."""
+        return self.prompts if self.placebo is None else [*self.prompts, *self.placebo.all_prompts]
 
 
 def effects_metrics(effects: Effects) -> dict[str, float]:

@@ -125,11 +125,19 @@ def default_unit(effect: str, outcome: str) -> str:
     return "points" if outcome == "score" else "proportion"
 
 
+def unit_of(estimator: object, effect: str, outcome: str) -> str:
+    """The unit of one effect row, as the estimator declares it (`DeclaresUnits`), else `default_unit`."""
+    return (
+        estimator.effect_unit(effect, outcome)
+        if isinstance(estimator, DeclaresUnits)
+        else default_unit(effect, outcome)
+    )
+
+
 def with_units(table: pd.DataFrame, estimator: object, outcome: str) -> pd.DataFrame:
     """`table` with its `unit` column (one per effect row, as the estimator declares it: `DeclaresUnits`),
     placed after the interval."""
-    unit = estimator.effect_unit if isinstance(estimator, DeclaresUnits) else default_unit
-    units = [unit(str(effect), outcome) for effect in table.index]
+    units = [unit_of(estimator, str(effect), outcome) for effect in table.index]
     out = table.drop(columns=UNIT_COLUMN, errors="ignore")
     position = next((i + 1 for i, c in enumerate(out.columns) if c == "ci_high"), len(out.columns))
     out.insert(min(position, len(out.columns)), UNIT_COLUMN, units)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ class PowerSettings:
     discordant_share: float | None = None
     from_run: str | None = None
     enabled: bool = True
+    noise_share: float | None = None  # a pilot's share of one answer's variance within prompts (screener noise)
 
     @classmethod
     def from_config(cls, node: Mapping[str, Any] | None) -> PowerSettings:
@@ -66,6 +67,8 @@ class PowerSettings:
         given = vars(settings)  # every setting, defaults included
         for key in ("alpha", "power"):
             _open_unit(key, given[key])
+        if settings.noise_share is not None and not (_number(settings.noise_share) and 0 <= settings.noise_share < 1):
+            raise ConfigError(f"plan.noise_share: must lie in [0, 1), got {settings.noise_share!r}")
         for key in ("base_rate", "discordant_share"):
             if given[key] is not None:
                 _open_unit(key, given[key])
@@ -347,3 +350,79 @@ class LowestRatioTest:
             mid = math.sqrt(low * high)
             low, high = (low, mid) if self.power(delta, mid) >= power else (mid, high)
         return int(math.ceil(self.sizes.sum() * high))
+
+
+def answers_factor(noise_share: float, samples: int) -> float:
+    """The variance of the mean of `samples` answers per prompt, as a share of one answer's:
+    f(k) = 1 - rho + rho / k, with rho the noise share (the share of one answer's variance within
+    prompts; docs/concepts/screener_noise.md)."""
+    return 1.0 - noise_share + noise_share / samples
+
+
+def with_answers(plan: PowerPlan, samples: int, noise_share: float | None, source: str) -> PowerPlan:
+    """The power plan of a case that asks each prompt `samples` times: the MDE times sqrt(f(k)) and the
+    units needed times f(k) (`answers_factor`), the base plan being for one answer per prompt; the
+    noise share from a pilot (plan.noise_share) or a previous run (`source`). Unknown noise: the plan
+    is kept and says that it counts the k answers as one."""
+    k = int(samples)
+    if noise_share is None:
+        if k == 1:
+            return plan
+        return replace(
+            plan,
+            assumptions=(
+                *plan.assumptions,
+                f"{k} answers per prompt counted as one (no noise share known: set plan.noise_share from a "
+                "pilot, or plan.from_run a run with screener.samples > 1)",
+            ),
+        )
+    f = answers_factor(noise_share, k)
+    extra = {**plan.extra, "noise_share": float(noise_share), "answers_per_prompt": float(k), "noise_factor": f}
+    said = (
+        f"screener noise: {noise_share:.0%} of one answer's variance lies within prompts ({source}); the mean "
+        f"of {k} answers per prompt keeps {f:.2f} of it, taken as the unit outcome's variance factor"
+    )
+    test = plan.test
+    if k > 1 and "McNemar" in test:  # mean callbacks: the case tests them by the posting-clustered t
+        test = f"the clustered t on mean callbacks; {test}'s MDE scaled by the answers' variance factor"
+    return replace(
+        plan,
+        test=test,
+        mde=None if plan.mde is None else plan.mde * math.sqrt(f),
+        n_needed=None if plan.n_needed is None else max(2, math.ceil(plan.n_needed * f)),
+        assumptions=(*plan.assumptions, said),
+        extra=extra,
+    )
+
+
+def best_answers_per_prompt(noise_share: float, unit_cost: float, answer_cost: float) -> float:
+    """The answers per prompt that buy the most precision per dollar (two-stage sampling): a unit's
+    first answer costs `unit_cost` (its prompt), each further one `answer_cost` (an OpenAI-style `n`:
+    output tokens only; else a whole request); the variance per dollar f(k) (c_u + (k - 1) c_a) is
+    least at k* = sqrt(rho (c_u - c_a) / ((1 - rho) c_a)), at least 1."""
+    if noise_share <= 0 or answer_cost <= 0 or unit_cost <= answer_cost:
+        return 1.0
+    if noise_share >= 1:
+        return math.inf
+    return max(1.0, math.sqrt(noise_share * (unit_cost - answer_cost) / ((1 - noise_share) * answer_cost)))
+
+
+def answers_or_units(noise_share: float, samples: int, unit_cost: float, answer_cost: float, units: str) -> str:
+    """Whether, for the same money, more answers per prompt or more units buy more precision: the
+    CI width at `samples` answers against one answer per prompt with the money spent on more units,
+    and the best k (`best_answers_per_prompt`)."""
+    k = int(samples)
+    per_dollar = lambda j: answers_factor(noise_share, j) * (unit_cost + (j - 1) * answer_cost)  # noqa: E731
+    best = best_answers_per_prompt(noise_share, unit_cost, answer_cost)
+    ratio = math.sqrt(per_dollar(k) / per_dollar(1))
+    if math.isinf(best):
+        advice = "more answers per prompt (the screener's noise is all the variance)"
+    elif round(best) <= 1:
+        advice = f"more {units}, one answer per prompt"
+    else:
+        advice = f"about {round(best)} answers per prompt"
+    return (
+        f"for the same money, {advice} buys the most precision (noise share {noise_share:.0%}; a further answer "
+        f"costs {answer_cost / unit_cost:.0%} of a new prompt); with samples={k} the CI is {ratio:.2f} times "
+        f"as wide as one answer per prompt over more {units}"
+    )

@@ -146,6 +146,24 @@ def _failure_reasons(scored: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def noise_blocks(screening: dict[str, float]) -> list[Block]:
+    """The tool's own noise where it answered each prompt several times (screener.samples > 1): the
+    answers per prompt, the share of prompts answered differently and the share of the outcome's
+    variance within prompts (docs/concepts/screener_noise.md); nothing for one answer per prompt."""
+    if "screen.noise_share" not in screening:
+        return []
+    k, prompts = int(screening["screen.samples"]), int(screening["screen.noise_prompts"])
+    return [
+        Block(
+            "text",
+            f"The tool answered each prompt {k} times; each applicant's outcome is the mean of its answers. "
+            f"{100 * screening['screen.flip_rate']:.1f}% of {prompts:,} prompts got differing answers, and "
+            f"{100 * screening['screen.noise_share']:.1f}% of the variance of one answer lies within prompts "
+            "(the tool's own noise, not the applicants).",
+        )
+    ]
+
+
 def audit_blocks(experiment: GeneratedCase, result: RunResult, out: Path, audit_date: dt.date) -> list[Block]:
     """The report of a generated (test-data) case, in order."""
     screener, protected = experiment.screener, experiment.protected
@@ -212,6 +230,7 @@ def audit_blocks(experiment: GeneratedCase, result: RunResult, out: Path, audit_
             ),
         ),
     ]
+    blocks += noise_blocks(result.screening)
     sequential = getattr(result, "sequential", None)  # a sequential case: its looks, stop, both intervals
     if sequential is not None:
         blocks += [

@@ -32,6 +32,7 @@ CASE_COLUMNS = [
     "detects",  # the minimum detectable effect at the case's n, as shown (tag plan.detects; config plan.*)
     "units",  # what its n counts: applicants, pairs, trials, rows (tag plan.units)
     "unit",  # the unit of its effects: points, pp, ratio ... (tag unit)
+    "context",  # the screener's context (config group context: none, company, anti_bias ...); "" for runs without
     "variant",  # the sweep's varying key=value overrides of the case (population.n=2000), "" when none
 ]
 
@@ -94,6 +95,7 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "detects": tags.get("plan.detects"),
                 "units": tags.get("plan.units"),
                 "unit": tags.get("unit"),
+                "context": tags.get("context", ""),
                 "variant": variant_of(tags),
                 "metrics": dict(run.data.metrics),
                 "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped

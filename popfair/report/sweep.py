@@ -25,7 +25,7 @@ from popfair.report import panel, patterns, plots, ranking
 from popfair.report.document import Block, to_html, to_markdown
 from popfair.report.runs import effects_long, load_runs
 
-CASE_KEYS = ["occupation", "protected_attr", "format", "model", "variant"]
+CASE_KEYS = ["occupation", "protected_attr", "format", "model", "context", "variant"]
 
 
 def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
@@ -37,6 +37,7 @@ def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
         rows = rows[rows["design"].ne("table") | rows["design"].isna()]
     rows = rows.assign(identified=rows["identified"].fillna(True).astype(bool) if "identified" in rows else True)
     rows = rows.assign(variant=rows["variant"].fillna("") if "variant" in rows else "")
+    rows = rows.assign(context=rows["context"].fillna("") if "context" in rows else "")
     keep = (
         CASE_KEYS
         + [
@@ -72,6 +73,7 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
     if pse.empty:
         return pse
     pse = pse.assign(variant=pse["variant"].fillna("") if "variant" in pse else "")
+    pse = pse.assign(context=pse["context"].fillna("") if "context" in pse else "")
     pse = pse.assign(
         pattern=[("; ".join(patterns.applicable_labels(p, f)) or "none") for p, f in zip(pse["pattern"], pse["format"])]
     )
@@ -88,7 +90,11 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
     )
     columns = [e for e in plots.PSE_ORDER if e in wide.columns] + sorted(set(wide.columns) - set(plots.PSE_ORDER))
     table = wide[columns].reset_index().dropna(subset=columns, how="all")
-    return table.drop(columns="variant") if not table["variant"].astype(bool).any() else table
+    # the context column where the cases' contexts differ (a context sweep), variant where any is set
+    dropped = [c for c in ("context",) if table[c].nunique() <= 1] + [
+        c for c in ("variant",) if not table[c].astype(bool).any()
+    ]
+    return table.drop(columns=dropped)
 
 
 UNDATED = "1900-01-01"  # sort key for models whose screener config has no release date (shown blank)
@@ -386,6 +392,8 @@ def write_report(
             ]
         blocks.append(Block("h3", "Forest plots per case"))
         for keys, case in pse.groupby(CASE_KEYS, dropna=False, sort=True):
+            # the default context (none) is not named: the case's figure keeps its name
+            keys = [k for k, c in zip(keys, CASE_KEYS) if not (c == "context" and str(k) in ("", "none"))]
             title = " / ".join(str(k) for k in keys if str(k))
             path = _save(
                 plots.forest_plot(case, title), out / "plots" / "forest" / f"{_slug('-'.join(map(str, keys)))}.png"

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from popfair.core.errors import require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 
 _NONE: Mapping[str, Any] = MappingProxyType({})
@@ -34,7 +35,8 @@ class Screener(ABC):
     Hosted-model abilities (pre-flight reads them): provider (the request adapter, a
     `popfair.screen.providers.Provider` that declares its probe and error hints, or None),
     api_key_env (the variable its key comes from), route / routes (the route taken, every route
-    with its variable), missing_key (built keyless for a dry run)."""
+    with its variable), missing_key (built keyless for a dry run). samples: answers asked per prompt
+    (screener.samples; the plan's MDE counts them)."""
 
     name: str
     audits_a_tool: ClassVar[bool] = False
@@ -52,6 +54,7 @@ class Screener(ABC):
     routes: Mapping[str, Any] = _NONE
     missing_key: bool = False
     max_cost_usd: float | None = None  # a cap on the dollars a screening may spend (API screeners); None: none
+    samples: int = 1  # answers asked per prompt (screener.samples); a document's outcome is their mean
 
     @abstractmethod
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
@@ -65,3 +68,19 @@ class Screener(ABC):
     def metrics(self) -> dict[str, float]:
         """The screener's counters for the case (API screeners: calls, cache hits, dollars)."""
         return {}
+
+    def answer_costs(self, plan: CallPlan) -> tuple[float, float] | None:
+        """Dollars of a new unit's first answer (its prompt) and of each further answer of the same
+        prompt, from its plan (None: not known; the plan then says nothing of answers against units)."""
+        return None
+
+
+def one_answer_per_prompt(name: str, samples: int, why: str) -> None:
+    """Refuse `screener.samples` > 1 for a screener whose answer to a prompt cannot vary (`why`): asking
+    again would pay for the same answer (ConfigError, one line)."""
+    require(
+        isinstance(samples, int) and not isinstance(samples, bool) and samples == 1,
+        "screener.samples",
+        f"{name} {why}, so every answer to a prompt is the same; set samples=1 "
+        "(repeated answers are for LLM routes, route=local and HTTP endpoints)",
+    )

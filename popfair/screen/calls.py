@@ -3,6 +3,7 @@ and the counters of a screening (`EngineStats`)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -86,14 +87,31 @@ class EngineSettings:
         return settings_from_config(cls, config, "engine")
 
 
+def sample_key(key: str, index: int) -> str:
+    """The cache key of answer `index` (0-based) of a prompt whose answers are asked several times
+    (`screener.samples`): the prompt's own key for the first answer, so a cache written with one answer
+    per prompt stays valid, and a key derived from it (sha256 of key and index) for each further one."""
+    if index == 0:
+        return key
+    return hashlib.sha256(f"{key}:sample:{index}".encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Call:
-    """One unique request to make; `rows` documents share its answer."""
+    """One unique request to make; `rows` documents share its answer. `siblings`: the cache keys of
+    further answers of the same prompt this request also asks for (an OpenAI-style `n`: one request,
+    one prompt's input tokens, 1 + len(siblings) answers)."""
 
     key: str
     prompt: ChatPrompt
     input_tokens_estimate: int
     rows: int = 1
+    siblings: tuple[str, ...] = ()
+
+    @property
+    def n(self) -> int:
+        """Answers this request asks for."""
+        return 1 + len(self.siblings)
 
 
 class Answer(NamedTuple):

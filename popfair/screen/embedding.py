@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from popfair.core.constraints import Interval, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.local_runtime import require_extra, resolve_device
 from popfair.screen.values import ValueMapping, scored_results
 from popfair.store.blobs import (
@@ -85,7 +85,9 @@ class EmbeddingScreener(Screener):
         max_seq_length: int = 256,
         cache_dir: str | None = None,
         cache_url: str | None = None,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(name, samples, "scores a document by arithmetic (embedding similarity)")
         validate(
             self.parameter_constraints,
             {"batch_size": batch_size, "callback_threshold": callback_threshold, "max_seq_length": max_seq_length},
@@ -111,6 +113,7 @@ class EmbeddingScreener(Screener):
         self.store_location = cache_url or cache_dir
         self._model: Any = None
         self._identity: str | None = None
+        self._job_vectors: dict[str, np.ndarray] = {}  # by description: each embedded once per case
 
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         return CallPlan(calls=0)  # local computation: no paid calls
@@ -215,10 +218,15 @@ class EmbeddingScreener(Screener):
             self.store_location, STORE_NAME, f"screener {self.name}", "every text is encoded"
         )
 
-    def job_embeddings(self, jobs: Mapping[str, Job]) -> dict[str, np.ndarray]:
-        """Embedding per job id (descriptions go through the store like resumes)."""
-        vectors = self.embed([job.description for job in jobs.values()])
-        return dict(zip(jobs, vectors))
+    def job_embeddings(self, jobs: Mapping[str, Job], named: set[str] | None = None) -> dict[str, np.ndarray]:
+        """Embedding per job id (of those in `named`, default all). Each description is embedded once
+        per screener, so once per case whatever its screening calls (a sequential audit's waves, a
+        paired audit's thousands of postings), through the store like resumes."""
+        wanted = [job_id for job_id in jobs if named is None or job_id in named]
+        new = list(dict.fromkeys(jobs[j].description for j in wanted if jobs[j].description not in self._job_vectors))
+        if new:
+            self._job_vectors.update(zip(new, self.embed(new)))
+        return {job_id: self._job_vectors[jobs[job_id].description] for job_id in wanted}
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
         unknown = sorted({d.job_id for d in documents} - set(jobs))
@@ -228,7 +236,7 @@ class EmbeddingScreener(Screener):
             )
         if not documents:
             return []
-        by_job = self.job_embeddings(jobs)
+        by_job = self.job_embeddings(jobs, {d.job_id for d in documents})
         job_rows = pd.Index(list(by_job)).get_indexer([d.job_id for d in documents])
         job_matrix = np.stack(list(by_job.values()))[job_rows]
         # identical resumes (e.g. counterfactual worlds that change nothing visible) are encoded once

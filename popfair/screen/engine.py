@@ -48,7 +48,7 @@ from popfair.screen.limits import (
     run_coroutine,
     within,
 )
-from popfair.screen.parse import parse_answer
+from popfair.screen.parse import logprob_value, parse_answer
 from popfair.screen.pricing import Price
 from popfair.screen.providers import PermanentError, Provider, TransientError
 from popfair.store.claims import CacheThread, ClaimBroker
@@ -72,8 +72,11 @@ class Engine:
     request_keys: str = "screener.model and screener.generation"  # what shapes the request
     _halt: str | None = field(default=None, init=False)  # why the run stopped (one line), when it did
     _interrupted: str | None = field(default=None, init=False)  # the signal that stopped it (SIGINT, SIGTERM)
+    _n_ignored: bool = field(default=False, init=False)  # the endpoint answered fewer than an `n` asked
     max_calls: int | None = None  # call budget: requests started in this run (retries not counted)
     parse: Callable[[str, Outcome], tuple[float | None, str | None]] = parse_answer  # raw text -> y
+    score_from: str = "text"  # logprobs: y from the first token's top log-probabilities (parse.logprob_value)
+    more: dict[str, Answer] = field(default_factory=dict)  # answers of calls' siblings (n > 1), by key
 
     def run(self, calls: Sequence[Call], rows_total: int, rows_done: int, desc: str) -> dict[str, Answer]:
         """Answer every call (key -> Answer); never raises for a single call's failure. Raises
@@ -83,6 +86,7 @@ class Engine:
             return {}
         self._interrupted, self._abandoned = None, 0
         answers = run_coroutine(lambda: self._run(calls, rows_total, rows_done, desc))
+        answers.update(self.more)  # the further answers of requests that asked for several (n)
         if self._interrupted is not None:
             st = self.stats
             lost = (
@@ -292,7 +296,7 @@ class Engine:
             self._budget_reason = f"call budget exhausted: max_calls={self.max_calls} reached; not sent"
             log.warning("%s; remaining rows are recorded as failures", self._budget_reason)
             return Answer(raw=None, value=None, error=self._budget_reason)
-        worst_case = self.price.cost(call.input_tokens_estimate, self.provider.generation.max_tokens)
+        worst_case = self.price.cost(call.input_tokens_estimate, self.provider.generation.max_tokens * call.n)
         if not self._budget.try_reserve(worst_case):
             self._budget_reason = (
                 f"budget exhausted: max_cost_usd={self.budget_usd} reached (spent ${self._budget.spent:.4f}); not sent"
@@ -305,24 +309,10 @@ class Engine:
         try:
             completion, latency = await self._send_with_retries(call)
             actual = self.price.cost(completion.input_tokens, completion.output_tokens)
-            value, parse_error = self.parse(completion.text, self.outcome)
-            stored = CachedAnswer(
-                raw=completion.text,
-                value=value,
-                parse_error=parse_error,
-                input_tokens=completion.input_tokens,
-                output_tokens=completion.output_tokens,
-                cost_usd=actual,
-                latency_s=latency,
-                created_at=time.time(),
-            )
-            await self._db.put(call.key, self.provider.kind, self.provider.model, stored)
-            st = self.stats
-            st.answered += 1
-            st.input_tokens += completion.input_tokens
-            st.output_tokens += completion.output_tokens
-            st.cost_usd += actual
-            return Answer.from_cache(stored, paid_now=True)
+            stored = await self._commit(call, completion, latency)
+            if len(stored) < call.n:  # an endpoint that ignores `n` answered fewer
+                actual += await self._fill(call, len(stored))
+            return Answer.from_cache(stored[0], paid_now=True)
         except TransientError as exc:
             self.stats.failed += 1
             self._failed_early(exc)
@@ -346,6 +336,75 @@ class Engine:
             if completion is not None:  # its answer is committed (or failed to be): settled
                 self._in_flight.settled()
 
+    async def _commit(self, call: Call, completion: Any, latency: float) -> list[CachedAnswer]:
+        """Store a response's answers (one commit) and count them; the answers of the call's siblings
+        are kept in `more`."""
+        stored = self._stored(call, completion, latency)
+        keys = (call.key, *call.siblings)[: len(stored)]
+        kind, model = self.provider.kind, self.provider.model
+        await self._db.put_all([(key, kind, model, one) for key, one in zip(keys, stored)])
+        for key, one in zip(keys[1:], stored[1:]):
+            self.more[key] = Answer.from_cache(one, paid_now=True)
+        st = self.stats
+        st.answered += len(keys)
+        st.input_tokens += completion.input_tokens
+        st.output_tokens += completion.output_tokens
+        st.cost_usd += self.price.cost(completion.input_tokens, completion.output_tokens)
+        return stored
+
+    async def _fill(self, call: Call, got: int) -> float:
+        """The answers an `n` request did not bring (the endpoint ignores `n`, as some OpenAI-compatible
+        gateways do), asked again for the rest until each is answered; a failure leaves the rest to the
+        rerun (the answers received are stored). Returns the dollars paid."""
+        if not self._n_ignored:
+            self._n_ignored = True
+            log.warning("%s: the endpoint answered %d of n=%d; the rest are asked again", self.name, got, call.n)
+        paid, remaining = 0.0, (call.key, *call.siblings)[got:]
+        try:
+            while remaining:
+                rest = Call(remaining[0], call.prompt, call.input_tokens_estimate, 0, tuple(remaining[1:]))
+                completion, latency = await self._send_with_retries(rest)
+                try:
+                    answered = await self._commit(rest, completion, latency)
+                finally:
+                    self._in_flight.settled()
+                paid += self.price.cost(completion.input_tokens, completion.output_tokens)
+                self.more[rest.key] = Answer.from_cache(answered[0], paid_now=True)
+                remaining = remaining[len(answered) :]
+        except (TransientError, PermanentError, SendingStopped) as exc:
+            log.warning(
+                "%s: %d answers of one prompt not received (the rerun asks them): %s", self.name, len(remaining), exc
+            )
+        return paid
+
+    def _stored(self, call: Call, completion: Any, latency: float) -> list[CachedAnswer]:
+        """What is cached of a response: one answer per choice (at most the `n` asked). The request's
+        input tokens (and their dollars) go with its first answer, its output tokens are shared out."""
+        texts = completion.texts[: call.n]
+        per, extra = divmod(completion.output_tokens, len(texts))
+        stored, now = [], time.time()
+        for i, text in enumerate(texts):
+            if self.score_from == "logprobs":
+                top = completion.top_logprobs[i] if i < len(completion.top_logprobs) else ()
+                value, parse_error = logprob_value(top, self.outcome)
+            else:
+                value, parse_error = self.parse(text, self.outcome)
+            tokens_in = completion.input_tokens if i == 0 else 0
+            tokens_out = per + (extra if i == 0 else 0)
+            stored.append(
+                CachedAnswer(
+                    raw=text,
+                    value=value,
+                    parse_error=parse_error,
+                    input_tokens=tokens_in,
+                    output_tokens=tokens_out,
+                    cost_usd=self.price.cost(tokens_in, tokens_out),
+                    latency_s=latency,
+                    created_at=now,
+                )
+            )
+        return stored
+
     async def _send(self, body: Any) -> Any:
         """One request, counted in flight: settled here when it fails, by _send_and_store once its
         answer is committed (a clean stop waits for both)."""
@@ -358,8 +417,8 @@ class Engine:
 
     async def _send_with_retries(self, call: Call):
         s, st = self.settings, self.stats
-        body = self.provider.request_body(call.prompt)
-        tokens = call.input_tokens_estimate + self.provider.generation.max_tokens
+        body = self.provider.request_body(call.prompt, call.n)
+        tokens = call.input_tokens_estimate + self.provider.generation.max_tokens * call.n
         retrying = AsyncRetrying(
             stop=self._stop_after, wait=self._wait, reraise=True, retry=retry_if_exception(self._retryable)
         )

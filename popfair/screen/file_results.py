@@ -31,7 +31,7 @@ import pandas as pd
 from popfair.core.errors import DataError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.render.files import document_file, document_id
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.values import ValueMapping
 from popfair.store.responses import CachedAnswer, open_cache
 
@@ -92,7 +92,9 @@ class FileScreener(Screener):
         export_missing_only: bool = False,
         cache_dir: str = ".popfair_cache",
         cache_url: str | None = None,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(name, samples, "reads one answer per document from the tool's results files")
         require(isinstance(dir, str) and bool(dir), "screener.dir", "must be the exchange folder (export and results)")
         require(bool(name), "screener.name", "must be non-empty (it keys the imported answers in the cache)")
         chosen = {"id": "document_id", "value": "score", **dict(columns or {})}

@@ -82,9 +82,10 @@ def settled_stop(tokenizer: Any, parse: Parse, width: int, rows: int) -> Any:
     return SettledReplies()
 
 
-def generation_config(decoding: Decoding, end_ids: Sequence[int], pad_id: int) -> Any:
+def generation_config(decoding: Decoding, end_ids: Sequence[int], pad_id: int, own_cache: bool = False) -> Any:
     """Greedy decoding to the cap; the static cache and transformers' compiled decoding step only
-    when asked for (generate compiles by itself whenever the cache is static, unless told not to)."""
+    when asked for (generate compiles by itself whenever the cache is static, unless told not to).
+    `own_cache`: the caller passes the cache (a shared prefix's), static already where asked for."""
     from transformers import GenerationConfig
 
     return GenerationConfig(
@@ -92,7 +93,7 @@ def generation_config(decoding: Decoding, end_ids: Sequence[int], pad_id: int) -
         max_new_tokens=decoding.max_new_tokens,
         eos_token_id=list(end_ids),
         pad_token_id=pad_id,
-        cache_implementation="static" if decoding.static_cache else None,
+        cache_implementation="static" if decoding.static_cache and not own_cache else None,
         disable_compile=not decoding.compile,
     )
 
@@ -105,19 +106,25 @@ def generate(
     decoding: Decoding,
     end_ids: Sequence[int],
     device: str,
+    prefix: Any = None,
 ) -> list[Reply]:
-    """One batch of prompts (token ids, unpadded), left-padded and decoded greedily together."""
+    """One batch of prompts (token ids, unpadded), left-padded and decoded greedily together; rows
+    that begin with the prefixes of `prefix` (a popfair.screen.hf_prefix.PrefixCache) start from their
+    computed cache."""
     import torch
     from transformers import StoppingCriteriaList
 
-    padded = tokenizer.pad({"input_ids": [list(r) for r in rows]}, return_tensors="pt")  # padding_side: left
-    encoded = {key: value.to(device) for key, value in padded.items()}
+    if prefix is None:
+        padded = tokenizer.pad({"input_ids": [list(r) for r in rows]}, return_tensors="pt")  # padding_side: left
+        encoded = {key: value.to(device) for key, value in padded.items()}
+    else:
+        encoded = prefix.inputs(tokenizer, rows, decoding.max_new_tokens, decoding.static_cache)
     width = encoded["input_ids"].shape[1]
     stop = settled_stop(tokenizer, parse, width, len(rows))
     with torch.inference_mode():
         out = model.generate(
             **encoded,
-            generation_config=generation_config(decoding, end_ids, tokenizer.pad_token_id),
+            generation_config=generation_config(decoding, end_ids, tokenizer.pad_token_id, prefix is not None),
             stopping_criteria=StoppingCriteriaList([stop]),
         )
     generated = out[:, width:].cpu().numpy()
@@ -139,3 +146,11 @@ def _reply_length(tokens: np.ndarray, end_ids: Sequence[int], settled_at: int | 
     ends = np.flatnonzero(np.isin(tokens, end_ids))
     n = int(ends[0] + 1) if len(ends) else len(tokens)
     return min(n, settled_at) if settled_at is not None else n
+
+
+def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Token ids that end an answer: the generation config's eos id(s) and the tokenizer's."""
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids = list(configured) if isinstance(configured, list) else [configured]
+    ids.append(tokenizer.eos_token_id)
+    return sorted({int(i) for i in ids if i is not None})

@@ -9,7 +9,8 @@ Answers are kept in the `generations` store beside the response cache (`<cache_d
 or the `cache_url` database), keyed by the model's files, the dtype, the device, the library
 versions, the decoding settings (token cap, static cache, compile) and the prompt: a rerun, or the
 other protected attribute's case on the same resumes, generates nothing. Each stored answer records
-the batch it was generated in (rows, padded tokens), dtype, device and library versions."""
+the batch it was generated in (rows, padded tokens, shared prefix tokens), dtype, device and library
+versions. The prompts' shared start is computed once per job (popfair.screen.hf_prefix)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ from tqdm.auto import tqdm
 from popfair.core.constraints import Boolean, Interval, Options, Rules, validate
 from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
-from popfair.screen.base import Screener
-from popfair.screen.hf_generate import Decoding, Reply, generate, token_budget_batches
+from popfair.screen.base import Screener, one_answer_per_prompt
+from popfair.screen.hf_generate import Decoding, Reply, end_token_ids, generate
+from popfair.screen.hf_logprobs import first_token_records
+from popfair.screen.hf_prefix import SharedPrefixes, plan_batches
 from popfair.screen.local_runtime import (
+    accepts_system_role,
     device_name,
     file_samples,
     require_extra,
@@ -39,7 +43,7 @@ from popfair.screen.local_runtime import (
     text_config,
     token_bytes,
 )
-from popfair.screen.parse import SCORE_REPLIES, parse_answer
+from popfair.screen.parse import SCORE_FROM, SCORE_REPLIES, parse_answer
 from popfair.screen.prompts import PromptSet
 from popfair.store.blobs import GENERATIONS, STORE_ERRORS, BlobStore, content_key, open_blob_store_or_memory
 
@@ -72,7 +76,8 @@ class HFLocalScreener(Screener):
     than the model's context, is a failure that keeps the raw text and the reason. Models whose chat
     template rejects a system message (Gemma, Mistral-Instruct v0.2) get the system text prepended
     to the user message. `invariance_check` prompts of each call are also answered alone, and the
-    share whose answer differs from the batched one is a metric of the run."""
+    share whose answer differs from the batched one is a metric of the run. `prefix_cache`: a job's
+    prompts start from the cache of the tokens they share, computed once (popfair.screen.hf_prefix)."""
 
     parameter_constraints: ClassVar[Rules] = {
         "max_new_tokens": [Options(("auto",)), Interval(int, 1, 4096)],
@@ -82,10 +87,12 @@ class HFLocalScreener(Screener):
         "device_map": [None, Options(("auto",))],
         "static_cache": Boolean(),
         "compile": Boolean(),
+        "prefix_cache": Boolean(),
         "invariance_check": Interval(int, 0, None),
         "trust_remote_code": Boolean(),
         "score_reply": Options(SCORE_REPLIES),
         "max_new_tokens_override": [None, Interval(int, 1, 4096)],
+        "score_from": Options(SCORE_FROM),
     }
 
     def __init__(
@@ -101,14 +108,19 @@ class HFLocalScreener(Screener):
         device_map: str | None = None,
         static_cache: bool = False,
         compile: bool = False,  # noqa: A002 - the config key's name
+        prefix_cache: bool = True,
         invariance_check: int = 16,
         trust_remote_code: bool = False,
         cache_dir: str | None = None,
         cache_url: str | None = None,
         prompts_dir: str | None = None,
+        context: Sequence[str] | None = None,
         score_reply: str = "integer",
         max_new_tokens_override: int | None = None,
+        samples: int = 1,
+        score_from: str = "text",
     ) -> None:
+        one_answer_per_prompt(name, samples, "decodes greedily (its determinism check is invariance_check)")
         require(
             isinstance(model_path, str) and model_path.strip() != "",
             "screener.model_path",
@@ -131,14 +143,16 @@ class HFLocalScreener(Screener):
                 "device_map": device_map,
                 "static_cache": static_cache,
                 "compile": compile,
+                "prefix_cache": prefix_cache,
                 "invariance_check": invariance_check,
                 "trust_remote_code": trust_remote_code,
                 "score_reply": score_reply,
                 "max_new_tokens_override": max_new_tokens_override,
+                "score_from": score_from,
             },
         )
-        self.prompts = PromptSet(prompts, prompts_dir)
-        self.score_reply = score_reply
+        self.prompts = PromptSet(prompts, prompts_dir, context)
+        self.score_reply, self.score_from = score_reply, score_from
         # prompts.max_new_tokens (a preset's one cap for every screener) wins over the screener's own
         if max_new_tokens_override is not None:
             max_new_tokens = max_new_tokens_override
@@ -155,6 +169,9 @@ class HFLocalScreener(Screener):
         self.device_map = device_map
         # compile runs on the static cache (a dynamic one changes shape every step)
         self.static_cache, self.compile = bool(static_cache or compile), bool(compile)
+        # not in `provenance`, so not in the generations key: the shared prefix computed once gives the answers
+        # of every prompt computed whole (same tokens, positions, attention; tested): either serves both
+        self.prefix_cache = bool(prefix_cache)
         self.invariance_check = invariance_check
         self.trust_remote_code = trust_remote_code
         self.store_location = cache_url or cache_dir
@@ -173,10 +190,11 @@ class HFLocalScreener(Screener):
         self.tokenizer.padding_side = "left"  # generation continues from the right edge
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.system_role = _accepts_system_role(self.tokenizer)
+        self.system_role = accepts_system_role(self.tokenizer)
         self._model: Any = None
         self._identity: str | None = None
         self._budget: int | None = None
+        self._prefixes = SharedPrefixes(None, "", 0)  # the last call's shared prefixes
         self.last_stats: dict[str, float] = {}
         self.run_tags: dict[str, str] = {}  # filled when screening: building stays free of CUDA calls
 
@@ -277,6 +295,7 @@ class HFLocalScreener(Screener):
         tags.update({f"hf_local.version.{lib}": v for lib, v in versions.items()})
         tags["hf_local.max_new_tokens"] = str(self.max_new_tokens)
         tags["hf_local.batch_tokens"] = str(self.batch_tokens)
+        tags["hf_local.prefix_cache"] = str(self.prefix_cache)
         return tags
 
     def prompt_text(self, job: Job, document: Document, outcome: Outcome) -> str:
@@ -305,7 +324,8 @@ class HFLocalScreener(Screener):
         cap = self.new_tokens(outcome)
         context = getattr(text_config(self.config), "max_position_embeddings", None)
         too_long = (lengths + cap > context) if context else np.zeros(len(ids), bool)
-        keys = [content_key(self.identity, outcome, cap, prompt) for prompt in prompts]
+        reading = "logprobs" if self.score_from == "logprobs" else cap  # logprobs: apart from replies, no cap
+        keys = [content_key(self.identity, outcome, reading, prompt) for prompt in prompts]
         stats = {"generated": 0, "batches": 0, "rows_in_batches": 0, "cut_short": 0, "checked": 0, "differ": 0}
         start = time.perf_counter()
         with open_blob_store_or_memory(
@@ -319,7 +339,9 @@ class HFLocalScreener(Screener):
                     todo.setdefault(key, i)
             if todo:
                 rows = [ids[i] for i in todo.values()]
-                records.update(self._generate(store, rows, list(todo), outcome, stats))
+                groups = [documents[i].job_id for i in todo.values()] if self.prefix_cache else None
+                fill = first_token_records if self.score_from == "logprobs" else type(self)._generate  # no decode
+                records.update(fill(self, store, rows, list(todo), outcome, stats, groups))
         elapsed = time.perf_counter() - start
         results = []
         for i, (document, key) in enumerate(zip(documents, keys)):
@@ -328,7 +350,10 @@ class HFLocalScreener(Screener):
                 results.append(ScreenResult(document.applicant_id, None, None, reason, int(lengths[i])))
                 continue
             record = records[key]
-            value, error = parse_answer(record["raw"], outcome, self.score_reply)
+            stored = "value" in record  # a probability score (score_from=logprobs), stored with its answer
+            value, error = (
+                (record["value"], record["error"]) if stored else parse_answer(record["raw"], outcome, self.score_reply)
+            )
             if error is not None and record["cut_short"]:
                 error += f" (cut short at {cap} new tokens: raise screener.max_new_tokens)"
             results.append(
@@ -346,10 +371,12 @@ class HFLocalScreener(Screener):
         return results
 
     def _generate(
-        self, store: BlobStore, rows: list[list[int]], keys: list[str], outcome: Outcome, stats: dict[str, int]
+        self, store: BlobStore, rows: list[list[int]], keys: list[str], outcome: Outcome, stats: dict, groups: Any
     ) -> dict[str, dict[str, Any]]:
         """Answer `rows` in token-budget batches, each batch stored as it is done (a stopped case keeps
-        them); a sample of `invariance_check` rows is also answered alone right after its batch."""
+        them); a sample of `invariance_check` rows is also answered alone right after its batch. Rows of
+        one group (`groups`: their job) are batched together and share their common prefix's cache,
+        computed once per group (None: every prompt computed whole)."""
         import torch
 
         decoding = Decoding(self.new_tokens(outcome), self.static_cache, self.compile)
@@ -359,14 +386,19 @@ class HFLocalScreener(Screener):
         sample = set(np.random.default_rng(0).permutation(len(rows))[: self.invariance_check].tolist())
         provenance = self.provenance
         out: dict[str, dict[str, Any]] = {}
-        pending = token_budget_batches(lengths, decoding.max_new_tokens, self.budget(), self.batch_size)
+
+        def answer(batch_rows: list[list[int]], prefix: Any) -> list[Reply]:
+            return generate(self.model, self.tokenizer, batch_rows, parse, decoding, end_ids, self.input_device, prefix)
+
+        pending = plan_batches(rows, groups, decoding.max_new_tokens, self.budget(), self.batch_size)
+        pad_id = self.tokenizer.pad_token_id
+        shared = self._prefixes = SharedPrefixes(self.model, self.input_device, int(lengths.sum()), pad_id)
         bar = tqdm(total=len(rows), desc=f"screen {self.name}", unit="prompt", leave=False)
         while pending:
-            batch = pending.pop(0)
+            prefix_ids, batch = pending.pop(0)
+            prefix = shared.for_batch(prefix_ids, int(lengths[batch].max()) + decoding.max_new_tokens)
             try:
-                replies = generate(
-                    self.model, self.tokenizer, [rows[i] for i in batch], parse, decoding, end_ids, self.input_device
-                )
+                replies = answer([rows[i] for i in batch], prefix)
             except torch.OutOfMemoryError:
                 if len(batch) == 1:
                     raise
@@ -378,19 +410,18 @@ class HFLocalScreener(Screener):
                     len(batch),
                     self._budget,
                 )
-                pending[:0] = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+                pending[:0] = [(prefix_ids, batch[: len(batch) // 2]), (prefix_ids, batch[len(batch) // 2 :])]
                 continue
-            padded = len(batch) * (int(lengths[batch].max()) + decoding.max_new_tokens)
-            fresh = []
-            for i, reply in zip(batch, replies):
+            prefix_tokens, width = shared.answered(prefix, [rows[i] for i in batch])
+            fresh, padded = [], len(batch) * (width + decoding.max_new_tokens)
+            for i, reply, prefix_length in zip(batch, replies, prefix_tokens):
                 alone = None
                 if i in sample and len(batch) > 1:
-                    alone = generate(
-                        self.model, self.tokenizer, [rows[i]], parse, decoding, end_ids, self.input_device
-                    )[0]
+                    alone = answer([rows[i]], prefix)[0]
                     stats["checked"] += 1
                     stats["differ"] += alone.text != reply.text
                 out[keys[i]] = _record(reply, len(batch), padded, provenance, alone)
+                out[keys[i]]["prefix_tokens"] = prefix_length
                 fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
                 stats["cut_short"] += reply.cut_short
             try:
@@ -402,6 +433,7 @@ class HFLocalScreener(Screener):
             stats["rows_in_batches"] += len(batch)
             bar.update(len(batch))
         bar.close()
+        shared.last = None  # the last prefix's cache: freed
         return out
 
     def _summarise(
@@ -432,6 +464,7 @@ class HFLocalScreener(Screener):
                     "screen.batch_size_mean": stats["rows_in_batches"] / stats["batches"],
                     "screen.batch_tokens": self.budget(),
                     "screen.prompts_per_s": generated / max(elapsed, 1e-9),
+                    **self._prefixes.metrics(),
                 }
             )
         if stats["checked"]:  # answered alone as well: the share whose answer depended on the batch
@@ -465,24 +498,3 @@ def _record(reply: Reply, rows: int, padded: int, provenance: Mapping[str, Any],
         "alone_differs": None if alone is None else alone.text != reply.text,
         "created_at": time.time(),
     }
-
-
-def _accepts_system_role(tokenizer: Any) -> bool:
-    """Whether the chat template renders a system message (some raise on it)."""
-    try:
-        tokenizer.apply_chat_template(
-            [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-    except Exception:  # jinja2 TemplateError from the template's raise_exception
-        return False
-    return True
-
-
-def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Token ids that end an answer: the generation config's eos id(s) and the tokenizer's."""
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    ids = list(configured) if isinstance(configured, list) else [configured]
-    ids.append(tokenizer.eos_token_id)
-    return sorted({int(i) for i in ids if i is not None})

@@ -28,7 +28,7 @@ from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.render.files import MEDIA_TYPES, document_binary, document_id
 from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen.base import Screener
-from popfair.screen.calls import Answer, EngineSettings
+from popfair.screen.calls import Answer, EngineSettings, sample_key
 from popfair.screen.failures import FailureHints
 from popfair.screen.limits import run_coroutine
 from popfair.screen.pricing import PER_CALL, Price
@@ -130,8 +130,8 @@ class HttpEndpoint(Provider):
     def body(self, prompt: Any, image: Any) -> dict[str, Any]:
         return prompt
 
-    def request_body(self, prompt: Any) -> dict[str, Any]:
-        return prompt  # HttpScreener already filled the template
+    def request_body(self, prompt: Any, n: int = 1) -> dict[str, Any]:
+        return prompt  # HttpScreener already filled the template (no `n`: one answer per request)
 
     def probe(self, timeout_s: float) -> None:
         """HEAD on the scoring URL with its headers: any answer but 401/403/404 shows it is there (a
@@ -273,9 +273,16 @@ class HttpScreener(Screener):
         cache_url: str | None = None,
         max_cost_usd: float | None = None,
         require_key: bool = True,
+        samples: int = 1,
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
+        require(
+            isinstance(samples, int) and not isinstance(samples, bool) and samples >= 1,
+            "screener.samples",
+            f"must be an integer >= 1 (answers per document), got {samples!r}",
+        )
         method, body = _request_template(url, method, params, body)
+        self.samples = samples
         require(
             price_per_call_usd is not None and float(price_per_call_usd) >= 0,
             "screener.price_per_call_usd",
@@ -340,6 +347,7 @@ class HttpScreener(Screener):
             self.provider.failure_hints(self.api_key_env, self.settings.timeout_s),
             parse=self.parse_answer,
             read_cached=self._cached_answers,
+            samples=samples,
         )
 
     def __repr__(self) -> str:  # never shows header values
@@ -434,8 +442,10 @@ class HttpScreener(Screener):
     def plan(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> CallPlan:
         """Requests still to send (distinct requests not in the cache, capped by max_calls) and dollars."""
         keys, request = self._keys(jobs, documents, outcome)
-        replies = self.cache.get_replies(keys)
-        todo = self.loop.todo(keys, request, replies)
+        k = self.loop.samples
+        every = keys if k == 1 else [sample_key(key, j) for key in dict.fromkeys(keys) for j in range(k)]
+        replies = self.cache.get_replies(every)
+        todo = self.loop.todo(keys, request, replies) if k == 1 else self.loop.sample_todo(keys, request, replies)
         calls = len(todo) if self.max_calls is None else min(len(todo), self.max_calls)
         return CallPlan(calls=calls, cost_usd=calls * self.call_price.per_call_usd, cached=len(set(replies)))
 
@@ -449,6 +459,10 @@ class HttpScreener(Screener):
             )
         keys, request = self._keys(jobs, documents, outcome)
         return self.loop.run(documents, keys, request, outcome, self.max_cost_usd, self.max_calls)
+
+    def answer_costs(self, plan: CallPlan) -> tuple[float, float] | None:
+        """Every answer is its own request: a further answer costs what a new prompt does."""
+        return (self.call_price.per_call_usd, self.call_price.per_call_usd)
 
     def metrics(self) -> dict[str, float]:
         """Figures of the last `screen` call (rows, cache hits, requests, failures, dollars)."""

@@ -21,8 +21,8 @@ from popfair.design import for_outcome
 from popfair.runtime.routes import AUTO, RouteChoice, choose_route, is_self_hosted, no_credentials_message
 from popfair.runtime.secrets import install_log_redaction, read_secret
 from popfair.screen.base import Screener
-from popfair.screen.calls import Answer, EngineSettings
-from popfair.screen.parse import SCORE_REPLIES, parse_answer
+from popfair.screen.calls import Answer, EngineSettings, sample_key
+from popfair.screen.parse import SCORE_FROM, SCORE_REPLIES, parse_answer
 from popfair.screen.pricing import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, Price
 from popfair.screen.prompts import ChatPrompt, PromptSet, PromptTable
 from popfair.screen.providers import PROVIDERS, Generation, Provider
@@ -162,6 +162,23 @@ def _self_hosted(
     return hosted_by_user
 
 
+def _logprob_generation(adapter: type[Provider], mode: str, generation: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The generation settings of `score_from=logprobs`: the request asks for the top log-probabilities
+    of each answer token (`logprobs`, `top_logprobs` 20: part of the cache key, so text answers and
+    probability scores are kept apart). Refused, in one line, where the provider returns none."""
+    able = sorted(kind for kind, cls in PROVIDERS.items() if cls.gives_logprobs)
+    require(
+        adapter.gives_logprobs,
+        "screener.score_from",
+        f"logprobs needs a provider that returns log-probabilities ({', '.join(able)}, or screener=hf_local); "
+        f"{adapter.kind} does not: use score_from=text",
+    )
+    require(mode == "online", "screener.score_from", "logprobs is read from online answers; set screener.mode=online")
+    merged = dict(generation or {})
+    merged["extra"] = {**dict(merged.get("extra") or {}), "logprobs": True, "top_logprobs": 20}
+    return merged
+
+
 def _quiet_http_logs() -> None:
     """SDK transports log one INFO line per HTTP request: WARNING unless the user set a level."""
     for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "botocore", "urllib3"):
@@ -189,6 +206,8 @@ class LLMScreener(Screener):
         "batch_invariant": [None, Boolean()],
         "score_reply": Options(SCORE_REPLIES),
         "max_new_tokens": [None, Interval(int, 1, None)],
+        "samples": Interval(int, 1, None),
+        "score_from": Options(SCORE_FROM),
     }
 
     def __init__(
@@ -221,8 +240,11 @@ class LLMScreener(Screener):
         popfair_choices: Mapping[str, str] | None = None,
         batch_invariant: bool | None = None,
         prompts_dir: str | None = None,
+        context: Sequence[str] | None = None,
         score_reply: str = "integer",
         max_new_tokens: int | None = None,
+        samples: int = 1,
+        score_from: str = "text",
     ) -> None:
         require(bool(name), "screener.name", "must be non-empty")
         routes = dict(routes or {})
@@ -240,12 +262,17 @@ class LLMScreener(Screener):
                 "batch_invariant": batch_invariant,
                 "score_reply": score_reply,
                 "max_new_tokens": max_new_tokens,
+                "samples": samples,
+                "score_from": score_from,
             },
         )
         if max_new_tokens is not None:  # prompts.max_new_tokens: one cap for every screener of a preset
             generation["max_tokens"] = int(max_new_tokens)
         adapter = _adapter(provider, model, api_key_env, base_url, region, release_date, mode, max_cost_usd)
         _check_generation(adapter, generation)
+        if score_from == "logprobs":
+            generation = _logprob_generation(adapter, mode, generation)
+        self.samples, self.score_from = int(samples), score_from
         hosted_by_user = _self_hosted(name, route, routes, provider, api_key_env, batch_invariant)
         self.name, self.display_name = name, display_name or name
         self.route, self.routes = route, routes
@@ -258,7 +285,7 @@ class LLMScreener(Screener):
         self.expected_output_tokens = expected_output_tokens
         self.price = Price.from_config(price)
         self.settings = EngineSettings.from_config(engine)
-        self.prompts = PromptSet(prompts, prompts_dir)
+        self.prompts = PromptSet(prompts, prompts_dir, context)
         self.score_reply = score_reply
         from popfair.screen.batch import BatchSettings
 
@@ -287,6 +314,9 @@ class LLMScreener(Screener):
             parse=self.parse_answer,
             read_cached=self._cached_answers,
             batch=self.batch_settings if mode == "batch" else None,
+            samples=self.samples,
+            temperature=self.provider.generation.temperature,
+            score_from=score_from,
         )
         self.run_tags = {**self.run_tags, **request_tags(self.provider)}  # what every request sends
         if hosted_by_user:
@@ -317,6 +347,7 @@ class LLMScreener(Screener):
         """Cache key per document (built in bulk, no prompt objects), and a function giving the prompt
         of a key: only prompts missing from the cache are built (identical prompts: one call)."""
         require(f"{outcome}_user" in self.prompts.texts, "outcome", f"no prompt asks {outcome!r}")
+        self._check_outcome(outcome)
         images = [d.image_png if d.kind == "image" else None for d in documents]
         self._check_vision(any(image is not None for image in images))
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
@@ -335,6 +366,19 @@ class LLMScreener(Screener):
 
         return keys, prompt
 
+    def _check_outcome(self, outcome: Outcome) -> None:
+        """The ranking design reads one ranking per prompt, from its text."""
+        require(
+            outcome != "rank" or self.score_from == "text",
+            "screener.score_from",
+            "the ranking design reads rankings from the answer's text; set score_from=text",
+        )
+        require(
+            outcome != "rank" or self.samples == 1,
+            "screener.samples",
+            "the ranking design reads one ranking per prompt; set samples=1",
+        )
+
     def _check_vision(self, has_images: bool) -> None:
         if has_images and not self.vision:
             raise ConfigError(
@@ -351,36 +395,40 @@ class LLMScreener(Screener):
         of a sweep share one list of documents and differ in the model. Keys are hashed, and looked up,
         only for the distinct prompts and only when the cache holds any answer of this model."""
         require(f"{outcome}_user" in self.prompts.texts, "outcome", f"no prompt asks {outcome!r}")
+        self._check_outcome(outcome)
         table = PromptTable.of(self.prompts, outcome, jobs, documents)
         self._check_vision(table.has_images)
-        system = self.prompts.system(outcome)
-        todo = np.ones(len(table.users), bool)
+        system, k = self.prompts.system(outcome), self.samples
+        missing = np.full(len(table.users), k, np.int64)  # answers still to ask, per distinct prompt
         # a self-hosted server that cannot say what it serves: every prompt counted as still to ask
         held = self.cache.holds(self.provider.kind, self.provider.model)
         if held and (self.served is None or self.served.try_identify()):
             keys = self.provider.cache_keys(system, table.users, table.images)
-            cached = self.cache.get_replies(keys)
-            todo = np.array([key not in cached for key in keys], bool)
+            every = keys if k == 1 else [sample_key(key, j) for key in keys for j in range(k)]
+            cached = self.cache.get_replies(every)
+            missing = (np.array([key not in cached for key in every], np.int64)).reshape(len(keys), k).sum(axis=1)
         # the pricing unit's input tokens of every distinct prompt, vectorised
         per_prompt = (
             np.ceil((len(system) + table.user_chars) / CHARS_PER_TOKEN).astype(np.int64) + MESSAGE_OVERHEAD_TOKENS
         )
         if table.has_images:
             per_prompt += [0 if png is None else self.provider.pricing.image_tokens(png) for png in table.images]
-        calls = int(todo.sum())
-        input_tokens = int(per_prompt[todo].sum())
+        # one request per prompt asks all its missing answers where the endpoint takes `n`
+        requests = (missing > 0).astype(np.int64) if self.loop.asks_n else missing
+        calls = int(requests.sum())
+        input_tokens = int((per_prompt * requests).sum())
         per_reply = for_outcome(outcome).reply_tokens(table.users)  # a ranking's reply grows with k
         output_tokens = (
-            self.expected_output_tokens * calls
+            self.expected_output_tokens * int(missing.sum())
             if per_reply is None
-            else int(np.maximum(per_reply, self.expected_output_tokens)[todo].sum())
+            else int((np.maximum(per_reply, self.expected_output_tokens) * missing).sum())
         )
         return CallPlan(
             calls=calls,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cost_usd=self.price.cost(input_tokens, output_tokens, batch=self.mode == "batch"),
-            cached=len(todo) - calls,
+            cached=len(missing) * k - int(missing.sum()),
         )
 
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:
@@ -393,17 +441,34 @@ class LLMScreener(Screener):
             )
         if self.served is not None:  # answers are keyed by what the server serves: asked first
             self.run_tags = {**self.run_tags, **self.served.identify()}
+            self.served.meter.start()  # its prefix-cache counters, read again after the requests
         keys, request = self._keys(jobs, documents, outcome)
-        return self.loop.run(documents, keys, request, outcome, budget_usd=self.max_cost_usd)
+        results = self.loop.run(documents, keys, request, outcome, budget_usd=self.max_cost_usd)
+        if self.served is not None:
+            self.served.meter.stop()
+        flips = self.loop.last_stats.get("screen.flip_rate")
+        if self.served is not None and flips is not None:  # beside served.batch_invariant_requested
+            self.run_tags = {**self.run_tags, "served.flip_rate": f"{flips:.4f}"}
+        return results
 
     served: ServedModel | None = None  # a self-hosted server (route=local): asked what it serves
+
+    def answer_costs(self, plan: CallPlan) -> tuple[float, float] | None:
+        """A prompt's first answer (its input tokens and one answer's output) and a further answer
+        (output only where one request asks `n`; else a whole request), in dollars."""
+        if plan.calls == 0:
+            return None
+        prompt_tokens = plan.input_tokens / plan.calls  # every request carries its prompt once
+        first = self.price.cost(prompt_tokens, self.expected_output_tokens, batch=self.mode == "batch")
+        more = self.price.cost(0, self.expected_output_tokens) if self.loop.asks_n else first
+        return first, more
 
     def parse_answer(self, raw: str, outcome: Outcome) -> tuple[float | None, str | None]:
         """The model's reply as y (callback: first word yes/no; score: by `score_reply`)."""
         return parse_answer(raw, outcome, self.score_reply)
 
     def _cached_answers(self, replies: Mapping[str, StoredReply], outcome: Outcome) -> dict[str, Answer]:
-        if outcome != "score":
+        if outcome != "score" or self.score_from == "logprobs":  # probabilities: read as stored
             return Answer.from_replies(replies)
         answers = {}  # scores are parsed again: a reply cached under the other score_reply keeps no stale value
         for key, reply in replies.items():
@@ -412,8 +477,9 @@ class LLMScreener(Screener):
         return answers
 
     def metrics(self) -> dict[str, float]:
-        """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars)."""
-        return self.loop.metrics()
+        """Figures of the last `screen` call (rows, cache hits, requests, failures, tokens, dollars; a
+        self-hosted server's prefix-cache hit rate)."""
+        return {**self.loop.metrics(), **(self.served.meter.metrics if self.served is not None else {})}
 
     def describe(self) -> dict[str, Any]:
         """Model card fields for reports (no secrets)."""
@@ -426,5 +492,7 @@ class LLMScreener(Screener):
             "release_date": self.release_date,
             "reasoning": self.reasoning,
             "vision": self.vision,
+            "samples": self.samples,
+            "score_from": self.score_from,
             "price": asdict(self.price),
         }

@@ -103,3 +103,16 @@ def file_samples(path: Path) -> list[Any]:
             handle.seek(k * max(size - SAMPLE_BYTES, 0) // max(SAMPLES - 1, 1))
             digest.update(handle.read(SAMPLE_BYTES))
     return [size, digest.hexdigest()]
+
+
+def accepts_system_role(tokenizer: Any) -> bool:
+    """Whether the chat template renders a system message (some raise on it)."""
+    try:
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+    except Exception:  # jinja2 TemplateError from the template's raise_exception
+        return False
+    return True

@@ -24,6 +24,7 @@ from popfair.design import prompt_defaults
 from popfair.runtime.paths import CONF_DIR
 
 PROMPT_DIR = CONF_DIR / "prompts"
+CONTEXT_DIR = CONF_DIR / "context"  # config group `context`: texts a screener works in (company, anti-bias)
 DEFAULT_PROMPTS = prompt_defaults()  # each design names the files of its question (popfair.design)
 IMAGE_PLACEHOLDER = "(The resume is attached as an image.)"
 
@@ -61,7 +62,12 @@ def _read(key: str, value: str, directory: Path | None = None) -> str:
 class PromptSet:
     """The prompt texts of every design's question, read and checked once at construction."""
 
-    def __init__(self, files: Mapping[str, str] | None = None, directory: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        files: Mapping[str, str] | None = None,
+        directory: str | Path | None = None,
+        context: Sequence[str] | None = None,
+    ) -> None:
         chosen = {**DEFAULT_PROMPTS, **dict(files or {})}
         unknown = set(chosen) - set(DEFAULT_PROMPTS)
         require(
@@ -91,8 +97,11 @@ class PromptSet:
                 f"screener.prompts.{outcome}_user",
                 "the user template must contain the {document} placeholder exactly once",
             )
+        # config group `context`: texts after the system prompt, before the job (shared part first)
+        self.context = "\n\n".join(_read_context(str(name)) for name in (context or []))
         self._frames: dict[tuple[str, str, str, str], tuple[str, str]] = {}
-        self.fingerprint = tuple(sorted(self.texts.items()))  # two sets with the same texts build the same prompts
+        # two sets with the same texts build the same prompts
+        self.fingerprint = (*sorted(self.texts.items()), ("context", self.context))
 
     def build(self, outcome: Outcome, job: Job, document: Document) -> ChatPrompt:
         """The chat prompt for one document (placeholders replaced literally, no str.format)."""
@@ -104,7 +113,8 @@ class PromptSet:
         )
 
     def system(self, outcome: Outcome) -> str:
-        return self.texts[f"{outcome}_system"]
+        system = self.texts[f"{outcome}_system"]
+        return f"{system}\n\n{self.context}" if self.context else system
 
     def users(self, outcome: Outcome, jobs: Mapping[str, Job], documents: Sequence[Document]) -> list[str]:
         """The user message of every document, in bulk (a cached rerun of 60,000 rows builds only
@@ -130,6 +140,18 @@ class PromptSet:
             head, _, tail = filled.partition("{document}")
             frame = self._frames[memo_key] = (head, tail)
         return frame
+
+
+def _read_context(name: str) -> str:
+    """One context text (config `context.files`): an absolute path, or a file under conf/context/."""
+    path = Path(name).expanduser()
+    path = path if path.is_absolute() else CONTEXT_DIR / path
+    require(
+        path.is_file(), "context.files", f"context file {path} does not exist (relative names are in {CONTEXT_DIR})"
+    )
+    text = path.read_text(encoding="utf-8").strip()
+    require(bool(text), "context.files", f"context file {path} is empty")
+    return text
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ started from, `root`, and `max_model_len`; `owned_by` names the engine) and the 
 `{server}/version`. These are MLflow tags `served.<field>`, together with whether the user asked
 for batch-invariant kernels (`screener.batch_invariant`: the engine does not report it), and they
 key the response cache in place of the URL: several servers of the same model and engine share
-one cache (the grid over many GPUs), and another engine version or kernel mode asks again."""
+one cache (the grid over many GPUs), and another engine version or kernel mode asks again.
+
+The run also records the engine's prefix-cache hit rate on its requests, where the server exposes
+it at /metrics (popfair.screen.served_metrics)."""
 
 from __future__ import annotations
 
@@ -50,6 +53,10 @@ class ServedModel:
     def __init__(self, screener: str, provider: Provider, batch_invariant: bool | None, hints: FailureHints) -> None:
         self.screener, self.provider, self.batch_invariant, self.hints = screener, provider, batch_invariant, hints
         self.tags: dict[str, str] | None = None  # set once the server has answered
+        from popfair.screen.providers.openai_chat import server_root
+        from popfair.screen.served_metrics import PrefixCacheMeter
+
+        self.meter = PrefixCacheMeter(server_root(provider.display_url), provider.model)
 
     def identify(self, timeout_s: float = 10.0) -> dict[str, str]:
         """The server's report as tags (asked once). ScreeningStopped when it cannot be reached (the

@@ -27,7 +27,7 @@ from popfair.core.constraints import Constraint, Interval, ParameterError, valid
 from popfair.core.errors import DataError
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.population.protected import LEVELS
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 
 log = logging.getLogger("popfair")
 
@@ -96,7 +96,9 @@ class SimulatedScreener(Screener):
         callback_threshold: float = 50.0,
         callback_scale: float = 5.0,
         seed: int = 0,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(name, samples, "draws its noise once per document (a hash of job, text and seed)")
         validate(
             self.parameter_constraints,
             {

@@ -19,7 +19,7 @@ import pandas as pd
 from popfair.core.constraints import Interval, ParameterError, validate
 from popfair.core.errors import DataError
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.simulated import hash_uniforms
 
 REFUSAL = "I'm sorry, but I can't rank candidates against each other."
@@ -42,7 +42,11 @@ class SimulatedRanker(Screener):
         position_bonus: Mapping[Any, float] | None = None,
         refusal_rate: float = 0.0,
         seed: int = 0,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(
+            name, samples, "ranks by fixed strengths (the ranking design reads one ranking per prompt)"
+        )
         validate(self.parameter_constraints, {"refusal_rate": refusal_rate, "seed": seed})
         self.name, self.refusal_rate, self.seed = name, float(refusal_rate), seed
         self.strengths = {str(g): _number(f"screener.strengths.{g}", v) for g, v in (strengths or {}).items()}

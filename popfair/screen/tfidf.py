@@ -36,7 +36,7 @@ from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 from popfair.core.constraints import Boolean, Interval, validate
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.runtime.parallel import forked_spans
-from popfair.screen.base import Screener
+from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.values import ValueMapping, scored_results
 from popfair.store.blobs import (
     STORE_ERRORS,
@@ -51,7 +51,7 @@ from popfair.store.blobs import (
 
 log = logging.getLogger("popfair")
 STORE_NAME = TFIDF_SCORES  # popfair.store.blobs.BLOB_STORES
-SCHEMA = "tfidf-scores-v3"  # bump when what a stored score is changes (counting, weighting, the score)
+SCHEMA = "tfidf-scores-v4"  # bump when what a stored score is changes (counting, weighting, the score)
 LIBRARIES = ("scikit-learn", "scipy", "numpy", "popfair")
 
 ROWS_PER_PROCESS = 4_000  # documents counted per forked span (about 0.5 s of tokenising)
@@ -129,7 +129,9 @@ class TfidfScreener(Screener):
         callback_threshold: float = 20.0,
         cache_dir: str | None = None,
         cache_url: str | None = None,
+        samples: int = 1,
     ) -> None:
+        one_answer_per_prompt(name, samples, "scores a document by arithmetic (TF-IDF similarity)")
         validate(
             self.parameter_constraints,
             {"sublinear_tf": sublinear_tf, "ngram_max": ngram_max, "callback_threshold": callback_threshold},
@@ -248,9 +250,12 @@ class TfidfScreener(Screener):
             self.idf.fit(fit_counts)
             self._fit_size = fit_counts.shape[0]
             self._frequency = np.bincount(fit_counts.indices, minlength=fit_counts.shape[1])  # df of each term
-            self._fit_documents = {_digest(text) for text in fit_texts}
+            # a fit document is known by its terms: a text with the same bag of terms (a placebo edit
+            # that reorders sections, renderer.placebo) is the same document to this matcher
+            self._fit_documents = set(_bag_digests(fit_counts))
             self._fitted, self._idf_corpus = True, None
-        own = np.fromiter((_digest(d.text) in self._fit_documents for d in documents), bool, count=len(documents))
+        bags = _bag_digests(counts, len(job_ids))
+        own = np.fromiter((bag in self._fit_documents for bag in bags), bool, count=len(documents))
         job_rows = {j: i for i, j in enumerate(job_ids)}
         job_index = np.array([job_rows[d.job_id] for d in documents], dtype=int)
         n_jobs = len(job_ids)
@@ -278,8 +283,16 @@ class TfidfScreener(Screener):
         )
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def _bag_digests(counts: sparse.csr_matrix, first: int = 0) -> list[bytes]:
+    """A digest of each row's bag of terms (hashed term indices and their counts) from row `first` on:
+    two texts with the same terms, in any order, have the same digest."""
+    counts = counts if counts.has_sorted_indices else counts.sorted_indices()
+    indptr, indices, data = counts.indptr, counts.indices, counts.data
+    blake = hashlib.blake2b
+    return [
+        blake(indices[a:b].tobytes() + data[a:b].tobytes(), digest_size=16).digest()
+        for a, b in zip(indptr[first:-1].tolist(), indptr[first + 1 :].tolist())
+    ]
 
 
 def _cosines(

@@ -51,6 +51,19 @@ class CacheThread:
             self._storing = asyncio.create_task(self._store())
         await done
 
+    async def put_all(self, items: Sequence[tuple[str, str, str, CachedAnswer]]) -> None:
+        """Store several answers of one response (an `n`-answer request) in one commit: appended
+        together, they go in the same group write, so no other worker sees some of them without the rest."""
+        loop = asyncio.get_running_loop()
+        waits = []
+        for item in items:
+            done = loop.create_future()
+            self._to_store.append((item, done))
+            waits.append(done)
+        if self._storing is None:
+            self._storing = asyncio.create_task(self._store())
+        await asyncio.gather(*waits)
+
     async def _store(self) -> None:
         try:
             while self._to_store:

@@ -30,7 +30,7 @@ from popfair.case.population import PopulationCase
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
 from popfair.design.base import ScoreScale
 from popfair.estimate import registry
-from popfair.estimate.power import PowerPlan
+from popfair.estimate.power import PowerPlan, answers_or_units
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
 from popfair.population.worlds import CounterfactualPopulation
 from popfair.render.base import Renderer, displayed_attributes
@@ -202,6 +202,7 @@ class Planner:
                     str(plan_note(profiles)) if plan_note else "",
                     self.estimator_costs(experiment, profiles, total, documents, power),
                     _sequential_note(experiment),
+                    _answers_note(experiment, power, total),
                 )
                 if n
             ),
@@ -244,13 +245,17 @@ class Planner:
         shown = sorted(displayed_attributes(experiment.renderer) or ()) if image else []
         if shown:
             identity = {"layout": identity, "shown": shown}
+        if experiment.placebo is not None:  # placebo re-screens are part of what the screener is shown
+            identity = {"documents": identity, "placebo": repr(experiment.placebo), "seed": experiment.seed}
         document_key = _key({"renderer": identity, "rows": rows_digest})
         if document_key not in self.documents:
             renderer = text_layout_renderer(renderer_config) if text_layout else None
             # the run's own step (`PopulationCase.prompts`): what the screener is shown, per prompt
             stage = _kept_render(renderer or experiment.renderer, document_key, profiles.jobs)
-            documents = list(
-                experiment.prompts(profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage).prompts
+            documents = list(  # the design's prompts, then any placebo re-screens (renderer.placebo)
+                experiment.prompts(
+                    profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage
+                ).screened
             )
             if shown:
                 rows = profiles.rows().drop(columns=WORLD)
@@ -339,14 +344,17 @@ class Planner:
         sweep plan the same sample (a power line costs a root search)."""
         design = experiment.design.name if experiment.design else "population"
         score_range = experiment.screener.score_range
+        samples = experiment.screener.samples  # answers per prompt: with a known noise share, the MDE counts them
         key = (
             design,
-            repr((experiment.power.settings, experiment.power.previous, score_range, experiment.estimator.name)),
+            repr(
+                (experiment.power.settings, experiment.power.previous, score_range, experiment.estimator.name, samples)
+            ),
             id(profiles),
         )
         if key not in self.power:
             scale = ScoreScale.of_range(*score_range)
-            self.power[key] = (profiles, experiment.power.plan(design, profiles, scale, experiment.estimator))
+            self.power[key] = (profiles, experiment.power.plan(design, profiles, scale, experiment.estimator, samples))
         return self.power[key][1]
 
     def estimator_costs(
@@ -434,6 +442,16 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
         input_tokens=plan.input_tokens + plan.calls * delta.input_tokens,
         cost_usd=plan.cost_usd + plan.calls * delta.cost_usd,
     )
+
+
+def _answers_note(experiment: PopulationCase, power: Any, total: CallPlan) -> str:
+    """Whether, for the same money, more answers per prompt or more units buy more precision (issue
+    59): only where the noise share is known and the screener prices its answers."""
+    noise = None if power is None else power.extra.get("noise_share")
+    costs = experiment.screener.answer_costs(total)
+    if noise is None or costs is None or costs[0] <= 0:
+        return ""
+    return answers_or_units(noise, experiment.screener.samples, costs[0], costs[1], power.units)
 
 
 def _sequential_note(experiment: PopulationCase) -> str:

@@ -19,6 +19,7 @@ data/audit/SOURCES.md); surnames uniform within race from the KRW list (B&M publ
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.constraints import Interval, ListOf, Options, Rules, validate
+from popfair.core.errors import ConfigError
 from popfair.core.types import Profiles, Roles
 from popfair.design.paired.design import AXES, check_postings_and_axis
 from popfair.population import postings as postings_module
@@ -58,6 +60,19 @@ def load_name_pools(lists: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[s
     last = pd.read_csv(audit_data_path(SURNAMES))
     last_pools = {race: np.sort(group["last_name"].to_numpy(dtype=object)) for race, group in last.groupby("race")}
     return first_pools, last_pools
+
+
+def keep_names(pool: np.ndarray, n: int, cell: str) -> np.ndarray:
+    """`n` first names of a race x gender cell's pool (`population.names_per_cell`): a fixed choice,
+    by a hash of each name, so that a smaller count keeps a subset of a larger one's names."""
+    if n > len(pool):
+        raise ConfigError(
+            f"population.names_per_cell: the name lists hold {len(pool)} first names in cell {cell.replace('|', ' ')}, "
+            f"fewer than {n}; set at most {len(pool)} (or null: all), or use the ranking design's Census pools "
+            "(population.names_per_group) for larger ones"
+        )
+    digests = [hashlib.blake2b(str(name).encode(), digest_size=8).digest() for name in pool]
+    return np.sort(pool[np.argsort(digests, kind="stable")[:n]])
 
 
 # (postings' digest, pairs per posting, seed) -> the pairs' profiles: the race and gender axes of a
@@ -95,6 +110,7 @@ class PairedAuditPopulation:
     parameter_constraints: ClassVar[Rules] = {
         "axis": Options(sorted(AXES)),
         "pairs_per_posting": Interval(int, 1, None),
+        "names_per_cell": [None, Interval(int, 1, None)],
         "name_lists": ListOf(
             Options(sorted(NAME_LISTS)), f"names of lists ({', '.join(sorted(NAME_LISTS))})", non_empty=True
         ),
@@ -105,13 +121,23 @@ class PairedAuditPopulation:
         axis: str = "race",
         pairs_per_posting: int = 4,
         name_lists: Sequence[str] = ("bertrand_mullainathan_2004", "kline_rose_walters_2022"),
+        names_per_cell: int | None = None,
     ) -> None:
         validate(
-            self.parameter_constraints, {"axis": axis, "pairs_per_posting": pairs_per_posting, "name_lists": name_lists}
+            self.parameter_constraints,
+            {
+                "axis": axis,
+                "pairs_per_posting": pairs_per_posting,
+                "name_lists": name_lists,
+                "names_per_cell": names_per_cell,
+            },
         )
         name_lists = list(name_lists)
         self.axis, self.pairs_per_posting, self.name_lists = axis, pairs_per_posting, name_lists
         self.first_pools, self.last_pools = load_name_pools(name_lists)
+        self.names_per_cell = names_per_cell
+        if names_per_cell is not None:
+            self.first_pools = {cell: keep_names(pool, names_per_cell, cell) for cell, pool in self.first_pools.items()}
         # the data files a sample is drawn from (names, and the profile bank's firms and states)
         files = [NAME_LISTS[name] for name in name_lists] + [SURNAMES, *profile_bank.DATA_FILES]
         self._data_files = [(file, file_fingerprint(audit_data_path(file))) for file in files]
@@ -130,7 +156,7 @@ class PairedAuditPopulation:
         # everything they are drawn from and the source of the modules that draw them
         table = disk_cached_frame(
             f"paired_{self.axis}",
-            [content_key(occupation.postings), self.pairs_per_posting, seed, self._data_files],
+            [content_key(occupation.postings), self.pairs_per_posting, seed, self._data_files, self.names_per_cell],
             [sys.modules[__name__], profile_bank, scm, postings_module],
             lambda: self._cross(pair_profiles(occupation.postings, self.pairs_per_posting, seed), conditions, seed),
         )

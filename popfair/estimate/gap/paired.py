@@ -8,6 +8,11 @@ On one row per pair with the 0/1 decisions of the advantaged-group (x1) and othe
 - a posting-cluster bootstrap percentile CI (default 2,000 resamples);
 - a cluster-robust t: each cluster's mean within-pair difference is one observation, t with G-1 df.
 Pairs missing either decision (a failed screen) are dropped and counted.
+
+With several answers per prompt (`screener.samples` > 1, or probability scores) a profile's decision is
+its mean callback, a number in [0, 1]: McNemar's test is for single yes/no answers and is not computed
+(NaN); the gap is tested by the cluster-robust t on the mean callbacks, and the result says so
+(`test`). b and c then count the pairs whose mean callbacks differ either way.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ class PairedGapResult:
         Cluster-robust t (one observation per posting, G - 1 df) and its two-sided p-value.
     cluster_se : float
         Its standard error in pp: sd of the cluster mean differences / sqrt(G).
+    test : str
+        The test that labels the gap: "mcnemar" (single 0/1 answers) or "cluster_t" (mean callbacks
+        of several answers, or probabilities).
     """
 
     gap_pp: float
@@ -72,6 +80,7 @@ class PairedGapResult:
     cluster_t: float
     cluster_p: float
     cluster_se: float  # pp: sd of cluster mean differences / sqrt(G)
+    test: str = "mcnemar"  # mcnemar (0/1 answers) | cluster_t (mean callbacks: McNemar does not apply)
 
     @property
     def bc_ratio(self) -> float:
@@ -81,7 +90,7 @@ class PairedGapResult:
     def discordant_share(self) -> float:
         return (self.b + self.c) / self.n_pairs
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "bc_ratio": self.bc_ratio, "discordant_share": self.discordant_share}
 
     def __getitem__(self, key: str) -> float:
@@ -106,11 +115,11 @@ def _complete_pairs(
             f"paired_gap: none of {len(pairs)} pairs has both decisions "
             f"({y_adv}, {y_other}); every pair is missing a side"
         )
-    not_binary = ~np.isin(adv, (0.0, 1.0)) | ~np.isin(other, (0.0, 1.0))
-    if not_binary.any():
+    outside = (adv < 0) | (adv > 1) | (other < 0) | (other > 1)
+    if outside.any():
         raise EstimationError(
-            f"paired_gap: decisions must be 0/1 callbacks; found values "
-            f"{sorted(set(np.r_[adv, other][np.r_[not_binary, not_binary]]))[:5]}"
+            f"paired_gap: decisions must be callbacks in [0, 1] (0/1, or the mean of several answers); found "
+            f"values {sorted(set(np.r_[adv[outside], other[outside]]))[:5]}"
         )
     codes, _ = pd.factorize(pairs.loc[complete, cluster])
     n_clusters = int(codes.max()) + 1
@@ -173,7 +182,8 @@ def paired_gap(
     n_clusters = int(codes.max()) + 1
     diff = adv - other
     b, c = int((diff > 0).sum()), int((diff < 0).sum())
-    chi2, p_mcnemar = mcnemar_cc(b, c)
+    single = bool(np.isin(adv, (0.0, 1.0)).all() and np.isin(other, (0.0, 1.0)).all())
+    chi2, p_mcnemar = mcnemar_cc(b, c) if single else (float("nan"), float("nan"))
 
     sums = np.bincount(codes, weights=diff, minlength=n_clusters)
     sizes = np.bincount(codes, minlength=n_clusters).astype(float)
@@ -199,6 +209,7 @@ def paired_gap(
         cluster_t=float(t),
         cluster_p=p_cluster,
         cluster_se=100.0 * cluster_se,
+        test="mcnemar" if single else "cluster_t",
     )
 
 
@@ -281,17 +292,29 @@ class PairedGap:
             alpha=self.alpha,
         )
         values: dict[str, Any] = result.as_dict()
+        test = values.pop("test")
         values["estimate"] = values.pop("gap_pp")
         values[f"rate_{roles.x1}"] = values.pop("rate_adv")
         values[f"rate_{roles.x0}"] = values.pop("rate_other")
         table = pd.DataFrame([values], index=pd.Index(["gap"], name="effect"))
         table = table[EFFECT_COLUMNS + [col for col in table.columns if col not in EFFECT_COLUMNS]]
-        labels = []
-        if result.mcnemar_p < self.alpha:
+        labels, notes = [], []
+        p_value, named = (result.mcnemar_p, "McNemar") if test == "mcnemar" else (result.cluster_p, "clustered t")
+        if p_value < self.alpha:
             favoured = roles.x1 if result.gap_pp > 0 else roles.x0
-            labels.append(f"callback gap favouring {favoured} (McNemar p={result.mcnemar_p:.2g})")
+            labels.append(f"callback gap favouring {favoured} ({named} p={p_value:.2g})")
+        if test == "cluster_t":
+            notes.append(
+                "Each profile's decision is its mean callback over several answers (screener.samples > 1, "
+                "or probability scores): the gap is tested by the posting-clustered t-test on the mean "
+                "callbacks; McNemar's test is for single yes/no answers and is not computed."
+            )
         return Effects(
             table=table,
             labels=labels,
-            metrics={"pairs_dropped_share": result.n_dropped / (result.n_dropped + result.n_pairs)},
+            notes=notes,
+            metrics={
+                "pairs_dropped_share": result.n_dropped / (result.n_dropped + result.n_pairs),
+                "mcnemar_used": float(test == "mcnemar"),
+            },
         )

@@ -127,9 +127,20 @@ class Generation:
 
 @dataclass(frozen=True)
 class Completion:
+    """One response: the first choice's text and the usage of the whole request. `more`: the texts of
+    further choices (a request with `n` > 1); `top_logprobs`: per choice, the (token, log-probability)
+    alternatives at the answer's first token, where the request asked for them."""
+
     text: str
     input_tokens: int
     output_tokens: int
+    more: tuple[str, ...] = ()
+    top_logprobs: tuple[tuple[tuple[str, float], ...], ...] = ()
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """Every choice's text, in order."""
+        return (self.text, *self.more)
 
 
 # Failure causes that mean the endpoint itself cannot be reached (the circuit breaker counts them).
@@ -282,6 +293,11 @@ class Provider(ABC):
     hints: ClassVar[FailureHints] = FailureHints()
     # The generation settings this provider's requests can carry beyond temperature and max tokens.
     sampling_settings: ClassVar[frozenset[str]] = frozenset()
+    # One request can ask for several answers (an OpenAI-style `n`): screener.samples sends one request
+    # per prompt at temperature > 0 instead of one per answer.
+    asks_n: ClassVar[bool] = False
+    # Its responses carry the top log-probabilities of each answer token (screener.score_from=logprobs).
+    gives_logprobs: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -347,9 +363,13 @@ class Provider(ABC):
         """The PNG as this provider's API wants it: base64 text (boto3 overrides: raw bytes)."""
         return base64.b64encode(png).decode("ascii")
 
-    def request_body(self, prompt: ChatPrompt) -> dict[str, Any]:
+    def request_body(self, prompt: ChatPrompt, n: int = 1) -> dict[str, Any]:
+        """The request of one prompt; `n` > 1 asks for that many answers (providers with `asks_n`)."""
         image = self.encode_image(prompt.image_png) if prompt.image_png is not None else None
-        return self.body(prompt, image)
+        body = self.body(prompt, image)
+        if n > 1:
+            body["n"] = n
+        return body
 
     def cache_key(self, prompt: ChatPrompt) -> str:
         """The response-cache key of one prompt (see cache_keys)."""

@@ -142,6 +142,8 @@ class OpenAIChat(Provider):
     default_url = "https://api.openai.com/v1"
     key_variables: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY",)
     sampling_settings: ClassVar[frozenset[str]] = frozenset({"seed", "top_p"})
+    asks_n = True  # `n` answers in one request (vLLM and SGLang take it too)
+    gives_logprobs = True  # logprobs + top_logprobs (vLLM and SGLang too)
 
     @classmethod
     def check_settings(cls, api_key_env: str | None, base_url: str | None, region: str | None) -> None:
@@ -242,21 +244,41 @@ def served_model(provider: Provider, timeout_s: float = 10.0) -> tuple[list[dict
 
 
 def completion_from_chat(data: Any) -> Completion:
-    """Text and usage of a chat-completion JSON body; malformed bodies raise TransientError."""
+    """Text and usage of a chat-completion JSON body (every choice's text, and the top log-probabilities
+    at each choice's first token where they were asked for); malformed bodies raise TransientError."""
     if not isinstance(data, dict):
         raise TransientError(
             f"malformed response: expected a JSON object, got {type(data).__name__}", cause="malformed response"
         )
     choices = data.get("choices")
-    message = choices[0].get("message") if isinstance(choices, list) and choices else None
-    if not isinstance(message, dict):
+    if isinstance(choices, list):  # the order the request's `n` answers come in
+        choices = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+    found = [c.get("message") if isinstance(c, dict) else None for c in choices or []]
+    if not found or not all(isinstance(m, dict) for m in found):
         raise TransientError("malformed response: no choices[0].message", cause="malformed response")
+    messages: list[dict[str, Any]] = found  # type: ignore[assignment]  # every one a dict, checked above
     usage = data.get("usage") or {}
+    texts = [m.get("content") or "" for m in messages]
     return Completion(
-        text=message.get("content") or "",
+        text=texts[0],
         input_tokens=int(usage.get("prompt_tokens") or 0),
         output_tokens=int(usage.get("completion_tokens") or 0),
+        more=tuple(texts[1:]),
+        top_logprobs=tuple(first_token_logprobs(c) for c in choices or []),
     )
+
+
+def first_token_logprobs(choice: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+    """(token, log-probability) of the alternatives at a choice's first token (its `logprobs.content[0]
+    .top_logprobs`, the token chosen included); empty when the response carries none."""
+    content = (choice.get("logprobs") or {}).get("content") or []
+    if not content:
+        return ()
+    first = content[0]
+    top = [(str(t["token"]), float(t["logprob"])) for t in first.get("top_logprobs") or []]
+    if "token" in first and all(token != first["token"] for token, _ in top):
+        top.append((str(first["token"]), float(first["logprob"])))
+    return tuple(top)
 
 
 __all__ = ["OpenAIChat", "chat_messages", "completion_from_chat", "sdk_error", "served_model", "PermanentError"]
