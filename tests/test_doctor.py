@@ -140,7 +140,8 @@ def test_a_sweep_without_an_extra_stops_before_its_first_case(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     assert "popfair pre-flight: 10 of 40 cases cannot run; the sweep stops before its first case" in out.stdout
     assert "fix: pip install 'popfair[embedding]'" in out.stdout
-    assert "leave these cases out: format_model=text-tfidf,text-simulated,image-simulated" in out.stdout
+    assert "): run format_model=text-tfidf,text-simulated,image-simulated" in out.stdout
+    assert "leave these cases out (format_model=text-embedding_minilm" in out.stdout
     (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
     assert not (sweep_dir / "cases").exists()  # no case ran
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")

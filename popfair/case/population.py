@@ -156,7 +156,12 @@ class PopulationCase:
                 group,
                 f"missing config group; pick an option, e.g. {group}=<option>",
             )
-        require(isinstance(cfg.get("seed"), int), "seed", f"must be an integer, got {cfg.get('seed')!r}")
+        seed = cfg.get("seed")
+        require(
+            isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63,
+            "seed",
+            f"must be an integer >= 0 (numpy's generators take no negative seed), got {seed!r}",
+        )
         values = values if values is not None else resolved(cfg)  # one resolved copy: checked per group,
         # logged, and a dry run's memo key
         parts = {
