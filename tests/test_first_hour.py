@@ -143,3 +143,67 @@ def test_leave_these_cases_out_names_the_failing_cases_and_the_override_that_run
     finding = Finding("screener", Check("extra", False, "needs the embedding extra", "pip install x"), failed)
     text = format_findings([finding], cases, everything=False)
     assert "leave these cases out (panel_cell=b,d): run panel_cell=a,c" in text
+
+
+def test_a_stage_longer_than_its_clock_shows_a_bar_of_its_seconds():
+    import io
+
+    from popfair.runtime.progress import stage_clock
+
+    shown = io.StringIO()
+    with stage_clock("estimate", after_s=0.2, file=shown):
+        time.sleep(1.5)
+    assert "stage estimate: 1 s" in shown.getvalue()
+    quiet = io.StringIO()
+    with stage_clock("worlds", after_s=0.5, file=quiet):
+        time.sleep(0.1)
+    assert quiet.getvalue() == ""  # a short stage shows nothing
+
+
+def _table_overrides(tmp_path: Path, *extra: str) -> list[str]:
+    from tests.test_table_source import COLUMNS, decisions, write
+
+    path = tmp_path / "decisions.csv"
+    write(decisions(), path, "csv")
+    return ["experiment=table_audit", f"table.path={path}", *COLUMNS, "estimator.n_bootstrap=100", *extra]
+
+
+def test_a_test_data_audit_of_a_named_tool_must_explain_its_data(tmp_path):
+    """LL144's rules ask an audit on test data why historical data were not used and how the test data
+    were made: without them, a table audit that states its tool (a published summary) stops at once."""
+    from popfair.core.errors import ConfigError
+    from popfair.sweep.run_case import case_from_config
+    from tests.conftest import compose_config
+
+    cfg = compose_config(
+        _table_overrides(tmp_path, "table.kind=test", "table.tool.name='Acme Screen 4'"), tmp_path=tmp_path
+    )
+    with pytest.raises(ConfigError, match=r"table\.test_data\.why_not_historical: table\.kind=test: the LL144 rules"):
+        case_from_config(cfg)
+    historical = compose_config(_table_overrides(tmp_path, "table.test_data.how_made='generated'"), tmp_path=tmp_path)
+    with pytest.raises(ConfigError, match=r"table\.test_data: explains test data; this audit's table\.kind is hist"):
+        case_from_config(historical)
+
+
+def test_the_report_prints_the_test_data_statement_and_a_historical_audit_says_so(tmp_path):
+    from popfair.sweep.run_case import case_from_config
+    from tests.conftest import compose_config
+
+    why, how = "The tool has not been deployed yet", "1,574 synthetic applicants scored by the vendor sandbox"
+    test = compose_config(
+        _table_overrides(
+            tmp_path,
+            "table.kind=test",
+            "table.tool.name='Acme Screen 4'",
+            f"table.test_data.why_not_historical='{why}'",
+            f"table.test_data.how_made='{how}'",
+            "tracking=none",
+        ),
+        tmp_path=tmp_path,
+    )
+    text = case_from_config(test).run().report["report.md"]
+    assert "**Data used:** Test data" in text
+    assert f"Why historical data were not used: {why}. How the test data were made: {how}." in text
+    historical = compose_config(_table_overrides(tmp_path, "tracking=none"), tmp_path=tmp_path)
+    text = case_from_config(historical).run().report["report.md"]
+    assert "**Data used:** Historical data" in text and "This audit used historical data" in text

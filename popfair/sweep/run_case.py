@@ -20,6 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from popfair.core.errors import PopfairError, TrackingFailed
+from popfair.runtime.progress import preparing_done
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
 
 if TYPE_CHECKING:
@@ -112,7 +113,10 @@ def run_case(cfg: DictConfig) -> float | None:
     experiment = None
     alert = False  # a watch's look crossed its boundary: exit status 3 (popfair.case.table_watch)
     try:
+        if not in_sweep and not dry_run:  # what the seconds before the first stage are spent on
+            log.info("building the case: its population, occupation, renderer, screener and estimator ...")
         experiment = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg))
+        preparing_done()  # built: the preparation's bar goes (the stages have their own)
         record.case_name = experiment.case_name()
         if dry_run:
             plan = plan_table(experiment) if isinstance(experiment, TableCase) else plan_case(experiment)
@@ -145,6 +149,7 @@ def run_case(cfg: DictConfig) -> float | None:
             table = result.effects.table
             value = float(table["estimate"].iloc[0]) if len(table) else None
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
+        preparing_done()  # a case that failed before its first stage: its preparation's bar goes
         if not in_sweep:
             if isinstance(exc, PopfairError):
                 log.error("popfair: %s", exc)
