@@ -207,3 +207,47 @@ def test_the_report_prints_the_test_data_statement_and_a_historical_audit_says_s
     historical = compose_config(_table_overrides(tmp_path, "tracking=none"), tmp_path=tmp_path)
     text = case_from_config(historical).run().report["report.md"]
     assert "**Data used:** Historical data" in text and "This audit used historical data" in text
+
+
+def test_pse_paper_states_its_iterations_and_their_minutes_from_the_first(tmp_path, caplog):
+    """estimator=pse_paper used to say nothing for minutes before "50 of 500": its first line now names
+    the iterations, and the first iteration's measured time gives the expected minutes for all."""
+    import logging
+
+    from popfair.estimate.pse.paper import estimate_pse_paper
+    from popfair.estimate.pse.simulate import SimulatedSFM
+
+    sim = SimulatedSFM()
+    grid = {"n_estimators": [20], "max_depth": [2], "reg_lambda": [1.0]}
+    with caplog.at_level(logging.INFO, logger="popfair.pse"):
+        estimate_pse_paper(
+            sim.sample(800, seed=3), x0="female", x1="male", y="y", n_bootstrap=10, grid=grid, n_jobs=1, **sim.roles
+        )
+    lines = [r.getMessage() for r in caplog.records if r.name == "popfair.pse"]
+    assert lines[0].startswith("pse_paper: the grid search's selections (cached), then 10 resample-and-refit")
+    assert "of 60 XGBoost fits each, 1 side by side" in lines[0]
+    first = next(line for line in lines if line.startswith("pse_paper: iteration 1 of 10 took"))
+    seconds = float(first.split(" took ")[1].split(" s ")[0])
+    minutes = float(first.split("about ")[1].split(" min")[0])
+    assert minutes == pytest.approx(seconds * 10 / 60, abs=0.06)
+    assert any(line.startswith("pse_paper: 5 of 10 bootstrap iterations in") and "min left" in line for line in lines)
+
+
+def test_getting_started_shows_the_default_cases_output_as_it_is_now(tmp_path):
+    """docs/getting_started.md includes docs/outputs/default_case.txt, committed so that a fresh clone
+    and a code host show it: `python -m popfair` run now prints the same, less the run's id, its link
+    and its seconds. When this fails: python docs/_ext/popfair_docs.py --refresh-outputs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("popfair_docs", ROOT / "docs" / "_ext" / "popfair_docs.py")
+    assert spec is not None and spec.loader is not None
+    docs = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("popfair_docs", docs)  # its dataclasses look their module up
+    spec.loader.exec_module(sys.modules["popfair_docs"])
+    docs = sys.modules["popfair_docs"]
+    page = (ROOT / "docs" / "getting_started.md").read_text()
+    assert "```{literalinclude} outputs/default_case.txt" in page
+    kept = (ROOT / "docs" / "outputs" / "default_case.txt").read_text()
+    fresh = docs.command_output(docs.COMMAND_OUTPUTS["default_case"], tmp_path)
+    assert docs.stable(fresh) == docs.stable(kept), "stale: python docs/_ext/popfair_docs.py --refresh-outputs"
+    assert "MLflow run id:" in kept and "time: " in kept  # what `stable` leaves out is there to leave out

@@ -156,6 +156,13 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
             )
     timings = {"encode": time.perf_counter() - clock}
     with closing(Runner(settings.n_jobs)) as runner:
+        log.info(
+            "pse_paper: the grid search's selections (cached), then %d resample-and-refit iterations of %d XGBoost "
+            "fits each, %d side by side; the minutes they take are printed after the first",
+            settings.n_bootstrap,
+            FITS_PER_ITERATION * settings.folds,
+            runner.workers,
+        )
         clock = time.perf_counter()
         params, cached = tuned(
             paper,
@@ -170,10 +177,11 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
         clock = time.perf_counter()
         futures = [runner.submit(_iteration, paper, params, settings, i) for i in range(settings.n_bootstrap)]
         done = []
-        for i, future in enumerate(futures):
+        progress = IterationProgress(settings.n_bootstrap, runner.workers)
+        for future in futures:
             done.append(future.result())
-            if (i + 1) % max(1, settings.n_bootstrap // 10) == 0:
-                log.info("pse_paper: %d of %d bootstrap iterations", i + 1, settings.n_bootstrap)
+            progress.step()
+        progress.close()
         timings["bootstrap"] = time.perf_counter() - clock
     iterations = pd.DataFrame([row for row, _ in done])
     diagnostics = pd.concat([diag for _, diag in done]).groupby(level=0, sort=False).mean().reindex(list(TARGETS))
@@ -197,6 +205,46 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
         n=len(paper.y),
         n_excluded=n_excluded,
     )
+
+
+class IterationProgress:
+    """The bootstrap's progress from its first iteration: a log line with the measured seconds of an
+    iteration and the expected minutes for all of them, then one every tenth with the time left, and
+    a bar (tqdm: its own rate and ETA) on standard error. Iterations run `workers` side by side, so
+    the expected time is the elapsed time per completed iteration times those left."""
+
+    def __init__(self, total: int, workers: int) -> None:
+        from tqdm.auto import tqdm
+
+        self.total, self.workers, self.done = total, workers, 0
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=total, desc="pse_paper iterations", unit="it", leave=False, mininterval=1.0)
+
+    def step(self) -> None:
+        self.done += 1
+        self.bar.update(1)
+        elapsed = time.perf_counter() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        if self.done == 1:
+            log.info(
+                "pse_paper: iteration 1 of %d took %.1f s (%d side by side): about %.1f min for all %d",
+                self.total,
+                elapsed,
+                self.workers,
+                elapsed * self.total / min(self.workers, self.total) / 60,
+                self.total,
+            )
+        elif self.done % max(1, self.total // 10) == 0 and self.done < self.total:
+            log.info(
+                "pse_paper: %d of %d bootstrap iterations in %.1f min; about %.1f min left",
+                self.done,
+                self.total,
+                elapsed / 60,
+                left / 60,
+            )
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _iteration(
@@ -223,6 +271,7 @@ def _iteration(
     return row, _diagnostics(a, weights, prob, raw, settings.clip)
 
 
+FITS_PER_ITERATION = 12  # XGBoost fits per cross-fitting fold of one iteration (_fold)
 NUISANCE_COLUMNS = ("y_zx0", "y_zx1", "mu2_ne", "mu1_ne", "mu3_v", "mu2_vde", "mu1_vde", "mu2_wde", "mu1_wde")
 
 
