@@ -251,3 +251,43 @@ def test_getting_started_shows_the_default_cases_output_as_it_is_now(tmp_path):
     fresh = docs.command_output(docs.COMMAND_OUTPUTS["default_case"], tmp_path)
     assert docs.stable(fresh) == docs.stable(kept), "stale: python docs/_ext/popfair_docs.py --refresh-outputs"
     assert "MLflow run id:" in kept and "time: " in kept  # what `stable` leaves out is there to leave out
+
+
+def test_pse_paper_is_priced_from_the_last_measured_iteration(tmp_path, caplog):
+    """Before a run on this machine the price uses the config's figure and says so; after one, the
+    measured seconds kept in cache_dir, scaled by rows; the estimate stage logs the same line."""
+    import json
+    import logging
+
+    from popfair.estimate.pse.paper import TIMING_FILE, PsePaper, estimate_pse_paper
+    from popfair.estimate.pse.simulate import SimulatedSFM
+
+    grid = {"n_estimators": [20], "max_depth": [2], "reg_lambda": [1.0]}
+    settings = {"n_bootstrap": 4, "grid": grid, "n_jobs": 1, "cache_dir": str(tmp_path)}
+    before = PsePaper(**settings).price(19000)
+    assert before == (
+        "pse_paper: 4 resample-and-refit iterations of 60 XGBoost fits on 19,000 rows, 1 side by side: about 0 min "
+        "(not measured here yet: the config's 6 s an iteration per core for 19,000 rows; the run measures it)"
+    )
+    sim = SimulatedSFM()
+    with caplog.at_level(logging.INFO, logger="popfair.pse"):
+        estimate_pse_paper(sim.sample(800, seed=4), x0="female", x1="male", y="y", **settings, **sim.roles)
+    kept = json.loads((tmp_path / TIMING_FILE).read_text())
+    assert kept["rows"] == 800 and kept["core_seconds"] > 0
+    after = PsePaper(**{**settings, "n_bootstrap": 500}).price(8000)
+    minutes = kept["core_seconds"] * 10 * 500 / 60
+    assert f"1 side by side: about {minutes:.0f} min (measured here: {kept['core_seconds']:.1f} core-seconds" in after
+    lines = [r.getMessage() for r in caplog.records if r.name == "popfair.pse"]
+    assert lines[1].startswith("pse_paper: 4 resample-and-refit iterations of 60 XGBoost fits on 800 rows")
+
+
+def test_doctor_prices_pse_paper(tmp_path):
+    from tests.conftest import popfair_in_process
+
+    out = popfair_in_process(
+        "doctor", "estimator=pse_paper", "population.n=300", f"cache_dir={tmp_path}/c", cwd=tmp_path
+    )
+    (line,) = [line for line in out.stdout.splitlines() if " cost " in line]
+    assert line.split()[:2] == ["ok", "cost"], out.stdout
+    assert "pse_paper: 500 resample-and-refit iterations of 60 XGBoost fits on 300 rows" in line
+    assert "about " in line and " min (not measured here yet" in line

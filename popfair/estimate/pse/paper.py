@@ -29,6 +29,7 @@ what it rests on."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -163,6 +164,7 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
             FITS_PER_ITERATION * settings.folds,
             runner.workers,
         )
+        log.info("%s", price(settings, len(paper.y)))
         clock = time.perf_counter()
         params, cached = tuned(
             paper,
@@ -183,6 +185,7 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
             progress.step()
         progress.close()
         timings["bootstrap"] = time.perf_counter() - clock
+        _keep_timing(settings, len(paper.y), timings["bootstrap"], settings.n_bootstrap, runner.workers)
     iterations = pd.DataFrame([row for row, _ in done])
     diagnostics = pd.concat([diag for _, diag in done]).groupby(level=0, sort=False).mean().reindex(list(TARGETS))
     rule = IdentificationRule(settings.max_mass_error, settings.min_ess, settings.min_crossing)
@@ -205,6 +208,61 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
         n=len(paper.y),
         n_excluded=n_excluded,
     )
+
+
+TIMING_FILE = "pse_paper_timing.json"  # in cache_dir: the last measured seconds of an iteration
+CONFIG_SECONDS = (6.0, 19000)  # the config's figure: about 6 s an iteration on one core for 19,000 rows
+
+
+def _timing_path(settings: PaperSettings) -> Path | None:
+    return Path(settings.cache_dir) / TIMING_FILE if settings.cache_dir and not settings.cache_url else None
+
+
+def _workers(settings: PaperSettings) -> int:
+    if settings.n_jobs is not None:
+        return settings.n_jobs
+    from popfair.runtime.parallel import cpu_count
+
+    return cpu_count()
+
+
+def price(settings: PaperSettings, n_rows: int) -> str:
+    """One line: the iterations, the fits, and the expected minutes on this machine, from the last
+    measured iteration kept in cache_dir (scaled by rows and by the iterations run side by side), or
+    the config's figure where nothing was measured here yet."""
+    workers, seconds, source = _workers(settings), None, ""
+    path = _timing_path(settings)
+    if path is not None and path.exists():
+        try:
+            kept = json.loads(path.read_text())
+            seconds = float(kept["core_seconds"]) * n_rows / float(kept["rows"])
+            source = (
+                f"measured here: {float(kept['core_seconds']):.1f} core-seconds an iteration at {kept['rows']:,} rows"
+            )
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            seconds = None
+    if seconds is None:
+        seconds = CONFIG_SECONDS[0] * n_rows / CONFIG_SECONDS[1]
+        source = "not measured here yet: the config's 6 s an iteration per core for 19,000 rows; the run measures it"
+    side = min(workers, settings.n_bootstrap)
+    minutes = seconds * settings.n_bootstrap / side / 60
+    return (
+        f"pse_paper: {settings.n_bootstrap} resample-and-refit iterations of {FITS_PER_ITERATION * settings.folds} "
+        f"XGBoost fits on {n_rows:,} rows, {side} side by side: about {minutes:.0f} min ({source})"
+    )
+
+
+def _keep_timing(settings: PaperSettings, n_rows: int, seconds: float, iterations: int, workers: int) -> None:
+    """The bootstrap's measured core-seconds per iteration, kept for the next price (dry run, doctor)."""
+    path = _timing_path(settings)
+    if path is None or iterations == 0:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        core = seconds * min(workers, iterations) / iterations
+        path.write_text(json.dumps({"core_seconds": core, "rows": n_rows, "workers": workers}))
+    except OSError:  # a read-only cache: the next price uses the config's figure
+        pass
 
 
 class IterationProgress:
@@ -462,6 +520,10 @@ class PsePaper:
 
     def __init__(self, **settings: Any) -> None:
         self.settings = PaperSettings.build(settings)
+
+    def price(self, n_rows: int) -> str:
+        """What the estimate will cost on this machine, in one line (popfair doctor)."""
+        return price(self.settings, n_rows)
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         result = _estimate(factual_rows(data), roles, y, self.settings)
