@@ -291,3 +291,13 @@ def test_doctor_prices_pse_paper(tmp_path):
     assert line.split()[:2] == ["ok", "cost"], out.stdout
     assert "pse_paper: 500 resample-and-refit iterations of 60 XGBoost fits on 300 rows" in line
     assert "about " in line and " min (not measured here yet" in line
+
+
+def test_the_dry_run_prices_pse_paper(tmp_path):
+    from tests.conftest import popfair_in_process
+
+    out = popfair_in_process(
+        "estimator=pse_paper", "population.n=300", "dry_run=true", f"cache_dir={tmp_path}/c", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "pse_paper: 500 resample-and-refit iterations of 60 XGBoost fits on 300 rows" in out.stdout

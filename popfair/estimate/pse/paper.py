@@ -525,6 +525,10 @@ class PsePaper:
         """What the estimate will cost on this machine, in one line (popfair doctor)."""
         return price(self.settings, n_rows)
 
+    def plan_note(self, profiles: Any) -> str:
+        """The dry run's line: the price for the case's applicants."""
+        return self.price(len(profiles.table))
+
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         result = _estimate(factual_rows(data), roles, y, self.settings)
         metrics = {"pse_paper.n": float(result.n), "pse_paper.n_excluded": float(result.n_excluded)}
