@@ -76,7 +76,7 @@ def test_an_error_ends_the_command_at_once(args, says, tmp_path):
         (
             ["protected_attr=gender,race"],
             "popfair: protected_attr=gender,race: a comma list is a sweep, one case per value: add -m "
-            "(python -m popfair -m protected_attr=gender,race)",
+            "(-m protected_attr=gender,race)",
         ),
         (
             ["+screener.coefficients.first_name.Michael=4"],
@@ -115,6 +115,9 @@ def test_an_exponent_is_an_integer_only_where_it_is_whole():
 def test_a_comma_list_runs_as_a_sweep_with_m_or_a_sweep_preset():
     from popfair.runtime.overrides import check_overrides
     from popfair.runtime.paths import CONF_DIR
+
+    # a database URL is not a screener's: no http(s) asked of it
+    assert check_overrides(["table=default", "table.url=postgresql+psycopg://u@h/db", "table.name=t"], CONF_DIR)
 
     assert check_overrides(["-m", "protected_attr=gender,race"], CONF_DIR)
     assert check_overrides(["experiment=popresume_grid_offline", "protected_attr=gender,race"], CONF_DIR)

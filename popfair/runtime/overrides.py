@@ -310,7 +310,7 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
     return [added.get(arg, arg) for arg in args]
 
 
-URL_KEYS = ("base_url", "url", "endpoint_url")  # settings that take an http(s) URL
+URL_KEYS = ("base_url", "url", "endpoint_url")  # a screener's settings that take an http(s) URL (table.url: a database)
 
 
 def _multirun(args: Sequence[str], group_overrides: Sequence[Any], conf_dir: Path) -> bool:
@@ -338,14 +338,14 @@ def _check_plain(override: Any, multirun: bool, group: bool = False) -> None:
         value = "" if group else f"; for one value that is a list write {key}=[...]"
         raise ConfigError(
             f"{override.input_line}: a comma list is a sweep, one case per value: add -m "
-            f"(python -m popfair -m {override.input_line}){value}"
+            f"(-m {override.input_line}){value}"
         )
     if key == "seed" and not override.is_delete():
         for value in _values(override):
             whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             if not (whole or (isinstance(value, str) and value.isdigit())):  # a sweep's values come as text
                 raise ConfigError(f"seed={value}: must be an integer >= 0 (numpy's generators take no negative seed)")
-    if key.rsplit(".", 1)[-1] in URL_KEYS and not override.is_delete():
+    if key.startswith("screener.") and key.rsplit(".", 1)[-1] in URL_KEYS and not override.is_delete():
         for value in _values(override):
             if isinstance(value, str) and value and not value.startswith(("http://", "https://", "${")):
                 raise ConfigError(f"{key}={value}: must be an http(s) URL; did you mean {key}=http://{value}?")
