@@ -237,7 +237,7 @@ def test_pse_paper_states_its_iterations_and_their_minutes_from_the_first(tmp_pa
 
 
 def test_getting_started_shows_the_default_cases_output_as_it_is_now(tmp_path):
-    """docs/getting_started.md includes docs/outputs/default_case.txt, committed so that a fresh clone
+    """docs/getting_started.md includes docs/console/default_case.txt, committed so that a fresh clone
     and a code host show it: `python -m popfair` run now prints the same, less the run's id, its link
     and its seconds. When this fails: python docs/_ext/popfair_docs.py --refresh-outputs."""
     import importlib.util
@@ -249,7 +249,7 @@ def test_getting_started_shows_the_default_cases_output_as_it_is_now(tmp_path):
     spec.loader.exec_module(sys.modules["popfair_docs"])
     docs = sys.modules["popfair_docs"]
     page = (ROOT / "docs" / "getting_started.md").read_text()
-    assert "```{literalinclude} outputs/default_case.txt" in page
+    assert "```{literalinclude} console/default_case.txt" in page
     kept = (ROOT / "docs" / "outputs" / "default_case.txt").read_text()
     fresh = docs.command_output(docs.COMMAND_OUTPUTS["default_case"], tmp_path)
     assert docs.stable(fresh) == docs.stable(kept), "stale: python docs/_ext/popfair_docs.py --refresh-outputs"
@@ -262,7 +262,8 @@ def test_pse_paper_is_priced_from_the_last_measured_iteration(tmp_path, caplog):
     import json
     import logging
 
-    from popfair.estimate.pse.paper import TIMING_FILE, PsePaper, estimate_pse_paper
+    from popfair.estimate.pse.paper import PsePaper, estimate_pse_paper
+    from popfair.estimate.pse.paper_progress import TIMING_FILE
     from popfair.estimate.pse.simulate import SimulatedSFM
 
     grid = {"n_estimators": [20], "max_depth": [2], "reg_lambda": [1.0]}

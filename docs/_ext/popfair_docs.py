@@ -6,7 +6,7 @@
 - The command-line reference (``reference/cli.md``): the ``--help`` of every console script in
   pyproject.toml (``popfair``, ``popfair-report``, ``popfair-export``, ``popfair-data``) as it prints it.
 - Math as MathML, converted at build time by docutils (no MathJax download: the site works offline).
-- What commands print (``outputs/``, committed): the guides show the console output of a run of the
+- What commands print (``console/``, committed): the guides show the console output of a run of the
   command they document (``COMMAND_OUTPUTS``), written by ``--refresh-outputs``, never pasted by hand;
   a test runs the command and fails when a file is stale.
 - The favicon inlined in every page as a data: URI (``inline_favicon``).
@@ -385,9 +385,9 @@ def write_guides() -> None:
 
 # --- what commands print, shown in the guides ---------------------------------------------------------
 
-COMMAND_OUT = DOCS / "outputs"
+COMMAND_OUT = DOCS / "console"
 # name -> the popfair arguments of a command whose console summary a page shows with
-# ```{literalinclude} outputs/<name>.txt```. The file is committed, so the page shows it on a fresh
+# ```{literalinclude} console/<name>.txt```. The file is committed, so the page shows it on a fresh
 # clone and on a code host too; tests/test_first_hour.py runs the command and fails when the file is
 # stale (the lines that change every run masked: VOLATILE); `python docs/_ext/popfair_docs.py
 # --refresh-outputs` writes them again.
