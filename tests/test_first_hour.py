@@ -250,7 +250,7 @@ def test_getting_started_shows_the_default_cases_output_as_it_is_now(tmp_path):
     docs = sys.modules["popfair_docs"]
     page = (ROOT / "docs" / "getting_started.md").read_text()
     assert "```{literalinclude} console/default_case.txt" in page
-    kept = (ROOT / "docs" / "outputs" / "default_case.txt").read_text()
+    kept = (ROOT / "docs" / "console" / "default_case.txt").read_text()
     fresh = docs.command_output(docs.COMMAND_OUTPUTS["default_case"], tmp_path)
     assert docs.stable(fresh) == docs.stable(kept), "stale: python docs/_ext/popfair_docs.py --refresh-outputs"
     assert "MLflow run id:" in kept and "time: " in kept  # what `stable` leaves out is there to leave out
