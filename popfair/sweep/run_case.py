@@ -113,8 +113,6 @@ def run_case(cfg: DictConfig) -> float | None:
     experiment = None
     alert = False  # a watch's look crossed its boundary: exit status 3 (popfair.case.table_watch)
     try:
-        if not in_sweep and not dry_run:  # what the seconds before the first stage are spent on
-            log.info("building the case: its population, occupation, renderer, screener and estimator ...")
         experiment = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg))
         preparing_done()  # built: the preparation's bar goes (the stages have their own)
         record.case_name = experiment.case_name()
