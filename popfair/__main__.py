@@ -53,6 +53,15 @@ def main() -> float | None:
             return None
     if program == "popfair":  # a typo'd group option, key or route: one line with the closest name
         sys.argv[1:] = check_command_line(sys.argv[1:], CONF_DIR, program)  # `key=v` on an open map: `++key=v`
+        if _runs_one_case(sys.argv[1:]):  # the first line within a second: what the next seconds are for
+            print(
+                "popfair: preparing the case: composing its config, then loading the population "
+                "and building its components",
+                flush=True,  # standard output, as the stage lines that follow it
+            )
+            from popfair.runtime.progress import preparing_started
+
+            preparing_started()
         if _tracks_one_case(sys.argv[1:]):
             from popfair.track.background import warm_up
 
@@ -63,6 +72,19 @@ def main() -> float | None:
     except Interrupted as exc:  # Ctrl-C / SIGTERM mid-case: answers saved, the run KILLED; no traceback
         print(f"popfair: {exc}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _runs_one_case(args: list[str]) -> bool:
+    """A single case that runs: not a sweep (it prints its own lines), a dry run, a printed config, or
+    help. What the config files alone decide (a sweep preset) is not read here."""
+    flags = {"-m", "--multirun", "-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "-sc"}
+    flags |= {"--shell-completion", "-p", "--package", "--resolve", "--run"}
+    if any(a in flags or a.startswith(("--cfg=", "--info=", "--shell-completion=")) for a in args):
+        return False
+    if any(a.split("=", 1)[0] == "experiment" for a in args):  # the presets include the sweeps
+        return False
+    settings = {a.split("=", 1)[0].lstrip("+~"): a.split("=", 1)[1] for a in args if "=" in a}
+    return settings.get("dry_run", "false").lower() != "true" and settings.get("check", "false").lower() != "true"
 
 
 def _tracks_one_case(args: list[str]) -> bool:

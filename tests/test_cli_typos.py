@@ -43,7 +43,7 @@ def _run(monkeypatch, capsys, main, argv: list[str]) -> tuple[int | None, str, s
         ),
         (["table=default", "table.columns.outcom=x"], "no such config key; did you mean table.columns.outcome?"),
         (["table=default", "+table.valus.race.w=white"], "+table.valus.race.w: nothing reads"),
-        (["+screener.coefficients.first_name.Michael=4"], "nothing reads screener.coefficients.first_name"),
+        (["+screener.coefficients.first_name.Michael=4"], "belongs to screener=simulated or screener=simulated_paired"),
     ],
 )
 def test_typos_are_one_line_with_the_closest_name(args, expected):

@@ -90,13 +90,13 @@ def test_doctor_names_each_broken_piece(tmp_path):
     )
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     failed = rows(out.stdout, "FAIL")
-    assert {"key", "config", "cache", "tracking"} <= set(failed), out.stdout
+    assert {"key", "route", "config", "cache", "tracking"} <= set(failed), out.stdout
     assert "OPENROUTER_API_KEY is not set" in failed["key"]
     assert "fix: export OPENROUTER_API_KEY=..." in out.stdout
     assert "renderer=image_photo" in failed["config"] and "photos_dir" in failed["config"]
     assert f"127.0.0.1:{closed}" in failed["cache"] and "refused" in failed["cache"]
     assert f"tracking http://127.0.0.1:{closed}" in failed["tracking"] and "refused" in failed["tracking"]
-    assert "4 check(s) failed" in out.stdout
+    assert "5 check(s) failed" in out.stdout  # the route too: auto found no route's credentials
     assert "Traceback" not in out.stderr
 
 
@@ -140,7 +140,8 @@ def test_a_sweep_without_an_extra_stops_before_its_first_case(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
     assert "popfair pre-flight: 10 of 40 cases cannot run; the sweep stops before its first case" in out.stdout
     assert "fix: pip install 'popfair[embedding]'" in out.stdout
-    assert "leave these cases out: format_model=text-tfidf,text-simulated,image-simulated" in out.stdout
+    assert "): run format_model=text-tfidf,text-simulated,image-simulated" in out.stdout
+    assert "leave these cases out (format_model=text-embedding_minilm" in out.stdout
     (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
     assert not (sweep_dir / "cases").exists()  # no case ran
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")

@@ -6,8 +6,9 @@
 - The command-line reference (``reference/cli.md``): the ``--help`` of every console script in
   pyproject.toml (``popfair``, ``popfair-report``, ``popfair-export``, ``popfair-data``) as it prints it.
 - Math as MathML, converted at build time by docutils (no MathJax download: the site works offline).
-- What commands print (``_generated/``): the guides show the console output of a fresh run of the
-  command they document, run when the site is built (``COMMAND_OUTPUTS``), never pasted by hand.
+- What commands print (``console/``, committed): the guides show the console output of a run of the
+  command they document (``COMMAND_OUTPUTS``), written by ``--refresh-outputs``, never pasted by hand;
+  a test runs the command and fails when a file is stale.
 - The favicon inlined in every page as a data: URI (``inline_favicon``).
 
 The generated Markdown goes to folders git ignores (``docs/.gitignore``) and is rewritten only when
@@ -384,21 +385,19 @@ def write_guides() -> None:
 
 # --- what commands print, shown in the guides ---------------------------------------------------------
 
-GENERATED_OUT = DOCS / "_generated"
+COMMAND_OUT = DOCS / "console"
 # name -> the popfair arguments of a command whose console summary a page shows with
-# ```{literalinclude} _generated/<name>.txt```: run when the site is built, never copied by hand.
+# ```{literalinclude} console/<name>.txt```. The file is committed, so the page shows it on a fresh
+# clone and on a code host too; tests/test_first_hour.py runs the command and fails when the file is
+# stale (the lines that change every run masked: VOLATILE); `python docs/_ext/popfair_docs.py
+# --refresh-outputs` writes them again.
 COMMAND_OUTPUTS: dict[str, list[str]] = {"default_case": []}
+VOLATILE = ("MLflow run id:", "the run:", "time: ")  # a run's id, its link and its stage seconds
 
 
-def _sources_digest() -> str:
-    """A digest of what a command's output depends on: popfair's code, its configs and bundled data lists."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for folder, pattern in ((ROOT / "popfair", "*.py"), (CONF, "*.yaml")):
-        for path in sorted(folder.rglob(pattern)):
-            digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+def stable(output: str) -> str:
+    """A command's output less the lines that differ from run to run (VOLATILE)."""
+    return "".join(line for line in output.splitlines(keepends=True) if not line.lstrip().startswith(VOLATILE))
 
 
 def command_output(args: list[str], cwd: Path) -> str:
@@ -420,19 +419,13 @@ def command_output(args: list[str], cwd: Path) -> str:
     return done.stdout[done.stdout.index("=== popfair case") :].rstrip() + "\n"
 
 
-def write_command_outputs() -> None:
-    """Run every COMMAND_OUTPUTS command in a fresh folder and keep what it prints for its page; run
-    again only when popfair's code or configs changed since (a digest beside each output)."""
+def refresh_command_outputs() -> None:
+    """Run every COMMAND_OUTPUTS command in a fresh folder and commit-ready keep what it prints."""
     import tempfile
 
-    digest = _sources_digest()
     for name, args in COMMAND_OUTPUTS.items():
-        out, key = GENERATED_OUT / f"{name}.txt", GENERATED_OUT / f"{name}.digest"
-        if out.exists() and key.exists() and key.read_text() == digest:
-            continue
         with tempfile.TemporaryDirectory() as folder:
-            _write(out, command_output(args, Path(folder)))
-        _write(key, digest)
+            _write(COMMAND_OUT / f"{name}.txt", command_output(args, Path(folder)))
 
 
 # --- Python API reference ------------------------------------------------------------------------
@@ -577,7 +570,6 @@ def generate(app: Sphinx) -> None:
     write_api_reference()
     write_guides()
     write_benchmark_scripts()
-    write_command_outputs()
 
 
 def inline_favicon(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
@@ -643,3 +635,10 @@ def figure_scraper(block: Any, block_vars: dict[str, Any], gallery_conf: dict[st
     path = next(block_vars["image_path_iterator"])
     figure.savefig(path, dpi=110, bbox_inches="tight")
     return figure_rst([path], gallery_conf["src_dir"])
+
+
+if __name__ == "__main__":  # python docs/_ext/popfair_docs.py --refresh-outputs
+    if sys.argv[1:] == ["--refresh-outputs"]:
+        refresh_command_outputs()
+    else:
+        sys.exit("usage: python docs/_ext/popfair_docs.py --refresh-outputs")

@@ -193,7 +193,11 @@ def case_settings(
         except OmegaConfBaseException as exc:
             raise ConfigError(f"{exc.full_key or 'config'}: {str(exc).splitlines()[0]}") from None
     seed = whole.get("seed", 0)
-    require(isinstance(seed, int) and not isinstance(seed, bool), "seed", f"must be an integer, got {seed!r}")
+    require(
+        isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63,
+        "seed",
+        f"must be an integer >= 0 (numpy's generators take no negative seed), got {seed!r}",
+    )
     report = whole.get("audit_report", "auto")
     require(report in ("auto", True, False), "audit_report", f"must be auto, true or false, got {report!r}")
     share = whole.get("max_failure_share", DEFAULT_MAX_FAILURE_SHARE)

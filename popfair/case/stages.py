@@ -12,6 +12,7 @@ from typing import Any
 
 from popfair.core.types import Effects
 from popfair.estimate.pse.settings import PseOverlapWarning
+from popfair.runtime.progress import preparing_done, stage_clock
 from popfair.track.mlflow_tracker import RunLogger
 
 log = logging.getLogger("popfair")
@@ -65,9 +66,10 @@ class Stages:
         self.timings: dict[str, float] = {}
 
     def __call__(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        preparing_done()
         log.info("stage %s ...", name)
         start = time.perf_counter()
-        with warnings.catch_warnings(record=True) as caught:  # a log line, not a Python traceback line
+        with warnings.catch_warnings(record=True) as caught, stage_clock(name):  # a log line, not a traceback
             warnings.simplefilter("always", PseOverlapWarning)
             out = fn(*args)
         for warning in caught:

@@ -107,7 +107,7 @@ register_estimator(  # the population design's default
     "counterfactual", ("population",), family=PSE, target="popfair.estimate.pse.counterfactual.Counterfactual"
 )
 register_estimator("pse_dml", ("population", "table"), family=PSE)
-register_estimator("pse_paper", ("population", "table"), family=PSE)  # the PopResume authors' estimator
+register_estimator("pse_paper", ("population", "table"), family=PSE, plan_note=True)  # the PopResume authors' own
 register_estimator("interventional", ("population",), family=PSE)
 register_estimator("both", ("population",), family=PSE)
 register_estimator("outcome_gap", ("population", "paired", "table"))

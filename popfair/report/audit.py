@@ -284,6 +284,22 @@ def power_blocks(result: Any) -> list[Block]:
     return [Block("h2", "What this audit can and cannot detect"), Block("text", power.sentence())]
 
 
+def _data_explanation(kind: str, test_data: Any) -> str:
+    """The data statement: a historical audit says it used historical data; a test-data audit gives
+    the LL144 rules' explanation (table.test_data) of why, and how the data were made."""
+    if kind == "historical":
+        return (
+            "This audit used historical data: the tool's outcomes for each applicant are read from the source "
+            "below; nothing was generated or re-screened."
+        )
+    why = test_data.why_not_historical or "not stated (table.test_data.why_not_historical)"
+    how = test_data.how_made or "not stated (table.test_data.how_made)"
+    return (
+        "The outcomes in the source below were produced by running the tool on test data. "
+        f"Why historical data were not used: {why.rstrip('.')}. How the test data were made: {how.rstrip('.')}."
+    )
+
+
 def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date: dt.date) -> list[Block]:
     """The report of a table case (the decisions already exist), in order."""
     source = result.source
@@ -307,11 +323,7 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
     )
     data = AuditData(
         kind=source.kind,
-        explanation=(
-            "The tool's outcomes for each applicant are read from the source below; nothing was generated or re-screened."
-            if source.kind == "historical"
-            else "The outcomes in the source below were produced by running the tool on generated applicants."
-        ),
+        explanation=_data_explanation(source.kind, case.table.test_data),
         source=facts["Data"],
         date_range=(
             f"{source.date_min} to {source.date_max} (column {source.date_column})"

@@ -158,7 +158,7 @@ def _accepts(target: str, key: str) -> bool:
     return key in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
-def _check_added(key: str, config: Any, paths: Sequence[str]) -> None:
+def _check_added(key: str, config: Any, paths: Sequence[str], conf_dir: Path | None = None) -> None:
     """A `+key` must add to something that reads it: a component's keyword (its `_target_` takes it),
     or an open map (OPEN_MAPPINGS, an empty `{}`, or a map of dicts such as routes)."""
     from omegaconf import DictConfig, OmegaConf
@@ -173,9 +173,40 @@ def _check_added(key: str, config: Any, paths: Sequence[str]) -> None:
                 return
         elif len(parent) == 0 or all(isinstance(parent._get_node(k), DictConfig) for k in parent.keys()):
             return
+    owners = _options_with_key(key, conf_dir)
+    if owners:
+        raise ConfigError(_belongs_to(f"+{key}", owners))
     raise ConfigError(
         f"+{key}: nothing reads {key}, so the case would run as if it were not there{_closest(key, paths)} "
         f"(drop the +, or run `popfair --cfg job` to list the keys)"
+    )
+
+
+def _options_with_key(key: str, conf_dir: Path | None) -> list[str]:
+    """`group=option` for each option of the key's group (its first part) whose own file has the key,
+    or the open mapping it adds to (read without composing: a fraction of a second)."""
+    top, _, rest = key.partition(".")
+    if conf_dir is None or not rest or not (conf_dir / top).is_dir():
+        return []
+    from omegaconf import OmegaConf
+
+    owners = []
+    for path in sorted((conf_dir / top).glob("*.yaml")):
+        try:
+            option = OmegaConf.create({top: OmegaConf.load(path)})
+        except Exception:  # noqa: BLE001 - an unreadable option is Hydra's to report
+            continue
+        if _has(option, key) or open_mapping(key, option) is not None:
+            owners.append(f"{top}={path.stem}")
+    return owners
+
+
+def _belongs_to(key: str, owners: Sequence[str]) -> str:
+    """One line: the options a key belongs to, and the override choosing the first."""
+    shown = " or ".join(owners[:4]) + (f" (and {len(owners) - 4} more)" if len(owners) > 4 else "")
+    return (
+        f"{key}: belongs to {shown}, not to the {key.lstrip('+~').partition('.')[0]} this case uses; "
+        f"choose one too: {owners[0]} {key}=..."
     )
 
 
@@ -235,6 +266,9 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
                     f"{group}={value}: no such option in group {group}{_closest(str(value), groups[group])} "
                     f"(options: {', '.join(groups[group])})"
                 )
+    multirun = _multirun(args, group_overrides, conf_dir)
+    for override in overrides:
+        _check_plain(override, multirun, override.key_or_group in groups)
     if not key_overrides or _in_primary(key_overrides, conf_dir, config_name):
         return args
     config = _compose(conf_dir, config_name, [s for s in (_first(o) for o in group_overrides) if s])
@@ -252,16 +286,19 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
             deleted.add(key)
         elif override.is_add() and not override.is_force_add():
             if not exists:
-                _check_added(key, config, paths)
+                _check_added(key, config, paths, conf_dir)
         elif override.is_force_add():
             if not exists:
-                _check_added(key, config, paths)
+                _check_added(key, config, paths, conf_dir)
         elif not exists and open_mapping(key, config) is not None:
             added[str(override.input_line)] = f"++{override.input_line}"
         elif exists and _merges_new_keys(override, key, config):
             added[str(override.input_line)] = f"++{override.input_line}"
         elif not exists:
             top = key.split(".", 1)[0]
+            owners = _options_with_key(key, conf_dir) if top in groups and top in config else []
+            if owners:
+                raise ConfigError(_belongs_to(key, owners))
             hint = (
                 f"; the {top} group is not selected here (choose one: {top}={'|'.join(groups[top])})"
                 if top in groups and top not in config
@@ -271,6 +308,70 @@ def check_overrides(args: Sequence[str], conf_dir: Path, *, config_name: str = "
         if key.endswith(".route") or key == "route":
             _check_route(key, _values(override), config)
     return [added.get(arg, arg) for arg in args]
+
+
+URL_KEYS = ("base_url", "url", "endpoint_url")  # a screener's settings that take an http(s) URL (table.url: a database)
+
+
+def _multirun(args: Sequence[str], group_overrides: Sequence[Any], conf_dir: Path) -> bool:
+    """Whether Hydra runs these arguments as a sweep: -m, hydra.mode=MULTIRUN, or a chosen option
+    that sets it (the sweep presets: experiment=popresume_grid)."""
+    if any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN" for a in args):
+        return True
+    for override in group_overrides:
+        for value in _values(override):
+            path = conf_dir / override.key_or_group / f"{value}.yaml"
+            try:
+                if "MULTIRUN" in path.read_text():
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def _check_plain(override: Any, multirun: bool, group: bool = False) -> None:
+    """What one override says on its own: a comma list (a sweep) needs -m, where Hydra's own answer is
+    six lines ending "Ambiguous value"; a URL setting needs its scheme, where the build would refuse it
+    only after the config is composed (tens of seconds at load)."""
+    key = override.key_or_group
+    if override.is_sweep_override() and not multirun:
+        value = "" if group else f"; for one value that is a list write {key}=[...]"
+        raise ConfigError(
+            f"{override.input_line}: a comma list is a sweep, one case per value: add -m "
+            f"(-m {override.input_line}){value}"
+        )
+    if key == "seed" and not override.is_delete():
+        for value in _values(override):
+            whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            if not (whole or (isinstance(value, str) and value.isdigit())):  # a sweep's values come as text
+                raise ConfigError(f"seed={value}: must be an integer >= 0 (numpy's generators take no negative seed)")
+    if key.startswith("screener.") and key.rsplit(".", 1)[-1] in URL_KEYS and not override.is_delete():
+        for value in _values(override):
+            if isinstance(value, str) and value and not value.startswith(("http://", "https://", "${")):
+                raise ConfigError(f"{key}={value}: must be an http(s) URL; did you mean {key}=http://{value}?")
+
+
+def integer_literals(args: Sequence[str]) -> list[str]:
+    """`population.n=1e3` as `population.n=1000`: Hydra reads an exponent as a float, which an integer
+    setting refuses ("must be an integer, got 1000.0"). A number written with an exponent whose value
+    is a whole number below 10**15 is given as that integer (a float setting takes an integer too)."""
+    import re
+
+    number = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+$")
+
+    def whole(text: str) -> str:
+        if not number.match(text):
+            return text
+        value = float(text)
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else text
+
+    out = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and not arg.startswith("-") and value:
+            value = ",".join(whole(part) for part in value.split(","))
+        out.append(f"{key}{sep}{value}")
+    return out
 
 
 def _in_primary(overrides: Sequence[Any], conf_dir: Path, config_name: str) -> bool:
@@ -332,7 +433,7 @@ def check_command_line(args: Sequence[str], conf_dir: Path, program: str) -> lis
     import sys
 
     try:
-        return check_overrides(args, conf_dir)
+        return check_overrides(integer_literals(args), conf_dir)
     except ConfigError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -62,8 +62,9 @@ def screener_checks(screener: Screener) -> list[Check]:
     subject = _subject(screener)
     checks = []
     reason = screener.run_tags.get("route_reason")
-    if reason:
-        checks.append(Check("route", True, f"{subject}: {reason}"))
+    if reason:  # `auto` found no route whose credentials are set: the route is not ready
+        unready = screener.missing_key and reason.startswith("auto:")
+        checks.append(Check("route", not unready, f"{subject}: {reason}", _key_fix(screener) if unready else None))
     # the provider's own chain (AWS's) holds the credentials of a route that names no key variable
     variable, chain = screener.api_key_env, None if screener.api_key_env else provider.credentials
     if screener.missing_key:

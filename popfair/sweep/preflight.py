@@ -179,6 +179,14 @@ class Preflight:
             self._add(job, "case", Check("config", True, "every config group builds"))
             if self.probe:  # popfair doctor: what the case can detect (it draws the case's sample)
                 self._check_power(job, experiment, values)
+                self._check_price(job, experiment)
+
+    def _check_price(self, job: int, experiment: Any) -> None:
+        """An estimator that says what it costs (pse_paper's iterations and minutes): its line."""
+        estimators = [experiment.estimator, getattr(experiment.estimator, "observational", None)]
+        for estimator in (e for e in estimators if e is not None and hasattr(e, "price")):
+            rows = int(getattr(experiment.population, "n", None) or 0) or len(experiment.sample().table)
+            self._add(job, "case", Check("cost", True, estimator.price(rows)))
 
     def _check_power(self, job: int, experiment: Any, values: Any) -> None:
         """The case's power line (popfair.case.power_plan), once per distinct sample and plan."""
@@ -341,16 +349,17 @@ def _gib(n: int) -> str:
 
 
 # --- sweeps -----------------------------------------------------------------------------------------
-def drop_cells(failed: Iterable[int], cases: dict[int, list[str]]) -> list[str]:
-    """Overrides that leave out exactly the failed cases: for a key that varies across the sweep, the
-    values only failed cases take, when every case with one of them failed. `cases`: job -> overrides."""
+def split_cells(failed: Iterable[int], cases: dict[int, list[str]]) -> list[tuple[str, list[str], list[str]]]:
+    """(key, values only failed cases take, the other values) for each key that varies across the
+    sweep where every case with one of the first values failed and those are all the failed cases.
+    `cases`: job -> overrides."""
     failed = set(failed)
     by_key: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
     for job, overrides in cases.items():
         for override in overrides:
             key, _, value = override.partition("=")
             by_key[key][value].add(job)
-    suggestions = []
+    cells = []
     for key, values in by_key.items():
         if len(values) < 2:
             continue
@@ -359,8 +368,22 @@ def drop_cells(failed: Iterable[int], cases: dict[int, list[str]]) -> list[str]:
             continue
         keep = [v for v in values if v not in bad]
         if keep:
-            suggestions.append(f"{key}={','.join(keep)}")
-    return suggestions
+            cells.append((key, bad, keep))
+    return cells
+
+
+def drop_cells(failed: Iterable[int], cases: dict[int, list[str]]) -> list[str]:
+    """Overrides that leave out exactly the failed cases: for a key that varies across the sweep, the
+    values the passing cases take (split_cells)."""
+    return [f"{key}={','.join(keep)}" for key, _, keep in split_cells(failed, cases)]
+
+
+def leave_out_fixes(failed: Iterable[int], cases: dict[int, list[str]]) -> list[str]:
+    """The fix lines naming the failing cases' values and the override that runs the others."""
+    return [
+        f"leave these cases out ({key}={','.join(bad)}): run {key}={','.join(keep)}"
+        for key, bad, keep in split_cells(failed, cases)
+    ]
 
 
 def format_findings(findings: Sequence[Finding], cases: dict[int, list[str]], *, everything: bool) -> str:
@@ -378,7 +401,7 @@ def format_findings(findings: Sequence[Finding], cases: dict[int, list[str]], *,
         if not check.ok:
             fixes = [check.fix] if check.fix else []
             if total > 1 and len(finding.jobs) < total:
-                fixes += [f"leave these cases out: {s}" for s in drop_cells(finding.jobs, cases)]
+                fixes += leave_out_fixes(finding.jobs, cases)
             lines += [
                 f"  {'':<4}  {'':<9} {'':<{width}}{'fix:' if i == 0 else 'or: '} {fix}" for i, fix in enumerate(fixes)
             ]

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from popfair.case.base import Case, CaseResult, RunContext, run_name_of
 from popfair.core.errors import PopfairError, TrackingFailed
+from popfair.runtime.progress import preparing_done
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
 
 log = logging.getLogger("popfair")
@@ -115,6 +116,7 @@ def run_case(cfg: DictConfig) -> float | None:
     context = RunContext(sweep.parent_run_id if sweep else None, tags, name_suffix_for(overrides, groups))
     try:
         case = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg), context=context)
+        preparing_done()  # built: the preparation's bar goes (the stages have their own)
         record.case_name = case.describe().name
         if dry_run:
             plan = case.plan(default_planner())
@@ -139,6 +141,7 @@ def run_case(cfg: DictConfig) -> float | None:
             table = result.effects.table
             value = float(table["estimate"].iloc[0]) if len(table) else None
     except Exception as exc:  # noqa: BLE001 - a sweep records every failure and goes on
+        preparing_done()  # a case that failed before its first stage: its preparation's bar goes
         if not in_sweep:
             if isinstance(exc, PopfairError):
                 log.error("popfair: %s", exc)

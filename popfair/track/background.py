@@ -33,6 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from popfair.runtime.entry import on_error_exit
 from popfair.runtime.parallel import cpu_count
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow's limits per log_batch call
@@ -42,6 +43,7 @@ ORPHANED = "the popfair process ended before its run was complete"
 
 _EXECUTOR: Executor | None = None
 _EXECUTOR_LOCK = threading.Lock()
+_MATTERS: set[Future] = set()  # submitted work whose loss would lose a record (not a warm-up)
 
 
 def submit(fn: Callable[..., Any], *args: Any) -> Future:
@@ -51,16 +53,39 @@ def submit(fn: Callable[..., Any], *args: Any) -> Future:
         for attempt in (1, 2):
             if _EXECUTOR is None:
                 _EXECUTOR = _start()
+                on_error_exit(abandon_preparation)
             try:
                 if isinstance(_EXECUTOR, ProcessPoolExecutor):  # a worker forked earlier follows this process
-                    return _EXECUTOR.submit(_here, os.getcwd(), dict(os.environ), fn, *args)
-                return _EXECUTOR.submit(fn, *args)
+                    future = _EXECUTOR.submit(_here, os.getcwd(), dict(os.environ), fn, *args)
+                else:
+                    future = _EXECUTOR.submit(fn, *args)
+                if fn not in PREPARATION:
+                    _MATTERS.add(future)
+                    future.add_done_callback(_MATTERS.discard)
+                return future
             except (BrokenProcessPool, RuntimeError):  # the worker died (killed): start another
                 _EXECUTOR.shutdown(wait=False)
                 _EXECUTOR = None
                 if attempt == 2:
                     raise
     raise AssertionError("unreachable")
+
+
+def abandon_preparation() -> None:
+    """At an error exit (popfair.runtime.entry.on_error_exit): when all the worker has left is
+    preparation (importing MLflow, opening the store) for a case that will not log, drop it and end
+    the worker now instead of waiting for it; work that records a run (ending it FAILED or KILLED) is
+    waited for as before."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        executor = _EXECUTOR
+        if executor is None or any(not f.done() for f in list(_MATTERS)):
+            return
+        _EXECUTOR = None
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # the running import is not interruptible otherwise
+            process.kill()
 
 
 def _start() -> Executor:
@@ -168,6 +193,10 @@ def open_experiment(uri: str, name: str, artifact_root: str) -> str:
                 name, artifact_location=location.as_uri(), tags=EXPERIMENT_TAGS
             )
     return _EXPERIMENTS[(uri, name)]
+
+
+# what `warm_up` and `MlflowTracker.prepare` submit: dropped at an error exit (abandon_preparation)
+PREPARATION = (import_worker_modules, open_experiment)
 
 
 def process_tags(pid: int | None = None) -> dict[str, str]:

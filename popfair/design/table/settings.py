@@ -135,6 +135,43 @@ class ToolFacts:
 
 
 @dataclass(frozen=True)
+class TestDataStatement:
+    """What the LL144 rules (6 RCNY 5-301, 5-303) ask of a bias audit that uses test data: why
+    historical data were not used, and how the test data were made (the `table.test_data` node)."""
+
+    __test__ = False  # not a pytest class
+
+    why_not_historical: str | None = None
+    how_made: str | None = None
+
+    @classmethod
+    def from_config(cls, node: Mapping[str, Any], kind: str, tool: ToolFacts) -> TestDataStatement:
+        allowed = set(cls.__dataclass_fields__)
+        unknown = sorted(set(node) - allowed)
+        require(not unknown, "table.test_data", f"unknown keys {unknown}; allowed: {sorted(allowed)}")
+        facts = {key: None if node.get(key) is None else str(node[key]).strip() or None for key in allowed}
+        statement = cls(**facts)
+        if kind != "test":
+            require(
+                statement == cls(),
+                "table.test_data",
+                "explains test data; this audit's table.kind is historical (set table.kind=test, or drop it)",
+            )
+        elif any(getattr(tool, key) is not None for key in tool.__dataclass_fields__):  # a published summary
+            for key, what in (
+                ("why_not_historical", "why historical data were not used"),
+                ("how_made", "how the test data were made"),
+            ):
+                require(
+                    facts[key] is not None,
+                    f"table.test_data.{key}",
+                    f"table.kind=test: the LL144 rules (6 RCNY 5-301) ask a bias audit on test data to explain "
+                    f"{what}; set table.test_data.{key}='...' (it is printed in the report)",
+                )
+        return statement
+
+
+@dataclass(frozen=True)
 class TableSettings:
     """The `table` config node: where the table is, which columns play which role, and how values map.
 
@@ -160,6 +197,7 @@ class TableSettings:
     dedupe: str = "warn"
     kind: str = "historical"
     tool: ToolFacts = field(default_factory=ToolFacts)
+    test_data: TestDataStatement = field(default_factory=TestDataStatement)  # table.kind=test: LL144's explanation
     period: str | None = None  # month | quarter | year: by-period rates, ratios, change test (needs columns.date)
     watch: bool = False  # read only the rows added since the last look (popfair.design.table.watermark)
     watch_state: str | None = None  # the watch's state file (None: outputs/watch/<source>.json)
@@ -242,6 +280,7 @@ class TableSettings:
             "must be a list of labels meaning unknown",
         )
         period, watch = _period_and_watch(node, columns, path, fmt)
+        tool = ToolFacts.from_config(node.get("tool") or {})
         return cls(
             period=period,
             watch=watch,
@@ -265,7 +304,8 @@ class TableSettings:
             bad_rows=node.get("bad_rows", "error"),
             dedupe=node.get("dedupe", "warn"),
             kind=node.get("kind", "historical"),
-            tool=ToolFacts.from_config(node.get("tool") or {}),
+            tool=tool,
+            test_data=TestDataStatement.from_config(node.get("test_data") or {}, node.get("kind", "historical"), tool),
         )
 
 

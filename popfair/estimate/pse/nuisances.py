@@ -67,6 +67,7 @@ class Runner:
         if n_jobs is None:
             n_jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.pool = ThreadPoolExecutor(max_workers=n_jobs) if n_jobs > 1 else None
+        self.workers = n_jobs  # fits that run side by side
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         if self.pool is not None:

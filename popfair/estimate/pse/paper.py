@@ -50,6 +50,7 @@ from popfair.estimate.inference import ALPHA, SEED, bootstrap_se, percentile_ci
 from popfair.estimate.pse.encoding import NumericRoles
 from popfair.estimate.pse.identification import IdentificationRule, mean_diagnostics, mean_problems
 from popfair.estimate.pse.nuisances import Runner
+from popfair.estimate.pse.paper_progress import FITS_PER_ITERATION, IterationProgress, keep_timing, price
 from popfair.estimate.pse.paper_tuning import PaperData, fit, predict, tuned
 from popfair.estimate.pse.settings import GridRule, TuningGrid
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS, pattern_labels
@@ -156,6 +157,14 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
             )
     timings = {"encode": time.perf_counter() - clock}
     with closing(Runner(settings.n_jobs)) as runner:
+        log.info(
+            "pse_paper: the grid search's selections (cached), then %d resample-and-refit iterations of %d XGBoost "
+            "fits each, %d side by side; the minutes they take are printed after the first",
+            settings.n_bootstrap,
+            FITS_PER_ITERATION * settings.folds,
+            runner.workers,
+        )
+        log.info("%s", price(settings, len(paper.y)))
         clock = time.perf_counter()
         params, cached = tuned(
             paper,
@@ -170,11 +179,13 @@ def _estimate(data: pd.DataFrame, roles: Roles, y: str, settings: PaperSettings)
         clock = time.perf_counter()
         futures = [runner.submit(_iteration, paper, params, settings, i) for i in range(settings.n_bootstrap)]
         done = []
-        for i, future in enumerate(futures):
+        progress = IterationProgress(settings.n_bootstrap, runner.workers)
+        for future in futures:
             done.append(future.result())
-            if (i + 1) % max(1, settings.n_bootstrap // 10) == 0:
-                log.info("pse_paper: %d of %d bootstrap iterations", i + 1, settings.n_bootstrap)
+            progress.step()
+        progress.close()
         timings["bootstrap"] = time.perf_counter() - clock
+        keep_timing(settings, len(paper.y), timings["bootstrap"], settings.n_bootstrap, runner.workers)
     iterations = pd.DataFrame([row for row, _ in done])
     diagnostics = pd.concat([diag for _, diag in done]).groupby(level=0, sort=False).mean().reindex(list(TARGETS))
     rule = IdentificationRule(settings.max_mass_error, settings.min_ess, settings.min_crossing)
@@ -413,6 +424,14 @@ class PsePaper:
 
     def __init__(self, **settings: Any) -> None:
         self.settings = PaperSettings.build(settings)
+
+    def price(self, n_rows: int) -> str:
+        """What the estimate will cost on this machine, in one line (popfair doctor)."""
+        return price(self.settings, n_rows)
+
+    def plan_note(self, profiles: Any) -> str:
+        """The dry run's line: the price for the case's applicants."""
+        return self.price(len(profiles.table))
 
     def estimate(self, data: pd.DataFrame, roles: Roles, y: str = "y") -> Effects:
         result = _estimate(factual_rows(data), roles, y, self.settings)
