@@ -22,7 +22,7 @@ from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
 from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
-from popfair.estimate.base import Estimator, SizesWorlds, estimand_design
+from popfair.estimate.base import DeclaresDocuments, Estimator, SizesWorlds, estimand_design
 from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
@@ -320,6 +320,8 @@ class PopulationCase:
         audit_result = self._start_outcome_audit(run, ok, profiles)
         samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
         run.artifacts({"scored.parquet": scored, **samples})
+        if isinstance(self.estimator, DeclaresDocuments):  # what is exact by design: the documents and screener
+            self.estimator.declare_documents(displayed_attributes(self.renderer), self.screener.reads)
         effects = self._with_estimand(stage("estimate", self.estimator.estimate, data, profiles.roles, "y"), profiles)
         effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
         run.artifacts(effects.artifacts)  # the worker draws and writes them while the report is written
