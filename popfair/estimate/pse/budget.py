@@ -189,7 +189,7 @@ def world_plan(
     each effect (`extra`: plan.mde.<effect>, plan.n_needed.<effect>, plan.mde_floor.<effect>: the
     redraw noise's part, which no n removes), the largest as `mde`, and with plan.effect the budget
     that detects it for every effect. `redrawn`: the applicants whose worlds are drawn a second time
-    (plan.redraw_n: about 2 calls each on text resumes, counted in the plan's calls)."""
+    (plan.redraw_n: at most about 2 calls each on text resumes, counted in the plan's calls)."""
     world, fixed, assumed, redraw = variance_parts(settings, previous, scale)
     mdes = {e: mde(n, eligible, world[e], fixed[e], settings, inference, redraw[e]) for e in EFFECTS}
     extra: dict[str, float] = {f"mde.{e}": v for e, v in mdes.items()}
@@ -215,8 +215,8 @@ def world_plan(
             "applicants": f"the effects on the applicants drawn, averaged over the worlds' redraws (finite population "
             f"correction, plus the redraw noise, which no n removes: MDE at least "
             f"{max(extra.get(f'mde_floor.{e}', 0.0) for e in EFFECTS):.2f} points); the redraw noise measured on "
-            f"a second set of worlds for {redrawn:,} of the sampled applicants (about {2 * redrawn:,} calls on "
-            "text resumes, in the plan's calls)",
+            f"a second set of worlds for {redrawn:,} of the sampled applicants (at most about {2 * redrawn:,} calls "
+            "on text resumes, in the plan's calls; a redraw that shows the same document is answered once)",
             "worlds": "the effects on the applicants drawn in these worlds only (finite population correction)",
             "superpopulation": "the effects under the population model (superpopulation variance)",
         }[inference],
