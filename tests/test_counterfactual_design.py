@@ -544,3 +544,23 @@ def test_the_world_sample_follows_the_seed_with_population_n():
     assert len(drawn[0, 200] & drawn[1, 200]) < 100  # another seed, another sample
     first = set(profiles.table["applicant_id"].iloc[:200])
     assert drawn[0, 200] != first
+
+
+def test_the_case_declares_nde_exact_only_for_a_screener_that_cannot_see_x(tmp_path):
+    """Every applicant sampled (estimator.n=all): a simulated screener that does not read gender on
+    text resumes gets NDE 0, exact by design (SE 0, said in the note and logged); TE, BIE and RIE
+    still have SEs above 0 (the worlds' redraw noise). The default simulated screener reads gender
+    from the profile: its NDE is estimated, never exact."""
+    common = ["screener=simulated", "population.n=400", "population.diagnostics=false", "estimator.compare=false"]
+    blind = PopulationCase.from_config(
+        compose_config([*common, "estimator.n=all", "screener.coefficients.gender=null"], tmp_path=tmp_path / "blind")
+    ).run()
+    table = blind.effects.table
+    assert table.loc["NDE", ["estimate", "se"]].tolist() == [0.0, 0.0]
+    assert (table.loc[["TE", "BIE", "RIE"], "se"] > 0).all()
+    assert blind.effects.metrics["counterfactual.exact.NDE"] == 1.0
+    assert any("NDE is 0, exact by design" in note for note in blind.effects.notes)
+    assert blind.effects.metrics["counterfactual.n_redraw.female"] >= 30
+    reads = PopulationCase.from_config(compose_config(common, tmp_path=tmp_path / "reads")).run()
+    assert reads.effects.metrics["counterfactual.exact.NDE"] == 0.0
+    assert reads.effects.table.loc["NDE", "se"] > 0

@@ -310,8 +310,8 @@ def _warned(value: T, caught: Caught) -> T:
 
 ESTIMANDS = {
     "applicants": "the effects on these {N} applicants, averaged over the worlds' random redraws (names, states "
-    "and qualifications drawn within each factual value's interval): the SE adds the redraw noise, measured on a "
-    "second, independent set of worlds for {redrawn}, which does not vanish when every applicant is sampled",
+    "and qualifications drawn within each factual value's interval): the SE adds the redraw noise, which does not "
+    "vanish when every applicant is sampled, measured on a second, independent set of worlds for {redrawn}",
     "worlds": "the effects on these {N} applicants in these worlds only (this seed's redraw of names, states and "
     "qualifications): what screening every one of them in these worlds would give",
     "superpopulation": "the effects under the population model, averaged over draws of the applicants and their worlds",
@@ -330,7 +330,7 @@ def _outcomes(worlds: pd.DataFrame, y: str) -> pd.DataFrame:
 def _precision_line(combined: Any, table: pd.DataFrame) -> str:
     groups = ", ".join(f"{n:,} of {combined.eligible_by_group[g]:,} {g}" for g, n in combined.n_by_group.items())
     ses = "; ".join(f"{e} {table.loc[e, 'se']:.3g} vs {table.loc[e, 'se_sample']:.3g}" for e in EFFECTS)
-    redrawn = " and ".join(f"{n:,} {g}" for g, n in (combined.n_redraw or {}).items()) or "none"
+    redrawn = " and ".join(f"{n:,} {g}" for g, n in (combined.n_redraw or {}).items()) + " applicants"
     estimand = ESTIMANDS[combined.inference].format(N=f"{combined.n_eligible:,}", redrawn=redrawn)
     others = ", ".join(f"estimator.inference={k}" for k in ESTIMANDS if k != combined.inference)
     exact = (
