@@ -29,7 +29,8 @@ contrasts (`sfm.CONTRASTS`). docs/concepts/counterfactual_design.md derives what
     vanish when every applicant is sampled, SE_2^2 = sum_g (N_g / N)^2 sigma_g^2(c) / N_g. sigma_g^2
     is the mean over applicants of the variance of their contrast between two independent redraws:
     a second set of worlds (`redraw`) for a keyed, nested subsample Q_g of S_g gives it as
-    mean_{Q_g} (c . (Y_i(s) - Y_i(s')))^2 / 2. t intervals with Satterthwaite's degrees of freedom.
+    mean_{Q_g} (c . (Y_i(s) - Y_i(s')))^2 / 2. t intervals with Satterthwaite's degrees of freedom,
+    each part's stability measured (`_two_phase`).
   - "worlds": the effects over the N applicants in these worlds only (this seed's redraw), what
     screening every one of them in every world of this seed would give: SE_1 alone, 0 with every
     applicant sampled. t intervals with n - 1 degrees of freedom.
@@ -361,25 +362,34 @@ def _redraw_variance(strata: list[Stratum], contrasts: np.ndarray) -> np.ndarray
 
 def _two_phase(strata: list[Stratum], contrasts: np.ndarray, with_redraw: bool) -> tuple[np.ndarray, np.ndarray]:
     """The variance of each contrast's estimate and its t degrees of freedom: the world sample's
-    (finite population correction; n - 1 df alone), plus the redraw noise's with `with_redraw`
-    (Satterthwaite's df over the groups' parts: n_g - 1 for a sample variance, q_g for a mean of
-    q_g squared redraw differences)."""
-    parts, dfs = [], []
+    (finite population correction; n - 1 df alone), plus the redraw noise's with `with_redraw`.
+    With the redraw noise the df are Satterthwaite's, 2 V^2 / sum_k a_k^2 Var(v_k), over the
+    groups' variance parts a_k v_k, with each part's sampling variance measured, not assumed normal:
+    var((x - xbar)^2) / n_g for a sample variance, var(d^2 / 2) / q_g for a mean of halved squared
+    redraw differences. Most redraws leave an applicant's document as it was, so the squared
+    differences are a few large values among zeros, and their mean is far less stable than q_g
+    normal draws would make it; the df say so."""
+    parts, noise = [], []
     for stratum in strata:
-        spread = (stratum.residuals @ contrasts.T).var(axis=0, ddof=1)
-        parts.append(stratum.weight**2 * (1 - stratum.n / stratum.size) * spread / stratum.n)
-        dfs.append(max(stratum.n - 1, 1))
+        values = stratum.residuals @ contrasts.T
+        spread = values.var(axis=0, ddof=1)
+        scale = stratum.weight**2 * (1 - stratum.n / stratum.size) / stratum.n
+        parts.append(scale * spread)
+        squares = np.square(values - values.mean(axis=0))
+        noise.append(scale**2 * squares.var(axis=0, ddof=1) / stratum.n if stratum.n > 1 else 0 * spread)
         if with_redraw and stratum.differences is not None and len(stratum.differences):
-            within = np.square(stratum.differences @ contrasts.T).mean(axis=0) / 2
-            parts.append(stratum.weight**2 * within / stratum.size)
-            dfs.append(len(stratum.differences))
+            halves = np.square(stratum.differences @ contrasts.T) / 2
+            scale = stratum.weight**2 / stratum.size
+            parts.append(scale * halves.mean(axis=0))
+            q = len(halves)
+            noise.append(scale**2 * (halves.var(axis=0, ddof=1) if q > 1 else np.square(halves[0])) / q)
     variance = np.sum(parts, axis=0)
     n_total = sum(stratum.n for stratum in strata)
     if not with_redraw:
         return variance, np.full(len(contrasts), max(n_total - 1, 1.0))
+    unstable = np.sum(noise, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        denominator = np.sum([np.square(p) / d for p, d in zip(parts, dfs)], axis=0)
-        df = np.where(denominator > 0, np.square(variance) / np.where(denominator > 0, denominator, 1), n_total - 1)
+        df = np.where(unstable > 0, 2 * np.square(variance) / np.where(unstable > 0, unstable, 1), n_total - 1)
     return variance, np.clip(df, 1.0, max(n_total - 1, 1.0))
 
 
