@@ -91,9 +91,9 @@ def test_mlflow_holds_the_designs_effects_and_its_plan(simulated_default):
 def test_combined_estimate_with_everyone_sampled_is_the_full_world_mean():
     """With the sample = every applicant, the difference estimator is the plain mean of each world
     (the working model cancels exactly): the combined effects equal the full design's, known
-    exactly (finite-population SE 0)."""
+    exactly for these worlds (inference="worlds": SE 0)."""
     table, outcomes, roles = _finite_population(400)
-    combined = combine(table, outcomes, roles, "y", seed=1)
+    combined = combine(table, outcomes, roles, "y", seed=1, inference="worlds")
     expected_effects = CONTRASTS @ outcomes[list(TARGETS)].mean().to_numpy()
     for effect, expected in zip(EFFECTS, expected_effects):
         assert combined.table.loc[effect, "estimate"] == pytest.approx(expected, abs=1e-9)
@@ -130,7 +130,7 @@ def test_finite_inference_matches_the_sampling_distribution_over_the_applicants_
     for rep in range(150):
         chosen = rng.choice(len(table), size=len(table) // 4, replace=False)
         sample = outcomes.iloc[np.sort(chosen)]
-        finite = combine(table, sample, roles, "y", seed=rep)
+        finite = combine(table, sample, roles, "y", seed=rep, inference="worlds")
         errors.append(finite.table["estimate"].to_numpy() - truth)
         ses.append(finite.table["se"].to_numpy())
         wider.append(combine(table, sample, roles, "y", seed=rep, inference="superpopulation").table["se"].to_numpy())
@@ -154,23 +154,31 @@ def test_the_budget_predicts_the_se_of_another_world_budget():
     big_n, rng = len(table), np.random.default_rng(3)
 
     def run(n: int, seed: int):
-        return combine(table, outcomes.iloc[np.sort(rng.choice(big_n, size=n, replace=False))], roles, "y", seed=seed)
+        chosen = outcomes.iloc[np.sort(rng.choice(big_n, size=n, replace=False))]
+        return combine(table, chosen, roles, "y", seed=seed, inference="worlds")
 
     pilot = [run(100, seed) for seed in range(8)]
     world = {e: np.mean([p.world_variance[e] for p in pilot]) for e in EFFECTS}
     later = [run(400, seed) for seed in range(8)]
     for e in EFFECTS:
-        predicted = np.sqrt(budget.variance(400, big_n, world[e], 0.0, finite=True))
+        predicted = np.sqrt(budget.variance(400, big_n, world[e], 0.0, inference="worlds"))
         assert np.mean([r.table.loc[e, "se"] for r in later]) == pytest.approx(predicted, rel=0.2), e
     settings = PowerSettings()
-    assert budget.mde(big_n, big_n, world["TE"], 0.0, settings) == 0.0
-    assert budget.n_needed(1e-6, big_n, world["TE"], 0.0, settings) == big_n
-    wanted = budget.n_needed(1.0, big_n, world["TE"], 0.0, settings)
+    assert budget.mde(big_n, big_n, world["TE"], 0.0, settings, "worlds") == 0.0
+    assert budget.n_needed(1e-6, big_n, world["TE"], 0.0, settings, "worlds") == big_n
+    wanted = budget.n_needed(1.0, big_n, world["TE"], 0.0, settings, "worlds")
     assert (
-        budget.mde(wanted, big_n, world["TE"], 0.0, settings)
+        budget.mde(wanted, big_n, world["TE"], 0.0, settings, "worlds")
         <= 1.0
-        < budget.mde(wanted - 1, big_n, world["TE"], 0.0, settings)
+        < budget.mde(wanted - 1, big_n, world["TE"], 0.0, settings, "worlds")
     )
+    # averaged over the worlds' redraws, the redraw noise R / N is a floor no n removes
+    redraw = world["TE"] / 4
+    floor = budget.mde(big_n, big_n, world["TE"], 0.0, settings, "applicants", redraw)
+    assert floor == pytest.approx(budget._z(settings) * np.sqrt(redraw / big_n))
+    assert budget.n_needed(floor * 0.99, big_n, world["TE"], 0.0, settings, "applicants", redraw) is None
+    wanted = budget.n_needed(floor * 1.5, big_n, world["TE"], 0.0, settings, "applicants", redraw)
+    assert budget.mde(wanted, big_n, world["TE"], 0.0, settings, "applicants", redraw) <= floor * 1.5
 
 
 @pytest.mark.parametrize("attribute", ["gender", "race"])
@@ -285,7 +293,8 @@ def test_the_plan_prices_the_default_against_pse_dml(tmp_path, monkeypatch):
     # pse_dml's plan prices the family's world-drawing member at its own defaults (the registry)
     assert "counterfactual (200 applicants' worlds) at most 800" in dml.note
     assert "TE" in default.power and "RIE" in default.power  # the MDE of each effect at the world budget
-    wanted = _plan(tmp_path, monkeypatch, "plan.effect=2.0")
+    assert "second set of worlds for 60 of the sampled applicants" in default.power  # the redraw subsample, priced
+    wanted = _plan(tmp_path, monkeypatch, "plan.effect=3.0")
     assert "needs" in wanted.power and "plan.effect's budget of" in wanted.note  # the budget, priced
 
 
@@ -450,3 +459,108 @@ def test_dml_is_compared_only_where_the_two_estimate_the_same_quantity():
     far = beside(design.drop(columns=["identified", "reason"]), table([2.0, 0.6, 1.4, 0.3, 1.1]))
     assert not far.loc["TE", "agree"]
     assert "disagree beyond their 95% CIs on TE (p = " in "\n".join(comparison_notes(far))
+
+
+def _redrawn_population(n: int = 600, seed: int = 0):
+    """A fixed population whose cross worlds are redrawn with noise: world w of applicant i at redraw
+    s is mu_i(w) + e_i(w, s) (sd 4), its own world the factual answer. Returns (table, roles, mu, draw)
+    with draw(s) the answers of every applicant in every world at redraw s."""
+    table, outcomes, roles = _finite_population(n, seed)
+    mu = outcomes[list(TARGETS)].to_numpy()
+    own = np.zeros_like(mu, dtype=bool)
+    own[:, 0] = table["g"].to_numpy() == "f"
+    own[:, 1] = table["g"].to_numpy() == "m"
+
+    def draw(s: int) -> pd.DataFrame:
+        noise = np.random.default_rng([seed, s]).normal(0, 4.0, mu.shape)
+        return pd.DataFrame(np.where(own, mu, mu + noise), columns=list(TARGETS), index=outcomes.index)
+
+    return table, roles, mu, draw
+
+
+def test_the_default_ci_covers_the_effect_averaged_over_the_worlds_redraws():
+    """Applicants fixed, the worlds redrawn per replication (seed s), a second independent set for a
+    nested subsample of the sample: the default CIs ("applicants") cover the world-averaged effects at
+    a tenth of the applicants and with every applicant sampled (SE > 0 there: the redraw noise does
+    not vanish), and their SE is the estimate's spread; "worlds" (these worlds only) at n = N has SE 0
+    and misses the world-averaged truth."""
+    table, roles, mu, draw = _redrawn_population()
+    truth = CONTRASTS @ mu.mean(axis=0)
+    rng = np.random.default_rng(11)
+    for size in (60, len(table)):
+        errors, ses, covered = [], [], []
+        for rep in range(120):
+            worlds, again = draw(2 * rep), draw(2 * rep + 1)
+            chosen = np.sort(rng.choice(len(table), size=size, replace=False))
+            redrawn = chosen[: max(30, size // 10)]  # a subsample of the sample
+            combined = combine(
+                table, worlds.iloc[chosen], roles, "y", seed=rep, redraw=again.iloc[np.sort(redrawn)]
+            ).table
+            errors.append(combined["estimate"].to_numpy() - truth)
+            ses.append(combined["se"].to_numpy())
+            covered.append(((combined["ci_low"] <= truth) & (truth <= combined["ci_high"])).to_numpy())
+        errors, ses = np.array(errors), np.array(ses)
+        assert (ses > 0).all()
+        np.testing.assert_allclose(ses.mean(axis=0), errors.std(axis=0), rtol=0.2)
+        assert 0.9 <= np.mean(covered) <= 0.99, (size, np.mean(covered, axis=0))
+    these = combine(table, draw(0), roles, "y", inference="worlds").table
+    assert (these["se"] == 0).all()
+
+
+def test_only_a_declared_contrast_is_exact():
+    """NDE's two worlds answered alike: with the declaration it is 0, exact by design (SE 0); without
+    it the sample without spread still gets an SE above 0 (the unseen-share floor), and so does a
+    declared contrast whose answers differ."""
+    table, roles, _, draw = _redrawn_population(400)
+    worlds = draw(0)
+    worlds["E[Y_x1,W_x0]"] = worlds["E[Y_x0]"]  # the two NDE worlds show the same document
+    sample, again = worlds.iloc[::4], draw(1).iloc[::40].assign(**{"E[Y_x1,W_x0]": lambda d: d["E[Y_x0]"]})
+    declared = combine(table, sample, roles, "y", redraw=again, exact={"NDE"})
+    assert declared.exact == ("NDE",)
+    assert declared.table.loc["NDE", ["estimate", "se"]].tolist() == [0.0, 0.0]
+    plain = combine(table, sample, roles, "y", redraw=again)
+    assert plain.exact == () and plain.table.loc["NDE", "se"] > 0
+    differ = combine(table, draw(0).iloc[::4], roles, "y", redraw=draw(1).iloc[::40], exact={"NDE"})
+    assert differ.exact == () and differ.table.loc["NDE", "se"] > 0
+
+
+def test_the_world_sample_follows_the_seed_with_population_n():
+    """With population.n (weighted draws) another estimator.seed samples other applicants, and a
+    larger n keeps every applicant a smaller one kept; the redraw subsample is nested in the sample."""
+    from popfair.population.worlds import redraw_applicants
+
+    case = PopulationCase.from_config(
+        compose_config(["screener=simulated", "population.n=1500", "population.diagnostics=false"])
+    )
+    profiles = case.population.sample(case.occupation, case.protected, 0)
+    drawn = {}
+    for seed, n in ((0, 200), (0, 400), (1, 200)):
+        request = WorldRequest(worlds=TARGETS, n=n, seed=seed, redraw=30)
+        sampled = sample_applicants(profiles, request)
+        again = set(redraw_applicants(sampled, request).table["applicant_id"])
+        drawn[seed, n] = set(sampled.table["applicant_id"])
+        assert again <= drawn[seed, n] and len(again) >= 30
+    assert drawn[0, 200] <= drawn[0, 400]
+    assert len(drawn[0, 200] & drawn[1, 200]) < 100  # another seed, another sample
+    first = set(profiles.table["applicant_id"].iloc[:200])
+    assert drawn[0, 200] != first
+
+
+def test_the_case_declares_nde_exact_only_for_a_screener_that_cannot_see_x(tmp_path):
+    """Every applicant sampled (estimator.n=all): a simulated screener that does not read gender on
+    text resumes gets NDE 0, exact by design (SE 0, said in the note and logged); TE, BIE and RIE
+    still have SEs above 0 (the worlds' redraw noise). The default simulated screener reads gender
+    from the profile: its NDE is estimated, never exact."""
+    common = ["screener=simulated", "population.n=400", "population.diagnostics=false", "estimator.compare=false"]
+    blind = PopulationCase.from_config(
+        compose_config([*common, "estimator.n=all", "screener.coefficients.gender=null"], tmp_path=tmp_path / "blind")
+    ).run()
+    table = blind.effects.table
+    assert table.loc["NDE", ["estimate", "se"]].tolist() == [0.0, 0.0]
+    assert (table.loc[["TE", "BIE", "RIE"], "se"] > 0).all()
+    assert blind.effects.metrics["counterfactual.exact.NDE"] == 1.0
+    assert any("NDE is 0, exact by design" in note for note in blind.effects.notes)
+    assert blind.effects.metrics["counterfactual.n_redraw.female"] >= 30
+    reads = PopulationCase.from_config(compose_config(common, tmp_path=tmp_path / "reads")).run()
+    assert reads.effects.metrics["counterfactual.exact.NDE"] == 0.0
+    assert reads.effects.table.loc["NDE", "se"] > 0

@@ -23,7 +23,7 @@ from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
 from popfair.design import design_of
 from popfair.design.base import ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
-from popfair.estimate.base import CaseFacts, Estimator, SizesWorlds, with_units
+from popfair.estimate.base import CaseFacts, DeclaresDocuments, Estimator, SizesWorlds, with_units
 from popfair.estimate.controls.names import with_name_effects
 from popfair.estimate.registry import explained
 from popfair.population import worlds
@@ -313,6 +313,8 @@ class PopulationCase:
         audit_result = self._start_outcome_audit(run, ok, profiles)
         samples = sample_artifacts(prompts[: len(scored)])  # factual prompts come first
         run.artifacts({"scored.parquet": scored, **samples})
+        if isinstance(self.estimator, DeclaresDocuments):  # what is exact by design: the documents and screener
+            self.estimator.declare_documents(displayed_attributes(self.renderer), self.screener.reads)
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         effects = explained(self.estimator, effects, self.facts(profiles))  # its notes and gate, in this case
         effects.table = with_units(effects.table, self.estimator, profiles.outcome)

@@ -16,6 +16,12 @@ Outcome = Literal["score", "callback", "rank"]
 DocumentKind = Literal["text", "json", "image", "pdf"]
 WORLD = "world"  # column naming each row's world in tables with counterfactual rows
 FACTUAL = "factual"  # the world of the applicants as sampled (counterfactual worlds carry their own name)
+REDRAW_SUFFIX = " [redraw]"  # a world of the second, independent set of worlds (WorldRequest.redraw)
+
+
+def redraw_world(name: str) -> str:
+    """The name of world `name` in the second, independent set of worlds (`WorldRequest.redraw`)."""
+    return f"{name}{REDRAW_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -90,12 +96,18 @@ class WorldRequest:
     fraction : float, optional
         With n None: this share of the x0/x1 rows (rounded, at least 2), so the budget follows the
         occupation's size.
+    redraw : int, default 0
+        A second, independent set of the worlds (another seed) for a keyed, nested subsample of the
+        drawn applicants: at least this many per group (all of a smaller group's sample), named
+        `redraw_world(name)`; it measures how much the worlds' own random redraws move the answers
+        (popfair.population.worlds.redraw_sizes). 0: none.
     """
 
     worlds: Mapping[str, tuple[int, int, int]]
     n: int | None
     seed: int
     fraction: float | None = None
+    redraw: int = 0
 
     def size(self, eligible: int) -> int:
         """Applicants to draw from `eligible` x0/x1 rows."""

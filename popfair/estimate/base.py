@@ -1,10 +1,10 @@
 """Estimate stage interface: scored table + SFM roles -> effects table with inference.
 
 `Estimator` is what every estimator is. The optional capabilities below it (`SizesWorlds`,
-`PlansPower`, `DeclaresEstimand`, `ExplainsEffects`, `DeclaresUnits`) are what the case asks of an
-estimator that has them, checked with isinstance; an estimator declares one by subclassing it (mypy
-then checks its signature) or by defining its method, as
-`popfair.estimate.pse.counterfactual.Counterfactual` declares the first three."""
+`PlansPower`, `DeclaresEstimand`, `DeclaresDocuments`, `ExplainsEffects`, `DeclaresUnits`) are what
+the case asks of an estimator that has them, checked with isinstance; an estimator declares one by
+subclassing it (mypy then checks its signature) or by defining its method, as
+`popfair.estimate.pse.counterfactual.Counterfactual` declares the first four."""
 
 from __future__ import annotations
 
@@ -73,6 +73,18 @@ class DeclaresEstimand(Protocol):
     (popfair.estimate.pse.estimand). An estimator without it is observational."""
 
     estimand_design: EstimandDesign
+
+
+@runtime_checkable
+class DeclaresDocuments(Protocol):
+    """An estimator told what the case's documents display and what its screener reads before it
+    estimates, so that it can declare which effects are exact by design (the counterfactual design:
+    NDE, where its two worlds show the same document to a screener that reads only the document)."""
+
+    def declare_documents(self, shows: frozenset[str] | None, reads: frozenset[str] | None) -> None:
+        """`shows`: the attributes the renderer's documents display (None: undeclared); `reads`: the
+        profile columns the screener's answer depends on (None: it reads the document)."""
+        ...
 
 
 def estimand_design(estimator: Estimator) -> EstimandDesign:

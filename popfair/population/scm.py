@@ -18,7 +18,7 @@ from scipy.special import log_ndtr, ndtr
 from popfair.core.errors import DataError
 
 # Profiles tag of a population drawn i.i.d. (keyed by unit id): its rows are in draw order, so its
-# first n rows are a sample of n (see popfair.population.worlds.sample_applicants).
+# first n rows are a sample of n.
 DRAW_TAG = "population.draw"
 IID_DRAW = "keyed resample, in draw order"
 _HASH_KEY = "popfair-scm-u-01"  # pandas' hash key must be 16 bytes
