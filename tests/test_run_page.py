@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from popfair.sweep.run_case import run_name_for
+from popfair.track.headline import logged_metrics
 from tests.conftest import popfair_in_process
 
 GROUPS = {"population", "occupation", "renderer", "screener", "estimator", "protected_attr", "outcome_audit"}
@@ -49,9 +50,10 @@ def test_the_run_description_holds_the_effects_table(default_case):
 
 
 def test_not_identified_is_a_tag_never_a_number_or_a_significance_flag(default_case):
-    _, stdout, run, artifacts = default_case
+    tmp, stdout, run, artifacts = default_case
     effects = pd.read_csv(artifacts / "effects.csv", index_col=0)
-    metrics, tags = run.data.metrics, run.data.tags
+    client = mlflow.MlflowClient(f"sqlite:///{tmp}/mlruns/mlflow.db")
+    metrics, tags = logged_metrics(client, run), run.data.tags  # headline + tables
     hidden = [e for e in effects.index if "identified" in effects and not bool(effects.loc[e, "identified"])]
     for effect in effects.index:
         if effect in hidden:
@@ -88,7 +90,8 @@ def test_the_power_line_is_on_the_screeners_own_scale(default_case):
     scores = pd.read_parquet(artifacts / "scored.parquet")["y"]
     assumptions = run.data.tags["plan.assumptions"]
     assert f"a score SD of {scores.std():.3g} points (the SD of this run's 300 scores" in assumptions
-    assert run.data.metrics["plan.mde"] < scores.max() - scores.min()  # not more than the whole range
+    client = mlflow.MlflowClient(f"sqlite:///{default_case[0]}/mlruns/mlflow.db")
+    assert logged_metrics(client, run)["plan.mde"] < scores.max() - scores.min()  # not more than the range
 
 
 def test_a_population_case_writes_the_auditors_report_by_default(default_case):

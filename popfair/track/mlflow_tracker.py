@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from popfair.core.errors import TrackingFailed, require
 from popfair.runtime.secrets import safe_url
-from popfair.track import background
+from popfair.track import background, headline
 
 if TYPE_CHECKING:
     from popfair.core.types import Plot
@@ -207,7 +207,7 @@ class MlflowTracker:
         if artifact_dir is not None and Path(artifact_dir).is_dir():
             client.log_artifacts(run_id, str(artifact_dir), artifact_path="report")
         for name, table in (tables or {}).items():
-            client.log_table(run_id, data=table.astype(object).where(table.notna(), None), artifact_file=name)
+            background.write_table(client, run_id, name, table)
         client.set_terminated(run_id, status=status)
 
     def record_failure(
@@ -350,6 +350,12 @@ class RunLogger:
         self._pending: list[Future] = []
         self._started: Future | None = None
         self._ended = False
+        # metrics are held until `end` and split there (popfair.track.headline): the headline as
+        # metrics, the rest as tables; `effects` are the effects table's rows and columns
+        self._metrics: dict[str, float] = {}
+        self._steps: list[tuple[int, int, dict[str, float]]] = []
+        self._effects: dict[str, set[str]] = {}
+        self._opened = time.perf_counter()
 
     @property
     def run_id(self) -> str | None:
@@ -374,7 +380,8 @@ class RunLogger:
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> None:
-        """Params (values cut to MAX_PARAM_CHARS), finite metrics and tags, in one batch."""
+        """Params (values cut to MAX_PARAM_CHARS) and tags, in one batch; finite metrics are kept for
+        `end`, which logs the headline ones as metrics and the others as tables (popfair.track.headline)."""
         clean = {}
         for key, value in (params or {}).items():
             text = "null" if value is None else str(value)
@@ -383,7 +390,10 @@ class RunLogger:
         tag_text = {k: str(v) for k, v in (tags or {}).items()}
         for kind, values in (("params", clean), ("metrics", finite), ("tags", tag_text)):
             self._logged[kind].update(values)
-        self._submit(background.log_batch, clean, finite, {k: str(v) for k, v in (tags or {}).items()}, _now())
+        if self.token is not None:
+            self._metrics.update(finite)
+        if clean or tag_text:
+            self._submit(background.log_batch, clean, {}, tag_text, _now())
 
     def params(self, params: Mapping[str, Any]) -> None:
         self.log(params=params)
@@ -401,7 +411,8 @@ class RunLogger:
         ]
         for _, _, values in rows:
             self._logged["metrics"].update(values)
-        self._submit(background.log_steps, rows)
+        if self.token is not None:
+            self._steps += rows
 
     def metrics(self, metrics: Mapping[str, float]) -> None:
         self.log(metrics=metrics)
@@ -426,7 +437,11 @@ class RunLogger:
             draw_beside(figure, dpi, background.submit)
 
     def table(self, artifact_file: str, table: Any) -> None:
-        """A DataFrame logged as an MLflow table artifact (JSON, shown by the run page and compare view)."""
+        """A DataFrame logged as an MLflow table artifact (JSON, shown by the run page and compare view).
+        One with an `effect` column is the run's effects table: its cells are not logged again."""
+        if "effect" in getattr(table, "columns", ()):
+            for effect in table["effect"]:
+                self._effects.setdefault(str(effect), set()).update(str(c) for c in table.columns if c != "effect")
         self._submit(background.log_table, artifact_file, table)  # effects.csv holds the same, kept on failure
 
     def dataset(self, dataset: DatasetInput) -> None:
@@ -447,6 +462,8 @@ class RunLogger:
         artifact error.txt first. Returns the run id; a second call does nothing."""
         if self.token is None or self._ended:
             return self.run_id
+        with contextlib.suppress(RuntimeError):
+            self._log_held()
         error: BaseException | None = None
         for future in self._pending:
             try:
@@ -468,6 +485,22 @@ class RunLogger:
             return self.run_id
         background.submit(background.end_run, self.token, status).result()
         return self.run_id
+
+    def _log_held(self) -> None:
+        """The held metrics, split (popfair.track.headline): at most MAX_METRICS as metrics, with the
+        run's total time (`time.total_s`, from its start to here), the rest as tables."""
+        metrics = {"time.total_s": time.perf_counter() - self._opened, **self._metrics}
+        self._logged["metrics"]["time.total_s"] = metrics["time.total_s"]
+        top, tables = headline.split(metrics, self._effects)
+        charted, tabled = headline.split_steps(self._steps, headline.MAX_METRICS - len(top))
+        if charted:
+            self._submit(background.log_steps, charted)
+        if tabled:
+            tables[headline.STEPS_TABLE] = headline.steps_table(tabled)
+        self._submit(background.log_batch, {}, top, {}, _now())
+        for name, frame in tables.items():
+            self._submit(background.log_table, name, frame)
+        self._metrics, self._steps = {}, []
 
     def _kept_locally(self, error: BaseException) -> BaseException:
         """The tracking store failed: write what was queued (artifacts, params, metrics, tags) to

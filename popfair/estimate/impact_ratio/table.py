@@ -153,6 +153,11 @@ class ImpactRatios:
         for (metric, dimension), block in self.included().groupby(["metric", "dimension"], sort=False):
             prefix = f"ll144.{metric}.{dimension}"
             out[f"{prefix}.min_ratio"] = float(block["impact_ratio"].min())
+            if block["impact_ratio"].notna().any():  # the lowest ratio's CI and verdict: the run list's headline
+                lowest = block.loc[block["impact_ratio"].idxmin()]
+                out[f"{prefix}.min_ratio_ci_low"] = float(lowest["ci_low"])
+                out[f"{prefix}.min_ratio_ci_high"] = float(lowest["ci_high"])
+                out[f"{prefix}.min_ratio_flag_survives"] = float(bool(lowest["flag_survives"]))
             out[f"{prefix}.n_flagged"] = float(block["flag"].sum())
             out[f"{prefix}.n_flags_surviving"] = float(block["flag_survives"].sum())
             for row in block.itertuples():
