@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from popfair.core.formats import format_p
 from popfair.core.types import Effects
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.pse.identification import reason_problems
@@ -50,6 +51,11 @@ def format_effects(effects: Effects) -> str:
         for column in ("fisher_p", "z_p"):  # the reference is not tested against itself
             if column in shown_table:
                 shown_table[column] = shown_table[column].where(pd.notna(shown_table[column]), "-")
+        for column in ("p_value", "mcnemar_p", "cluster_p", "fisher_p", "z_p"):  # a p-value never prints as 0
+            if column in shown_table:
+                shown_table[column] = [
+                    format_p(v, digits=4) if isinstance(v, float) and v < 1e-4 else v for v in shown_table[column]
+                ]
         text = _rounded(shown_table).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
