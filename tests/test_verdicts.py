@@ -51,3 +51,37 @@ def test_the_ranking_audit_has_no_significant_row_without_a_p_value():
     assert not (ratio["significant"] & (ratio["ci_high"] >= 1)).any()
     others = table[~table.index.str.startswith("impact_ratio.")]
     assert (others["significant"] == (others["p_value"] <= 0.05)).all()
+
+
+def test_the_designs_forest_colours_by_significance_marks_methods_and_not_identified():
+    import pandas as pd
+
+    from popfair.track.figures import SIGNIFICANT, forest_plot
+
+    table = pd.DataFrame(
+        {
+            "estimate": [0.05, 0.0],
+            "ci_low": [0.01, -0.02],
+            "ci_high": [0.09, 0.02],
+            "significant": [True, False],
+            "dml_estimate": [0.06, float("nan")],
+            "dml_ci_low": [-0.01, float("nan")],
+            "dml_ci_high": [0.13, float("nan")],
+            "dml_identified": [True, False],
+            "unit": ["points", "points"],
+        },
+        index=["TE", "NDE"],
+    )
+    series = (("", "counterfactual design", "C3"), ("dml_", "DML-UCA (factual data)", "C0"))
+    fig = forest_plot(table, "gender", series)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "effect (points)"
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["DML-UCA: n.i."]  # NDE: DML does not identify it, said at its place
+    drawn = [c for c in ax.collections if len(c.get_offsets()) and len(c.get_facecolor())]
+    shapes = {c.get_paths()[0].vertices.shape for c in drawn}
+    assert len(shapes) >= 2  # one marker shape per method (circle, square)
+    red = np.array([int(SIGNIFICANT[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    filled_red = [c for c in drawn if np.allclose(c.get_facecolor()[0][:3], red)]
+    # the design's TE only: its CI excludes 0; DML's TE CI covers 0
+    assert len(filled_red) == 1 and filled_red[0].get_offsets()[0][0] == 0.05

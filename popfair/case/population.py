@@ -32,7 +32,7 @@ from popfair.population.protected import ProtectedAttribute
 from popfair.render.base import Renderer, displayed_attributes, render_all, sample_artifacts
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
-from popfair.report.units import with_units
+from popfair.report.units import units_on_figures, with_units
 from popfair.runtime.interrupts import sigterm_as_interrupt
 from popfair.runtime.parallel import forked_call, frozen_heap
 from popfair.runtime.version import __version__
@@ -322,6 +322,7 @@ class PopulationCase:
         run.artifacts({"scored.parquet": scored, **samples})
         effects = self._with_estimand(stage("estimate", self.estimator.estimate, data, profiles.roles, "y"), profiles)
         effects.table = with_units(effects.table, self.estimator.name, profiles.outcome)
+        units_on_figures(effects.table, effects.artifacts)  # the forest's x axis names the unit
         run.artifacts(effects.artifacts)  # the worker draws and writes them while the report is written
         audit = self._outcome_audit(audit_result, stage.timings, profiles)
         result = RunResult(

@@ -126,7 +126,13 @@ def summary(
         f"pattern: {effects.pattern}",
     ]
     if sequential:
-        lines += ["(the table above is the fixed-n analysis of the n used)", *sequential]
+        lines += [
+            "(the table above is the estimator's own analysis of the n used, as if it had been fixed in advance, "
+            "with its own CI (for the paired gap: a percentile bootstrap over postings); the 'fixed-n' line below "
+            "is the sequential rule's t interval for its target at the same n: the two differ in method only, "
+            "and neither is valid after looking, the anytime-valid CI is)",
+            *sequential,
+        ]
     if run_id:
         lines += [
             f"MLflow run id: {run_id}",
