@@ -144,15 +144,34 @@ def summary(
     return "\n".join(lines)
 
 
-def run_page(tracking_uri: str, run_id: str) -> str:
-    """The run's page in the MLflow UI: `mlflow ui`'s default address for a local store, the server
-    itself for an http(s) one. In the Model training view, which shows the run's description (MLflow
-    3 opens on its GenAI view, which does not)."""
+def ui_base(tracking_uri: str) -> str:
+    """The MLflow UI's address: `mlflow ui`'s default for a local store, the server itself for http(s)."""
     from popfair.runtime.secrets import safe_url
 
     remote = tracking_uri.startswith(("http://", "https://"))
-    base = safe_url(tracking_uri).rstrip("/") if remote else "http://127.0.0.1:5000"
-    return f"{base}/#/runs/{run_id}?workflowType=machine_learning"
+    return safe_url(tracking_uri).rstrip("/") if remote else "http://127.0.0.1:5000"
+
+
+def run_page(tracking_uri: str, run_id: str, experiment_id: str | None = None) -> str:
+    """The run's page in the MLflow UI, on the experiment's route (`#/experiments/<id>/runs/<run>`),
+    which opens the Model training view with the run's description shown (the bare `#/runs/<run>`
+    route opens MLflow 3's GenAI view in a fresh browser, which shows the description collapsed).
+    `experiment_id`: default the one this process logged the run to."""
+    from popfair.track.mlflow_tracker import EXPERIMENT_OF
+
+    experiment_id = experiment_id or EXPERIMENT_OF.get(run_id)
+    if experiment_id is None:  # a run logged elsewhere: MLflow finds its experiment
+        return f"{ui_base(tracking_uri)}/#/runs/{run_id}?workflowType=machine_learning"
+    return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def compare_page(tracking_uri: str, run_ids: list[str], experiment_id: str) -> str:
+    """MLflow's compare view of `run_ids` (a sweep's children): their parameters, metrics and charts."""
+    import json
+    from urllib.parse import quote
+
+    runs, experiments = quote(json.dumps(list(run_ids))), quote(json.dumps([experiment_id]))
+    return f"{ui_base(tracking_uri)}/#/compare-runs?runs={runs}&experiments={experiments}"
 
 
 def _as_typed(uri: str | None) -> str | None:

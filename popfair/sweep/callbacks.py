@@ -246,4 +246,18 @@ class SweepCallback(Callback):
             artifact_dir=report_dir,
             tables=tables,
         )
+        self._print_links(records)
         return report_error is not None
+
+    def _print_links(self, records: list) -> None:
+        """The parent run's page and MLflow's compare view of the cases' runs (Model training view)."""
+        from popfair.report.console import compare_page, run_page
+        from popfair.track.mlflow_tracker import EXPERIMENT_OF
+
+        assert self.tracker and self.info and self.info.parent_run_id
+        parent = self.info.parent_run_id
+        lines = [f"the sweep:     {run_page(self.tracker.uri, parent)}"]
+        children = [str(r.run_id) for r in records if r.run_id]
+        if children and parent in EXPERIMENT_OF:
+            lines.append(f"compare cases: {compare_page(self.tracker.uri, children, EXPERIMENT_OF[parent])}")
+        print("\n".join(lines))

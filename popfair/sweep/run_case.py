@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -67,26 +68,59 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
 
 # overrides that change where and how a case is kept or read, not what it finds: left out of its run name
 NOT_IN_RUN_NAME = ("tracking", "cache_dir", "cache_url", "document_store", "dry_run", "check", "run_name",
-                   "hydra", "audit_report", "table.path", "table.columns", "table.values")  # fmt: skip
+                   "hydra", "audit_report", "table.path")  # fmt: skip
+# overrides that change the result but would make the name long: a short hash of them names the run
+HASHED_IN_RUN_NAME = ("table.columns", "table.values")
 MAX_RUN_NAME = 240  # MLflow keeps run names up to 250 characters
 
 
-def run_name_for(case_name: str, overrides: list[str], groups: set[str]) -> str:
-    """The case's MLflow run name: its case name (the groups' options) and each override that sets a
-    value rather than a group's option, so that two cases differing only in, say, population.n are
-    told apart in the run list (`nurse-gender-text-tfidf-pse_dml population.n=2000`)."""
+def name_parts(experiment: Any) -> list[tuple[str, str]]:
+    """What a case's run name leads with, as (group, option): the screener, occupation, protected
+    attribute, renderer and estimator (design) of a generated case; a table audit's case name."""
+    if hasattr(experiment, "screener") and hasattr(experiment, "occupation"):
+        return [
+            ("screener", experiment.screener.name),
+            ("occupation", experiment.occupation.key),
+            ("protected_attr", experiment.protected.name),
+            ("renderer", experiment.renderer.kind),
+            ("estimator", experiment.estimator.name),
+        ]
+    return [("table", experiment.case_name())]
+
+
+def run_name_for(
+    lead: str | list[tuple[str, str]], overrides: list[str], groups: set[str], varying: Iterable[str] = ()
+) -> str:
+    """The case's MLflow run name, what tells runs apart first (MLflow's run list shows about 20
+    characters): the screener, occupation, protected attribute, renderer and design (`lead`, from
+    `name_parts`; a string is used as it is), then each override that sets a value rather than a
+    group's option (`tfidf-nurse-gender-text-pse_dml population.n=2000`), then `#` and a short hash
+    of the overrides too long to show that change the result (`table.columns.*`, `table.values.*`),
+    so two runs with different settings never share a name. In a sweep (`varying`: the keys it
+    varies) the varying groups and overrides come first, so the first 24 characters differ."""
+    import hashlib
+
     from popfair.sweep.state import key_and_value
 
-    differs = []
+    varied = {k.lstrip("+~") for k in varying}
+    parts = [(group, option) for group, option in ([("", lead)] if isinstance(lead, str) else lead)]
+    parts = [p for p in parts if p[0] in varied] + [p for p in parts if p[0] not in varied]
+    front, differs, hashed = [], [], []
     for override in overrides:
         key, value = key_and_value(override)
         key = key.lstrip("+~")
-        if key in groups or key.split("/")[0] in groups:  # a group's option: in the case name already
+        if key in groups or key.split("/")[0] in groups:  # a group's option: in the lead already
+            continue
+        if any(key == k or key.startswith(k + ".") for k in HASHED_IN_RUN_NAME):
+            hashed.append(f"{key}={value}")
             continue
         if any(key == k or key.startswith(k + ".") for k in NOT_IN_RUN_NAME):
             continue
-        differs.append(f"{key}={value}")
-    name = " ".join([case_name, *differs])
+        (front if key in varied else differs).append(f"{key}={value}")
+    words = [*front, "-".join(option for _, option in parts), *differs]
+    if hashed:
+        words.append("#" + hashlib.sha256(" ".join(sorted(hashed)).encode()).hexdigest()[:6])
+    name = " ".join(words)
     return name if len(name) <= MAX_RUN_NAME else name[: MAX_RUN_NAME - 3] + "..."
 
 
@@ -126,7 +160,8 @@ def run_case(cfg: DictConfig) -> float | None:
                 groups = {
                     part for key in hydra_cfg.runtime.choices for part in str(key).split("@")
                 }  # estimator@outcome_audit
-                experiment.run_name = run_name_for(experiment.case_name(), overrides, groups)
+                varying = [k for k, v in sweep.varying.items() if len(v) > 1] if sweep else []
+                experiment.run_name = run_name_for(name_parts(experiment), overrides, groups, varying)
             try:
                 result = experiment.run()
             except TrackingFailed as failed:  # the store failed, not the case: its results first

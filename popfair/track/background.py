@@ -229,8 +229,11 @@ def close_orphans(client: Any, experiment_id: str) -> list[str]:
     return closed
 
 
-def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str | None, tags: Mapping[str, str]) -> str:
-    """Create the run with the tags MLflow's `start_run` adds (source, user, git commit)."""
+def start_run(
+    token: str, uri: str, experiment: tuple[str, str], run_name: str | None, tags: Mapping[str, str]
+) -> tuple[str, str]:
+    """Create the run with the tags MLflow's `start_run` adds (source, user, git commit); returns
+    (run id, experiment id)."""
     from mlflow.tracking.context.registry import resolve_tags
 
     experiment_id = open_experiment(uri, *experiment)
@@ -243,7 +246,7 @@ def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str |
     if not _NICED:  # MLflow imported and the run created at full priority: a stopped case has its run
         os.nice(NICENESS)
         _NICED = True
-    return run.info.run_id
+    return run.info.run_id, experiment_id
 
 
 def shown_source(path: str) -> str:

@@ -31,6 +31,7 @@ from popfair.track import background, headline
 if TYPE_CHECKING:
     from popfair.core.types import Plot
 
+EXPERIMENT_OF: dict[str, str] = {}  # run id -> experiment id of the runs this process logged (links)
 MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead
 
 log = logging.getLogger("popfair")
@@ -182,6 +183,7 @@ class MlflowTracker:
         run = client.create_run(
             experiment_id, run_name=run_name, tags={**background.process_tags(), **{k: str(v) for k, v in tags.items()}}
         )
+        EXPERIMENT_OF[run.info.run_id] = experiment_id  # the links the sweep prints
         return run.info.run_id
 
     def finish_parent(
@@ -361,7 +363,8 @@ class RunLogger:
     def run_id(self) -> str | None:
         if self._run_id is None and self._started is not None:
             with contextlib.suppress(Exception):  # the error is raised by `end`
-                self._run_id = self._started.result()
+                self._run_id, experiment_id = self._started.result()
+                EXPERIMENT_OF[self._run_id] = experiment_id
         return self._run_id
 
     def _submit(self, fn: Any, *args: Any, wanted: bool = False) -> None:
