@@ -105,7 +105,9 @@ def run_name_for(
     varied = {k.lstrip("+~") for k in varying}
     parts = [(group, option) for group, option in ([("", lead)] if isinstance(lead, str) else lead)]
     parts = [p for p in parts if p[0] in varied] + [p for p in parts if p[0] not in varied]
-    front, differs, hashed = [], [], []
+    front: list[str] = []
+    differs: list[str] = []
+    hashed: list[str] = []
     for override in overrides:
         key, value = key_and_value(override)
         key = key.lstrip("+~")
