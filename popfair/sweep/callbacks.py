@@ -223,6 +223,8 @@ class SweepCallback(Callback):
                 )
                 page["mlflow.note.content"] = files["comparison.md"].read_text()
                 tables["comparison.json"] = pd.read_csv(files["effects.csv"])
+                if "cases.csv" in files:  # one row per case: what the parent's table view charts
+                    tables["cases.json"] = pd.read_csv(files["cases.csv"])
                 print(f"report: {report_dir / 'report.html'}")
             except Exception as exc:  # noqa: BLE001 - the sweep's runs stay valid without a report
                 log.error("popfair: sweep report failed: %s: %s", type(exc).__name__, exc)
