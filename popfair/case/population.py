@@ -3,6 +3,7 @@ logged to MLflow. Nothing downstream of `PopulationCase.from_config` reads the r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from popfair.case.compose import build_for_plan, resolved
+from popfair.case.pilot import measures_pilot
 from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
 from popfair.case.run_log import generated_page_tags, log_effects_table, population_dataset
@@ -20,9 +22,10 @@ from popfair.case.stages import Stages, logged_when_done, timed, untimed
 from popfair.core.errors import Interrupted, PopfairError, TrackingFailed, require
 from popfair.core.types import FACTUAL, WORLD, Effects, Profiles, WorldRequest
 from popfair.design import design_of
-from popfair.design.base import ScoreScale, ScreenedDesign
+from popfair.design.base import PreviousRun, ScoreScale, ScreenedDesign
 from popfair.design.sequential import SequentialSettings, check_sequential
 from popfair.estimate.base import Estimator, SizesWorlds, estimand_design
+from popfair.estimate.pse.budget import METRIC as COUNTERFACTUAL
 from popfair.estimate.pse.estimand import estimand_notes, grouping_problems, structural_gate
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.population import worlds
@@ -339,9 +342,11 @@ class PopulationCase:
             sequential=None if sequential is None else sequential.record,
         )
         scale = ScoreScale.of_scores(ok["y"]) if profiles.outcome == "score" else None
-        result.power = self.power.quietly(
-            (self.design or design_of(self.population)).name, profiles, scale, self.estimator
-        )
+        power = self.power
+        if measures_pilot(self) and f"{COUNTERFACTUAL}.var_world.TE" in effects.metrics:
+            # the dry run measured a pilot's world variance: the run states its line on its own
+            power = dataclasses.replace(power, previous=PreviousRun("this run", dict(effects.metrics)))
+        result.power = power.quietly((self.design or design_of(self.population)).name, profiles, scale, self.estimator)
         result.run_id = run.run_id  # the report names its run
         result.data_sha256 = str(dataset.profile["sha256"])
         if self.audit_report:

@@ -304,6 +304,18 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
     )
 
 
+def piloted_power(experiment: Any, profiles: Any) -> Any:
+    """The case's power settings, with an offline screener's pilot of its own applicants and worlds as
+    the previous run the plan scales (popfair.case.pilot): the dry run, `popfair doctor` and the run
+    then state their MDE on the same score scale and world correlation."""
+    import dataclasses
+
+    from popfair.case.pilot import pilot_run
+
+    pilot = pilot_run(experiment, profiles)
+    return experiment.power if pilot is None else dataclasses.replace(experiment.power, previous=pilot)
+
+
 def _power(experiment: PopulationCase, profiles: Profiles) -> Any:
     """The case's power plan (`CasePower.plan`), once per design, settings and sample: the models of a
     sweep plan the same sample (a power line costs a root search)."""
@@ -316,7 +328,10 @@ def _power(experiment: PopulationCase, profiles: Profiles) -> Any:
     )
     if key not in _POWER:
         scale = ScoreScale.of_range(*score_range)
-        _POWER[key] = (profiles, experiment.power.plan(design, profiles, scale, experiment.estimator))
+        _POWER[key] = (
+            profiles,
+            piloted_power(experiment, profiles).plan(design, profiles, scale, experiment.estimator),
+        )
     return _POWER[key][1]
 
 
