@@ -200,7 +200,11 @@ def _method_notes(ratios: ImpactRatios) -> list[str]:
         f"({s.n_permutations or s.n_bootstrap:,} shuffles; {', '.join(methods) or 'n/a'}). A flag survives when "
         f"the category's ratio is below what the lowest of all ratios reaches by chance in {s.alpha:.0%} of shuffles "
         "(a single-step max-T adjustment over the categories).",
-        "Score cutoffs (the median) are the sample's own, as LL144 defines the scoring rate; they are held fixed.",
+        *(
+            ["Score cutoffs (the median) are the sample's own, as LL144 defines the scoring rate; they are held fixed."]
+            if any(pd.notna(c) for c in ratios.thresholds.values())  # only where scores are used
+            else []
+        ),
         "Fisher p vs reference (Fisher's exact test, two-sided) and Z vs reference (the two-proportion Z test "
         "with the pooled rate, two-sided p; |Z| > 2 is the two-standard-deviation rule) compare each category "
         "with the reference as if it had been chosen in advance: they are conditional on the reference choice "

@@ -115,7 +115,7 @@ class SweepCallback(Callback):
                 f"sweep-{experiment or 'multirun'}-{Path(sweep_dir).name}",
                 {
                     "popfair.sweep": "parent",
-                    "sweep_dir": sweep_dir,
+                    "sweep_dir": shown_dir(sweep_dir),  # no local absolute path in a tag
                     "sweep.experiment": experiment or "none",
                     "sweep.varying": ",".join(changing) or "none",
                     "sweep.cases_expected": count if basic else "unknown",
@@ -263,3 +263,13 @@ class SweepCallback(Callback):
         if children and parent in EXPERIMENT_OF:
             lines.append(f"compare cases: {compare_page(self.tracker.uri, children, EXPERIMENT_OF[parent])}")
         print("\n".join(lines))
+
+
+def shown_dir(path: str) -> str:
+    """A sweep's folder as a tag shows it: relative to the current folder, else its last three parts
+    (multirun/<date>/<time>), never this machine's absolute path."""
+    folder = Path(path)
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(Path(*folder.parts[-3:]))

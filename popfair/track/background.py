@@ -238,6 +238,9 @@ def start_run(
 
     experiment_id = open_experiment(uri, *experiment)
     resolved = resolve_tags(dict(tags))
+    repo = resolved.get("mlflow.source.git.repoURL", "")
+    if repo and "://" not in repo and not repo.startswith("git@"):  # a local clone's path: not public
+        resolved.pop("mlflow.source.git.repoURL")
     if "mlflow.source.name" not in tags and resolved.get("mlflow.source.name"):
         resolved["mlflow.source.name"] = shown_source(resolved["mlflow.source.name"])
     run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolved)
