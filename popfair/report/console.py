@@ -144,6 +144,9 @@ def summary(
     return "\n".join(lines)
 
 
+MODEL_TRAINING = "workflowType=machine_learning"  # MLflow 3's Model training view, not its GenAI view
+
+
 def ui_base(tracking_uri: str) -> str:
     """The MLflow UI's address: `mlflow ui`'s default for a local store, the server itself for http(s)."""
     from popfair.runtime.secrets import safe_url
@@ -153,16 +156,17 @@ def ui_base(tracking_uri: str) -> str:
 
 
 def run_page(tracking_uri: str, run_id: str, experiment_id: str | None = None) -> str:
-    """The run's page in the MLflow UI, on the experiment's route (`#/experiments/<id>/runs/<run>`),
-    which opens the Model training view with the run's description shown (the bare `#/runs/<run>`
-    route opens MLflow 3's GenAI view in a fresh browser, which shows the description collapsed).
+    """The run's page in the MLflow UI, on the experiment's route in the Model training view
+    (`#/experiments/<id>/runs/<run>?workflowType=machine_learning`), which shows the run's
+    description (checked in chromium with MLflow 3.17: the bare `#/runs/<run>` route, and the
+    experiment's route without the view, open the GenAI view in a fresh browser).
     `experiment_id`: default the one this process logged the run to."""
     from popfair.track.mlflow_tracker import EXPERIMENT_OF
 
     experiment_id = experiment_id or EXPERIMENT_OF.get(run_id)
     if experiment_id is None:  # a run logged elsewhere: MLflow finds its experiment
-        return f"{ui_base(tracking_uri)}/#/runs/{run_id}?workflowType=machine_learning"
-    return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}"
+        return f"{ui_base(tracking_uri)}/#/runs/{run_id}?{MODEL_TRAINING}"
+    return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}?{MODEL_TRAINING}"
 
 
 def compare_page(tracking_uri: str, run_ids: list[str], experiment_id: str) -> str:
@@ -171,7 +175,7 @@ def compare_page(tracking_uri: str, run_ids: list[str], experiment_id: str) -> s
     from urllib.parse import quote
 
     runs, experiments = quote(json.dumps(list(run_ids))), quote(json.dumps([experiment_id]))
-    return f"{ui_base(tracking_uri)}/#/compare-runs?runs={runs}&experiments={experiments}"
+    return f"{ui_base(tracking_uri)}/#/compare-runs?runs={runs}&experiments={experiments}&{MODEL_TRAINING}"
 
 
 def _as_typed(uri: str | None) -> str | None:
