@@ -158,8 +158,11 @@ def split(
     metrics: Mapping[str, float], effects: Mapping[str, Iterable[str]]
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """(headline metrics, tables): `effects` maps each effect of the run's effects table to its
-    columns; a number that is a cell of that table is not repeated in another."""
+    columns; a number that is a cell of that table is not repeated in another. A run without an
+    effects table (not a case's) logs its metrics as they are while they fit."""
     finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+    if not effects and len(finite) <= MAX_METRICS:  # not a case's run (no effects table): all fit as they are
+        return finite, {}
     names = headline_names(finite, effects)
     headline = {name: finite[name] for name in names}
     rest = {k: v for k, v in finite.items() if k not in headline and not in_effects_table(k, effects)}
