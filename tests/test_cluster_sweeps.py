@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from popfair.core.errors import ConfigError
 from popfair.sweep.preflight import check_shared_services
+from popfair.track.headline import logged_metrics
 from tests.conftest import CONF_DIR
 from tests.llm_stub import StubServer
 from tests.pg_server import free_port
@@ -71,7 +72,9 @@ def run_sweep(
     children = runs[runs["tags.mlflow.parentRunId"] == parent]
     n_cases = 2 * len(occupations)
     assert len(runs) == n_cases + 1 and len(children) == n_cases and (children["status"] == "FINISHED").all()
-    assert children["metrics.screen.answered"].sum() == planned
+    client = mlflow.MlflowClient()  # screen.answered is a cell of each child's metrics/screen.json
+    answered_runs = [logged_metrics(client, client.get_run(r))["screen.answered"] for r in children["run_id"]]
+    assert sum(answered_runs) == planned
 
 
 def test_slurm_recipe_through_submitits_local_executor(tmp_path, pg_url, tracking_uri, monkeypatch):

@@ -18,6 +18,7 @@ from popfair.estimate.pse.design_based import combine
 from popfair.estimate.pse.interventional import expected_effects
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
 from popfair.population.worlds import MIN_PER_GROUP, draw_worlds, sample_applicants
+from popfair.track.headline import logged_metrics
 from tests.conftest import compose_config
 
 FAST_DML = [
@@ -76,7 +77,7 @@ def test_mlflow_holds_the_designs_effects_and_its_plan(simulated_default):
     _, result, _, tmp = simulated_default
     mlflow.set_tracking_uri(f"sqlite:///{tmp}/mlflow.db")
     run = mlflow.get_run(result.run_id)
-    metrics, table = run.data.metrics, result.effects.table
+    metrics, table = logged_metrics(mlflow.MlflowClient(), run), result.effects.table  # headline + tables
     for effect in EFFECTS:
         assert metrics[f"{effect}.estimate"] == pytest.approx(table.loc[effect, "estimate"])
         assert metrics[f"{effect}.se"] == pytest.approx(table.loc[effect, "se"])

@@ -65,7 +65,10 @@ def test_two_categories_without_clusters_match_the_exact_hypergeometric_p_value(
     assert result.null_method == "exact"
     a = result.table.loc["a"]
     assert a["flag"] and a["p_adjusted"] == pytest.approx(result.p_value)
-    assert a["flag_survives"] == (result.p_value <= 0.05)
+    # one verdict per row: the flag survives where the test rejects and the CI excludes 1; where they
+    # part, the row says so
+    assert a["flag_survives"] == (result.p_value <= 0.05 and a["ci_high"] < 1)
+    assert bool(a["verdict_note"]) == ((result.p_value <= 0.05) != (a["ci_high"] < 1))
     assert result.table.loc["b", "is_reference"] and result.table.loc["b", "p_adjusted"] == 1.0
 
 

@@ -21,6 +21,7 @@ from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
 from popfair.estimate.pse.side_by_side import SideBySide, compare
 from popfair.population.worlds import draw_worlds, sample_applicants
 from popfair.render.base import render_all
+from popfair.track.headline import logged_metrics
 from tests.conftest import compose_config
 
 # A zero-variance contrast (NDE of a text that never shows X: both documents are identical, so
@@ -133,7 +134,7 @@ def test_both_is_logged_to_mlflow_with_table_and_plot(simulated_both):
     experiment, result, _, tmp = simulated_both
     mlflow.set_tracking_uri(f"sqlite:///{tmp}/mlflow.db")
     run = mlflow.get_run(result.run_id)
-    metrics = run.data.metrics
+    metrics = logged_metrics(mlflow.MlflowClient(), run)  # the headline metrics and the tables' cells
     table = result.effects.table
     assert metrics["RIE.intv_estimate"] == pytest.approx(table.loc["RIE", "intv_estimate"])
     assert metrics["TE.estimate"] == pytest.approx(table.loc["TE", "estimate"])

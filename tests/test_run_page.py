@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from popfair.sweep.run_case import run_name_for
+from popfair.track.headline import logged_metrics
 from tests.conftest import popfair_in_process
 
 GROUPS = {"population", "occupation", "renderer", "screener", "estimator", "protected_attr", "outcome_audit"}
@@ -49,9 +50,10 @@ def test_the_run_description_holds_the_effects_table(default_case):
 
 
 def test_not_identified_is_a_tag_never_a_number_or_a_significance_flag(default_case):
-    _, stdout, run, artifacts = default_case
+    tmp, stdout, run, artifacts = default_case
     effects = pd.read_csv(artifacts / "effects.csv", index_col=0)
-    metrics, tags = run.data.metrics, run.data.tags
+    client = mlflow.MlflowClient(f"sqlite:///{tmp}/mlruns/mlflow.db")
+    metrics, tags = logged_metrics(client, run), run.data.tags  # headline + tables
     hidden = [e for e in effects.index if "identified" in effects and not bool(effects.loc[e, "identified"])]
     for effect in effects.index:
         if effect in hidden:
@@ -84,11 +86,15 @@ def test_effects_carry_their_unit_and_go_in_as_a_table_and_the_population_as_the
 
 
 def test_the_power_line_is_on_the_screeners_own_scale(default_case):
-    _, _, run, artifacts = default_case
+    tmp, _, run, artifacts = default_case
     scores = pd.read_parquet(artifacts / "scored.parquet")["y"]
     assumptions = run.data.tags["plan.assumptions"]
-    assert f"a score SD of {scores.std():.3g} points (the SD of this run's 300 scores" in assumptions
-    assert run.data.metrics["plan.mde"] < scores.max() - scores.min()  # not more than the whole range
+    # an offline screener's run states its line on its own variance: what its own SEs can detect
+    assert assumptions.startswith("the variance of this run's combined estimate")
+    client = mlflow.MlflowClient(f"sqlite:///{tmp}/mlruns/mlflow.db")
+    logged = logged_metrics(client, run)
+    assert logged["plan.mde"] < scores.max() - scores.min()  # not more than the range
+    assert logged["plan.mde.TE"] == pytest.approx(2.8016 * logged["TE.se"], rel=1e-3)
 
 
 def test_a_population_case_writes_the_auditors_report_by_default(default_case):
@@ -127,17 +133,36 @@ def test_the_runs_source_is_the_command_not_the_checkouts_path(tmp_path, monkeyp
         (tmp_path / "nightly.py", "nightly.py"),
     ):
         monkeypatch.setattr("sys.argv", [str(entry)])
-        run_id = background.start_run(shown, uri, ("popfair", str(tmp_path / "artifacts")), None, {})
+        run_id, _ = background.start_run(shown, uri, ("popfair", str(tmp_path / "artifacts")), None, {})
         assert mlflow.MlflowClient(uri).get_run(run_id).data.tags["mlflow.source.name"] == shown
 
 
+LEAD = [("screener", "tfidf"), ("occupation", "nurse"), ("protected_attr", "gender"), ("renderer", "text"),
+        ("estimator", "pse_dml")]  # fmt: skip
+
+
 def test_run_names_say_what_differs_from_the_defaults():
-    small = run_name_for("nurse-gender-text-tfidf-pse_dml", ["population.n=1000"], GROUPS)
-    large = run_name_for("nurse-gender-text-tfidf-pse_dml", ["population.n=2000"], GROUPS)
-    assert small == "nurse-gender-text-tfidf-pse_dml population.n=1000" and small != large
+    small = run_name_for(LEAD, ["population.n=1000"], GROUPS)
+    large = run_name_for(LEAD, ["population.n=2000"], GROUPS)
+    assert small == "tfidf-nurse-gender-text-pse_dml population.n=1000" and small != large
     # group options are in the case name already; where the run is kept is not what it found
     same = ["occupation=nurse", "tracking.uri=sqlite:///x.db", "cache_dir=/tmp/c", "seed=3"]
     assert run_name_for("c", same, GROUPS) == "c seed=3"
+
+
+def test_run_names_differ_in_every_result_changing_override_and_early_within_a_sweep():
+    columns = ["table.columns.outcome=advanced", "table.columns.sex=gender"]
+    plain = run_name_for("table-sample_decisions-impact_ratio", columns, GROUPS)
+    clustered = run_name_for("table-sample_decisions-impact_ratio", [*columns, "table.columns.cluster=req"], GROUPS)
+    assert plain != clustered and plain.startswith("table-sample_decisions-impact_ratio #")
+    # a sweep over the design, over n, over the screener: the first 24 characters differ
+    for key, values, make in (
+        ("estimator", ["pse_dml", "counterfactual"], lambda v: [*LEAD[:4], ("estimator", v)]),
+        ("population.n", ["1000", "2000"], lambda v: LEAD),
+        ("screener", ["tfidf", "simulated"], lambda v: [("screener", v), *LEAD[1:]]),
+    ):
+        names = [run_name_for(make(v), [f"{key}={v}"], GROUPS, [key]) for v in values]
+        assert names[0][:24] != names[1][:24], names
 
 
 def test_two_cases_differing_only_in_population_n_get_different_run_names(tmp_path):
@@ -150,8 +175,8 @@ def test_two_cases_differing_only_in_population_n_get_different_run_names(tmp_pa
     runs = client.search_runs([client.get_experiment_by_name("popfair").experiment_id])
     names = sorted(r.info.run_name for r in runs)
     assert names == [
-        "nurse-gender-text-tfidf-outcome_gap population.n=1000",
-        "nurse-gender-text-tfidf-outcome_gap population.n=2000",
+        "tfidf-nurse-gender-text-outcome_gap population.n=1000",
+        "tfidf-nurse-gender-text-outcome_gap population.n=2000",
     ]
 
 

@@ -94,7 +94,10 @@ def test_a_case_that_raises_is_recorded_failed_and_the_others_finish(failing_swe
 
 
 def test_sweep_report_files_and_plots(failing_sweep):
-    cwd, _ = failing_sweep
+    cwd, out = failing_sweep
+    # the sweep prints its parent run's page (Model training view) and the compare view of its cases
+    assert "the sweep:     http://127.0.0.1:5000/#/experiments/" in out.stdout
+    assert "compare cases: http://127.0.0.1:5000/#/compare-runs?runs=" in out.stdout
     report = sweep_dir(cwd) / "report"
     for name in (
         "report.html",
@@ -104,16 +107,24 @@ def test_sweep_report_files_and_plots(failing_sweep):
         "popresume_cases.csv",
         "pattern_tally.csv",
         "summary.csv",
+        "report.pdf",
+        "cases.csv",
     ):
         assert (report / name).is_file(), name
+    assert (report / "report.pdf").read_bytes().startswith(b"%PDF")
+    # the report says which popfair wrote it and from which runs, never a local path
+    text = (report / "report.md").read_text()
+    assert "popfair " in text and "MLflow parent run" in text and str(cwd) not in text
     forests = sorted(p.name for p in (report / "plots" / "forest").glob("*.png"))
     # one per finished case, named by the case and what the sweep varied (the screener's _target_)
     assert [name.split("-screener.")[0] for name in forests] == ["nurse-gender-text-tfidf", "teacher-gender-text-tfidf"]
+    assert all(name.endswith(("-pse_dml.png", "-counterfactual.png", "-outcome_gap.png")) for name in forests)
     assert all("TfidfScreener" in name for name in forests)
     page = (report / "report.html").read_text()
     # the grid at a glance (one figure of every case's effects), then the pattern counts, then the detail
     assert (report / "plots" / "effects_overview.png").stat().st_size > 0
-    assert page.count("data:image/png;base64,") == 3 and "src='plots/" not in page  # overview + 2 forests
+    # overview + every case on one x scale + 2 forests
+    assert page.count("data:image/png;base64,") == 4 and "src='plots/" not in page
     glance, tally_at, detail = (
         page.index(h) for h in ("All cases at a glance", "Cases per discrimination", "Effects per case")
     )
@@ -127,7 +138,12 @@ def test_sweep_report_files_and_plots(failing_sweep):
     runs = runs_of(cwd)
     parent_id = runs.loc[runs["tags.popfair.sweep"] == "parent", "run_id"].iloc[0]
     logged = {a.path for a in mlflow.MlflowClient().list_artifacts(parent_id, "report")}
-    assert {"report/report.html", "report/report.md", "report/summary.csv"} <= logged
+    assert {"report/report.html", "report/report.md", "report/summary.csv", "report/report.pdf"} <= logged
+    # the comparison as one MLflow table, one row per case with its unit
+    mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(parent_id).info.experiment_id)
+    per_case = mlflow.load_table("cases.json", run_ids=[parent_id])
+    assert len(per_case) == 2 and per_case["unit"].notna().all()
+    assert [c for c in per_case.columns if c.endswith(".estimate")]  # one column per effect: charted as is
 
 
 def test_report_cli_rebuilds_the_report_from_mlflow(failing_sweep, tmp_path):

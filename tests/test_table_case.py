@@ -12,9 +12,11 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
+from mlflow import MlflowClient
 
 from popfair.case.population import PopulationCase
 from popfair.sweep.run_case import case_from_config
+from popfair.track.headline import logged_metrics
 from tests.conftest import compose_config, popfair_in_process
 from tests.test_table_source import CELLS, COLUMNS, RACE, SEX, decisions, write
 
@@ -110,7 +112,7 @@ def csv_tables(tmp_path_factory, table) -> dict[str, pd.DataFrame]:
         )
         assert done.returncode == 0, done.stderr[-3000:]
         out[fmt], run = logged_table(tmp)
-        assert run.data.tags["table.sha256"] and run.data.metrics["table.rows_used"] == len(table)
+        assert run.data.tags["table.sha256"] and logged_metrics(MlflowClient(), run)["table.rows_used"] == len(table)
         assert (
             run.data.tags["data_kind"] == "historical" and run.data.tags["table.source"] == path.name
         )  # no local path

@@ -6,7 +6,7 @@ import sqlite3
 
 import mlflow
 
-from popfair.track import mlflow_tracker
+from popfair.track import store_template
 from popfair.track.mlflow_tracker import MlflowTracker, seed_sqlite_store
 
 
@@ -48,7 +48,7 @@ def test_an_existing_store_is_never_replaced_and_failures_fall_back(tmp_path, mo
     def broken(template):
         raise RuntimeError("no template today")
 
-    monkeypatch.setattr(mlflow_tracker, "_build_store_template", broken)
+    monkeypatch.setattr(store_template, "_build_store_template", broken)
     db = tmp_path / "fresh" / "mlflow.db"
     db.parent.mkdir()
     assert not seed_sqlite_store(db) and not db.exists()

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,12 +28,12 @@ MAX_RUN_NAME = 240  # MLflow keeps run names up to 250 characters
 @dataclass(frozen=True)
 class RunContext:
     """What the command that runs a case knows and the case does not: the sweep's parent MLflow run,
-    the case's extra tags (its options, the sweep's varying overrides) and the overrides that set
-    values (`population.n=2000`), which its run name shows when config `run_name` is null."""
+    the case's extra tags (its options, the sweep's varying overrides) and what its run name shows
+    beside the case's own parts when config `run_name` is null (`RunName`)."""
 
     parent_run_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
-    name_suffix: str = ""
+    name: RunName = field(default_factory=lambda: RunName())
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,32 @@ class CaseSettings:
     context: RunContext = field(default_factory=RunContext)
 
 
-def run_name_of(case_name: str, run_name: str | None, suffix: str = "") -> str:
-    """The MLflow run name: config `run_name`, else the case name and the overrides that set values,
-    cut to what MLflow keeps."""
-    if run_name:
-        return run_name
-    name = " ".join(part for part in (case_name, suffix) if part)
-    return name if len(name) <= MAX_RUN_NAME else name[: MAX_RUN_NAME - 3] + "..."
+@dataclass(frozen=True)
+class RunName:
+    """What a case's MLflow run name shows beside the case's own parts (`Case.name_parts`: screener,
+    occupation, protected attribute, renderer, design), so that runs people compare differ where the
+    run list shows them (about 20 characters): the overrides a sweep varies first (`varied` are
+    their keys, whose parts lead too), then the case's parts, then the other overrides that set a
+    value (`population.n=2000`), then `#` and a short hash of the settings too long to show that
+    change the result (`table.columns.*`), so two runs with different settings never share a name."""
+
+    varied: frozenset[str] = frozenset()
+    front: tuple[str, ...] = ()
+    differs: tuple[str, ...] = ()
+    digest: str = ""
+
+    def of(self, parts: Sequence[tuple[str, str]]) -> str:
+        lead = [p for p in parts if p[0] in self.varied] + [p for p in parts if p[0] not in self.varied]
+        words = [*self.front, "-".join(option for _, option in lead), *self.differs]
+        if self.digest:
+            words.append("#" + self.digest)
+        name = " ".join(w for w in words if w)
+        return name if len(name) <= MAX_RUN_NAME else name[: MAX_RUN_NAME - 3] + "..."
+
+
+def run_name_of(parts: Sequence[tuple[str, str]], run_name: str | None, name: RunName) -> str:
+    """The MLflow run name: config `run_name`, else the case's parts and what `name` adds."""
+    return run_name if run_name else name.of(parts)
 
 
 @dataclass(kw_only=True)

@@ -12,7 +12,8 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig
 
-from popfair.case.base import CaseDescription, CasePlan, CaseSettings, Planner, run_name_of
+from popfair.case.base import CaseDescription, CasePlan, CaseSettings, Planner, RunName, run_name_of
+from popfair.case.pilot import run_power
 from popfair.case.placebo import placebo_changes, placebo_set, placebo_settings, with_placebo
 from popfair.case.power_plan import CasePower
 from popfair.case.result import CasePrompts, RunResult, effects_metrics
@@ -34,6 +35,7 @@ from popfair.render.base import Renderer, displayed_attributes, render_all, samp
 from popfair.render.placebo import PlaceboSettings
 from popfair.render.store import DocumentStore
 from popfair.report import patterns
+from popfair.report.units import units_on_figures
 from popfair.runtime.interrupts import sigterm_as_interrupt
 from popfair.runtime.parallel import forked_call, frozen_heap
 from popfair.runtime.version import __version__
@@ -122,7 +124,7 @@ class PopulationCase:
     documents: DocumentStore | None = None  # rendered documents kept for every later case (config document_store)
     sequential: SequentialSettings | None = None  # screen in looks and stop by a rule (config sequential)
     power: CasePower = field(default_factory=CasePower.of)  # config plan.*: the power line
-    name_suffix: str = ""  # the overrides that set values, in the run name when run_name is null
+    run_naming: RunName = field(default_factory=RunName)  # what the run name adds when run_name is null
     placebo: PlaceboSettings | None = None  # config renderer.placebo: edits re-screened (popfair.case.placebo)
 
     @classmethod
@@ -174,7 +176,7 @@ class PopulationCase:
             power=settings.power or CasePower.of(),
             parent_run_id=settings.context.parent_run_id,
             tags=dict(settings.context.tags),
-            name_suffix=settings.context.name_suffix,
+            run_naming=settings.context.name,
             placebo=placebo,
         )
 
@@ -187,7 +189,17 @@ class PopulationCase:
 
     @property
     def mlflow_name(self) -> str:
-        return run_name_of(self.case_name(), self.run_name, self.name_suffix)
+        return run_name_of(self.name_parts(), self.run_name, self.run_naming)
+
+    def name_parts(self) -> list[tuple[str, str]]:
+        """What the run name leads with, as (config group, option)."""
+        return [
+            ("screener", self.screener.name),
+            ("occupation", self.occupation.key),
+            ("protected_attr", self.protected.name),
+            ("renderer", self.renderer.kind),
+            ("estimator", self.estimator.name),
+        ]
 
     def case_name(self) -> str:
         return "-".join(
@@ -318,6 +330,7 @@ class PopulationCase:
         effects = stage("estimate", self.estimator.estimate, data, profiles.roles, "y")
         effects = explained(self.estimator, effects, self.facts(profiles))  # its notes and gate, in this case
         effects.table = with_units(effects.table, self.estimator, profiles.outcome)
+        units_on_figures(effects.table, effects.artifacts)  # the forest's x axis names the unit
         if placebo is not None and self.placebo is not None:  # beside the demographic effects, same unit
             effects = with_placebo(effects, placebo, self.estimator, profiles.outcome, self.placebo)
         effects = with_name_effects(effects, ok, profiles.roles, self.design.name if self.design else "")
@@ -337,7 +350,7 @@ class PopulationCase:
             sequential=None if sequential is None else sequential.record,
         )
         scale = ScoreScale.of_scores(ok["y"]) if profiles.outcome == "score" else None
-        result.power = self.power.quietly(
+        result.power = run_power(self, dict(effects.metrics)).quietly(  # the run's line on its own variance
             (self.design or design_of(self.population)).name, profiles, scale, self.estimator, self.screener.samples
         )
         result.run_id = run.run_id  # the report names its run

@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig
 
-from popfair.case.base import CaseDescription, CasePlan, CaseResult, CaseSettings, Planner, run_name_of
+from popfair.case.base import CaseDescription, CasePlan, CaseResult, CaseSettings, Planner, RunName, run_name_of
 from popfair.case.power_plan import CasePower, table_categories
 from popfair.case.run_log import log_effects_table, page_tags, table_dataset
 from popfair.core.errors import ConfigError, PopfairError, TrackingFailed, require
@@ -122,7 +122,7 @@ class TableCase:
     audit_report: bool = True
     report_dir: Path = field(default_factory=Path.cwd)
     power: CasePower = field(default_factory=CasePower.of)  # config plan.*
-    name_suffix: str = ""  # the overrides that set values, in the run name when run_name is null
+    run_naming: RunName = field(default_factory=RunName)  # what the run name adds when run_name is null
 
     @classmethod
     def from_config(cls, cfg: DictConfig, *, dry_run: bool = False) -> TableCase:
@@ -164,7 +164,7 @@ class TableCase:
             power=settings.power or CasePower.of(),
             parent_run_id=settings.context.parent_run_id,
             tags=dict(settings.context.tags),
-            name_suffix=settings.context.name_suffix,
+            run_naming=settings.context.name,
         )
 
     def describe(self) -> CaseDescription:
@@ -178,7 +178,11 @@ class TableCase:
 
     @property
     def mlflow_name(self) -> str:
-        return run_name_of(self.case_name(), self.run_name, self.name_suffix)
+        return run_name_of(self.name_parts(), self.run_name, self.run_naming)
+
+    def name_parts(self) -> list[tuple[str, str]]:
+        """What the run name leads with, as (config group, option)."""
+        return [("table", self.case_name())]
 
     def case_name(self) -> str:
         source = Path(self.table.path).stem if self.table.path else (self.table.name or "query")

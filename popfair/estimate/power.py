@@ -114,7 +114,7 @@ class PowerPlan:
     detail: str = ""  # one more clause after the MDE (the impact ratio it means, ...)
 
     def shown(self, value: float) -> str:
-        return f"{100 * value:.1f} pp" if self.unit == "pp" else f"{value:.2f} points"
+        return f"{100 * value:.1f} pp" if self.unit == "pp" else f"{value:.3g} points"  # 0.0195, 2.16, 12.5
 
     def needed_text(self) -> str:
         if self.effect is None:

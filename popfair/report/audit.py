@@ -305,11 +305,12 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
     source = result.source
     tool = case.table.tool
     facts = _header_facts(_table_name(case), audit_date, result.run_id)
-    # published summaries state these: say which key to set rather than leave them out silently
+    # published summaries state these: say they were not stated rather than leave them out silently
+    # (docs/tables.md names the keys that state them; a report names no config key)
     facts |= {
-        "Vendor": tool.vendor or "not stated (table.tool.vendor)",
-        "Distribution date": tool.distribution_date or "not stated (table.tool.distribution_date)",
-        "Independent auditor": tool.auditor or "not stated (table.tool.auditor)",
+        "Vendor": tool.vendor or "not stated",
+        "Distribution date": tool.distribution_date or "not stated",
+        "Independent auditor": tool.auditor or "not stated",
     }
     fingerprint = ", ".join(f"{k} {v}" for k, v in source.fingerprint.items())
     facts["Data"] = f"{case.shown_source()} ({source.format}{'; ' + fingerprint if fingerprint else ''})"
@@ -328,7 +329,7 @@ def table_blocks(case: TableCase, result: TableRunResult, out: Path, audit_date:
         date_range=(
             f"{source.date_min} to {source.date_max} (column {source.date_column})"
             if source.date_min
-            else "not stated (no date column mapped: table.columns.date)"
+            else "not stated (the table has no date column)"
         ),
         applicants=f"{source.rows_used:,} ({source.rows_read:,} rows read{filtered}{dropped})",
     )
@@ -379,7 +380,8 @@ def render(title: str, blocks: list[Block], out: Path, run_id: str | None = None
     files: dict[str, str | bytes] = {
         "report.md": to_markdown(title, blocks, out),
         "report.html": to_html(title, blocks),
-        "report.pdf": to_pdf(title, blocks, footer=title + (f" - MLflow run {run_id}" if run_id else "")),
+        # the run id first and whole: a long title is what the foot's width cuts
+        "report.pdf": to_pdf(title, blocks, footer=(f"MLflow run {run_id} | " if run_id else "") + title),
     }
     for path in out.iterdir():
         files[path.name] = path.read_bytes()

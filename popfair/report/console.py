@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from popfair.core.formats import format_p
 from popfair.core.types import Effects
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.pse.identification import reason_problems
@@ -50,6 +51,11 @@ def format_effects(effects: Effects) -> str:
         for column in ("fisher_p", "z_p"):  # the reference is not tested against itself
             if column in shown_table:
                 shown_table[column] = shown_table[column].where(pd.notna(shown_table[column]), "-")
+        for column in ("p_value", "mcnemar_p", "cluster_p", "fisher_p", "z_p"):  # a p-value never prints as 0
+            if column in shown_table:
+                shown_table[column] = [
+                    format_p(v, digits=4) if isinstance(v, float) and v < 1e-4 else v for v in shown_table[column]
+                ]
         text = _rounded(shown_table).to_string()
     if hidden:
         text += f"\n({len(hidden)} more columns in the run's effects.csv: {', '.join(map(str, hidden))})"
@@ -120,7 +126,13 @@ def summary(
         f"pattern: {effects.pattern}",
     ]
     if sequential:
-        lines += ["(the table above is the fixed-n analysis of the n used)", *sequential]
+        lines += [
+            "(the table above is the estimator's own analysis of the n used, as if it had been fixed in advance, "
+            "with its own CI (for the paired gap: a percentile bootstrap over postings); the 'fixed-n' line below "
+            "is the sequential rule's t interval for its target at the same n: the two differ in method only, "
+            "and neither is valid after looking, the anytime-valid CI is)",
+            *sequential,
+        ]
     if run_id:
         lines += [
             f"MLflow run id: {run_id}",
@@ -132,15 +144,38 @@ def summary(
     return "\n".join(lines)
 
 
-def run_page(tracking_uri: str, run_id: str) -> str:
-    """The run's page in the MLflow UI: `mlflow ui`'s default address for a local store, the server
-    itself for an http(s) one. In the Model training view, which shows the run's description (MLflow
-    3 opens on its GenAI view, which does not)."""
+MODEL_TRAINING = "workflowType=machine_learning"  # MLflow 3's Model training view, not its GenAI view
+
+
+def ui_base(tracking_uri: str) -> str:
+    """The MLflow UI's address: `mlflow ui`'s default for a local store, the server itself for http(s)."""
     from popfair.runtime.secrets import safe_url
 
     remote = tracking_uri.startswith(("http://", "https://"))
-    base = safe_url(tracking_uri).rstrip("/") if remote else "http://127.0.0.1:5000"
-    return f"{base}/#/runs/{run_id}?workflowType=machine_learning"
+    return safe_url(tracking_uri).rstrip("/") if remote else "http://127.0.0.1:5000"
+
+
+def run_page(tracking_uri: str, run_id: str, experiment_id: str | None = None) -> str:
+    """The run's page in the MLflow UI, on the experiment's route in the Model training view
+    (`#/experiments/<id>/runs/<run>?workflowType=machine_learning`), which shows the run's
+    description (checked in chromium with MLflow 3.17: the bare `#/runs/<run>` route, and the
+    experiment's route without the view, open the GenAI view in a fresh browser).
+    `experiment_id`: default the one this process logged the run to."""
+    from popfair.track.mlflow_tracker import EXPERIMENT_OF
+
+    experiment_id = experiment_id or EXPERIMENT_OF.get(run_id)
+    if experiment_id is None:  # a run logged elsewhere: MLflow finds its experiment
+        return f"{ui_base(tracking_uri)}/#/runs/{run_id}?{MODEL_TRAINING}"
+    return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}?{MODEL_TRAINING}"
+
+
+def compare_page(tracking_uri: str, run_ids: list[str], experiment_id: str) -> str:
+    """MLflow's compare view of `run_ids` (a sweep's children): their parameters, metrics and charts."""
+    import json
+    from urllib.parse import quote
+
+    runs, experiments = quote(json.dumps(list(run_ids))), quote(json.dumps([experiment_id]))
+    return f"{ui_base(tracking_uri)}/#/compare-runs?runs={runs}&experiments={experiments}&{MODEL_TRAINING}"
 
 
 def _as_typed(uri: str | None) -> str | None:

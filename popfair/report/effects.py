@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from popfair.core.formats import format_p
 from popfair.core.types import Effects
 from popfair.report.console import not_identified_lines
 from popfair.report.document import Block
@@ -71,7 +72,11 @@ def effects_table(effects: Effects) -> pd.DataFrame:
     estimate of an effect the data cannot answer (its other numbers blank), and the unit column."""
     table = effects.table
     columns = [c for c in EFFECT_COLUMNS if c in table.columns]
-    shown = table[columns].round({c: 4 for c in columns if c not in ("n_pairs", "b", "c")}).astype(object)
+    p_columns = [c for c in ("p_value", "mcnemar_p", "cluster_p") if c in columns]
+    rounded = {c: 4 for c in columns if c not in ("n_pairs", "b", "c", *p_columns)}
+    shown = table[columns].round(rounded).astype(object)
+    for p_column in p_columns:  # never "0": 1.9e-12 prints as such, below 1e-12 as "< 1e-12"
+        shown[p_column] = [format_p(v) if isinstance(v, (int, float)) else v for v in table[p_column]]
     if "identified" in table:
         hidden = ~table["identified"].fillna(True).astype(bool)
         for column in NUMBERS:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from popfair.core.formats import decisive_percent, format_p
 from popfair.estimate.impact_ratio.labels import DIMENSION_TITLES, category_label
 from popfair.estimate.impact_ratio.table import ImpactRatios
 from popfair.report.document import Block
@@ -173,14 +174,15 @@ def _outcome_text(ratios: ImpactRatios) -> str:
 
 
 def _row_note(row: Any, ratios: ImpactRatios) -> str:
-    share = f"{row.share:.2%} of applicants"
+    share = f"{decisive_percent(row.share, ratios.settings.min_category_share)} of applicants"
     if row.status == "excluded":
         return f"excluded from the ratios: {share}"
     if row.is_reference:
         return "reference (" + ("most selected" if ratios.outcome == "callback" else "highest rate") + ")"
+    verdict = str(getattr(row, "verdict_note", "") or "")
     if row.small:
-        return f"small: {share}, kept"
-    return ""
+        return f"small: {share}, kept" + (f"; {verdict}" if verdict else "")
+    return verdict
 
 
 def _method_notes(ratios: ImpactRatios) -> list[str]:
@@ -198,7 +200,11 @@ def _method_notes(ratios: ImpactRatios) -> list[str]:
         f"({s.n_permutations or s.n_bootstrap:,} shuffles; {', '.join(methods) or 'n/a'}). A flag survives when "
         f"the category's ratio is below what the lowest of all ratios reaches by chance in {s.alpha:.0%} of shuffles "
         "(a single-step max-T adjustment over the categories).",
-        "Score cutoffs (the median) are the sample's own, as LL144 defines the scoring rate; they are held fixed.",
+        *(
+            ["Score cutoffs (the median) are the sample's own, as LL144 defines the scoring rate; they are held fixed."]
+            if any(pd.notna(c) for c in ratios.thresholds.values())  # only where scores are used
+            else []
+        ),
         "Fisher p vs reference (Fisher's exact test, two-sided) and Z vs reference (the two-proportion Z test "
         "with the pooled rate, two-sided p; |Z| > 2 is the two-standard-deviation rule) compare each category "
         "with the reference as if it had been chosen in advance: they are conditional on the reference choice "
@@ -211,7 +217,7 @@ def _p(value: float) -> str:
     """A p-value as tables print it (blank where there is none: the reference, excluded categories)."""
     if pd.isna(value):
         return ""
-    return "< 0.0001" if value < 0.0001 else f"{value:.4f}"
+    return "< 0.0001" if value < 0.0001 else format_p(value)
 
 
 def _percent(value: float) -> str:

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from popfair.core.errors import DataError, EstimationError, require  # noqa: E402
+from popfair.core.formats import format_p
 from popfair.estimate.gap.paired import PairedGapResult  # noqa: E402
 
 PANEL_INPUT_COLUMNS = (
@@ -144,8 +145,8 @@ def format_panel_table(table: pd.DataFrame) -> str:
             "ratio": table["bc_ratio"].map("{:.2f}".format),
             "discordant": (100 * table["discordant_share"]).map("{:.1f}%".format),
             "McNemar chi2": table["mcnemar_chi2"].map("{:.1f}".format),
-            "p": table["mcnemar_p"].map("{:.2g}".format),
-            "cluster p": table["cluster_p"].map("{:.2g}".format),
+            "p": table["mcnemar_p"].map(_p2),
+            "cluster p": table["cluster_p"].map(_p2),
             f"Bonferroni (p<{table['bonferroni_alpha'].iloc[0]:.2g})": np.where(
                 table["significant_bonferroni"], "yes", "no"
             ),
@@ -250,7 +251,7 @@ class PanelReport:
             c = self.correlation
             parts.append(
                 f"race vs gender gap across {int(c['n_models'])} models: Pearson r={c['pearson_r']:+.2f} "
-                f"(p={c['pearson_p']:.2g}), Spearman rho={c['spearman_rho']:+.2f} (p={c['spearman_p']:.2g})"
+                f"(p={_p2(c['pearson_p'])}), Spearman rho={c['spearman_rho']:+.2f} (p={_p2(c['spearman_p'])})"
             )
         return "\n".join(parts)
 
@@ -292,3 +293,8 @@ def panel_report(results: pd.DataFrame, *, alpha: float = 0.05, bonferroni_on: s
     if shared.sum() >= 3:
         correlation = race_gender_correlation(results)
     return PanelReport(tables=tables, figure=gap_chart(results), correlation=correlation, forest=panel_forest(tables))
+
+
+def _p2(value: float) -> str:
+    """A p-value to two significant digits, never "0" (below 1e-12: "< 1e-12")."""
+    return format_p(value) if value < 1e-4 else f"{value:.2g}"

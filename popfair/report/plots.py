@@ -26,12 +26,66 @@ def _errors(table: pd.DataFrame) -> np.ndarray:
     return np.vstack([low.to_numpy(float), high.to_numpy(float)])
 
 
-def forest_plot(case: pd.DataFrame, title: str) -> Figure:
+def forest_plot(case: pd.DataFrame, title: str, xlim: tuple[float, float] | None = None) -> Figure:
     """Effects of one case (long form: one row per effect) with 95% CIs, TE..RIE first;
-    drawn like a run's artifact (`popfair.track.figures.forest_plot`)."""
+    drawn like a run's artifact (`popfair.track.figures.forest_plot`); `xlim`: the x scale shared
+    by every case of a report (`shared_xlim`)."""
     order = [e for e in PSE_ORDER if e in set(case["effect"])] + sorted(set(case["effect"]) - set(PSE_ORDER))
     table = case.set_index("effect").loc[order]
-    return effects_forest_plot(table.rename(index=short_effect), title)
+    fig = effects_forest_plot(table.rename(index=short_effect), title)
+    if xlim is not None:
+        fig.axes[0].set_xlim(*xlim)
+    return fig
+
+
+def shared_xlim(rows: pd.DataFrame) -> tuple[float, float] | None:
+    """One x range holding every estimate and CI of `rows` (and 0), with a margin: forest plots of
+    several cases compare at a glance only on one scale."""
+    values = pd.concat([rows[c] for c in ("estimate", "ci_low", "ci_high") if c in rows]).astype(float)
+    values = values[np.isfinite(values)]
+    if values.empty:
+        return None
+    low, high = min(float(values.min()), 0.0), max(float(values.max()), 0.0)
+    pad = 0.05 * (high - low or 1.0)
+    return low - pad, high + pad
+
+
+def cases_forest(pse: pd.DataFrame, label: str = "case_name") -> Figure:
+    """Every case's effects on one x scale: one panel per effect (TE..RIE), one row per case, colour
+    by significance (filled red: the CI excludes 0), "not identified" where a case cannot answer it;
+    the unit on the x axis."""
+    effects = [e for e in PSE_ORDER if e in set(pse["effect"])] + sorted(set(pse["effect"]) - set(PSE_ORDER))
+    cases = list(dict.fromkeys(pse[label]))
+    fig, axes = plt.subplots(
+        1, len(effects), figsize=(2.4 * len(effects) + 2.2, 0.45 * len(cases) + 1.6), sharex=True, sharey=True,
+        squeeze=False, layout="constrained",
+    )  # fmt: skip
+    xlim = shared_xlim(pse)
+    units = list(dict.fromkeys(pse["unit"].dropna().astype(str))) if "unit" in pse else []
+    y = np.arange(len(cases))[::-1]
+    for ax, effect in zip(axes[0], effects):
+        rows = pse[pse["effect"] == effect].set_index(label).reindex(cases)
+        identified = rows["identified"].fillna(False).astype(bool) if "identified" in rows else rows["estimate"].notna()
+        sig = (
+            rows["significant"].fillna(False).astype(bool) & identified if "significant" in rows else identified * False
+        )
+        for yy, (_, r), s, ok in zip(y, rows.iterrows(), sig, identified):
+            if not ok or not np.isfinite(r["estimate"]):
+                ax.text(0.5, yy, "not identified", transform=ax.get_yaxis_transform(), ha="center", va="center",
+                        fontsize=7, style="italic", color="0.4")  # fmt: skip
+                continue
+            colour = "#c0392b" if s else "0.45"
+            ax.hlines(yy, r["ci_low"], r["ci_high"], color=colour, lw=2)
+            ax.scatter([r["estimate"]], [yy], color=colour if s else "white", edgecolor=colour, zorder=3)
+        ax.axvline(0, color="0.5", lw=1, ls="--")
+        ax.set_title(short_effect(effect))
+        ax.set_xlabel(units[0] if len(units) == 1 else "effect")
+        if xlim is not None:
+            ax.set_xlim(*xlim)
+    axes[0][0].set_yticks(y, cases, fontsize=8)
+    axes[0][0].set_ylim(-0.6, len(cases) - 0.4)
+    fig.suptitle("Every case's effects with 95% CIs (red: the CI excludes 0), one x scale")
+    return fig
 
 
 def panel_gaps_by_model(panel: pd.DataFrame) -> Figure:

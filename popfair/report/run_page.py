@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from popfair.core.formats import format_p
 from popfair.core.types import Effects
 from popfair.report.console import not_identified_lines
 from popfair.report.units import UNIT_COLUMN, unit_legend
@@ -113,7 +114,8 @@ def effects_display(effects: Effects) -> pd.DataFrame:
         low, high = row.get("ci_low"), row.get("ci_high")
         out["95% CI"] = f"[{_number(low)}, {_number(high)}]" if ok and _number(low) and _number(high) else ""
         if p_column is not None:
-            out["p"] = _number(row.get(p_column)) if ok else ""
+            value = row.get(p_column)
+            out["p"] = format_p(value) if ok and isinstance(value, (int, float)) else ""
         for column in DECISION_COLUMNS:
             if column in table:
                 out[column.replace("_", " ")] = _number(bool(row[column])) if ok and pd.notna(row[column]) else ""

@@ -12,6 +12,7 @@ import pandas as pd
 
 from popfair.core.errors import DataError
 from popfair.report.run_page import not_identified_reasons
+from popfair.track.headline import logged_metrics
 
 PARENT_TAG = "popfair.sweep"  # set to "parent" on a sweep's parent run
 CASE_COLUMNS = [
@@ -97,7 +98,7 @@ def load_runs(tracking_uri: str, experiment_name: str | None = None, parent_run_
                 "unit": tags.get("unit"),
                 "context": tags.get("context", ""),
                 "variant": variant_of(tags),
-                "metrics": dict(run.data.metrics),
+                "metrics": logged_metrics(client, run),  # the headline metrics and the tables' cells
                 "stopped_by": tags.get("sequential.stopped_by"),  # a sequential case: why it stopped
                 "not_identified": not_identified_reasons(tags),
             }

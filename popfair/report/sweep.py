@@ -22,10 +22,9 @@ import pandas as pd
 from popfair.core.errors import DataError, PopfairError
 from popfair.estimate.registry import ESTIMATORS, in_section
 from popfair.report import panel, patterns, plots, ranking
-from popfair.report.document import Block, to_html, to_markdown
+from popfair.report.document import Block, to_html, to_markdown, to_pdf
 from popfair.report.runs import effects_long, load_runs
-
-CASE_KEYS = ["occupation", "protected_attr", "format", "model", "context", "variant"]
+from popfair.report.sweep_cases import CASE_KEYS, case_rows, provenance_line
 
 
 def popresume_effects(effects: pd.DataFrame) -> pd.DataFrame:
@@ -85,8 +84,10 @@ def case_table(pse: pd.DataFrame) -> pd.DataFrame:
         ),
         axis=1,
     )
+    unit = ["unit"] if "unit" in pse else []  # every table names its unit
+    pse = pse.assign(unit=pse["unit"].fillna("")) if unit else pse
     wide = pse.assign(cell=cell).pivot_table(
-        index=CASE_KEYS + ["pattern"], columns="effect", values="cell", aggfunc="first", dropna=False
+        index=CASE_KEYS + ["pattern", *unit], columns="effect", values="cell", aggfunc="first", dropna=False
     )
     columns = [e for e in plots.PSE_ORDER if e in wide.columns] + sorted(set(wide.columns) - set(plots.PSE_ORDER))
     table = wide[columns].reset_index().dropna(subset=columns, how="all")
@@ -207,8 +208,11 @@ def table_blocks(effects: pd.DataFrame, csv: Any) -> list[Block]:
     rows = effects[effects["design"].eq("table")]
     if rows.empty:
         return []
+    rows = rows.assign(unit=rows["unit"].fillna("ratio")) if "unit" in rows else rows.assign(unit="ratio")
     columns = [
-        c for c in ("source", "run_id", "estimator", "effect", "estimate", "ci_low", "ci_high", "p_value") if c in rows
+        c
+        for c in ("source", "run_id", "estimator", "effect", "estimate", "ci_low", "ci_high", "unit", "p_value")
+        if c in rows
     ]
     rows = rows.assign(source=[_shown_source(v) for v in rows["source"]]) if "source" in rows else rows
     table = rows[columns].sort_values(["effect", "source"], kind="stable")
@@ -334,7 +338,7 @@ def write_report(
     blocks = [
         Block(
             "text",
-            f"Source: {origin}. {len(runs)} cases: {finished} finished, "
+            f"{provenance_line()} Source: {origin}. {len(runs)} cases: {finished} finished, "
             f"{len(failed)} not finished. Significance: p < {alpha} where the estimator "
             f"reports a p-value, else the {100 * (1 - alpha):.0f}% CI excludes 0 (*). Effects the data "
             'cannot answer at a case\'s n read "not identified".',
@@ -346,6 +350,7 @@ def write_report(
     pse = popresume_effects(effects)
     if not pse.empty:  # first every case at a glance, then the pattern counts, then the detail
         cases, tally = case_table(pse), patterns.pattern_tally(pse)
+        csv("cases.csv", case_rows(pse))  # one row per case, every effect's numbers and the unit
         csv("popresume_effects.csv", pse)
         csv("popresume_cases.csv", cases)
         csv("pattern_tally.csv", tally)
@@ -360,6 +365,12 @@ def write_report(
                 "identified at the case's n. Details per case follow.",
             ),
             Block("figure", files["effects_overview.png"]),
+            Block(
+                "text",
+                "Every case's effects with their 95% CIs on one x scale, one panel per effect (red: the CI "
+                "excludes 0).",
+            ),
+            Block("figure", _save(plots.cases_forest(pse), out / "plots" / "cases_forest.png")),
             Block("h2", "Cases per discrimination pattern"),
             Block(
                 "text",
@@ -390,13 +401,18 @@ def write_report(
                 Block("table", summary),
                 Block("figure", files["photo_vs_no_photo.png"]),
             ]
-        blocks.append(Block("h3", "Forest plots per case"))
-        for keys, case in pse.groupby(CASE_KEYS, dropna=False, sort=True):
-            # the default context (none) is not named: the case's figure keeps its name
-            keys = [k for k, c in zip(keys, CASE_KEYS) if not (c == "context" and str(k) in ("", "none"))]
-            title = " / ".join(str(k) for k in keys if str(k))
+        blocks.append(Block("h3", "Forest plots per case (one x scale)"))
+        xlim = plots.shared_xlim(pse[pse["identified"]])
+        for keys, case in pse.groupby([*CASE_KEYS, "estimator"], dropna=False, sort=True):
+            # the estimator kept, no empty part, and the default context (none) not named
+            shown = [
+                str(k)
+                for k, c in zip(keys, [*CASE_KEYS, "estimator"])
+                if str(k) and str(k) != "nan" and not (c == "context" and str(k) == "none")
+            ]
             path = _save(
-                plots.forest_plot(case, title), out / "plots" / "forest" / f"{_slug('-'.join(map(str, keys)))}.png"
+                plots.forest_plot(case, " / ".join(shown), xlim),
+                out / "plots" / "forest" / f"{_slug('-'.join(shown))}.png",
             )
             files[f"forest/{path.name}"] = path
             blocks.append(Block("figure", path))
@@ -412,6 +428,8 @@ def write_report(
     files["report.md"].write_text(to_markdown(heading, blocks, out))
     files["report.html"] = out / "report.html"
     files["report.html"].write_text(to_html(heading, blocks))
+    files["report.pdf"] = out / "report.pdf"  # as the case reports: the same blocks, A4
+    files["report.pdf"].write_bytes(to_pdf(heading, blocks, footer=f"{heading} | {provenance_line()}"))
     files["comparison.md"] = out / "comparison.md"  # the parent run's description: the tables, no figures
     files["comparison.md"].write_text(comparison_markdown(heading, blocks, out))
     return files

@@ -32,3 +32,19 @@ def unit_legend(units: list[str] | pd.Series) -> str:
     """One line saying what the units in a table mean ("points: ...; pp: ...")."""
     seen = list(dict.fromkeys(str(u) for u in units if str(u)))
     return "; ".join(f"{u}: {UNIT_MEANING.get(u, u)}" for u in seen)
+
+
+def units_on_figures(table: pd.DataFrame, artifacts: dict) -> None:
+    """Give the forest plots among `artifacts` (popfair.core.types.Plot, drawn when logged) the
+    effects' unit, so their x axis names it: an estimator draws its forest before the case knows
+    the unit (`with_units`)."""
+    from popfair.core.types import Plot
+
+    if UNIT_COLUMN not in table:
+        return
+    import dataclasses
+
+    for name, figure in list(artifacts.items()):
+        if isinstance(figure, Plot) and figure.kind == "forest" and UNIT_COLUMN not in figure.table:
+            unit = table[UNIT_COLUMN].reindex(figure.table.index)
+            artifacts[name] = dataclasses.replace(figure, table=figure.table.assign(**{UNIT_COLUMN: unit}))

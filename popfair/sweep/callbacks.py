@@ -115,7 +115,7 @@ class SweepCallback(Callback):
                 f"sweep-{experiment or 'multirun'}-{Path(sweep_dir).name}",
                 {
                     "popfair.sweep": "parent",
-                    "sweep_dir": sweep_dir,
+                    "sweep_dir": shown_dir(sweep_dir),  # no local absolute path in a tag
                     "sweep.experiment": experiment or "none",
                     "sweep.varying": ",".join(changing) or "none",
                     "sweep.cases_expected": count if basic else "unknown",
@@ -223,6 +223,8 @@ class SweepCallback(Callback):
                 )
                 page["mlflow.note.content"] = files["comparison.md"].read_text()
                 tables["comparison.json"] = pd.read_csv(files["effects.csv"])
+                if "cases.csv" in files:  # one row per case: what the parent's table view charts
+                    tables["cases.json"] = pd.read_csv(files["cases.csv"])
                 print(f"report: {report_dir / 'report.html'}")
             except Exception as exc:  # noqa: BLE001 - the sweep's runs stay valid without a report
                 log.error("popfair: sweep report failed: %s: %s", type(exc).__name__, exc)
@@ -246,4 +248,28 @@ class SweepCallback(Callback):
             artifact_dir=report_dir,
             tables=tables,
         )
+        self._print_links(records)
         return report_error is not None
+
+    def _print_links(self, records: list) -> None:
+        """The parent run's page and MLflow's compare view of the cases' runs (Model training view)."""
+        from popfair.report.console import compare_page, run_page
+        from popfair.track.mlflow_tracker import EXPERIMENT_OF
+
+        assert self.tracker and self.info and self.info.parent_run_id
+        parent = self.info.parent_run_id
+        lines = [f"the sweep:     {run_page(self.tracker.uri, parent)}"]
+        children = [str(r.run_id) for r in records if r.run_id]
+        if children and parent in EXPERIMENT_OF:
+            lines.append(f"compare cases: {compare_page(self.tracker.uri, children, EXPERIMENT_OF[parent])}")
+        print("\n".join(lines))
+
+
+def shown_dir(path: str) -> str:
+    """A sweep's folder as a tag shows it: relative to the current folder, else its last three parts
+    (multirun/<date>/<time>), never this machine's absolute path."""
+    folder = Path(path)
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(Path(*folder.parts[-3:]))

@@ -354,7 +354,10 @@ class Planner:
         )
         if key not in self.power:
             scale = ScoreScale.of_range(*score_range)
-            self.power[key] = (profiles, experiment.power.plan(design, profiles, scale, experiment.estimator, samples))
+            self.power[key] = (
+                profiles,
+                piloted_power(experiment, profiles).plan(design, profiles, scale, experiment.estimator, samples),
+            )
         return self.power[key][1]
 
     def estimator_costs(
@@ -452,6 +455,18 @@ def _answers_note(experiment: PopulationCase, power: Any, total: CallPlan) -> st
     if noise is None or costs is None or costs[0] <= 0:
         return ""
     return answers_or_units(noise, experiment.screener.samples, costs[0], costs[1], power.units)
+
+
+def piloted_power(experiment: Any, profiles: Any) -> Any:
+    """The case's power settings, with an offline screener's pilot of its own applicants and worlds as
+    the previous run the plan scales (popfair.case.pilot): the dry run, `popfair doctor` and the run
+    then state their MDE on the same score scale and world correlation."""
+    import dataclasses
+
+    from popfair.case.pilot import pilot_run
+
+    pilot = pilot_run(experiment, profiles)
+    return experiment.power if pilot is None else dataclasses.replace(experiment.power, previous=pilot)
 
 
 def _sequential_note(experiment: PopulationCase) -> str:

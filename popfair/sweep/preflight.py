@@ -196,9 +196,11 @@ class Preflight:
         def power() -> list[tuple[str, Check]]:
             design = experiment.design.name if experiment.design is not None else "population"
             from popfair.design.base import ScoreScale
+            from popfair.sweep.plan import piloted_power
 
             scale = ScoreScale.of_range(*experiment.screener.score_range)  # no scores before the run
-            plan = experiment.power.plan(design, experiment.sample(), scale, experiment.estimator)
+            sample = experiment.sample()
+            plan = piloted_power(experiment, sample).plan(design, sample, scale, experiment.estimator)
             if plan is None:
                 return [("case", Check("power", True, "no power line (plan.enabled=false)"))]
             return [

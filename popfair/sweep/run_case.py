@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from popfair.case.base import Case, CaseResult, RunContext, run_name_of
+from popfair.case.base import Case, CaseResult, RunContext, RunName
 from popfair.core.errors import PopfairError, TrackingFailed
 from popfair.runtime.progress import preparing_done
 from popfair.sweep.state import ENV_PARENT_RUN_ID, ENV_SWEEP_DIR, CaseRecord, SweepInfo, varying_tags
@@ -66,30 +67,45 @@ def case_tags(hydra_cfg: Any, sweep: SweepInfo | None) -> dict[str, str]:
 
 # overrides that change where and how a case is kept or read, not what it finds: left out of its run name
 NOT_IN_RUN_NAME = ("tracking", "cache_dir", "cache_url", "document_store", "dry_run", "check", "run_name",
-                   "hydra", "audit_report", "table.path", "table.columns", "table.values")  # fmt: skip
+                   "hydra", "audit_report", "table.path")  # fmt: skip
+# overrides that change the result but would make the name long: a short hash of them names the run
+HASHED_IN_RUN_NAME = ("table.columns", "table.values")
 
 
-def name_suffix_for(overrides: list[str], groups: set[str]) -> str:
-    """What the case's MLflow run name shows beside its case name (the groups' options): each override
-    that sets a value rather than a group's option, so that two cases differing only in, say,
-    population.n are told apart in the run list (`nurse-gender-text-tfidf-pse_dml population.n=2000`)."""
+def run_naming(overrides: list[str], groups: set[str], varying: Iterable[str] = ()) -> RunName:
+    """What a case's run name shows beside its parts (`popfair.case.base.RunName`): of the overrides
+    that set a value rather than a group's option, those a sweep varies (`varying`: its keys) first,
+    the others after, and a short hash of those too long to show (`table.columns.*`, `table.values.*`)."""
+    import hashlib
+
     from popfair.sweep.state import key_and_value
 
-    differs = []
+    varied = frozenset(k.lstrip("+~") for k in varying)
+    front: list[str] = []
+    differs: list[str] = []
+    hashed: list[str] = []
     for override in overrides:
         key, value = key_and_value(override)
         key = key.lstrip("+~")
-        if key in groups or key.split("/")[0] in groups:  # a group's option: in the case name already
+        if key in groups or key.split("/")[0] in groups:  # a group's option: among the case's parts already
+            continue
+        if any(key == k or key.startswith(k + ".") for k in HASHED_IN_RUN_NAME):
+            hashed.append(f"{key}={value}")
             continue
         if any(key == k or key.startswith(k + ".") for k in NOT_IN_RUN_NAME):
             continue
-        differs.append(f"{key}={value}")
-    return " ".join(differs)
+        (front if key in varied else differs).append(f"{key}={value}")
+    digest = hashlib.sha256(" ".join(sorted(hashed)).encode()).hexdigest()[:6] if hashed else ""
+    return RunName(varied, tuple(front), tuple(differs), digest)
 
 
-def run_name_for(case_name: str, overrides: list[str], groups: set[str]) -> str:
-    """The case's MLflow run name when config `run_name` is null: its case name and `name_suffix_for`."""
-    return run_name_of(case_name, None, name_suffix_for(overrides, groups))
+def run_name_for(
+    lead: str | list[tuple[str, str]], overrides: list[str], groups: set[str], varying: Iterable[str] = ()
+) -> str:
+    """The MLflow run name of a case whose parts are `lead` (`Case.name_parts`; a string is used as
+    it is) run with `overrides` (config `run_name` null): `run_naming`'s words around them."""
+    parts = [("", lead)] if isinstance(lead, str) else lead
+    return run_naming(overrides, groups, varying).of(parts)
 
 
 def run_case(cfg: DictConfig) -> float | None:
@@ -113,7 +129,8 @@ def run_case(cfg: DictConfig) -> float | None:
     case: Case | None = None
     alert = False  # a watch's look crossed its boundary: exit status 3 (popfair.case.table_watch)
     groups = {part for key in hydra_cfg.runtime.choices for part in str(key).split("@")}  # estimator@outcome_audit
-    context = RunContext(sweep.parent_run_id if sweep else None, tags, name_suffix_for(overrides, groups))
+    varying = [k for k, v in sweep.varying.items() if len(v) > 1] if sweep else []
+    context = RunContext(sweep.parent_run_id if sweep else None, tags, run_naming(overrides, groups, varying))
     try:
         case = case_from_config(cfg, dry_run=dry_run, values=resolved_of(cfg), context=context)
         preparing_done()  # built: the preparation's bar goes (the stages have their own)

@@ -258,12 +258,18 @@ def close_orphans(client: Any, experiment_id: str) -> list[str]:
     return closed
 
 
-def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str | None, tags: Mapping[str, str]) -> str:
-    """Create the run with the tags MLflow's `start_run` adds (source, user, git commit)."""
+def start_run(
+    token: str, uri: str, experiment: tuple[str, str], run_name: str | None, tags: Mapping[str, str]
+) -> tuple[str, str]:
+    """Create the run with the tags MLflow's `start_run` adds (source, user, git commit); returns
+    (run id, experiment id)."""
     from mlflow.tracking.context.registry import resolve_tags
 
     experiment_id = open_experiment(uri, *experiment)
     resolved = resolve_tags(dict(tags))
+    repo = resolved.get("mlflow.source.git.repoURL", "")
+    if repo and "://" not in repo and not repo.startswith("git@"):  # a local clone's path: not public
+        resolved.pop("mlflow.source.git.repoURL")
     if "mlflow.source.name" not in tags and resolved.get("mlflow.source.name"):
         resolved["mlflow.source.name"] = shown_source(resolved["mlflow.source.name"])
     run = _client(uri).create_run(experiment_id, run_name=run_name, tags=resolved)
@@ -272,7 +278,7 @@ def start_run(token: str, uri: str, experiment: tuple[str, str], run_name: str |
     if not _NICED:  # MLflow imported and the run created at full priority: a stopped case has its run
         os.nice(NICENESS)
         _NICED = True
-    return run.info.run_id
+    return run.info.run_id, experiment_id
 
 
 def shown_source(path: str) -> str:
@@ -324,10 +330,64 @@ def annotate(uri: str, run_id: str, metrics: Mapping[str, float], tags: Mapping[
     _client(uri).log_batch(run_id, metrics=metric_list, tags=[RunTag(k, v) for k, v in tags.items()])
 
 
+def table_json(table: Any) -> str:
+    """A DataFrame as MLflow's table JSON (pandas' "split" layout without the index, as
+    `MlflowClient.log_table` writes it) with every float exact: `log_table` rounds to 10 decimals
+    (pandas' default), which shows a p-value of 1.9e-12 as 0 and an SE of 0.0091155862 short."""
+    import json
+    import math
+
+    def cell(value: Any) -> Any:
+        if value is None:
+            return None
+        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+            value = value.item()  # numpy scalars
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if isinstance(value, (bool, int, str)):
+            return value
+        if hasattr(value, "isoformat"):
+            return value.isoformat()
+        try:
+            if value != value:  # pandas' NA and NaT
+                return None
+        except (TypeError, ValueError):
+            pass
+        return str(value)
+
+    rows = [[cell(v) for v in row] for row in table.itertuples(index=False, name=None)]
+    return json.dumps({"columns": [str(c) for c in table.columns], "data": rows})
+
+
 def log_table(token: str, artifact_file: str, table: Any) -> None:
-    """A DataFrame as an MLflow table artifact (`log_table`: JSON the run page and the compare view read)."""
+    """A DataFrame as an MLflow table artifact (JSON the run page, the compare view and
+    `mlflow.load_table` read; the run's `mlflow.loggedArtifacts` tag lists it, as `log_table` does),
+    its numbers exact (`table_json`)."""
     client, run_id = _run(token)
-    client.log_table(run_id, data=table, artifact_file=artifact_file)
+    write_table(client, run_id, artifact_file, table)
+
+
+def write_table(client: Any, run_id: str, artifact_file: str, table: Any) -> None:
+    """`log_table`'s work with a client and run id (a sweep's parent run logs its tables so too)."""
+    import json
+    import posixpath
+
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    folder, name = posixpath.split(posixpath.normpath(artifact_file))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_text(table_json(table))
+        client.log_artifact(run_id, str(path), folder or None)
+    if run_id not in _TABLES:  # the run's list as logged so far, read once per run in this process
+        _TABLES[run_id] = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+    listed, entry = _TABLES[run_id], {"path": artifact_file, "type": "table"}
+    if entry not in listed:
+        listed.append(entry)
+        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(listed))
+
+
+_TABLES: dict[str, list[dict[str, str]]] = {}  # run id -> its `mlflow.loggedArtifacts` entries
 
 
 def log_dataset(

@@ -30,6 +30,7 @@ T = TypeVar("T", bytes, Future)
 
 
 SIGNIFICANT, NOT_SIGNIFICANT = "#c0392b", "0.45"  # colour follows significance: red where the CI excludes 0
+MARKERS = ("o", "s", "^", "D")  # one per method drawn side by side (the design, DML-UCA, ...)
 PALE_FLAG = "#f1a9a0"  # an impact ratio below the line whose flag does not survive the test
 
 
@@ -37,10 +38,12 @@ def forest_plot(
     table: pd.DataFrame, title: str = "Path-specific effects", series: Series = (("", "", "C0"),)
 ) -> Figure:
     """Forest plot of effect estimates with CI whiskers. `series` lists (column prefix, legend
-    label, colour) per estimate drawn side by side (e.g. observational and interventional). With
-    one series, colour follows significance: effects whose `significant` flag is set are red and
-    filled, the others grey and hollow. An effect without an estimate (not identified) is marked
-    "not identified" on its row, never left blank. The legend sits under the axes, off the data."""
+    label, colour) per estimate drawn side by side (e.g. observational and interventional): the
+    method is the marker's shape (the colour entry is unused). Colour follows significance in every
+    series: effects whose `significant` flag is set (a second series: whose CI excludes 0) are red and
+    filled, the others grey and hollow. An effect no method estimates is marked "not identified" on
+    its row; one a second method does not identify (`<prefix>identified` false) is marked "n.i." at
+    its place. The x axis names the unit (column `unit`). The legend sits under the axes, off the data."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.0, 3.4 + 0.3 * (len(series) - 1)), layout="constrained")
@@ -49,21 +52,31 @@ def forest_plot(
     ypos = np.arange(len(rows), dtype=float)
     offsets = np.linspace(0.15, -0.15, len(series)) if len(series) > 1 else [0.0]
     missing = np.ones(len(rows), bool)
-    for offset, (prefix, label, colour) in zip(offsets, series):
+    for index, (offset, (prefix, label, _colour)) in enumerate(zip(offsets, series)):
         est = table.loc[rows, prefix + "estimate"].to_numpy(float)
         lo = table.loc[rows, prefix + "ci_low"].to_numpy(float)
         hi = table.loc[rows, prefix + "ci_high"].to_numpy(float)
         missing &= ~np.isfinite(est)
         y = ypos + offset
-        if len(series) > 1:
-            ax.hlines(y, lo, hi, color=colour, lw=2)
-            ax.scatter(est, y, color=colour, zorder=3, label=label)
-            continue
-        sig = table.loc[rows, "significant"].to_numpy(bool) if "significant" in table else np.zeros(len(rows), bool)
+        # colour follows significance in every series (the series' own flag, else its CI excluding 0);
+        # the method is the marker's shape
+        if prefix + "significant" in table:
+            sig = table.loc[rows, prefix + "significant"].fillna(False).to_numpy(bool)
+        else:
+            sig = (lo > 0) | (hi < 0)
+        marker = MARKERS[index % len(MARKERS)]
         ax.hlines(y[sig], lo[sig], hi[sig], color=SIGNIFICANT, lw=2)
         ax.hlines(y[~sig], lo[~sig], hi[~sig], color=NOT_SIGNIFICANT, lw=2)
-        ax.scatter(est[sig], y[sig], color=SIGNIFICANT, zorder=3, label="95% CI excludes 0")
-        ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=NOT_SIGNIFICANT, zorder=3, label="CI covers 0")
+        ax.scatter(est[sig], y[sig], color=SIGNIFICANT, marker=marker, zorder=3)
+        ax.scatter(est[~sig], y[~sig], facecolor="white", edgecolor=NOT_SIGNIFICANT, marker=marker, zorder=3)
+        if len(series) > 1:  # the method's legend entry: its marker, in neutral grey
+            ax.scatter([], [], marker=marker, facecolor="0.3", edgecolor="0.3", label=label)
+            if prefix + "identified" in table:  # a method that does not identify an effect says so on its row
+                for yy in y[~table.loc[rows, prefix + "identified"].fillna(False).to_numpy(bool)]:
+                    ax.text(0.01, yy, f"{label.split(' ')[0]}: n.i.", transform=ax.get_yaxis_transform(), ha="left", va="center",
+                            fontsize=7, style="italic", color="0.35")  # fmt: skip
+    ax.scatter([], [], color=SIGNIFICANT, label="95% CI excludes 0")
+    ax.scatter([], [], facecolor="white", edgecolor=NOT_SIGNIFICANT, label="CI covers 0")
     ax.axvline(0.0, color="0.5", lw=1, ls="--")
     if missing.all():
         ax.set_xlim(-1, 1)
@@ -74,7 +87,7 @@ def forest_plot(
     ax.set_yticks(ypos, rows)
     ax.set_ylim(-0.6, len(rows) - 0.4)
     units = list(dict.fromkeys(table["unit"].dropna().astype(str))) if "unit" in table else []
-    ax.set_xlabel(f"effect in {units[0]} (positive favours x1)" if len(units) == 1 else "effect (positive favours x1)")
+    ax.set_xlabel(f"effect ({units[0]})" if len(units) == 1 else "effect")  # the title says which way is positive
     ax.set_title(title)
     handles, labels = ax.get_legend_handles_labels()
     if handles:

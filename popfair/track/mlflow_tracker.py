@@ -11,10 +11,7 @@ import contextlib
 import functools
 import logging
 import math
-import os
-import shutil
 import subprocess
-import threading
 import time
 import traceback
 import uuid
@@ -26,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from popfair.core.errors import TrackingFailed, require
 from popfair.runtime.secrets import safe_url
-from popfair.track import background
+from popfair.track import background, headline
+from popfair.track.store_template import seed_sqlite_store
 
 if TYPE_CHECKING:
     from popfair.core.types import Plot
 
+EXPERIMENT_OF: dict[str, str] = {}  # run id -> experiment id of the runs this process logged (links)
 MAX_PARAM_CHARS = 500  # long values (job descriptions, pools) live in the config artifact instead
 
 log = logging.getLogger("popfair")
@@ -182,6 +181,7 @@ class MlflowTracker:
         run = client.create_run(
             experiment_id, run_name=run_name, tags={**background.process_tags(), **{k: str(v) for k, v in tags.items()}}
         )
+        EXPERIMENT_OF[run.info.run_id] = experiment_id  # the links the sweep prints
         return run.info.run_id
 
     def finish_parent(
@@ -207,7 +207,7 @@ class MlflowTracker:
         if artifact_dir is not None and Path(artifact_dir).is_dir():
             client.log_artifacts(run_id, str(artifact_dir), artifact_path="report")
         for name, table in (tables or {}).items():
-            client.log_table(run_id, data=table.astype(object).where(table.notna(), None), artifact_file=name)
+            background.write_table(client, run_id, name, table)
         client.set_terminated(run_id, status=status)
 
     def record_failure(
@@ -247,72 +247,6 @@ def _status_for(exc: BaseException) -> str:
     return "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
 
 
-def _template_dir() -> Path | None:
-    """The folder of popfair's on-disk caches (as popfair.population.cache: $POPFAIR_CACHE_DIR,
-    else ~/.cache/popfair; POPFAIR_CACHE_DIR=off: none)."""
-    setting = os.environ.get("POPFAIR_CACHE_DIR", "")
-    if setting.lower() == "off":
-        return None
-    return Path(setting) if setting else Path.home() / ".cache" / "popfair"
-
-
-def seed_sqlite_store(path: Path) -> bool:
-    """Start a new SQLite tracking store at `path` as a copy of an empty store that this MLflow
-    version has already brought to its schema (kept in popfair's cache folder and built on first
-    use), so a new folder does not run MLflow's few dozen schema migrations again: about 3 CPU
-    seconds and, with every migration committed and synced to disk, 2-5 s of waiting on this
-    machine. MLflow then opens the copy as its own (the schema version matches) and adds its
-    Default experiment, as for a store it created. Never replaces an existing file; False (and
-    MLflow creates the store as usual) when there is no cache folder or anything fails."""
-    root = _template_dir()
-    if root is None or path.exists():
-        return False
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        from importlib.metadata import version
-
-        template = root / f"mlflow-{version('mlflow')}-empty-store.db"
-        if not template.is_file():
-            _build_store_template(template)
-        shutil.copyfile(template, tmp)
-        os.link(tmp, path)  # fails if another process created the store meanwhile: theirs is kept
-        return True
-    except Exception as exc:  # noqa: BLE001 - MLflow creates the store itself, as before
-        log.debug("new MLflow store not seeded from a template: %s", exc)
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _build_store_template(template: Path) -> None:
-    """An empty SQLite store at MLflow's current schema: its own table creation and migrations
-    (mlflow.store.db.utils._initialize_tables), without a sync to disk after each migration's
-    commit (PRAGMA synchronous=OFF on this engine only); the finished file is synced once and
-    moved into place atomically."""
-    import sqlalchemy
-    from mlflow.store.db.utils import _initialize_tables
-
-    template.parent.mkdir(parents=True, exist_ok=True)
-    building = template.with_name(f".{template.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    engine = sqlalchemy.create_engine(f"sqlite:///{building}")
-
-    def no_sync_per_commit(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA synchronous=OFF")
-        cursor.close()
-
-    sqlalchemy.event.listen(engine, "connect", no_sync_per_commit)
-    try:
-        _initialize_tables(engine)
-        engine.dispose()
-        with building.open("rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(building, template)
-    finally:
-        engine.dispose()
-        building.unlink(missing_ok=True)
-
-
 @dataclass(frozen=True)
 class DatasetInput:
     """What a run logs as its dataset input: a name, a digest (at most 36 characters, MLflow's limit),
@@ -350,12 +284,19 @@ class RunLogger:
         self._pending: list[Future] = []
         self._started: Future | None = None
         self._ended = False
+        # metrics are held until `end` and split there (popfair.track.headline): the headline as
+        # metrics, the rest as tables; `effects` are the effects table's rows and columns
+        self._metrics: dict[str, float] = {}
+        self._steps: list[tuple[int, int, dict[str, float]]] = []
+        self._effects: dict[str, set[str]] = {}
+        self._opened = time.perf_counter()
 
     @property
     def run_id(self) -> str | None:
         if self._run_id is None and self._started is not None:
             with contextlib.suppress(Exception):  # the error is raised by `end`
-                self._run_id = self._started.result()
+                self._run_id, experiment_id = self._started.result()
+                EXPERIMENT_OF[self._run_id] = experiment_id
         return self._run_id
 
     def _submit(self, fn: Any, *args: Any, wanted: bool = False) -> None:
@@ -374,7 +315,8 @@ class RunLogger:
         metrics: Mapping[str, float] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> None:
-        """Params (values cut to MAX_PARAM_CHARS), finite metrics and tags, in one batch."""
+        """Params (values cut to MAX_PARAM_CHARS) and tags, in one batch; finite metrics are kept for
+        `end`, which logs the headline ones as metrics and the others as tables (popfair.track.headline)."""
         clean = {}
         for key, value in (params or {}).items():
             text = "null" if value is None else str(value)
@@ -383,7 +325,10 @@ class RunLogger:
         tag_text = {k: str(v) for k, v in (tags or {}).items()}
         for kind, values in (("params", clean), ("metrics", finite), ("tags", tag_text)):
             self._logged[kind].update(values)
-        self._submit(background.log_batch, clean, finite, {k: str(v) for k, v in (tags or {}).items()}, _now())
+        if self.token is not None:
+            self._metrics.update(finite)
+        if clean or tag_text:
+            self._submit(background.log_batch, clean, {}, tag_text, _now())
 
     def params(self, params: Mapping[str, Any]) -> None:
         self.log(params=params)
@@ -401,7 +346,8 @@ class RunLogger:
         ]
         for _, _, values in rows:
             self._logged["metrics"].update(values)
-        self._submit(background.log_steps, rows)
+        if self.token is not None:
+            self._steps += rows
 
     def metrics(self, metrics: Mapping[str, float]) -> None:
         self.log(metrics=metrics)
@@ -426,7 +372,11 @@ class RunLogger:
             draw_beside(figure, dpi, background.submit)
 
     def table(self, artifact_file: str, table: Any) -> None:
-        """A DataFrame logged as an MLflow table artifact (JSON, shown by the run page and compare view)."""
+        """A DataFrame logged as an MLflow table artifact (JSON, shown by the run page and compare view).
+        One with an `effect` column is the run's effects table: its cells are not logged again."""
+        if "effect" in getattr(table, "columns", ()):
+            for effect in table["effect"]:
+                self._effects.setdefault(str(effect), set()).update(str(c) for c in table.columns if c != "effect")
         self._submit(background.log_table, artifact_file, table)  # effects.csv holds the same, kept on failure
 
     def dataset(self, dataset: DatasetInput) -> None:
@@ -447,6 +397,8 @@ class RunLogger:
         artifact error.txt first. Returns the run id; a second call does nothing."""
         if self.token is None or self._ended:
             return self.run_id
+        with contextlib.suppress(RuntimeError):
+            self._log_held()
         error: BaseException | None = None
         for future in self._pending:
             try:
@@ -468,6 +420,22 @@ class RunLogger:
             return self.run_id
         background.submit(background.end_run, self.token, status).result()
         return self.run_id
+
+    def _log_held(self) -> None:
+        """The held metrics, split (popfair.track.headline): at most MAX_METRICS as metrics, with the
+        run's total time (`time.total_s`, from its start to here), the rest as tables."""
+        metrics = {"time.total_s": time.perf_counter() - self._opened, **self._metrics}
+        self._logged["metrics"]["time.total_s"] = metrics["time.total_s"]
+        top, tables = headline.split(metrics, self._effects)
+        charted, tabled = headline.split_steps(self._steps, headline.MAX_METRICS - len(top))
+        if charted:
+            self._submit(background.log_steps, charted)
+        if tabled:
+            tables[headline.STEPS_TABLE] = headline.steps_table(tabled)
+        self._submit(background.log_batch, {}, top, {}, _now())
+        for name, frame in tables.items():
+            self._submit(background.log_table, name, frame)
+        self._metrics, self._steps = {}, []
 
     def _kept_locally(self, error: BaseException) -> BaseException:
         """The tracking store failed: write what was queued (artifacts, params, metrics, tags) to

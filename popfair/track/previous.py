@@ -57,10 +57,13 @@ def previous_run(reference: str, tracking_uri: str | None) -> PreviousRun:
     from mlflow.exceptions import MlflowException
 
     try:
-        run = MlflowClient(tracking_uri).get_run(reference)
+        run = MlflowClient(tracking_uri).get_run(reference)  # its tables hold what is not a metric
     except MlflowException as exc:
         raise ConfigError(
             f"plan.from_run: no run {reference!r} in the MLflow store {safe_url(tracking_uri)} "
             f"({str(exc).splitlines()[0][:120]}); give a run id from `mlflow ui` or a run's artifact folder"
         ) from None
-    return PreviousRun(f"MLflow run {reference[:12]}", dict(run.data.metrics))
+    from popfair.track.headline import logged_metrics
+
+    client = MlflowClient(tracking_uri)
+    return PreviousRun(f"MLflow run {reference[:12]}", logged_metrics(client, run))

@@ -113,7 +113,7 @@ class RatioInference:
             kept = ", ".join(label(str(c)) for c in survive.index) or "none"
             lines.append(
                 f"Of the {len(flagged)} {'category' if len(flagged) == 1 else 'categories'} flagged under "
-                f"{self.flag_below:g}, the flags that survive this test (adjusted p <= {self.alpha:g}): {kept}."
+                f"{self.flag_below:g}, the flags that survive this test (adjusted p <= {self.alpha:g}, and a CI below 1): {kept}."
             )
         return " ".join(lines)
 
@@ -175,11 +175,37 @@ def ratio_block(
             "flag": flag,
             "flag_ci": flag & (ratio_ci[1] < flag_below),
             "p_adjusted": p_adjusted,
-            "flag_survives": flag & (p_adjusted <= alpha),
+            # one verdict per row: the permutation test rejects AND the simultaneous CI excludes 1
+            # (each holds its level; a flag both confirm holds it too). Where the two disagree the
+            # row's `verdict_note` says so (`verdict_notes`)
+            "flag_survives": flag & (p_adjusted <= alpha) & (ratio_ci[1] < 1),
         },
         index=pd.Index(list(categories), name="category"),
     )
+    table["verdict_note"] = verdict_notes(table, alpha)
     return table, tests
+
+
+def verdict_notes(table: pd.DataFrame, alpha: float) -> list[str]:
+    """Per category, one sentence where the reference-aware permutation test and the simultaneous
+    bootstrap CI disagree about "no difference" (else ""): the flag survives only where both reject."""
+    notes = []
+    for row in table.itertuples():
+        rejects = bool(row.p_adjusted <= alpha)
+        excludes = bool(row.ci_high < 1)
+        if row.flag and rejects and not excludes:
+            notes.append(
+                f"the permutation test rejects no difference (adjusted p {row.p_adjusted:.3g}), but the CI, "
+                "simultaneous over every pair of categories and so wider, reaches 1: the flag is not confirmed"
+            )
+        elif row.flag and excludes and not rejects and np.isfinite(row.p_adjusted):
+            notes.append(
+                f"the CI excludes 1, but the permutation test (adjusted p {row.p_adjusted:.3g}), which "
+                "accounts for the lowest of all ratios being chosen, does not reject: the flag is not confirmed"
+            )
+        else:
+            notes.append("")
+    return notes
 
 
 def simultaneous_ratio_ci(

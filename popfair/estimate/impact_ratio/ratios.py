@@ -369,6 +369,7 @@ RESULT_COLUMNS = [
     "flag_ci",
     "p_adjusted",
     "flag_survives",
+    "verdict_note",  # where the test and the CI disagree, in one sentence (inference.verdict_notes)
 ]
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from popfair.core.formats import decisive_percent
 from popfair.core.types import Effects, Plot
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.impact_ratio.labels import (
@@ -60,14 +61,17 @@ class ImpactRatios:
             f"{lo:.3f} - {hi:.3f}" if np.isfinite(lo) and np.isfinite(hi) else ""
             for lo, hi in zip(t["ci_low"], t["ci_high"])
         ]
-        share_pct = (t["share"] * 100).round(2)
+        cut = self.settings.min_category_share
+        share_pct = [
+            decisive_percent(s, cut) for s in t["share"]
+        ]  # 1.9986% prints 1.999%, not "2.00%", under a 2% rule
         notes = np.select(
             [t["status"] == "unknown", t["status"] == "excluded", t["is_reference"], t["small"]],
             [
                 "unknown category: not in the ratios",
-                [f"excluded: {s}% of sample (< {self.settings.min_category_share * 100:g}%)" for s in share_pct],
+                [f"excluded: {s} of sample (< {cut * 100:g}%)" for s in share_pct],
                 "reference (highest rate)",
-                [f"small: {s}% of sample, kept" for s in share_pct],
+                [f"small: {s} of sample, kept" for s in share_pct],
             ],
             default="",
         )
@@ -87,7 +91,10 @@ class ImpactRatios:
                 "fisher_p": t["fisher_p"].round(4),
                 "z": t["z"].round(2),
                 "z_p": t["z_p"].round(4),
-                "note": notes,
+                "note": [
+                    "; ".join(part for part in (str(n), str(v or "")) if part and part != "nan")
+                    for n, v in zip(notes, t.get("verdict_note", pd.Series("", index=t.index)))
+                ],
             }
         )
         return out.reset_index(drop=True)
@@ -153,6 +160,11 @@ class ImpactRatios:
         for (metric, dimension), block in self.included().groupby(["metric", "dimension"], sort=False):
             prefix = f"ll144.{metric}.{dimension}"
             out[f"{prefix}.min_ratio"] = float(block["impact_ratio"].min())
+            if block["impact_ratio"].notna().any():  # the lowest ratio's CI and verdict: the run list's headline
+                lowest = block.loc[block["impact_ratio"].idxmin()]
+                out[f"{prefix}.min_ratio_ci_low"] = float(lowest["ci_low"])
+                out[f"{prefix}.min_ratio_ci_high"] = float(lowest["ci_high"])
+                out[f"{prefix}.min_ratio_flag_survives"] = float(bool(lowest["flag_survives"]))
             out[f"{prefix}.n_flagged"] = float(block["flag"].sum())
             out[f"{prefix}.n_flags_surviving"] = float(block["flag_survives"].sum())
             for row in block.itertuples():
@@ -181,7 +193,8 @@ class ImpactRatios:
                     f"{len(compared)} categories compared, lowest {worst['dimension']}="
                     f"{worst['category']} {worst['impact_ratio']:.2f} "
                     f"[{worst['ci_low']:.2f}, {worst['ci_high']:.2f}]; "
-                    f"{int(flagged['flag_survives'].sum())} survive the test of no difference"
+                    f"{int(flagged['flag_survives'].sum())} confirmed (the test of no difference rejects "
+                    "and the CI excludes 1)"
                 )
         return labels
 

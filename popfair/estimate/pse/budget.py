@@ -206,7 +206,7 @@ def world_plan(
         extra.update({f"n_needed.{e}": float(v) for e, v in needs.items() if v is not None})
         if all(v is not None for v in needs.values()):
             needed = max(int(v or 0) for v in needs.values())
-    detail = ", ".join(f"{e} {v:.2f}" for e, v in mdes.items()) + " points"
+    detail = ", ".join(f"{e} {v:.3g}" for e, v in mdes.items()) + " points"  # 3 digits: TF-IDF MDEs are 0.02
     assumptions = (
         assumed,
         f"{n:,} of {eligible:,} applicants' five worlds screened (a simple random sample), combined with "

@@ -173,9 +173,31 @@ class _EffectRows(list):
         )
 
     def table(self) -> pd.DataFrame:
+        """One verdict per row: `significant` where the CI excludes the null, which each row's p-value
+        inverts (normal rows: the same z; top-1 shares: Clopper-Pearson and the central binomial test);
+        an impact ratio is significant where both its reference-aware test and its CI say so."""
         table = pd.DataFrame(self).set_index("effect")
-        table["significant"] = (table["ci_low"] > table["null"]) | (table["ci_high"] < table["null"])
+        by_ci = (table["ci_low"] > table["null"]) | (table["ci_high"] < table["null"])
+        own = table["significant"] if "significant" in table else pd.Series(np.nan, index=table.index)
+        table["significant"] = own.where(own.notna(), by_ci).astype(bool)
         return table
+
+
+def normal_p(estimate: np.ndarray, se: np.ndarray, null: float) -> np.ndarray:
+    """Two-sided p of estimate = null under the normal law: the test a mean +/- z se CI inverts."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 2 * stats.norm.sf(np.abs((np.asarray(estimate) - null) / np.asarray(se)))
+
+
+def binomial_share(selected: int, n: int, null: float, alpha: float) -> tuple[float, float, float, float, float]:
+    """A share selected/n against `null`: (share, se, Clopper-Pearson CI, central two-sided exact
+    binomial p): the null lies outside the CI exactly when p <= alpha."""
+    share = selected / n if n else np.nan
+    se = float(np.sqrt(share * (1 - share) / n)) if n else np.nan
+    low = float(stats.beta.ppf(alpha / 2, selected, n - selected + 1)) if selected > 0 else 0.0
+    high = float(stats.beta.ppf(1 - alpha / 2, selected + 1, n - selected)) if selected < n else 1.0
+    tails = min(float(stats.binom.cdf(selected, n, null)), float(stats.binom.sf(selected - 1, n, null)))
+    return share, se, low, high, min(1.0, 2 * tails)
 
 
 def ranking_effects(
@@ -261,11 +283,14 @@ def _top1_effects(trials: RankTrials, rows: _EffectRows, **inference: Any) -> Ra
     )
     ratios = impact_ratio_inference(counts, **inference)
     table = ratios.table
+    alpha = float(inference.get("alpha", 0.05))
+    for g in groups:
+        r = table.loc[g]  # each trial has one top-1 candidate: the group's count is binomial under the null
+        share, se, low, high, p = binomial_share(int(r["selected"]), int(r["n"]), 1 / k, alpha)
+        rows.add(f"top1.{slug(g)}", share, se, low, high, 1 / k, p_value=p)
     for g in groups:
         r = table.loc[g]
-        rows.add(f"top1.{slug(g)}", r["rate"], np.nan, r["rate_ci_low"], r["rate_ci_high"], 1 / k)
-    for g in groups:
-        r = table.loc[g]
+        p_adjusted = float(r["p_adjusted"])
         rows.add(
             f"impact_ratio.{slug(g)}",
             r["impact_ratio"],
@@ -274,7 +299,9 @@ def _top1_effects(trials: RankTrials, rows: _EffectRows, **inference: Any) -> Ra
             r["ci_high"],
             1.0,
             flag=bool(r["flag"]),
-            p_value=r["p_adjusted"],
+            p_value=p_adjusted,
+            # the reference-aware test and the simultaneous CI agree, or it is not called significant
+            significant=bool(p_adjusted <= alpha and r["ci_high"] < 1),
         )
     return ratios
 
@@ -284,15 +311,25 @@ def _rank_effects(trials: RankTrials, rows: _EffectRows, reference: str, alpha: 
     k, n, groups = trials.k, len(trials.rank), trials.groups
     filled = trials.filled_rank()
     mean, se, low, high = trial_mean(filled, alpha)
+    p = normal_p(mean, se, (k + 1) / 2)
     for i, g in enumerate(groups):
-        rows.add(f"mean_rank.{slug(g)}", mean[i], se[i], low[i], high[i], (k + 1) / 2)
+        rows.add(f"mean_rank.{slug(g)}", mean[i], se[i], low[i], high[i], (k + 1) / 2, p_value=p[i])
     ref = groups.index(reference)
     above = (filled[:, :, None] < filled[:, None, :]) + 0.5 * (filled[:, :, None] == filled[:, None, :])
     pair_mean, pair_se, pair_low, pair_high = trial_mean(above.reshape(n, k * k).astype(float), alpha)
     for i, g in enumerate(groups):
         if i != ref:
             j = i * k + ref
-            rows.add(f"above.{slug(g)}_vs_{slug(reference)}", pair_mean[j], pair_se[j], pair_low[j], pair_high[j], 0.5)
+            p_pair = float(normal_p(pair_mean[j], pair_se[j], 0.5))
+            rows.add(
+                f"above.{slug(g)}_vs_{slug(reference)}",
+                pair_mean[j],
+                pair_se[j],
+                pair_low[j],
+                pair_high[j],
+                0.5,
+                p_value=p_pair,
+            )
     pairwise = pd.DataFrame(pair_mean.reshape(k, k), index=groups, columns=groups)
     pairwise.index.name = "P(row ranked above column)"
     return pairwise
@@ -306,5 +343,6 @@ def _position_effects(trials: RankTrials, rows: _EffectRows, alpha: float) -> No
     rows_won, groups_won = np.nonzero(winner)
     shown_first[rows_won, trials.position[rows_won, groups_won] - 1] = 1.0
     mean, se, low, high = trial_mean(shown_first[winner.any(axis=1)], alpha)
+    p_values = normal_p(mean, se, 1 / k)
     for p in range(k):
-        rows.add(f"top1_position.{p + 1}", mean[p], se[p], low[p], high[p], 1 / k)
+        rows.add(f"top1_position.{p + 1}", mean[p], se[p], low[p], high[p], 1 / k, p_value=p_values[p])
