@@ -156,8 +156,8 @@ def test_written_report_panel_matches_statsmodels_and_scipy(store, tmp_path):
     gender = [PANEL[m][2] for m in PANEL]
     r = stats.pearsonr(race, gender).statistic
     assert f"{r:.4g}" in page  # the correlation table
-    # overview, 4 forest plots, photo, panel forest, gaps, race vs gender
-    assert page.count("data:image/png;base64,") == 1 + 4 + 1 + 1 + 2
+    # overview, every case's forest on one x scale, 4 forest plots, photo, panel forest, gaps, race vs gender
+    assert page.count("data:image/png;base64,") == 1 + 1 + 4 + 1 + 1 + 2
     # read top down: every case at a glance, the pattern counts, then the detail; the panel's forest
     # of models before its tables
     order = ["All cases at a glance", "Cases per discrimination pattern", "Effects per case", "Forest plots per case"]

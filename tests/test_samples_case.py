@@ -14,6 +14,7 @@ from scipy import stats
 
 from popfair.core.types import Roles
 from popfair.estimate.gap.paired import PairedGap, paired_gap
+from popfair.track.headline import search_logged_runs
 from tests.conftest import popfair_in_process
 from tests.test_screen_served import MODEL, vllm_stub
 
@@ -69,7 +70,7 @@ def test_a_paired_case_with_three_answers_per_prompt_reports_the_noise(tmp_path)
         assert set(stub.state.choices.values()) == {3} and set(stub.state.n_requested) == {3}
     assert "3 answers per prompt" in out.stderr + out.stdout
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    run = mlflow.search_runs(experiment_names=["popfair"]).iloc[0]
+    run = search_logged_runs(experiment_names=["popfair"]).iloc[0]
     assert run["metrics.screen.samples"] == 3 and run["metrics.screen.noise_prompts"] == n_prompts
     assert 0.5 < run["metrics.screen.noise_share"] <= 1  # the stub's answers at T=1 are mostly noise
     assert run["metrics.mcnemar_used"] == 0.0

@@ -19,6 +19,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from popfair.track.headline import search_logged_runs
 from tests.llm_stub import StubServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ def run_exists(cwd: Path) -> bool:
 
 def killed_run(cwd: Path):
     mlflow.set_tracking_uri(f"sqlite:///{cwd}/mlruns/mlflow.db")
-    return mlflow.search_runs(experiment_names=["popfair"], order_by=["start_time DESC"])
+    return search_logged_runs(experiment_names=["popfair"], order_by=["start_time DESC"])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -11,6 +11,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from popfair.track.headline import search_logged_runs
 from tests.llm_stub import StubServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_sentinel_key_appears_nowhere_under_outputs_or_mlruns(tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
         assert stub.state.requests >= 150  # the case really called the (stub) API with the key
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    run = mlflow.search_runs(experiment_names=["popfair"]).iloc[0]
+    run = search_logged_runs(experiment_names=["popfair"]).iloc[0]
     assert run["params.screener.api_key_env"] == "OPENAI_API_KEY"
     # what the papers leave unstated is tagged as popfair's choice (docs/replication.md)
     assert "popfair's assignment" in run["tags.popfair_choice.route"]

@@ -10,6 +10,7 @@ import pandas as pd
 
 from popfair.case.population import PopulationCase
 from popfair.sweep import plan
+from popfair.track.headline import search_logged_runs
 from tests.conftest import compose_config
 from tests.llm_stub import StubServer
 from tests.test_cli import popfair
@@ -66,7 +67,7 @@ def test_joblib_sweep_answers_every_distinct_prompt_once(tmp_path, monkeypatch):
     assert set(answered.values()) == {1}  # nothing paid twice, across the two worker processes
     assert len(answered) == planned  # the plan's "after cache sharing" figure came true
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    runs = mlflow.search_runs(experiment_names=["popfair"])
+    runs = search_logged_runs(experiment_names=["popfair"])
     children = runs[runs["tags.popfair.sweep"] != "parent"]
     assert len(children) == 4 and (children["status"] == "FINISHED").all()
     assert children["metrics.screen.answered"].sum() == planned

@@ -14,6 +14,7 @@ from pathlib import Path
 import mlflow
 
 from hydra_plugins.popfair_launcher.joblib_launcher import death_reason
+from popfair.track.headline import search_logged_runs
 from tests.llm_stub import StubServer
 from tests.test_cli import ROOT
 
@@ -90,7 +91,7 @@ def test_a_killed_worker_fails_only_its_case_and_the_rerun_completes_it(tmp_path
         assert "TerminatedWorkerError" not in err and "Traceback" not in err
 
         mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-        runs = mlflow.search_runs(experiment_names=["popfair"])
+        runs = search_logged_runs(experiment_names=["popfair"])
         children = runs[runs["tags.popfair.sweep"] != "parent"]
         assert sorted(children["status"]) == ["FAILED", "FINISHED"]
         assert children.loc[children["status"] == "FAILED", "tags.error"].str.contains("SIGKILL").all()
@@ -105,7 +106,7 @@ def test_a_killed_worker_fails_only_its_case_and_the_rerun_completes_it(tmp_path
     # nothing was asked twice: the rerun asked only what the dead worker had not been answered
     assert set(stub.state.answered.values()) == {1}
     assert sum(stub.state.answered.values()) > answered_first
-    runs = mlflow.search_runs(experiment_names=["popfair"])
+    runs = search_logged_runs(experiment_names=["popfair"])
     latest = runs[(runs["tags.popfair.sweep"] != "parent") & (runs["status"] == "FINISHED")]
     assert len(latest) == 3  # the first sweep's live case and both cases of the rerun
     rerun_cases = latest.sort_values("start_time").iloc[1:]

@@ -52,7 +52,8 @@ def test_the_run_is_complete_when_the_case_returns(tmp_path):
     assert run.data.metrics["n_rows"] == 300 and "time.estimate_s" in logged and len(run.data.metrics) <= 40
     assert set(result.effects.metrics) <= set(logged)
     assert run.data.tags["pattern"] and run.data.tags["case_name"] == experiment.case_name()
-    assert run.data.tags["mlflow.runName"] == experiment.case_name()
+    # the run name leads with what runs are compared by: the screener, then the case's other parts
+    assert run.data.tags["mlflow.runName"] == experiment.mlflow_name == "tfidf-nurse-gender-text-outcome_gap"
     assert run.data.tags["mlflow.source.name"] and run.data.tags["mlflow.user"]  # as mlflow.start_run sets
     profiles = result.profiles
     assert profiles is not None

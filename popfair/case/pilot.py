@@ -42,6 +42,14 @@ def measures_pilot(experiment: Any) -> bool:
     )
 
 
+def piloted_power(experiment: Any, profiles: Any) -> Any:
+    """The case's power settings, with an offline screener's pilot of its own applicants and worlds as
+    the previous run the plan scales: the dry run, `popfair doctor` and the run then state their MDE
+    on the same score scale and world correlation."""
+    found = pilot_run(experiment, profiles)
+    return experiment.power if found is None else dataclasses.replace(experiment.power, previous=found)
+
+
 def run_power(experiment: Any, metrics: dict[str, float]) -> Any:
     """The power settings a run states its line with: where its dry run measured a pilot
     (`measures_pilot`) and the run measured its own world variance, the run itself as the previous

@@ -96,3 +96,16 @@ def table_categories(counts: Any, protected: str) -> pd.DataFrame:
     table = table.drop(index="unknown", errors="ignore")
     table.index.name = attribute
     return table
+
+
+def answers_note(screener: Any, power: Any, total: Any) -> str:
+    """Whether, for the same money, more answers per prompt or more units buy more precision: only
+    where the noise share is known (plan.noise_share, plan.from_run) and the screener prices its
+    answers (`Screener.answer_costs` of the plan's `total`)."""
+    from popfair.estimate.power import answers_or_units
+
+    noise = None if power is None else power.extra.get("noise_share")
+    costs = screener.answer_costs(total)
+    if noise is None or costs is None or costs[0] <= 0:
+        return ""
+    return answers_or_units(noise, screener.samples, costs[0], costs[1], power.units)

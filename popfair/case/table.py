@@ -39,6 +39,7 @@ from popfair.design.table.source import open_source
 from popfair.estimate.base import Estimator, with_units
 from popfair.estimate.power import PowerPlan
 from popfair.population.protected import ProtectedAttribute
+from popfair.runtime.paths import output_dir
 from popfair.runtime.version import __version__
 from popfair.track.mlflow_tracker import MlflowTracker, flatten, git_commit
 
@@ -160,7 +161,7 @@ class TableCase:
                 group: settings.config.get(group) for group in (*CONFIG_GROUPS, "seed") if group in settings.config
             },
             audit_report=settings.audit_report != False,  # noqa: E712 - auto: an existing table is what LL144 audits
-            report_dir=_output_dir(),
+            report_dir=output_dir(),
             power=settings.power or CasePower.of(),
             parent_run_id=settings.context.parent_run_id,
             tags=dict(settings.context.tags),
@@ -491,12 +492,3 @@ def _impact_ratios(estimator: Any, counts: TableCounts) -> Any:
         cluster=None if counts.cluster is None else "cluster",
         settings=estimator.settings,
     )
-
-
-def _output_dir() -> Path:
-    """Hydra's output folder of this case (where table_report.csv goes); the working folder outside Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return Path.cwd()

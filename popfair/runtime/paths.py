@@ -34,3 +34,13 @@ def find_conf_dir() -> Path:
 
 
 CONF_DIR = find_conf_dir()
+
+
+def output_dir() -> Path:
+    """Hydra's output folder of this case (where a table audit's table_report.csv goes); the working
+    folder outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path.cwd()

@@ -25,12 +25,14 @@ from typing import Any
 
 import pandas as pd
 
+from popfair.case import pilot
 from popfair.case.base import CasePlan
 from popfair.case.population import PopulationCase
+from popfair.case.power_plan import answers_note
 from popfair.core.types import WORLD, CallPlan, Document, Job, Profiles
 from popfair.design.base import ScoreScale
 from popfair.estimate import registry
-from popfair.estimate.power import PowerPlan, answers_or_units
+from popfair.estimate.power import PowerPlan
 from popfair.population.cache import cached_path, keep_frame, read_kept_frame
 from popfair.population.worlds import CounterfactualPopulation
 from popfair.render.base import Renderer, displayed_attributes
@@ -202,7 +204,7 @@ class Planner:
                     str(plan_note(profiles)) if plan_note else "",
                     self.estimator_costs(experiment, profiles, total, documents, power),
                     _sequential_note(experiment),
-                    _answers_note(experiment, power, total),
+                    answers_note(experiment.screener, power, total),
                 )
                 if n
             ),
@@ -356,7 +358,7 @@ class Planner:
             scale = ScoreScale.of_range(*score_range)
             self.power[key] = (
                 profiles,
-                piloted_power(experiment, profiles).plan(design, profiles, scale, experiment.estimator, samples),
+                pilot.piloted_power(experiment, profiles).plan(design, profiles, scale, experiment.estimator, samples),
             )
         return self.power[key][1]
 
@@ -445,28 +447,6 @@ def _with_delta(plan: CallPlan, delta: CallPlan) -> CallPlan:
         input_tokens=plan.input_tokens + plan.calls * delta.input_tokens,
         cost_usd=plan.cost_usd + plan.calls * delta.cost_usd,
     )
-
-
-def _answers_note(experiment: PopulationCase, power: Any, total: CallPlan) -> str:
-    """Whether, for the same money, more answers per prompt or more units buy more precision (issue
-    59): only where the noise share is known and the screener prices its answers."""
-    noise = None if power is None else power.extra.get("noise_share")
-    costs = experiment.screener.answer_costs(total)
-    if noise is None or costs is None or costs[0] <= 0:
-        return ""
-    return answers_or_units(noise, experiment.screener.samples, costs[0], costs[1], power.units)
-
-
-def piloted_power(experiment: Any, profiles: Any) -> Any:
-    """The case's power settings, with an offline screener's pilot of its own applicants and worlds as
-    the previous run the plan scales (popfair.case.pilot): the dry run, `popfair doctor` and the run
-    then state their MDE on the same score scale and world correlation."""
-    import dataclasses
-
-    from popfair.case.pilot import pilot_run
-
-    pilot = pilot_run(experiment, profiles)
-    return experiment.power if pilot is None else dataclasses.replace(experiment.power, previous=pilot)
 
 
 def _sequential_note(experiment: PopulationCase) -> str:

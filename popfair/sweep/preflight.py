@@ -195,8 +195,8 @@ class Preflight:
 
         def power() -> list[tuple[str, Check]]:
             design = experiment.design.name if experiment.design is not None else "population"
+            from popfair.case.pilot import piloted_power
             from popfair.design.base import ScoreScale
-            from popfair.sweep.plan import piloted_power
 
             scale = ScoreScale.of_range(*experiment.screener.score_range)  # no scores before the run
             sample = experiment.sample()

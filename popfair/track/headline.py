@@ -39,6 +39,9 @@ BASE = (
     "n_rows",
     "screen.requests",
     "screen.cost_usd",
+    "screen.noise_share",  # the screener's own noise (screener.samples > 1) and its determinism check
+    "screen.flip_rate",
+    "served.prefix_cache_hit_rate",  # route=local: how much of the shared prompt prefix the engine reused
     "time.total_s",
     "sequential.anytime_estimate",
     "sequential.anytime_low",
@@ -241,3 +244,21 @@ def logged_metrics(client: Any, run: Any) -> dict[str, float]:
             os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = shown
     effects = tables.pop("effects_table.json", None)
     return {**restore(tables, effects), **metrics}
+
+
+def search_logged_runs(*args: Any, **kwargs: Any) -> Any:
+    """`mlflow.search_runs` (same arguments, pandas output) with every number each run logged as a
+    `metrics.<name>` column: its headline metrics and its tables' cells (`logged_metrics`), so a
+    frame across runs holds what the run list leaves out (`screen.answered`, `ll144.*`, ...)."""
+    import mlflow
+    import pandas as pd
+
+    runs = mlflow.search_runs(*args, **kwargs)
+    if runs.empty:
+        return runs
+    client = mlflow.MlflowClient()
+    logged = pd.DataFrame(
+        [{f"metrics.{k}": v for k, v in logged_metrics(client, client.get_run(r)).items()} for r in runs["run_id"]],
+        index=runs.index,
+    )
+    return pd.concat([runs.drop(columns=[c for c in logged.columns if c in runs]), logged], axis=1)
