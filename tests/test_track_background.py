@@ -19,7 +19,7 @@ import yaml
 from mlflow import MlflowClient
 
 from popfair.case.population import PopulationCase
-from popfair.track.headline import logged_metrics
+from popfair.track.headline import in_effects_table, logged_metrics, split_name
 from popfair.track.mlflow_tracker import MAX_PARAM_CHARS, MlflowTracker, flatten
 from tests.conftest import compose_config
 
@@ -65,6 +65,11 @@ def test_the_run_is_complete_when_the_case_returns(tmp_path):
         expected |= set(result.audit.artifacts)
     if result.notes:
         expected.add("notes.txt")
+    # the numbers that are not headline metrics, one MLflow table per first name segment
+    columns = {str(effect): [str(c) for c in table.columns] for effect in table.index}
+    rest = [k for k in logged if k not in run.data.metrics and not in_effects_table(k, columns)]
+    expected |= {f"metrics/{split_name(k)[0]}.json" for k in rest}
+    assert {"metrics/ll144.json", "metrics/time.json"} <= expected
     assert _artifacts(client, result.run_id) == expected  # each written once, nothing else
     folder = Path(mlflow.artifacts.download_artifacts(run_id=result.run_id, tracking_uri=experiment.tracker.uri))
     pd.testing.assert_frame_equal(pd.read_parquet(folder / "scored.parquet"), result.scored, check_dtype=False)
