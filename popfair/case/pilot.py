@@ -25,17 +25,15 @@ from popfair.design.base import PreviousRun
 
 log = logging.getLogger("popfair")
 
-OFFLINE_SCREENERS = ("TfidfScreener", "EmbeddingScreener", "SimulatedScreener")  # free and local to ask
 PILOT_APPLICANTS = 200
 
 
 def measures_pilot(experiment: Any) -> bool:
     """Whether the case's plan measures its own pilot: an offline screener, no pilot SD (plan.sd) or
     previous run (plan.from_run) given, and worlds drawn (the counterfactual design)."""
-    power = getattr(experiment, "power", None)
+    power = experiment.power
     return (
-        type(getattr(experiment, "screener", None)).__name__ in OFFLINE_SCREENERS
-        and power is not None
+        experiment.screener.costs_nothing
         and power.settings.enabled
         and power.settings.sd is None
         and power.previous is None
@@ -64,7 +62,7 @@ def run_power(experiment: Any, metrics: dict[str, float]) -> Any:
 def pilot_run(experiment: Any, profiles: Any, n: int = PILOT_APPLICANTS) -> PreviousRun | None:
     """The pilot as a previous run: `counterfactual.n` and each effect's `<effect>.se` (the SD of its
     per-applicant contrast over the pilot / sqrt(n)); None where no pilot applies or it fails."""
-    if not measures_pilot(experiment) or getattr(profiles, "worlds", None) is None or profiles.outcome != "score":
+    if not measures_pilot(experiment) or profiles.worlds is None or profiles.outcome != "score":
         return None
     try:
         return _pilot(experiment, profiles, n)

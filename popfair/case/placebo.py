@@ -21,6 +21,7 @@ from popfair.core.types import FACTUAL, WORLD, Document, Effects, Profiles
 from popfair.design.ranking.trials import TRIAL
 from popfair.estimate.base import unit_of
 from popfair.estimate.controls.placebo import comparison_notes, demographic_effects, placebo_table
+from popfair.population.base import GroupsColumns
 from popfair.render.base import render_all
 from popfair.render.placebo import (
     EDITABLE_KINDS,
@@ -147,7 +148,7 @@ def within_group_rows(
     """The rows at `taken`, each with the proxies R and qualifications B (and the raw columns they are
     grouped from) of a donor: another factual applicant with the same job, X and Z, chosen by a hash of
     (applicant, seed). Rows without such a donor stay as they are (False in the second value)."""
-    grouped = dict(getattr(population, "grouped_from", {}) or {})
+    grouped = dict(population.grouped_from) if isinstance(population, GroupsColumns) else {}
     role_columns = [*roles.r, *roles.b]
     donated = [c for c in dict.fromkeys(role_columns + [grouped[c] for c in role_columns if c in grouped]) if c in rows]
     keys = [c for c in ("job_id", roles.x, *roles.z) if c in rows]

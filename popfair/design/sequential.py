@@ -72,8 +72,7 @@ class SequentialSettings:
             raise ConfigError(f"sequential.alpha: must be in (0, 0.5), got {s.alpha!r}")
         if s.on and (s.looks is None) == (s.batch is None):
             raise ConfigError("sequential.looks / sequential.batch: set exactly one (the other null)")
-        for key in ("looks", "batch"):
-            value = getattr(s, key)
+        for key, value in (("looks", s.looks), ("batch", s.batch)):
             if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ConfigError(f"sequential.{key}: must be a positive integer or null, got {value!r}")
         if s.threshold is not None and not _number(s.threshold):

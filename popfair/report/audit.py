@@ -31,6 +31,7 @@ import pandas as pd
 from popfair.core.types import Effects
 from popfair.data import DATA_DIR
 from popfair.estimate.impact_ratio.table import ImpactRatios
+from popfair.population.base import population_name
 from popfair.report.document import Block, to_html, to_markdown, to_pdf
 from popfair.report.effects import effects_blocks
 from popfair.report.ll144 import AuditData, ll144_blocks
@@ -64,6 +65,8 @@ class RunResult(Protocol):
     run_id: str | None
     screening: dict[str, float]
     data_sha256: str
+    sequential: Any  # a sequential case's looks (popfair.case.looks), else None
+    power: Any  # the power plan (config plan.*), else None
 
 
 class TableCase(Protocol):
@@ -95,7 +98,7 @@ MAX_PROBLEMS = 50
 
 def impact_ratios_of(effects: Effects | None) -> ImpactRatios | None:
     """The impact-ratio result behind an estimator's effects, when it has one."""
-    detail = getattr(effects, "detail", None)
+    detail = None if effects is None else effects.detail
     return detail if isinstance(detail, ImpactRatios) else None
 
 
@@ -174,7 +177,7 @@ def audit_blocks(experiment: GeneratedCase, result: RunResult, out: Path, audit_
     x0, x1 = roles.get("x0", "x0"), roles.get("x1", "x1")
     n, failed = len(scored), int(scored["error"].notna().sum())
     from_cache = int(result.screening.get("screen.rows_from_cache", 0))
-    population = getattr(experiment.population, "name", type(experiment.population).__name__)
+    population = population_name(experiment.population)
     facts = _header_facts(_tool_name(screener), audit_date, result.run_id)
     facts["Data"] = f"test data: {n:,} applicants popfair generated (population {population}, seed {experiment.seed})"
     if result.data_sha256:  # the digest the run's dataset input carries (its first 16 characters)
@@ -231,7 +234,7 @@ def audit_blocks(experiment: GeneratedCase, result: RunResult, out: Path, audit_
         ),
     ]
     blocks += noise_blocks(result.screening)
-    sequential = getattr(result, "sequential", None)  # a sequential case: its looks, stop, both intervals
+    sequential = result.sequential  # a sequential case: its looks, stop, both intervals
     if sequential is not None:
         blocks += [
             Block("h2", "Sequential audit: looks and stopping"),
@@ -278,7 +281,7 @@ def audit_blocks(experiment: GeneratedCase, result: RunResult, out: Path, audit_
 
 def power_blocks(result: Any) -> list[Block]:
     """What the audit can and cannot detect at its n (config plan.*), in plain words; nothing without a plan."""
-    power = getattr(result, "power", None)
+    power = result.power
     if power is None:
         return []
     return [Block("h2", "What this audit can and cannot detect"), Block("text", power.sentence())]

@@ -126,7 +126,8 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     rows = []
     for run in runs[runs["status"] == "FINISHED"].itertuples(index=False):
         metrics: dict[str, float] = run.metrics
-        hidden = getattr(run, "not_identified", None) or {}  # not identified: a tag with the reason, no number
+        fields = run._asdict()
+        hidden = fields.get("not_identified") or {}  # not identified: a tag with the reason, no number
         # (runs logged before the tags: `<effect>.identified` = 0)
         effects = list(
             dict.fromkeys(
@@ -138,12 +139,12 @@ def effects_long(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
             values = {k[len(effect) + 1 :]: v for k, v in metrics.items() if k.startswith(effect + ".")}
             if effect in hidden:
                 values["identified"] = 0.0
-            row = {c: getattr(run, c) for c in CASE_COLUMNS if c not in ("status", "error")}
+            row = {c: fields[c] for c in CASE_COLUMNS if c not in ("status", "error")}
             row.update(effect=effect, **values)
             rows.append(row)
         if run.estimator == "impact_ratio" and not effects:  # impact ratios are logged once, as ll144.*
             for effect, values in _ll144_rows(metrics).items():
-                row = {c: getattr(run, c) for c in CASE_COLUMNS if c not in ("status", "error")}
+                row = {c: fields[c] for c in CASE_COLUMNS if c not in ("status", "error")}
                 row.update(effect=effect, **values)
                 rows.append(row)
     table = pd.DataFrame(rows)

@@ -25,7 +25,7 @@ class Clock:
     def __init__(self, name: str, after_s: float = CLOCK_AFTER_S, file: Any = None) -> None:
         self.name, self.after_s = name, after_s
         self.out = file if file is not None else sys.stderr
-        self.on = file is not None or bool(getattr(self.out, "isatty", lambda: False)())
+        self.on = file is not None or self.out.isatty()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -55,6 +55,7 @@ class Screener(ABC):
     missing_key: bool = False
     max_cost_usd: float | None = None  # a cap on the dollars a screening may spend (API screeners); None: none
     samples: int = 1  # answers asked per prompt (screener.samples); a document's outcome is their mean
+    costs_nothing: bool = False  # offline and free to ask (TF-IDF, embedding, simulated): a plan may pilot it
 
     @abstractmethod
     def screen(self, jobs: Mapping[str, Job], documents: Sequence[Document], outcome: Outcome) -> list[ScreenResult]:

@@ -69,6 +69,8 @@ class EmbeddingScreener(Screener):
     else `cache_dir` (None for both: this process's memory only); new texts are encoded in
     batches. MiniLM reads the first `max_seq_length` word pieces (256) of each text."""
 
+    costs_nothing = True  # offline and free to ask: the dry run pilots it (popfair.case.pilot)
+
     parameter_constraints = {
         "batch_size": Interval(int, 1, None),
         "callback_threshold": Interval(float, -100, 100),

@@ -78,6 +78,8 @@ class SimulatedScreener(Screener):
     or {column: slope} for a numeric one; null switches a column's effect off. Columns are checked against each document's profile at
     screen time; levels of gender and race are checked against their known values at build time."""
 
+    costs_nothing = True  # offline and free to ask: the dry run pilots it (popfair.case.pilot)
+
     parameter_constraints = {
         "intercept": NUMBER,
         "coefficients": Coefficients(),

@@ -115,6 +115,8 @@ class TfidfScreener(Screener):
     resumes are measured on the factual applicants' scale. A term unseen in that corpus gets the
     largest IDF, as the rarest word would."""
 
+    costs_nothing = True  # offline and free to ask: the dry run pilots it (popfair.case.pilot)
+
     parameter_constraints = {
         "sublinear_tf": Boolean(),
         "ngram_max": Interval(int, 1, None),

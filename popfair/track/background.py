@@ -334,19 +334,22 @@ def table_json(table: Any) -> str:
     """A DataFrame as MLflow's table JSON (pandas' "split" layout without the index, as
     `MlflowClient.log_table` writes it) with every float exact: `log_table` rounds to 10 decimals
     (pandas' default), which shows a p-value of 1.9e-12 as 0 and an SE of 0.0091155862 short."""
+    import datetime as dt
     import json
     import math
+
+    import numpy as np
 
     def cell(value: Any) -> Any:
         if value is None:
             return None
-        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        if isinstance(value, np.generic):
             value = value.item()  # numpy scalars
         if isinstance(value, float):
             return value if math.isfinite(value) else None
         if isinstance(value, (bool, int, str)):
             return value
-        if hasattr(value, "isoformat"):
+        if isinstance(value, (dt.date, dt.time)):  # pandas' Timestamp too
             return value.isoformat()
         try:
             if value != value:  # pandas' NA and NaT

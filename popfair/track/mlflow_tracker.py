@@ -374,7 +374,7 @@ class RunLogger:
     def table(self, artifact_file: str, table: Any) -> None:
         """A DataFrame logged as an MLflow table artifact (JSON, shown by the run page and compare view).
         One with an `effect` column is the run's effects table: its cells are not logged again."""
-        if "effect" in getattr(table, "columns", ()):
+        if "effect" in table.columns:
             for effect in table["effect"]:
                 self._effects.setdefault(str(effect), set()).update(str(c) for c in table.columns if c != "effect")
         self._submit(background.log_table, artifact_file, table)  # effects.csv holds the same, kept on failure

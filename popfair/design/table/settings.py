@@ -157,7 +157,7 @@ class TestDataStatement:
                 "table.test_data",
                 "explains test data; this audit's table.kind is historical (set table.kind=test, or drop it)",
             )
-        elif any(getattr(tool, key) is not None for key in tool.__dataclass_fields__):  # a published summary
+        elif any(value is not None for value in vars(tool).values()):  # a published summary
             for key, what in (
                 ("why_not_historical", "why historical data were not used"),
                 ("how_made", "how the test data were made"),
