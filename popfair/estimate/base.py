@@ -125,6 +125,14 @@ class DeclaresUnits(Protocol):
     def effect_unit(self, effect: str, outcome: str) -> str: ...
 
 
+@runtime_checkable
+class PricesItself(Protocol):
+    """An estimator whose own work takes long enough to price up front (pse_paper's resample-and-refit
+    iterations): its line for the dry run and `popfair doctor`, for `n_rows` rows."""
+
+    def price(self, n_rows: int) -> str: ...
+
+
 UNIT_COLUMN = "unit"
 
 

@@ -183,10 +183,11 @@ class Preflight:
 
     def _check_price(self, job: int, experiment: Any) -> None:
         """An estimator that says what it costs (pse_paper's iterations and minutes): its line."""
-        estimators = [experiment.estimator, getattr(experiment.estimator, "observational", None)]
-        for estimator in (e for e in estimators if e is not None and hasattr(e, "price")):
-            rows = int(getattr(experiment.population, "n", None) or 0) or len(experiment.sample().table)
-            self._add(job, "case", Check("cost", True, estimator.price(rows)))
+        from popfair.estimate.base import PricesItself
+
+        if isinstance(experiment.estimator, PricesItself):
+            rows = len(experiment.sample().table)
+            self._add(job, "case", Check("cost", True, experiment.estimator.price(rows)))
 
     def _check_power(self, job: int, experiment: Any, values: Any) -> None:
         """The case's power line (popfair.case.power_plan), once per distinct sample and plan."""
