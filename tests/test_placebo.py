@@ -138,9 +138,17 @@ def test_the_placebo_interval_is_scipys_t_interval_and_covers_the_true_mean():
 CASE = ["population.n=300", "population.diagnostics=false", "outcome_audit=null", "tracking=none"]
 
 
-def test_tfidf_on_words_does_not_move_under_reordering_or_formatting_but_moves_under_rephrase_and_pad(tmp_path):
+@pytest.mark.parametrize("ngram_max", [2, 1])  # the default (words and pairs within a line), words only
+def test_tfidf_does_not_move_under_reordering_or_formatting_but_moves_under_rephrase_and_pad(tmp_path, ngram_max):
+    """TF-IDF reads the bag of a resume's words and of the word pairs inside its lines: moving a
+    section or changing its bullets and spacing keeps that bag, and every score, exactly."""
     cfg = compose_config(
-        [*CASE, "renderer.placebo=[reorder,format,rephrase,pad]", "screener.ngram_max=1", "estimator=outcome_gap"],
+        [
+            *CASE,
+            "renderer.placebo=[reorder,format,rephrase,pad]",
+            f"screener.ngram_max={ngram_max}",
+            "estimator=outcome_gap",
+        ],
         tmp_path=tmp_path,
     )
     result = PopulationCase.from_config(cfg).run()

@@ -32,13 +32,13 @@ def case(*overrides: str, dry_run: bool = False):
 # %%
 # Placebo edits. The TF-IDF matcher scores 400 nurses; 200 of them are scored again with their
 # resume reordered, rephrased, reformatted and padded, and with another nurse's name and
-# qualifications from their own group (``within_group``). On words alone (``screener.ngram_max=1``)
-# it reads a bag of words: reordering and reformatting cannot move it, and their rows are exactly 0.
+# qualifications from their own group (``within_group``). It reads a bag of terms (words, and the
+# word pairs inside each line: none spans a line break), so reordering sections and reformatting
+# cannot move it, and their rows are exactly 0.
 result = case(
     "population.n=400",
     "population.diagnostics=false",
     "estimator=outcome_gap",
-    "screener.ngram_max=1",
     "renderer.placebo=[reorder,rephrase,format,pad,within_group]",
 ).run()
 columns = ["estimate", "ci_low", "ci_high", "mean_abs_change", "unit"]

@@ -51,7 +51,7 @@ from popfair.store.blobs import (
 
 log = logging.getLogger("popfair")
 STORE_NAME = TFIDF_SCORES  # popfair.store.blobs.BLOB_STORES
-SCHEMA = "tfidf-scores-v4"  # bump when what a stored score is changes (counting, weighting, the score)
+SCHEMA = "tfidf-scores-v5"  # bump when what a stored score is changes (counting, weighting, the score)
 LIBRARIES = ("scikit-learn", "scipy", "numpy", "popfair")
 
 ROWS_PER_PROCESS = 4_000  # documents counted per forked span (about 0.5 s of tokenising)
@@ -59,13 +59,14 @@ DEFAULT_TOKEN_PATTERN = HashingVectorizer().token_pattern
 
 
 class _WordHashing(HashingVectorizer):
-    """sklearn's HashingVectorizer with a quicker word analyzer for unigrams + bigrams: the same
-    token list in the same order (unigrams after stop words, then each adjacent pair joined by a
-    space, as `_word_ngrams` builds them). With the default lowercasing and token pattern, each
-    distinct line is tokenised once (tokens never span a newline: the pattern matches word
-    characters only, so a document's tokens are its lines' tokens in order) and resumes repeat
-    most of their lines; the pairs are made by one `map` over `zip`. Other settings use sklearn's
-    analyzer."""
+    """sklearn's HashingVectorizer whose word analyzer reads a document line by line: a resume's
+    lines are its units (a section title, a bullet, a contact line), so a word n-gram never spans a
+    line break (a pair across two lines is not a phrase, and moving a section must not change the
+    terms: renderer.placebo=reorder). A document's terms are sklearn's word analyzer applied to
+    each line, in line order. With the default lowercasing and token pattern (`by_line`) each
+    distinct line's terms (unigrams after stop words, then each adjacent pair joined by a space, as
+    `_word_ngrams` builds them) are made once: resumes repeat most of their lines. Other analyzers
+    (characters, a callable) are sklearn's."""
 
     def by_line(self) -> bool:
         """Whether a document's terms are its lines' unigrams and the pairs of adjacent ones."""
@@ -81,27 +82,33 @@ class _WordHashing(HashingVectorizer):
 
     def build_analyzer(self) -> Any:
         analyzer = super().build_analyzer()  # sklearn's checks (stop-word consistency) still run
-        if self.analyzer != "word" or tuple(self.ngram_range) != (1, 2):
+        if self.analyzer != "word":
             return analyzer
         decode, preprocess, tokenize = self.decode, self.build_preprocessor(), self.build_tokenizer()
         stop_words = self.get_stop_words() or frozenset()
+        if not self.by_line():
+            word_ngrams = self._word_ngrams
+
+            def analyze_lines(doc: str) -> list[str]:
+                return [
+                    term
+                    for line in decode(doc).split("\n")
+                    for term in word_ngrams(tokenize(preprocess(line)), stop_words)
+                ]
+
+            return analyze_lines
         join = " ".join
-        by_line = self.by_line()
         lines: dict[str, list[str]] = {}
 
-        def line_tokens(line: str) -> list[str]:
+        def line_terms(line: str) -> list[str]:
             found = lines.get(line)
             if found is None:
-                found = lines[line] = [w for w in tokenize(line.lower()) if w not in stop_words]
+                tokens = [w for w in tokenize(line.lower()) if w not in stop_words]
+                found = lines[line] = tokens + list(map(join, zip(tokens, tokens[1:])))
             return found
 
         def analyze(doc: str) -> list[str]:
-            text = decode(doc)
-            if by_line:
-                tokens = [w for line in text.split("\n") for w in line_tokens(line)]
-            else:
-                tokens = [w for w in tokenize(preprocess(text)) if w not in stop_words]
-            return tokens + list(map(join, zip(tokens, tokens[1:])))
+            return [term for line in decode(doc).split("\n") for term in line_terms(line)]
 
         return analyze
 
@@ -356,10 +363,10 @@ def fitted_rows(n_jobs: int, documents: Sequence[Document]) -> np.ndarray:
 def _count_by_line(counts: _WordHashing, texts: Sequence[str]) -> sparse.csr_matrix:
     """`counts.transform(texts)` (unigrams and bigrams of the default analyzer) from each distinct
     line's words: a document's unigrams are its lines' words (stop words dropped) and its bigrams
-    the pairs inside each line plus the pair across each boundary between two lines with words.
-    Resumes repeat most of their lines, so each distinct line is tokenised once, distinct words and
-    pairs are hashed once, and the rest is array arithmetic: about half the CPU of counting every
-    term of every document (tests/test_tfidf_counts.py compares it with sklearn's)."""
+    the pairs of adjacent words inside each line (none across a line break). Resumes repeat most of
+    their lines, so each distinct line is tokenised once, distinct words and pairs are hashed once,
+    and the rest is array arithmetic: about half the CPU of counting every term of every document
+    (tests/test_tfidf_counts.py compares it with sklearn's, line by line)."""
     tokenize, stop = counts.build_tokenizer(), counts.get_stop_words() or frozenset()
     split = [counts.decode(text).split("\n") for text in texts]
     per_doc = np.fromiter(map(len, split), np.int64, len(split))
@@ -372,33 +379,24 @@ def _count_by_line(counts: _WordHashing, texts: Sequence[str]) -> sparse.csr_mat
     shape = (len(texts), counts.n_features)
     if not len(word):
         return sparse.csr_matrix(shape, dtype=np.float64)
+    inside = line_of[1:] == line_of[:-1]  # adjacent kept words of one line: a pair
     n_words, n_pairs = (
         np.bincount(line_of, minlength=len(lines)),
-        np.bincount(line_of[1:][line_of[1:] == line_of[:-1]], minlength=len(lines)),
+        np.bincount(line_of[1:][inside], minlength=len(lines)),
     )
-    starts = np.cumsum(n_words) - n_words
+    starts, pair_starts = np.cumsum(n_words) - n_words, np.cumsum(n_pairs) - n_pairs
     doc_of = np.repeat(np.arange(len(texts)), per_doc)
-    has_words = n_words[occurrence] > 0
-    occurrence, doc_of = occurrence[has_words], doc_of[has_words]
-    inside = line_of[1:] == line_of[:-1]
-    across = doc_of[1:] == doc_of[:-1]  # consecutive lines with words of one document
-    first, last = word[starts[occurrence[1:][across]]], word[(starts + n_words - 1)[occurrence[:-1][across]]]
-    keys = np.concatenate([word[:-1][inside] * len(vocab) + word[1:][inside], last * len(vocab) + first])
-    pairs, pair = np.unique(keys, return_inverse=True)
+    pairs, pair = np.unique(word[:-1][inside] * len(vocab) + word[1:][inside], return_inverse=True)
     pair = pair.ravel()
     hasher = FeatureHasher(n_features=counts.n_features, input_type="string", alternate_sign=False)
     word_column = hasher.transform([[w] for w in vocab]).indices
     pair_terms = [f"{vocab[k // len(vocab)]} {vocab[k % len(vocab)]}" for k in pairs.tolist()]
     pair_column = hasher.transform([[t] for t in pair_terms]).indices if len(pair_terms) else np.zeros(0, np.int32)
-    pair_starts = np.cumsum(n_pairs) - n_pairs
-    rows = np.concatenate(
-        [np.repeat(doc_of, n_words[occurrence]), np.repeat(doc_of, n_pairs[occurrence]), doc_of[1:][across]]
-    )
+    rows = np.concatenate([np.repeat(doc_of, n_words[occurrence]), np.repeat(doc_of, n_pairs[occurrence])])
     columns = np.concatenate(
         [
             word_column[word[_ranges(starts[occurrence], n_words[occurrence])]],
-            pair_column[pair[: int(inside.sum())][_ranges(pair_starts[occurrence], n_pairs[occurrence])]],
-            pair_column[pair[int(inside.sum()) :]],
+            pair_column[pair[_ranges(pair_starts[occurrence], n_pairs[occurrence])]],
         ]
     )
     matrix = sparse.csr_matrix((np.ones(len(rows)), (rows, columns)), shape=shape)
