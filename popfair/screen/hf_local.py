@@ -30,7 +30,7 @@ from popfair.core.errors import ConfigError, require
 from popfair.core.types import CallPlan, Document, Job, Outcome, ScreenResult
 from popfair.screen.base import Screener, one_answer_per_prompt
 from popfair.screen.hf_generate import Decoding, Reply, end_token_ids, generate
-from popfair.screen.hf_logprobs import first_token_records
+from popfair.screen.hf_logprobs import first_token_records, kept_batch
 from popfair.screen.hf_prefix import SharedPrefixes, plan_batches
 from popfair.screen.local_runtime import (
     accepts_system_role,
@@ -45,7 +45,7 @@ from popfair.screen.local_runtime import (
 )
 from popfair.screen.parse import SCORE_FROM, SCORE_REPLIES, parse_answer
 from popfair.screen.prompts import PromptSet
-from popfair.store.blobs import GENERATIONS, STORE_ERRORS, BlobStore, content_key, open_blob_store_or_memory
+from popfair.store.blobs import GENERATIONS, BlobStore, content_key, open_blob_store_or_memory
 
 log = logging.getLogger("popfair")
 
@@ -424,13 +424,7 @@ class HFLocalScreener(Screener):
                 out[keys[i]]["prefix_tokens"] = prefix_length
                 fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
                 stats["cut_short"] += reply.cut_short
-            try:
-                store.put_many(fresh)
-            except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
-                log.warning("screener %s: answers not stored (%s): %s", self.name, store.location, exc)
-            stats["generated"] += len(batch)
-            stats["batches"] += 1
-            stats["rows_in_batches"] += len(batch)
+            kept_batch(store, fresh, self.name, stats, len(batch))
             bar.update(len(batch))
         bar.close()
         shared.last = None  # the last prefix's cache: freed

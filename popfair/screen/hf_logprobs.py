@@ -78,7 +78,6 @@ def first_token_records(
     first-token logits, in the screener's token-budget batches, each batch stored as it is done (a
     stored record keeps the value, so a rerun computes nothing)."""
     from popfair.screen.hf_generate import token_budget_batches
-    from popfair.store.blobs import STORE_ERRORS
 
     answers = answer_tokens(screener.tokenizer)
     lengths = np.array([len(r) for r in rows])
@@ -99,11 +98,19 @@ def first_token_records(
                 "created_at": time.time(),
             }
             fresh.append((keys[i], json.dumps(out[keys[i]], sort_keys=True).encode()))
-        try:
-            store.put_many(fresh)
-        except STORE_ERRORS as exc:  # the store only saves time: the case goes on without it
-            log.warning("screener %s: answers not stored (%s): %s", screener.name, store.location, exc)
-        stats["generated"] += len(batch)
-        stats["batches"] += 1
-        stats["rows_in_batches"] += len(batch)
+        kept_batch(store, fresh, screener.name, stats, len(batch))
     return out
+
+
+def kept_batch(store: Any, fresh: list[tuple[str, bytes]], name: str, stats: dict[str, int], rows: int) -> None:
+    """A batch's answers stored as one write (a failed store only costs time: logged, the case goes
+    on), and counted in the screener's batch statistics."""
+    from popfair.store.blobs import STORE_ERRORS
+
+    try:
+        store.put_many(fresh)
+    except STORE_ERRORS as exc:
+        log.warning("screener %s: answers not stored (%s): %s", name, store.location, exc)
+    stats["generated"] += rows
+    stats["batches"] += 1
+    stats["rows_in_batches"] += rows
