@@ -131,7 +131,10 @@ def exit_without_teardown(status: int | str | None = 0) -> None:
     elif not isinstance(status, int):
         print(status, file=sys.stderr)
         status = 1
-    shutdown()
+    try:
+        shutdown()
+    except OSError:  # an executor abandoned above: its wake-up pipe is closed, nothing is left to wait for
+        pass
     run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
