@@ -24,8 +24,11 @@ N_DOCS, KILL_AFTER, LEASE_S = 150, 70, 4.0
 DEAD_OWNER_LEASE_S = 600.0  # a rerun that waited for the dead process's leases would take 10 minutes
 
 
-def start_worker(url: str, cache: str, out: Path, n: int = N_DOCS, lease_s: float = LEASE_S) -> subprocess.Popen:
+def start_worker(
+    url: str, cache: str, out: Path, n: int = N_DOCS, lease_s: float = LEASE_S, commit_delay_s: float = 0.0
+) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "test-key-kill-0123456789"}
+    env["SCREEN_WORKER_COMMIT_DELAY_S"] = str(commit_delay_s)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.screen_worker", url, cache, str(out), str(n), str(lease_s)],
         cwd=ROOT,
@@ -83,6 +86,34 @@ def test_sigkill_halfway_then_rerun_answers_every_prompt_exactly_once(cache_loca
         # the dead worker's in-flight calls were still claimed: taken over at once, its process being gone
         assert metrics["screen.taken_over"] >= 1 and "no longer runs (no lease wait)" in stderr.decode()
         assert metrics["screen.wall_s"] < 60  # loosely: nowhere near the 600 s lease
+
+
+def test_sigkill_while_answers_wait_for_their_commit_loses_at_most_the_concurrency(tmp_path):
+    """The README's bound: a kill -9 costs at most `concurrency` prompts, also when it lands while
+    answers have arrived and wait for a slow commit. A request keeps its concurrency slot until its
+    answer is committed, so no more than 4 (the worker's concurrency) can be sent-but-uncommitted;
+    freeing the slot on arrival let the worker's 16 tasks pile up answers behind a slow commit."""
+    cache, out = str(tmp_path / "cache"), tmp_path / "results.json"
+    with StubServer(latency_s=0.01) as stub:
+        worker = start_worker(stub.url, cache, out, lease_s=DEAD_OWNER_LEASE_S, commit_delay_s=0.3)
+        deadline = time.monotonic() + 120
+        while cached_rows(cache) < 20:
+            assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "worker too slow"
+            time.sleep(0.05)
+        time.sleep(0.15)  # mid-commit: answers have arrived and wait
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        assert worker.returncode == -signal.SIGKILL and not out.exists()
+        paid = sum(stub.state.answered.values())
+        lost = paid - cached_rows(cache)  # answered by the provider, never committed: the rerun pays again
+        assert paid < N_DOCS and 0 <= lost <= 4
+
+        rerun = start_worker(stub.url, cache, out, lease_s=DEAD_OWNER_LEASE_S)
+        _, stderr = rerun.communicate(timeout=180)
+        assert rerun.returncode == 0, stderr.decode()[-3000:]
+        asked_again = [p for p, n in stub.state.answered.items() if n > 1]
+        assert len(stub.state.answered) == N_DOCS and len(asked_again) == lost
 
 
 def test_parallel_processes_answer_each_prompt_once(cache_location, tmp_path):

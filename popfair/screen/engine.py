@@ -309,7 +309,10 @@ class Engine:
         try:
             completion, latency = await self._send_with_retries(call)
             actual = self.price.cost(completion.input_tokens, completion.output_tokens)
-            stored = await self._commit(call, completion, latency)
+            try:
+                stored = await self._commit(call, completion, latency)
+            finally:
+                await self._limit.release(False, True)  # the slot held since the send: see _send_with_retries
             if len(stored) < call.n:  # an endpoint that ignores `n` answered fewer
                 actual += await self._fill(call, len(stored))
             return Answer.from_cache(stored[0], paid_now=True)
@@ -367,6 +370,7 @@ class Engine:
                 try:
                     answered = await self._commit(rest, completion, latency)
                 finally:
+                    await self._limit.release(False, True)
                     self._in_flight.settled()
                 paid += self.price.cost(completion.input_tokens, completion.output_tokens)
                 self.more[rest.key] = Answer.from_cache(answered[0], paid_now=True)
@@ -416,6 +420,9 @@ class Engine:
             raise
 
     async def _send_with_retries(self, call: Call):
+        """Send `call` until it is answered or its retries run out. A successful send returns with its
+        concurrency slot still held: the caller releases it once the answer is committed, so at most
+        `concurrency` prompts are ever sent-but-uncommitted, the most a kill -9 can lose (README)."""
         s, st = self.settings, self.stats
         body = self.provider.request_body(call.prompt, call.n)
         tokens = call.input_tokens_estimate + self.provider.generation.max_tokens * call.n
@@ -459,6 +466,7 @@ class Engine:
                 finally:
                     if probe:
                         self._breaker.probed()
-                    await self._limit.release(rate_limited, succeeded)
+                    if not succeeded:  # a success keeps its slot until its answer is committed
+                        await self._limit.release(rate_limited, False)
                 return completion, time.perf_counter() - start
         raise AssertionError("unreachable: tenacity reraises the last error")
