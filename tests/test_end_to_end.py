@@ -9,8 +9,8 @@ import pytest
 
 from popfair.case.population import PopulationCase
 from popfair.core.types import FACTUAL, WORLD
+from popfair.estimate.pse.estimand import OBSERVED_PREFIX
 from popfair.estimate.pse.sfm import EFFECTS
-from popfair.estimate.pse.side_by_side import OBSERVED_PREFIX
 from tests.conftest import compose_config
 
 

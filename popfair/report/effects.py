@@ -46,7 +46,7 @@ def beside_rows(table: pd.DataFrame) -> pd.DataFrame:
     """estimator=counterfactual's comparison as a report table: the design's estimate and CI, DML-UCA's
     on the factual data where it identifies the effect ("not identified" where not), the difference
     (design minus DML) and whether the two agree (the difference's 95% CI covers 0), where the two
-    estimate the same quantity ("different estimand" where not: side_by_side.SAME_ESTIMAND)."""
+    estimate the same quantity ("different estimand" where not: estimand.SAME_ESTIMAND)."""
     rows = []
     for effect, row in table.iterrows():
         identified = bool(row["dml_identified"])

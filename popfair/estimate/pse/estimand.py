@@ -39,7 +39,17 @@ from popfair.core.types import Effects, Roles
 from popfair.estimate.base import CaseFacts, estimand_design
 from popfair.estimate.pse.identification import gate
 from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, COARSE_MEANING, EFFECTS, TARGETS, pattern_labels
-from popfair.estimate.pse.side_by_side import OBSERVED_PREFIX, comparison_notes
+
+OBSERVED_PREFIX = "dml_"  # DML-UCA beside the counterfactual design (estimator=counterfactual)
+# The effects whose estimand the design and DML-UCA share. The worlds redraw the raw proxies (names,
+# state) while DML-UCA holds R grouped, so what a screener reads from a raw name or state beyond its
+# grouping is in the design's RIE and in DML's NDE: NDE, NIE and RIE are two different quantities,
+# and only their sum NDE + RIE = TE - BIE is common (NIE = BIE + RIE in both).
+SAME_ESTIMAND = ("TE", "BIE")
+NOT_COMPARED = (
+    "DML-UCA holds R grouped while the worlds redraw the raw names and state, so what the screener reads "
+    "from them beyond their grouping is in DML's NDE and in the design's RIE"
+)
 
 
 def explain_effects(estimator: Any, effects: Effects, facts: CaseFacts) -> Effects:
@@ -270,3 +280,59 @@ def _side_gate(effects: Effects, problems: Mapping[str, str], identification: pd
         detail=effects.detail,
         notes=notes,
     )
+
+
+def two_sided_p(z: float) -> float:
+    from scipy import stats
+
+    return float(2 * stats.norm.sf(abs(z)))
+
+
+def comparison_notes(table: pd.DataFrame) -> list[str]:
+    """DML-UCA beside the design, in words: each identified effect's estimate, the difference and
+    whether they agree; a disagreement beyond the CIs said as a finding; the effects DML cannot
+    identify, with why (its first failing mean)."""
+    parts, disagree, apart = [], [], []
+    for effect, row in table.iterrows():
+        if not bool(row[OBSERVED_PREFIX + "identified"]):
+            continue
+        shown = (
+            f"{effect} {row[OBSERVED_PREFIX + 'estimate']:+.4g} [{row[OBSERVED_PREFIX + 'ci_low']:.4g}, "
+            f"{row[OBSERVED_PREFIX + 'ci_high']:.4g}]"
+        )
+        if not bool(row.get("comparable", True)):
+            apart.append(shown)
+            continue
+        verdict = "agree" if bool(row["agree"]) else "DISAGREE"
+        parts.append(f"{shown}, difference {row['difference']:+.3g} (SE {row['difference_se']:.2g}): {verdict}")
+        if not bool(row["agree"]):
+            disagree.append(f"{effect} (p = {two_sided_p(row['difference'] / row['difference_se']):.2g})")
+    lines = []
+    if parts:
+        lines.append(
+            "DML-UCA on the factual data (estimator=pse_dml, the paper's estimator) where it identifies an effect: "
+            + "; ".join(parts)
+            + "."
+        )
+    if apart:
+        lines.append(
+            f"DML-UCA's {'; '.join(apart)} are shown, not compared: {NOT_COMPARED} (their sums NDE + RIE "
+            "= TE - BIE are the same quantity, compared through TE and BIE)."
+        )
+    missing = [str(e) for e, row in table.iterrows() if not bool(row[OBSERVED_PREFIX + "identified"])]
+    if missing:
+        reason = next((str(r) for r in table[OBSERVED_PREFIX + "reason"] if r), "")
+        why = reason.split(": ", 1)[1].split(" | ")[0].split(" (estimator=")[0] if ": " in reason else ""
+        lines.append(
+            f"DML-UCA does not identify {', '.join(missing)} from the factual data"
+            + (f" ({why})" if why else "")
+            + "; the design measures them on counterfactual resumes."
+        )
+    if disagree:
+        lines.append(
+            f"The design and DML-UCA disagree beyond their 95% CIs on {', '.join(disagree)}. By chance alone one "
+            "comparison in twenty does; a difference that holds on another seed is a finding about the population "
+            "model (the worlds it draws) or the screener. Look at counterfactual_example.txt and the DML "
+            "diagnostics (pse_identification.csv) before reading either number."
+        )
+    return lines

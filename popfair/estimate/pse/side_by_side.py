@@ -17,20 +17,11 @@ from popfair.core.constraints import ParameterError
 from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS, Estimator, factual_rows
+from popfair.estimate.pse.estimand import OBSERVED_PREFIX, SAME_ESTIMAND
 from popfair.estimate.pse.interventional import Interventional
 from popfair.estimate.pse.sfm import EFFECTS
 
 INTERVENTIONAL_PREFIX = "intv_"
-OBSERVED_PREFIX = "dml_"  # DML-UCA beside the counterfactual design (estimator=counterfactual)
-# The effects whose estimand the design and DML-UCA share. The worlds redraw the raw proxies (names,
-# state) while DML-UCA holds R grouped, so what a screener reads from a raw name or state beyond its
-# grouping is in the design's RIE and in DML's NDE: NDE, NIE and RIE are two different quantities,
-# and only their sum NDE + RIE = TE - BIE is common (NIE = BIE + RIE in both).
-SAME_ESTIMAND = ("TE", "BIE")
-NOT_COMPARED = (
-    "DML-UCA holds R grouped while the worlds redraw the raw names and state, so what the screener reads "
-    "from them beyond their grouping is in DML's NDE and in the design's RIE"
-)
 
 
 class SideBySide:
@@ -115,12 +106,6 @@ def compare(observed: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _two_sided_p(z: float) -> float:
-    from scipy import stats
-
-    return float(2 * stats.norm.sf(abs(z)))
-
-
 def _direction(table: pd.DataFrame) -> np.ndarray:
     """+1 when the CI lies above 0, -1 below, 0 when it covers 0."""
     return np.where(table["ci_low"] > 0, 1, np.where(table["ci_high"] < 0, -1, 0))
@@ -162,53 +147,3 @@ def beside(table: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
     agree = (difference - half <= 0) & (difference + half >= 0)
     out["agree"] = pd.Series(agree.to_numpy(), index=out.index, dtype=object).where(identified & comparable, None)
     return out
-
-
-def comparison_notes(table: pd.DataFrame) -> list[str]:
-    """DML-UCA beside the design, in words: each identified effect's estimate, the difference and
-    whether they agree; a disagreement beyond the CIs said as a finding; the effects DML cannot
-    identify, with why (its first failing mean)."""
-    parts, disagree, apart = [], [], []
-    for effect, row in table.iterrows():
-        if not bool(row[OBSERVED_PREFIX + "identified"]):
-            continue
-        shown = (
-            f"{effect} {row[OBSERVED_PREFIX + 'estimate']:+.4g} [{row[OBSERVED_PREFIX + 'ci_low']:.4g}, "
-            f"{row[OBSERVED_PREFIX + 'ci_high']:.4g}]"
-        )
-        if not bool(row.get("comparable", True)):
-            apart.append(shown)
-            continue
-        verdict = "agree" if bool(row["agree"]) else "DISAGREE"
-        parts.append(f"{shown}, difference {row['difference']:+.3g} (SE {row['difference_se']:.2g}): {verdict}")
-        if not bool(row["agree"]):
-            disagree.append(f"{effect} (p = {_two_sided_p(row['difference'] / row['difference_se']):.2g})")
-    lines = []
-    if parts:
-        lines.append(
-            "DML-UCA on the factual data (estimator=pse_dml, the paper's estimator) where it identifies an effect: "
-            + "; ".join(parts)
-            + "."
-        )
-    if apart:
-        lines.append(
-            f"DML-UCA's {'; '.join(apart)} are shown, not compared: {NOT_COMPARED} (their sums NDE + RIE "
-            "= TE - BIE are the same quantity, compared through TE and BIE)."
-        )
-    missing = [str(e) for e, row in table.iterrows() if not bool(row[OBSERVED_PREFIX + "identified"])]
-    if missing:
-        reason = next((str(r) for r in table[OBSERVED_PREFIX + "reason"] if r), "")
-        why = reason.split(": ", 1)[1].split(" | ")[0].split(" (estimator=")[0] if ": " in reason else ""
-        lines.append(
-            f"DML-UCA does not identify {', '.join(missing)} from the factual data"
-            + (f" ({why})" if why else "")
-            + "; the design measures them on counterfactual resumes."
-        )
-    if disagree:
-        lines.append(
-            f"The design and DML-UCA disagree beyond their 95% CIs on {', '.join(disagree)}. By chance alone one "
-            "comparison in twenty does; a difference that holds on another seed is a finding about the population "
-            "model (the worlds it draws) or the screener. Look at counterfactual_example.txt and the DML "
-            "diagnostics (pse_identification.csv) before reading either number."
-        )
-    return lines
