@@ -45,7 +45,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import WorldRequest  # noqa: E402
-from popfair.estimate.pse.interventional import expected_effects  # noqa: E402
+from popfair.estimate.pse.design.interventional import expected_effects  # noqa: E402
 from popfair.estimate.pse.settings import PseOverlapWarning  # noqa: E402
 from popfair.estimate.pse.sfm import EFFECTS, TARGETS  # noqa: E402
 from popfair.estimate.registry import ESTIMATORS as REGISTERED  # noqa: E402

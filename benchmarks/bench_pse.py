@@ -45,7 +45,7 @@ from statistics import median
 
 import pandas as pd
 
-from popfair.estimate.pse.estimator import PseOverlapWarning, clear_tuning_cache, estimate_pse
+from popfair.estimate.pse.dml.estimator import PseOverlapWarning, clear_tuning_cache, estimate_pse
 from popfair.estimate.pse.simulate import SimulatedSFM
 
 REFERENCE_GRID = {"n_estimators": [100], "max_depth": [6], "reg_lambda": [1.0]}  # XGBoost's defaults
@@ -83,7 +83,7 @@ def child(side: str, n: int, n_jobs: int, reference_params: dict[str, object], o
         from pse_reference import reference_pse
 
         from popfair.core.types import Roles
-        from popfair.estimate.pse.encoding import NumericRoles, assign_folds
+        from popfair.estimate.pse.nuisances.encoding import NumericRoles, assign_folds
 
         kw = sim.role_kwargs
         roles = Roles(x=kw["x"], x0=kw["x0"], x1=kw["x1"], z=kw["z"], b=kw["b"], r=kw["r"])

@@ -60,7 +60,7 @@ from scipy import special  # noqa: E402
 
 from benchmarks.coverage_identification import coefficients, simulated_case  # noqa: E402
 from popfair.core.types import FACTUAL, WORLD, WorldRequest, redraw_world  # noqa: E402
-from popfair.estimate.pse.counterfactual import Counterfactual  # noqa: E402
+from popfair.estimate.pse.design.counterfactual import Counterfactual  # noqa: E402
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS  # noqa: E402
 from popfair.population.worlds import draw_worlds  # noqa: E402
 from popfair.screen.simulated import SimulatedScreener, hash_uniforms  # noqa: E402

@@ -54,10 +54,10 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import WORLD, WorldRequest  # noqa: E402
+from popfair.estimate.pse.design.interventional import expected_effects  # noqa: E402
+from popfair.estimate.pse.dml.estimator import estimate_pse  # noqa: E402
 from popfair.estimate.pse.estimand import grouping_problems  # noqa: E402
-from popfair.estimate.pse.estimator import estimate_pse  # noqa: E402
 from popfair.estimate.pse.identification import IdentificationRule, gate, mean_problems  # noqa: E402
-from popfair.estimate.pse.interventional import expected_effects  # noqa: E402
 from popfair.estimate.pse.settings import PseOverlapWarning  # noqa: E402
 from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, CONTRASTS, EFFECTS, TARGETS  # noqa: E402
 from popfair.population.popresume import PopResumePopulation, roles_for  # noqa: E402

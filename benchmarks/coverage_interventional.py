@@ -32,7 +32,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from popfair.case.population import PopulationCase  # noqa: E402
 from popfair.core.types import FACTUAL, WORLD  # noqa: E402
-from popfair.estimate.pse.interventional import Interventional, expected_effects  # noqa: E402
+from popfair.estimate.pse.design.interventional import Interventional, expected_effects  # noqa: E402
 from popfair.estimate.pse.sfm import EFFECTS  # noqa: E402
 from popfair.population.worlds import draw_worlds  # noqa: E402
 from popfair.render.base import render_all  # noqa: E402

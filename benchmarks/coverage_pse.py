@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from popfair.estimate.pse.estimator import PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.dml.estimator import PseOverlapWarning, estimate_pse
 from popfair.estimate.pse.sfm import EFFECTS
 from popfair.estimate.pse.simulate import SimulatedSFM
 

@@ -85,6 +85,38 @@ def test_estimators_live_in_their_family_folders():
     assert {"pse", "impact_ratio", "sequential", "ranking", "gap"} <= families, families
 
 
+# The PSE family's own floors: its top (what every estimator of the family shares) imports none of the
+# ways of estimating; the designs and the authors' estimator stand beside DML-UCA, not on it, except
+# the counterfactual design, which runs DML-UCA beside itself (estimator.compare).
+PSE = "popfair.estimate.pse"
+PSE_MAY_IMPORT = {
+    "top": {"top"},
+    "nuisances": {"top", "nuisances"},
+    "dml": {"top", "nuisances", "dml"},
+    "paper": {"top", "nuisances", "paper"},
+    "design": {"top", "design", "dml"},
+}
+
+
+def _pse_room(module: str) -> str | None:
+    if not module.startswith(PSE + "."):
+        return None
+    part = module[len(PSE) + 1 :].split(".")
+    return part[0] if len(part) > 1 or part[0] in PSE_MAY_IMPORT else "top"
+
+
+def test_the_pse_family_keeps_its_floors(graph):
+    assert {_pse_room(m) for m in graph} - {None} == set(PSE_MAY_IMPORT), "a new room of estimate/pse: place it"
+    wrong = sorted(
+        (a, b)
+        for a, imported in graph.items()
+        if (room := _pse_room(a))
+        for b in imported
+        if (other := _pse_room(b)) and other not in PSE_MAY_IMPORT[room]
+    )
+    assert not wrong, wrong
+
+
 def test_at_most_five_imports_of_another_modules_private_name():
     found = private_imports(PACKAGE)
     assert len(found) <= 5, found

@@ -14,8 +14,8 @@ from scipy import stats
 
 from popfair.case.population import PopulationCase
 from popfair.core.types import WORLD, WorldRequest
-from popfair.estimate.pse.design_based import combine
-from popfair.estimate.pse.interventional import expected_effects
+from popfair.estimate.pse.design.design_based import combine
+from popfair.estimate.pse.design.interventional import expected_effects
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
 from popfair.population.worlds import MIN_PER_GROUP, draw_worlds, sample_applicants
 from popfair.track.headline import logged_metrics
@@ -149,7 +149,7 @@ def test_the_budget_predicts_the_se_of_another_world_budget():
     (SE^2 = W (1/n - 1/N)); with every applicant sampled the MDE is 0, and n_needed never asks for
     more than the population."""
     from popfair.estimate.power import PowerSettings
-    from popfair.estimate.pse import budget
+    from popfair.estimate.pse.design import budget
 
     table, outcomes, roles = _finite_population()
     big_n, rng = len(table), np.random.default_rng(3)
@@ -353,7 +353,7 @@ def test_the_working_model_fit_beside_dml_gives_the_same_effects_and_its_warning
     import warnings
 
     from popfair.core.types import FACTUAL
-    from popfair.estimate.pse import counterfactual
+    from popfair.estimate.pse.design import counterfactual
 
     experiment, result, _, _ = simulated_default
     ok = result.scored[result.scored["error"].isna()]
@@ -437,7 +437,8 @@ def test_dml_is_compared_only_where_the_two_estimate_the_same_quantity():
     """DML-UCA holds R grouped and the worlds redraw the raw names and state: what a screener reads
     from a raw name beyond its grouping is DML's NDE and the design's RIE. Only TE and BIE (and so
     NDE + RIE) are one quantity: those get a difference and a verdict, the others are shown apart."""
-    from popfair.estimate.pse.side_by_side import beside, comparison_notes
+    from popfair.estimate.pse.design.side_by_side import beside
+    from popfair.estimate.pse.estimand import comparison_notes
     from popfair.report.effects import DIFFERENT_ESTIMAND, beside_rows
 
     def table(estimates):

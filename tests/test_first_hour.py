@@ -217,7 +217,7 @@ def test_pse_paper_states_its_iterations_and_their_minutes_from_the_first(tmp_pa
     the iterations, and the first iteration's measured time gives the expected minutes for all."""
     import logging
 
-    from popfair.estimate.pse.paper import estimate_pse_paper
+    from popfair.estimate.pse.paper.estimator import estimate_pse_paper
     from popfair.estimate.pse.simulate import SimulatedSFM
 
     sim = SimulatedSFM()
@@ -262,8 +262,8 @@ def test_pse_paper_is_priced_from_the_last_measured_iteration(tmp_path, caplog):
     import json
     import logging
 
-    from popfair.estimate.pse.paper import PsePaper, estimate_pse_paper
-    from popfair.estimate.pse.paper_progress import TIMING_FILE
+    from popfair.estimate.pse.paper.estimator import PsePaper, estimate_pse_paper
+    from popfair.estimate.pse.paper.progress import TIMING_FILE
     from popfair.estimate.pse.simulate import SimulatedSFM
 
     grid = {"n_estimators": [20], "max_depth": [2], "reg_lambda": [1.0]}

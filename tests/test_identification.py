@@ -16,8 +16,8 @@ import pytest
 
 from popfair.case.population import PopulationCase
 from popfair.core.types import WORLD, Effects, WorldRequest
+from popfair.estimate.pse.design.interventional import expected_effects
 from popfair.estimate.pse.identification import gate
-from popfair.estimate.pse.interventional import expected_effects
 from popfair.estimate.pse.sfm import COARSE_CONTRASTS, COARSE_EFFECTS, EFFECTS, TARGETS, pattern_labels
 from popfair.population.worlds import draw_worlds
 from popfair.report.console import format_effects
@@ -268,7 +268,7 @@ def test_the_renderer_declares_what_its_documents_show():
 def test_estimator_both_keeps_its_comparison_in_the_report():
     """estimator=both: the report's effects section shows DML beside the interventional estimate, and
     "not identified" (no difference, no conclusion) where the DML estimate is gated."""
-    from popfair.estimate.pse.side_by_side import compare
+    from popfair.estimate.pse.design.side_by_side import compare
     from popfair.report.effects import effects_blocks, side_by_side_rows
 
     base = {"se": 0.1, "significant": True}

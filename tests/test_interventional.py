@@ -16,9 +16,9 @@ from popfair.case.compose import build
 from popfair.case.population import PopulationCase
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import FACTUAL, WORLD, Roles
-from popfair.estimate.pse.interventional import Interventional, expected_effects, paired_effects
+from popfair.estimate.pse.design.interventional import Interventional, expected_effects, paired_effects
+from popfair.estimate.pse.design.side_by_side import SideBySide, compare
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS
-from popfair.estimate.pse.side_by_side import SideBySide, compare
 from popfair.population.worlds import draw_worlds, sample_applicants
 from popfair.render.base import render_all
 from popfair.track.headline import logged_metrics
@@ -212,7 +212,7 @@ def test_paired_effects_rejects_bad_outcomes(outcomes, message):
 def test_bad_config_fails_at_construction_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=rf"^{key.removeprefix('estimator.')}: "):
         Interventional(**kwargs)
-    node = OmegaConf.create({"_target_": "popfair.estimate.pse.interventional.Interventional", **kwargs})
+    node = OmegaConf.create({"_target_": "popfair.estimate.pse.design.interventional.Interventional", **kwargs})
     with pytest.raises(ConfigError, match=rf"^{key.replace('.', '[.]')}: "):  # the builder names the config path
         build(node, "estimator")
 

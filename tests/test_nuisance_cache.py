@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from popfair.estimate.pse import nuisance_cache
-from popfair.estimate.pse.estimator import PseOverlapWarning, PseResult, clear_tuning_cache, estimate_pse
-from popfair.estimate.pse.nuisance_cache import STORE_NAME
+from popfair.estimate.pse.dml.estimator import PseOverlapWarning, PseResult, clear_tuning_cache, estimate_pse
+from popfair.estimate.pse.nuisances import cache as nuisance_cache
+from popfair.estimate.pse.nuisances.cache import STORE_NAME
 from popfair.estimate.pse.simulate import SimulatedSFM
 from popfair.store.blobs import open_blob_store
 

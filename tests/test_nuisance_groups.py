@@ -10,9 +10,9 @@ import xgboost as xgb
 
 from popfair.core.types import Roles
 from popfair.estimate import inference
-from popfair.estimate.pse import nuisances
 from popfair.estimate.pse import settings as dml_settings
-from popfair.estimate.pse.encoding import NumericRoles
+from popfair.estimate.pse.nuisances import models as nuisances
+from popfair.estimate.pse.nuisances.encoding import NumericRoles
 from popfair.estimate.pse.simulate import SimulatedSFM
 
 

@@ -15,10 +15,11 @@ from scipy import stats
 from popfair.case.compose import build
 from popfair.core.errors import ConfigError, EstimationError
 from popfair.core.types import Roles
-from popfair.estimate.pse import dml, nuisances
-from popfair.estimate.pse import estimator as pse
 from popfair.estimate.pse import settings as dml_settings
-from popfair.estimate.pse.estimator import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.dml import estimator as pse
+from popfair.estimate.pse.dml import scores as dml
+from popfair.estimate.pse.dml.estimator import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.nuisances import models as nuisances
 from popfair.estimate.pse.sfm import EFFECTS, pattern_labels
 from popfair.estimate.pse.simulate import SimulatedSFM
 from popfair.track.figures import draw

@@ -15,11 +15,11 @@ from popfair.case.population import PopulationCase
 from popfair.core.constraints import ParameterError
 from popfair.core.errors import EstimationError
 from popfair.core.types import Roles, WorldRequest
-from popfair.estimate.pse.interventional import expected_effects
-from popfair.estimate.pse.nuisances import Runner
-from popfair.estimate.pse.paper import PsePaper, estimate_pse_paper, target_weights
-from popfair.estimate.pse.paper import counterfactual_means as paper_means
-from popfair.estimate.pse.paper_tuning import PaperData, cv_search
+from popfair.estimate.pse.design.interventional import expected_effects
+from popfair.estimate.pse.nuisances.models import Runner
+from popfair.estimate.pse.paper.estimator import PsePaper, estimate_pse_paper, target_weights
+from popfair.estimate.pse.paper.estimator import counterfactual_means as paper_means
+from popfair.estimate.pse.paper.tuning import PaperData, cv_search
 from popfair.estimate.pse.settings import TuningGrid
 from popfair.estimate.pse.sfm import EFFECTS, TARGETS
 from popfair.estimate.pse.simulate import SimulatedSFM

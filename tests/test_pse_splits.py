@@ -11,7 +11,7 @@ import pytest
 
 from popfair.core.errors import ConfigError
 from popfair.estimate.inference import mean_inference
-from popfair.estimate.pse.estimator import PseDml, PseOverlapWarning, estimate_pse
+from popfair.estimate.pse.dml.estimator import PseDml, PseOverlapWarning, estimate_pse
 from popfair.estimate.pse.settings import BINARY_SPLITS
 from popfair.estimate.pse.simulate import SimulatedSFM
 

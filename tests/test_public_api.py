@@ -35,7 +35,7 @@ def test_every_exported_name_imports(package):
 
 
 def test_documented_names_are_the_defining_objects_with_numpydoc_sections():
-    from popfair.estimate.pse.estimator import estimate_pse
+    from popfair.estimate.pse.dml.estimator import estimate_pse
     from popfair.report.panel import panel_report
 
     assert popfair.estimate_pse is estimate_pse and popfair.panel_report is panel_report

@@ -8,7 +8,7 @@ offline screener (TF-IDF, embedding, simulated) costs nothing, so the plan scree
 the case's own applicants in their own counterfactual worlds (beside every factual applicant, so a
 matcher fitted on what it screens scores on the run's scale) and measures both: the SE of each
 effect's per-applicant contrast over the pilot, which the world budget scales to the planned n
-(`popfair.estimate.pse.budget.variance_parts`, as a previous run's SEs). The plan says it did so.
+(`popfair.estimate.pse.design.budget.variance_parts`, as a previous run's SEs). The plan says it did so.
 A paid screener keeps `plan.sd` / `plan.from_run` and says what it assumed."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def run_power(experiment: Any, metrics: dict[str, float]) -> Any:
     """The power settings a run states its line with: where its dry run measured a pilot
     (`measures_pilot`) and the run measured its own world variance, the run itself as the previous
     run, so the run's MDE stands on the run's own variance; else the case's settings."""
-    from popfair.estimate.pse.budget import METRIC
+    from popfair.estimate.pse.design.budget import METRIC
 
     if measures_pilot(experiment) and f"{METRIC}.var_world.TE" in metrics:
         return dataclasses.replace(experiment.power, previous=PreviousRun("this run", dict(metrics)))
@@ -72,7 +72,7 @@ def pilot_run(experiment: Any, profiles: Any, n: int = PILOT_APPLICANTS) -> Prev
 
 
 def _pilot(experiment: Any, profiles: Any, n: int) -> PreviousRun | None:
-    from popfair.estimate.pse.interventional import paired_effects
+    from popfair.estimate.pse.design.interventional import paired_effects
     from popfair.estimate.pse.sfm import TARGETS
 
     worlds = profiles.worlds

@@ -7,9 +7,9 @@ from __future__ import annotations
 from popfair.core.lazy import lazy_exports
 
 _EXPORTS = {
-    "estimate_pse": "popfair.estimate.pse.estimator",
-    "PseResult": "popfair.estimate.pse.estimator",
-    "PseDml": "popfair.estimate.pse.estimator",
+    "estimate_pse": "popfair.estimate.pse.dml.estimator",
+    "PseResult": "popfair.estimate.pse.dml.estimator",
+    "PseDml": "popfair.estimate.pse.dml.estimator",
     "PseSettings": "popfair.estimate.pse.settings",
     "TuningGrid": "popfair.estimate.pse.settings",
     "paired_gap": "popfair.estimate.gap.paired",
@@ -23,8 +23,8 @@ _EXPORTS = {
     "impact_ratio_inference": "popfair.estimate.impact_ratio.inference",
     "RatioInference": "popfair.estimate.impact_ratio.inference",
     "OutcomeGap": "popfair.estimate.gap.outcome_gap",
-    "Interventional": "popfair.estimate.pse.interventional",
-    "SideBySide": "popfair.estimate.pse.side_by_side",
+    "Interventional": "popfair.estimate.pse.design.interventional",
+    "SideBySide": "popfair.estimate.pse.design.side_by_side",
     "Estimator": "popfair.estimate.base",
     "EFFECTS": "popfair.estimate.pse.sfm",
     "TARGETS": "popfair.estimate.pse.sfm",

@@ -4,7 +4,7 @@
 `PlansPower`, `DeclaresEstimand`, `DeclaresDocuments`, `ExplainsEffects`, `DeclaresUnits`) are what
 the case asks of an estimator that has them, checked with isinstance; an estimator declares one by
 subclassing it (mypy then checks its signature) or by defining its method, as
-`popfair.estimate.pse.counterfactual.Counterfactual` declares the first four."""
+`popfair.estimate.pse.design.counterfactual.Counterfactual` declares the first four."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ register_estimator("paired_gap", ("paired", "table"), section="paired")  # first
 PSE = "pse"  # the five path-specific effects, by design (worlds) or from factual data
 register_family(PSE, explain="popfair.estimate.pse.estimand.explain_effects")  # estimand notes, structural gate
 register_estimator(  # the population design's default
-    "counterfactual", ("population",), family=PSE, target="popfair.estimate.pse.counterfactual.Counterfactual"
+    "counterfactual", ("population",), family=PSE, target="popfair.estimate.pse.design.counterfactual.Counterfactual"
 )
 register_estimator("pse_dml", ("population", "table"), family=PSE)
 register_estimator("pse_paper", ("population", "table"), family=PSE, plan_note=True)  # the PopResume authors' own

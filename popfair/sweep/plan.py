@@ -394,7 +394,7 @@ class Planner:
                 f"screening (~${extra * per_call:,.2f}; {total.calls / max(factual, 1):.2f}x the factual screening's "
                 f"{factual:,} calls, all that an estimator on factual data alone needs)"
             )
-            # a world budget's plan (popfair.estimate.pse.budget.world_plan) logs its n as plan.world_n
+            # a world budget's plan (popfair.estimate.pse.design.budget.world_plan) logs its n as plan.world_n
             needed = power.n_needed if power is not None and "world_n" in power.extra else None
             if needed and n:
                 calls = round(extra * needed / n)

@@ -2,7 +2,7 @@
 
 DML-UCA estimates each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.pse.sfm.TARGETS`) by
 reweighting the rows of group x_y to look like group x_b in B and like group x_r in R
-(`popfair.estimate.pse.dml`). A mean that mixes groups rests on the "crossing" applicants: rows of x_y
+(`popfair.estimate.pse.dml.scores`). A mean that mixes groups rests on the "crossing" applicants: rows of x_y
 whose covariates look like the other group (for nurse x gender, men with female-typical names).
 When there are few of them, propensities are clipped, the weights lose their mass and the outcome
 model extrapolates; the estimate and its CI then describe the model, not the screener.

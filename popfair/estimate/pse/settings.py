@@ -169,7 +169,7 @@ class PseSettings:
     n_jobs: int | None = 1  # threads for independent XGBoost fits (None: every CPU this process may use)
     cluster: str | None = None  # column whose values are resampled whole (cluster-robust SEs)
     cache_dir: str | Path | None = (
-        None  # where reusable nuisances are kept (popfair.estimate.pse.nuisance_cache; None: memory)
+        None  # where reusable nuisances are kept (popfair.estimate.pse.nuisances.cache; None: memory)
     )
     cache_url: str | None = None  # a database URL for them instead; wins over cache_dir
     # Identification gate (popfair.estimate.pse.identification, docs/concepts/identification.md): an effect

@@ -6,7 +6,7 @@ redlining proxies R, outcome Y (a 0-100 score or a 0/1 callback). Every effect i
 
     psi(x_y, x_b, x_r) = E[ Y_{x_y, B_{x_b, R_{x_r}}, R_{x_r}} ]
 
-each estimated as the mean of a cross-fitted doubly robust score (`popfair.estimate.pse.dml`).
+each estimated as the mean of a cross-fitted doubly robust score (`popfair.estimate.pse.dml.scores`).
 
 Inference (`popfair.estimate.inference.mean_inference`): influence-function standard errors (std of
 the per-row scores / sqrt(n), cluster-robust with `cluster`), and percentile CIs from bootstrap
@@ -35,7 +35,7 @@ from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS
 from popfair.estimate.inference import mean_inference
-from popfair.estimate.pse.dml import clear_tuning_cache, dml_scores
+from popfair.estimate.pse.dml.scores import clear_tuning_cache, dml_scores
 from popfair.estimate.pse.estimand import coarse_metrics, coarse_notes
 from popfair.estimate.pse.identification import IdentificationRule, gate, mean_problems
 from popfair.estimate.pse.settings import PSE_CONSTRAINTS, PseOverlapWarning, PseSettings, TuningGrid

@@ -13,7 +13,7 @@ the same contrasts), estimated differently:
 - BIE and RIE as the average of the two decomposition orders (CONTRASTS, as pse_dml).
 - Outcome models per group: E[Y | Z] and E[Y | W,V,Z] fit on the rows of one X level; the nested
   regressions are fit on random halves (NDE) and thirds (the two W/V orders) of each training fold,
-  the pseudo-outcome of one part regressed on the next (`popfair.estimate.pse.paper_tuning`).
+  the pseudo-outcome of one part regressed on the next (`popfair.estimate.pse.paper.tuning`).
 - Hyperparameters from the paper's grid by 5-fold CV, searched once on all rows (cached).
 - Propensities clipped to [clip, 1 - clip], clip = 0.01 by default (their README's command for the
   paper; their script's own default is 1e-4).
@@ -47,11 +47,11 @@ from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS, factual_rows
 from popfair.estimate.inference import ALPHA, SEED, bootstrap_se, percentile_ci
-from popfair.estimate.pse.encoding import NumericRoles
 from popfair.estimate.pse.identification import IdentificationRule, mean_diagnostics, mean_problems
-from popfair.estimate.pse.nuisances import Runner
-from popfair.estimate.pse.paper_progress import FITS_PER_ITERATION, IterationProgress, keep_timing, price
-from popfair.estimate.pse.paper_tuning import PaperData, fit, predict, tuned
+from popfair.estimate.pse.nuisances.encoding import NumericRoles
+from popfair.estimate.pse.nuisances.models import Runner
+from popfair.estimate.pse.paper.progress import FITS_PER_ITERATION, IterationProgress, keep_timing, price
+from popfair.estimate.pse.paper.tuning import PaperData, fit, predict, tuned
 from popfair.estimate.pse.settings import GridRule, TuningGrid
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS, pattern_labels
 
@@ -290,7 +290,7 @@ def _fold(
 
 def target_weights(a: np.ndarray, p_z: np.ndarray, p_rz: np.ndarray, p_brz: np.ndarray) -> dict[str, tuple]:
     """Per TARGETS mean psi(x_y, x_b, x_r): the raw weights (pi3, pi2, pi1) of its residual, middle and
-    outer terms (`popfair.estimate.pse.dml`'s formulas), and its crossing applicants: rows of x_y whose
+    outer terms (`popfair.estimate.pse.dml.scores`'s formulas), and its crossing applicants: rows of x_y whose
     held-out propensity gives the other group more than its share of the rows."""
 
     def prob(p: np.ndarray, level: int) -> np.ndarray:

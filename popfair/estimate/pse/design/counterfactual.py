@@ -46,14 +46,14 @@ from popfair.estimate.base import (
     factual_rows,
 )
 from popfair.estimate.power import PowerPlan, PowerSettings
-from popfair.estimate.pse import budget
-from popfair.estimate.pse.design_based import INFERENCE, combine
+from popfair.estimate.pse.design import budget
+from popfair.estimate.pse.design.design_based import INFERENCE, combine
+from popfair.estimate.pse.design.interventional import MAX_N, consistency, example_documents, paired_effects
+from popfair.estimate.pse.design.side_by_side import beside
+from popfair.estimate.pse.dml.estimator import PseDml
 from popfair.estimate.pse.estimand import OBSERVED_PREFIX, comparison_notes
-from popfair.estimate.pse.estimator import PseDml
-from popfair.estimate.pse.interventional import MAX_N, consistency, example_documents, paired_effects
 from popfair.estimate.pse.settings import PSE_CONSTRAINTS
 from popfair.estimate.pse.sfm import EFFECTS, TARGETS, pattern_labels
-from popfair.estimate.pse.side_by_side import beside
 from popfair.runtime.parallel import forked_call
 
 log = logging.getLogger("popfair")

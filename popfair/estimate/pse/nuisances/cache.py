@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popfair.core.types import Roles
-from popfair.estimate.pse.nuisances import OUTCOME, PROPENSITIES, PROPENSITY, nuisance_names, xgb_params
+from popfair.estimate.pse.nuisances.models import OUTCOME, PROPENSITIES, PROPENSITY, nuisance_names, xgb_params
 from popfair.store.blobs import (
     NUISANCES,
     BlobStore,
@@ -41,7 +41,7 @@ from popfair.store.blobs import (
 )
 
 if TYPE_CHECKING:
-    from popfair.estimate.pse.encoding import NumericRoles
+    from popfair.estimate.pse.nuisances.encoding import NumericRoles
     from popfair.estimate.pse.settings import PseSettings
 
 STORE_NAME = NUISANCES  # popfair.store.blobs.BLOB_STORES

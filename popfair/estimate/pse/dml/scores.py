@@ -1,6 +1,6 @@
 """The DML-UCA algorithm behind `estimate_pse`: cross-fitting and the per-row doubly robust scores
-(settings in `popfair.estimate.pse.settings`, the roles as numbers in `popfair.estimate.pse.encoding`). The XGBoost nuisances are fit in
-`popfair.estimate.pse.nuisances` and kept for reuse in `popfair.estimate.pse.nuisance_cache`.
+(settings in `popfair.estimate.pse.settings`, the roles as numbers in `popfair.estimate.pse.nuisances.encoding`). The XGBoost nuisances are fit in
+`popfair.estimate.pse.nuisances.models` and kept for reuse in `popfair.estimate.pse.nuisances.cache`.
 
 For each counterfactual mean psi(x_y, x_b, x_r) (`popfair.estimate.pse.sfm.TARGETS`) the score is
 (PopResume, arXiv 2603.22714, Table 1 and C.2):
@@ -39,10 +39,10 @@ import numpy as np
 import pandas as pd
 
 from popfair.core.types import Roles
-from popfair.estimate.pse.encoding import NumericRoles, assign_folds
 from popfair.estimate.pse.identification import mean_diagnostics, worst
-from popfair.estimate.pse.nuisance_cache import NuisanceCache, clear_memory_cache
-from popfair.estimate.pse.nuisances import (
+from popfair.estimate.pse.nuisances.cache import NuisanceCache, clear_memory_cache
+from popfair.estimate.pse.nuisances.encoding import NumericRoles, assign_folds
+from popfair.estimate.pse.nuisances.models import (
     OUTCOME,
     PROPENSITIES,
     PROPENSITY,

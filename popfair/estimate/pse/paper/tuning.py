@@ -33,7 +33,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 
 from popfair.core.errors import EstimationError
 from popfair.core.types import Roles
-from popfair.estimate.pse.nuisances import Runner
+from popfair.estimate.pse.nuisances.models import Runner
 from popfair.estimate.pse.settings import TuningGrid
 from popfair.store.blobs import NUISANCES, content_key, installed_versions, open_blob_store
 

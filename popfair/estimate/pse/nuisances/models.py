@@ -3,7 +3,7 @@ the per-fold fits of cross-fitting.
 
 Outcome chain (involves Y, fit per case): mu3 = E[Y | B,R,X,Z], then per x_y the nested regression
 mu2 on the pseudo-outcome mu3(B,R,x_y,Z), then per (x_y, x_b) mu1 on mu2(R,x_b,Z). Propensities
-(do not involve Y, so every case on the same applicants shares them: `popfair.estimate.pse.nuisance_cache`):
+(do not involve Y, so every case on the same applicants shares them: `popfair.estimate.pse.nuisances.cache`):
 P(X=x1 | Z), P(X=x1 | R,Z), P(X=x1 | B,R,Z). Hyperparameters are chosen per nuisance on one
 stratified train/validation split by Brier score (classifiers) or MSE (regressors)."""
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xgboost as xgb
 
-from popfair.estimate.pse.encoding import NumericRoles
+from popfair.estimate.pse.nuisances.encoding import NumericRoles
 from popfair.estimate.pse.sfm import TARGETS
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from popfair.core.constraints import ParameterError
 from popfair.core.errors import EstimationError
 from popfair.core.types import Effects, Plot, Roles
 from popfair.estimate.base import EFFECT_COLUMNS, Estimator, factual_rows
+from popfair.estimate.pse.design.interventional import Interventional
 from popfair.estimate.pse.estimand import OBSERVED_PREFIX, SAME_ESTIMAND
-from popfair.estimate.pse.interventional import Interventional
 from popfair.estimate.pse.sfm import EFFECTS
 
 INTERVENTIONAL_PREFIX = "intv_"
@@ -48,7 +48,7 @@ class SideBySide:
         if not isinstance(interventional, Interventional):
             raise ParameterError(
                 "interventional",
-                f"must be popfair.estimate.pse.interventional.Interventional, got {type(interventional).__name__}",
+                f"must be popfair.estimate.pse.design.interventional.Interventional, got {type(interventional).__name__}",
             )
         self.observational, self.interventional = observational, interventional
         self.counterfactuals = interventional.counterfactuals  # the interventional part's worlds

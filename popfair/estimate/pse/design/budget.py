@@ -1,6 +1,6 @@
 """The counterfactual design's world budget: what n applicants' worlds can detect, and the n an effect needs.
 
-The combined estimator's variance (`popfair.estimate.pse.design_based`) comes from the world sample
+The combined estimator's variance (`popfair.estimate.pse.design.design_based`) comes from the world sample
 of n of the N applicants, with the finite population correction; for the effects on the N
 applicants averaged over the worlds' redraws (`inference=applicants`, the default) the redraw noise
 R_e / N adds to it, which does not shrink with n; for these worlds only (`inference=worlds`) it
