@@ -150,16 +150,22 @@ def xgb_params(kind: str, depth: int, lam: float, seed: int) -> dict[str, Any]:
     }
 
 
+def boost(params: Mapping[str, Any], dtrain: xgb.DMatrix, rounds: int) -> xgb.Booster:
+    """`xgb.train(params, dtrain, rounds)` without its callbacks and its closing `reset` (which only
+    frees the booster's prediction cache): the same `Booster.update` calls, so the same trees, for
+    about a sixth less time on the bootstrap's small fits (0.5 ms a fit and 8 us a tree)."""
+    booster = xgb.Booster(params, [dtrain])
+    for i in range(rounds):
+        booster.update(dtrain, i)
+    return booster
+
+
 def fit(
     data: PaperData, rows: np.ndarray, roles: str, target: np.ndarray, kind: str, hp: Mapping[str, float], seed: int
 ) -> xgb.Booster:
     """One nuisance on `rows` with the chosen hyperparameters."""
     dtrain = data.matrix(rows, roles, target)
-    return xgb.train(
-        xgb_params(kind, int(hp["max_depth"]), float(hp["reg_lambda"]), seed),
-        dtrain,
-        int(hp["n_estimators"]),
-    )
+    return boost(xgb_params(kind, int(hp["max_depth"]), float(hp["reg_lambda"]), seed), dtrain, int(hp["n_estimators"]))
 
 
 def predict(model: xgb.Booster, data: PaperData, rows: np.ndarray, roles: str) -> np.ndarray:
@@ -188,11 +194,7 @@ def fit_grouped(
     """`fit` on the distinct rows of `rows`, weighted by their counts (`PaperData.grouped`): the same
     model up to floating-point rounding, grown on a fraction of the rows."""
     dtrain, _ = data.grouped(rows, roles, np.asarray(target, float))
-    return xgb.train(
-        xgb_params(kind, int(hp["max_depth"]), float(hp["reg_lambda"]), seed),
-        dtrain,
-        int(hp["n_estimators"]),
-    )
+    return boost(xgb_params(kind, int(hp["max_depth"]), float(hp["reg_lambda"]), seed), dtrain, int(hp["n_estimators"]))
 
 
 def cv_search(
@@ -223,7 +225,7 @@ def cv_search(
     def losses(depth: int, lam: float) -> np.ndarray:
         out = np.zeros(len(counts))
         for dtrain, dvalid, where, truth in matrices:
-            booster = xgb.train(xgb_params(kind, depth, lam, seed), dtrain, max(counts))
+            booster = boost(xgb_params(kind, depth, lam, seed), dtrain, max(counts))
             for j, k in enumerate(counts):
                 predicted = booster.predict(dvalid, iteration_range=(0, k))[where]
                 out[j] += np.mean((predicted - truth) ** 2)
