@@ -99,10 +99,10 @@ class PaperData:
     def distinct(self, roles: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The distinct rows of the roles' columns (bit for bit) and each data row's position among
         them, computed once per role set; None where a column has more than MAX_BIN values (then
-        `hist`'s cuts are quantiles, which weights could move)."""
+        `hist`'s cuts are quantiles, which weights could move) or the roles have no column."""
         if roles not in self._distinct:
             block = np.ascontiguousarray(self.values[:, self.cols(roles)])
-            if any(len(np.unique(column)) > MAX_BIN for column in block.T):
+            if block.shape[1] == 0 or any(len(np.unique(column)) > MAX_BIN for column in block.T):
                 self._distinct[roles] = None
             else:
                 as_bytes = block.view(np.dtype((np.void, block.dtype.itemsize * block.shape[1]))).ravel()
