@@ -13,8 +13,8 @@ is not searched here.
 Speed without changing a selection: one booster per (max_depth, reg_lambda) and CV fold grows 100
 trees and its validation rows are scored at 5, 10, 20, 50 and 100 trees (`iteration_range`); a
 booster's first k trees are the k-tree model (boosting is sequential and `hist` without subsampling
-is deterministic), so 100 fits replace the 500 of an exhaustive search with the same losses. Every
-fit, in the search and in the bootstrap, is grown on one row per distinct feature vector, weighted by
+is deterministic), so 100 fits replace the 500 of an exhaustive search with the same losses. The
+search's CV fits and every bootstrap fit are grown on one row per distinct feature vector, weighted by
 its count and labelled with the mean target of its rows (`PaperData.grouped`, as pse_dml's
 nuisances): squared error and log loss give each node the same gradient and hessian sums, so the
 trees are those of the rows up to the order of floating-point sums (losses within 1e-6 relative, the
