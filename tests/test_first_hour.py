@@ -271,7 +271,7 @@ def test_pse_paper_is_priced_from_the_last_measured_iteration(tmp_path, caplog):
     before = PsePaper(**settings).price(19000)
     assert before == (
         "pse_paper: 4 resample-and-refit iterations of 60 XGBoost fits on 19,000 rows, 1 side by side: about 0 min "
-        "(not measured here yet: the config's 6 s an iteration per core for 19,000 rows; the run measures it)"
+        "(not measured here yet: the config's 0.25 s an iteration per core for 19,000 rows; the run measures it)"
     )
     sim = SimulatedSFM()
     with caplog.at_level(logging.INFO, logger="popfair.pse"):

@@ -5,6 +5,8 @@ screener its effects cover the interventional truth (race) and it says how far i
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,7 +21,7 @@ from popfair.estimate.pse.design.interventional import expected_effects
 from popfair.estimate.pse.nuisances.models import Runner
 from popfair.estimate.pse.paper.estimator import PsePaper, estimate_pse_paper, target_weights
 from popfair.estimate.pse.paper.estimator import counterfactual_means as paper_means
-from popfair.estimate.pse.paper.tuning import PaperData, cv_search
+from popfair.estimate.pse.paper.tuning import Grouped, PaperData, cv_search, fit, fit_grouped, predict
 from popfair.estimate.pse.settings import TuningGrid
 from popfair.estimate.pse.sfm import EFFECTS, TARGETS
 from popfair.estimate.pse.simulate import SimulatedSFM
@@ -64,6 +66,43 @@ def test_search_selects_what_gridsearchcv_selects(kind):
     ours = cv_search(data, np.arange(len(target)), "rz", target, kind, TuningGrid.build(grid), 5, 0, Runner(1))
     assert {k: ours[k] for k in grid} == pytest.approx(reference.best_params_)
     assert ours["loss"] == pytest.approx(-reference.best_score_, rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_a_fit_on_the_distinct_rows_is_the_fit_on_the_rows(kind):
+    """A bootstrap resample (rows repeated) grown as one weighted row per distinct feature vector gives
+    the row-by-row model's trees and, up to float32 rounding, its predictions; predicting each
+    distinct row once gives every row exactly its own prediction."""
+    _, data = _toy(2000, seed=5)
+    rows = np.random.default_rng(1).integers(0, len(data.y), len(data.y))
+    target = data.a[rows].astype(float) if kind == "classifier" else data.y[rows]
+    hp = {"max_depth": 3, "n_estimators": 30, "reg_lambda": 1.0}
+    grouped_matrix, _ = data.grouped(rows, "brz", target)
+    assert grouped_matrix.num_row() < 0.8 * len(rows)  # the resample's repeats are one row each
+    rowwise = fit(data, rows, "brz", target, kind, hp, 0)
+    grouped = fit_grouped(data, rows, "brz", target, kind, hp, 0)
+
+    def splits(model):  # each tree without its leaf values, gains and covers
+        return [re.sub(r"(leaf|gain|cover)=[-0-9.e+]+", "", tree) for tree in model.get_dump(with_stats=True)]
+
+    assert splits(grouped) == splits(rowwise)
+    held_out = np.arange(0, len(data.y), 3)
+    expected = predict(rowwise, data, held_out, "brz")
+    np.testing.assert_allclose(predict(grouped, data, held_out, "brz"), expected, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(Grouped(data, held_out).predict(rowwise, "brz"), expected)  # bit for bit
+
+
+def test_columns_with_more_values_than_bins_are_fit_row_by_row():
+    """Over 256 values in a column, XGBoost's cuts are quantiles that weights could move: no grouping."""
+    frame, data = _toy(2000, seed=6)
+    roles = Roles(x="x", x0="0", x1="1", z=("group", "age"), b=("income",), r=("region",))
+    income = np.random.default_rng(0).normal(50, 10, len(frame)).round(1)
+    wide = PaperData.from_rows(frame.assign(income=income), roles, data.a, data.y)
+    rows = np.concatenate([np.arange(200), np.arange(200)])
+    matrix, where = wide.grouped(rows, "brz", wide.y[rows])
+    assert wide.distinct("brz") is None and matrix.num_row() == len(rows) and matrix.get_weight().size == 0
+    assert np.array_equal(where, np.arange(len(rows)))
+    assert wide.distinct("rz") is not None  # the role sets without it still group
 
 
 def test_self_normalised_means_ignore_a_common_scale_of_the_weights():

@@ -51,7 +51,7 @@ from popfair.estimate.pse.identification import IdentificationRule, mean_diagnos
 from popfair.estimate.pse.nuisances.encoding import NumericRoles
 from popfair.estimate.pse.nuisances.models import Runner
 from popfair.estimate.pse.paper.progress import FITS_PER_ITERATION, IterationProgress, keep_timing, price
-from popfair.estimate.pse.paper.tuning import PaperData, fit, predict, tuned
+from popfair.estimate.pse.paper.tuning import Grouped, PaperData, fit_grouped, tuned
 from popfair.estimate.pse.settings import GridRule, TuningGrid
 from popfair.estimate.pse.sfm import CONTRASTS, EFFECTS, TARGETS, pattern_labels
 
@@ -251,31 +251,33 @@ def _fold(
     raw: np.ndarray,
 ) -> None:
     """The fold's nuisances, fit on the training positions `tr` of the resample and predicted on its
-    held-out positions `ts` (positions index the resample; `rows[p]` is the data row)."""
-    test = rows[ts]
+    held-out positions `ts` (positions index the resample; `rows[p]` is the data row). Each model is
+    grown on the distinct rows of its training rows, weighted by their counts, and predicts each
+    distinct row once (`paper_tuning.PaperData.grouped`): the same models as row by row, faster."""
+    test = Grouped(data, rows[ts])
 
     def fit_on(positions: np.ndarray, roles: str, target: np.ndarray, name: str, kind: str = "regressor"):
-        return fit(data, rows[positions], roles, target, kind, params[name], seed)
+        return fit_grouped(data, rows[positions], roles, target, kind, params[name], seed)
 
     def on(model: Any, positions: np.ndarray, roles: str) -> np.ndarray:
-        return predict(model, data, rows[positions], roles)
+        return Grouped(data, rows[positions]).predict(model, roles)
 
     for j, (name, roles) in enumerate((("px_z", "z"), ("px_wz", "rz"), ("px_wvz", "brz"))):
-        raw[j, ts] = predict(fit_on(tr, roles, a[tr].astype(float), name, "classifier"), data, test, roles)
+        raw[j, ts] = test.predict(fit_on(tr, roles, a[tr].astype(float), name, "classifier"), roles)
     for level in (0, 1):
         group = tr[a[tr] == level]
-        out[f"y_zx{level}"][ts] = predict(fit_on(group, "z", y[group], f"y_zx{level}"), data, test, "z")
+        out[f"y_zx{level}"][ts] = test.predict(fit_on(group, "z", y[group], f"y_zx{level}"), "z")
     # NDE: E[Y | W,V,Z, x1] on one half, regressed on Z among the other half's x0 rows
     mu, ns = np.array_split(np.random.default_rng([seed, 1, i]).permutation(tr), 2)
     top = fit_on(mu[a[mu] == 1], "brz", y[mu[a[mu] == 1]], "y_wvzx1")
     inner = ns[a[ns] == 0]
-    out["mu2_ne"][ts] = predict(top, data, test, "brz")
-    out["mu1_ne"][ts] = predict(fit_on(inner, "z", on(top, inner, "brz"), "mu2_zx0"), data, test, "z")
+    out["mu2_ne"][ts] = test.predict(top, "brz")
+    out["mu1_ne"][ts] = test.predict(fit_on(inner, "z", on(top, inner, "brz"), "mu2_zx0"), "z")
     # the two W/V orders share one E[Y | W,V,Z, x1] (on the first third): V drawn at x0 given W drawn
     # at x1 (middle on x0 rows, outer on x1 rows), and V at x1 given W at x0 (the other way round)
     mu, ns1, ns2 = np.array_split(np.random.default_rng([seed, 2, i]).permutation(tr), 3)
     top = fit_on(mu[a[mu] == 1], "brz", y[mu[a[mu] == 1]], "y_wvzx1")
-    out["mu3_v"][ts] = predict(top, data, test, "brz")
+    out["mu3_v"][ts] = test.predict(top, "brz")
     for order, (middle_level, middle_name, outer_name) in {
         "vde": (0, "mu3_wzx0", "mu2_zx1"),
         "wde": (1, "mu3_wzx1", "mu2_zx0"),
@@ -283,9 +285,9 @@ def _fold(
         middle_rows = ns1[a[ns1] == middle_level]
         middle = fit_on(middle_rows, "rz", on(top, middle_rows, "brz"), middle_name)
         outer_rows = ns2[a[ns2] == 1 - middle_level]
-        out[f"mu2_{order}"][ts] = predict(middle, data, test, "rz")
+        out[f"mu2_{order}"][ts] = test.predict(middle, "rz")
         outer = fit_on(outer_rows, "z", on(middle, outer_rows, "rz"), outer_name)
-        out[f"mu1_{order}"][ts] = predict(outer, data, test, "z")
+        out[f"mu1_{order}"][ts] = test.predict(outer, "z")
 
 
 def target_weights(a: np.ndarray, p_z: np.ndarray, p_rz: np.ndarray, p_brz: np.ndarray) -> dict[str, tuple]:
