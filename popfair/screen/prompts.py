@@ -11,7 +11,7 @@ leaves the other designs' prompts as they ship."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,14 +119,14 @@ class PromptSet:
     def users(self, outcome: Outcome, jobs: Mapping[str, Job], documents: Sequence[Document]) -> list[str]:
         """The user message of every document, in bulk (a cached rerun of 60,000 rows builds only
         these and the keys, no prompt objects)."""
-        frames = {job_id: self._frame(outcome, job) for job_id, job in jobs.items()}
+        frames = {job_id: self.frame(outcome, job) for job_id, job in jobs.items()}
         users = []
         for document in documents:
             head, tail = frames[document.job_id]
             users.append(head + (IMAGE_PLACEHOLDER if document.kind == "image" else document.text) + tail)
         return users
 
-    def _frame(self, outcome: Outcome, job: Job) -> tuple[str, str]:
+    def frame(self, outcome: Outcome, job: Job) -> tuple[str, str]:
         """The user template with the job filled in, split around {document} (memoised per job:
         60,000 resumes for one job share it)."""
         memo_key = (outcome, job.job_id, job.title, job.description)
@@ -154,10 +154,38 @@ def _read_context(name: str) -> str:
     return text
 
 
+class PromptUsers(Sequence[str]):
+    """The user messages of a prompt table's distinct prompts, each built when it is read (the job's
+    template around the document): a plan counts prompts and characters without them, so a sweep's
+    tables do not hold a second copy of every resume."""
+
+    def __init__(self, parts: Sequence[tuple[str, str, str, bytes | None]]) -> None:
+        self._parts = parts
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [head + body + tail for head, tail, body, _ in self._parts[index]]
+        head, tail, body, _ = self._parts[index]
+        return head + body + tail
+
+    def __iter__(self) -> Iterator[str]:
+        return (head + body + tail for head, tail, body, _ in self._parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class PromptTable:
     """The distinct prompts of one document list under one prompt set and outcome (identical
-    prompts are one call): their user texts, images and user-text lengths, for planning.
+    prompts are one call): their user texts (built when read, `PromptUsers`), images and user-text
+    lengths, for planning. A prompt is its job's filled template (the text before and after
+    {document}) and its document (its text, or the image placeholder and the PNG).
 
     Built once per process for a given document list and job texts, and memoised by the list's
     identity (the memo holds the list, so an identity is never reused while its entry lives) and
@@ -166,7 +194,7 @@ class PromptTable:
     for equal jobs. Short lists are not memoised (cheap to build; they would push out the long
     ones). Document lists are not mutated once rendered."""
 
-    users: list[str]
+    users: PromptUsers
     images: list[bytes | None]
     user_chars: np.ndarray
     has_images: bool
@@ -184,13 +212,25 @@ class PromptTable:
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
-        images = [d.image_png if d.kind == "image" else None for d in documents]
-        distinct = list(dict.fromkeys(zip(prompts.users(outcome, jobs, documents), images)))
+        frames = {job_id: prompts.frame(outcome, job) for job_id, job in jobs.items()}
+        # (text before, text after, document, image): no user message is joined to tell two apart
+        distinct = list(
+            dict.fromkeys(
+                (*frames[d.job_id], IMAGE_PLACEHOLDER, d.image_png)
+                if d.kind == "image"
+                else (*frames[d.job_id], d.text, None)
+                for d in documents
+            )
+        )
         table = cls(
-            users=[user for user, _ in distinct],
-            images=[image for _, image in distinct],
-            user_chars=np.fromiter((len(user) for user, _ in distinct), dtype=np.int64, count=len(distinct)),
-            has_images=any(image is not None for image in images),
+            users=PromptUsers(distinct),
+            images=[image for *_, image in distinct],
+            user_chars=np.fromiter(
+                (len(head) + len(body) + len(tail) for head, tail, body, _ in distinct),
+                dtype=np.int64,
+                count=len(distinct),
+            ),
+            has_images=any(d.kind == "image" and d.image_png is not None for d in documents),
         )
         if memoised:
             _PROMPT_TABLES[key] = (documents, jobs, _job_texts(jobs), table)

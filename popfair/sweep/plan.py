@@ -40,7 +40,7 @@ from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
 from popfair.runtime.parallel import forked_call
 
-__all__ = ["CasePlan", "Planner", "default_planner", "plan_case", "plan_totals", "format_totals"]
+__all__ = ["CasePlan", "Planner", "default_planner", "plan_case"]
 
 
 def _key(obj: Any) -> str:
@@ -56,14 +56,19 @@ def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
     return TextRenderer(**{k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS})
 
 
-def with_shown(documents: list[Document], rows: pd.DataFrame, shown: list[str]) -> list[Document]:
+def with_shown(
+    documents: list[Document], rows: pd.DataFrame, shown: list[str], texts: dict[str, str] | None = None
+) -> list[Document]:
     """Text layouts marked with the protected attributes the page shows (`Renderer.shows`: the
-    headshot's gender and race), so that the plan counts the pages that differ only in them apart."""
+    headshot's gender and race), so that the plan counts the pages that differ only in them apart.
+    `texts`: equal marked texts share one string (`Planner.texts`: the gender and race sets of an
+    occupation mark the same factual applicants alike)."""
     joined = rows[shown[0]].astype(str)
     for column in shown[1:]:  # column by column: a row-wise join transposes the frame (seconds per grid set)
         joined = joined + " " + rows[column].astype(str)
+    one = (lambda text: text) if texts is None else (lambda text: texts.setdefault(text, text))
     return [
-        Document(d.applicant_id, d.job_id, d.kind, f"{d.text}\n[photo: {mark}]", d.image_png, d.profile, d.pdf)
+        Document(d.applicant_id, d.job_id, d.kind, one(f"{d.text}\n[photo: {mark}]"), d.image_png, d.profile, d.pdf)
         for d, mark in zip(documents, joined.tolist())
     ]  # not dataclasses.replace: it inspects the fields of each of a grid set's 20,000 documents
 
@@ -160,11 +165,12 @@ class Planner:
     eligible: dict[int, tuple[Profiles, int]] = field(default_factory=dict)
     factual: dict[int, tuple[list[Document], list[Document]]] = field(default_factory=dict)
     factual_counts: dict[tuple[int, int], tuple[list[Document], int]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget what earlier cases planned (a new sweep in the same process)."""
         for memo in (self.samples, self.documents, self.identities, self.planned, self.fresh, self.images,
-                     self.power, self.eligible, self.factual, self.factual_counts):  # fmt: skip
+                     self.power, self.eligible, self.factual, self.factual_counts, self.texts):  # fmt: skip
             memo.clear()
 
     def price(self, experiment: PopulationCase) -> CasePlan:
@@ -245,26 +251,45 @@ class Planner:
         # a page that shows protected attributes (a headshot) differs where they differ, as its text layout
         # does not: two worlds of one applicant that differ only in X are two calls (image_photo)
         shown = sorted(displayed_attributes(experiment.renderer) or ()) if image else []
-        if shown:
-            identity = {"layout": identity, "shown": shown}
-        if experiment.placebo is not None:  # placebo re-screens are part of what the screener is shown
-            identity = {"documents": identity, "placebo": repr(experiment.placebo), "seed": experiment.seed}
-        document_key = _key({"renderer": identity, "rows": rows_digest})
+        layout = self._with_placebo(experiment, identity)
+        document_key = self._with_placebo(experiment, {"layout": identity, "shown": shown}) if shown else layout
+        document_key, layout_key = (_key({"renderer": k, "rows": rows_digest}) for k in (document_key, layout))
         if document_key not in self.documents:
+            # the run's own step (`PopulationCase.prompts`): what the screener is shown, per prompt. A page
+            # with a headshot is its text layout, rendered once for every format of the sample, marked
             renderer = text_layout_renderer(renderer_config) if text_layout else None
-            # the run's own step (`PopulationCase.prompts`): what the screener is shown, per prompt
-            stage = _kept_render(renderer or experiment.renderer, document_key, profiles.jobs)
-            documents = list(  # the design's prompts, then any placebo re-screens (renderer.placebo)
-                experiment.prompts(
+            if layout_key not in self.documents:
+                stage = _kept_render(renderer or experiment.renderer, layout_key, profiles.jobs)
+                documents = experiment.prompts(
                     profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage
-                ).screened
-            )
+                ).screened  # the design's prompts, then any placebo re-screens (renderer.placebo)
+                self.documents[layout_key] = (self._shared_texts(documents), profiles)
+            documents = self.documents[layout_key][0]
             if shown:
                 rows = profiles.rows().drop(columns=WORLD)
                 if len(documents) == len(rows):
-                    documents = with_shown(documents, rows, shown)
-            self.documents[document_key] = (documents, profiles)
+                    documents = with_shown(documents, rows, shown, self.texts)
+                self.documents[document_key] = (documents, profiles)
         return profiles, self.documents[document_key][0], document_key, image
+
+    @staticmethod
+    def _with_placebo(experiment: PopulationCase, identity: Any) -> Any:
+        """A document set's identity with the case's placebo re-screens: part of what the screener is shown."""
+        if experiment.placebo is None:
+            return identity
+        return {"documents": identity, "placebo": repr(experiment.placebo), "seed": experiment.seed}
+
+    def _shared_texts(self, documents: Any) -> list[Document]:
+        """The documents, each text one string for the sweep (`texts`): the gender and race samples of an
+        occupation draw the same factual applicants, whose resumes are then held once, and compared by
+        identity when a set's unplanned documents are found."""
+        texts, shared = self.texts, []
+        for d in documents:
+            text = texts.setdefault(d.text, d.text)
+            shared.append(
+                d if text is d.text else Document(d.applicant_id, d.job_id, d.kind, text, d.image_png, d.profile, d.pdf)
+            )
+        return shared
 
     def _identities(self, document_key: str) -> list[tuple[str, str]]:
         """What makes two documents of a set the same prompt for one screener: the job text and the
@@ -459,35 +484,3 @@ def _sequential_note(experiment: PopulationCase) -> str:
         f"sequential ({settings.rule}, {looks}): this plan is the budget, the most the case can cost; it stops "
         "earlier once the anytime-valid CI settles the rule"
     )
-
-
-PLAN_SUMS = [
-    "cases",
-    "documents",
-    "calls",
-    "input_tokens",
-    "output_tokens",
-    "cost_usd",
-    "new_calls",
-    "new_input_tokens",
-    "new_output_tokens",
-    "new_cost_usd",
-]
-
-
-def plan_totals(plans: list[dict[str, Any]]) -> pd.DataFrame:
-    """Per-screener sums of case plans plus a TOTAL row (what a sweep's dry run prints at the end)."""
-    table = pd.DataFrame(plans).assign(cases=1)
-    per_model = table.groupby("screener")[PLAN_SUMS].sum()
-    per_model.loc["TOTAL"] = per_model.sum()
-    return per_model
-
-
-def format_totals(totals: pd.DataFrame) -> str:
-    shown = totals.copy()
-    for column in ("cost_usd", "new_cost_usd"):
-        shown[column] = shown[column].map("${:,.2f}".format)
-    for column in [c for c in PLAN_SUMS if c not in ("cost_usd", "new_cost_usd")]:
-        shown[column] = shown[column].map("{:,.0f}".format)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        return shown.to_string()
