@@ -61,7 +61,7 @@ def with_shown(
 ) -> list[Document]:
     """Text layouts marked with the protected attributes the page shows (`Renderer.shows`: the
     headshot's gender and race), so that the plan counts the pages that differ only in them apart.
-    `texts`: equal marked texts share one string (`Planner.texts`: the gender and race sets of an
+    `texts`: equal marked texts share one string (`Planner.marked`: the gender and race sets of an
     occupation mark the same factual applicants alike)."""
     joined = rows[shown[0]].astype(str)
     for column in shown[1:]:  # column by column: a row-wise join transposes the frame (seconds per grid set)
@@ -158,6 +158,7 @@ class Planner:
     samples: dict[str, tuple[Profiles, str]] = field(default_factory=dict)
     documents: dict[str, tuple[list[Document], Profiles]] = field(default_factory=dict)
     identities: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    job_texts: dict[str, frozenset[str]] = field(default_factory=dict)
     planned: dict[str, list[str]] = field(default_factory=dict)
     fresh: dict[tuple[str, ...], list[Document]] = field(default_factory=dict)
     images: dict[str, Document] = field(default_factory=dict)
@@ -165,12 +166,14 @@ class Planner:
     eligible: dict[int, tuple[Profiles, int]] = field(default_factory=dict)
     factual: dict[int, tuple[list[Document], list[Document]]] = field(default_factory=dict)
     factual_counts: dict[tuple[int, int], tuple[list[Document], int]] = field(default_factory=dict)
-    texts: dict[str, str] = field(default_factory=dict)
+    texts: dict[str, Document] = field(default_factory=dict)
+    marked: dict[str, str] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget what earlier cases planned (a new sweep in the same process)."""
-        for memo in (self.samples, self.documents, self.identities, self.planned, self.fresh, self.images,
-                     self.power, self.eligible, self.factual, self.factual_counts, self.texts):  # fmt: skip
+        for memo in (self.samples, self.documents, self.identities, self.job_texts, self.planned, self.fresh,
+                     self.images, self.power, self.eligible, self.factual, self.factual_counts, self.texts,
+                     self.marked):  # fmt: skip
             memo.clear()
 
     def price(self, experiment: PopulationCase) -> CasePlan:
@@ -263,12 +266,12 @@ class Planner:
                 documents = experiment.prompts(
                     profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage
                 ).screened  # the design's prompts, then any placebo re-screens (renderer.placebo)
-                self.documents[layout_key] = (self._shared_texts(documents), profiles)
+                self.documents[layout_key] = (self._shared(documents), profiles)
             documents = self.documents[layout_key][0]
             if shown:
                 rows = profiles.rows().drop(columns=WORLD)
                 if len(documents) == len(rows):
-                    documents = with_shown(documents, rows, shown, self.texts)
+                    documents = with_shown(documents, rows, shown, self.marked)
                 self.documents[document_key] = (documents, profiles)
         return profiles, self.documents[document_key][0], document_key, image
 
@@ -279,16 +282,16 @@ class Planner:
             return identity
         return {"documents": identity, "placebo": repr(experiment.placebo), "seed": experiment.seed}
 
-    def _shared_texts(self, documents: Any) -> list[Document]:
-        """The documents, each text one string for the sweep (`texts`): the gender and race samples of an
-        occupation draw the same factual applicants, whose resumes are then held once, and compared by
-        identity when a set's unplanned documents are found."""
+    def _shared(self, documents: Any) -> list[Document]:
+        """The documents, each resume one string and each equal document one object for the sweep
+        (`texts`, by text): the gender and race samples of an occupation draw the same factual applicants,
+        whose documents are then held once and compared by identity where a set's unplanned ones are found."""
         texts, shared = self.texts, []
         for d in documents:
-            text = texts.setdefault(d.text, d.text)
-            shared.append(
-                d if text is d.text else Document(d.applicant_id, d.job_id, d.kind, text, d.image_png, d.profile, d.pdf)
-            )
+            first = texts.setdefault(d.text, d)
+            if first is not d and first != d:  # the same text for another applicant or job
+                first = Document(d.applicant_id, d.job_id, d.kind, first.text, d.image_png, d.profile, d.pdf)
+            shared.append(first)
         return shared
 
     def _identities(self, document_key: str) -> list[tuple[str, str]]:
@@ -299,6 +302,13 @@ class Planner:
             documents, profiles = self.documents[document_key]
             self.identities[document_key] = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         return self.identities[document_key]
+
+    def _job_texts(self, document_key: str) -> frozenset[str]:
+        """The job descriptions a set's documents may be screened for (its sample's jobs)."""
+        if document_key not in self.job_texts:
+            jobs = self.documents[document_key][1].jobs
+            self.job_texts[document_key] = frozenset(job.description for job in jobs.values())
+        return self.job_texts[document_key]
 
     def _unplanned(self, screener_key: str, document_key: str) -> list[Document]:
         """The documents of a set that no earlier case of this sweep planned for the same screener and
@@ -313,8 +323,9 @@ class Planner:
             fresh = documents
         elif memo in self.fresh:
             fresh = self.fresh[memo]
-        else:
-            seen = {identity for key in earlier for identity in self._identities(key)}
+        else:  # only sets with one of this set's jobs can hold one of its prompts
+            jobs = self._job_texts(document_key)
+            seen = {i for key in earlier if not jobs.isdisjoint(self._job_texts(key)) for i in self._identities(key)}
             fresh = [d for d, i in zip(documents, self._identities(document_key)) if i not in seen]
             # none planned before (another occupation's set): the set's own list, so that the screener
             # prices it once with its total, and its prompt table is the one the total built
