@@ -212,25 +212,33 @@ class PromptTable:
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
-        frames = {job_id: prompts.frame(outcome, job) for job_id, job in jobs.items()}
-        # (text before, text after, document, image): no user message is joined to tell two apart
-        distinct = list(
-            dict.fromkeys(
-                (*frames[d.job_id], IMAGE_PLACEHOLDER, d.image_png)
-                if d.kind == "image"
-                else (*frames[d.job_id], d.text, None)
-                for d in documents
-            )
-        )
+        # per job template (equal templates one group): its distinct documents, by text (a document's
+        # string hashes once) or placeholder and PNG; no user message is joined to tell two apart
+        groups: dict[tuple[str, str], dict[Any, None]] = {}
+        group_of = {job_id: groups.setdefault(prompts.frame(outcome, job), {}) for job_id, job in jobs.items()}
+        for d in documents:
+            if d.kind != "image":
+                body: Any = d.text
+            elif d.image_png is None:  # no page: the placeholder's text, as a text document of that text
+                body = IMAGE_PLACEHOLDER
+            else:
+                body = (IMAGE_PLACEHOLDER, d.image_png)
+            group_of[d.job_id][body] = None
+        distinct = [
+            (head, tail, body, None) if isinstance(body, str) else (head, tail, *body)
+            for (head, tail), group in groups.items()
+            for body in group
+        ]
+        images = [image for *_, image in distinct]
         table = cls(
             users=PromptUsers(distinct),
-            images=[image for *_, image in distinct],
+            images=images,
             user_chars=np.fromiter(
                 (len(head) + len(body) + len(tail) for head, tail, body, _ in distinct),
                 dtype=np.int64,
                 count=len(distinct),
             ),
-            has_images=any(d.kind == "image" and d.image_png is not None for d in documents),
+            has_images=any(image is not None for image in images),
         )
         if memoised:
             _PROMPT_TABLES[key] = (documents, jobs, _job_texts(jobs), table)

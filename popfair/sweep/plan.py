@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -39,6 +38,7 @@ from popfair.render.base import Renderer, displayed_attributes
 from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
 from popfair.runtime.parallel import forked_call
+from popfair.sweep.plan_layout import TEXT_PARAMETERS, text_layout_renderer, with_shown
 
 __all__ = ["CasePlan", "Planner", "default_planner", "plan_case"]
 
@@ -47,38 +47,14 @@ def _key(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-_TEXT_PARAMETERS = set(inspect.signature(TextRenderer).parameters)
-
-
-def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
-    """The text renderer with the image renderer's content settings (pools, seed, ...): the same
-    resume as the image, as text."""
-    return TextRenderer(**{k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS})
-
-
-def with_shown(
-    documents: list[Document], rows: pd.DataFrame, shown: list[str], texts: dict[str, str] | None = None
-) -> list[Document]:
-    """Text layouts marked with the protected attributes the page shows (`Renderer.shows`: the
-    headshot's gender and race), so that the plan counts the pages that differ only in them apart.
-    `texts`: equal marked texts share one string (`Planner.marked`: the gender and race sets of an
-    occupation mark the same factual applicants alike)."""
-    joined = rows[shown[0]].astype(str)
-    for column in shown[1:]:  # column by column: a row-wise join transposes the frame (seconds per grid set)
-        joined = joined + " " + rows[column].astype(str)
-    one = (lambda text: text) if texts is None else (lambda text: texts.setdefault(text, text))
-    return [
-        Document(d.applicant_id, d.job_id, d.kind, one(f"{d.text}\n[photo: {mark}]"), d.image_png, d.profile, d.pdf)
-        for d, mark in zip(documents, joined.tolist())
-    ]  # not dataclasses.replace: it inspects the fields of each of a grid set's 20,000 documents
-
-
 KEPT_RENDERERS = ("text", "json")  # kinds whose plan documents are text alone: kept on disk (_kept_render)
 _PLAN_COLUMNS = ["applicant_id", "job_id", "kind", "text"]  # a kept plan document, in Document's order
 _WRITES: list[Callable[[], Any]] = []  # kept documents still being written (finish_writes waits for them)
 
 
-def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job]) -> Callable[..., Any]:
+def _kept_render(
+    renderer: Renderer, document_key: str, jobs: Mapping[str, Job], document: Callable[..., Document] = Document
+) -> Callable[..., Any]:
     """The plan's render stage, through popfair's disk cache for popfair's own text and JSON
     renderers: a plan's documents are their applicant, job, kind and text (no page; a plan reads no
     profile row, `profile_rows=False`, so the kept ones have none), kept as Parquet (`keep_frame`:
@@ -87,7 +63,8 @@ def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job])
     (`code_digest`). A grid's occupation renders its text resumes in about a second and reads them
     back in a tenth, so planning a sweep again, with other models, prices or budgets, renders
     nothing. Rendered documents are kept by a forked worker while the plan goes on (`_keep_later`).
-    Other renderers (pages, a user's own class) render every time."""
+    Other renderers (pages, a user's own class) render every time. `document`: makes a kept document
+    from its applicant, job, kind and text (`Planner._document`: one object for equal documents)."""
     if renderer.kind not in KEPT_RENDERERS or not type(renderer).__module__.startswith("popfair.render."):
         return _rendered_here
     # the jobs as tuples: asdict of a panel's 6,006 postings takes 0.3 s
@@ -104,7 +81,7 @@ def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job])
         path = cached_path("plan_documents", parts, [sys.modules[__name__]], suffix=".parquet")
         kept = read_kept_frame(path)
         if kept is not None:
-            return [Document(*row) for row in zip(*(kept[column].tolist() for column in _PLAN_COLUMNS))]
+            return [document(*row) for row in zip(*(kept[column].tolist() for column in _PLAN_COLUMNS))]
         rendered = fn(*args)
         if path is not None and all(d.image_png is None and d.pdf is None for d in rendered):
             _keep_later(path, rendered)
@@ -167,7 +144,7 @@ class Planner:
     factual: dict[int, tuple[list[Document], list[Document]]] = field(default_factory=dict)
     factual_counts: dict[tuple[int, int], tuple[list[Document], int]] = field(default_factory=dict)
     texts: dict[str, Document] = field(default_factory=dict)
-    marked: dict[str, str] = field(default_factory=dict)
+    marked: dict[str, Document] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget what earlier cases planned (a new sweep in the same process)."""
@@ -247,7 +224,7 @@ class Planner:
         renderer_config = config.get("renderer") or {}
         text_layout = image or type(experiment.renderer) is TextRenderer  # text and image formats agree on it
         identity: Any = (
-            {"text_layout": {k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS}}
+            {"text_layout": {k: v for k, v in renderer_config.items() if k in TEXT_PARAMETERS}}
             if text_layout
             else renderer_config
         )
@@ -262,7 +239,7 @@ class Planner:
             # with a headshot is its text layout, rendered once for every format of the sample, marked
             renderer = text_layout_renderer(renderer_config) if text_layout else None
             if layout_key not in self.documents:
-                stage = _kept_render(renderer or experiment.renderer, layout_key, profiles.jobs)
+                stage = _kept_render(renderer or experiment.renderer, layout_key, profiles.jobs, self._document)
                 documents = experiment.prompts(
                     profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage
                 ).screened  # the design's prompts, then any placebo re-screens (renderer.placebo)
@@ -289,10 +266,25 @@ class Planner:
         texts, shared = self.texts, []
         for d in documents:
             first = texts.setdefault(d.text, d)
-            if first is not d and first != d:  # the same text for another applicant or job
-                first = Document(d.applicant_id, d.job_id, d.kind, first.text, d.image_png, d.profile, d.pdf)
-            shared.append(first)
+            if first is not d and first.text is not d.text:  # not yet shared (`_document`)
+                same = first == d  # else the same text for another applicant or job
+                d = (
+                    first
+                    if same
+                    else Document(d.applicant_id, d.job_id, d.kind, first.text, d.image_png, d.profile, d.pdf)
+                )
+            shared.append(d)
         return shared
+
+    def _document(self, applicant_id: str, job_id: str, kind: Any, text: str) -> Document:
+        """A kept plan document (text alone), the sweep's object where an earlier set holds it (`_shared`)."""
+        first = self.texts.get(text)
+        if first is None:
+            return Document(applicant_id, job_id, kind, text)
+        same = (first.applicant_id, first.job_id, first.kind) == (applicant_id, job_id, kind)
+        if same and first.image_png is None and first.pdf is None and first.profile is None:
+            return first
+        return Document(applicant_id, job_id, kind, first.text)
 
     def _identities(self, document_key: str) -> list[tuple[str, str]]:
         """What makes two documents of a set the same prompt for one screener: the job text and the
