@@ -52,9 +52,7 @@ _PLAN_COLUMNS = ["applicant_id", "job_id", "kind", "text"]  # a kept plan docume
 _WRITES: list[Callable[[], Any]] = []  # kept documents still being written (finish_writes waits for them)
 
 
-def _kept_render(
-    renderer: Renderer, document_key: str, jobs: Mapping[str, Job], document: Callable[..., Document] = Document
-) -> Callable[..., Any]:
+def _kept_render(renderer: Renderer, document_key: str, jobs: Mapping[str, Job]) -> Callable[..., Any]:
     """The plan's render stage, through popfair's disk cache for popfair's own text and JSON
     renderers: a plan's documents are their applicant, job, kind and text (no page; a plan reads no
     profile row, `profile_rows=False`, so the kept ones have none), kept as Parquet (`keep_frame`:
@@ -63,8 +61,7 @@ def _kept_render(
     (`code_digest`). A grid's occupation renders its text resumes in about a second and reads them
     back in a tenth, so planning a sweep again, with other models, prices or budgets, renders
     nothing. Rendered documents are kept by a forked worker while the plan goes on (`_keep_later`).
-    Other renderers (pages, a user's own class) render every time. `document`: makes a kept document
-    from its applicant, job, kind and text (`Planner._document`: one object for equal documents)."""
+    Other renderers (pages, a user's own class) render every time."""
     if renderer.kind not in KEPT_RENDERERS or not type(renderer).__module__.startswith("popfair.render."):
         return _rendered_here
     # the jobs as tuples: asdict of a panel's 6,006 postings takes 0.3 s
@@ -81,7 +78,7 @@ def _kept_render(
         path = cached_path("plan_documents", parts, [sys.modules[__name__]], suffix=".parquet")
         kept = read_kept_frame(path)
         if kept is not None:
-            return [document(*row) for row in zip(*(kept[column].tolist() for column in _PLAN_COLUMNS))]
+            return [Document(*row) for row in zip(*(kept[column].tolist() for column in _PLAN_COLUMNS))]
         rendered = fn(*args)
         if path is not None and all(d.image_png is None and d.pdf is None for d in rendered):
             _keep_later(path, rendered)
@@ -239,7 +236,7 @@ class Planner:
             # with a headshot is its text layout, rendered once for every format of the sample, marked
             renderer = text_layout_renderer(renderer_config) if text_layout else None
             if layout_key not in self.documents:
-                stage = _kept_render(renderer or experiment.renderer, layout_key, profiles.jobs, self._document)
+                stage = _kept_render(renderer or experiment.renderer, layout_key, profiles.jobs)
                 documents = experiment.prompts(
                     profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage
                 ).screened  # the design's prompts, then any placebo re-screens (renderer.placebo)
@@ -266,7 +263,7 @@ class Planner:
         texts, shared = self.texts, []
         for d in documents:
             first = texts.setdefault(d.text, d)
-            if first is not d and first.text is not d.text:  # not yet shared (`_document`)
+            if first is not d:
                 same = first == d  # else the same text for another applicant or job
                 d = (
                     first
@@ -275,16 +272,6 @@ class Planner:
                 )
             shared.append(d)
         return shared
-
-    def _document(self, applicant_id: str, job_id: str, kind: Any, text: str) -> Document:
-        """A kept plan document (text alone), the sweep's object where an earlier set holds it (`_shared`)."""
-        first = self.texts.get(text)
-        if first is None:
-            return Document(applicant_id, job_id, kind, text)
-        same = (first.applicant_id, first.job_id, first.kind) == (applicant_id, job_id, kind)
-        if same and first.image_png is None and first.pdf is None and first.profile is None:
-            return first
-        return Document(applicant_id, job_id, kind, first.text)
 
     def _identities(self, document_key: str) -> list[tuple[str, str]]:
         """What makes two documents of a set the same prompt for one screener: the job text and the
