@@ -125,8 +125,10 @@ def _rendered_here(name: str, fn: Callable[..., Any], *args: Any) -> Any:
 class Planner:
     """Prices the cases of a sweep in one process (`price`), with what they share: each drawn sample
     (by the population, occupation, attribute, seed and worlds), each document set (by the
-    renderer's identity and the rows), the sets already planned per screener and format, each
-    rendered image of a first resume, and each power line (by the design, settings and sample).
+    renderer's identity and the rows; a headshot page's set is its text layout's, marked), the sets
+    already planned per screener and format, each rendered image of a first resume, and each power
+    line (by the design, settings and sample). Equal documents of different sets are one object
+    (`texts`, `marked`: the gender and race samples of an occupation share their factual applicants).
     Nothing is process-wide but the planner `default_planner` returns (a command's sweep)."""
 
     samples: dict[str, tuple[Profiles, str]] = field(default_factory=dict)
