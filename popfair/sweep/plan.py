@@ -265,14 +265,9 @@ class Planner:
         texts, shared = self.texts, []
         for d in documents:
             first = texts.setdefault(d.text, d)
-            if first is not d:
-                same = first == d  # else the same text for another applicant or job
-                d = (
-                    first
-                    if same
-                    else Document(d.applicant_id, d.job_id, d.kind, first.text, d.image_png, d.profile, d.pdf)
-                )
-            shared.append(d)
+            if first is not d and first != d:  # the same text for another applicant or job
+                first = Document(d.applicant_id, d.job_id, d.kind, first.text, d.image_png, d.profile, d.pdf)
+            shared.append(first)
         return shared
 
     def _identities(self, document_key: str) -> list[tuple[str, str]]:

@@ -37,19 +37,14 @@ def with_shown(
         first = marked.get(text)
         if first is None:  # not dataclasses.replace: it inspects the fields of each of a set's 20,000 documents
             first = marked[text] = Document(d.applicant_id, d.job_id, d.kind, text, d.image_png, d.profile, d.pdf)
-        elif first.profile is not d.profile or (
-            first.applicant_id,
-            first.job_id,
-            first.kind,
-            first.image_png,
-            first.pdf,
-        ) != (
-            d.applicant_id,
-            d.job_id,
-            d.kind,
-            d.image_png,
-            d.pdf,
-        ):  # the same marked text for another applicant or job
+        elif not _same_but_text(first, d):  # the same marked text for another applicant or job
             first = Document(d.applicant_id, d.job_id, d.kind, first.text, d.image_png, d.profile, d.pdf)
         out.append(first)
     return out
+
+
+def _same_but_text(a: Document, b: Document) -> bool:
+    """Whether two documents are one applicant's, for one job, of one kind and page (their texts aside)."""
+    if a.applicant_id != b.applicant_id or a.job_id != b.job_id or a.kind != b.kind:
+        return False
+    return a.image_png == b.image_png and a.pdf == b.pdf and a.profile is b.profile
