@@ -6,6 +6,7 @@ planner of its own prices it."""
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 
 import pytest
@@ -51,8 +52,10 @@ def test_a_sweeps_formats_and_attributes_share_their_documents_and_price_as_alon
     monkeypatch.setattr(render_base, "_render_table", counted)
     cells = [(f, a) for f in ("text", "image", "image_photo") for a in ("gender", "race")]
     planner = plan.Planner()
+    assert gc.get_freeze_count() == 0
     planned = {cell: planner.price(_case(tmp_path, *cell)) for cell in cells}
     assert len(renders) == 2  # one text layout per sample (gender, race), for all three formats
+    assert gc.get_freeze_count() == 0  # its sets were left out of the cases' collections, and no longer
 
     for cell in cells:  # each case priced by a planner of its own: the same figures
         alone = plan.Planner().price(_case(tmp_path, *cell))
@@ -91,4 +94,6 @@ def test_a_prompt_table_counts_prompts_as_their_joined_messages_would():
     assert len(table.users) == len(distinct) == 300 + 2 + 1
     assert set(zip(table.users, table.images)) == distinct
     assert list(table.user_chars) == [len(user) for user in table.users]
-    assert table.users[:2] == list(table.users)[:2] and table.has_images
+    users = list(table.users)  # read by position too (the templates' groups one after another)
+    assert [table.users[i] for i in range(len(users))] == users and table.users[-1] == users[-1]
+    assert table.users[1:4] == users[1:4] and table.has_images

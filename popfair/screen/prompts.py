@@ -155,24 +155,30 @@ def _read_context(name: str) -> str:
 
 
 class PromptUsers(Sequence[str]):
-    """The user messages of a prompt table's distinct prompts, each built when it is read (the job's
+    """The user messages of a prompt table's distinct prompts, each built when it is read (its job's
     template around the document): a plan counts prompts and characters without them, so a sweep's
-    tables do not hold a second copy of every resume."""
+    tables do not hold a second copy of every resume. `parts`: per template, the text before and
+    after {document} and the documents' texts."""
 
-    def __init__(self, parts: Sequence[tuple[str, str, str, bytes | None]]) -> None:
+    def __init__(self, parts: Sequence[tuple[str, str, list[str]]]) -> None:
         self._parts = parts
+        self._ends = np.cumsum([len(texts) for _, _, texts in parts], dtype=np.int64)
 
     def __len__(self) -> int:
-        return len(self._parts)
+        return int(self._ends[-1]) if len(self._ends) else 0
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return [head + body + tail for head, tail, body, _ in self._parts[index]]
-        head, tail, body, _ = self._parts[index]
-        return head + body + tail
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        group = int(np.searchsorted(self._ends, index, side="right"))
+        head, tail, texts = self._parts[group]
+        return head + texts[index - (int(self._ends[group - 1]) if group else 0)] + tail
 
     def __iter__(self) -> Iterator[str]:
-        return (head + body + tail for head, tail, body, _ in self._parts)
+        return (head + text + tail for head, tail, texts in self._parts for text in texts)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
@@ -224,21 +230,25 @@ class PromptTable:
             else:
                 body = (IMAGE_PLACEHOLDER, d.image_png)
             group_of[d.job_id][body] = None
-        distinct = [
-            (head, tail, body, None) if isinstance(body, str) else (head, tail, *body)
-            for (head, tail), group in groups.items()
-            for body in group
-        ]
-        images = [image for *_, image in distinct]
+        parts: list[tuple[str, str, list[str]]] = []
+        images: list[bytes | None] = []
+        chars, has_images = [], False
+        for (head, tail), group in groups.items():
+            bodies = list(group)
+            if all(isinstance(body, str) for body in bodies):  # text documents: no image
+                texts, pages = bodies, [None] * len(bodies)
+            else:
+                texts = [body if isinstance(body, str) else body[0] for body in bodies]
+                pages = [None if isinstance(body, str) else body[1] for body in bodies]
+                has_images = True
+            parts.append((head, tail, texts))
+            images += pages
+            chars.append(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + len(head) + len(tail))
         table = cls(
-            users=PromptUsers(distinct),
+            users=PromptUsers(parts),
             images=images,
-            user_chars=np.fromiter(
-                (len(head) + len(body) + len(tail) for head, tail, body, _ in distinct),
-                dtype=np.int64,
-                count=len(distinct),
-            ),
-            has_images=any(image is not None for image in images),
+            user_chars=np.concatenate(chars) if chars else np.zeros(0, dtype=np.int64),
+            has_images=has_images,
         )
         if memoised:
             _PROMPT_TABLES[key] = (documents, jobs, _job_texts(jobs), table)

@@ -37,7 +37,7 @@ from popfair.population.worlds import CounterfactualPopulation
 from popfair.render.base import Renderer, displayed_attributes
 from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
-from popfair.runtime.parallel import forked_call
+from popfair.runtime.parallel import forked_call, frozen_heap
 from popfair.sweep.plan_layout import TEXT_PARAMETERS, text_layout_renderer, with_shown
 
 __all__ = ["CasePlan", "Planner", "default_planner", "plan_case"]
@@ -153,7 +153,14 @@ class Planner:
             memo.clear()
 
     def price(self, experiment: PopulationCase) -> CasePlan:
-        """Ask the screener what this case would cost; nothing is called and nothing is logged."""
+        """Ask the screener what this case would cost; nothing is called and nothing is logged. What the
+        planner holds is left out of the case's garbage collections (`frozen_heap`): a sweep's document
+        sets are many objects, none of them garbage, and every full collection walked them all again as
+        they grew."""
+        with frozen_heap():
+            return self._price(experiment)
+
+    def _price(self, experiment: PopulationCase) -> CasePlan:
         profiles, documents, document_key, image = self._planning_documents(experiment)
         screener = experiment.screener
         power = self._power(experiment, profiles)
