@@ -11,7 +11,7 @@ leaves the other designs' prompts as they ship."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,14 +119,14 @@ class PromptSet:
     def users(self, outcome: Outcome, jobs: Mapping[str, Job], documents: Sequence[Document]) -> list[str]:
         """The user message of every document, in bulk (a cached rerun of 60,000 rows builds only
         these and the keys, no prompt objects)."""
-        frames = {job_id: self._frame(outcome, job) for job_id, job in jobs.items()}
+        frames = {job_id: self.frame(outcome, job) for job_id, job in jobs.items()}
         users = []
         for document in documents:
             head, tail = frames[document.job_id]
             users.append(head + (IMAGE_PLACEHOLDER if document.kind == "image" else document.text) + tail)
         return users
 
-    def _frame(self, outcome: Outcome, job: Job) -> tuple[str, str]:
+    def frame(self, outcome: Outcome, job: Job) -> tuple[str, str]:
         """The user template with the job filled in, split around {document} (memoised per job:
         60,000 resumes for one job share it)."""
         memo_key = (outcome, job.job_id, job.title, job.description)
@@ -154,10 +154,44 @@ def _read_context(name: str) -> str:
     return text
 
 
+class PromptUsers(Sequence[str]):
+    """The user messages of a prompt table's distinct prompts, each built when it is read (its job's
+    template around the document): a plan counts prompts and characters without them, so a sweep's
+    tables do not hold a second copy of every resume. `parts`: per template, the text before and
+    after {document} and the documents' texts."""
+
+    def __init__(self, parts: Sequence[tuple[str, str, list[str]]]) -> None:
+        self._parts = parts
+        self._ends = np.cumsum([len(texts) for _, _, texts in parts], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        group = int(np.searchsorted(self._ends, index, side="right"))
+        head, tail, texts = self._parts[group]
+        return head + texts[index - (int(self._ends[group - 1]) if group else 0)] + tail
+
+    def __iter__(self) -> Iterator[str]:
+        return (head + text + tail for head, tail, texts in self._parts for text in texts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class PromptTable:
     """The distinct prompts of one document list under one prompt set and outcome (identical
-    prompts are one call): their user texts, images and user-text lengths, for planning.
+    prompts are one call): their user texts (built when read, `PromptUsers`), images and user-text
+    lengths, for planning. A prompt is its job's filled template (the text before and after
+    {document}) and its document (its text, or the image placeholder and the PNG).
 
     Built once per process for a given document list and job texts, and memoised by the list's
     identity (the memo holds the list, so an identity is never reused while its entry lives) and
@@ -166,7 +200,7 @@ class PromptTable:
     for equal jobs. Short lists are not memoised (cheap to build; they would push out the long
     ones). Document lists are not mutated once rendered."""
 
-    users: list[str]
+    users: PromptUsers
     images: list[bytes | None]
     user_chars: np.ndarray
     has_images: bool
@@ -184,13 +218,37 @@ class PromptTable:
         missing_jobs = sorted({d.job_id for d in documents} - set(jobs))
         if missing_jobs:
             raise DataError(f"documents refer to jobs that do not exist: {missing_jobs[:5]}")
-        images = [d.image_png if d.kind == "image" else None for d in documents]
-        distinct = list(dict.fromkeys(zip(prompts.users(outcome, jobs, documents), images)))
+        # per job template (equal templates one group): its distinct documents, by text (a document's
+        # string hashes once) or placeholder and PNG; no user message is joined to tell two apart
+        groups: dict[tuple[str, str], dict[Any, None]] = {}
+        group_of = {job_id: groups.setdefault(prompts.frame(outcome, job), {}) for job_id, job in jobs.items()}
+        for d in documents:
+            if d.kind != "image":
+                body: Any = d.text
+            elif d.image_png is None:  # no page: the placeholder's text, as a text document of that text
+                body = IMAGE_PLACEHOLDER
+            else:
+                body = (IMAGE_PLACEHOLDER, d.image_png)
+            group_of[d.job_id][body] = None
+        parts: list[tuple[str, str, list[str]]] = []
+        images: list[bytes | None] = []
+        chars, has_images = [], False
+        for (head, tail), group in groups.items():
+            bodies = list(group)
+            if all(isinstance(body, str) for body in bodies):  # text documents: no image
+                texts, pages = bodies, [None] * len(bodies)
+            else:
+                texts = [body if isinstance(body, str) else body[0] for body in bodies]
+                pages = [None if isinstance(body, str) else body[1] for body in bodies]
+                has_images = True
+            parts.append((head, tail, texts))
+            images += pages
+            chars.append(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + len(head) + len(tail))
         table = cls(
-            users=[user for user, _ in distinct],
-            images=[image for _, image in distinct],
-            user_chars=np.fromiter((len(user) for user, _ in distinct), dtype=np.int64, count=len(distinct)),
-            has_images=any(image is not None for image in images),
+            users=PromptUsers(parts),
+            images=images,
+            user_chars=np.concatenate(chars) if chars else np.zeros(0, dtype=np.int64),
+            has_images=has_images,
         )
         if memoised:
             _PROMPT_TABLES[key] = (documents, jobs, _job_texts(jobs), table)

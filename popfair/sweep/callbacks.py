@@ -187,7 +187,7 @@ class SweepCallback(Callback):
     def _plan_totals(records: list, sweep_dir: Path) -> str:
         import pandas as pd
 
-        from popfair.sweep.plan import format_totals, plan_totals
+        from popfair.sweep.plan_totals import format_totals, plan_totals
 
         plans = [r.plan for r in records if r.plan]
         if not plans:

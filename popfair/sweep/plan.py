@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -38,34 +37,14 @@ from popfair.population.worlds import CounterfactualPopulation
 from popfair.render.base import Renderer, displayed_attributes
 from popfair.render.store import code_digest
 from popfair.render.text import TextRenderer
-from popfair.runtime.parallel import forked_call
+from popfair.runtime.parallel import forked_call, frozen_heap
+from popfair.sweep.plan_layout import TEXT_PARAMETERS, text_layout_renderer, with_shown
 
-__all__ = ["CasePlan", "Planner", "default_planner", "plan_case", "plan_totals", "format_totals"]
+__all__ = ["CasePlan", "Planner", "default_planner", "plan_case"]
 
 
 def _key(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
-_TEXT_PARAMETERS = set(inspect.signature(TextRenderer).parameters)
-
-
-def text_layout_renderer(renderer_config: dict[str, Any]) -> TextRenderer:
-    """The text renderer with the image renderer's content settings (pools, seed, ...): the same
-    resume as the image, as text."""
-    return TextRenderer(**{k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS})
-
-
-def with_shown(documents: list[Document], rows: pd.DataFrame, shown: list[str]) -> list[Document]:
-    """Text layouts marked with the protected attributes the page shows (`Renderer.shows`: the
-    headshot's gender and race), so that the plan counts the pages that differ only in them apart."""
-    joined = rows[shown[0]].astype(str)
-    for column in shown[1:]:  # column by column: a row-wise join transposes the frame (seconds per grid set)
-        joined = joined + " " + rows[column].astype(str)
-    return [
-        Document(d.applicant_id, d.job_id, d.kind, f"{d.text}\n[photo: {mark}]", d.image_png, d.profile, d.pdf)
-        for d, mark in zip(documents, joined.tolist())
-    ]  # not dataclasses.replace: it inspects the fields of each of a grid set's 20,000 documents
 
 
 KEPT_RENDERERS = ("text", "json")  # kinds whose plan documents are text alone: kept on disk (_kept_render)
@@ -146,13 +125,16 @@ def _rendered_here(name: str, fn: Callable[..., Any], *args: Any) -> Any:
 class Planner:
     """Prices the cases of a sweep in one process (`price`), with what they share: each drawn sample
     (by the population, occupation, attribute, seed and worlds), each document set (by the
-    renderer's identity and the rows), the sets already planned per screener and format, each
-    rendered image of a first resume, and each power line (by the design, settings and sample).
+    renderer's identity and the rows; a headshot page's set is its text layout's, marked), the sets
+    already planned per screener and format, each rendered image of a first resume, and each power
+    line (by the design, settings and sample). Equal documents of different sets are one object
+    (`texts`, `marked`: the gender and race samples of an occupation share their factual applicants).
     Nothing is process-wide but the planner `default_planner` returns (a command's sweep)."""
 
     samples: dict[str, tuple[Profiles, str]] = field(default_factory=dict)
     documents: dict[str, tuple[list[Document], Profiles]] = field(default_factory=dict)
     identities: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    job_texts: dict[str, frozenset[str]] = field(default_factory=dict)
     planned: dict[str, list[str]] = field(default_factory=dict)
     fresh: dict[tuple[str, ...], list[Document]] = field(default_factory=dict)
     images: dict[str, Document] = field(default_factory=dict)
@@ -160,15 +142,25 @@ class Planner:
     eligible: dict[int, tuple[Profiles, int]] = field(default_factory=dict)
     factual: dict[int, tuple[list[Document], list[Document]]] = field(default_factory=dict)
     factual_counts: dict[tuple[int, int], tuple[list[Document], int]] = field(default_factory=dict)
+    texts: dict[str, Document] = field(default_factory=dict)
+    marked: dict[str, Document] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget what earlier cases planned (a new sweep in the same process)."""
-        for memo in (self.samples, self.documents, self.identities, self.planned, self.fresh, self.images,
-                     self.power, self.eligible, self.factual, self.factual_counts):  # fmt: skip
+        for memo in (self.samples, self.documents, self.identities, self.job_texts, self.planned, self.fresh,
+                     self.images, self.power, self.eligible, self.factual, self.factual_counts, self.texts,
+                     self.marked):  # fmt: skip
             memo.clear()
 
     def price(self, experiment: PopulationCase) -> CasePlan:
-        """Ask the screener what this case would cost; nothing is called and nothing is logged."""
+        """Ask the screener what this case would cost; nothing is called and nothing is logged. What the
+        planner holds is left out of the case's garbage collections (`frozen_heap`): a sweep's document
+        sets are many objects, none of them garbage, and every full collection walked them all again as
+        they grew."""
+        with frozen_heap():
+            return self._price(experiment)
+
+    def _price(self, experiment: PopulationCase) -> CasePlan:
         profiles, documents, document_key, image = self._planning_documents(experiment)
         screener = experiment.screener
         power = self._power(experiment, profiles)
@@ -238,33 +230,52 @@ class Planner:
         renderer_config = config.get("renderer") or {}
         text_layout = image or type(experiment.renderer) is TextRenderer  # text and image formats agree on it
         identity: Any = (
-            {"text_layout": {k: v for k, v in renderer_config.items() if k in _TEXT_PARAMETERS}}
+            {"text_layout": {k: v for k, v in renderer_config.items() if k in TEXT_PARAMETERS}}
             if text_layout
             else renderer_config
         )
         # a page that shows protected attributes (a headshot) differs where they differ, as its text layout
         # does not: two worlds of one applicant that differ only in X are two calls (image_photo)
         shown = sorted(displayed_attributes(experiment.renderer) or ()) if image else []
-        if shown:
-            identity = {"layout": identity, "shown": shown}
-        if experiment.placebo is not None:  # placebo re-screens are part of what the screener is shown
-            identity = {"documents": identity, "placebo": repr(experiment.placebo), "seed": experiment.seed}
-        document_key = _key({"renderer": identity, "rows": rows_digest})
+        layout = self._with_placebo(experiment, identity)
+        document_key = self._with_placebo(experiment, {"layout": identity, "shown": shown}) if shown else layout
+        document_key, layout_key = (_key({"renderer": k, "rows": rows_digest}) for k in (document_key, layout))
         if document_key not in self.documents:
+            # the run's own step (`PopulationCase.prompts`): what the screener is shown, per prompt. A page
+            # with a headshot is its text layout, rendered once for every format of the sample, marked
             renderer = text_layout_renderer(renderer_config) if text_layout else None
-            # the run's own step (`PopulationCase.prompts`): what the screener is shown, per prompt
-            stage = _kept_render(renderer or experiment.renderer, document_key, profiles.jobs)
-            documents = list(  # the design's prompts, then any placebo re-screens (renderer.placebo)
-                experiment.prompts(
+            if layout_key not in self.documents:
+                stage = _kept_render(renderer or experiment.renderer, layout_key, profiles.jobs)
+                documents = experiment.prompts(
                     profiles, renderer=renderer, progress=False, profile_rows=False, stage=stage
-                ).screened
-            )
+                ).screened  # the design's prompts, then any placebo re-screens (renderer.placebo)
+                self.documents[layout_key] = (self._shared(documents), profiles)
+            documents = self.documents[layout_key][0]
             if shown:
                 rows = profiles.rows().drop(columns=WORLD)
                 if len(documents) == len(rows):
-                    documents = with_shown(documents, rows, shown)
-            self.documents[document_key] = (documents, profiles)
+                    documents = with_shown(documents, rows, shown, self.marked)
+                self.documents[document_key] = (documents, profiles)
         return profiles, self.documents[document_key][0], document_key, image
+
+    @staticmethod
+    def _with_placebo(experiment: PopulationCase, identity: Any) -> Any:
+        """A document set's identity with the case's placebo re-screens: part of what the screener is shown."""
+        if experiment.placebo is None:
+            return identity
+        return {"documents": identity, "placebo": repr(experiment.placebo), "seed": experiment.seed}
+
+    def _shared(self, documents: Any) -> list[Document]:
+        """The documents, each resume one string and each equal document one object for the sweep
+        (`texts`, by text): the gender and race samples of an occupation draw the same factual applicants,
+        whose documents are then held once and compared by identity where a set's unplanned ones are found."""
+        texts, shared = self.texts, []
+        for d in documents:
+            first = texts.setdefault(d.text, d)
+            if first is not d and first != d:  # the same text for another applicant or job
+                first = Document(d.applicant_id, d.job_id, d.kind, first.text, d.image_png, d.profile, d.pdf)
+            shared.append(first)
+        return shared
 
     def _identities(self, document_key: str) -> list[tuple[str, str]]:
         """What makes two documents of a set the same prompt for one screener: the job text and the
@@ -274,6 +285,13 @@ class Planner:
             documents, profiles = self.documents[document_key]
             self.identities[document_key] = [(profiles.jobs[d.job_id].description, d.text) for d in documents]
         return self.identities[document_key]
+
+    def _job_texts(self, document_key: str) -> frozenset[str]:
+        """The job descriptions a set's documents may be screened for (its sample's jobs)."""
+        if document_key not in self.job_texts:
+            jobs = self.documents[document_key][1].jobs
+            self.job_texts[document_key] = frozenset(job.description for job in jobs.values())
+        return self.job_texts[document_key]
 
     def _unplanned(self, screener_key: str, document_key: str) -> list[Document]:
         """The documents of a set that no earlier case of this sweep planned for the same screener and
@@ -288,8 +306,9 @@ class Planner:
             fresh = documents
         elif memo in self.fresh:
             fresh = self.fresh[memo]
-        else:
-            seen = {identity for key in earlier for identity in self._identities(key)}
+        else:  # only sets with one of this set's jobs can hold one of its prompts
+            jobs = self._job_texts(document_key)
+            seen = {i for key in earlier if not jobs.isdisjoint(self._job_texts(key)) for i in self._identities(key)}
             fresh = [d for d, i in zip(documents, self._identities(document_key)) if i not in seen]
             # none planned before (another occupation's set): the set's own list, so that the screener
             # prices it once with its total, and its prompt table is the one the total built
@@ -459,35 +478,3 @@ def _sequential_note(experiment: PopulationCase) -> str:
         f"sequential ({settings.rule}, {looks}): this plan is the budget, the most the case can cost; it stops "
         "earlier once the anytime-valid CI settles the rule"
     )
-
-
-PLAN_SUMS = [
-    "cases",
-    "documents",
-    "calls",
-    "input_tokens",
-    "output_tokens",
-    "cost_usd",
-    "new_calls",
-    "new_input_tokens",
-    "new_output_tokens",
-    "new_cost_usd",
-]
-
-
-def plan_totals(plans: list[dict[str, Any]]) -> pd.DataFrame:
-    """Per-screener sums of case plans plus a TOTAL row (what a sweep's dry run prints at the end)."""
-    table = pd.DataFrame(plans).assign(cases=1)
-    per_model = table.groupby("screener")[PLAN_SUMS].sum()
-    per_model.loc["TOTAL"] = per_model.sum()
-    return per_model
-
-
-def format_totals(totals: pd.DataFrame) -> str:
-    shown = totals.copy()
-    for column in ("cost_usd", "new_cost_usd"):
-        shown[column] = shown[column].map("${:,.2f}".format)
-    for column in [c for c in PLAN_SUMS if c not in ("cost_usd", "new_cost_usd")]:
-        shown[column] = shown[column].map("{:,.0f}".format)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        return shown.to_string()
