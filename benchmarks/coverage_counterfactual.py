@@ -41,6 +41,10 @@ Full study (about an hour on a free 2-core machine):
     nice python benchmarks/coverage_counterfactual.py --populations 10 --reps 8 --truth-seeds 30 \\
         --cases nurse:gender,software_developer:gender,nurse:race,nurse:gender@600,nurse:race@300 --csv cov_cf.csv
 
+One case at more population draws, e.g. the floor-bound one (docs/concepts/counterfactual_design.md):
+
+    nice python benchmarks/coverage_counterfactual.py --cases nurse:race@300 --populations 40 --csv cov_cf_weak.csv
+
 `--csv` keeps per-replication rows and resumes from them; rerunning prints the table from the file.
 """
 
