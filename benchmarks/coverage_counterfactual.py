@@ -12,8 +12,10 @@ Screeners (popfair.screen.simulated, noise sd 8, coefficients of benchmarks/cove
 - blind: reads only raw first names (race: surnames) plus education and experience;
 - qualifications: education and experience only.
 An answer is a hash of the document (the columns a text resume shows: the applicant, names, state,
-education, experience, age, birth year; never X) and the screener's seed, fixed per population, as
-a cached model call: the same document always gets the same answer. Rendering the text itself is
+education, experience, age, birth year; never X) and the screener's seed, fixed per population and
+screener, as a cached model call: the same document always gets the same answer. Each screener has
+its own seed: with one seed for all three their noise was the same, their errors moved together
+(correlation 0.99 in every cell) and a cell's intervals were three copies of one. Rendering the text itself is
 left out (it only names that document). The screeners that do not read X get the same answer in
 the two NDE worlds, and the case declares that NDE exact; the direct one reads X from the profile.
 
@@ -38,6 +40,10 @@ Full study (about an hour on a free 2-core machine):
 
     nice python benchmarks/coverage_counterfactual.py --populations 10 --reps 8 --truth-seeds 30 \\
         --cases nurse:gender,software_developer:gender,nurse:race,nurse:gender@600,nurse:race@300 --csv cov_cf.csv
+
+One case at more population draws, e.g. the floor-bound one (docs/concepts/counterfactual_design.md):
+
+    nice python benchmarks/coverage_counterfactual.py --cases nurse:race@300 --populations 40 --csv cov_cf_weak.csv
 
 `--csv` keeps per-replication rows and resumes from them; rerunning prints the table from the file.
 """
@@ -90,15 +96,18 @@ def full_designs(experiment, profiles, screeners: dict, seed: int) -> dict[str, 
     return out
 
 
-def estimator(budget: dict, seed: int, inference: str) -> Counterfactual:
-    return Counterfactual(**budget, seed=seed, inference=inference, compare=False)
+REDRAW = 30  # estimator.redraw: applicants per group (at least) with a second set of worlds (--redraw)
 
 
-def replication(experiment, profiles, screeners: dict, budget_name: str, seed: int) -> list[dict]:
+def estimator(budget: dict, seed: int, inference: str, redraw: int = REDRAW) -> Counterfactual:
+    return Counterfactual(**budget, seed=seed, inference=inference, redraw=redraw, compare=False)
+
+
+def replication(experiment, profiles, screeners: dict, budget_name: str, seed: int, redraw: int = REDRAW) -> list[dict]:
     """One replication at one budget: the case's world request and worlds (sampling step, floor,
     redraw subsample), each screener's answers, and the estimator's estimate for both estimands."""
     roles = profiles.roles
-    main = estimator(BUDGETS[budget_name], seed, "applicants")
+    main = estimator(BUDGETS[budget_name], seed, "applicants", redraw)
     experiment.estimator = main
     request = experiment.world_request(profiles)
     worlds = draw_worlds(experiment.population, profiles, request)
@@ -144,7 +153,10 @@ def population_rows(experiment, case: str, pop_seed: int, args) -> pd.DataFrame:
     x = profiles.roles.x
     screeners = {
         kind: SimulatedScreener(
-            intercept=45.0, coefficients=coefficients(kind, profiles.table, x), noise_sd=8.0, seed=pop_seed
+            intercept=45.0,
+            coefficients=coefficients(kind, profiles.table, x),
+            noise_sd=8.0,
+            seed=pop_seed * len(KINDS) + KINDS.index(kind),  # its own noise (module docstring)
         )
         for kind in args.screeners.split(",")
     }
@@ -158,7 +170,7 @@ def population_rows(experiment, case: str, pop_seed: int, args) -> pd.DataFrame:
     rows = []
     for budget in args.budgets.split(","):
         for seed in seeds:
-            rows += replication(experiment, profiles, screeners, budget, seed)
+            rows += replication(experiment, profiles, screeners, budget, seed, args.redraw)
     out = pd.DataFrame(rows).assign(case=case, population_seed=pop_seed, n_eligible=len(profiles.table))
     truth, these, spread = [], [], []
     for row in out.itertuples():
@@ -268,8 +280,13 @@ def main() -> None:
     parser.add_argument("--screeners", default=",".join(KINDS))
     parser.add_argument("--budgets", default=",".join(BUDGETS))
     parser.add_argument("--applicants", type=int, default=4000, help="population.n of a case without @N")
+    parser.add_argument("--redraw", type=int, default=REDRAW, help="estimator.redraw (at least 2)")
+    parser.add_argument("--first-population", type=int, default=0, help="population seeds start here")
     parser.add_argument("--csv", type=Path, default=None)
     args = parser.parse_args()
+    unknown = {*args.screeners.split(",")} - set(KINDS), {*args.budgets.split(",")} - set(BUDGETS)
+    if unknown[0] or unknown[1] or args.redraw < 2:
+        parser.error(f"--screeners from {list(KINDS)}, --budgets from {list(BUDGETS)}, --redraw at least 2")
     done = pd.read_csv(args.csv) if args.csv and args.csv.exists() else pd.DataFrame()
     seen = set(done[["case", "population_seed"]].itertuples(index=False, name=None)) if not done.empty else set()
     experiments = {}
@@ -277,7 +294,9 @@ def main() -> None:
         name, _, size = case.partition("@")
         experiments[case] = simulated_case(name, [f"population.n={int(size or args.applicants)}"])
     start = time.perf_counter()
-    for pop_seed in range(args.populations):  # population draws outermost: a study cut short stays balanced
+    for pop_seed in range(
+        args.first_population, args.first_population + args.populations
+    ):  # population draws outermost: a study cut short stays balanced
         for case, experiment in experiments.items():
             if (case, pop_seed) in seen:
                 continue
