@@ -101,7 +101,7 @@ def _matrix(
         return xgb.QuantileDMatrix(
             features, np.asarray(target, dtype=np.float32), max_bin=settings.max_bin, nthread=1, ref=ref
         )
-    first, position = _distinct(groups)
+    first, position = distinct_rows(groups)
     weight = np.bincount(position).astype(np.float64)
     label = np.bincount(position, weights=np.asarray(target, np.float64)) / weight
     return xgb.QuantileDMatrix(
@@ -128,7 +128,7 @@ def cut_ref(encoded: NumericRoles, name: str, rows: np.ndarray, settings: PseSet
     return xgb.QuantileDMatrix(table, np.zeros(size, np.float32), max_bin=settings.max_bin, nthread=1)
 
 
-def _distinct(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For group codes of some rows: the first of those rows of each group present (indices into
     `codes`) and each row's position among them (`values[first][position]` is every row's value)."""
     present, position = np.unique(codes, return_inverse=True)
@@ -142,7 +142,7 @@ def predict_rows(model: Fit, features: np.ndarray, groups: np.ndarray | None) ->
     (identical rows get identical predictions: the same values)."""
     if groups is None:
         return model.predict(features)
-    first, position = _distinct(groups)
+    first, position = distinct_rows(groups)
     return model.predict(features[first])[position]
 
 
@@ -251,7 +251,7 @@ def _start_search(
     dtrain = _matrix(features[train], target[train], settings, ref, None if groups is None else groups[train])
     y_valid = target[valid]
     # Identical validation rows get identical predictions: each distinct one is predicted once.
-    first, position = (np.arange(len(valid)), None) if groups is None else _distinct(groups[valid])
+    first, position = (np.arange(len(valid)), None) if groups is None else distinct_rows(groups[valid])
     x_valid = features[valid[first]]
 
     # One validation matrix for the search's fits: they only read it (concurrent predictions from

@@ -38,7 +38,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 
 from popfair.core.errors import EstimationError
 from popfair.core.types import Roles
-from popfair.estimate.pse.nuisances.models import Runner
+from popfair.estimate.pse.nuisances.models import Runner, distinct_rows
 from popfair.estimate.pse.settings import TuningGrid
 from popfair.store.blobs import NUISANCES, content_key, installed_versions, open_blob_store
 
@@ -120,16 +120,13 @@ class PaperData:
         if found is None:
             return self.matrix(rows, roles, label), np.arange(len(rows))
         distinct, ids = found
-        counts = np.bincount(ids[rows], minlength=len(distinct))
-        present = np.flatnonzero(counts)
-        position = np.zeros(len(distinct), np.intp)
-        position[present] = np.arange(len(present))
-        where = position[ids[rows]]
+        first, where = distinct_rows(ids[rows])  # the groups present, in the order of their ids
+        counts = np.bincount(where)
         cols = self.cols(roles)
         matrix = xgb.DMatrix(
-            distinct[present],
-            label=None if label is None else (np.bincount(where, weights=label) / counts[present]).astype(np.float32),
-            weight=None if label is None else counts[present].astype(np.float32),
+            distinct[ids[rows][first]],
+            label=None if label is None else (np.bincount(where, weights=label) / counts).astype(np.float32),
+            weight=None if label is None else counts.astype(np.float32),
             feature_types=[self.kinds[i] for i in cols],
             enable_categorical=True,
             nthread=1,
